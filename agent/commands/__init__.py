@@ -1,0 +1,1 @@
+"""One module per ``node-agent`` subcommand, each with ``run(args) -> int``."""

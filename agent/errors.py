@@ -1,0 +1,116 @@
+"""Error types shared by every part of node-agent, and the exit codes they map to.
+
+Exit codes are a contract (ARCHITECTURE.md, "Exit codes of node-agent firstboot").
+Every error says what was wrong, where (JSON path, file, field) and what to do.
+"""
+
+from dataclasses import dataclass
+from typing import Any, List, Optional
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_INVALID_CONFIG = 65  # EX_DATAERR
+EXIT_UNREACHABLE = 69  # EX_UNAVAILABLE
+EXIT_INTERNAL = 70  # EX_SOFTWARE
+EXIT_ROLLED_BACK = 75  # EX_TEMPFAIL: retry is safe
+EXIT_SKEW_REFUSED = 78  # EX_CONFIG
+
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation finding, anchored at a JSON path such as ``$.storage.files.3.path``."""
+
+    path: str
+    message: str
+    rule: str = ""
+    severity: str = "error"  # "error" or "warning"
+    value: Any = _MISSING
+    source: str = ""  # file name, when known
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == "error"
+
+    def __str__(self) -> str:
+        text = f"{self.path}: {self.severity}: {self.message}"
+        if self.value is not _MISSING:
+            text += f" (got {self.value!r})"
+        if self.rule:
+            text += f" [{self.rule}]"
+        if self.source:
+            text += f" in {self.source}"
+        return text
+
+    def to_dict(self) -> dict:
+        out = {"path": self.path, "severity": self.severity, "message": self.message, "rule": self.rule}
+        if self.value is not _MISSING:
+            out["value"] = self.value
+        if self.source:
+            out["source"] = self.source
+        return out
+
+
+class NodeAgentError(Exception):
+    """Base class. ``exit_code`` is what ``node-agent`` exits with when this ends a run."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class UsageError(NodeAgentError):
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(NodeAgentError):
+    """A config (Ignition, MachineConfig, policy, rules, settings) is invalid.
+
+    ``problems`` lists every finding; ``str()`` gives one per line, each starting with its path.
+    """
+
+    exit_code = EXIT_INVALID_CONFIG
+
+    def __init__(self, message: str, problems: Optional[List[Problem]] = None, source: str = ""):
+        self.problems = list(problems or [])
+        self.source = source
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        head = self.args[0] if self.args else "invalid config"
+        if self.source and self.source not in head:
+            head = f"{self.source}: {head}"
+        errors = [p for p in self.problems if p.is_error]
+        if not errors:
+            return head
+        return head + "\n" + "\n".join(str(p) for p in errors)
+
+
+class FetchError(NodeAgentError):
+    """A config or resource could not be fetched (final answer, or retry budget spent)."""
+
+    exit_code = EXIT_UNREACHABLE
+
+    def __init__(self, message: str, url: str = "", status: Optional[int] = None, final: bool = True):
+        self.url = url
+        self.status = status
+        self.final = final
+        super().__init__(message)
+
+
+class ApplyError(NodeAgentError):
+    """Applying a config failed; the node was rolled back (retry is safe)."""
+
+    exit_code = EXIT_ROLLED_BACK
+
+
+class HostError(NodeAgentError):
+    """An effect on the host (D-Bus, rpm-ostree, filesystem) failed."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class SkewRefused(NodeAgentError):
+    """The booted boot image is too old (or too new) for the target; the node must not pivot."""
+
+    exit_code = EXIT_SKEW_REFUSED

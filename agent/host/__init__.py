@@ -1,0 +1,1 @@
+"""The imperative shell: every effect on the machine goes through here."""
