@@ -1,0 +1,256 @@
+"""agent.log against a real AF_UNIX datagram socket standing in for journald."""
+
+import array
+import io
+import logging
+import os
+import socket
+import struct
+from typing import Dict, List, Tuple
+
+import pytest
+
+from agent import log
+
+
+def parse_native(data: bytes) -> List[Tuple[str, str]]:
+    """Parse journald's native protocol: ``KEY=value\\n`` and ``KEY\\n<le64><data>\\n``."""
+    fields = []
+    pos = 0
+    while pos < len(data):
+        nl = data.index(b"\n", pos)
+        line = data[pos:nl]
+        if b"=" in line:
+            key, _, value = line.partition(b"=")
+            fields.append((key.decode("ascii"), value.decode("utf-8")))
+            pos = nl + 1
+        else:
+            (size,) = struct.unpack("<Q", data[nl + 1:nl + 9])
+            value = data[nl + 9:nl + 9 + size]
+            assert data[nl + 9 + size:nl + 10 + size] == b"\n", "binary field not newline-terminated"
+            fields.append((line.decode("ascii"), value.decode("utf-8")))
+            pos = nl + 10 + size
+    return fields
+
+
+class FakeJournal:
+    def __init__(self, path: str):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        self.sock.settimeout(5)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+        self.raw: List[bytes] = []
+        self.passed_fd = False
+
+    def recv(self) -> Dict[str, str]:
+        fds = array.array("i")
+        data, ancdata, _flags, _addr = self.sock.recvmsg(1 << 20, socket.CMSG_SPACE(fds.itemsize))
+        for level, kind, cdata in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(cdata[:len(cdata) - len(cdata) % fds.itemsize])
+        if fds:
+            assert data == b"", "a datagram passing an fd carries no payload"
+            self.passed_fd = True
+            fd = fds[0]
+            try:
+                os.lseek(fd, 0, os.SEEK_SET)
+                chunks = []
+                while True:
+                    chunk = os.read(fd, 1 << 20)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                data = b"".join(chunks)
+            finally:
+                os.close(fd)
+        self.raw.append(data)
+        fields = parse_native(data)
+        names = [k for k, _ in fields]
+        assert len(names) == len(set(names)), f"duplicate fields in {names}"
+        return dict(fields)
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def journal(tmp_path):
+    j = FakeJournal(str(tmp_path / "socket"))
+    yield j
+    j.close()
+
+
+@pytest.fixture
+def logging_reset():
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    yield
+    for h in list(root.handlers):
+        if getattr(h, "_node_agent", False):
+            root.removeHandler(h)
+            h.close()
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    log.clear_context()
+
+
+def test_records_reach_the_journal_with_priority_code_and_run_fields(journal, logging_reset):
+    handler = log.setup_logging("firstboot", socket_path=journal.path)
+    assert isinstance(handler, log.JournalHandler)
+    run_id = log.get_context()["NODE_AGENT_RUN"]
+    logger = logging.getLogger("agent.test")
+
+    logger.error("fetch failed: %s", "boom")
+    entry = journal.recv()
+    assert entry["MESSAGE"] == "fetch failed: boom"
+    assert entry["PRIORITY"] == "3"
+    assert entry["SYSLOG_IDENTIFIER"] == "node-agent"
+    assert entry["CODE_FILE"] == __file__
+    assert entry["CODE_FUNC"] == "test_records_reach_the_journal_with_priority_code_and_run_fields"
+    assert int(entry["CODE_LINE"]) > 0
+    assert entry["NODE_AGENT_COMMAND"] == "firstboot"
+    assert entry["NODE_AGENT_RUN"] == run_id and len(run_id) == 32
+    # every run field is on every entry, even before it is known
+    for name in log.RUN_FIELDS:
+        assert name in entry
+    assert entry["NODE_AGENT_STAGE"] == ""
+
+    logger.warning("w")
+    logger.info("i")
+    assert journal.recv()["PRIORITY"] == "4"
+    assert journal.recv()["PRIORITY"] == "6"
+
+
+def test_debug_only_when_verbose(journal, logging_reset):
+    log.setup_logging("update", verbose=False, socket_path=journal.path)
+    logger = logging.getLogger("agent.test")
+    logger.debug("hidden")
+    logger.info("shown")
+    assert journal.recv()["MESSAGE"] == "shown"
+
+    log.setup_logging("update", verbose=True, socket_path=journal.path)
+    logger.debug("now shown")
+    entry = journal.recv()
+    assert (entry["MESSAGE"], entry["PRIORITY"]) == ("now shown", "7")
+
+
+def test_context_and_extra_fields(journal, logging_reset):
+    log.setup_logging("firstboot", socket_path=journal.path)
+    log.set_context(pool="infra", NODE_AGENT_CONFIG="rendered-infra-1")
+    logger = logging.getLogger("agent.test")
+    with log.log_context(NODE_AGENT_STAGE="fetch"):
+        logger.info("attempt", extra={"NODE_AGENT_ATTEMPT": 3, "not_ours": "x"})
+        with log.log_context(stage="apply"):
+            logger.info("inner")
+        logger.info("back")
+    logger.info("after")
+
+    first, inner, back, after = (journal.recv() for _ in range(4))
+    assert first["NODE_AGENT_STAGE"] == "fetch"
+    assert first["NODE_AGENT_ATTEMPT"] == "3"
+    assert first["NODE_AGENT_POOL"] == "infra"
+    assert first["NODE_AGENT_CONFIG"] == "rendered-infra-1"
+    assert "NOT_OURS" not in first and "not_ours" not in first
+    assert inner["NODE_AGENT_STAGE"] == "apply"
+    assert back["NODE_AGENT_STAGE"] == "fetch"
+    assert back["NODE_AGENT_ATTEMPT"] == ""  # extra is per record only
+    assert after["NODE_AGENT_STAGE"] == ""
+    assert after["NODE_AGENT_POOL"] == "infra"
+
+
+def test_multiline_values_use_the_binary_form(journal, logging_reset):
+    log.setup_logging("firstboot", socket_path=journal.path)
+    try:
+        raise ValueError("bad value")
+    except ValueError:
+        logging.getLogger("agent.test").exception("apply failed")
+    entry = journal.recv()
+    raw = journal.raw[-1]
+    assert raw.startswith(b"MESSAGE\n"), "a message with newlines must use the length-prefixed form"
+    assert entry["MESSAGE"].startswith("apply failed\nTraceback (most recent call last):")
+    assert entry["MESSAGE"].rstrip().endswith("ValueError: bad value")
+    assert entry["PRIORITY"] == "3"
+
+
+def test_encode_field_forms():
+    assert log.encode_field("A", "x=y") == b"A=x=y\n"
+    assert log.encode_field("A", "a\nb") == b"A\n" + struct.pack("<Q", 3) + b"a\nb\n"
+    assert parse_native(log.encode_field("A", "é\n")) == [("A", "é\n")]
+
+
+def test_oversized_record_is_passed_as_a_file_descriptor(journal, logging_reset):
+    log.setup_logging("firstboot", socket_path=journal.path)
+    big = "x" * (1 << 20)  # far above any AF_UNIX datagram limit
+    logging.getLogger("agent.test").warning("%s", big)
+    entry = journal.recv()
+    assert journal.passed_fd
+    assert entry["MESSAGE"] == big
+    assert entry["PRIORITY"] == "4"
+
+
+def test_journal_gone_falls_back_to_stderr(journal, logging_reset):
+    stream = io.StringIO()
+    log.setup_logging("firstboot", socket_path=journal.path, stream=stream)
+    journal.close()
+    os.unlink(journal.path)
+    logging.getLogger("agent.test").error("still visible")
+    assert stream.getvalue() == "<3>still visible\n"
+
+
+def test_no_socket_means_prefixed_stderr(tmp_path, logging_reset):
+    stream = io.StringIO()
+    handler = log.setup_logging("update", socket_path=str(tmp_path / "absent"), stream=stream)
+    assert isinstance(handler, log.StderrHandler)
+    logger = logging.getLogger("agent.test")
+    logger.warning("careful")
+    logger.info("two\nlines")
+    assert stream.getvalue() == "<4>careful\n<6>two\n<6>lines\n"
+
+
+def test_socket_path_from_environment(journal, logging_reset, monkeypatch):
+    monkeypatch.setenv(log.SOCKET_ENV, journal.path)
+    assert isinstance(log.setup_logging("update"), log.JournalHandler)
+    logging.getLogger("agent.test").info("via env")
+    assert journal.recv()["MESSAGE"] == "via env"
+
+
+def test_a_regular_file_at_the_socket_path_is_not_used(tmp_path, logging_reset):
+    path = tmp_path / "socket"
+    path.write_text("")
+    assert isinstance(log.setup_logging("update", socket_path=str(path), stream=io.StringIO()),
+                      log.StderrHandler)
+
+
+def test_terminal_gets_plain_level_words(logging_reset):
+    stream = io.StringIO()
+    handler = log.StderrHandler(stream, tty=True)
+    logger = logging.getLogger("agent.test.tty")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.error("no server")
+        logger.warning("skew")
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+    assert stream.getvalue() == "error: no server\nwarning: skew\n"
+
+
+def test_setup_replaces_its_own_handler_only(journal, logging_reset):
+    other = logging.NullHandler()
+    logging.getLogger().addHandler(other)
+    log.setup_logging("a", socket_path=journal.path)
+    log.setup_logging("b", socket_path=journal.path)
+    ours = [h for h in logging.getLogger().handlers if getattr(h, "_node_agent", False)]
+    assert len(ours) == 1
+    assert other in logging.getLogger().handlers
+    logging.getLogger().removeHandler(other)
+    logging.getLogger("agent.test").info("once")
+    assert journal.recv()["NODE_AGENT_COMMAND"] == "b"
+
+
+@pytest.mark.parametrize("level,prio", [(logging.CRITICAL, 2), (logging.ERROR, 3), (logging.WARNING, 4),
+                                         (logging.INFO, 6), (logging.DEBUG, 7), (5, 7)])
+def test_syslog_priorities(level, prio):
+    assert log.syslog_priority(level) == prio
