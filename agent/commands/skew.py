@@ -1,0 +1,53 @@
+"""``node-agent skew --aleph FILE --rules FILE [--json]``.
+
+Exit 0 when the decision is ok or warn, 1 when it is refuse. ``--aleph`` is a plain file path
+on this machine (not inside a root); a missing or corrupt aleph file means the booted version is
+unknown, which is a warn. A rules file that cannot be read or is invalid is an error on stderr,
+every problem prefixed with its JSON path, and exit 65 (nothing on stdout).
+
+``--json`` prints ``{"decision", "reason", "code", "booted": {...}, "mode", "required",
+"target", "allowMajorUpgrade", "needed"}``; otherwise one line ``<decision>: <reason>``.
+"""
+
+import json
+import sys
+
+from agent.errors import ConfigError, Problem
+from agent.skew import REFUSE, booted_from_aleph, decide, load_rules_text, parse_rules
+
+
+def _read_aleph(path: str):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return booted_from_aleph(None, path, missing=f"{path} does not exist")
+    except OSError as exc:
+        return booted_from_aleph(None, path, missing=f"{path} could not be read ({exc.strerror or exc})")
+    return booted_from_aleph(data, path)
+
+
+def _read_rules(path: str):
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the skew rules file: {exc.strerror or exc}",
+                          [Problem("$", f"cannot read: {exc.strerror or exc}", source=path)], source=path)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("the skew rules file is not UTF-8 text", [Problem("$", "not UTF-8", source=path)],
+                          source=path)
+    return parse_rules(load_rules_text(text, source=path), source=path)
+
+
+def run(args) -> int:
+    rules = _read_rules(args.rules)
+    outcome = decide(_read_aleph(args.aleph), rules)
+    if args.json:
+        json.dump(outcome.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"{outcome.decision}: {outcome.reason}")
+    return 1 if outcome.decision == REFUSE else 0
