@@ -75,6 +75,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if args.command in ("firstboot", "update"):
+        from agent.log import setup_logging
+
+        setup_logging(args.command)
     module = importlib.import_module(f"agent.commands.{args.command}")
     try:
         return int(module.run(args) or 0)

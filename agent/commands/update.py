@@ -1,0 +1,9 @@
+"""``node-agent update``: see agent/update.py."""
+
+from agent.commands.firstboot import _live_host
+
+
+def run(args) -> int:
+    from agent import update
+
+    return update.run(args, **_live_host(args.root))

@@ -1,0 +1,236 @@
+"""``node-agent firstboot``: the first-boot pipeline.
+
+Stages: fetch, validate, skew, pool, plan, apply, act, report. Each is timed and logged (the
+run record in ``status.json``), and progress is kept under the state directory so that a crash
+or a power loss resumes where it stopped:
+
+- the served config is saved once fetched, and a resumed run uses that same config (a node
+  never mixes two configs because the server moved on in between);
+- the apply engine's journal finishes or rolls back an interrupted apply;
+- an OS update, once staged, is recorded, so a resumed run never stages it twice (no double
+  pivot), and the one reboot it needs is asked for only once everything is durable;
+- a done-stamp ends it: ``node-agent-firstboot.service`` does not run again.
+"""
+
+import logging
+import os
+import socket
+from typing import Any, Dict, Optional
+
+from agent import nodestate
+from agent.errors import EXIT_OK, NodeAgentError, SkewRefused
+from agent.host.root import Root
+from agent.nodeconfig import NodeConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POINTER = "/etc/node-agent/pointer.ign"
+
+
+class Options:
+    def __init__(self, root: str = "/", pointer: Optional[str] = None, settings: Optional[str] = None,
+                 node_name: Optional[str] = None, dry_run: bool = False):
+        self.root = root
+        self.pointer = pointer
+        self.settings = settings
+        self.node_name = node_name
+        self.dry_run = dry_run
+
+
+def node_name(explicit: Optional[str], settings: Any) -> str:
+    return explicit or getattr(settings, "node_name", None) or socket.gethostname()
+
+
+class FirstBoot:
+    def __init__(self, opts: Options, *, systemd=None, logind=None, rpmostree=None):
+        from agent.settings import load_settings
+
+        self.opts = opts
+        self.root = Root(opts.root)
+        self.settings = load_settings(self.root, opts.settings)
+        self.state_dir = self.settings.state_dir
+        self.node = node_name(opts.node_name, self.settings)
+        self.systemd = systemd
+        self.logind = logind
+        self.rpmostree = rpmostree
+        self.progress = nodestate.Progress(self.root, self.state_dir, "firstboot")
+        self.reporter = None
+        self.fetcher = None
+
+    # -- stages -------------------------------------------------------------------------------
+
+    def _pointer(self) -> Dict[str, Any]:
+        from agent.ignition.parse import parse_document
+
+        path = self.opts.pointer or DEFAULT_POINTER
+        try:
+            data = self.root.read_bytes(path)
+        except FileNotFoundError:
+            raise NodeAgentError(f"pointer config {self.root.path(path)} does not exist: write it "
+                                 f"(see README, 'Configure') or pass --pointer")
+        return parse_document(data, source=self.root.path(path))
+
+    def fetch(self) -> Dict[str, Any]:
+        from agent.ignition.fetch import Fetcher, resolve_pointer
+
+        pointer = self._pointer()
+        self.fetcher = Fetcher(self.settings)
+        saved = self.progress.load_json("served")
+        resolved = None
+        if saved is not None:
+            log.info("resuming: using the config fetched by the interrupted run (%s)", saved.get("name"))
+            # The pointer's CAs still have to be trusted for reports and file sources.
+            for ca in (pointer.get("ignition", {}).get("security", {}).get("tls", {})
+                       .get("certificateAuthorities", []) or []):
+                self.fetcher.add_ca_source(ca)
+            ignition, sources, etag = saved["ignition"], saved.get("sources", []), saved.get("etag")
+        else:
+            resolved = resolve_pointer(pointer, self.fetcher)
+            ignition, sources, etag = resolved.ignition, resolved.sources, resolved.etag
+            self.progress.save_json("served", {"ignition": ignition, "sources": sources, "etag": etag})
+        self.sources = sources
+        self.etag = etag
+        self.config_url = next((s for s in sources if "/config/" in s), sources[0] if sources else "")
+        self._make_reporter()
+        return ignition
+
+    def _make_reporter(self) -> None:
+        from agent.report import Reporter, server_base
+
+        if not self.config_url.startswith(("http://", "https://")):
+            return
+        token = nodestate.read_token(self.root, self.settings)
+        self.reporter = Reporter(server_base(self.config_url), self.node, self.root, self.state_dir,
+                                 session=self.fetcher.session, verify=self.fetcher.verify, token=token)
+        self.reporter.flush()
+
+    def report(self, payload: Dict[str, Any]) -> None:
+        if self.reporter is not None and not self.opts.dry_run:
+            self.reporter.send(payload)
+
+    # -- the pipeline -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        from agent.status import RunRecorder
+
+        stamp = self.root.path(os.path.join(self.state_dir, nodestate.FIRSTBOOT_STAMP))
+        if os.path.exists(stamp):
+            log.info("first boot already done (%s); nothing to do", stamp)
+            print(f"first boot already done ({stamp}); nothing to do")
+            return EXIT_OK
+
+        rec = RunRecorder(self.root, "firstboot", state_dir=self.state_dir)
+        try:
+            code = self._run(rec)
+        except NodeAgentError as exc:
+            rec.finish("failed", exc.exit_code, error=str(exc))
+            raise
+        except Exception as exc:
+            rec.finish("failed", 70, error=f"{type(exc).__name__}: {exc}")
+            raise
+        return code
+
+    def _run(self, rec) -> int:
+        from agent.apply import apply_config, recover
+
+        outcome = recover(self.root, state_dir=self.state_dir)
+        if outcome:
+            log.warning("an interrupted apply was found and %s", outcome)
+
+        with rec.stage("fetch"):
+            ignition = self.fetch()
+
+        with rec.stage("validate"):
+            target, served = nodestate.target_from_served(ignition, source=self.config_url or "served config")
+            rec.set(config=target.name)
+
+        with rec.stage("skew"):
+            self.check_skew(served, target)
+
+        with rec.stage("pool"):
+            identity = self.join_pool(served, target)
+            rec.set(pool=identity.pool)
+            target = nodestate.with_pool_files(self.root, target, identity)
+
+        with rec.stage("plan"):
+            booted = nodestate.booted_os(self.root, self.rpmostree)
+            plan = nodestate.make_plan(nodestate.firstboot_baseline(target, booted), target,
+                                       served.policy_text, firstboot=True)
+            for line in plan.explain():
+                log.info("plan: %s", line)
+            if self.opts.dry_run:
+                for line in plan.explain():
+                    print(line)
+
+        if self.opts.dry_run:
+            rec.finish("done", EXIT_OK)
+            return EXIT_OK
+
+        with rec.stage("apply"):
+            result = apply_config(self.root, target, None, fetcher=self.fetcher, systemd=self.systemd,
+                                  rpmostree=self.rpmostree, state_dir=self.state_dir,
+                                  stage_os=not self.progress.get("osStaged"))
+            if getattr(result, "os_update_staged", False):
+                self.progress.mark(osStaged=True)
+            log.info("apply: %d changed, %d unchanged", len(result.changed), result.unchanged)
+
+        reboot = plan.reboot and not nodestate.already_at(booted, target)
+        with rec.stage("act"):
+            nodestate.carry_out(plan, self.root, self.systemd, self.logind, firstboot=True, reboot=False)
+            rec.set(reboot_pending=reboot)
+
+        nodestate.save_current(self.root, self.state_dir, target, self.etag, self.config_url)
+        with rec.stage("report"):
+            self.report({"pool": identity.pool, "state": "Working" if reboot else "Done",
+                         "currentConfig": target.name, "desiredConfig": target.name,
+                         "firstPivotConfig": identity.config,
+                         "currentImage": (booted.image if reboot else target.os_image_url) or None,
+                         "bootImage": self.boot_image, "skew": self.skew_decision,
+                         "reason": "reboot pending for the OS update" if reboot else None})
+
+        nodestate.write_stamp(self.root, self.state_dir, target.name)
+        self.progress.clear()
+        rec.finish("done", EXIT_OK)
+        if reboot:
+            nodestate.reboot(self.root, self.logind)
+        return EXIT_OK
+
+    def check_skew(self, served, target: NodeConfig) -> None:
+        from agent.skewstage import (
+            check_boot_image,
+            clear_console_message,
+            report_fields,
+            write_console_message,
+        )
+
+        outcome = check_boot_image(self.root, served.skew_rules)
+        fields = report_fields(outcome)
+        self.boot_image = fields.get("bootImage")
+        self.skew_decision = fields.get("skew")
+        if fields.get("skew") == "refuse":
+            path = write_console_message(self.root, outcome)
+            log.error("boot image refused: %s (console message in %s)", fields.get("reason"), path)
+            self.report(dict(fields, pool=served.pool or "unknown", state="Degraded",
+                             desiredConfig=target.name))
+            raise SkewRefused(f"{fields.get('reason')} (kubelet will not start; see {path})")
+        clear_console_message(self.root)
+        if fields.get("skew") == "warn":
+            log.warning("boot image check: %s", fields.get("reason"))
+
+    def join_pool(self, served, target: NodeConfig):
+        from agent.pool import pool_from_url, resolve_pool
+
+        identity = resolve_pool(pool_from_url(self.config_url), served)
+        log.info("node %s joins pool %s (first pivot config %s, labels %s)", self.node, identity.pool,
+                 identity.config, ",".join(f"{k}={v}" for k, v in sorted(identity.labels.items())) or "none")
+        # Tell the server at once, before kubelet starts, so it never counts us in another pool.
+        self.report({"pool": identity.pool, "state": "Working", "firstPivotConfig": identity.config,
+                     "desiredConfig": target.name, "bootImage": self.boot_image, "skew": self.skew_decision})
+        return identity
+
+
+def run(opts: Options, **host) -> int:
+    return FirstBoot(opts, **host).run()
+
+
+

@@ -1,0 +1,182 @@
+"""``node-agent update``: the day-2 loop.
+
+Each pass: poll the pool's config (conditional GET with the last ETag), plan against the config
+the node is at, ask the server for a drain lease when the plan drains, apply, carry out the
+actions, report Done or Degraded with a reason, release the lease. One update at a time: a lock
+file under the state directory (flock, so a crashed run never leaves it held).
+"""
+
+import fcntl
+import logging
+import os
+import time
+from typing import Any
+
+from agent import nodestate
+from agent.errors import EXIT_OK, FetchError, NodeAgentError
+from agent.host.root import Root
+
+log = logging.getLogger(__name__)
+
+LOCK = "update.lock"
+
+
+class UpdateBusy(NodeAgentError):
+    exit_code = 75
+
+
+class Updater:
+    def __init__(self, opts: Any, *, systemd=None, logind=None, rpmostree=None, sleep=time.sleep):
+        from agent.settings import load_settings
+
+        self.opts = opts
+        self.root = Root(opts.root)
+        self.settings = load_settings(self.root, opts.settings)
+        self.state_dir = self.settings.state_dir
+        from agent.firstboot import node_name
+
+        self.node = node_name(getattr(opts, "node_name", None), self.settings)
+        self.systemd, self.logind, self.rpmostree = systemd, logind, rpmostree
+        self.sleep = sleep
+        self.fetcher = None
+        self.reporter = None
+
+    def _lock(self):
+        path = self.root.path(os.path.join(self.state_dir, LOCK))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UpdateBusy(f"another node-agent update is running (lock {path} is held); try again later")
+        return fd
+
+    def _connect(self, record) -> None:
+        from agent.firstboot import DEFAULT_POINTER
+        from agent.ignition.fetch import Fetcher
+        from agent.ignition.parse import parse_document
+        from agent.report import Reporter, server_base
+
+        if self.fetcher is not None:
+            return
+        self.fetcher = Fetcher(self.settings)
+        pointer_path = getattr(self.opts, "pointer", None) or DEFAULT_POINTER
+        if self.root.exists(pointer_path):
+            pointer = parse_document(self.root.read_bytes(pointer_path), source=self.root.path(pointer_path))
+            for ca in (pointer.get("ignition", {}).get("security", {}).get("tls", {})
+                       .get("certificateAuthorities", []) or []):
+                self.fetcher.add_ca_source(ca)
+        token = nodestate.read_token(self.root, self.settings)
+        self.reporter = Reporter(server_base(record["url"]), self.node, self.root, self.state_dir,
+                                 session=self.fetcher.session, verify=self.fetcher.verify, token=token)
+
+    def run(self) -> int:
+        if getattr(self.opts, "once", False):
+            self.once()
+            return EXIT_OK
+        interval = getattr(self.opts, "interval", None) or self.settings.update_interval
+        while True:
+            try:
+                self.once()
+            except (FetchError, UpdateBusy) as exc:
+                log.warning("update pass skipped: %s", exc)
+            except NodeAgentError as exc:
+                log.error("update pass failed: %s", exc)
+            self.sleep(interval)
+
+    def once(self) -> str:
+        """One pass; returns what happened: unchanged, updated, reboot."""
+        from agent.status import RunRecorder
+
+        if not nodestate.firstboot_done(self.root, self.state_dir):
+            raise NodeAgentError("first boot has not completed on this node: run node-agent firstboot first "
+                                 "(node-agent-firstboot.service)")
+        fd = self._lock()
+        try:
+            record = nodestate.load_current(self.root, self.state_dir)
+            if record is None:
+                raise NodeAgentError(f"no current config recorded in {self.state_dir}/{nodestate.CURRENT}; "
+                                     "first boot did not finish: check node-agent status")
+            self._connect(record)
+            self.reporter.flush()
+            current = nodestate.current_config(record)
+            result = self.fetcher.fetch(record["url"], ignition=True, etag=record.get("etag"),
+                                        budget=self.settings.fetch_total_timeout or 300.0)
+            if result.status == 304:
+                log.info("config unchanged (ETag %s)", record.get("etag"))
+                return "unchanged"
+            rec = RunRecorder(self.root, "update", state_dir=self.state_dir)
+            try:
+                return self._update(rec, record, current, result)
+            except NodeAgentError as exc:
+                rec.finish("failed", exc.exit_code, error=str(exc))
+                self.reporter.send({"pool": record.get("pool") or self._pool(current), "state": "Degraded",
+                                    "currentConfig": current.name, "reason": str(exc).splitlines()[0]})
+                raise
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _pool(config) -> str:
+        from agent.served import read_served
+
+        return read_served(config.ignition).pool
+
+    def _update(self, rec, record, current, result) -> str:
+        from agent import planning
+        from agent.apply import apply_config
+        from agent.ignition.parse import parse_document
+
+        url = record["url"]
+        with rec.stage("fetch"):
+            ignition = parse_document(result.body, source=url)
+            target, served = planning.target_from_served(ignition, source=url)
+            target = planning.with_pool_files(self.root, target, planning.identity_of(served))
+            rec.set(pool=served.pool, config=target.name)
+        if target.name == current.name and target.ignition == current.ignition:
+            nodestate.save_current(self.root, self.state_dir, current, result.headers.get("ETag"), url)
+            rec.finish("done", EXIT_OK)
+            return "unchanged"
+        with rec.stage("plan"):
+            plan = planning.make_plan(current, target, served.policy_text, firstboot=False)
+            for line in plan.explain():
+                log.info("plan: %s", line)
+        lease = False
+        if plan.drain:
+            with rec.stage("drain"):
+                lease = self.reporter.acquire_drain(served.pool, target.name, sleep=self.sleep,
+                                                    timeout=self.settings.drain_timeout)
+        try:
+            self.reporter.send({"pool": served.pool, "state": "Working", "currentConfig": current.name,
+                                "desiredConfig": target.name})
+            with rec.stage("apply"):
+                applied = apply_config(self.root, target, current, fetcher=self.fetcher, systemd=self.systemd,
+                                       rpmostree=self.rpmostree, state_dir=self.state_dir)
+                log.info("apply: %d changed, %d unchanged", len(applied.changed), applied.unchanged)
+            booted = planning.booted_os(self.root, self.rpmostree)
+            reboot = plan.reboot and not planning.already_at(booted, target)
+            with rec.stage("act"):
+                planning.carry_out(plan, self.root, self.systemd, self.logind, firstboot=False)
+                rec.set(reboot_pending=reboot)
+            nodestate.save_current(self.root, self.state_dir, target, result.headers.get("ETag"), url)
+            with rec.stage("report"):
+                self.reporter.send({"pool": served.pool, "state": "Working" if reboot else "Done",
+                                    "currentConfig": target.name, "desiredConfig": target.name,
+                                    "currentImage": (booted.image if reboot else target.os_image_url) or None,
+                                    "reason": "reboot pending" if reboot else None})
+        finally:
+            if lease and not plan.reboot:
+                self.reporter.release_drain()
+        rec.finish("done", EXIT_OK)
+        if reboot:
+            planning.reboot(self.root, self.logind)
+            return "reboot"
+        return "updated"
+
+
+def run(opts: Any, **host) -> int:
+    return Updater(opts, **host).run()
+
+
+__all__ = ["Updater", "run"]

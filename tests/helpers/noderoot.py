@@ -1,0 +1,58 @@
+"""Scratch node roots: a tree that looks enough like a freshly booted RHCOS node for first boot.
+
+Used by the end-to-end tests, the scale-up scenario and ``make demo``.
+"""
+
+import base64
+import json
+import os
+from typing import Dict, Optional
+
+
+def _write(path: str, data: str, mode: int = 0o644) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(data)
+    os.chmod(path, mode)
+
+
+def pointer_config(server_url: str, pool: str, ca_pem: Optional[bytes] = None) -> Dict:
+    """The pointer config a node boots with: ``merge`` of ``<server>/config/<pool>``."""
+    ignition: Dict = {"version": "3.4.0", "config": {"merge": [{"source": f"{server_url}/config/{pool}"}]}}
+    if ca_pem:
+        ignition["security"] = {"tls": {"certificateAuthorities": [
+            {"source": "data:text/plain;charset=utf-8;base64," + base64.b64encode(ca_pem).decode()}]}}
+    return {"ignition": ignition}
+
+
+def make_node_root(top: str, server_url: str, pool: str, *, ca_pem: Optional[bytes] = None,
+                   aleph_version: str = "9.6.20250121-0", booted_image: str = "",
+                   token: Optional[str] = None, node_name: Optional[str] = None,
+                   fetch_budget: float = 20.0, cmdline: str = "") -> str:
+    """Create a scratch node root under ``top`` and return it."""
+    os.makedirs(top, exist_ok=True)
+    _write(os.path.join(top, "etc/node-agent/pointer.ign"), json.dumps(pointer_config(server_url, pool, ca_pem)))
+    settings = ["stateDir: /var/lib/node-agent", "fetch:", f"  totalTimeout: {fetch_budget}"]
+    if node_name:
+        settings.insert(0, f"nodeName: {node_name}")
+    if token:
+        _write(os.path.join(top, "etc/node-agent/token"), token + "\n", mode=0o600)
+        settings += ["report:", "  tokenFile: /etc/node-agent/token"]
+    _write(os.path.join(top, "etc/node-agent/agent.yaml"), "\n".join(settings) + "\n")
+    # The boot image: newer builds write `version` and the image they were built from.
+    aleph = {"version": aleph_version, "ref": "", "ostree-commit": "0" * 64}
+    if booted_image:
+        aleph["container-image"] = {"image": booted_image, "imgid": "sha256:" + "0" * 64}
+    _write(os.path.join(top, "sysroot/.aleph-version.json"), json.dumps(aleph))
+    link = os.path.join(top, "sysroot/.coreos-aleph-version.json")
+    if not os.path.lexists(link):
+        os.symlink(".aleph-version.json", link)
+    _write(os.path.join(top, "etc/passwd"),
+           "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:CoreOS Admin:/var/home/core:/bin/bash\n")
+    _write(os.path.join(top, "etc/group"), "root:x:0:\nwheel:x:10:core\ncore:x:1000:\n")
+    _write(os.path.join(top, "etc/shadow"), "root:*:19000::::::\ncore:*:19000::::::\n", mode=0o000)
+    _write(os.path.join(top, "etc/kubernetes/kubelet-env"), "KUBELET_LOG_LEVEL=2\n")
+    if cmdline:
+        _write(os.path.join(top, "proc/cmdline"), cmdline + "\n")
+    os.makedirs(os.path.join(top, "var/home/core"), exist_ok=True)
+    return top
