@@ -1,0 +1,344 @@
+"""What differs between two node configs: the input of the disruption policy.
+
+Pure functions of two ``NodeConfig`` values. Files, directories and links are matched by path
+(a path that turns from a file into a link is one change of its ``kind``); units by name and
+their drop-ins by name; ssh keys per user; OS-level fields one by one. Every list in the result
+is sorted, so the same pair of configs always gives the same ``Changes`` (and the same plan).
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from agent.errors import ConfigError
+from agent.ignition.dataurl import decode_data_url, decompress
+from agent.nodeconfig import NodeConfig
+
+ADDED = "added"
+REMOVED = "removed"
+CHANGED = "changed"
+
+# Ignition's defaults, so that an explicit default and an omitted field compare equal.
+_DEFAULT_MODE = {"file": 0o644, "directory": 0o755}
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """A file, directory or link that was added, removed or changed (``fields`` says what)."""
+
+    path: str
+    kind: str  # "file" | "directory" | "link": the new kind, or the old one when removed
+    change: str  # added | removed | changed
+    fields: Tuple[str, ...] = ()
+    # The decoded contents before and after, where a data: URL carries them (None otherwise);
+    # kept for content-aware rules such as registries.conf, left out of to_dict().
+    old_data: Optional[bytes] = field(default=None, compare=False, repr=False)
+    new_data: Optional[bytes] = field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "change": self.change, "fields": list(self.fields)}
+
+    def describe(self) -> str:
+        what = "" if self.kind == "file" else f" ({self.kind})"
+        if self.change == CHANGED:
+            return f"{self.path}{what} changed ({', '.join(self.fields)})"
+        return f"{self.path}{what} {self.change}"
+
+
+@dataclass(frozen=True)
+class UnitChange:
+    name: str
+    change: str
+    fields: Tuple[str, ...] = ()  # contents, enabled, mask, dropins
+    dropins_added: Tuple[str, ...] = ()
+    dropins_removed: Tuple[str, ...] = ()
+    dropins_changed: Tuple[str, ...] = ()
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "name": self.name,
+            "change": self.change,
+            "fields": list(self.fields),
+            "dropins": {
+                "added": list(self.dropins_added),
+                "removed": list(self.dropins_removed),
+                "changed": list(self.dropins_changed),
+            },
+        }
+
+    def describe(self) -> str:
+        if self.change != CHANGED:
+            return f"unit {self.name} {self.change}"
+        parts = [f for f in self.fields if f != "dropins"]
+        for label, names in (("added", self.dropins_added), ("removed", self.dropins_removed),
+                             ("changed", self.dropins_changed)):
+            if names:
+                parts.append(f"drop-in {', '.join(names)} {label}")
+        return f"unit {self.name} changed ({'; '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class SSHKeyChange:
+    user: str
+    added: Tuple[str, ...] = ()
+    removed: Tuple[str, ...] = ()
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"user": self.user, "added": list(self.added), "removed": list(self.removed)}
+
+    def describe(self) -> str:
+        parts = []
+        if self.added:
+            parts.append(f"{len(self.added)} added")
+        if self.removed:
+            parts.append(f"{len(self.removed)} removed")
+        return f"ssh keys of {self.user} changed ({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class UserChange:
+    """A user change other than ssh keys (password hash, groups, shell, a new user...)."""
+
+    user: str
+    change: str
+    fields: Tuple[str, ...] = ()
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"user": self.user, "change": self.change, "fields": list(self.fields)}
+
+    def describe(self) -> str:
+        if self.change == CHANGED:
+            return f"user {self.user} changed ({', '.join(self.fields)})"
+        return f"user {self.user} {self.change}"
+
+
+@dataclass(frozen=True)
+class OSChange:
+    field: str  # osImageURL, kernelArguments, kernelArguments.shouldExist, ..., kernelType, extensions, fips
+    old: Any = None
+    new: Any = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"field": self.field, "from": self.old, "to": self.new}
+
+    def describe(self) -> str:
+        return f"{self.field} changed"
+
+
+@dataclass(frozen=True)
+class Changes:
+    files: Tuple[FileChange, ...] = ()
+    units: Tuple[UnitChange, ...] = ()
+    ssh_keys: Tuple[SSHKeyChange, ...] = ()
+    users: Tuple[UserChange, ...] = ()
+    os: Tuple[OSChange, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.files or self.units or self.ssh_keys or self.users or self.os)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "os": [c.to_dict() for c in self.os],
+            "files": [c.to_dict() for c in self.files],
+            "units": [c.to_dict() for c in self.units],
+            "sshKeys": [c.to_dict() for c in self.ssh_keys],
+            "users": [c.to_dict() for c in self.users],
+        }
+
+
+def diff(old: NodeConfig, new: NodeConfig) -> Changes:
+    """Every difference between ``old`` and ``new`` that can matter to the node."""
+    ssh, users = _diff_users(old.users, new.users)
+    return Changes(
+        files=_diff_paths(old, new),
+        units=_diff_units(old.units, new.units),
+        ssh_keys=ssh,
+        users=users,
+        os=_diff_os(old, new),
+    )
+
+
+# --- OS-level fields ---------------------------------------------------------------------------
+
+def _ignition_kargs(cfg: NodeConfig, key: str) -> List[str]:
+    kargs = cfg.ignition.get("kernelArguments") or {}
+    return sorted(str(a) for a in (kargs.get(key) or []))
+
+
+def _diff_os(old: NodeConfig, new: NodeConfig) -> Tuple[OSChange, ...]:
+    out = []
+    pairs = [
+        ("osImageURL", old.os_image_url or "", new.os_image_url or ""),
+        ("kernelArguments", list(old.kernel_arguments), list(new.kernel_arguments)),
+        ("kernelArguments.shouldExist", _ignition_kargs(old, "shouldExist"), _ignition_kargs(new, "shouldExist")),
+        ("kernelArguments.shouldNotExist", _ignition_kargs(old, "shouldNotExist"),
+         _ignition_kargs(new, "shouldNotExist")),
+        # "" and "default" both mean the default kernel
+        ("kernelType", old.kernel_type or "default", new.kernel_type or "default"),
+        ("extensions", sorted(set(old.extensions)), sorted(set(new.extensions))),
+        ("fips", bool(old.fips), bool(new.fips)),
+    ]
+    for name, a, b in pairs:
+        if a != b:
+            out.append(OSChange(name, a, b))
+    return tuple(out)
+
+
+# --- files, directories, links -----------------------------------------------------------------
+
+def _contents_key(contents: Any) -> Tuple[Any, Optional[bytes]]:
+    """A comparable form of an Ignition ``contents`` / ``append`` item, plus its bytes if known."""
+    if not isinstance(contents, dict) or not contents.get("source"):
+        return ("none",), None
+    source = contents["source"]
+    compression = contents.get("compression") or ""
+    if isinstance(source, str) and source[:5].lower() == "data:":
+        try:
+            data = decompress(decode_data_url(source), compression)
+        except ConfigError:
+            return ("url", source, compression), None  # undecodable: compare the text
+        return ("data", data), data
+    verification = (contents.get("verification") or {}).get("hash") or ""
+    return ("url", source, compression, verification), None
+
+
+def _owner_key(owner: Any) -> Tuple[str, Any]:
+    owner = owner if isinstance(owner, dict) else {}
+    if owner.get("id") is not None:
+        return ("id", owner["id"])
+    if owner.get("name"):
+        return ("name", owner["name"])
+    return ("id", 0)  # Ignition's default owner is root
+
+
+def _entry_fields(kind: str, entry: dict) -> Dict[str, Any]:
+    if kind == "link":
+        return {
+            "target": entry.get("target"),
+            "hard": bool(entry.get("hard")),
+            "user": _owner_key(entry.get("user")),
+            "group": _owner_key(entry.get("group")),
+        }
+    mode = entry.get("mode")
+    out: Dict[str, Any] = {
+        "mode": _DEFAULT_MODE[kind] if mode is None else mode,
+        "user": _owner_key(entry.get("user")),
+        "group": _owner_key(entry.get("group")),
+    }
+    if kind == "file":
+        out["contents"] = _contents_key(entry.get("contents"))[0]
+        out["append"] = [_contents_key(a)[0] for a in (entry.get("append") or [])]
+    return out
+
+
+def _index_paths(cfg: NodeConfig) -> Dict[str, Tuple[str, dict]]:
+    out: Dict[str, Tuple[str, dict]] = {}
+    for kind, entries in (("directory", cfg.directories), ("link", cfg.links), ("file", cfg.files)):
+        for entry in entries:
+            if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+                out[entry["path"]] = (kind, entry)  # validation forbids duplicates; last wins
+    return out
+
+
+def _file_data(kind: str, entry: Optional[dict]) -> Optional[bytes]:
+    if entry is None or kind != "file":
+        return None
+    if entry.get("append"):
+        return None  # the result depends on what is already on disk
+    contents = entry.get("contents")
+    if not isinstance(contents, dict) or not contents.get("source"):
+        return b""
+    return _contents_key(contents)[1]
+
+
+def _diff_paths(old: NodeConfig, new: NodeConfig) -> Tuple[FileChange, ...]:
+    a, b = _index_paths(old), _index_paths(new)
+    out = []
+    for path in sorted(set(a) | set(b)):
+        if path not in b:
+            kind, entry = a[path]
+            out.append(FileChange(path, kind, REMOVED, old_data=_file_data(kind, entry)))
+        elif path not in a:
+            kind, entry = b[path]
+            out.append(FileChange(path, kind, ADDED, new_data=_file_data(kind, entry)))
+        else:
+            (old_kind, old_entry), (new_kind, new_entry) = a[path], b[path]
+            if old_kind != new_kind:
+                fields: Tuple[str, ...] = ("kind",)
+            else:
+                fa, fb = _entry_fields(old_kind, old_entry), _entry_fields(new_kind, new_entry)
+                fields = tuple(k for k in fa if fa[k] != fb[k])
+            if fields:
+                out.append(FileChange(path, new_kind, CHANGED, fields,
+                                      old_data=_file_data(old_kind, old_entry),
+                                      new_data=_file_data(new_kind, new_entry)))
+    return tuple(out)
+
+
+# --- units -------------------------------------------------------------------------------------
+
+def _by_name(entries: Any) -> Dict[str, dict]:
+    return {e["name"]: e for e in (entries or []) if isinstance(e, dict) and isinstance(e.get("name"), str)}
+
+
+def _diff_units(old_units: list, new_units: list) -> Tuple[UnitChange, ...]:
+    a, b = _by_name(old_units), _by_name(new_units)
+    out = []
+    for name in sorted(set(a) | set(b)):
+        if name not in b:
+            out.append(UnitChange(name, REMOVED))
+            continue
+        if name not in a:
+            out.append(UnitChange(name, ADDED))
+            continue
+        ua, ub = a[name], b[name]
+        fields = []
+        if ua.get("contents") != ub.get("contents"):
+            fields.append("contents")
+        if ua.get("enabled") != ub.get("enabled"):
+            fields.append("enabled")
+        if bool(ua.get("mask")) != bool(ub.get("mask")):
+            fields.append("mask")
+        da, db = _by_name(ua.get("dropins")), _by_name(ub.get("dropins"))
+        d_added = tuple(sorted(set(db) - set(da)))
+        d_removed = tuple(sorted(set(da) - set(db)))
+        d_changed = tuple(sorted(n for n in set(da) & set(db) if da[n].get("contents") != db[n].get("contents")))
+        if d_added or d_removed or d_changed:
+            fields.append("dropins")
+        if fields:
+            out.append(UnitChange(name, CHANGED, tuple(fields), d_added, d_removed, d_changed))
+    return tuple(out)
+
+
+# --- users -------------------------------------------------------------------------------------
+
+def _keys(user: Optional[dict]) -> List[str]:
+    keys = (user or {}).get("sshAuthorizedKeys") or []
+    return [str(k).strip() for k in keys if str(k).strip()]
+
+
+_KEY_FIELDS = {"name", "sshAuthorizedKeys"}
+
+
+def _diff_users(old_users: list, new_users: list) -> Tuple[Tuple[SSHKeyChange, ...], Tuple[UserChange, ...]]:
+    a, b = _by_name(old_users), _by_name(new_users)
+    ssh, users = [], []
+    for name in sorted(set(a) | set(b)):
+        ua, ub = a.get(name), b.get(name)
+        ka, kb = _keys(ua), _keys(ub)
+        added = tuple(k for k in kb if k not in ka)
+        removed = tuple(k for k in ka if k not in kb)
+        if added or removed:
+            ssh.append(SSHKeyChange(name, added, removed))
+        others_a = {k: v for k, v in (ua or {}).items() if k not in _KEY_FIELDS and v not in (None, [], "")}
+        others_b = {k: v for k, v in (ub or {}).items() if k not in _KEY_FIELDS and v not in (None, [], "")}
+        if ua is None or ub is None:
+            # A user that comes or goes with nothing but keys is a key change (as for "core").
+            if others_a or others_b or not (added or removed):
+                users.append(UserChange(name, ADDED if ua is None else REMOVED,
+                                        tuple(sorted(others_b or others_a))))
+            continue
+        fields = tuple(sorted(k for k in set(others_a) | set(others_b) if others_a.get(k) != others_b.get(k)))
+        if fields:
+            users.append(UserChange(name, CHANGED, fields))
+    return tuple(ssh), tuple(users)
