@@ -1,0 +1,113 @@
+"""Pool identity and kubelet labels (pure): the race-free pool join's decisions."""
+
+import base64
+import json
+
+import pytest
+
+from agent.errors import ConfigError
+from agent.pool import merge_kubelet_env, pool_from_url, resolve_pool
+from agent.served import ANN, Served, file_bytes, node_config_from_served, read_served
+
+
+def served(pool="infra", first_pivot="rendered-infra-abc123", labels=None):
+    return Served(annotations={ANN + "pool": pool, ANN + "firstPivotConfig": first_pivot},
+                  pool_info={"pool": pool, "nodeSelector": {"matchLabels": labels or {
+                      "node-role.kubernetes.io/infra": ""}}})
+
+
+@pytest.mark.parametrize("url,pool", [
+    ("https://mcs.example:22623/config/worker", "worker"),
+    ("https://mcs.example:22623/config/infra", "infra"),
+    ("http://127.0.0.1:8080/config/my-pool", "my-pool"),
+    ("https://mcs.example:22623/healthz", None),
+    ("https://mcs.example:22623/config/a/b", None),
+])
+def test_pool_from_url(url, pool):
+    assert pool_from_url(url) == pool
+
+
+def test_pointer_annotation_and_first_pivot_agree():
+    ident = resolve_pool("infra", served())
+    assert ident.pool == "infra"
+    assert ident.config == "rendered-infra-abc123"
+    assert ident.labels == {"node-role.kubernetes.io/infra": ""}
+
+
+def test_pool_name_with_dashes_parsed_from_rendered_name():
+    ident = resolve_pool("gpu-large", served(pool="gpu-large", first_pivot="rendered-gpu-large-0f0f"))
+    assert ident.pool == "gpu-large"
+
+
+@pytest.mark.parametrize("pointer,pool,pivot,named", [
+    ("worker", "infra", "rendered-infra-1", "pointer config URL"),
+    ("infra", "infra", "rendered-worker-1", "firstPivotConfig"),
+    ("infra", "worker", "rendered-infra-1", "annotation"),
+])
+def test_disagreement_is_a_clear_error(pointer, pool, pivot, named):
+    with pytest.raises(ConfigError) as err:
+        resolve_pool(pointer, served(pool=pool, first_pivot=pivot))
+    text = str(err.value)
+    assert "pool disagreement" in text and named in text
+    assert err.value.problems[0].rule == "pool-mismatch"
+
+
+def test_no_pool_anywhere_is_an_error():
+    with pytest.raises(ConfigError, match="cannot tell which pool"):
+        resolve_pool(None, Served())
+
+
+def test_invalid_label_is_refused_with_its_path():
+    with pytest.raises(ConfigError) as err:
+        resolve_pool("infra", served(labels={"bad key!": "x"}))
+    assert err.value.problems[0].path == "$.nodeSelector.matchLabels.bad key!"
+
+
+@pytest.mark.parametrize("existing,labels,expected", [
+    ("", {"node-role.kubernetes.io/infra": ""}, "CUSTOM_KUBELET_LABELS=node-role.kubernetes.io/infra=\n"),
+    ("KUBELET_LOG_LEVEL=2\n", {"a": "1"}, "KUBELET_LOG_LEVEL=2\nCUSTOM_KUBELET_LABELS=a=1\n"),
+    # existing labels kept, the pool's value wins for the same key, other lines and order kept
+    ('X=1\nCUSTOM_KUBELET_LABELS="zone=a,a=0"\nY=2\n', {"a": "1"}, "X=1\nCUSTOM_KUBELET_LABELS=a=1,zone=a\nY=2\n"),
+    ("CUSTOM_KUBELET_LABELS=a=1\n", {"a": "1"}, "CUSTOM_KUBELET_LABELS=a=1\n"),
+])
+def test_merge_kubelet_env(existing, labels, expected):
+    assert merge_kubelet_env(existing, labels) == expected
+
+
+def test_merge_kubelet_env_is_idempotent():
+    once = merge_kubelet_env("A=1\n", {"x": "y", "b": ""})
+    assert merge_kubelet_env(once, {"x": "y", "b": ""}) == once
+
+
+def _file(path, data, b64=True):
+    if b64:
+        source = "data:;base64," + base64.b64encode(data).decode()
+    else:
+        source = "data:," + data.decode()
+    return {"path": path, "contents": {"source": source}}
+
+
+def test_read_served_and_node_config():
+    ann = {ANN + "firstPivotConfig": "rendered-infra-1", ANN + "pool": "infra"}
+    mc = {"kind": "MachineConfig", "spec": {"osImageURL": "quay.io/x@sha256:1", "kernelArguments": ["a=1"],
+                                            "extensions": ["usbguard"], "fips": False, "kernelType": "default"}}
+    ign = {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+        _file("/etc/machine-config-daemon/node-annotations.json", json.dumps(ann).encode()),
+        _file("/etc/ignition-machine-config-encapsulated.json", json.dumps(mc).encode()),
+        _file("/etc/node-agent/boot-image-skew.json", b"%7B%22mode%22%3A%22None%22%7D", b64=False),
+    ]}}
+    s = read_served(ign)
+    assert s.pool == "infra" and s.config_name == "rendered-infra-1"
+    assert s.skew_rules == {"mode": "None"}
+    nc = node_config_from_served(ign, s)
+    assert nc.os_image_url == "quay.io/x@sha256:1"
+    assert nc.kernel_arguments == ("a=1",) and nc.extensions == ("usbguard",)
+    assert nc.name == "rendered-infra-1"
+    assert file_bytes(ign, "/nope") is None
+
+
+def test_served_file_that_is_not_json_names_the_path():
+    ign = {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+        _file("/etc/machine-config-daemon/node-annotations.json", b"{nope")]}}
+    with pytest.raises(ConfigError, match="node-annotations.json"):
+        read_served(ign)
