@@ -190,7 +190,7 @@ def parse_version(raw: Any) -> OSVersion:
     """Parse a boot image version of any known scheme; VersionError (naming it) otherwise."""
     if not isinstance(raw, str):
         raise VersionError(f"version {raw!r} is not a string")
-    m = _LEGACY_RE.match(raw)
+    m = _LEGACY_RE.fullmatch(raw)
     if m:
         ocp_minor, rhel_major, rhel_minor, stamp, serial = m.groups()
         _no_leading_zero(raw, ocp_minor, rhel_minor, serial)
@@ -198,7 +198,7 @@ def parse_version(raw: Any) -> OSVersion:
         return OSVersion(raw=raw, scheme=SCHEME_LEGACY, build_date=date, build_time=time,
                          serial=int(serial), rhel_major=int(rhel_major), rhel_minor=int(rhel_minor),
                          ocp_major=4, ocp_minor=int(ocp_minor))
-    m = _RHEL_RE.match(raw)
+    m = _RHEL_RE.fullmatch(raw)
     if m:
         major, minor, stamp, serial = m.groups()
         _no_leading_zero(raw, major, minor, serial)
@@ -208,7 +208,7 @@ def parse_version(raw: Any) -> OSVersion:
         date, _ = _date(raw, stamp)
         return OSVersion(raw=raw, scheme=SCHEME_RHEL, build_date=date, serial=int(serial),
                          rhel_major=int(major), rhel_minor=int(minor))
-    m = _FCOS_RE.match(raw)
+    m = _FCOS_RE.fullmatch(raw)
     if m:
         major, stamp, stream, serial = m.groups()
         _no_leading_zero(raw, major, stream, serial)
@@ -239,7 +239,7 @@ def parse_rhcos_minimum(raw: Any) -> RhcosMinimum:
     """``9.2``, ``9.2.20240101-0`` or legacy ``415.92.202311241643-0``; VersionError otherwise."""
     if not isinstance(raw, str):
         raise VersionError(f"RHCOS version {raw!r} is not a string")
-    m = _RHEL_SHORT_RE.match(raw)
+    m = _RHEL_SHORT_RE.fullmatch(raw)
     if m:
         major, minor = m.groups()
         _no_leading_zero(raw, major, minor)
@@ -277,7 +277,7 @@ class OcpVersion:
 def parse_ocp_version(raw: Any) -> OcpVersion:
     if not isinstance(raw, str):
         raise VersionError(f"OpenShift version {raw!r} is not a string")
-    m = _OCP_RE.match(raw)
+    m = _OCP_RE.fullmatch(raw)
     if not m:
         raise VersionError(f"OpenShift version {raw!r} is not 'X.Y' or 'X.Y.Z' (such as '4.13.0')")
     major, minor, patch = m.groups()
