@@ -1,0 +1,207 @@
+"""File effects on the host: atomic, durable, never briefly readable by others.
+
+Every helper takes *host* paths (already resolved through ``Root.path``). Writes follow one
+recipe so a crash at any instant leaves either the old or the new file, never a mix:
+
+1. create a temporary file next to the target with ``O_EXCL`` and mode 0600 (a secret is never
+   readable by others, whatever the umask),
+2. chown it, write, fsync,
+3. chmod to the final mode just before the rename (chown clears set-id bits, so chmod comes last),
+4. rename over the target and fsync the directory so the rename itself is durable.
+
+Temporary names start with ``TMP_PREFIX`` so recovery can sweep leftovers of a killed run.
+"""
+
+import errno
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from typing import List, Optional
+
+TMP_PREFIX = ".node-agent-tmp."
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What is at a path now (``lstat``, not following a final link)."""
+
+    kind: str  # "absent", "file", "dir", "symlink", "other"
+    mode: int = 0  # permission bits only (07777)
+    uid: int = 0
+    gid: int = 0
+    data: Optional[bytes] = None  # regular files only, when asked for
+    target: str = ""  # symlinks only
+    ino: int = 0
+    dev: int = 0
+
+
+def observe(path: str, read: bool = True) -> Observed:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return Observed("absent")
+    except NotADirectoryError:
+        return Observed("absent")
+    perm = stat.S_IMODE(st.st_mode)
+    common = dict(mode=perm, uid=st.st_uid, gid=st.st_gid, ino=st.st_ino, dev=st.st_dev)
+    if stat.S_ISLNK(st.st_mode):
+        return Observed("symlink", target=os.readlink(path), **common)
+    if stat.S_ISDIR(st.st_mode):
+        return Observed("dir", **common)
+    if stat.S_ISREG(st.st_mode):
+        data = None
+        if read:
+            with open(path, "rb") as f:
+                data = f.read()
+        return Observed("file", data=data, **common)
+    return Observed("other", **common)
+
+
+def fsync_dir(path: str) -> None:
+    """Make a directory's entries (a rename, a new name) durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # some file systems (and fakes) cannot open directories; nothing more to do
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _tmp_name(path: str) -> str:
+    directory, base = os.path.split(path)
+    return os.path.join(directory, f"{TMP_PREFIX}{base[:100]}.{secrets.token_hex(4)}")
+
+
+def atomic_write(path: str, data: bytes, mode: int = 0o644, uid: int = -1, gid: int = -1) -> None:
+    """Replace ``path`` with ``data`` (mode, owner set before the new name appears)."""
+    tmp = _tmp_name(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, 0o600)
+    try:
+        try:
+            os.fchmod(fd, 0o600)  # umask-proof: the mode given to open() was masked
+            if uid != -1 or gid != -1:
+                os.fchown(fd, uid, gid)
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except BaseException:
+        _unlink_quiet(tmp)
+        raise
+    fsync_dir(os.path.dirname(path))
+
+
+def set_attrs(path: str, mode: Optional[int], uid: int = -1, gid: int = -1) -> None:
+    """chown then chmod (chown clears set-id bits); never follows a final link."""
+    if uid != -1 or gid != -1:
+        os.chown(path, uid, gid, follow_symlinks=False)
+    if mode is not None and not os.path.islink(path):
+        os.chmod(path, mode)
+
+
+def makedirs(path: str, mode: int = 0o755, uid: int = -1, gid: int = -1, stop: str = "/") -> List[str]:
+    """``mkdir -p`` with an exact mode and owner on each directory it creates.
+
+    Returns the directories created, parents first. ``stop`` (the root's top) is never created.
+    """
+    missing = []
+    cur = path
+    while cur != stop and not os.path.lexists(cur):
+        missing.append(cur)
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            break
+        cur = parent
+    created = []
+    for d in reversed(missing):
+        os.mkdir(d, 0o700)
+        created.append(d)
+        set_attrs(d, mode, uid, gid)
+        fsync_dir(os.path.dirname(d))
+    return created
+
+
+def replace_symlink(path: str, target: str) -> None:
+    """Point ``path`` at ``target``: a new link under a temporary name, renamed over the old name."""
+    tmp = _tmp_name(path)
+    os.symlink(target, tmp)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        _unlink_quiet(tmp)
+        raise
+    fsync_dir(os.path.dirname(path))
+
+
+def replace_hardlink(path: str, existing: str) -> None:
+    """Make ``path`` another name of ``existing`` (atomically replacing whatever ``path`` was)."""
+    tmp = _tmp_name(path)
+    os.link(existing, tmp, follow_symlinks=False)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        _unlink_quiet(tmp)
+        raise
+    fsync_dir(os.path.dirname(path))
+
+
+def remove(path: str) -> bool:
+    """Remove a file, link or empty directory; True if something was removed."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            os.rmdir(path)
+        except OSError as e:
+            if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return False
+            raise
+    else:
+        os.unlink(path)
+    fsync_dir(os.path.dirname(path))
+    return True
+
+
+def copy_file(src: str, dst: str) -> None:
+    """Durable private copy (backups): content only, mode 0600."""
+    with open(src, "rb") as f:
+        data = f.read()
+    atomic_write(dst, data, 0o600)
+
+
+def sweep_tmp(directory: str) -> List[str]:
+    """Remove temporary files a killed run left in ``directory``."""
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        if name.startswith(TMP_PREFIX):
+            p = os.path.join(directory, name)
+            _unlink_quiet(p)
+            removed.append(p)
+    if removed:
+        fsync_dir(directory)
+    return removed
+
+
+def _unlink_quiet(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
