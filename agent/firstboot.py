@@ -56,6 +56,10 @@ class FirstBoot:
         self.progress = nodestate.Progress(self.root, self.state_dir, "firstboot")
         self.reporter = None
         self.fetcher = None
+        self.config_url = ""
+        self.etag: Optional[str] = None
+        self.boot_image: Optional[str] = None
+        self.skew_decision: Optional[str] = None
 
     # -- stages -------------------------------------------------------------------------------
 
@@ -71,7 +75,7 @@ class FirstBoot:
         return parse_document(data, source=self.root.path(path))
 
     def fetch(self) -> Dict[str, Any]:
-        from agent.ignition.fetch import Fetcher, resolve_pointer
+        from agent.ignition.fetch import Fetcher, resolve_pointer, trust_config_cas
 
         pointer = self._pointer()
         self.fetcher = Fetcher(self.settings)
@@ -80,9 +84,7 @@ class FirstBoot:
         if saved is not None:
             log.info("resuming: using the config fetched by the interrupted run (%s)", saved.get("name"))
             # The pointer's CAs still have to be trusted for reports and file sources.
-            for ca in (pointer.get("ignition", {}).get("security", {}).get("tls", {})
-                       .get("certificateAuthorities", []) or []):
-                self.fetcher.add_ca_source(ca)
+            trust_config_cas(pointer, self.fetcher, source=self.opts.pointer or DEFAULT_POINTER)
             ignition, sources, etag = saved["ignition"], saved.get("sources", []), saved.get("etag")
         else:
             resolved = resolve_pointer(pointer, self.fetcher)
@@ -101,7 +103,7 @@ class FirstBoot:
             return
         token = nodestate.read_token(self.root, self.settings)
         self.reporter = Reporter(server_base(self.config_url), self.node, self.root, self.state_dir,
-                                 session=self.fetcher.session, verify=self.fetcher.verify, token=token)
+                                 session=self.fetcher.session, token=token)
         self.reporter.flush()
 
     def report(self, payload: Dict[str, Any]) -> None:
@@ -131,6 +133,7 @@ class FirstBoot:
         return code
 
     def _run(self, rec) -> int:
+        from agent import planning
         from agent.apply import apply_config, recover
 
         outcome = recover(self.root, state_dir=self.state_dir)
@@ -141,7 +144,7 @@ class FirstBoot:
             ignition = self.fetch()
 
         with rec.stage("validate"):
-            target, served = nodestate.target_from_served(ignition, source=self.config_url or "served config")
+            target, served = planning.target_from_served(ignition, source=self.config_url or "served config")
             rec.set(config=target.name)
 
         with rec.stage("skew"):
@@ -150,17 +153,15 @@ class FirstBoot:
         with rec.stage("pool"):
             identity = self.join_pool(served, target)
             rec.set(pool=identity.pool)
-            target = nodestate.with_pool_files(self.root, target, identity)
+            target = planning.with_pool_files(self.root, target, identity)
 
         with rec.stage("plan"):
-            booted = nodestate.booted_os(self.root, self.rpmostree)
-            plan = nodestate.make_plan(nodestate.firstboot_baseline(target, booted), target,
+            booted = planning.booted_os(self.root, self.rpmostree)
+            plan = planning.make_plan(planning.firstboot_baseline(target, booted), target,
                                        served.policy_text, firstboot=True)
-            for line in plan.explain():
-                log.info("plan: %s", line)
+            log.info("plan:\n%s", plan.explain())
             if self.opts.dry_run:
-                for line in plan.explain():
-                    print(line)
+                print(plan.explain())
 
         if self.opts.dry_run:
             rec.finish("done", EXIT_OK)
@@ -174,9 +175,9 @@ class FirstBoot:
                 self.progress.mark(osStaged=True)
             log.info("apply: %d changed, %d unchanged", len(result.changed), result.unchanged)
 
-        reboot = plan.reboot and not nodestate.already_at(booted, target)
+        reboot = plan.reboot and not planning.already_at(booted, target)
         with rec.stage("act"):
-            nodestate.carry_out(plan, self.root, self.systemd, self.logind, firstboot=True, reboot=False)
+            planning.carry_out(plan, self.root, self.systemd, self.logind, firstboot=True)
             rec.set(reboot_pending=reboot)
 
         nodestate.save_current(self.root, self.state_dir, target, self.etag, self.config_url)
@@ -192,7 +193,7 @@ class FirstBoot:
         self.progress.clear()
         rec.finish("done", EXIT_OK)
         if reboot:
-            nodestate.reboot(self.root, self.logind)
+            planning.reboot(self.root, self.logind)
         return EXIT_OK
 
     def check_skew(self, served, target: NodeConfig) -> None:

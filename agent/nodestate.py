@@ -99,7 +99,7 @@ def current_config(record: Dict[str, Any]) -> NodeConfig:
 
 
 def read_token(root: Root, settings: Any) -> Optional[str]:
-    path = getattr(settings, "report_token_file", None)
+    path = settings.report.token_file
     if not path:
         return None
     try:

@@ -27,13 +27,12 @@ def server_base(config_url: str) -> str:
 
 class Reporter:
     def __init__(self, base_url: str, node: str, root: Root, state_dir: str, *, session=None,
-                 verify: Any = True, token: Optional[str] = None, timeout: float = 10.0):
+                 token: Optional[str] = None, timeout: float = 10.0):
         self.base_url = base_url.rstrip("/")
         self.node = node
         self.root = root
         self.state_dir = state_dir
         self.session = session
-        self.verify = verify
         self.token = token
         self.timeout = timeout
 
@@ -63,7 +62,7 @@ class Reporter:
         body = {k: v for k, v in payload.items() if v is not None}
         try:
             resp = self._session().post(self._url("report"), data=json.dumps(body), headers=self._headers(),
-                                        timeout=self.timeout, verify=self.verify)
+                                        timeout=self.timeout)
             if resp.status_code >= 300:
                 raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
         except Exception as exc:  # any failure: keep it, never block provisioning
@@ -87,6 +86,58 @@ class Reporter:
             os.unlink(path)
             return None
         return self.send(body)
+
+    def acquire_drain(self, pool: str, config: str, *, sleep=None, timeout: float = 600.0,
+                      clock=None) -> bool:
+        """Ask the server for a drain lease and wait until it is granted (at most ``timeout`` s).
+
+        The server grants at most ``maxUnavailable`` nodes of a pool at once; a "wait" answer
+        carries Retry-After. A server that cannot be reached, or a wait past ``timeout``, is a
+        failure: a disruptive update never starts without the lease.
+        """
+        import time
+
+        from agent.errors import FetchError
+
+        sleep = sleep or time.sleep
+        clock = clock or time.monotonic
+        deadline = clock() + timeout
+        body = json.dumps({"pool": pool, "config": config})
+        while True:
+            try:
+                resp = self._session().post(self._url("drain"), data=body, headers=self._headers(),
+                                            timeout=self.timeout)
+            except Exception as exc:
+                raise FetchError(f"could not ask {self.base_url} for a drain lease: {exc}", url=self._url("drain"))
+            if resp.status_code == 200:
+                log.info("drain lease granted by %s for pool %s", self.base_url, pool)
+                return True
+            if resp.status_code != 429:
+                raise FetchError(f"drain lease refused by {self.base_url}: HTTP {resp.status_code}: "
+                                 f"{resp.text[:300]}", url=self._url("drain"), status=resp.status_code)
+            try:
+                wait = float(resp.headers.get("Retry-After", "10"))
+            except ValueError:
+                wait = 10.0
+            reason = ""
+            try:
+                reason = resp.json().get("reason", "")
+            except ValueError:
+                pass
+            if clock() + wait > deadline:
+                raise FetchError(f"no drain lease from {self.base_url} within {timeout:.0f} s: {reason}",
+                                 url=self._url("drain"), status=429)
+            log.info("waiting %.0f s for a drain lease: %s", wait, reason)
+            sleep(wait)
+
+    def release_drain(self) -> None:
+        """Give the lease back (uncordon). A failure is logged: the lease expires on its own."""
+        try:
+            resp = self._session().delete(self._url("drain"), headers=self._headers(), timeout=self.timeout)
+            if resp.status_code >= 300 and resp.status_code != 404:
+                log.warning("drain lease release answered HTTP %s; it will expire", resp.status_code)
+        except Exception as exc:
+            log.warning("could not release the drain lease (%s); it will expire", exc)
 
     def _keep(self, body: Dict[str, Any]) -> None:
         try:

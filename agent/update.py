@@ -54,7 +54,7 @@ class Updater:
 
     def _connect(self, record) -> None:
         from agent.firstboot import DEFAULT_POINTER
-        from agent.ignition.fetch import Fetcher
+        from agent.ignition.fetch import Fetcher, trust_config_cas
         from agent.ignition.parse import parse_document
         from agent.report import Reporter, server_base
 
@@ -64,18 +64,16 @@ class Updater:
         pointer_path = getattr(self.opts, "pointer", None) or DEFAULT_POINTER
         if self.root.exists(pointer_path):
             pointer = parse_document(self.root.read_bytes(pointer_path), source=self.root.path(pointer_path))
-            for ca in (pointer.get("ignition", {}).get("security", {}).get("tls", {})
-                       .get("certificateAuthorities", []) or []):
-                self.fetcher.add_ca_source(ca)
+            trust_config_cas(pointer, self.fetcher, source=self.root.path(pointer_path))
         token = nodestate.read_token(self.root, self.settings)
         self.reporter = Reporter(server_base(record["url"]), self.node, self.root, self.state_dir,
-                                 session=self.fetcher.session, verify=self.fetcher.verify, token=token)
+                                 session=self.fetcher.session, token=token)
 
     def run(self) -> int:
         if getattr(self.opts, "once", False):
             self.once()
             return EXIT_OK
-        interval = getattr(self.opts, "interval", None) or self.settings.update_interval
+        interval = getattr(self.opts, "interval", None) or self.settings.update.interval
         while True:
             try:
                 self.once()
@@ -102,7 +100,7 @@ class Updater:
             self.reporter.flush()
             current = nodestate.current_config(record)
             result = self.fetcher.fetch(record["url"], ignition=True, etag=record.get("etag"),
-                                        budget=self.settings.fetch_total_timeout or 300.0)
+                                        budget=self.settings.fetch.total_timeout or 300.0)
             if result.status == 304:
                 log.info("config unchanged (ETag %s)", record.get("etag"))
                 return "unchanged"
@@ -140,13 +138,12 @@ class Updater:
             return "unchanged"
         with rec.stage("plan"):
             plan = planning.make_plan(current, target, served.policy_text, firstboot=False)
-            for line in plan.explain():
-                log.info("plan: %s", line)
+            log.info("plan:\n%s", plan.explain())
         lease = False
         if plan.drain:
             with rec.stage("drain"):
                 lease = self.reporter.acquire_drain(served.pool, target.name, sleep=self.sleep,
-                                                    timeout=self.settings.drain_timeout)
+                                                    timeout=self.settings.update.drain_timeout)
         try:
             self.reporter.send({"pool": served.pool, "state": "Working", "currentConfig": current.name,
                                 "desiredConfig": target.name})

@@ -1,0 +1,128 @@
+"""Glue between the stages: the target config from what was served, the booted OS, the plan.
+
+Pure where it can be (target_from_served, with_pool_files' merge, baseline, already_at); the
+few reads of the node (booted OS, kubelet-env) go through the root.
+"""
+
+import json
+import logging
+import os
+from dataclasses import dataclass, replace
+from typing import Optional, Tuple
+
+from agent.host.root import Root
+from agent.nodeconfig import NodeConfig
+from agent.pool import KUBELET_ENV_PATH, PoolIdentity, merge_kubelet_env, resolve_pool
+from agent.served import Served, node_config_from_served, read_served
+
+log = logging.getLogger(__name__)
+
+ALEPH = "/sysroot/.coreos-aleph-version.json"
+
+
+@dataclass(frozen=True)
+class Booted:
+    image: str = ""  # "" when unknown
+    kargs: Tuple[str, ...] = ()
+    known: bool = False
+
+
+def target_from_served(ignition: dict, source: str) -> Tuple[NodeConfig, Served]:
+    """Validate the served Ignition config and build the full target (Ignition + OS-level fields)."""
+    from agent.ignition.load import load_node_config
+
+    load_node_config(ignition, source=source)  # raises ConfigError with every problem's path
+    served = read_served(ignition)
+    return node_config_from_served(ignition, served), served
+
+
+def identity_of(served: Served) -> PoolIdentity:
+    return resolve_pool(None, served)
+
+
+def with_pool_files(root: Root, target: NodeConfig, identity: PoolIdentity) -> NodeConfig:
+    """The target plus ``/etc/kubernetes/kubelet-env`` carrying the pool's labels.
+
+    Written by the same transaction as the rest of the config, so kubelet can never start with
+    the files of one pool and the labels of another.
+    """
+    if not identity.labels:
+        return target
+    try:
+        existing = root.read_text(KUBELET_ENV_PATH)
+    except FileNotFoundError:
+        existing = ""
+    text = merge_kubelet_env(existing, identity.labels)
+    from urllib.parse import quote
+
+    entry = {"path": KUBELET_ENV_PATH, "mode": 0o644, "overwrite": True,
+             "contents": {"source": "data:," + quote(text, safe="")}}
+    ignition = json.loads(json.dumps(target.ignition))
+    files = ignition.setdefault("storage", {}).setdefault("files", [])
+    files[:] = [f for f in files if f.get("path") != KUBELET_ENV_PATH] + [entry]
+    return replace(target, ignition=ignition)
+
+
+def booted_os(root: Root, rpmostree=None) -> Booted:
+    """What the node runs now. Live: rpm-ostree. Another root: the aleph file's image and the
+    root's /proc/cmdline if there is one (a first boot runs the boot image's own OS)."""
+    if root.is_live:
+        from agent.host.rpmostree import booted_os as live_booted
+
+        found = live_booted(root, rpmostree)
+        return Booted(found[0], tuple(found[1]), True) if found else Booted()
+    image = ""
+    try:
+        aleph = json.loads(root.read_text(ALEPH))
+        image = str(((aleph or {}).get("container-image") or {}).get("image") or "")
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        kargs = tuple(root.read_text("/proc/cmdline").split())
+    except OSError:
+        kargs = ()
+    return Booted(image, kargs, bool(image))
+
+
+def firstboot_baseline(target: NodeConfig, booted: Booted) -> NodeConfig:
+    """The config a first boot starts from: nothing of the target's Ignition yet, and the OS the
+    boot image runs. Unknown OS facts count as different (a pivot is the safe assumption)."""
+    present = tuple(a for a in target.kernel_arguments if a in booted.kargs)
+    return NodeConfig(ignition={"ignition": {"version": target.ignition.get("ignition", {}).get("version", "3.4.0")}},
+                      os_image_url=booted.image, kernel_arguments=present, name="(boot image)")
+
+
+def already_at(booted: Booted, target: NodeConfig) -> bool:
+    """True when the booted OS already is the target image with its kernel arguments."""
+    if not booted.known or booted.image != target.os_image_url:
+        return False
+    return all(a in booted.kargs for a in target.kernel_arguments) and not target.extensions \
+        and target.kernel_type in ("", "default")
+
+
+def make_plan(current: NodeConfig, target: NodeConfig, policy_text: Optional[str], *, firstboot: bool):
+    from agent.disruption import effective_policy, load_policy_text, plan_disruption
+
+    user = load_policy_text(policy_text, source="served disruption policy") if policy_text else None
+    return plan_disruption(current, target, effective_policy(user), firstboot=firstboot)
+
+
+def carry_out(plan, root: Root, systemd, logind, *, firstboot: bool):
+    """Reloads, restarts and daemon-reloads of the plan; the reboot is the caller's, last."""
+    from agent.actions import carry_out as run_actions
+
+    actions = [a for a in plan.actions if a.type != "Reboot"]
+    result = run_actions(actions, systemd, logind, firstboot=firstboot, live=root.is_live)
+    for line in getattr(result, "not_performed", []) or []:
+        log.info("not performed on %s: %s", root.top, line)
+    return result
+
+
+def reboot(root: Root, logind) -> None:
+    """One reboot, through logind, once everything is on disk."""
+    os.sync()
+    if not root.is_live or logind is None:
+        log.warning("reboot needed; not performed on %s (not the running system)", root.top)
+        return
+    log.warning("rebooting now through logind to finish the OS update")
+    logind.reboot()
