@@ -1,0 +1,218 @@
+"""``node-config-server`` command line: serve, render, status.
+
+Imports stay lazy so ``node-config-server --version`` is fast.
+"""
+
+import argparse
+import json
+import os
+import sys
+from typing import List, Optional, Tuple
+
+from agent import __version__
+
+EXIT_OK = 0
+EXIT_NOT_COMPLETE = 1
+EXIT_USAGE = 2
+EXIT_INVALID = 65
+TLS_PORT = 22623
+PLAIN_PORT = 22624
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="node-config-server",
+        description="Cluster side of node-agent: renders pool configs from MachineConfigs, serves them at "
+                    "/config/<pool>, gates what new nodes get, tracks node reports and update progress.")
+    parser.add_argument("--version", action="version", version=f"node-config-server {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("serve", help="serve configs and the API (gunicorn)")
+    p.add_argument("--state", required=True, metavar="DIR", help="state directory (MCO-shaped YAML; nodes.db)")
+    p.add_argument("--listen", default=None, metavar="HOST:PORT",
+                   help=f"default 0.0.0.0:{TLS_PORT} with TLS; without TLS 127.0.0.1:{PLAIN_PORT} (plain HTTP "
+                        f"stays on loopback unless asked)")
+    p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate (chain) for TLS")
+    p.add_argument("--tls-key", metavar="FILE", help="PEM private key for TLS")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="bearer token required on node reports and drain requests")
+    p.add_argument("--backend", choices=("dir", "kubernetes"), default="dir",
+                   help="where objects come from (default: dir)")
+    p.add_argument("--workers", type=int, default=None, help="gunicorn worker processes (default: 2 x CPUs, 2..8)")
+    p.add_argument("--threads", type=int, default=32, help="threads per worker (default: 32)")
+    p.add_argument("--lease-ttl", type=float, default=600.0, metavar="SECONDS",
+                   help="drain lease lifetime unless renewed (default: 600)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--access-log", default=None, metavar="FILE", help="gunicorn access log ('-' for stderr)")
+
+    p = sub.add_parser("render", help="render every pool and print its rendered config name")
+    p.add_argument("--state", required=True, metavar="DIR")
+    p.add_argument("--json", action="store_true", help="print {pool: {name, sources}} as JSON")
+
+    p = sub.add_parser("status", help="pools and cluster update progress (exit 0 complete, 1 not complete)")
+    p.add_argument("--state", required=True, metavar="DIR")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def _err(msg: str) -> None:
+    print(f"node-config-server: {msg}", file=sys.stderr)
+
+
+def parse_listen(text: str) -> Tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen {text!r}: expected HOST:PORT, e.g. 0.0.0.0:{TLS_PORT}")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def _check_state_dir(path: str) -> Optional[str]:
+    if not os.path.isdir(path):
+        return f"--state {path}: not a directory (it holds machineconfigpools/, machineconfigs/, ...)"
+    return None
+
+
+def _print_problems(problems) -> None:
+    for p in problems:
+        _err(f"state: {p}")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if args.backend == "kubernetes":
+        _err("--backend kubernetes is not available in this build: only --backend dir (the state directory) "
+             "is implemented")
+        return EXIT_USAGE
+    problem = _check_state_dir(args.state)
+    if problem:
+        _err(problem)
+        return EXIT_USAGE
+    if bool(args.tls_cert) != bool(args.tls_key):
+        _err("--tls-cert and --tls-key go together")
+        return EXIT_USAGE
+    for f in (args.tls_cert, args.tls_key):
+        if f and not os.path.isfile(f):
+            _err(f"{f}: no such file")
+            return EXIT_USAGE
+    token = None
+    if args.token_file:
+        try:
+            with open(args.token_file, encoding="utf-8") as fh:
+                token = fh.read().strip()
+        except OSError as exc:
+            _err(f"--token-file {args.token_file}: {exc.strerror}")
+            return EXIT_USAGE
+        if not token:
+            _err(f"--token-file {args.token_file}: the file is empty")
+            return EXIT_USAGE
+    default = f"0.0.0.0:{TLS_PORT}" if args.tls_cert else f"127.0.0.1:{PLAIN_PORT}"
+    try:
+        host, port = parse_listen(args.listen or default)
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    if args.lease_ttl <= 0:
+        _err("--lease-ttl must be positive")
+        return EXIT_USAGE
+
+    import logging
+    import shutil
+    import tempfile
+
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from agent.server.app import App
+    from agent.server.gunicorn_app import ServerApplication, options
+    from agent.server.service import Cluster
+
+    # Render, migrate the database and report state problems once, before any worker starts.
+    cluster = Cluster(args.state, lease_ttl=args.lease_ttl)
+    _print_problems(cluster.watcher.current().problems)
+    cluster.db.close()
+    del cluster
+
+    metrics_dir = tempfile.mkdtemp(prefix="node-config-server-metrics-")
+    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    app = App(args.state, token=token, lease_ttl=args.lease_ttl, metrics_dir=metrics_dir)
+    opts = options(bind, args.tls_cert, args.tls_key, args.workers, args.threads, args.log_level, args.access_log)
+    logging.getLogger(__name__).info("node-config-server %s on %s://%s (state %s)", __version__,
+                                     "https" if args.tls_cert else "http", bind, args.state)
+    try:
+        ServerApplication(app, opts).run()
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    return EXIT_OK
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    problem = _check_state_dir(args.state)
+    if problem:
+        _err(problem)
+        return EXIT_USAGE
+    from agent.server.render import render_pool
+    from agent.server.store import load_state
+
+    st = load_state(args.state)
+    _print_problems(st.problems)
+    out = {name: render_pool(pool, st.machine_configs) for name, pool in sorted(st.pools.items())}
+    if args.json:
+        print(json.dumps({n: {"name": r.name, "sources": list(r.sources)} for n, r in out.items()}, indent=1))
+    else:
+        for name, r in out.items():
+            print(f"{name}\t{r.name}")
+    return EXIT_INVALID if st.problems else EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    problem = _check_state_dir(args.state)
+    if problem:
+        _err(problem)
+        return EXIT_USAGE
+    from agent.server.service import Cluster
+
+    cluster = Cluster(args.state)
+    progress = cluster.cluster()
+    if args.json:
+        progress = dict(progress)
+        progress["items"] = list(cluster.pool_views().values())
+        print(json.dumps(progress, indent=1, sort_keys=True))
+    else:
+        views = cluster.pool_views()
+        rows = [("POOL", "TARGET", "CURRENT", "MACHINES", "UPDATED", "READY", "DEGRADED", "SERVED")]
+        for name, v in views.items():
+            st = v["status"]
+            rows.append((name, v["spec"]["configuration"]["name"], st["configuration"]["name"],
+                         str(st["machineCount"]), str(st["updatedMachineCount"]), str(st["readyMachineCount"]),
+                         str(st["degradedMachineCount"]), st["served"]["config"]))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        for r in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        print()
+        print("cluster update: " + ("complete" if progress["complete"] else "NOT complete"))
+        for b in progress["blocking"]:
+            print(f"  {b['pool'] or '-'}: {b['reason']}")
+        for w in progress.get("warnings", []):
+            print(f"  warning: {w}")
+    return EXIT_OK if progress["complete"] else EXIT_NOT_COMPLETE
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    handler = {"serve": cmd_serve, "render": cmd_render, "status": cmd_status}[args.command]
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if os.environ.get("NODE_AGENT_DEBUG"):
+            raise
+        _err(f"{args.command}: internal error: {type(exc).__name__}: {exc} (set NODE_AGENT_DEBUG=1 for a traceback)")
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""The server's memory: SQLite (WAL) at ``<state>/nodes.db``.
+
+What survives a restart: every rendered config ever made (so a node on an old config can still
+be served and diffed), each pool's target and current config with their history, the newest
+report of every node, drain leases and the cordon/drain/uncordon record.
+
+The schema is versioned with ``PRAGMA user_version``; ``MIGRATIONS[i]`` takes version i to i+1.
+Every gunicorn worker and thread opens its own connection; writers serialize on
+``BEGIN IMMEDIATE`` so a reconcile is atomic across processes.
+"""
+
+import json
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional
+
+MIGRATIONS = [
+    # 0 -> 1
+    """
+    CREATE TABLE rendered (
+        name TEXT PRIMARY KEY, pool TEXT NOT NULL, spec TEXT NOT NULL, sources TEXT NOT NULL,
+        created REAL NOT NULL);
+    CREATE TABLE pools (
+        name TEXT PRIMARY KEY, target TEXT NOT NULL, current TEXT NOT NULL,
+        held TEXT NOT NULL DEFAULT '', updated REAL NOT NULL);
+    CREATE TABLE pool_history (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, pool TEXT NOT NULL, field TEXT NOT NULL,
+        config TEXT NOT NULL, at REAL NOT NULL);
+    CREATE TABLE reports (
+        node TEXT PRIMARY KEY, pool TEXT NOT NULL, body TEXT NOT NULL, received REAL NOT NULL);
+    CREATE TABLE leases (
+        node TEXT PRIMARY KEY, pool TEXT NOT NULL, config TEXT NOT NULL,
+        granted REAL NOT NULL, expires REAL NOT NULL);
+    CREATE TABLE drain_events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT NOT NULL, pool TEXT NOT NULL,
+        action TEXT NOT NULL, detail TEXT NOT NULL DEFAULT '', at REAL NOT NULL);
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class SchemaTooNew(Exception):
+    pass
+
+
+class Database:
+    def __init__(self, path: str):
+        self.path = path
+        self._local = threading.local()
+        with self.write() as conn:  # creates the file and migrates once
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise SchemaTooNew(f"{path} has schema version {version}; this server knows up to "
+                                   f"{SCHEMA_VERSION}: use a newer node-config-server")
+            for i in range(version, SCHEMA_VERSION):
+                # One statement at a time: executescript() would commit mid-transaction.
+                for stmt in MIGRATIONS[i].split(";"):
+                    if stmt.strip():
+                        conn.execute(stmt)
+                conn.execute(f"PRAGMA user_version = {i + 1}")
+
+    def conn(self) -> sqlite3.Connection:
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=True)
+            c.row_factory = sqlite3.Row
+            c.execute("PRAGMA journal_mode=WAL")
+            c.execute("PRAGMA synchronous=NORMAL")
+            c.execute("PRAGMA busy_timeout=30000")
+            self._local.conn = c
+        return c
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        c = self.conn()
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            yield c
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        else:
+            c.execute("COMMIT")
+
+    def close(self) -> None:
+        c = getattr(self._local, "conn", None)
+        if c is not None:
+            c.close()
+            self._local.conn = None
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        return self.conn().execute("PRAGMA user_version").fetchone()[0]
+
+    def rendered_spec(self, name: str) -> Optional[Dict[str, Any]]:
+        row = self.conn().execute("SELECT spec FROM rendered WHERE name=?", (name,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def rendered_pool(self, name: str) -> Optional[str]:
+        row = self.conn().execute("SELECT pool FROM rendered WHERE name=?", (name,)).fetchone()
+        return row[0] if row else None
+
+    def rendered_names(self, pool: Optional[str] = None) -> List[str]:
+        if pool is None:
+            rows = self.conn().execute("SELECT name FROM rendered ORDER BY created, name").fetchall()
+        else:
+            rows = self.conn().execute("SELECT name FROM rendered WHERE pool=? ORDER BY created, name",
+                                       (pool,)).fetchall()
+        return [r[0] for r in rows]
+
+    def pools(self) -> Dict[str, Dict[str, Any]]:
+        rows = self.conn().execute("SELECT name, target, current, held, updated FROM pools").fetchall()
+        return {r["name"]: dict(r) for r in rows}
+
+    def history(self, pool: str) -> List[Dict[str, Any]]:
+        rows = self.conn().execute("SELECT field, config, at FROM pool_history WHERE pool=? ORDER BY id",
+                                   (pool,)).fetchall()
+        return [dict(r) for r in rows]
+
+    def reports(self) -> Dict[str, Dict[str, Any]]:
+        out = {}
+        for r in self.conn().execute("SELECT node, pool, body, received FROM reports").fetchall():
+            body = json.loads(r["body"])
+            body["_received"] = r["received"]
+            out[r["node"]] = body
+        return out
+
+    def report(self, node: str) -> Optional[Dict[str, Any]]:
+        r = self.conn().execute("SELECT body FROM reports WHERE node=?", (node,)).fetchone()
+        return json.loads(r[0]) if r else None
+
+    def leases(self, now: Optional[float] = None) -> List[Dict[str, Any]]:
+        now = time.time() if now is None else now
+        rows = self.conn().execute("SELECT node, pool, config, granted, expires FROM leases WHERE expires > ?",
+                                   (now,)).fetchall()
+        return [dict(r) for r in rows]
+
+    def drain_events(self, node: Optional[str] = None) -> List[Dict[str, Any]]:
+        if node:
+            rows = self.conn().execute("SELECT * FROM drain_events WHERE node=? ORDER BY id", (node,)).fetchall()
+        else:
+            rows = self.conn().execute("SELECT * FROM drain_events ORDER BY id").fetchall()
+        return [dict(r) for r in rows]
+
+    # -- writes (inside ``with db.write() as c``) --------------------------------------------
+
+    @staticmethod
+    def put_rendered(c: sqlite3.Connection, pool: str, name: str, spec: Dict[str, Any], sources: List[str]) -> None:
+        c.execute("INSERT OR IGNORE INTO rendered (name, pool, spec, sources, created) VALUES (?,?,?,?,?)",
+                  (name, pool, json.dumps(spec, sort_keys=True), json.dumps(list(sources)), time.time()))
+
+    @staticmethod
+    def set_pool(c: sqlite3.Connection, pool: str, target: str, current: str, held: str,
+                 old: Optional[Dict[str, Any]]) -> None:
+        now = time.time()
+        c.execute("INSERT INTO pools (name, target, current, held, updated) VALUES (?,?,?,?,?) "
+                  "ON CONFLICT(name) DO UPDATE SET target=excluded.target, current=excluded.current, "
+                  "held=excluded.held, updated=excluded.updated", (pool, target, current, held, now))
+        if old is None or old["target"] != target:
+            c.execute("INSERT INTO pool_history (pool, field, config, at) VALUES (?,?,?,?)", (pool, "target", target, now))
+        if old is None or old["current"] != current:
+            c.execute("INSERT INTO pool_history (pool, field, config, at) VALUES (?,?,?,?)",
+                      (pool, "current", current, now))
+
+    @staticmethod
+    def put_report(c: sqlite3.Connection, node: str, pool: str, body: Dict[str, Any]) -> None:
+        c.execute("INSERT INTO reports (node, pool, body, received) VALUES (?,?,?,?) "
+                  "ON CONFLICT(node) DO UPDATE SET pool=excluded.pool, body=excluded.body, "
+                  "received=excluded.received", (node, pool, json.dumps(body, sort_keys=True), time.time()))
+
+    @staticmethod
+    def record_drain(c: sqlite3.Connection, node: str, pool: str, action: str, detail: str = "") -> None:
+        c.execute("INSERT INTO drain_events (node, pool, action, detail, at) VALUES (?,?,?,?,?)",
+                  (node, pool, action, detail, time.time()))

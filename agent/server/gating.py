@@ -1,0 +1,93 @@
+"""What a new node gets, and why (pure). REFERENCE §2.
+
+- The pool's target (spec) config only once at least one node runs it
+  (``updatedMachineCount > 0``); until then the current (status) config. A brand-new pool has
+  one config, which is both.
+- A layered OS image from an on-cluster build only when a MachineOSConfig for the pool has a
+  ``status.currentImagePullSpec``, the MachineOSBuild of that MachineOSConfig for the served
+  rendered config succeeded, and ``updatedMachineCount > 0``; otherwise the base ``osImageURL``.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+
+
+@dataclass(frozen=True)
+class Served:
+    config: str
+    image: str
+    reason: str
+    layered: bool = False
+
+    def to_dict(self) -> Dict[str, str]:
+        return {"config": self.config, "image": self.image, "reason": self.reason}
+
+
+def _conditions(obj: Dict[str, Any]) -> Dict[str, str]:
+    return {str(c.get("type")): str(c.get("status")) for c in ((obj.get("status") or {}).get("conditions") or [])
+            if isinstance(c, dict)}
+
+
+def build_succeeded(build: Dict[str, Any]) -> bool:
+    cond = _conditions(build)
+    return cond.get("Succeeded") == "True" and cond.get("Failed") != "True"
+
+
+def os_config_for_pool(pool: str, os_configs: Dict[str, Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    for name in sorted(os_configs):
+        mosc = os_configs[name]
+        if ((mosc.get("spec") or {}).get("machineConfigPool") or {}).get("name") == pool:
+            return mosc
+    return None
+
+
+def layered_image(pool: str, rendered: str, os_configs: Dict[str, Dict[str, Any]],
+                  os_builds: Dict[str, Dict[str, Any]]) -> Optional[str]:
+    """The pool's layered image for ``rendered``, or None (no build, not finished, failed)."""
+    info = layered_image_info(pool, rendered, os_configs, os_builds)
+    return info[0]
+
+
+def layered_image_info(pool: str, rendered: str, os_configs: Dict[str, Dict[str, Any]],
+                       os_builds: Dict[str, Dict[str, Any]]):
+    """(image or None, why) for the pool's layered image of the rendered config ``rendered``."""
+    mosc = os_config_for_pool(pool, os_configs)
+    if mosc is None:
+        return None, "no MachineOSConfig for the pool"
+    mosc_name = mosc["metadata"]["name"]
+    pull_spec = (mosc.get("status") or {}).get("currentImagePullSpec")
+    builds = [b for _, b in sorted(os_builds.items())
+              if ((b.get("spec") or {}).get("machineOSConfig") or {}).get("name") == mosc_name
+              and ((b.get("spec") or {}).get("machineConfig") or {}).get("name") == rendered]
+    if not builds:
+        return None, f"no MachineOSBuild of MachineOSConfig {mosc_name} for {rendered}"
+    ok = [b for b in builds if build_succeeded(b)]
+    if not ok:
+        return None, f"the MachineOSBuild {builds[-1]['metadata']['name']} for {rendered} has not succeeded"
+    image = pull_spec or (ok[-1].get("status") or {}).get("digestedImagePushSpec")
+    if not image:
+        return None, f"MachineOSConfig {mosc_name} has no status.currentImagePullSpec"
+    return str(image), f"MachineOSBuild {ok[-1]['metadata']['name']} succeeded"
+
+
+def decide(pool: str, target: str, current: str, updated: int, base_images: Dict[str, str],
+           os_configs: Dict[str, Dict[str, Any]], os_builds: Dict[str, Dict[str, Any]]) -> Served:
+    """What a new node of ``pool`` gets. ``base_images`` maps rendered name -> its osImageURL."""
+    if target == current:
+        config = target
+        why = f"{target} is both target and current"
+    elif updated > 0:
+        config = target
+        why = f"target {target}: {updated} node(s) already run it"
+    else:
+        config = current
+        why = f"current {current}: no node runs the target {target} yet"
+    base = base_images.get(config, "")
+    image, image_why = layered_image_info(pool, config, os_configs, os_builds)
+    if image and updated > 0:
+        return Served(config, image, f"{why}; layered image ({image_why}) proven by {updated} node(s)", True)
+    if image:
+        return Served(config, base, f"{why}; base osImageURL: the layered image ({image_why}) runs on no node yet")
+    if os_config_for_pool(pool, os_configs) is not None:
+        return Served(config, base, f"{why}; base osImageURL: {image_why}")
+    return Served(config, base, why)

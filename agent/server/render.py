@@ -1,0 +1,175 @@
+"""Rendering a pool's config from its MachineConfigs, as the MCO does (pure).
+
+A pool's ``spec.machineConfigSelector`` picks MachineConfigs by label; they are merged in name
+order (later wins), and the result is named ``rendered-<pool>-<hash>`` where the hash covers the
+canonical JSON of the merged spec, so the same inputs always give the same name.
+"""
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional
+
+NEWEST_SPEC = "3.5.0"
+
+# Lists Ignition merges by key (child entry replaces/merges the parent entry with the same key).
+_KEYED_LISTS = {
+    ("storage", "files"): "path",
+    ("storage", "directories"): "path",
+    ("storage", "links"): "path",
+    ("storage", "disks"): "device",
+    ("storage", "filesystems"): "device",
+    ("storage", "raid"): "name",
+    ("storage", "luks"): "name",
+    ("systemd", "units"): "name",
+    ("systemd", "units", "dropins"): "name",
+    ("passwd", "users"): "name",
+    ("passwd", "groups"): "name",
+    ("ignition", "config", "merge"): "source",
+    ("ignition", "security", "tls", "certificateAuthorities"): "source",
+}
+
+
+@dataclass(frozen=True)
+class Rendered:
+    pool: str
+    name: str
+    spec: Dict[str, Any]  # merged MachineConfig spec (config, osImageURL, kernelArguments, ...)
+    sources: tuple  # names of the MachineConfigs merged, in order
+
+    def machine_config(self) -> Dict[str, Any]:
+        return {
+            "apiVersion": "machineconfiguration.openshift.io/v1",
+            "kind": "MachineConfig",
+            "metadata": {"name": self.name, "annotations": {
+                "machineconfiguration.openshift.io/generated-by-controller-version": "node-config-server",
+                "machineconfiguration.openshift.io/source": ",".join(self.sources)}},
+            "spec": copy.deepcopy(self.spec),
+        }
+
+
+def _label_matches(expr: Dict[str, Any], labels: Dict[str, str]) -> bool:
+    key = expr.get("key")
+    op = expr.get("operator")
+    values = [str(v) for v in expr.get("values") or []]
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    return False
+
+
+def selector_matches(selector: Optional[Dict[str, Any]], labels: Dict[str, str]) -> bool:
+    """Kubernetes LabelSelector semantics; an empty selector matches nothing here.
+
+    (Kubernetes treats ``{}`` as "everything"; a pool selecting every MachineConfig of every
+    role is never what anyone means, and the MCO refuses it too.)
+    """
+    if not selector:
+        return False
+    match_labels = selector.get("matchLabels") or {}
+    exprs = selector.get("matchExpressions") or []
+    if not match_labels and not exprs:
+        return False
+    for key, value in match_labels.items():
+        if labels.get(key) != str(value):
+            return False
+    return all(_label_matches(e, labels) for e in exprs)
+
+
+def _merge_value(path: tuple, parent: Any, child: Any) -> Any:
+    if isinstance(parent, dict) and isinstance(child, dict):
+        out = dict(parent)
+        for key, value in child.items():
+            out[key] = _merge_value(path + (key,), parent[key], value) if key in parent else copy.deepcopy(value)
+        return out
+    if isinstance(parent, list) and isinstance(child, list):
+        # ``path`` holds field names only (list items keep their list's path).
+        key = _KEYED_LISTS.get(path)
+        if key:
+            out = [copy.deepcopy(p) for p in parent]
+            index = {item.get(key): i for i, item in enumerate(out) if isinstance(item, dict)}
+            for item in child:
+                k = item.get(key) if isinstance(item, dict) else None
+                if k is not None and k in index:
+                    out[index[k]] = _merge_value(path, out[index[k]], item)
+                else:
+                    index[k] = len(out)
+                    out.append(copy.deepcopy(item))
+            return out
+        # Lists of plain values (ssh keys, kernel argument lists): union, order kept.
+        out = list(parent)
+        for item in child:
+            if item not in out:
+                out.append(copy.deepcopy(item))
+        return out
+    return copy.deepcopy(child)
+
+
+def merge_ignition(parent: Dict[str, Any], child: Dict[str, Any]) -> Dict[str, Any]:
+    """Ignition merge (child wins; keyed lists merged by key). Version set to the newest spec."""
+    out = _merge_value((), parent or {}, child or {})
+    out.setdefault("ignition", {})["version"] = NEWEST_SPEC
+    return out
+
+
+def merge_machine_configs(configs: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
+    """Merge MachineConfig objects (already in order) into one MachineConfig spec."""
+    ignition: Dict[str, Any] = {"ignition": {"version": NEWEST_SPEC}}
+    os_image = ""
+    kargs: List[str] = []
+    extensions: List[str] = []
+    fips = False
+    kernel_type = "default"
+    for mc in configs:
+        spec = mc.get("spec") or {}
+        ignition = merge_ignition(ignition, spec.get("config") or {})
+        if spec.get("osImageURL"):
+            os_image = str(spec["osImageURL"])
+        kargs.extend(str(a) for a in spec.get("kernelArguments") or [])
+        for ext in spec.get("extensions") or []:
+            if ext not in extensions:
+                extensions.append(str(ext))
+        fips = fips or bool(spec.get("fips"))
+        if spec.get("kernelType") and spec["kernelType"] != "default":
+            kernel_type = str(spec["kernelType"])
+    return {
+        "config": ignition,
+        "osImageURL": os_image,
+        "kernelArguments": kargs,
+        "extensions": extensions,
+        "fips": fips,
+        "kernelType": kernel_type,
+    }
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def content_hash(spec: Dict[str, Any]) -> str:
+    # sha256 (not the MCO's md5: md5 is unavailable under FIPS), cut to md5's 32 hex digits.
+    return hashlib.sha256(canonical_json(spec)).hexdigest()[:32]
+
+
+def select_machine_configs(pool: Dict[str, Any], machine_configs: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
+    selector = (pool.get("spec") or {}).get("machineConfigSelector")
+    chosen = []
+    for name in sorted(machine_configs):
+        labels = ((machine_configs[name].get("metadata") or {}).get("labels") or {})
+        if selector_matches(selector, {str(k): str(v) for k, v in labels.items()}):
+            chosen.append(machine_configs[name])
+    return chosen
+
+
+def render_pool(pool: Dict[str, Any], machine_configs: Dict[str, Dict[str, Any]]) -> Rendered:
+    name = pool["metadata"]["name"]
+    chosen = select_machine_configs(pool, machine_configs)
+    spec = merge_machine_configs(chosen)
+    return Rendered(pool=name, name=f"rendered-{name}-{content_hash(spec)}", spec=spec,
+                    sources=tuple(mc["metadata"]["name"] for mc in chosen))

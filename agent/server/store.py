@@ -1,0 +1,394 @@
+"""The server's YAML state directory: load, validate, and notice changes.
+
+Layout (ARCHITECTURE, "Server state"): ``machineconfigpools/*.yaml``, ``machineconfigs/*.yaml``,
+``machineconfiguration.yaml``, ``machineosconfigs/*.yaml``, ``machineosbuilds/*.yaml``.
+
+A bad object never takes the server down: problems are reported with file and field, and the
+last good state keeps serving (on the very first load, the valid objects are used).
+Changes are noticed by polling names, mtimes and sizes (no inotify needed).
+"""
+
+import hashlib
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import yaml
+
+from agent.errors import Problem
+
+log = logging.getLogger(__name__)
+
+KINDS = {
+    "machineconfigpools": "MachineConfigPool",
+    "machineconfigs": "MachineConfig",
+    "machineosconfigs": "MachineOSConfig",
+    "machineosbuilds": "MachineOSBuild",
+}
+CLUSTER_FILE = "machineconfiguration.yaml"
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+KERNEL_TYPES = ("", "default", "realtime", "64k-pages")
+SKEW_MODES = ("Automatic", "Manual", "None")
+FORCE_ANNOTATION = "node-agent.io/force-rollout"
+
+
+@dataclass
+class State:
+    pools: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    machine_configs: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    cluster: Dict[str, Any] = field(default_factory=dict)  # machineconfiguration.yaml
+    os_configs: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    os_builds: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    signature: str = ""  # hash of (name, mtime, size) of every file read
+    problems: List[Problem] = field(default_factory=list)  # of the newest load attempt
+    loaded_at: float = 0.0
+    stale: bool = False  # True when the newest files were invalid and an older state serves
+
+    @property
+    def cluster_spec(self) -> Dict[str, Any]:
+        return (self.cluster or {}).get("spec") or {}
+
+    @property
+    def force_rollout(self) -> bool:
+        return _truthy(((self.cluster.get("metadata") or {}).get("annotations") or {}).get(FORCE_ANNOTATION)) or \
+            bool(self.cluster_spec.get("forceRollout"))
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).lower() in ("true", "1", "yes")
+
+
+def pool_forced(pool: Dict[str, Any]) -> bool:
+    return _truthy(((pool.get("metadata") or {}).get("annotations") or {}).get(FORCE_ANNOTATION))
+
+
+def _yaml_files(directory: str) -> List[str]:
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.endswith((".yaml", ".yml", ".json")) and not n.startswith("."))
+
+
+def signature(state_dir: str) -> str:
+    """Cheap fingerprint of the directory: changes whenever a file is added, removed or rewritten."""
+    h = hashlib.sha256()
+    for sub in sorted(KINDS):
+        d = os.path.join(state_dir, sub)
+        for name in _yaml_files(d):
+            _sig_one(h, os.path.join(d, name))
+    _sig_one(h, os.path.join(state_dir, CLUSTER_FILE))
+    return h.hexdigest()
+
+
+def _sig_one(h: Any, path: str) -> None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        h.update(f"{path}:-\n".encode())
+        return
+    h.update(f"{path}:{st.st_mtime_ns}:{st.st_size}:{st.st_ino}\n".encode())
+
+
+def _meta_name(doc: Dict[str, Any], src: str, problems: List[Problem], label: bool) -> Optional[str]:
+    name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
+    if not isinstance(name, str) or not name:
+        problems.append(Problem("$.metadata.name", "missing: every object needs a name", "name", source=src))
+        return None
+    pattern = DNS1123_LABEL if label else DNS1123_SUBDOMAIN
+    if not pattern.match(name):
+        what = "a DNS-1123 label (lower case letters, digits, '-', at most 63)" if label else "a DNS-1123 subdomain"
+        problems.append(Problem("$.metadata.name", f"must be {what}", "name", value=name, source=src))
+        return None
+    return name
+
+
+def _check_selector(sel: Any, path: str, src: str, problems: List[Problem]) -> None:
+    if sel is None:
+        problems.append(Problem(path, "missing", "selector", source=src))
+        return
+    if not isinstance(sel, dict):
+        problems.append(Problem(path, "must be a label selector (matchLabels / matchExpressions)", "selector",
+                                value=sel, source=src))
+        return
+    ml = sel.get("matchLabels", {})
+    if not isinstance(ml, dict):
+        problems.append(Problem(path + ".matchLabels", "must be a map of label to value", "selector", source=src))
+    for i, e in enumerate(sel.get("matchExpressions") or []):
+        if not isinstance(e, dict) or e.get("operator") not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            problems.append(Problem(f"{path}.matchExpressions.{i}.operator",
+                                    "must be In, NotIn, Exists or DoesNotExist", "selector",
+                                    value=e.get("operator") if isinstance(e, dict) else e, source=src))
+        elif not isinstance(e.get("key"), str):
+            problems.append(Problem(f"{path}.matchExpressions.{i}.key", "missing", "selector", source=src))
+
+
+def check_pool(doc: Dict[str, Any], src: str) -> List[Problem]:
+    problems: List[Problem] = []
+    _meta_name(doc, src, problems, label=True)
+    spec = doc.get("spec")
+    if not isinstance(spec, dict):
+        return problems + [Problem("$.spec", "missing", "pool", source=src)]
+    _check_selector(spec.get("machineConfigSelector"), "$.spec.machineConfigSelector", src, problems)
+    if "nodeSelector" in spec:
+        _check_selector(spec.get("nodeSelector"), "$.spec.nodeSelector", src, problems)
+    if "paused" in spec and not isinstance(spec["paused"], bool):
+        problems.append(Problem("$.spec.paused", "must be true or false", "pool", value=spec["paused"], source=src))
+    mu = spec.get("maxUnavailable")
+    if mu is not None:
+        from agent.server.drains import parse_max_unavailable
+
+        try:
+            parse_max_unavailable(mu, 10)
+        except ValueError as exc:
+            problems.append(Problem("$.spec.maxUnavailable", str(exc), "pool", value=mu, source=src))
+    return problems
+
+
+def _check_ignition(cfg: Any, src: str, problems: List[Problem]) -> None:
+    if cfg is None:
+        return
+    if not isinstance(cfg, dict):
+        problems.append(Problem("$.spec.config", "must be an Ignition config object", "ignition", source=src))
+        return
+    version = (cfg.get("ignition") or {}).get("version") if isinstance(cfg.get("ignition"), dict) else None
+    if not isinstance(version, str) or not re.match(r"^3\.[0-5]\.0$", version):
+        problems.append(Problem("$.spec.config.ignition.version", "must be an Ignition spec 3.0.0 .. 3.5.0",
+                                "ignition", value=version, source=src))
+        return
+    try:  # the full validation of a teammate's module, when present
+        from agent.ignition.load import check_node_config  # type: ignore
+    except ImportError:
+        check_node_config = None
+    if check_node_config is not None:
+        try:
+            _nc, found = check_node_config({"apiVersion": "machineconfiguration.openshift.io/v1",
+                                            "kind": "MachineConfig", "metadata": {"name": "x"},
+                                            "spec": {"config": cfg}}, src)
+        except Exception as exc:  # never let a validator bug take the server down
+            log.warning("validator failed on %s: %s", src, exc)
+            found = []
+        for p in found:
+            if p.is_error:
+                path = p.path if p.path.startswith("$.spec") else "$.spec.config" + p.path[1:]
+                problems.append(Problem(path, p.message, p.rule, source=src))
+
+
+def check_machine_config(doc: Dict[str, Any], src: str) -> List[Problem]:
+    problems: List[Problem] = []
+    _meta_name(doc, src, problems, label=False)
+    labels = (doc.get("metadata") or {}).get("labels")
+    if labels is not None and not isinstance(labels, dict):
+        problems.append(Problem("$.metadata.labels", "must be a map", "labels", source=src))
+    spec = doc.get("spec")
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        return problems + [Problem("$.spec", "must be a map", "machineconfig", source=src)]
+    _check_ignition(spec.get("config"), src, problems)
+    for key in ("kernelArguments", "extensions"):
+        v = spec.get(key)
+        if v is not None and (not isinstance(v, list) or not all(isinstance(a, str) for a in v)):
+            problems.append(Problem(f"$.spec.{key}", "must be a list of strings", "machineconfig", value=v, source=src))
+    if "fips" in spec and not isinstance(spec["fips"], bool):
+        problems.append(Problem("$.spec.fips", "must be true or false", "machineconfig", value=spec["fips"], source=src))
+    if spec.get("kernelType") not in KERNEL_TYPES and spec.get("kernelType") is not None:
+        problems.append(Problem("$.spec.kernelType", "must be default, realtime or 64k-pages", "machineconfig",
+                                value=spec.get("kernelType"), source=src))
+    if spec.get("osImageURL") is not None and not isinstance(spec.get("osImageURL"), str):
+        problems.append(Problem("$.spec.osImageURL", "must be a string", "machineconfig", source=src))
+    return problems
+
+
+def check_cluster(doc: Dict[str, Any], src: str) -> List[Problem]:
+    problems: List[Problem] = []
+    spec = doc.get("spec") or {}
+    if not isinstance(spec, dict):
+        return [Problem("$.spec", "must be a map", "machineconfiguration", source=src)]
+    skew = spec.get("bootImageSkewEnforcement")
+    if skew is not None:
+        if not isinstance(skew, dict) or skew.get("mode") not in SKEW_MODES:
+            problems.append(Problem("$.spec.bootImageSkewEnforcement.mode", "must be Automatic, Manual or None",
+                                    "skew", value=skew.get("mode") if isinstance(skew, dict) else skew, source=src))
+        elif skew.get("mode") == "Manual":
+            manual = skew.get("manual") or {}
+            if not (isinstance(manual, dict) and (manual.get("ocpVersion") or manual.get("rhcosVersion"))):
+                problems.append(Problem("$.spec.bootImageSkewEnforcement.manual",
+                                        "Manual mode needs manual.ocpVersion (e.g. 4.13.0) or manual.rhcosVersion "
+                                        "(e.g. 9.2.20240101-0)", "skew", source=src))
+            else:
+                for key, pat in (("ocpVersion", r"^4\.\d+\.\d+$"), ("rhcosVersion", r"^\d+\.\d+(\.\d+(-\d+)?)?$")):
+                    v = manual.get(key)
+                    if v is not None and not re.match(pat, str(v)):
+                        problems.append(Problem(f"$.spec.bootImageSkewEnforcement.manual.{key}", "not a valid version",
+                                                "skew", value=v, source=src))
+    policy = spec.get("nodeDisruptionPolicy")
+    if policy is not None:
+        if not isinstance(policy, dict):
+            problems.append(Problem("$.spec.nodeDisruptionPolicy", "must be a map", "policy", source=src))
+        else:
+            try:
+                from agent import disruption  # type: ignore
+                checker = getattr(disruption, "check_policy", None)
+            except ImportError:
+                checker = None
+            if checker is not None:
+                try:
+                    for p in checker(policy, src) or []:
+                        if getattr(p, "is_error", True):
+                            problems.append(Problem(p.path if p.path.startswith("$.spec") else
+                                                    "$.spec.nodeDisruptionPolicy" + p.path[1:],
+                                                    p.message, p.rule, source=src))
+                except Exception as exc:
+                    log.warning("policy validator failed on %s: %s", src, exc)
+    return problems
+
+
+def _check_named(doc: Dict[str, Any], src: str) -> List[Problem]:
+    problems: List[Problem] = []
+    _meta_name(doc, src, problems, label=False)
+    if not isinstance(doc.get("spec", {}), dict):
+        problems.append(Problem("$.spec", "must be a map", "object", source=src))
+    return problems
+
+
+_CHECKS = {
+    "machineconfigpools": check_pool,
+    "machineconfigs": check_machine_config,
+    "machineosconfigs": _check_named,
+    "machineosbuilds": _check_named,
+}
+
+
+def _read_docs(path: str, src: str, problems: List[Problem]) -> List[Tuple[str, Dict[str, Any]]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            docs = [d for d in yaml.safe_load_all(f) if d is not None]
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(Problem("$", f"cannot read: {exc}", "read", source=src))
+        return []
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problems.append(Problem("$", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}", "yaml", source=src))
+        return []
+    out = []
+    for i, doc in enumerate(docs):
+        where = src if len(docs) == 1 else f"{src} (document {i + 1})"
+        if not isinstance(doc, dict):
+            problems.append(Problem("$", "must be a YAML map (an object)", "object", source=where))
+            continue
+        if doc.get("kind") == "List" or (isinstance(doc.get("items"), list) and "spec" not in doc):
+            for j, item in enumerate(doc.get("items") or []):
+                if isinstance(item, dict):
+                    out.append((f"{where} (item {j})", item))
+                else:
+                    problems.append(Problem(f"$.items.{j}", "must be an object", "object", source=where))
+        else:
+            out.append((where, doc))
+    return out
+
+
+def load_state(state_dir: str) -> State:
+    """Read and validate everything. Invalid objects are left out and listed in ``problems``."""
+    state = State(loaded_at=time.time())
+    sig = signature(state_dir)
+    buckets = {
+        "machineconfigpools": state.pools,
+        "machineconfigs": state.machine_configs,
+        "machineosconfigs": state.os_configs,
+        "machineosbuilds": state.os_builds,
+    }
+    for sub, kind in KINDS.items():
+        d = os.path.join(state_dir, sub)
+        for fname in _yaml_files(d):
+            src = os.path.join(sub, fname)
+            for where, doc in _read_docs(os.path.join(d, fname), src, state.problems):
+                if doc.get("kind") not in (None, kind):
+                    state.problems.append(Problem("$.kind", f"expected {kind} in {sub}/", "kind",
+                                                  value=doc.get("kind"), source=where))
+                    continue
+                found = _CHECKS[sub](doc, where)
+                if found:
+                    state.problems.extend(found)
+                    continue
+                name = doc["metadata"]["name"]
+                if name in buckets[sub]:
+                    state.problems.append(Problem("$.metadata.name", f"duplicate {kind} name", "duplicate",
+                                                  value=name, source=where))
+                    continue
+                buckets[sub][name] = doc
+    cpath = os.path.join(state_dir, CLUSTER_FILE)
+    if os.path.exists(cpath):
+        docs = _read_docs(cpath, CLUSTER_FILE, state.problems)
+        for where, doc in docs[:1]:
+            found = check_cluster(doc, where)
+            if found:
+                state.problems.extend(found)
+            else:
+                state.cluster = doc
+    state.signature = sig
+    return state
+
+
+class StateWatcher:
+    """Holds the serving state; re-reads the directory at most once per ``interval`` seconds.
+
+    Thread-safe: request threads call ``current()``; only one of them reloads at a time.
+    """
+
+    def __init__(self, state_dir: str, interval: float = 1.0):
+        self.state_dir = state_dir
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._checked = 0.0
+        self._state = self._first_load()
+
+    def _first_load(self) -> State:
+        state = load_state(self.state_dir)
+        self._log_problems(state)
+        self._checked = time.monotonic()
+        return state
+
+    @staticmethod
+    def _log_problems(state: State) -> None:
+        for p in state.problems:
+            log.error("state: %s", p)
+
+    def current(self) -> State:
+        now = time.monotonic()
+        if now - self._checked < self.interval or not self._lock.acquire(blocking=False):
+            return self._state
+        try:
+            self._checked = now
+            sig = signature(self.state_dir)
+            old = self._state
+            if sig != old.signature and not (old.stale and sig == getattr(self, "_bad_sig", None)):
+                self._reload(sig)
+        finally:
+            self._lock.release()
+        return self._state
+
+    def _reload(self, sig: str) -> None:
+        new = load_state(self.state_dir)
+        if new.problems:
+            self._log_problems(new)
+            self._bad_sig = sig
+            # Keep serving the last good objects; remember what is wrong with the newest files.
+            old = self._state
+            kept = State(old.pools, old.machine_configs, old.cluster, old.os_configs, old.os_builds,
+                         old.signature, new.problems, old.loaded_at, stale=True)
+            if not old.problems or old.stale:
+                self._state = kept
+            else:  # the first load was already partial: take the newer partial state
+                self._state = new
+            log.error("state directory %s has %d problem(s); %s", self.state_dir, len(new.problems),
+                      "the last good state keeps serving" if self._state is kept else "valid objects serve")
+        else:
+            log.info("state directory %s reloaded", self.state_dir)
+            self._state = new
