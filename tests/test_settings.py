@@ -8,7 +8,14 @@ import pytest
 
 from agent.errors import EXIT_INVALID_CONFIG, ConfigError
 from agent.host.root import Root
-from agent.settings import DEFAULT_PATH, FetchSettings, Settings, default_node_name, load_settings, parse_settings
+from agent.settings import (
+    DEFAULT_PATH,
+    FetchSettings,
+    Settings,
+    default_node_name,
+    load_settings,
+    parse_settings,
+)
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "agent.yaml")
 
