@@ -134,11 +134,7 @@ class FirstBoot:
 
     def _run(self, rec) -> int:
         from agent import planning
-        from agent.apply import apply_config, recover
-
-        outcome = recover(self.root, state_dir=self.state_dir)
-        if outcome:
-            log.warning("an interrupted apply was found and %s", outcome)
+        from agent.apply import apply_config
 
         with rec.stage("fetch"):
             ignition = self.fetch()
@@ -169,11 +165,11 @@ class FirstBoot:
 
         with rec.stage("apply"):
             result = apply_config(self.root, target, None, fetcher=self.fetcher, systemd=self.systemd,
-                                  rpmostree=self.rpmostree, state_dir=self.state_dir,
-                                  stage_os=not self.progress.get("osStaged"))
-            if getattr(result, "os_update_staged", False):
-                self.progress.mark(osStaged=True)
-            log.info("apply: %d changed, %d unchanged", len(result.changed), result.unchanged)
+                                  rpmostree=self.rpmostree, state_dir=self.state_dir)
+            if result.recovered:
+                log.warning("an interrupted apply was found and %s", result.recovered)
+            for line in result.not_performed:
+                log.info("not performed on %s: %s", self.root.top, line)
 
         reboot = plan.reboot and not planning.already_at(booted, target)
         with rec.stage("act"):

@@ -150,7 +150,8 @@ class Updater:
             with rec.stage("apply"):
                 applied = apply_config(self.root, target, current, fetcher=self.fetcher, systemd=self.systemd,
                                        rpmostree=self.rpmostree, state_dir=self.state_dir)
-                log.info("apply: %d changed, %d unchanged", len(applied.changed), applied.unchanged)
+                for line in applied.not_performed:
+                    log.info("not performed on %s: %s", self.root.top, line)
             booted = planning.booted_os(self.root, self.rpmostree)
             reboot = plan.reboot and not planning.already_at(booted, target)
             with rec.stage("act"):

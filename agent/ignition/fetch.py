@@ -559,3 +559,9 @@ def resolve_pointer(pointer: dict, fetcher: Fetcher, *, source: str = "pointer c
     final = _strip_references(_render(walk, pointer, (source,)))
     return ResolvedConfig(ignition=final, sources=list(walk.sources), etag=walk.pool_etag or walk.last_etag,
                           served_name=served_config_name(final))
+
+
+def trust_config_cas(cfg: dict, fetcher: Fetcher, source: str = "pointer config") -> None:
+    """Trust the CAs a config names (``ignition.security.tls.certificateAuthorities``) without
+    following its references: a resumed first boot, or the day-2 loop, reuses the pointer's trust."""
+    _add_cas(_Walk(fetcher=fetcher, max_depth=MAX_DEPTH), cfg, source)
