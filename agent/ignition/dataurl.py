@@ -44,7 +44,7 @@ def decode_data_url(url: str) -> bytes:
     except (binascii.Error, ValueError):
         # URL-safe alphabet is common in hand-written configs
         try:
-            return base64.urlsafe_b64decode(compact)
+            return base64.b64decode(compact.replace(b"-", b"+").replace(b"_", b"/"), validate=True)
         except (binascii.Error, ValueError):
             raise ConfigError(f"invalid base64 in data URL: {_short(url)!r}") from None
 

@@ -1,0 +1,270 @@
+"""Table tests: each invalid config must be reported at its JSON path with its rule; valid ones clean."""
+
+import copy
+
+import pytest
+
+from agent.ignition.validate import clean_path, validate_ignition
+
+H512 = "sha512-" + "a" * 128
+H256 = "sha256-" + "b" * 64
+
+
+def cfg(version="3.4.0", **sections):
+    doc = {"ignition": {"version": version}}
+    doc.update(sections)
+    return doc
+
+
+def files(*entries, version="3.4.0"):
+    return cfg(version, storage={"files": list(entries)})
+
+
+def units(*entries, version="3.4.0"):
+    return cfg(version, systemd={"units": list(entries)})
+
+
+def errors(doc):
+    return [(p.path, p.rule) for p in validate_ignition(doc) if p.is_error]
+
+
+def warnings(doc):
+    return [(p.path, p.rule) for p in validate_ignition(doc) if not p.is_error]
+
+
+VALID = [
+    cfg("3.0.0"), cfg("3.1.0"), cfg("3.2.0"), cfg("3.3.0"), cfg("3.4.0"), cfg("3.5.0"),
+    files({"path": "/etc/hostname", "mode": 420, "contents": {"source": "data:,node1"}}),
+    files({"path": "/etc/a", "overwrite": True, "contents": {"source": ""}}),
+    files({"path": "/etc/a", "contents": {"source": "https://example.com/a", "verification": {"hash": H512}}}),
+    files({"path": "/etc/a", "contents": {"source": "http://e.com/a", "verification": {"hash": H256}}},
+          version="3.1.0"),
+    files({"path": "/etc/a", "contents": {"source": "data:;base64,H4sIAAAAAAAA/8tIzcnJBwCGphA2BQAAAA==",
+                                          "compression": "gzip"}}),
+    files({"path": "/etc/a", "contents": {"source": "s3://bucket/key?versionId=3"}}),
+    files({"path": "/etc/a", "contents": {"source": "tftp://host/file"}}),
+    files({"path": "/etc/a", "contents": {"source": "gs://bucket/obj"}}, version="3.2.0"),
+    files({"path": "/etc/a", "contents": {"source": "arn:aws:s3:::bucket/obj"}}),
+    files({"path": "/etc/a", "contents": {"source": "https://e.com/a",
+                                          "httpHeaders": [{"name": "Authorization", "value": "x"}]}}),
+    files({"path": "/etc/a", "append": [{"source": "data:,x"}, {"source": "data:,y"}]}),
+    files({"path": "/etc/a", "mode": 0o7777}),
+    files({"path": "/", "mode": 420}) if False else cfg(storage={"directories": [{"path": "/var/x", "mode": 493}]}),
+    cfg(storage={"links": [{"path": "/etc/l", "target": "/etc/a"}, {"path": "/etc/h", "target": "/etc/a",
+                                                                    "hard": True}]}),
+    cfg(storage={"links": [{"path": "/etc/l"}]}),  # 3.4: target optional unless overwriting
+    units({"name": "a.service", "enabled": True, "contents": "[Service]\nExecStart=/bin/true\n[Install]\n"
+           "WantedBy=multi-user.target\n", "dropins": [{"name": "10-x.conf", "contents": "[Service]\nX=1\n"}]}),
+    units({"name": "b.timer", "mask": True}, {"name": "c@.service", "enabled": False}),
+    units({"name": "kubelet.service", "dropins": [{"name": "10-a.conf"}]}),
+    cfg(passwd={"users": [{"name": "core", "sshAuthorizedKeys": ["ssh-ed25519 AAAA x"], "uid": 1000,
+                           "groups": ["wheel"], "homeDir": "/home/core", "shell": "/bin/bash", "gecos": "C",
+                           "noCreateHome": False, "noUserGroup": False, "noLogInit": True, "system": False,
+                           "primaryGroup": "core", "passwordHash": "$6$x"}],
+                "groups": [{"name": "g", "gid": 1001, "system": True}]}),
+    cfg(kernelArguments={"shouldExist": ["a=1", "b"], "shouldNotExist": ["c"]}),
+    cfg(ignition={"version": "3.4.0", "config": {"merge": [{"source": "https://e.com/m.ign",
+                                                            "verification": {"hash": H512}}]},
+                  "security": {"tls": {"certificateAuthorities": [{"source": "data:,CERT"}]}},
+                  "timeouts": {"httpResponseHeaders": 10, "httpTotal": 0},
+                  "proxy": {"httpsProxy": "http://proxy:3128", "noProxy": ["a"]}}),
+    cfg(storage={"filesystems": [{"device": "/dev/disk/by-label/var", "format": "xfs", "path": "/var",
+                                  "label": "var", "wipeFilesystem": False}],
+                 "disks": [{"device": "/dev/vda", "partitions": [{"label": "var", "number": 5, "sizeMiB": 0,
+                                                                   "typeGuid": "0FC63DAF-8483-4772-8E79-3D69D8477DE4"}]}]}),
+    cfg(storage={"luks": [{"name": "root", "device": "/dev/vda4", "clevis": {"tpm2": True}, "discard": True}]}),
+    cfg(storage={"files": None}, systemd=None),  # JSON null reads as unset
+]
+
+
+@pytest.mark.parametrize("doc", VALID)
+def test_valid_configs_have_no_errors(doc):
+    assert errors(doc) == []
+
+
+INVALID = [
+    # (doc, path, rule)
+    ({}, "$.ignition.version", "version-missing"),
+    ({"ignition": {}}, "$.ignition.version", "version-missing"),
+    (cfg("3.4"), "$.ignition.version", "version-invalid"),
+    (cfg("2.2.0"), "$.ignition.version", "version-2x"),
+    (cfg("3.6.0"), "$.ignition.version", "version-unsupported"),
+    (cfg("3.5.0-experimental"), "$.ignition.version", "version-invalid"),
+    ({"ignition": {"version": 3}}, "$.ignition.version", "type"),
+    (files({"path": "etc/x"}), "$.storage.files.0.path", "path-absolute"),
+    (files({"path": "/etc/../x"}), "$.storage.files.0.path", "path-clean"),
+    (files({"path": "/etc//x"}), "$.storage.files.0.path", "path-clean"),
+    (files({"path": "/etc/x/"}), "$.storage.files.0.path", "path-clean"),
+    (files({"path": "/etc/./x"}), "$.storage.files.0.path", "path-clean"),
+    (files({"mode": 420}), "$.storage.files.0.path", "path-required"),
+    (files({"path": "/a", "overwrite": True}), "$.storage.files.0.overwrite", "overwrite-nil-source"),
+    (files({"path": "/a", "contents": {"source": "ftp://h/x"}}), "$.storage.files.0.contents.source", "url-scheme"),
+    (files({"path": "/a", "contents": {"source": "/etc/x"}}), "$.storage.files.0.contents.source", "url-scheme"),
+    (files({"path": "/a", "contents": {"source": "gs://b/o"}}, version="3.1.0"),
+     "$.storage.files.0.contents.source", "url-scheme"),
+    (files({"path": "/a", "contents": {"source": "arn:aws:s3:::b/o"}}, version="3.3.0"),
+     "$.storage.files.0.contents.source", "url-scheme"),
+    (files({"path": "/a", "contents": {"source": "arn:aws:ec2:::b/o"}}), "$.storage.files.0.contents.source",
+     "s3-arn"),
+    (files({"path": "/a", "contents": {"source": "s3://b/o?versionId="}}), "$.storage.files.0.contents.source",
+     "s3-version-id"),
+    (files({"path": "/a", "contents": {"source": "http://h:port/x"}}), "$.storage.files.0.contents.source",
+     "url-invalid"),
+    (files({"path": "/a", "contents": {"source": "http://h/%zz"}}), "$.storage.files.0.contents.source",
+     "url-invalid"),
+    (files({"path": "/a", "contents": {"source": "data:;base64,!!!"}}), "$.storage.files.0.contents.source",
+     "data-url"),
+    (files({"path": "/a", "contents": {"source": "data:nocomma"}}), "$.storage.files.0.contents.source", "data-url"),
+    (files({"path": "/a", "contents": {"source": "data:,x", "compression": "xz"}}),
+     "$.storage.files.0.contents.compression", "compression-invalid"),
+    (files({"path": "/a", "contents": {"source": "data:,x", "verification": {"hash": "sha512"}}}),
+     "$.storage.files.0.contents.verification.hash", "hash-malformed"),
+    (files({"path": "/a", "contents": {"source": "data:,x", "verification": {"hash": "md5-" + "a" * 32}}}),
+     "$.storage.files.0.contents.verification.hash", "hash-function"),
+    (files({"path": "/a", "contents": {"source": "data:,x", "verification": {"hash": H256}}}, version="3.0.0"),
+     "$.storage.files.0.contents.verification.hash", "hash-function"),
+    (files({"path": "/a", "contents": {"source": "data:,x", "verification": {"hash": "sha512-" + "a" * 64}}}),
+     "$.storage.files.0.contents.verification.hash", "hash-size"),
+    (files({"path": "/a", "contents": {"source": "data:,x", "verification": {"hash": "sha512-" + "g" * 128}}}),
+     "$.storage.files.0.contents.verification.hash", "hash-malformed"),
+    (files({"path": "/a", "contents": {"verification": {"hash": H512}}}),
+     "$.storage.files.0.contents.verification.hash", "verification-nil-source"),
+    (files({"path": "/a", "contents": {"source": "s3://b/o", "httpHeaders": [{"name": "A", "value": "b"}]}}),
+     "$.storage.files.0.contents.httpHeaders", "httpheaders-scheme"),
+    (files({"path": "/a", "contents": {"source": "https://h/o", "httpHeaders": [{"name": "", "value": "b"}]}}),
+     "$.storage.files.0.contents.httpHeaders.0.name", "httpheader-name"),
+    (files({"path": "/a", "contents": {"source": "https://h/o", "httpHeaders": [{"name": "A"}, {"name": "A"}]}}),
+     "$.storage.files.0.contents.httpHeaders.1.name", "duplicate"),
+    (files({"path": "/a", "mode": 0o10000}), "$.storage.files.0.mode", "mode-range"),
+    (files({"path": "/a", "mode": -1}), "$.storage.files.0.mode", "mode-range"),
+    (files({"path": "/a", "mode": "0644"}), "$.storage.files.0.mode", "type"),
+    (files({"path": "/a", "mode": 420.0}), "$.storage.files.0.mode", "type"),
+    (files({"path": "/a", "overwrite": "yes"}), "$.storage.files.0.overwrite", "type"),
+    (files({"path": "/a", "user": {"id": 0, "name": "root"}}), "$.storage.files.0.user", "owner-id-and-name"),
+    (files({"path": "/a"}, {"path": "/a"}), "$.storage.files.1.path", "duplicate"),
+    (cfg(storage={"files": [{"path": "/a"}], "directories": [{"path": "/a"}]}), "$.storage.directories.0.path",
+     "duplicate"),
+    (cfg(storage={"links": [{"path": "/l", "target": "/x"}], "files": [{"path": "/l/f"}]}),
+     "$.storage.files.0.path", "path-through-link"),
+    (cfg("3.3.0", storage={"links": [{"path": "/l"}]}), "$.storage.links.0.target", "link-target-required"),
+    (cfg(storage={"links": [{"path": "/l", "overwrite": True}]}), "$.storage.links.0.target",
+     "link-target-required"),
+    (cfg(storage={"files": "x"}), "$.storage.files", "type"),
+    (cfg(storage=[]), "$.storage", "type"),
+    (units({"name": "foo"}), "$.systemd.units.0.name", "unit-suffix"),
+    (units({"name": "foo.conf"}), "$.systemd.units.0.name", "unit-suffix"),
+    (units({"enabled": True}), "$.systemd.units.0.name", "unit-name-required"),
+    (units({"name": "a.service"}, {"name": "a.service"}), "$.systemd.units.1.name", "duplicate"),
+    (units({"name": "a.service", "dropins": [{"name": "x.txt"}]}), "$.systemd.units.0.dropins.0.name",
+     "dropin-suffix"),
+    (units({"name": "a.service", "dropins": [{"name": "x.conf"}, {"name": "x.conf"}]}),
+     "$.systemd.units.0.dropins.1.name", "duplicate"),
+    (units({"name": "a.service", "contents": "[Service\nX=1"}), "$.systemd.units.0.contents", "unit-contents"),
+    (units({"name": "a.service", "enabled": "true"}), "$.systemd.units.0.enabled", "type"),
+    (cfg(storage={"files": [{"path": "/etc/systemd/system/a.service"}]}, systemd={"units": [
+        {"name": "a.service", "contents": "[Unit]\n"}]}), "$.storage.files.0.path", "path-conflicts-systemd"),
+    (cfg(passwd={"users": [{"uid": 1}]}), "$.passwd.users.0.name", "name-required"),
+    (cfg(passwd={"users": [{"name": "a"}, {"name": "a"}]}), "$.passwd.users.1.name", "duplicate"),
+    (cfg(passwd={"groups": [{"name": "g"}, {"name": "g"}]}), "$.passwd.groups.1.name", "duplicate"),
+    (cfg(passwd={"users": [{"name": "a", "sshAuthorizedKeys": "ssh-rsa x"}]}),
+     "$.passwd.users.0.sshAuthorizedKeys", "type"),
+    (cfg(passwd={"users": [{"name": "a", "sshAuthorizedKeys": [1]}]}), "$.passwd.users.0.sshAuthorizedKeys.0",
+     "type"),
+    (cfg(passwd={"users": [{"name": "a", "uid": "1000"}]}), "$.passwd.users.0.uid", "type"),
+    (cfg(kernelArguments={"shouldExist": ["a"], "shouldNotExist": ["a"]}), "$.kernelArguments.shouldNotExist.0",
+     "duplicate"),
+    (cfg(kernelArguments={"shouldExist": "a"}), "$.kernelArguments.shouldExist", "type"),
+    (cfg(ignition={"version": "3.4.0", "config": {"merge": [{"verification": {"hash": H512}}]}}),
+     "$.ignition.config.merge.0.source", "source-required"),
+    (cfg(ignition={"version": "3.4.0", "config": {"replace": {"source": "ftp://x"}}}),
+     "$.ignition.config.replace.source", "url-scheme"),
+    (cfg(ignition={"version": "3.4.0", "security": {"tls": {"certificateAuthorities": [{}]}}}),
+     "$.ignition.security.tls.certificateAuthorities.0.source", "source-required"),
+    (cfg(ignition={"version": "3.4.0", "timeouts": {"httpTotal": -1}}), "$.ignition.timeouts.httpTotal",
+     "timeout-negative"),
+    (cfg(ignition={"version": "3.4.0", "timeouts": {"httpTotal": "10"}}), "$.ignition.timeouts.httpTotal", "type"),
+    (cfg(ignition={"version": "3.4.0", "proxy": {"httpProxy": "socks5://p"}}), "$.ignition.proxy.httpProxy",
+     "proxy-scheme"),
+    (cfg(storage={"filesystems": [{"device": "/dev/vdb", "format": "ntfs"}]}),
+     "$.storage.filesystems.0.format", "filesystem-format"),
+    (cfg("3.2.0", storage={"filesystems": [{"device": "/dev/vdb", "format": "none"}]}),
+     "$.storage.filesystems.0.format", "filesystem-format"),
+    (cfg(storage={"filesystems": [{"device": "/dev/vdb", "path": "/var"}]}),
+     "$.storage.filesystems.0.format", "format-required"),
+    (cfg(storage={"filesystems": [{"device": "/dev/vdb", "label": "x"}]}),
+     "$.storage.filesystems.0.label", "label-needs-format"),
+    (cfg(storage={"filesystems": [{"device": "/dev/vdb", "format": "xfs", "label": "x" * 13}]}),
+     "$.storage.filesystems.0.label", "label-too-long"),
+    (cfg(storage={"filesystems": [{"format": "xfs"}]}), "$.storage.filesystems.0.device", "device-required"),
+    (cfg(storage={"disks": [{"device": "/dev/vda", "partitions": [{"label": "x" * 37}]}]}),
+     "$.storage.disks.0.partitions.0.label", "partition-label"),
+    (cfg(storage={"disks": [{"device": "/dev/vda", "partitions": [{"number": 1}, {"number": 1}]}]}),
+     "$.storage.disks.0.partitions.1.number", "duplicate"),
+    (cfg(storage={"disks": [{"device": "/dev/vda", "partitions": [{"typeGuid": "linux"}]}]}),
+     "$.storage.disks.0.partitions.0.typeGuid", "guid"),
+    (cfg(storage={"raid": [{"name": "md", "level": "raid7", "devices": ["/dev/a"]}]}),
+     "$.storage.raid.0.level", "raid-level"),
+    (cfg(storage={"luks": [{"name": "a/b", "device": "/dev/vdb"}]}), "$.storage.luks.0.name", "luks-name"),
+    ([], "$", "type"),
+    ("x", "$", "type"),
+]
+
+
+@pytest.mark.parametrize("doc,path,rule", INVALID, ids=[f"{i}-{t[2]}" for i, t in enumerate(INVALID)])
+def test_invalid_configs_are_reported_at_their_path(doc, path, rule):
+    assert (path, rule) in errors(doc), validate_ignition(doc)
+
+
+WARN = [
+    (cfg(foo=1), "$.foo", "unused-key"),
+    (files({"path": "/a", "bogus": True}), "$.storage.files.0.bogus", "unused-key"),
+    (cfg("3.2.0", kernelArguments={"shouldExist": ["a"]}), "$.kernelArguments", "unused-key"),
+    (cfg("3.0.0", ignition={"version": "3.0.0", "proxy": {"httpProxy": "http://p"}}), "$.ignition.proxy",
+     "unused-key"),
+    (cfg("3.1.0", storage={"luks": [{"name": "x"}]}), "$.storage.luks", "unused-key"),
+    (units({"name": "a.service", "enabled": True, "contents": "[Service]\nExecStart=/bin/true\n"}),
+     "$.systemd.units.0.contents", "unit-no-install"),
+    (units({"name": "a.service", "enabled": True, "mask": True}), "$.systemd.units.0", "unit-mask-enabled"),
+    (files({"path": "/a", "mode": 0o4755}, version="3.3.0"), "$.storage.files.0.mode", "mode-special"),
+    (cfg(passwd={"users": [{"name": "a", "homeDir": "home/a"}]}), "$.passwd.users.0.homeDir", "path-absolute"),
+]
+
+
+@pytest.mark.parametrize("doc,path,rule", WARN)
+def test_warnings_do_not_make_a_config_invalid(doc, path, rule):
+    assert (path, rule) in warnings(doc)
+    assert errors(doc) == []
+
+
+def test_every_problem_is_path_first_and_has_a_rule():
+    doc = files({"path": "etc/x", "mode": 99999}, {"path": "etc/x"})
+    problems = validate_ignition(doc)
+    assert problems
+    for p in problems:
+        assert str(p).startswith(p.path + ": ")
+        assert p.path.startswith("$")
+        assert p.rule
+
+
+def test_value_is_carried_where_useful():
+    (p,) = [p for p in validate_ignition(files({"path": "etc/x"})) if p.is_error]
+    assert p.to_dict()["value"] == "etc/x"
+    assert "(got 'etc/x')" in str(p)
+
+
+def test_validation_does_not_mutate_the_input():
+    doc = files({"path": "/a", "contents": {"source": "data:,x"}}, {"path": "b"})
+    before = copy.deepcopy(doc)
+    validate_ignition(doc)
+    assert doc == before
+
+
+def test_field_newer_than_declared_version_names_the_needed_version():
+    (w,) = [p for p in validate_ignition(cfg("3.2.0", kernelArguments={"shouldExist": ["a"]})) if not p.is_error]
+    assert "3.3.0" in w.message and "3.2.0" in w.message
+
+
+@pytest.mark.parametrize("raw,clean", [("/", "/"), ("/a/b", "/a/b"), ("/a/../b", "/b"), ("//a", "/a"),
+                                       ("/a/", "/a"), ("/..", "/"), ("/a/./b", "/a/b")])
+def test_clean_path_matches_go_path_clean(raw, clean):
+    assert clean_path(raw) == clean
