@@ -13,18 +13,15 @@ Call order in the pipeline (before any pivot, before kubelet)::
 Refuse means: do not pivot, do not start kubelet, report ``state: Degraded`` and exit 78.
 """
 
-import base64
-import binascii
-import gzip
 import json
 import logging
 import os
 import tempfile
-import urllib.parse
 from typing import Any, Dict, Optional
 
 from agent.errors import ConfigError, HostError, Problem, SkewRefused
 from agent.host.root import Root
+from agent.ignition.dataurl import decode_data_url, decompress
 from agent.skew import (
     CODE_MAJOR,
     OK,
@@ -67,19 +64,6 @@ def check_boot_image(root: Root, rules_doc: Optional[Dict[str, Any]],
     return decide(booted, rules)
 
 
-def _decode_data_url(url: str, where: str) -> bytes:
-    if not url.startswith("data:") or "," not in url:
-        raise ConfigError("skew rules file is not inline",
-                          [Problem(where, "the skew rules must be served inline as a data: URL", value=url[:60])])
-    head, _, payload = url[len("data:"):].partition(",")
-    try:
-        if head.endswith(";base64"):
-            return base64.b64decode(urllib.parse.unquote(payload), validate=True)
-        return urllib.parse.unquote_to_bytes(payload)
-    except (binascii.Error, ValueError) as exc:
-        raise ConfigError("skew rules data URL is invalid", [Problem(where, f"invalid data URL: {exc}")])
-
-
 def rules_from_ignition(ignition: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """The rules document served in an Ignition config at RULES_PATH, or None when not served.
 
@@ -98,13 +82,18 @@ def rules_from_ignition(ignition: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     source = contents.get("source")
     if not source:
         return None
-    data = _decode_data_url(source, f"{where}.source")
-    if contents.get("compression") == "gzip":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise ConfigError("skew rules are not valid gzip",
-                              [Problem(f"{where}.compression", f"gzip data is invalid: {exc}")])
+    if not isinstance(source, str) or not source.startswith("data:"):
+        raise ConfigError("the skew rules must be served inline",
+                          [Problem(f"{where}.source", "must be an inline data: URL", value=str(source)[:60])])
+    try:
+        data = decode_data_url(source)
+    except ConfigError as exc:
+        raise ConfigError("the served skew rules cannot be decoded", [Problem(f"{where}.source", str(exc))])
+    try:
+        data = decompress(data, contents.get("compression"))
+    except ConfigError as exc:
+        raise ConfigError("the served skew rules cannot be decompressed",
+                          [Problem(f"{where}.compression", str(exc))])
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -4,6 +4,8 @@ import datetime
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.errors import ConfigError
 from agent.versions import (
@@ -215,3 +217,36 @@ def test_ocp_version(raw, key, patch):
 def test_ocp_version_errors(raw, fragment):
     with pytest.raises(VersionError, match=fragment):
         parse_ocp_version(raw)
+
+
+# ---------------------------------------------------------------------------------------------
+# round trip and order over generated versions (bounded)
+
+_stamps = st.datetimes(min_value=datetime.datetime(2019, 1, 1), max_value=datetime.datetime(2099, 12, 31))
+_legacy = st.tuples(st.integers(1, 18), st.integers(8, 9), st.integers(0, 10), _stamps, st.integers(0, 30)).map(
+    lambda t: f"4{t[0]}.{t[1]}{t[2]}.{t[3]:%Y%m%d%H%M}-{t[4]}")
+_rhel = st.tuples(st.integers(9, 12), st.integers(0, 10), _stamps, st.integers(0, 30)).map(
+    lambda t: f"{t[0]}.{t[1]}.{t[2]:%Y%m%d}-{t[3]}")
+_fcos = st.tuples(st.integers(30, 60), _stamps, st.integers(1, 20), st.integers(0, 9)).map(
+    lambda t: f"{t[0]}.{t[1]:%Y%m%d}.{t[2]}.{t[3]}")
+_any = st.one_of(_legacy, _rhel, _fcos)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_any)
+def test_generated_versions_round_trip(raw):
+    v = parse_version(raw)
+    d = v.to_dict()
+    assert d["raw"] == raw and d["scheme"] in ("rhcos-legacy", "rhcos", "fcos")
+    assert parse_version(raw) == v
+
+
+@settings(max_examples=150, deadline=None)
+@given(_any, _any)
+def test_generated_order_is_antisymmetric(a, b):
+    va, vb = parse_version(a), parse_version(b)
+    assert (va < vb) == (vb > va)
+    assert (va == vb) == (a == b)  # every generated spelling is canonical
+    if va.scheme == vb.scheme == "rhcos":
+        assert (va < vb) == ((va.rhel_major, va.rhel_minor, va.build_date, va.serial)
+                             < (vb.rhel_major, vb.rhel_minor, vb.build_date, vb.serial))
