@@ -9,7 +9,7 @@ import urllib.parse
 import pytest
 
 from agent.errors import ConfigError, FetchError
-from agent.ignition.fetch import Fetcher, ResolvedConfig, resolve_pointer
+from agent.ignition.fetch import Fetcher, ResolvedConfig, resolve_pointer, trust_config_cas
 from agent.settings import FetchSettings, Settings
 from tests.helpers.certs import make_tls
 from tests.helpers.httpserver import Reply, ScriptedServer
@@ -134,15 +134,35 @@ def test_ca_fetched_over_http_with_verification(server, tmp_path):
         assert files_of(resolve_pointer(pointer, fetcher()).ignition) == {"/etc/x": "X"}
 
 
-def test_gzip_child_hash_is_over_the_compressed_bytes_and_headers_are_sent(server):
-    raw = gzip.compress(body(config(file_entry("/etc/z", "Z"))))
-    server.always("/z.ign.gz", Reply(200, raw))
+def test_gzip_child_hash_is_over_the_decompressed_config_and_headers_are_sent(server):
+    # Ignition spec 3.1+: "If compression is specified, the hash describes the decompressed config".
+    plain = body(config(file_entry("/etc/z", "Z")))
+    server.always("/z.ign.gz", Reply(200, gzip.compress(plain)))
     ref = {"source": server.url("/z.ign.gz"), "compression": "gzip",
-           "verification": {"hash": "sha256-" + hashlib.sha256(raw).hexdigest()},
+           "verification": {"hash": "sha256-" + hashlib.sha256(plain).hexdigest()},
            "httpHeaders": [{"name": "X-Node", "value": "n1"}]}
     resolved = resolve_pointer(config(config={"merge": [ref]}), fetcher())
     assert files_of(resolved.ignition) == {"/etc/z": "Z"}
     assert server.requests_for("/z.ign.gz")[0].header("X-Node") == "n1"
+
+
+def test_gzip_child_with_hash_of_the_compressed_bytes_is_refused(server):
+    raw = gzip.compress(body(config(file_entry("/etc/z", "Z"))))
+    server.always("/z.ign.gz", Reply(200, raw))
+    ref = {"source": server.url("/z.ign.gz"), "compression": "gzip",
+           "verification": {"hash": "sha512-" + hashlib.sha512(raw).hexdigest()}}
+    with pytest.raises(FetchError, match="does not match its verification.hash"):
+        resolve_pointer(config(config={"merge": [ref]}), fetcher())
+
+
+def test_trust_config_cas_alone(tmp_path):
+    tls = make_tls(str(tmp_path / "tls"))
+    pointer = config(security={"tls": {"certificateAuthorities": [{"source": data_url(tls.ca_pem())}]}})
+    f = fetcher()
+    assert trust_config_cas(pointer, f, source="pointer.ign") == 1 and f.ca_pems == (tls.ca_pem(),)
+    bad = config(security={"tls": {"certificateAuthorities": [{"source": "data:,not%20a%20cert"}]}})
+    with pytest.raises(ConfigError, match=r"pointer.ign \$.ignition.security.tls.certificateAuthorities.0"):
+        trust_config_cas(bad, f, source="pointer.ign")
 
 
 def test_invalid_fetched_config_names_its_url(server):

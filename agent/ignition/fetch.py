@@ -127,7 +127,7 @@ def parse_hash(verification: Optional[dict], where: str = "verification.hash") -
 
 
 def check_hash(body: bytes, expected: Optional[Tuple[str, str]], url: str) -> None:
-    """Raise a final FetchError when ``body`` (the bytes as fetched, before decompression) mismatches."""
+    """Raise a final FetchError when ``body`` does not match ``expected`` (from parse_hash)."""
     if expected is None:
         return
     algo, digest = expected
@@ -270,6 +270,8 @@ class Fetcher:
 
         ``budget`` (seconds) overrides ``fetch.totalTimeout``; 0 means no limit. ``etag`` makes a
         conditional GET: an unchanged resource gives ``FetchResult(status=304, body=b"")``.
+        ``verification`` is checked on the body as received: for a compressed resource pass None
+        and check the decompressed bytes with check_hash (Ignition hashes decompressed data).
         Raises FetchError (final answer or budget spent) or ConfigError (bad URL or hash syntax).
         """
         expected = parse_hash(verification)
@@ -454,23 +456,40 @@ def _fetch_resource(walk: _Walk, ref: Any, where: str, ignition: bool) -> Tuple[
     if not isinstance(ref, dict) or not isinstance(ref.get("source"), str) or not ref["source"]:
         raise ConfigError(f"{where}: expected an object with a source URL",
                           [Problem(f"{where}.source", "expected a URL", "resource-source")])
-    result = walk.fetcher.fetch(ref["source"], ignition=ignition, verification=ref.get("verification"),
+    compression = ref.get("compression")
+    # Ignition's verification.hash describes the *decompressed* config when compression is set
+    # (spec 3.1+: "If compression is specified, the hash describes the decompressed config"),
+    # so a compressed resource is verified after gunzip, a plain one by the fetcher.
+    verification = ref.get("verification")
+    expected = parse_hash(verification, f"{where}.verification.hash")
+    result = walk.fetcher.fetch(ref["source"], ignition=ignition, verification=None if compression else verification,
                                 headers=_resource_headers(ref))
     body = result.body
-    if ref.get("compression"):
+    if compression:
         from agent.ignition.dataurl import decompress
 
-        body = decompress(body, ref["compression"])
+        body = decompress(body, compression)
+        check_hash(body, expected, result.url)
     return body, result
 
 
-def _add_cas(walk: _Walk, cfg: dict, source: str) -> None:
+def trust_config_cas(cfg: dict, fetcher: Fetcher, source: str = "pointer config") -> int:
+    """Add ``cfg``'s ``ignition.security.tls.certificateAuthorities`` to ``fetcher``'s trust.
+
+    Used by resolve_pointer for every config on the way, and on its own when a run resumes from
+    a saved config but still needs the pointer's CAs (reports, file sources). Returns the count.
+    """
+    return _add_cas(_Walk(fetcher=fetcher, max_depth=MAX_DEPTH), cfg, source)
+
+
+def _add_cas(walk: _Walk, cfg: dict, source: str) -> int:
     cas = ((((cfg.get("ignition") or {}).get("security") or {}).get("tls") or {})
            .get("certificateAuthorities") or [])
     for i, ref in enumerate(cas):
         where = f"$.ignition.security.tls.certificateAuthorities.{i}"
         pem, _ = _fetch_resource(walk, ref, where, ignition=False)
         walk.fetcher.add_ca(pem, source=f"{source} {where}")
+    return len(cas)
 
 
 def _fetch_config(walk: _Walk, ref: Any, where: str, chain: Tuple[str, ...]) -> Tuple[dict, str]:
@@ -560,8 +579,3 @@ def resolve_pointer(pointer: dict, fetcher: Fetcher, *, source: str = "pointer c
     return ResolvedConfig(ignition=final, sources=list(walk.sources), etag=walk.pool_etag or walk.last_etag,
                           served_name=served_config_name(final))
 
-
-def trust_config_cas(cfg: dict, fetcher: Fetcher, source: str = "pointer config") -> None:
-    """Trust the CAs a config names (``ignition.security.tls.certificateAuthorities``) without
-    following its references: a resumed first boot, or the day-2 loop, reuses the pointer's trust."""
-    _add_cas(_Walk(fetcher=fetcher, max_depth=MAX_DEPTH), cfg, source)
