@@ -1,0 +1,121 @@
+"""Start the real node-config-server (gunicorn) on a free loopback port, wait for /healthz, stop.
+
+    with ServerProcess(state_dir, tls=make_tls(tmp), token="s3cret") as srv:
+        r = srv.session().get(srv.url("/config/worker"))
+
+Reusable by end-to-end tests: ``base_url``, ``verify`` (the CA file, or True), ``token``,
+``url(path)``, ``session()`` (a requests.Session with verify and the token set), ``log_text()``.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import List, Optional, Sequence
+
+import requests
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    def __init__(self, state_dir: str, tls=None, token: Optional[str] = None, workers: int = 2,
+                 threads: int = 8, extra_args: Sequence[str] = (), port: Optional[int] = None):
+        self.state_dir = state_dir
+        self.tls = tls
+        self.token = token
+        self.workers = workers
+        self.threads = threads
+        self.extra_args = list(extra_args)
+        self.port = port or free_port()
+        self.proc: Optional[subprocess.Popen] = None
+        self._logfile = tempfile.NamedTemporaryFile(prefix="node-config-server-", suffix=".log", delete=False)
+        self._token_file: Optional[str] = None
+
+    @property
+    def base_url(self) -> str:
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def verify(self):
+        return self.tls.ca_cert if self.tls else True
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def session(self, token: bool = True) -> requests.Session:
+        s = requests.Session()
+        s.trust_env = False  # else REQUESTS_CA_BUNDLE (and proxies) from the environment beat s.verify
+        s.verify = self.verify
+        if token and self.token:
+            s.headers["Authorization"] = f"Bearer {self.token}"
+        return s
+
+    def command(self) -> List[str]:
+        cmd = [sys.executable, "-m", "agent.server.cli", "serve", "--state", self.state_dir,
+               "--listen", f"127.0.0.1:{self.port}", "--workers", str(self.workers),
+               "--threads", str(self.threads)]
+        if self.tls:
+            cmd += ["--tls-cert", self.tls.cert, "--tls-key", self.tls.key]
+        if self.token:
+            fd, self._token_file = tempfile.mkstemp(prefix="nc-token-")
+            with os.fdopen(fd, "w") as f:
+                f.write(self.token + "\n")
+            cmd += ["--token-file", self._token_file]
+        return cmd + self.extra_args
+
+    def start(self, timeout: float = 30.0) -> "ServerProcess":
+        env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen(self.command(), stdout=self._logfile, stderr=subprocess.STDOUT, env=env,
+                                     cwd=REPO, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"node-config-server exited with {self.proc.returncode}:\n{self.log_text()}")
+            try:
+                r = requests.get(self.url("/healthz"), verify=self.verify, timeout=2)
+                if r.status_code == 200:
+                    return self
+                last = f"HTTP {r.status_code}"
+            except requests.RequestException as exc:
+                last = exc
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"node-config-server did not become healthy in {timeout}s ({last}):\n{self.log_text()}")
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # gunicorn master: graceful stop of its workers
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # our own session only
+                self.proc.wait()
+        self.proc = None
+        if self._token_file:
+            os.unlink(self._token_file)
+            self._token_file = None
+
+    def log_text(self) -> str:
+        self._logfile.flush()
+        with open(self._logfile.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
