@@ -699,7 +699,7 @@ class _Semantic:
             name = _get(unit, "name", "str")
             if not name:
                 continue
-            if _get(unit, "contents", "str") is not None or _get(unit, "mask", "bool"):
+            if _get(unit, "contents", "str") is not None:
                 owned.add(f"/etc/systemd/system/{name}")
             for _, dropin in _items(unit, "dropins"):
                 dname = _get(dropin, "name", "str")
