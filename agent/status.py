@@ -32,6 +32,7 @@ FINAL_RESULTS = ("done", "failed", "degraded")
 STAGE_RESULTS = ("running", "ok", "failed", "skipped")
 
 _UNSET: Any = object()
+_claimed = set()  # run ids already used by a RunRecorder in this process
 
 
 def utc_now() -> str:
@@ -112,8 +113,13 @@ class RunRecorder:
         self._now = now
         self._started = monotonic()
         self._warned = False
-        run_id = run_id or log.get_context().get("NODE_AGENT_RUN") or log.new_run_id()
-        # The journal entries of this run carry the same id as its status record.
+        if run_id is None:
+            # The first record of a process takes the run id setup_logging() put on the log
+            # context, so every journal entry of the run carries the status record's id; later
+            # records (each pass of the day-2 loop) are runs of their own.
+            current = log.get_context().get("NODE_AGENT_RUN")
+            run_id = current if current and current not in _claimed else log.new_run_id()
+        _claimed.add(run_id)
         log.set_context(NODE_AGENT_RUN=run_id, NODE_AGENT_COMMAND=command)
         self.data: Dict[str, Any] = {
             "schema": SCHEMA,

@@ -119,6 +119,15 @@ def test_set_puts_pool_and_config_in_the_log_context(root):
     assert ctx["NODE_AGENT_RUN"] == "abc" and ctx["NODE_AGENT_COMMAND"] == "firstboot"
 
 
+def test_first_recorder_takes_the_logging_run_id_later_ones_get_their_own(root):
+    log.set_context(NODE_AGENT_RUN="from-setup-logging")
+    first = RunRecorder(root, "update")
+    assert first.run_id == "from-setup-logging"
+    second = RunRecorder(root, "update")
+    assert second.run_id != first.run_id
+    assert log.get_context()["NODE_AGENT_RUN"] == second.run_id
+
+
 def test_finish_rejects_unknown_results(root):
     rec = RunRecorder(root, "firstboot")
     with pytest.raises(ValueError, match="running"):
