@@ -49,9 +49,10 @@ class VersionError(ConfigError, ValueError):
 
 def _date(raw: str, digits: str) -> Tuple[datetime.date, Optional[str]]:
     """``YYYYMMDD`` or ``YYYYMMDDHHMM`` as (date, "HH:MM" or None); invalid dates are errors."""
-    fmt = "%Y%m%d%H%M" if len(digits) == 12 else "%Y%m%d"
+    # Fixed-width slices, not strptime: its 1-or-2-digit fields can split a stamp the wrong way.
+    hour, minute = (int(digits[8:10]), int(digits[10:12])) if len(digits) == 12 else (0, 0)
     try:
-        stamp = datetime.datetime.strptime(digits, fmt)
+        stamp = datetime.datetime(int(digits[0:4]), int(digits[4:6]), int(digits[6:8]), hour, minute)
     except ValueError:
         raise VersionError(f"version {raw!r}: {digits!r} is not a valid build date")
     return stamp.date(), (stamp.strftime("%H:%M") if len(digits) == 12 else None)
