@@ -290,6 +290,15 @@ def test_hash_match_and_bad_hash_syntax(server, fake):
             make(fake).fetch(server.url("/c"), verification={"hash": bad})
 
 
+def test_oversized_body_is_refused(server, fake):
+    server.always("/c", Reply(200, b"x" * 300_000, chunked=True))
+    fetcher = make(fake)
+    fetcher.max_body = 100_000
+    with pytest.raises(FetchError, match="larger than 100000 bytes"):
+        fetcher.fetch(server.url("/c"))
+    assert len(server.requests_for("/c")) == 1
+
+
 def test_conditional_get_304(server, fake):
     def reply(handler):
         if handler.headers.get("If-None-Match") == '"v7"':

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 IGNITION_ACCEPT = "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1"
 NODE_ANNOTATIONS_FILE = "/etc/machine-config-daemon/node-annotations.json"
 CURRENT_CONFIG_ANNOTATION = "machineconfiguration.openshift.io/currentConfig"
+MAX_BODY = 256 * 1024 * 1024  # far above any real config or CA bundle; stops a runaway response
 MAX_DEPTH = 8  # nesting of merge/replace references; Ignition has no limit, loops are caught anyway
 
 _HASHES = {"sha512": hashlib.sha512, "sha256": hashlib.sha256}
@@ -212,6 +213,7 @@ class Fetcher:
         self._wall = wall_clock
         self.user_agent = user_agent or f"node-agent/{__version__}"
         self.session = session or requests.Session()
+        self.max_body = MAX_BODY
         self._ca_pems: List[bytes] = []
         self._mount_trust()
         for pem in ca_pems:
@@ -386,9 +388,14 @@ class Fetcher:
 
     def _read_body(self, resp: requests.Response, server: str) -> bytes:
         chunks = []
+        size = 0
         try:
             for chunk in resp.iter_content(65536):
                 chunks.append(chunk)
+                size += len(chunk)
+                if size > self.max_body:
+                    raise FetchError(f"the response from server {server} for {_short_url(resp.url)} is larger than "
+                                     f"{self.max_body} bytes; refusing it", url=resp.url, status=resp.status_code)
         except requests.exceptions.RequestException as exc:
             raise _Retry(f"the response from server {server} broke off: {_transport_reason(exc)}")
         body = b"".join(chunks)
