@@ -236,8 +236,10 @@ def parse_rules(doc: Any, source: str = "") -> SkewRules:
                                             "without spaces", value=image, source=source))
                     image = None
 
-    allow = doc.get("allowMajorUpgrade", False)
-    if not isinstance(allow, bool):
+    allow = doc.get("allowMajorUpgrade")
+    if allow is None:  # absent or null, as for the other optional fields
+        allow = False
+    elif not isinstance(allow, bool):
         problems.append(Problem("$.allowMajorUpgrade", "must be true or false", value=allow, source=source))
         allow = False
 

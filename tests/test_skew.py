@@ -178,7 +178,7 @@ VALID_RULES = [
     ("full", {"mode": "Enforce", "minimum": {"rhcosVersion": "9.2.20240101-0"},
               "target": {"rhelMajor": 9, "osImageURL": "quay.io/x/y:z"}, "allowMajorUpgrade": True}),
     ("ocp", {"mode": "Warn", "minimum": {"ocpVersion": "4.13.0"}}),
-    ("null-optionals", {"mode": "Warn", "minimum": None, "target": None}),
+    ("null-optionals", {"mode": "Warn", "minimum": None, "target": None, "allowMajorUpgrade": None}),
     ("target-image-only", {"mode": "Enforce", "target": {"osImageURL": "quay.io/x/y:z"}}),
 ]
 
