@@ -215,6 +215,7 @@ def _same_file(host: str, data: bytes, entry: Dict) -> bool:
 def recover(root: Root, state_dir: str = "/var/lib/node-agent", systemd=None, rpmostree=None) -> Optional[str]:
     """Finish or undo an apply a crash interrupted: "rolled-forward", "rolled-back" or None."""
     j = Journal(root, state_dir)
+    files.sweep_tmp(j._host_state())  # a journal write killed before its rename
     if not j.exists():
         if os.path.isdir(j.backup_dir):
             shutil.rmtree(j.backup_dir)  # killed while preparing: nothing on the node had changed
