@@ -1,0 +1,76 @@
+"""``node-agent plan``: what applying ``--to`` on a node at ``--from`` would change and do.
+
+``--json`` prints ``{"actions": [...], "drain": bool, "reboot": bool, "changes": {...}}``; each
+action has ``type`` and, for Reload/Restart, ``unit``, plus ``causes`` (why). ``Special``
+(registries.conf) appears as itself, with ``reload: crio.service`` and whether it drains
+(also reflected in the top-level ``drain``). ``--show-policy`` prints the merged policy.
+"""
+
+import json
+import sys
+from typing import Any
+
+from agent.errors import ConfigError, Problem, UsageError
+
+
+def _read(path: str, what: str) -> bytes:
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else f"cannot read: {exc.strerror or exc}"
+        raise ConfigError(f"{what} {path}: {reason}", [Problem("$", reason, source=path)], source=path)
+
+
+def _policy(args: Any):
+    from agent.disruption import effective_policy, load_policy_text
+
+    path = getattr(args, "policy", None)
+    if not path:
+        return effective_policy()
+    return effective_policy(load_policy_text(_read(path, "--policy"), source=path))
+
+
+def _config(path: str, what: str):
+    from agent.ignition.load import load_node_config
+
+    data = _read(path, what)
+    try:
+        return load_node_config(data, path)
+    except ConfigError as exc:
+        if not exc.source:
+            exc.source = path
+        raise
+
+
+def _dump_yaml(doc: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+
+
+def run(args: Any) -> int:
+    policy = _policy(args)
+    if getattr(args, "show_policy", False):
+        doc = policy.to_dict()
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            sys.stdout.write(_dump_yaml(doc))
+        return 0
+
+    if not args.from_file or not args.to_file:
+        raise UsageError("plan needs --from FILE and --to FILE (or --show-policy)")
+    old = _config(args.from_file, "--from")
+    new = _config(args.to_file, "--to")
+
+    from agent.disruption import plan_disruption
+
+    plan = plan_disruption(old, new, policy, firstboot=bool(args.firstboot))
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=2))
+    else:
+        print(plan.explain())
+    return 0
