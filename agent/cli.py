@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--show-policy", action="store_true", help="print the effective merged policy and exit")
 
-    p = sub.add_parser("skew", help="check a boot image (aleph file) against skew rules")
+    p = sub.add_parser("skew", help="check a boot image (aleph file) against skew rules",
+                       description="Exit 0 ok/warn, 1 refuse, 65 rules file unreadable or not valid.")
     p.add_argument("--aleph", required=True, metavar="FILE", help="aleph version file (.coreos-aleph-version.json)")
     p.add_argument("--rules", required=True, metavar="FILE", help="skew rules (JSON or YAML)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
