@@ -241,7 +241,7 @@ class Fetcher:
             text = pem.decode("ascii")
             if "-----BEGIN CERTIFICATE-----" not in text:
                 raise ValueError("no PEM certificate in it")
-            ssl.create_default_context().load_verify_locations(cadata=text)
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=text)
         except (ValueError, ssl.SSLError) as exc:
             raise ConfigError(f"CA bundle{where} is not a PEM certificate bundle ({exc}); "
                               "check ignition.security.tls.certificateAuthorities", source=source)
