@@ -219,8 +219,26 @@ def gather_facts(root: Root, target: NodeConfig, previous: Optional[NodeConfig],
                  days_since_epoch=int(time.time() // 86400), state_dir=state_dir)
 
 
-def _observe(root: Root, paths: List[str]) -> Dict:
-    return {p: files.observe(root.path(p, follow_last=False)) for p in paths}
+def _check_inside(root: Root, ops) -> None:
+    """Refuse, before anything changes, any path (or link target) that resolves outside the root."""
+    for o in ops:
+        paths = [o.path] if o.path.startswith("/") else []
+        paths += [o.target] if o.kind == "hardlink" else []
+        paths += [p for p, _ in o.links]
+        for p in paths:
+            try:
+                root.path(p, follow_last=False)
+            except PathEscapeError as e:
+                raise PathEscapeError(f"{o.where + ': ' if o.where else ''}{p}: {e}; refusing to apply, "
+                                      "nothing was changed")
+
+
+def _observe(root: Root, paths: List[str], ops) -> Dict:
+    """Op paths as they are (a link is a link); mere parents through links (a link to a missing
+    directory is a missing directory, created where the link points)."""
+    own = {o.path for o in ops} | {o.target for o in ops if o.kind == "hardlink"}
+    own |= {p for o in ops for p, _ in o.links} | {f"{units.SYSTEM_DIR}/{o.path}" for o in ops}
+    return {p: files.observe(root.path(p, follow_last=p not in own)) for p in paths}
 
 
 # ------------------------------------------------------------------------------------------
@@ -247,11 +265,8 @@ def apply_config(root: Root, target: NodeConfig, previous: Optional[NodeConfig] 
         booted = booted_os(root, rpmostree)
     facts = gather_facts(root, target, previous, state_dir, booted)
     ops = desired_operations(target, previous, contents, facts)
-    try:
-        observed = _observe(root, observe_paths(ops))
-    except PathEscapeError as e:
-        where = next((o.where for o in ops if o.path and str(o.path) in str(e)), "")
-        raise PathEscapeError(f"{where + ': ' if where else ''}{e}; nothing was changed")
+    _check_inside(root, ops)
+    observed = _observe(root, observe_paths(ops), ops)
     steps, changed, unchanged = diff_operations(ops, observed, facts)
 
     result.changed = [o.describe() for o in changed]
@@ -284,7 +299,7 @@ def apply_config(root: Root, target: NodeConfig, previous: Optional[NodeConfig] 
                             "and rpm-ostree is not installed on this host; nothing was changed")
 
     journal = Journal(root, state_dir)
-    touched = [s.path for s in steps if s.touches_path]
+    touched = [(s.path, s.kind == "mkdir") for s in steps if s.touches_path]
     journal.begin(touched, target.name)
     current: Optional[Step] = None
     try:
@@ -334,13 +349,15 @@ def _run_step(root: Root, step: Step, journal: Journal, systemd, rpmostree, resu
             rpmostree.rebase(step.target)
         result.os_update_staged = True
         return
-    host = root.path(step.path, follow_last=False)
+    host = root.path(step.path, follow_last=step.kind == "mkdir")
     if step.kind == "write":
         files.atomic_write(host, step.data or b"", step.mode if step.mode is not None else 0o644, step.uid, step.gid)
     elif step.kind == "attrs":
         files.set_attrs(host, step.mode, step.uid, step.gid)
     elif step.kind == "mkdir":
         if not os.path.isdir(host):
+            # Normally only the leaf is missing; through a link to a missing tree, more are.
+            files.makedirs(os.path.dirname(host), 0o755, 0, 0, stop=root.top)
             os.mkdir(host, 0o700)
         files.set_attrs(host, step.mode if step.mode is not None else 0o755, max(step.uid, 0), max(step.gid, 0))
         files.fsync_dir(os.path.dirname(host))

@@ -74,8 +74,11 @@ class Journal:
         files.atomic_write(self.journal_path, (json.dumps(self.doc, indent=1) + "\n").encode(), 0o600, 0, 0)
 
     # -- the protocol ----------------------------------------------------------------------
-    def begin(self, config_paths: Iterable[str], config_name: str = "") -> None:
-        """Back up every path about to change, then write the journal (state ``applying``)."""
+    def begin(self, config_paths: Iterable, config_name: str = "") -> None:
+        """Back up every path about to change, then write the journal (state ``applying``).
+
+        Items are config paths, or (config path, follow last link) pairs.
+        """
         host_state = self._host_state()
         files.makedirs(host_state, 0o755, 0, 0, stop=self.root.top)
         if os.path.isdir(self.backup_dir):
@@ -83,8 +86,9 @@ class Journal:
         files.makedirs(self.backup_dir, 0o700, 0, 0, stop=self.root.top)
         entries: List[Dict] = []
         seen = set()
-        for cp in config_paths:
-            host = self.root.path(cp, follow_last=False)
+        for item in config_paths:
+            cp, follow = item if isinstance(item, tuple) else (item, False)
+            host = self.root.path(cp, follow_last=follow)
             rel = os.path.relpath(host, self.root.top)
             if rel in seen:
                 continue
