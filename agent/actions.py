@@ -56,6 +56,11 @@ class ActionsResult:
     rebooting: bool = False
 
     @property
+    def not_performed(self) -> List[str]:
+        """One line per action left undone because the root is not the running system."""
+        return [str(o) for o in self.outcomes if o.status == NOT_PERFORMED]
+
+    @property
     def ok(self) -> bool:
         return all(o.status != FAILED for o in self.outcomes)
 

@@ -338,6 +338,11 @@ def effective_policy(user: Optional[Policy] = None) -> Policy:
     return merge(default_policy(), user or Policy())
 
 
+def merge_policy(node_disruption_policy: Any, source: str = "") -> Policy:
+    """A ``spec.nodeDisruptionPolicy`` mapping (or None) -> the effective policy (ConfigError if invalid)."""
+    return effective_policy(parse_policy(node_disruption_policy, source=source))
+
+
 # --- computing actions -------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -121,3 +121,10 @@ def test_not_live_root_performs_nothing(systemd_mock, logind_mock, dbus_calls):
     assert [o.status for o in result.outcomes] == ["not-performed"] and not result.rebooting
     assert dbus_calls() == []
     assert result.to_dict()["outcomes"][0]["action"]["type"] == "Reboot"
+
+
+def test_not_performed_lines(systemd_mock, logind_mock):
+    result = act.carry_out(plan_for(KUBELET_DROPIN).actions, systemd_mock.client(), logind_mock.client(),
+                           live=False)
+    assert result.not_performed == ["DaemonReload: not-performed (the root is not the running system)",
+                                    "Restart kubelet.service: not-performed (the root is not the running system)"]

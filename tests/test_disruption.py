@@ -364,3 +364,10 @@ def test_policy_to_dict_round_trips():
     merged = d.effective_policy()
     assert d.parse_policy(merged.to_dict(), origin="default") == d.Policy(
         tuple(d.PolicyEntry(e.key, e.actions, "default") for e in merged.files), (), merged.sshkey)
+
+
+def test_merge_policy_from_a_spec_mapping():
+    merged = d.merge_policy({"units": [{"name": "a.service", "actions": [{"type": "Drain"}]}]})
+    assert merged.unit_entry("a.service").actions == (d.PolicyAction("Drain"),)
+    assert merged.files == d.default_policy().files
+    assert d.merge_policy(None) == d.effective_policy()
