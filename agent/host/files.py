@@ -87,7 +87,9 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644, uid: int = -1, gid: 
         try:
             os.fchmod(fd, 0o600)  # umask-proof: the mode given to open() was masked
             if uid != -1 or gid != -1:
-                os.fchown(fd, uid, gid)
+                # By name, not fchown: the name is ours (O_EXCL, O_NOFOLLOW, in a root-only
+                # directory), and file-system fakes used in tests emulate chown but not fchown.
+                os.chown(tmp, uid, gid, follow_symlinks=False)
             view = memoryview(data)
             while view:
                 n = os.write(fd, view)
