@@ -24,7 +24,7 @@ MIGRATIONS = [
         created REAL NOT NULL);
     CREATE TABLE pools (
         name TEXT PRIMARY KEY, target TEXT NOT NULL, current TEXT NOT NULL,
-        held TEXT NOT NULL DEFAULT '', updated REAL NOT NULL);
+        held TEXT NOT NULL DEFAULT '', rendered TEXT NOT NULL DEFAULT '', updated REAL NOT NULL);
     CREATE TABLE pool_history (
         id INTEGER PRIMARY KEY AUTOINCREMENT, pool TEXT NOT NULL, field TEXT NOT NULL,
         config TEXT NOT NULL, at REAL NOT NULL);
@@ -33,6 +33,7 @@ MIGRATIONS = [
     CREATE TABLE leases (
         node TEXT PRIMARY KEY, pool TEXT NOT NULL, config TEXT NOT NULL,
         granted REAL NOT NULL, expires REAL NOT NULL);
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     CREATE TABLE drain_events (
         id INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT NOT NULL, pool TEXT NOT NULL,
         action TEXT NOT NULL, detail TEXT NOT NULL DEFAULT '', at REAL NOT NULL);
@@ -112,7 +113,7 @@ class Database:
         return [r[0] for r in rows]
 
     def pools(self) -> Dict[str, Dict[str, Any]]:
-        rows = self.conn().execute("SELECT name, target, current, held, updated FROM pools").fetchall()
+        rows = self.conn().execute("SELECT name, target, current, held, rendered, updated FROM pools").fetchall()
         return {r["name"]: dict(r) for r in rows}
 
     def history(self, pool: str) -> List[Dict[str, Any]]:
@@ -145,6 +146,10 @@ class Database:
             rows = self.conn().execute("SELECT * FROM drain_events ORDER BY id").fetchall()
         return [dict(r) for r in rows]
 
+    def meta(self, key: str) -> Optional[str]:
+        row = self.conn().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
     # -- writes (inside ``with db.write() as c``) --------------------------------------------
 
     @staticmethod
@@ -153,17 +158,23 @@ class Database:
                   (name, pool, json.dumps(spec, sort_keys=True), json.dumps(list(sources)), time.time()))
 
     @staticmethod
-    def set_pool(c: sqlite3.Connection, pool: str, target: str, current: str, held: str,
+    def set_pool(c: sqlite3.Connection, pool: str, target: str, current: str, held: str, rendered: str,
                  old: Optional[Dict[str, Any]]) -> None:
         now = time.time()
-        c.execute("INSERT INTO pools (name, target, current, held, updated) VALUES (?,?,?,?,?) "
+        c.execute("INSERT INTO pools (name, target, current, held, rendered, updated) VALUES (?,?,?,?,?,?) "
                   "ON CONFLICT(name) DO UPDATE SET target=excluded.target, current=excluded.current, "
-                  "held=excluded.held, updated=excluded.updated", (pool, target, current, held, now))
+                  "held=excluded.held, rendered=excluded.rendered, updated=excluded.updated",
+                  (pool, target, current, held, rendered, now))
         if old is None or old["target"] != target:
             c.execute("INSERT INTO pool_history (pool, field, config, at) VALUES (?,?,?,?)", (pool, "target", target, now))
         if old is None or old["current"] != current:
             c.execute("INSERT INTO pool_history (pool, field, config, at) VALUES (?,?,?,?)",
                       (pool, "current", current, now))
+
+    @staticmethod
+    def set_meta(c: sqlite3.Connection, key: str, value: str) -> None:
+        c.execute("INSERT INTO meta (key, value) VALUES (?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                  (key, value))
 
     @staticmethod
     def put_report(c: sqlite3.Connection, node: str, pool: str, body: Dict[str, Any]) -> None:

@@ -13,6 +13,8 @@ import time
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Tuple
 
+FLUSH_EVERY = 0.5
+
 
 def _esc(value: str) -> str:
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
@@ -29,13 +31,26 @@ class RequestCounter:
         self._counts: Dict[Tuple[str, str, str], int] = defaultdict(int)
         self._flushed = 0.0
         self._dirty = False
+        self._thread: Optional[threading.Thread] = None
 
     def inc(self, pool: str, code: int, method: str) -> None:
         with self._lock:
             self._counts[(pool, str(code), method)] += 1
             self._dirty = True
-        if time.monotonic() - self._flushed > 1.0:
-            self.flush()
+            start = self._thread is None and self.directory is not None
+            if start:
+                self._thread = threading.Thread(target=self._flusher, name="metrics-flush", daemon=True)
+        if start:
+            self._thread.start()
+
+    def _flusher(self) -> None:
+        # Off the request path: a scrape on another worker sees our counts within FLUSH_EVERY.
+        while True:
+            time.sleep(FLUSH_EVERY)
+            try:
+                self.flush()
+            except OSError:
+                pass
 
     def flush(self) -> None:
         if not self.directory:

@@ -83,6 +83,11 @@ class Cluster:
 
     def state(self) -> State:
         st = self.watcher.current()
+        seen = self.db.meta("state_signature")
+        if seen is not None and seen != st.signature and not st.stale:
+            # Another worker has seen different files: look now, so that every worker serves
+            # the same state as soon as one of them has noticed a change (no flip-flop).
+            st = self.watcher.current(check_now=True)
         if st.signature != self._reconciled_sig:
             self.reconcile()
         return st
@@ -100,6 +105,7 @@ class Cluster:
             reports = self.db.reports()
             with self.db.write() as c:
                 rows = {r["name"]: dict(r) for r in c.execute("SELECT * FROM pools").fetchall()}
+                Database.set_meta(c, "state_signature", st.signature)
                 if fresh:
                     for name, r in rendered.items():
                         Database.put_rendered(c, name, r.name, r.spec, list(r.sources))
@@ -112,12 +118,12 @@ class Cluster:
                     paused = bool((st.pools[name].get("spec") or {}).get("paused"))
                     step = progress.rollout_step(r.name, row, paused, st.force_rollout or pool_forced(st.pools[name]),
                                                  counts)
-                    if row is None or (step.target, step.current, step.held) != (row["target"], row["current"],
-                                                                                row["held"]):
+                    if row is None or (step.target, step.current, step.held, r.name) != (
+                            row["target"], row["current"], row["held"], row["rendered"]):
                         if row is None or step.target != row["target"] or step.current != row["current"]:
                             log.info("pool %s: target %s, current %s%s", name, step.target, step.current,
                                      f" ({step.held})" if step.held else "")
-                        Database.set_pool(c, name, step.target, step.current, step.held, row)
+                        Database.set_pool(c, name, step.target, step.current, step.held, r.name, row)
             self._rendered = rendered
             self._reconciled_sig = st.signature
 
@@ -189,7 +195,7 @@ class Cluster:
         limit = parse_max_unavailable(spec.get("maxUnavailable"), counts.machine)
         status: Dict[str, Any] = {
             "configuration": {"name": current},
-            "rendered": self._rendered[name].name if name in self._rendered else "",
+            "rendered": row.get("rendered") or "",
             "observedGeneration": 1,
             **counts.to_status(),
             "served": served.to_dict(),

@@ -360,9 +360,11 @@ class StateWatcher:
         for p in state.problems:
             log.error("state: %s", p)
 
-    def current(self) -> State:
+    def current(self, check_now: bool = False) -> State:
         now = time.monotonic()
-        if now - self._checked < self.interval or not self._lock.acquire(blocking=False):
+        if check_now:
+            self._lock.acquire()
+        elif now - self._checked < self.interval or not self._lock.acquire(blocking=False):
             return self._state
         try:
             self._checked = now
