@@ -40,6 +40,9 @@ DEFAULT_TABLE = [
     ("/etc/kubernetes/credential-providers/ecr.yaml", [("Restart", "kubelet.service")], False),
     ("/etc/systemd/system/kubelet.service.d/40-kubelet-crio-image-credential-provider.conf",
      [("DaemonReload", None), ("Restart", "kubelet.service")], False),
+    ("/etc/node-agent/boot-image-skew.json", [("None", None)], False),
+    ("/etc/node-agent/pool.json", [("None", None)], False),
+    ("/etc/kubernetes/kubelet-env", [("Restart", "kubelet.service")], False),
     ("/etc/chrony.conf", [("Reboot", None)], True),  # no entry
     ("/etc/containers/registries.d.bak", [("Reboot", None)], True),  # a sibling, not a child
     ("/etc/crio", [("Reboot", None)], True),  # a parent of an entry is not covered
@@ -67,6 +70,9 @@ def test_defaults_file_has_the_reference_table():
         "/etc/pki/ca-trust/source/anchors/openshift-config-user-ca-bundle.crt",
         "/etc/kubernetes/credential-providers",
         "/etc/systemd/system/kubelet.service.d/40-kubelet-crio-image-credential-provider.conf",
+        # node-agent's own additions, after the MCO's table
+        "/etc/node-agent",
+        "/etc/kubernetes/kubelet-env",
     ]
     assert policy.units == ()
     assert policy.sshkey == (d.PolicyAction("None"),)
