@@ -18,7 +18,6 @@ On an offline root (``--root DIR``) systemd enablement is done with links, as
 ``ApplyResult.not_performed``, the OS changes recorded in ``<state>/pending-os.json``.
 """
 
-import gzip
 import hashlib
 import json
 import logging
@@ -27,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from agent.errors import ApplyError, ConfigError, FetchError, HostError, NodeAgentError, Problem
+from agent.errors import ApplyError, ConfigError, FetchError, HostError, Problem
 from agent.host import files, units
 from agent.host.accounts import read_accounts
 from agent.host.root import PathEscapeError, Root
@@ -79,51 +78,21 @@ def recover(root: Root, state_dir: str = DEFAULT_STATE_DIR, systemd=None, rpmost
 
 
 def _decode_data(url: str, where: str) -> bytes:
+    from agent.ignition.dataurl import decode_data_url
+
     try:
-        from agent.ignition.dataurl import decode_data_url
-    except ImportError:  # until agent.ignition.dataurl lands
-        decode_data_url = _decode_data_url_minimal
-    try:
-        out = decode_data_url(url)
-    except NodeAgentError:
-        raise
-    except ValueError as e:
-        raise ConfigError(f"{where}.source: invalid data URL: {e}", [Problem(f"{where}.source", f"invalid data URL: {e}")])
-    if isinstance(out, tuple):
-        out = out[0]
-    return getattr(out, "data", out)
-
-
-def _decode_data_url_minimal(url: str) -> bytes:
-    import base64
-    import urllib.parse
-
-    head, sep, payload = url[5:].partition(",")
-    if not sep:
-        raise ValueError("no ',' in data URL")
-    if head.endswith(";base64"):
-        return base64.b64decode(urllib.parse.unquote_to_bytes(payload), validate=False)
-    return urllib.parse.unquote_to_bytes(payload)
+        return decode_data_url(url)
+    except ConfigError as e:
+        raise ConfigError(f"{where}.source: {e}", [Problem(f"{where}.source", str(e))])
 
 
 def _decompress(data: bytes, compression: str, where: str) -> bytes:
-    if not compression:
-        return data
+    from agent.ignition.dataurl import decompress
+
     try:
-        from agent.ignition.dataurl import decompress
-    except ImportError:
-        decompress = None
-    try:
-        if decompress is not None:
-            return decompress(data, compression)
-        if compression != "gzip":
-            raise ValueError(f"unsupported compression {compression!r}")
-        return gzip.decompress(data)
-    except NodeAgentError:
-        raise
-    except (OSError, ValueError, EOFError) as e:
-        raise ConfigError(f"{where}.compression: cannot decompress contents ({e})",
-                          [Problem(f"{where}.compression", f"cannot decompress: {e}")])
+        return decompress(data, compression)
+    except ConfigError as e:
+        raise ConfigError(f"{where}.compression: {e}", [Problem(f"{where}.compression", str(e))])
 
 
 def _verify(data: bytes, verification: Optional[Dict], where: str) -> None:

@@ -382,3 +382,10 @@ def test_live_os_changes_staged_against_booted_state(root):
     assert ro_fail.calls[-1] == ("cleanup",) and root.read_bytes("/etc/f") == b"f"
     with pytest.raises(HostError, match="needs rpm-ostree"):
         apply_config(live, cfg(kernel_arguments=("y",)), rpmostree=FakeRpmOstree(available=False))
+
+
+def test_bad_gzip_names_the_field(root):
+    c = cfg({"files": [{"path": "/etc/g", "contents": {"source": "data:;base64,AAAA", "compression": "gzip"}}]})
+    with pytest.raises(ConfigError, match=r"\$\.storage\.files\.0\.contents\.compression: invalid gzip"):
+        apply_config(root, c)
+    assert not root.exists("/etc/g")
