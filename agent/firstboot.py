@@ -163,6 +163,7 @@ class FirstBoot:
             rec.finish("done", EXIT_OK)
             return EXIT_OK
 
+        applied_in_boot = self.progress.get("appliedBootId")
         with rec.stage("apply"):
             result = apply_config(self.root, target, None, fetcher=self.fetcher, systemd=self.systemd,
                                   rpmostree=self.rpmostree, state_dir=self.state_dir)
@@ -170,8 +171,14 @@ class FirstBoot:
                 log.warning("an interrupted apply was found and %s", result.recovered)
             for line in result.not_performed:
                 log.info("not performed on %s: %s", self.root.top, line)
+            self.progress.mark(appliedBootId=planning.boot_id(self.root))
 
-        reboot = plan.reboot and not planning.already_at(booted, target)
+        reboot = plan.reboot
+        if reboot and not plan.changes.os and applied_in_boot and applied_in_boot != planning.boot_id(self.root):
+            # An interrupted run applied this config, then the node went down and came back: the
+            # reboot the files needed has happened. Another would be the double reboot we avoid.
+            log.info("the node has rebooted since this config was applied; no further reboot needed")
+            reboot = False
         with rec.stage("act"):
             planning.carry_out(plan, self.root, self.systemd, self.logind, firstboot=True)
             rec.set(reboot_pending=reboot)
@@ -183,7 +190,7 @@ class FirstBoot:
                          "firstPivotConfig": identity.config,
                          "currentImage": (booted.image if reboot else target.os_image_url) or None,
                          "bootImage": self.boot_image, "skew": self.skew_decision,
-                         "reason": "reboot pending for the OS update" if reboot else None})
+                         "reason": "reboot pending" if reboot else None})
 
         nodestate.write_stamp(self.root, self.state_dir, target.name)
         self.progress.clear()

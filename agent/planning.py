@@ -1,6 +1,6 @@
 """Glue between the stages: the target config from what was served, the booted OS, the plan.
 
-Pure where it can be (target_from_served, with_pool_files' merge, baseline, already_at); the
+Pure where it can be (target_from_served, with_pool_files' merge, the first-boot baseline); the
 few reads of the node (booted OS, kubelet-env) go through the root.
 """
 
@@ -84,20 +84,20 @@ def booted_os(root: Root, rpmostree=None) -> Booted:
     return Booted(image, kargs, bool(image))
 
 
+def boot_id(root: Root) -> Optional[str]:
+    """The kernel's id of this boot (changes at every boot); None where the root has none."""
+    try:
+        return root.read_text("/proc/sys/kernel/random/boot_id").strip() or None
+    except OSError:
+        return None
+
+
 def firstboot_baseline(target: NodeConfig, booted: Booted) -> NodeConfig:
     """The config a first boot starts from: nothing of the target's Ignition yet, and the OS the
     boot image runs. Unknown OS facts count as different (a pivot is the safe assumption)."""
     present = tuple(a for a in target.kernel_arguments if a in booted.kargs)
     return NodeConfig(ignition={"ignition": {"version": target.ignition.get("ignition", {}).get("version", "3.4.0")}},
                       os_image_url=booted.image, kernel_arguments=present, name="(boot image)")
-
-
-def already_at(booted: Booted, target: NodeConfig) -> bool:
-    """True when the booted OS already is the target image with its kernel arguments."""
-    if not booted.known or booted.image != target.os_image_url:
-        return False
-    return all(a in booted.kargs for a in target.kernel_arguments) and not target.extensions \
-        and target.kernel_type in ("", "default")
 
 
 def make_plan(current: NodeConfig, target: NodeConfig, policy_text: Optional[str], *, firstboot: bool):

@@ -153,7 +153,7 @@ class Updater:
                 for line in applied.not_performed:
                     log.info("not performed on %s: %s", self.root.top, line)
             booted = planning.booted_os(self.root, self.rpmostree)
-            reboot = plan.reboot and not planning.already_at(booted, target)
+            reboot = plan.reboot
             with rec.stage("act"):
                 planning.carry_out(plan, self.root, self.systemd, self.logind, firstboot=False)
                 rec.set(reboot_pending=reboot)
