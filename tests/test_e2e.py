@@ -1,0 +1,140 @@
+"""End to end: the real node-config-server (gunicorn, TLS, token) and real node-agent processes
+on scratch roots. Custom pool join, refusal by skew, resume after SIGKILL in every stage."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.certs import make_tls
+from tests.helpers.noderoot import make_node_root
+from tests.helpers.server_proc import ServerProcess
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(REPO, "examples", "state")
+TOKEN = "e2e-token"
+INFRA_IMAGE_ARGS = dict(booted_image="", cmdline="")
+STAGES = ["fetch", "validate", "skew", "pool", "plan", "apply", "act", "report"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    top = tmp_path_factory.mktemp("e2e")
+    state = str(top / "state")
+    shutil.copytree(EXAMPLES, state)
+    tls = make_tls(str(top / "tls"))
+    with ServerProcess(state, tls=tls, token=TOKEN) as srv:
+        yield srv
+
+
+def agent(*args, env=None):
+    cmd = [sys.executable, "-m", "agent.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env=dict(os.environ, **(env or {})))
+
+
+def node(server, tmp_path, name, pool, **kw):
+    return make_node_root(str(tmp_path / name), server.base_url, pool, ca_pem=server.tls.ca_pem(), token=TOKEN,
+                          node_name=name, fetch_budget=20, **kw)
+
+
+def tree(root, under="etc", skip=("etc/node-agent/agent.yaml",)):
+    """path -> (mode, bytes) of every regular file and link under ``root/under`` (the node's own
+    settings, which name it, left out)."""
+    out = {}
+    base = os.path.join(root, under)
+    for dirpath, _dirs, filenames in os.walk(base):
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            rel = os.path.relpath(p, root)
+            if rel in skip:
+                continue
+            if os.path.islink(p):
+                out[rel] = ("link", os.readlink(p))
+            else:
+                with open(p, "rb") as fh:
+                    out[rel] = (oct(os.stat(p).st_mode & 0o7777), fh.read())
+    return out
+
+
+def server_node(server, name):
+    r = server.session().get(server.url(f"/api/v1/nodes/{name}"))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_custom_pool_join_labels_annotations_and_registry_agree(server, tmp_path):
+    root = node(server, tmp_path, "infra-0", "infra")
+    r = agent("firstboot", "--root", root)
+    assert r.returncode == 0, r.stderr
+    env = open(os.path.join(root, "etc/kubernetes/kubelet-env")).read()
+    assert "KUBELET_LOG_LEVEL=2" in env  # what was there is kept
+    assert "CUSTOM_KUBELET_LABELS=node-role.kubernetes.io/infra=" in env
+    ann = json.load(open(os.path.join(root, "etc/machine-config-daemon/node-annotations.json")))
+    pivot = ann["machineconfiguration.openshift.io/firstPivotConfig"]
+    assert pivot.startswith("rendered-infra-")
+    seen = server_node(server, "infra-0")
+    assert seen["pool"] == "infra"
+    assert seen["report"]["firstPivotConfig"] == pivot
+    assert seen["report"]["state"] in ("Done", "Working")
+    pool = server.session().get(server.url("/api/v1/pools/infra")).json()
+    assert "infra-0" in pool["status"]["nodes"]
+    assert os.path.exists(os.path.join(root, "var/lib/node-agent/firstboot.done"))
+    st = agent("status", "--root", root, "--json")
+    assert st.returncode == 0
+    record = json.loads(st.stdout)
+    assert record["pool"] == "infra" and [s["name"] for s in record["stages"]] == STAGES
+    # a second run is a no-op
+    again = agent("firstboot", "--root", root)
+    assert again.returncode == 0 and "already done" in again.stdout
+
+
+def test_too_old_boot_image_is_refused_and_nothing_is_applied(server, tmp_path):
+    root = node(server, tmp_path, "worker-old", "worker", aleph_version="48.84.202109241901-0")
+    before = tree(root)
+    r = agent("firstboot", "--root", root)
+    assert r.returncode == 78, r.stderr
+    issue = os.listdir(os.path.join(root, "etc/issue.d"))
+    assert len(issue) == 1
+    message = open(os.path.join(root, "etc/issue.d", issue[0])).read()
+    assert "48.84.202109241901-0" in message and "None" in message
+    after = tree(root)
+    del after[os.path.join("etc/issue.d", issue[0])]
+    assert after == before  # no config file written, kubelet labels untouched
+    assert not os.path.exists(os.path.join(root, "var/lib/node-agent/firstboot.done"))
+    seen = server_node(server, "worker-old")
+    assert seen["report"]["state"] == "Degraded"
+    assert seen["report"]["skew"] == "refuse"
+    assert "BootImage" in seen["report"]["reason"]
+    st = agent("status", "--root", root)
+    assert st.returncode == 1
+
+
+@pytest.fixture(scope="module")
+def reference_tree(server, tmp_path_factory):
+    top = tmp_path_factory.mktemp("reference")
+    root = node(server, top, "infra-ref", "infra")
+    assert agent("firstboot", "--root", root).returncode == 0
+    return tree(root)
+
+
+CRASH_POINTS = [(s, "enter") for s in STAGES] + [("apply", "exit"), ("act", "exit"), ("report", "exit")]
+
+
+@pytest.mark.parametrize("stage,when", CRASH_POINTS, ids=[f"{s}-{w}" for s, w in CRASH_POINTS])
+def test_sigkill_in_every_stage_resumes_to_the_same_node(server, tmp_path, reference_tree, stage, when):
+    name = f"infra-k-{stage}-{when}"
+    root = node(server, tmp_path, name, "infra")
+    killed = subprocess.run([sys.executable, "-m", "tests.helpers.kill_at_stage", stage, when, "--",
+                             "firstboot", "--root", root], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert killed.returncode == -9
+    assert not os.path.exists(os.path.join(root, "var/lib/node-agent/firstboot.done"))
+    resumed = agent("firstboot", "--root", root)
+    assert resumed.returncode == 0, resumed.stderr
+    assert tree(root) == reference_tree
+    pending = json.load(open(os.path.join(root, "var/lib/node-agent/pending-os.json")))
+    assert pending  # the OS update is recorded once, not stacked
+    assert server_node(server, name)["report"]["state"] in ("Done", "Working")
