@@ -55,7 +55,7 @@ unit: venv
 test: lint compat unit
 
 demo: venv
-	$(PY) -m agent.demo
+	$(PY) examples/demo.py
 
 rpm: venv
 	bash packaging/build-rpm.sh build/rpm

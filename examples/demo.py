@@ -1,0 +1,165 @@
+"""``make demo``: a local node-config-server and first boots into scratch roots, narrated.
+
+1. node-config-server on loopback (gunicorn, TLS with a throw-away CA, a bearer token), state
+   copied from examples/state: pools master, worker and the custom pool infra, a node
+   disruption policy, boot image skew enforcement, a MachineOSConfig with a succeeded build.
+2. infra-0 first-boots into the custom pool infra: its boot image already is the served OS
+   image, so it joins at once with no reboot.
+3. worker-0 first-boots from a boot image too old for the skew rules: refused, console message.
+4. An admin changes infra's chrony config: `node-agent plan` tells what it will do, and
+   `node-agent update --once` applies it under the policy (a restart, no drain, no reboot).
+5. The pools' status and the cluster's progress over all pools.
+
+Everything lives under ./demo-run (removed and made again at each run).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from tests.helpers.certs import make_tls  # noqa: E402
+from tests.helpers.noderoot import make_node_root  # noqa: E402
+from tests.helpers.server_proc import ServerProcess  # noqa: E402
+
+RUN = os.path.join(REPO, "demo-run")
+TOKEN = "demo-token"
+BIN = os.path.dirname(sys.executable)
+
+
+def title(text: str) -> None:
+    print(f"\n\033[1m== {text}\033[0m", flush=True)
+
+
+def show(cmd, check_codes=(0,), quiet_stderr=False):
+    shown = " ".join(os.path.relpath(c, REPO) if c.startswith(RUN) else c for c in cmd)
+    print(f"$ {shown}", flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    out = proc.stdout.rstrip()
+    if out:
+        print(textwrap.indent(out, "  "))
+    if proc.stderr.strip() and not quiet_stderr:
+        print(textwrap.indent(_plain_log(proc.stderr).rstrip(), "  | "))
+    print(f"  (exit {proc.returncode})", flush=True)
+    if proc.returncode not in check_codes:
+        raise SystemExit(f"demo: unexpected exit {proc.returncode} from {shown}")
+    return proc
+
+
+def _plain_log(text: str) -> str:
+    # The agent writes sd-daemon priority prefixes (<6>...) when not on a terminal; the demo
+    # drops them and the "stage ... started" lines (each stage's end line says the same).
+    lines = []
+    for line in text.splitlines():
+        if line[:1] == "<" and line[2:3] == ">":
+            line = line[3:]
+        if line.startswith("stage ") and line.endswith(" started"):
+            continue
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def agent(*args):
+    return [os.path.join(BIN, "node-agent"), *args]
+
+
+def main() -> int:
+    started = time.monotonic()
+    shutil.rmtree(RUN, ignore_errors=True)
+    os.makedirs(RUN)
+    state = os.path.join(RUN, "state")
+    shutil.copytree(os.path.join(REPO, "examples", "state"), state)
+    tls = make_tls(os.path.join(RUN, "tls"))
+
+    title("1. node-config-server on loopback (TLS, bearer token), state from examples/state")
+    with ServerProcess(state, tls=tls, token=TOKEN, workers=2, threads=4) as srv:
+        api = srv.session()
+        print(f"  listening on {srv.base_url}")
+        for pool in api.get(srv.url("/api/v1/pools")).json()["items"]:
+            served = pool["status"].get("served", {})
+            print(f"  pool {pool['metadata']['name']:7} target {pool['spec']['configuration']['name']}"
+                  f"\n  {'':12} serves {served.get('config')} + {served.get('image')}"
+                  f"\n  {'':12} because {served.get('reason')}")
+
+        title("2. infra-0 first-boots into the custom pool 'infra'")
+        infra = api.get(srv.url("/config/infra"),
+                        headers={"Accept": "application/vnd.coreos.ignition+json;version=3.4.0"})
+        image = infra.headers.get("X-Served-Image", "")
+        with open(os.path.join(RUN, "infra-before.ign"), "wb") as f:
+            f.write(infra.content)
+        kargs = _served_kargs(infra.json())
+        print(f"  its boot image already runs {image} with kernel arguments {' '.join(kargs) or '(none)'}")
+        infra0 = make_node_root(os.path.join(RUN, "infra-0"), srv.base_url, "infra", ca_pem=tls.ca_pem(),
+                                token=TOKEN, node_name="infra-0", booted_image=image, cmdline=" ".join(kargs))
+        show(agent("firstboot", "--root", infra0))
+        show(agent("status", "--root", infra0))
+        with open(os.path.join(infra0, "etc/kubernetes/kubelet-env")) as f:
+            print("  kubelet registers with: " + f.read().strip().replace("\n", "; "))
+        seen = api.get(srv.url("/api/v1/nodes/infra-0")).json()
+        print(f"  the server counts infra-0 in pool {seen['pool']} ({seen.get('membership', '')})")
+
+        title("3. worker-0 boots from a boot image too old for the skew rules")
+        worker0 = make_node_root(os.path.join(RUN, "worker-0"), srv.base_url, "worker", ca_pem=tls.ca_pem(),
+                                 token=TOKEN, node_name="worker-0", aleph_version="48.84.202109241901-0")
+        show(agent("firstboot", "--root", worker0), check_codes=(78,))
+        issue_dir = os.path.join(worker0, "etc/issue.d")
+        for name in sorted(os.listdir(issue_dir)):
+            print(f"  console message ({os.path.relpath(os.path.join(issue_dir, name), RUN)}):")
+            with open(os.path.join(issue_dir, name)) as f:
+                print(textwrap.indent(f.read().rstrip(), "  | "))
+
+        title("4. the admin changes infra's chrony config")
+        mc = os.path.join(state, "machineconfigs", "50-infra.yaml")
+        with open(mc) as f:
+            text = f.read()
+        with open(mc, "w") as f:
+            f.write(text.replace("pool%20ntp.infra.example.com%20iburst", "pool%20ntp2.infra.example.com%20iburst"))
+        new_target = _wait_for_new_target(api, srv, "infra", _target(api, srv, "infra"))
+        print(f"  pool infra's target is now {new_target}")
+        after = api.get(srv.url("/config/infra"), params={"node": "infra-0"},
+                        headers={"Accept": "application/vnd.coreos.ignition+json;version=3.4.0"})
+        with open(os.path.join(RUN, "infra-after.ign"), "wb") as f:
+            f.write(after.content)
+        show(agent("plan", "--from", os.path.join(RUN, "infra-before.ign"), "--to",
+                   os.path.join(RUN, "infra-after.ign"), "--policy",
+                   os.path.join(state, "machineconfiguration.yaml")))
+        show(agent("update", "--once", "--root", infra0, "--node-name", "infra-0"))
+
+        title("5. pools and the cluster's progress over all pools")
+        show([os.path.join(BIN, "node-config-server"), "status", "--state", state], quiet_stderr=True)
+        cluster = api.get(srv.url("/api/v1/cluster")).json()
+        print(f"  /api/v1/cluster: complete={cluster['complete']}")
+        for block in cluster.get("blocking", []):
+            print(f"    held back by {block['pool']}: {block['reason']}")
+    print(f"\ndemo finished in {time.monotonic() - started:.1f} s; everything is under {os.path.relpath(RUN)}/")
+    return 0
+
+
+def _served_kargs(ignition: dict):
+    from agent.served import node_config_from_served
+
+    return list(node_config_from_served(ignition).kernel_arguments)
+
+
+def _target(api, srv, pool: str) -> str:
+    return api.get(srv.url(f"/api/v1/pools/{pool}")).json()["spec"]["configuration"]["name"]
+
+
+def _wait_for_new_target(api, srv, pool: str, old: str, timeout: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        new = _target(api, srv, pool)
+        if new != old:
+            return new
+        time.sleep(0.25)
+    raise SystemExit(f"demo: the server did not pick up the change within {timeout:.0f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
