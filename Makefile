@@ -44,7 +44,7 @@ $(STAMP): pyproject.toml | sysdeps
 venv: sysdeps $(STAMP)
 
 lint: venv
-	$(VENV)/bin/ruff check agent tests benchmarks
+	$(VENV)/bin/ruff check agent tests benchmarks examples
 
 compat: venv
 	$(VENV)/bin/vermin -q --no-tips --violations --eval-annotations -t=3.9- agent

@@ -13,7 +13,6 @@
 Everything lives under ./demo-run (removed and made again at each run).
 """
 
-import json
 import os
 import shutil
 import subprocess
