@@ -85,7 +85,7 @@ class App:
         return self._cluster
 
     def warm(self) -> None:
-        _ = self.cluster
+        self.cluster.prerender()
 
     # -- WSGI ------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 MIGRATIONS = [
     # 0 -> 1
@@ -50,6 +50,7 @@ class Database:
     def __init__(self, path: str):
         self.path = path
         self._local = threading.local()
+        self.writes = 0
         with self.write() as conn:  # creates the file and migrates once
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
@@ -84,6 +85,12 @@ class Database:
             raise
         else:
             c.execute("COMMIT")
+            self.writes += 1
+
+    def version(self) -> Tuple[int, int]:
+        """Changes whenever anything was committed: by another connection (``data_version``,
+        per connection) or by this process (``writes``). Cheap enough to ask on every request."""
+        return self.conn().execute("PRAGMA data_version").fetchone()[0], self.writes
 
     def close(self) -> None:
         c = getattr(self._local, "conn", None)

@@ -76,6 +76,8 @@ class Cluster:
         self._old_specs: Dict[str, Dict[str, Any]] = {}
         self._cache: OrderedDict[Tuple, Tuple[bytes, str]] = OrderedDict()
         self._cache_lock = threading.Lock()
+        self._flights: Dict[Tuple, threading.Lock] = {}
+        self._local = threading.local()
         self.cache_size = 64
         self.reconcile(force=True)
 
@@ -269,14 +271,52 @@ class Cluster:
         """(body, etag, spec version, served) for a new node of ``pool_name``. Cached per
         (pool, config, image, state, Accept), so a scale-up storm costs no re-rendering."""
         st = self.state()
-        view = self.pool_views(only=pool_name, pending=False)[pool_name]
-        served = gating.Served(**view["status"]["served"])
+        served = self._served_decision(st, pool_name)
         key = (pool_name, served.config, served.image, st.signature, accept or "")
         with self._cache_lock:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit[0], hit[1], hit[2], served
+            # Single flight: in a storm, one thread renders and the others wait for its result.
+            flight = self._flights.setdefault(key, threading.Lock())
+        with flight:
+            with self._cache_lock:
+                hit = self._cache.get(key)
+            if hit is not None:
+                return hit[0], hit[1], hit[2], served
+            try:
+                return self._render_into_cache(key, pool_name, st, served, accept)
+            finally:
+                with self._cache_lock:
+                    self._flights.pop(key, None)
+
+    def _served_decision(self, st: State, pool_name: str) -> gating.Served:
+        # Per thread (each has its own SQLite connection, and data_version is per connection):
+        # recomputed only when the database or the state changed, not on every fetch of a storm.
+        memo = getattr(self._local, "served", None)
+        if memo is None:
+            memo = self._local.served = {}
+        key = (pool_name, st.signature, self.db.version())
+        hit = memo.get(pool_name)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        view = self.pool_views(only=pool_name, pending=False)[pool_name]
+        served = gating.Served(**view["status"]["served"])
+        memo[pool_name] = (key, served)
+        return served
+
+    def prerender(self) -> None:
+        """Fill the cache for every pool with the usual Accept headers (a worker starts warm)."""
+        for name in self.state().pools:
+            for accept in (None, "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1"):
+                try:
+                    self.served_config(name, accept)
+                except Exception as exc:  # warming is an optimisation, never a failure
+                    log.debug("prerender of %s failed: %s", name, exc)
+
+    def _render_into_cache(self, key: Tuple, pool_name: str, st: State, served: gating.Served,
+                           accept: Optional[str]) -> Tuple[bytes, str, str, gating.Served]:
         spec = self.spec_of(served.config) or {}
         doc = content.build_document(st.pools[pool_name], served.config, spec, served.image, st.cluster_spec)
         version, converted = content.negotiate(accept, doc)
