@@ -172,6 +172,9 @@ def test_gating_rollout_hold_and_state_reload(tmp_path, tls):
         view = pool_view(srv, "worker")
         assert view["status"]["configuration"]["name"] == c0  # current: w1 is not on t1 yet
         assert view["status"]["served"]["config"] == c0 and "no node runs the target" in view["status"]["served"]["reason"]
+        pending = view["status"]["pendingDisruption"]  # a kernel argument change: reboot (and drain)
+        assert pending["from"] == c0 and pending["to"] == t1 and pending["reboot"] is True
+        assert [a["type"] for a in pending["actions"]] == ["Reboot"]
         assert served(srv, "worker")[0].config_name == c0  # a new node gets the proven config
         cluster = srv.session().get(srv.url("/api/v1/cluster")).json()
         assert not cluster["complete"] and cluster["pools"]["master"]["complete"]

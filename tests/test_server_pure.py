@@ -268,7 +268,11 @@ def test_state_problems_name_file_and_field(tmp_path):
     (tmp_path / "machineconfigs" / "00.yaml").write_text(
         "metadata: {name: '00'}\nspec: {fips: 'yes', config: {ignition: {version: 2.2.0}}}\n")
     (tmp_path / "machineconfigs" / "bad.yaml").write_text("metadata: [\n")
-    (tmp_path / "machineconfiguration.yaml").write_text("spec: {bootImageSkewEnforcement: {mode: Manual}}\n")
+    (tmp_path / "machineconfigs" / "10.yaml").write_text(
+        "metadata: {name: '10'}\nspec: {config: {ignition: {version: 3.4.0}, storage: {files: [{path: rel}]}}}\n")
+    (tmp_path / "machineconfiguration.yaml").write_text(
+        "spec:\n  bootImageSkewEnforcement: {mode: Manual}\n"
+        "  nodeDisruptionPolicy: {files: [{path: /etc/x, actions: [{type: Bogus}]}]}\n")
     st = load_state(str(tmp_path))
     found = {(p.source, p.path) for p in st.problems}
     assert ("machineconfigpools/w.yaml", "$.metadata.name") in found
@@ -277,6 +281,8 @@ def test_state_problems_name_file_and_field(tmp_path):
     assert ("machineconfigs/00.yaml", "$.spec.config.ignition.version") in found
     assert ("machineconfigs/bad.yaml", "$") in found
     assert ("machineconfiguration.yaml", "$.spec.bootImageSkewEnforcement.manual") in found
+    assert ("machineconfiguration.yaml", "$.spec.nodeDisruptionPolicy.files.0.actions.0.type") in found
+    assert ("machineconfigs/10.yaml", "$.spec.config.storage.files.0.path") in found  # full Ignition validation
     assert not st.pools and not st.machine_configs
 
 

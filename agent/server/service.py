@@ -234,7 +234,7 @@ class Cluster:
         if current == target:
             return {"from": current, "to": target, "actions": [{"type": "None"}], "reboot": False, "drain": False}
         try:
-            from agent.disruption import compute_actions, merge_policy  # type: ignore
+            from agent.disruption import merge_policy, plan_disruption
             from agent.nodeconfig import NodeConfig
         except ImportError:
             return None
@@ -248,15 +248,14 @@ class Cluster:
                               kernel_type=spec.get("kernelType", ""), extensions=tuple(spec.get("extensions") or ()),
                               fips=bool(spec.get("fips")), name=name)
         try:
-            policy = merge_policy(st.cluster_spec.get("nodeDisruptionPolicy") or {})
-            result = compute_actions(nc(a, current), nc(b, target), policy)
+            policy = merge_policy(st.cluster_spec.get("nodeDisruptionPolicy"), source="machineconfiguration.yaml")
+            plan = plan_disruption(nc(a, current), nc(b, target), policy)
         except Exception as exc:  # an optional view: never fail the pool object for it
-            log.debug("pending disruption not computed: %s", exc)
+            log.warning("pending disruption of %s -> %s not computed: %s", current, target, exc)
             return None
-        out = result.to_dict() if hasattr(result, "to_dict") else result
-        if isinstance(out, dict):
-            out = {"from": current, "to": target, **out}
-        return out
+        out = plan.to_dict()
+        out.pop("changes", None)  # the action list is the point; the full diff can be large
+        return {"from": current, "to": target, **out}
 
     def cluster(self) -> Dict[str, Any]:
         st = self.state()

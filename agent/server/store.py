@@ -233,18 +233,21 @@ def check_cluster(doc: Dict[str, Any], src: str) -> List[Problem]:
             problems.append(Problem("$.spec.nodeDisruptionPolicy", "must be a map", "policy", source=src))
         else:
             try:
-                from agent import disruption  # type: ignore
-                checker = getattr(disruption, "check_policy", None)
+                from agent.disruption import merge_policy
             except ImportError:
-                checker = None
-            if checker is not None:
+                merge_policy = None
+            if merge_policy is not None:
+                from agent.errors import ConfigError
+
                 try:
-                    for p in checker(policy, src) or []:
-                        if getattr(p, "is_error", True):
-                            problems.append(Problem(p.path if p.path.startswith("$.spec") else
-                                                    "$.spec.nodeDisruptionPolicy" + p.path[1:],
-                                                    p.message, p.rule, source=src))
-                except Exception as exc:
+                    merge_policy(policy, source=src)
+                except ConfigError as exc:
+                    found = [p for p in exc.problems if p.is_error] or [Problem("$.spec.nodeDisruptionPolicy",
+                                                                                str(exc), "policy")]
+                    for p in found:
+                        path = p.path if p.path.startswith("$.spec") else "$.spec.nodeDisruptionPolicy" + p.path[1:]
+                        problems.append(Problem(path, p.message, p.rule, source=src))
+                except Exception as exc:  # never let a validator bug take the server down
                     log.warning("policy validator failed on %s: %s", src, exc)
     return problems
 
