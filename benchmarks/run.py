@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import traceback
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -52,12 +52,20 @@ def _storm_rows(quick: bool) -> List[Row]:
 
 
 def storm_rows_from_json(doc: Any, group: str) -> List[Row]:
-    """Accepts a list of result objects or ``{"rows"|"results": [...]}``; each object names its case
-    (``case``/``name``/``server``) and gives a time (``median_s``, ``median_ms``, ``p50_ms``) and/or
-    anything else (requests/s, errors), which goes in the note."""
-    items = doc.get("rows") or doc.get("results") if isinstance(doc, dict) else doc
-    if isinstance(doc, dict) and items is None:
-        items = [dict(v, case=k) if isinstance(v, dict) else {"case": k, "value": v} for k, v in doc.items()]
+    """Rows from server_storm.py's JSON: an object whose object-valued members are the cases
+    (``{"node_config_server": {"rps", "p50_ms", "p99_ms", ...}, "nginx": {...}, ...}``) and whose
+    plain members describe the set-up; a list of case objects (``case``/``name``) works too.
+    The median column is the p50 latency of one fetch; throughput goes in the note."""
+    if isinstance(doc, dict) and isinstance(doc.get("rows") or doc.get("results"), list):
+        doc = doc.get("rows") or doc.get("results")
+    setup: Dict[str, Any] = {}
+    if isinstance(doc, dict):
+        items = [dict(v, case=k) for k, v in doc.items() if isinstance(v, dict)]
+        setup = {k: v for k, v in doc.items() if not isinstance(v, dict) and k != "benchmark"}
+    else:
+        items = list(doc)
+    if not items:
+        raise ValueError("no cases in it")
     rows: List[Row] = []
     floor_case = None
     for item in items:
@@ -73,10 +81,12 @@ def storm_rows_from_json(doc: Any, group: str) -> List[Row]:
         is_floor = bool(item.get("is_floor") or item.get("floor") is True or "nginx" in case.lower())
         if is_floor and floor_case is None:
             floor_case = case
-        rows.append(Row(group, case, med, is_floor=is_floor, note=note))
+        rows.append(Row(group, case, med, is_floor=is_floor, note="p50 latency; " + note if med is not None else note))
     for r in rows:
         if not r.is_floor and floor_case:
             r.floor = floor_case
+    if setup:
+        rows[0].note += "; set-up: " + ", ".join(f"{k}={_short(v)}" for k, v in setup.items())
     return rows
 
 
