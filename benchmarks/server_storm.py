@@ -17,6 +17,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -87,7 +88,8 @@ http {{
                 return proc
         except OSError:
             time.sleep(0.05)
-    proc.kill()
+    os.killpg(proc.pid, signal.SIGKILL)  # the master and its workers: our own session only
+    proc.wait()
     log = open(os.path.join(root, "error.log")).read() if os.path.exists(os.path.join(root, "error.log")) else ""
     raise RuntimeError("nginx did not start: " + proc.stderr.read().decode(errors="replace") + log)
 
