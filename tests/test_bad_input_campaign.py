@@ -320,12 +320,9 @@ STATE_FILES = [
     ("mc-kargs-string", "machineconfigs/99-bad.yaml",
      MCH + "metadata: {name: 99-bad}\nspec:\n  kernelArguments: quiet\n", "$.spec.kernelArguments", ""),
     ("cluster-yaml-error", "machineconfiguration.yaml", "spec: [", "$", "YAML"),
-    pytest.param("machineconfiguration.yaml",
-                 POL + "spec:\n  nodeDisruptionPolicy:\n    files: [{path: rel, actions: [{type: None}]}]\n",
-                 "$.spec.nodeDisruptionPolicy.files.0.path", "absolute", id="cluster-bad-policy",
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "agent/server/store.py check_cluster looks up agent.disruption.check_policy, which does not "
-                     "exist, so an invalid nodeDisruptionPolicy is accepted and served to nodes"))),
+    ("cluster-bad-policy", "machineconfiguration.yaml",
+     POL + "spec:\n  nodeDisruptionPolicy:\n    files: [{path: rel, actions: [{type: None}]}]\n",
+     "$.spec.nodeDisruptionPolicy.files.0.path", "absolute"),
 ]
 
 
