@@ -304,7 +304,7 @@ def booted_from_aleph(data: Optional[bytes], source: str = "", missing: str = ""
     try:
         return BootedImage(raw=raw, version=parse_version(raw), source=source)
     except VersionError as exc:
-        return BootedImage(raw=raw, error=str(exc), source=source)
+        return BootedImage(raw=raw, error=f"{source or 'the aleph file'}: {exc}", source=source)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -99,7 +99,10 @@ class Updater:
             self._connect(record)
             self.reporter.flush()
             current = nodestate.current_config(record)
+            # Naming itself makes the server answer as to a member of the pool: the pool's target,
+            # not only what a new node may have.
             result = self.fetcher.fetch(record["url"], ignition=True, etag=record.get("etag"),
+                                        headers={"X-Node-Name": self.node},
                                         budget=self.settings.fetch.total_timeout or 300.0)
             if result.status == 304:
                 log.info("config unchanged (ETag %s)", record.get("etag"))

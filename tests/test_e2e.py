@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -138,3 +139,42 @@ def test_sigkill_in_every_stage_resumes_to_the_same_node(server, tmp_path, refer
     pending = json.load(open(os.path.join(root, "var/lib/node-agent/pending-os.json")))
     assert pending  # the OS update is recorded once, not stacked
     assert server_node(server, name)["report"]["state"] in ("Done", "Working")
+
+
+def test_update_waits_for_the_drain_lease_then_applies_and_reports(tmp_path):
+    state = str(tmp_path / "state")
+    shutil.copytree(EXAMPLES, state)
+    tls = make_tls(str(tmp_path / "tls"))
+    with ServerProcess(state, tls=tls, token=TOKEN, extra_args=["--lease-ttl", "3"]) as srv:
+        api = srv.session()
+        a = node(srv, tmp_path, "infra-a", "infra")
+        assert agent("firstboot", "--root", a).returncode == 0
+        old_target = api.get(srv.url("/api/v1/pools/infra")).json()["spec"]["configuration"]["name"]
+
+        # A disruptive change: a file no policy entry covers needs a reboot, so a drain first.
+        mc = os.path.join(state, "machineconfigs", "50-infra.yaml")
+        text = open(mc).read().replace("      files:\n", "      files:\n      - path: /etc/infra-motd\n"
+                                       "        mode: 420\n        contents:\n          source: data:,hello\n", 1)
+        open(mc, "w").write(text)
+        deadline = time.monotonic() + 10
+        while api.get(srv.url("/api/v1/pools/infra")).json()["spec"]["configuration"]["name"] == old_target:
+            assert time.monotonic() < deadline, "the server did not pick up the change"
+            time.sleep(0.2)
+        new_target = api.get(srv.url("/api/v1/pools/infra")).json()["spec"]["configuration"]["name"]
+
+        # Another infra node holds the only lease (maxUnavailable 1) and then dies: it expires.
+        held = api.post(srv.url("/api/v1/nodes/infra-b/drain"), json={"pool": "infra", "config": new_target})
+        assert held.status_code == 200, held.text
+        started = time.monotonic()
+        r = agent("update", "--once", "--root", a)
+        assert r.returncode == 0, r.stderr
+        assert "waiting" in r.stderr and "drain lease" in r.stderr
+        assert time.monotonic() - started >= 1.0  # it did wait for the lease to expire
+        assert open(os.path.join(a, "etc/infra-motd")).read() == "hello"
+        seen = server_node(srv, "infra-a")
+        events = [e["action"] for e in seen["drainEvents"]]
+        assert "cordon" in events and "drain" in events
+        assert seen["report"]["desiredConfig"] == new_target
+        st = json.loads(agent("status", "--root", a, "--json").stdout)
+        assert st["command"] == "update" and st["rebootPending"] is True
+        assert [s["name"] for s in st["stages"]] == ["fetch", "plan", "drain", "apply", "act", "report"]

@@ -102,6 +102,17 @@ def test_failed_build_is_explained():
     assert "has not succeeded" in served.reason and served.image == "base:t"
 
 
+@pytest.mark.parametrize("builds,image", [
+    ({}, "base:t"),
+    (build("T"), "reg/infra@sha256:1"),  # a member may run the unproven build: it is how it gets proven
+    (build("T", succeeded=False, failed=True), "base:t"),  # but never a failed one
+])
+def test_a_member_gets_the_target_even_before_it_is_proven(builds, image):
+    served = gating.for_member("infra", "T", BASE, MOSC, builds)
+    assert (served.config, served.image) == ("T", image)
+    assert "member of infra" in served.reason
+
+
 # -- counts, rollout, membership ---------------------------------------------------------------
 
 def members(**reports):

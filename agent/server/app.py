@@ -184,9 +184,9 @@ class App:
         st = cluster.state()
         if pool not in st.pools:
             raise HTTPError(404, f"unknown pool {pool!r}; known pools: {self._known()}")
-        self._custom_pool_guard(environ, pool)
+        member = self._is_member(environ, pool)
         try:
-            body, etag, version, served = cluster.served_config(pool, environ.get("HTTP_ACCEPT"))
+            body, etag, version, served = cluster.served_config(pool, environ.get("HTTP_ACCEPT"), member=member)
         except content.NotAcceptable as exc:
             raise HTTPError(406, str(exc))
         if cluster.is_empty_rendering(served.config):
@@ -200,24 +200,28 @@ class App:
             return Response(304, b"", headers=headers, pool=pool)
         return Response(200, body, f"{content.MEDIA_TYPE};version={version}", headers, pool=pool)
 
-    def _custom_pool_guard(self, environ: Dict[str, Any], pool: str) -> None:
-        """A node already in a custom pool never gets another pool's (the worker) config.
+    def _is_member(self, environ: Dict[str, Any], pool: str) -> bool:
+        """Whether the asking node is a member of ``pool`` (then it gets the pool's target).
 
         The node names itself with ``?node=<name>`` or ``X-Node-Name``; anonymous fetches (a
-        real first boot) are served as asked.
+        real first boot) get what a new node may have. A node already in a custom pool never
+        gets another pool's (the worker) config.
         """
         qs = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
         node = (qs.get("node") or [""])[0] or environ.get(NODE_HEADER, "")
         if not node:
-            return
+            return False
         member = self.cluster.node_pool(_node_name(node))
-        if member is None or member.pool == pool:
-            return
+        if member is None:
+            return False
+        if member.pool == pool:
+            return True
         from agent.server.progress import is_custom
 
         if is_custom(member.pool):
             raise HTTPError(409, f"node {node} belongs to custom pool {member.pool} ({member.why}); it must not "
                                  f"get the {pool} config: fetch /config/{member.pool}")
+        return False
 
     def node(self, node: str) -> Response:
         rep = self.cluster.db.report(node)

@@ -91,3 +91,18 @@ def decide(pool: str, target: str, current: str, updated: int, base_images: Dict
     if os_config_for_pool(pool, os_configs) is not None:
         return Served(config, base, f"{why}; base osImageURL: {image_why}")
     return Served(config, base, why)
+
+
+def for_member(pool: str, target: str, base_images: Dict[str, str], os_configs: Dict[str, Dict[str, Any]],
+               os_builds: Dict[str, Dict[str, Any]]) -> Served:
+    """What a node already in ``pool`` gets when it names itself: the pool's target.
+
+    Proof gates only what *new* nodes boot into; a member must be able to reach the target, or
+    no node would ever prove it (upstream the node controller hands members their desiredConfig).
+    Members are paced by drain leases (maxUnavailable), not here.
+    """
+    image, image_why = layered_image_info(pool, target, os_configs, os_builds)
+    if image:
+        return Served(target, image, f"member of {pool}: its target {target}; layered image ({image_why})", True)
+    return Served(target, base_images.get(target, ""), f"member of {pool}: its target {target}")
+

@@ -266,11 +266,13 @@ class Cluster:
 
     # -- serving configs -------------------------------------------------------------------------
 
-    def served_config(self, pool_name: str, accept: Optional[str]) -> Tuple[bytes, str, str, gating.Served]:
-        """(body, etag, spec version, served) for a new node of ``pool_name``. Cached per
-        (pool, config, image, state, Accept), so a scale-up storm costs no re-rendering."""
+    def served_config(self, pool_name: str, accept: Optional[str],
+                      member: bool = False) -> Tuple[bytes, str, str, gating.Served]:
+        """(body, etag, spec version, served) for a new node of ``pool_name`` or, with ``member``,
+        for a node already in it (which gets the target). Cached per (pool, config, image, state,
+        Accept), so a scale-up storm costs no re-rendering."""
         st = self.state()
-        served = self._served_decision(st, pool_name)
+        served = self._member_decision(st, pool_name) if member else self._served_decision(st, pool_name)
         key = (pool_name, served.config, served.image, st.signature, accept or "")
         with self._cache_lock:
             hit = self._cache.get(key)
@@ -304,6 +306,10 @@ class Cluster:
         served = gating.Served(**view["status"]["served"])
         memo[pool_name] = (key, served)
         return served
+
+    def _member_decision(self, st: State, pool_name: str) -> gating.Served:
+        target = self.pool_views(only=pool_name, pending=False)[pool_name]["spec"]["configuration"]["name"]
+        return gating.for_member(pool_name, target, self._base_images(target), st.os_configs, st.os_builds)
 
     def prerender(self) -> None:
         """Fill the cache for every pool with the usual Accept headers (a worker starts warm)."""
