@@ -114,12 +114,13 @@ def main() -> int:
                 print(textwrap.indent(f.read().rstrip(), "  | "))
 
         title("4. the admin changes infra's chrony config")
+        before = _target(api, srv, "infra")
         mc = os.path.join(state, "machineconfigs", "50-infra.yaml")
         with open(mc) as f:
             text = f.read()
         with open(mc, "w") as f:
             f.write(text.replace("pool%20ntp.infra.example.com%20iburst", "pool%20ntp2.infra.example.com%20iburst"))
-        new_target = _wait_for_new_target(api, srv, "infra", _target(api, srv, "infra"))
+        new_target = _wait_for_new_target(api, srv, "infra", before)
         print(f"  pool infra's target is now {new_target}")
         after = api.get(srv.url("/config/infra"), params={"node": "infra-0"},
                         headers={"Accept": "application/vnd.coreos.ignition+json;version=3.4.0"})
@@ -159,7 +160,9 @@ def _wait_for_new_target(api, srv, pool: str, old: str, timeout: float = 10.0) -
         if new != old:
             return new
         time.sleep(0.25)
-    raise SystemExit(f"demo: the server did not pick up the change within {timeout:.0f} s")
+    status = api.get(srv.url(f"/api/v1/pools/{pool}")).json()["status"]
+    raise SystemExit(f"demo: the server did not pick up the change within {timeout:.0f} s "
+                     f"(held: {status.get('held') or 'no'}); server log:\n{srv.log_text()[-3000:]}")
 
 
 if __name__ == "__main__":
