@@ -24,7 +24,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from agent.errors import ApplyError, ConfigError, FetchError, HostError, Problem
 from agent.host import files, units
@@ -40,7 +40,7 @@ from agent.operations import (
     desired_operations,
     diff_operations,
     observe_paths,
-    offline_os_ops,
+    os_operations,
 )
 from agent.pullsecret import PULL_SECRET_PATH, check_pull_secret
 from agent.txjournal import Journal, JournalError
@@ -216,7 +216,7 @@ def _observe(root: Root, paths: List[str], ops) -> Dict:
 
 def apply_config(root: Root, target: NodeConfig, previous: Optional[NodeConfig] = None, *, fetcher=None,
                  systemd=None, rpmostree=None, state_dir: str = DEFAULT_STATE_DIR,
-                 dry_run: bool = False) -> ApplyResult:
+                 dry_run: bool = False, booted: Optional[Tuple[str, Tuple[str, ...]]] = None) -> ApplyResult:
     """Make ``root`` match ``target`` (see the module docstring). Raises ConfigError, FetchError,
     PathEscapeError/HostError (nothing changed) or ApplyError (changed, then rolled back)."""
     result = ApplyResult(dry_run=dry_run)
@@ -226,8 +226,9 @@ def apply_config(root: Root, target: NodeConfig, previous: Optional[NodeConfig] 
     contents = resolve_contents(target, fetcher)
     validate_known_files(target, contents)
 
-    booted = None
-    if root.is_live and (target.os_image_url or target.kernel_arguments
+    # ``booted`` (image, kernel arguments) may come from the caller: a first boot knows what its
+    # boot image runs even on another root; otherwise a live host asks rpm-ostree.
+    if booted is None and root.is_live and (target.os_image_url or target.kernel_arguments
                          or target.ignition.get("kernelArguments")):
         from agent.host.rpmostree import RpmOstree, booted_os
         rpmostree = rpmostree or RpmOstree()
@@ -246,7 +247,7 @@ def apply_config(root: Root, target: NodeConfig, previous: Optional[NodeConfig] 
         if any(s.op is not None and s.op.unit_file for s in steps) or any(
                 s.path.startswith(units.SYSTEM_DIR + "/") for s in steps if s.kind == "remove"):
             result.not_performed.append("daemon-reload (offline root)")
-        for o in offline_os_ops(target, previous):
+        for o in os_operations(target, previous, booted):
             result.not_performed.append(f"{o.describe()} (offline root: recorded in {state_dir}/{PENDING_OS_FILE})")
 
     if dry_run or not steps:

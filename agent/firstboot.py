@@ -166,7 +166,8 @@ class FirstBoot:
         applied_in_boot = self.progress.get("appliedBootId")
         with rec.stage("apply"):
             result = apply_config(self.root, target, None, fetcher=self.fetcher, systemd=self.systemd,
-                                  rpmostree=self.rpmostree, state_dir=self.state_dir)
+                                  rpmostree=self.rpmostree, state_dir=self.state_dir,
+                                  booted=(booted.image, booted.kargs) if booted.known else None)
             if result.recovered:
                 log.warning("an interrupted apply was found and %s", result.recovered)
             for line in result.not_performed:

@@ -273,15 +273,8 @@ def desired_operations(target: NodeConfig, previous: Optional[NodeConfig], conte
                       mode=0o600, uid=uid, gid=gid, overwrite=True, where=w))
 
     # OS level: live hosts stage with rpm-ostree; offline roots get a pending record.
-    os_ops = []
-    append, delete = kernel_args(target, previous, facts.booted)
-    if append or delete:
-        os_ops.append(Op("kargs", args=(append, delete), where="$.kernelArguments"))
-    if target.os_image_url:
-        booted_image = facts.booted[0] if facts.booted else None
-        prev_image = previous.os_image_url if previous is not None else None
-        if booted_image != target.os_image_url and (facts.booted is not None or prev_image != target.os_image_url):
-            os_ops.append(Op("rebase", target=target.os_image_url, where="$.osImageURL"))
+    os_ops = os_operations(target, previous, facts.booted)
+    append, delete = next((o.args for o in os_ops if o.kind == "kargs"), ((), ()))
     if facts.live:
         ops.extend(os_ops)
 
@@ -299,14 +292,19 @@ def desired_operations(target: NodeConfig, previous: Optional[NodeConfig], conte
     return [replace(o, owned=True) if o.path in old_paths else o for o in ops]
 
 
-def offline_os_ops(target: NodeConfig, previous: Optional[NodeConfig]) -> List[Op]:
-    """OS operations an offline root defers (reported as not performed)."""
+def os_operations(target: NodeConfig, previous: Optional[NodeConfig],
+                  booted: Optional[Tuple[str, Tuple[str, ...]]]) -> List[Op]:
+    """Kernel-argument and rebase operations the target needs. With the booted OS known (image,
+    kernel arguments) they are what differs from it; without, what differs from ``previous``."""
     out = []
-    append, delete = kernel_args(target, previous, None)
+    append, delete = kernel_args(target, previous, booted)
     if append or delete:
-        out.append(Op("kargs", args=(append, delete)))
-    if target.os_image_url and (previous is None or previous.os_image_url != target.os_image_url):
-        out.append(Op("rebase", target=target.os_image_url))
+        out.append(Op("kargs", args=(append, delete), where="$.kernelArguments"))
+    if target.os_image_url:
+        booted_image = booted[0] if booted else None
+        prev_image = previous.os_image_url if previous is not None else None
+        if booted_image != target.os_image_url and (booted is not None or prev_image != target.os_image_url):
+            out.append(Op("rebase", target=target.os_image_url, where="$.osImageURL"))
     return out
 
 

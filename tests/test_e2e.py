@@ -178,3 +178,35 @@ def test_update_waits_for_the_drain_lease_then_applies_and_reports(tmp_path):
         st = json.loads(agent("status", "--root", a, "--json").stdout)
         assert st["command"] == "update" and st["rebootPending"] is True
         assert [s["name"] for s in st["stages"]] == ["fetch", "plan", "drain", "apply", "act", "report"]
+
+
+def test_no_reboot_and_no_os_update_when_the_boot_image_already_is_the_target(server, tmp_path):
+    served = server.session().get(server.url("/config/infra"),
+                                  headers={"Accept": "application/vnd.coreos.ignition+json;version=3.4.0"})
+    from agent.served import node_config_from_served
+
+    target = node_config_from_served(served.json())
+    root = node(server, tmp_path, "infra-at-target", "infra", booted_image=target.os_image_url,
+                cmdline=" ".join(target.kernel_arguments))
+    r = agent("firstboot", "--root", root)
+    assert r.returncode == 0, r.stderr
+    assert not os.path.exists(os.path.join(root, "var/lib/node-agent/pending-os.json"))
+    status = json.loads(agent("status", "--root", root, "--json").stdout)
+    assert status["rebootPending"] is False
+    assert server_node(server, "infra-at-target")["report"]["state"] == "Done"
+
+
+def test_a_file_the_policy_does_not_cover_still_reboots_once_at_first_boot(server, tmp_path):
+    # worker's base config has files only the example policy covers; without the served policy's
+    # entries (plan against the built-in defaults) they would reboot: `plan --firstboot` says so.
+    served = server.session().get(server.url("/config/worker"),
+                                  headers={"Accept": "application/vnd.coreos.ignition+json;version=3.4.0"})
+    to = tmp_path / "worker.ign"
+    to.write_bytes(served.content)
+    empty = tmp_path / "empty.ign"
+    empty.write_text('{"ignition": {"version": "3.4.0"}}')
+    r = agent("plan", "--from", str(empty), "--to", str(to), "--firstboot", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["reboot"] is True and plan["drain"] is False  # no drain at first boot
+    assert [a["type"] for a in plan["actions"]] == ["Reboot"]
