@@ -8,10 +8,8 @@ import argparse
 import importlib
 import os
 import sys
-from typing import List, Optional
 
 from agent import __version__
-from agent.errors import EXIT_INTERNAL, EXIT_USAGE, NodeAgentError
 
 DEFAULT_POINTER = "/etc/node-agent/pointer.ign"
 DEFAULT_SETTINGS = "/etc/node-agent/agent.yaml"
@@ -70,9 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv=None) -> int:  # argv: a list of str, or None for sys.argv (no typing import: start-up)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # --version and --help end here, before anything heavier loads
+    from agent.errors import EXIT_INTERNAL, EXIT_USAGE, NodeAgentError
+
     if not args.command:
         parser.print_help(sys.stderr)
         return EXIT_USAGE

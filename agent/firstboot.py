@@ -18,13 +18,12 @@ import socket
 from typing import Any, Dict, Optional
 
 from agent import nodestate
+from agent.cli import DEFAULT_POINTER
 from agent.errors import EXIT_OK, NodeAgentError, SkewRefused
 from agent.host.root import Root
 from agent.nodeconfig import NodeConfig
 
 log = logging.getLogger(__name__)
-
-DEFAULT_POINTER = "/etc/node-agent/pointer.ign"
 
 
 class Options:
