@@ -14,6 +14,7 @@ import time
 from typing import Any, List, Optional, Sequence
 
 from agent.errors import HostError
+from agent.host.dbusmanager import ManagerClient, dbus_error_text
 
 log = logging.getLogger(__name__)
 
@@ -24,39 +25,12 @@ UNIT = "org.freedesktop.systemd1.Unit"
 _NO_SUCH_UNIT = ("org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.systemd1.LoadFailed")
 
 
-def dbus_error_text(exc: BaseException) -> str:
-    """``GDBus.Error:org.x.Y: message`` -> ``org.x.Y: message``."""
-    text = getattr(exc, "message", None) or str(exc)
-    return text.replace("GDBus.Error:", "", 1)
+class Systemd(ManagerClient):
+    SERVICE, PATH, MANAGER, WHAT = SERVICE, PATH, MANAGER, "systemd"
 
-
-class Systemd:
     def __init__(self, bus: Any = None):
-        self._bus = bus
-        self._manager: Any = None
+        super().__init__(bus)
         self._subscribed = False
-
-    # --- plumbing ------------------------------------------------------------------------------
-
-    @property
-    def bus(self) -> Any:
-        if self._bus is None:
-            try:
-                from pydbus import SystemBus
-
-                self._bus = SystemBus()
-            except Exception as exc:
-                raise HostError(f"cannot connect to the system D-Bus: {dbus_error_text(exc)}") from None
-        return self._bus
-
-    @property
-    def manager(self) -> Any:
-        if self._manager is None:
-            try:
-                self._manager = self.bus.get(SERVICE, PATH)[MANAGER]
-            except Exception as exc:
-                raise HostError(f"cannot reach systemd over D-Bus: {dbus_error_text(exc)}") from None
-        return self._manager
 
     def _call(self, what: str, method: str, *args: Any) -> Any:
         try:
