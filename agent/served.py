@@ -6,10 +6,7 @@ identity. The agent reads them from the config itself, before anything is writte
 decision (skew, pool, OS update) is made on exactly what was served.
 """
 
-import base64
 import json
-import urllib.parse
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
@@ -37,6 +34,7 @@ class Served:
     def config_name(self) -> str:
         return (self.annotations.get(ANN + "firstPivotConfig")
                 or self.annotations.get(ANN + "desiredConfig")
+                or self.annotations.get(ANN + "currentConfig")
                 or (self.pool_info or {}).get("servedConfig", ""))
 
     @property
@@ -44,30 +42,26 @@ class Served:
         return self.annotations.get(ANN + "pool") or (self.pool_info or {}).get("pool", "")
 
 
-def _data_url_bytes(url: str, where: str) -> bytes:
-    # Kept local (not agent.ignition.dataurl) so this module stays a leaf: the server writes
-    # these files itself, always as base64 or percent-encoded data URLs.
-    if not url.startswith("data:") or "," not in url:
-        raise ConfigError(f"{where}: expected a data: URL", [Problem(where, "expected a data: URL", "served-file")])
-    meta, _, payload = url[5:].partition(",")
-    if meta.endswith(";base64"):
-        return base64.b64decode(payload)
-    return urllib.parse.unquote_to_bytes(payload)
-
-
 def file_bytes(ignition: Dict[str, Any], path: str) -> Optional[bytes]:
-    """The contents of ``path`` in ``storage.files`` when it is inline (data: URL), else None."""
-    for i, entry in enumerate(ignition.get("storage", {}).get("files", []) or []):
-        if entry.get("path") != path:
-            continue
-        source = (entry.get("contents") or {}).get("source")
-        if not source or not source.startswith("data:"):
-            return None
-        data = _data_url_bytes(source, f"$.storage.files.{i}.contents.source")
-        if (entry.get("contents") or {}).get("compression") == "gzip":
-            data = zlib.decompress(data, 16 + zlib.MAX_WBITS)
-        return data
-    return None
+    """The contents of ``path`` in ``storage.files`` (the last entry for it) when inline (a data:
+    URL, optionally gzip-compressed), else None. Undecodable contents name their JSON path."""
+    from agent.ignition.dataurl import decode_data_url, decompress
+
+    files = ignition.get("storage", {}).get("files", []) or []
+    index = next((i for i in range(len(files) - 1, -1, -1)
+                  if isinstance(files[i], dict) and files[i].get("path") == path), None)
+    if index is None:
+        return None
+    contents = files[index].get("contents") or {}
+    source = contents.get("source")
+    if not isinstance(source, str) or not source.startswith("data:"):
+        return None
+    where = f"$.storage.files.{index}.contents"
+    try:
+        return decompress(decode_data_url(source), contents.get("compression"))
+    except ConfigError as exc:
+        raise ConfigError(f"served file {path} cannot be decoded",
+                          [Problem(f"{where}.source", str(exc).splitlines()[0], "served-file")])
 
 
 def _json_file(ignition: Dict[str, Any], path: str) -> Optional[Any]:
@@ -81,13 +75,27 @@ def _json_file(ignition: Dict[str, Any], path: str) -> Optional[Any]:
                           [Problem(path, f"not valid JSON: {exc}", "served-file")])
 
 
+def _skew_rules(ignition: Dict[str, Any]) -> Optional[Any]:
+    # JSON or YAML, numbers with a fraction kept as text ("9.10" is not 9.1): agent.skew's reader.
+    from agent.skew import load_rules_text
+
+    raw = file_bytes(ignition, SKEW_RULES_PATH)
+    if raw is None:
+        return None
+    try:
+        return load_rules_text(raw.decode("utf-8"), source=SKEW_RULES_PATH)
+    except UnicodeDecodeError:
+        raise ConfigError(f"served file {SKEW_RULES_PATH} is not UTF-8 text",
+                          [Problem(SKEW_RULES_PATH, "not UTF-8 text", "served-file")])
+
+
 def read_served(ignition: Dict[str, Any]) -> Served:
     annotations = _json_file(ignition, ANNOTATIONS_PATH) or {}
     policy = file_bytes(ignition, POLICY_PATH)
     return Served(
         annotations={str(k): str(v) for k, v in annotations.items()} if isinstance(annotations, dict) else {},
         encapsulated=_json_file(ignition, ENCAPSULATED_PATH),
-        skew_rules=_json_file(ignition, SKEW_RULES_PATH),
+        skew_rules=_skew_rules(ignition),
         pool_info=_json_file(ignition, POOL_INFO_PATH),
         policy_text=policy.decode("utf-8") if policy is not None else None,
     )

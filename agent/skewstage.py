@@ -2,7 +2,7 @@
 
 Call order in the pipeline (before any pivot, before kubelet)::
 
-    outcome = check_boot_image(root, rules_from_ignition(config.ignition))
+    outcome = check_boot_image(root, read_served(config.ignition).skew_rules)   # agent.served
     report.update(report_fields(outcome))
     if outcome.refused:
         write_console_message(root, outcome)
@@ -16,12 +16,11 @@ Refuse means: do not pivot, do not start kubelet, report ``state: Degraded`` and
 import json
 import logging
 import os
-import tempfile
 from typing import Any, Dict, Optional
 
-from agent.errors import ConfigError, HostError, Problem, SkewRefused
+from agent.errors import ConfigError, HostError, SkewRefused
+from agent.host.files import atomic_write, fsync_dir
 from agent.host.root import Root
-from agent.ignition.dataurl import decode_data_url, decompress
 from agent.skew import (
     CODE_MAJOR,
     OK,
@@ -62,43 +61,6 @@ def check_boot_image(root: Root, rules_doc: Optional[Dict[str, Any]],
     booted = read_booted(root)
     rules = parse_rules(rules_doc, source=source) if rules_doc is not None else None
     return decide(booted, rules)
-
-
-def rules_from_ignition(ignition: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """The rules document served in an Ignition config at RULES_PATH, or None when not served.
-
-    Reads ``storage.files[].contents`` (a data: URL, optionally gzip-compressed) of the last entry
-    for that path. Raises ConfigError (with the JSON path) when the entry cannot be decoded.
-    """
-    files = (ignition.get("storage") or {}).get("files") or []
-    index = None
-    for i, entry in enumerate(files):
-        if isinstance(entry, dict) and entry.get("path") == RULES_PATH:
-            index = i
-    if index is None:
-        return None
-    where = f"$.storage.files.{index}.contents"
-    contents = files[index].get("contents") or {}
-    source = contents.get("source")
-    if not source:
-        return None
-    if not isinstance(source, str) or not source.startswith("data:"):
-        raise ConfigError("the skew rules must be served inline",
-                          [Problem(f"{where}.source", "must be an inline data: URL", value=str(source)[:60])])
-    try:
-        data = decode_data_url(source)
-    except ConfigError as exc:
-        raise ConfigError("the served skew rules cannot be decoded", [Problem(f"{where}.source", str(exc))])
-    try:
-        data = decompress(data, contents.get("compression"))
-    except ConfigError as exc:
-        raise ConfigError("the served skew rules cannot be decompressed",
-                          [Problem(f"{where}.compression", str(exc))])
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError("skew rules are not UTF-8 text", [Problem(f"{where}.source", "not UTF-8")])
-    return load_rules_text(text, source=RULES_PATH)
 
 
 def load_rules_file(root: Root, path: str = RULES_PATH) -> Optional[Dict[str, Any]]:
@@ -160,35 +122,10 @@ def write_console_message(root: Root, outcome: SkewOutcome) -> str:
     data = _issue_escape(console_message(outcome)).encode("utf-8")
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".node-agent-", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        _fsync_dir(directory)
+        atomic_write(target, data, mode=0o644)
     except OSError as exc:
         raise HostError(f"cannot write the console message {target}: {exc}")
     return target
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems refuse fsync on a directory; the rename is done either way
-    finally:
-        os.close(fd)
 
 
 def clear_console_message(root: Root) -> bool:
@@ -201,7 +138,7 @@ def clear_console_message(root: Root) -> bool:
         return False
     except OSError as exc:
         raise HostError(f"cannot remove the console message {target}: {exc}")
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return True
 
 

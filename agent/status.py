@@ -14,7 +14,6 @@ import datetime
 import json
 import logging
 import os
-import tempfile
 import time
 from typing import Any, Callable, Dict, Iterator, Optional
 
@@ -49,27 +48,11 @@ def status_path(state_dir: str = STATE_DIR, command: Optional[str] = None) -> st
 
 def write_json_atomic(root: Root, config_path: str, data: dict) -> None:
     """Write ``data`` as JSON so that readers see the old or the new file, never a mix."""
+    from agent.host.files import atomic_write
+
     target = root.path(config_path)
-    directory = os.path.dirname(target)
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".status-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+    atomic_write(target, (json.dumps(data, indent=2) + "\n").encode("utf-8"), mode=0o644)
 
 
 class Stage:

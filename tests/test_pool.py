@@ -111,3 +111,45 @@ def test_served_file_that_is_not_json_names_the_path():
         _file("/etc/machine-config-daemon/node-annotations.json", b"{nope")]}}
     with pytest.raises(ConfigError, match="node-annotations.json"):
         read_served(ign)
+
+
+# The served skew rules (moved here from the skew stage: agent.served is the one reader of
+# what the server adds to a config).
+RULES = "/etc/node-agent/boot-image-skew.json"
+
+
+def _with_rules(contents):
+    return {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+        {"path": "/etc/motd", "contents": {"source": "data:,hi"}},
+        {"path": RULES, "mode": 0o644, "contents": contents}]}}
+
+
+def test_served_rules_percent_encoded_json():
+    import urllib.parse
+
+    src = "data:," + urllib.parse.quote(json.dumps({"mode": "Enforce", "minimum": {"rhcosVersion": "9.2"}}))
+    assert read_served(_with_rules({"source": src})).skew_rules["minimum"] == {"rhcosVersion": "9.2"}
+
+
+def test_served_rules_base64_gzip_yaml_keeps_versions_as_text():
+    import gzip
+
+    payload = base64.b64encode(gzip.compress(b"mode: Warn\nminimum:\n  rhcosVersion: 9.10\n")).decode()
+    rules = read_served(_with_rules({"source": "data:;base64," + payload, "compression": "gzip"})).skew_rules
+    assert rules == {"mode": "Warn", "minimum": {"rhcosVersion": "9.10"}}
+
+
+def test_served_rules_absent_or_not_inline_means_none():
+    assert read_served({"ignition": {"version": "3.4.0"}}).skew_rules is None
+    assert read_served(_with_rules({})).skew_rules is None
+    assert read_served(_with_rules({"source": "https://example.com/rules.json"})).skew_rules is None
+
+
+@pytest.mark.parametrize("contents", [
+    {"source": "data:;base64,@@@"},
+    {"source": "data:,notgzip", "compression": "gzip"},
+], ids=["bad-base64", "bad-gzip"])
+def test_undecodable_served_rules_name_the_path(contents):
+    with pytest.raises(ConfigError) as info:
+        read_served(_with_rules(contents))
+    assert info.value.problems[0].path == "$.storage.files.1.contents.source"

@@ -1,12 +1,9 @@
 """First-boot skew stage (agent.skewstage) against a fake filesystem (pyfakefs)."""
 
-import base64
-import gzip
 import json
 import logging
 import os
 import stat
-import urllib.parse
 
 import pytest
 
@@ -22,7 +19,6 @@ from agent.skewstage import (
     enforce,
     load_rules_file,
     report_fields,
-    rules_from_ignition,
     write_console_message,
 )
 
@@ -245,42 +241,6 @@ def test_enforce_ok_logs_info_only(fs, root, caplog):
 
 
 # ---------------------------------------------------------------------------------------------
-# rules served inside the config
-
-
-def ign_with(contents):
-    return {"ignition": {"version": "3.4.0"}, "storage": {"files": [
-        {"path": "/etc/motd", "contents": {"source": "data:,hi"}},
-        {"path": RULES_PATH, "mode": 0o644, "contents": contents}]}}
-
-
-def test_rules_from_ignition_percent_encoded():
-    src = "data:," + urllib.parse.quote(json.dumps(ENFORCE_92))
-    assert rules_from_ignition(ign_with({"source": src}))["minimum"] == {"rhcosVersion": "9.2"}
-
-
-def test_rules_from_ignition_base64_gzip():
-    payload = base64.b64encode(gzip.compress(b"mode: Warn\nminimum:\n  rhcosVersion: 9.10\n")).decode()
-    doc = rules_from_ignition(ign_with({"source": "data:;base64," + payload, "compression": "gzip"}))
-    assert doc == {"mode": "Warn", "minimum": {"rhcosVersion": "9.10"}}
-
-
-def test_rules_from_ignition_absent():
-    assert rules_from_ignition({"ignition": {"version": "3.4.0"}}) is None
-    assert rules_from_ignition(ign_with({})) is None
-
-
-@pytest.mark.parametrize("contents,path", [
-    ({"source": "https://example.com/rules.json"}, "$.storage.files.1.contents.source"),
-    ({"source": "data:;base64,@@@"}, "$.storage.files.1.contents.source"),
-    ({"source": "data:,notgzip", "compression": "gzip"}, "$.storage.files.1.contents.compression"),
-], ids=["remote", "bad-base64", "bad-gzip"])
-def test_rules_from_ignition_errors_name_the_path(contents, path):
-    with pytest.raises(ConfigError) as info:
-        rules_from_ignition(ign_with(contents))
-    assert info.value.problems[0].path == path
-
-
 def test_load_rules_file(fs, root):
     assert load_rules_file(root) is None
     fs.create_file(TOP + RULES_PATH, contents=json.dumps(ENFORCE_92))

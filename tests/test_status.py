@@ -141,12 +141,14 @@ def test_failed_rename_leaves_the_previous_record_and_no_temp_file(root, monkeyp
     def broken(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(os, "replace", broken)
+    monkeypatch.setattr(os, "rename", broken)
     with rec.stage("fetch"):
         pass
     monkeypatch.undo()
     assert on_disk(root) == before
-    assert [n for n in os.listdir(os.path.join(root.top, "var/lib/node-agent")) if n.endswith(".tmp")] == []
+    from agent.host.files import TMP_PREFIX
+
+    assert [n for n in os.listdir(os.path.join(root.top, "var/lib/node-agent")) if n.startswith(TMP_PREFIX)] == []
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "No space left" in warnings[0].getMessage()
 

@@ -31,8 +31,6 @@ from agent.settings import Settings
 log = logging.getLogger(__name__)
 
 IGNITION_ACCEPT = "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1"
-NODE_ANNOTATIONS_FILE = "/etc/machine-config-daemon/node-annotations.json"
-CURRENT_CONFIG_ANNOTATION = "machineconfiguration.openshift.io/currentConfig"
 MAX_BODY = 256 * 1024 * 1024  # far above any real config or CA bundle; stops a runaway response
 MAX_DEPTH = 8  # nesting of merge/replace references; Ignition has no limit, loops are caught anyway
 
@@ -557,19 +555,12 @@ def _strip_references(cfg: dict) -> dict:
 
 def served_config_name(cfg: dict) -> Optional[str]:
     """The rendered config name the server put in the node annotations file, if it did."""
-    from agent.ignition.dataurl import decode_data_url
+    from agent.served import read_served
 
-    for f in (cfg.get("storage") or {}).get("files") or []:
-        if not isinstance(f, dict) or f.get("path") != NODE_ANNOTATIONS_FILE:
-            continue
-        source = (f.get("contents") or {}).get("source")
-        try:
-            data = json.loads(decode_data_url(source).decode("utf-8"))
-        except Exception:  # a missing or odd annotations file just means "no name"; served.py reports it
-            return None
-        name = data.get(CURRENT_CONFIG_ANNOTATION) if isinstance(data, dict) else None
-        return name if isinstance(name, str) and name else None
-    return None
+    try:
+        return read_served(cfg).config_name or None
+    except ConfigError:  # an odd annotations file just means "no name"; the pipeline reports it
+        return None
 
 
 def resolve_pointer(pointer: dict, fetcher: Fetcher, *, source: str = "pointer config",
