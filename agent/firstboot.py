@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional
 
 from agent import nodestate
 from agent.cli import DEFAULT_POINTER
-from agent.errors import EXIT_OK, NodeAgentError, SkewRefused
+from agent.errors import EXIT_OK, ConfigError, NodeAgentError, SkewRefused
 from agent.host.root import Root
 from agent.nodeconfig import NodeConfig
 
@@ -69,8 +69,8 @@ class FirstBoot:
         try:
             data = self.root.read_bytes(path)
         except FileNotFoundError:
-            raise NodeAgentError(f"pointer config {self.root.path(path)} does not exist: write it "
-                                 f"(see README, 'Configure') or pass --pointer")
+            raise ConfigError(f"pointer config {self.root.path(path)} does not exist: write it "
+                              f"(see README, 'Configure') or pass --pointer")
         return parse_document(data, source=self.root.path(path))
 
     def fetch(self) -> Dict[str, Any]:
@@ -79,17 +79,17 @@ class FirstBoot:
         pointer = self._pointer()
         self.fetcher = Fetcher(self.settings)
         saved = self.progress.load_json("served")
-        resolved = None
         if saved is not None:
-            log.info("resuming: using the config fetched by the interrupted run (%s)", saved.get("name"))
+            log.info("resuming: using the config the interrupted run fetched from %s",
+                     ", ".join(saved.get("sources", [])) or "the pointer")
             # The pointer's CAs still have to be trusted for reports and file sources.
             trust_config_cas(pointer, self.fetcher, source=self.opts.pointer or DEFAULT_POINTER)
             ignition, sources, etag = saved["ignition"], saved.get("sources", []), saved.get("etag")
         else:
             resolved = resolve_pointer(pointer, self.fetcher)
             ignition, sources, etag = resolved.ignition, resolved.sources, resolved.etag
-            self.progress.save_json("served", {"ignition": ignition, "sources": sources, "etag": etag})
-        self.sources = sources
+            if not self.opts.dry_run:
+                self.progress.save_json("served", {"ignition": ignition, "sources": sources, "etag": etag})
         self.etag = etag
         self.config_url = next((s for s in sources if "/config/" in s), sources[0] if sources else "")
         self._make_reporter()
@@ -103,7 +103,8 @@ class FirstBoot:
         token = nodestate.read_token(self.root, self.settings)
         self.reporter = Reporter(server_base(self.config_url), self.node, self.root, self.state_dir,
                                  session=self.fetcher.session, token=token)
-        self.reporter.flush()
+        if not self.opts.dry_run:
+            self.reporter.flush()
 
     def report(self, payload: Dict[str, Any]) -> None:
         if self.reporter is not None and not self.opts.dry_run:
@@ -120,7 +121,7 @@ class FirstBoot:
             print(f"first boot already done ({stamp}); nothing to do")
             return EXIT_OK
 
-        rec = RunRecorder(self.root, "firstboot", state_dir=self.state_dir)
+        rec = RunRecorder(self.root, "firstboot", state_dir=self.state_dir, persist=not self.opts.dry_run)
         try:
             code = self._run(rec)
         except NodeAgentError as exc:
@@ -184,6 +185,8 @@ class FirstBoot:
             rec.set(reboot_pending=reboot)
 
         nodestate.save_current(self.root, self.state_dir, target, self.etag, self.config_url)
+        if reboot:
+            nodestate.mark_reboot_pending(self.root, self.state_dir, target, planning.boot_id(self.root))
         with rec.stage("report"):
             self.report({"pool": identity.pool, "state": "Working" if reboot else "Done",
                          "currentConfig": target.name, "desiredConfig": target.name,
@@ -212,12 +215,15 @@ class FirstBoot:
         self.boot_image = fields.get("bootImage")
         self.skew_decision = fields.get("skew")
         if fields.get("skew") == "refuse":
+            if self.opts.dry_run:
+                raise SkewRefused(f"{fields.get('reason')} (dry run: no console message written)")
             path = write_console_message(self.root, outcome)
             log.error("boot image refused: %s (console message in %s)", fields.get("reason"), path)
             self.report(dict(fields, pool=served.pool or "unknown", state="Degraded",
                              desiredConfig=target.name))
             raise SkewRefused(f"{fields.get('reason')} (kubelet will not start; see {path})")
-        clear_console_message(self.root)
+        if not self.opts.dry_run:
+            clear_console_message(self.root)
         if fields.get("skew") == "warn":
             log.warning("boot image check: %s", fields.get("reason"))
 

@@ -88,8 +88,9 @@ class RunRecorder:
 
     def __init__(self, root: Root, command: str, state_dir: str = STATE_DIR,
                  run_id: Optional[str] = None, monotonic: Callable[[], float] = time.monotonic,
-                 now: Callable[[], str] = utc_now):
+                 now: Callable[[], str] = utc_now, persist: bool = True):
         self.root = root
+        self._persist = persist  # False for dry runs: they leave nothing on disk
         self.command = command
         self.state_dir = state_dir
         self._monotonic = monotonic
@@ -127,6 +128,8 @@ class RunRecorder:
         return self.data["runId"]
 
     def persist(self) -> None:
+        if not self._persist:
+            return
         try:
             write_json_atomic(self.root, status_path(self.state_dir), self.data)
             write_json_atomic(self.root, status_path(self.state_dir, self.command), self.data)

@@ -210,3 +210,22 @@ def test_a_file_the_policy_does_not_cover_still_reboots_once_at_first_boot(serve
     plan = json.loads(r.stdout)
     assert plan["reboot"] is True and plan["drain"] is False  # no drain at first boot
     assert [a["type"] for a in plan["actions"]] == ["Reboot"]
+
+
+def test_dry_run_plans_and_changes_nothing(server, tmp_path):
+    root = node(server, tmp_path, "infra-dry", "infra")
+    before = {**tree(root, "etc"), **tree(root, "var")}
+    r = agent("firstboot", "--root", root, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "Actions:" in r.stdout and "Changes:" in r.stdout
+    assert {**tree(root, "etc"), **tree(root, "var")} == before
+    assert not os.path.exists(os.path.join(root, "var/lib/node-agent"))
+    assert server.session().get(server.url("/api/v1/nodes/infra-dry")).status_code == 404  # nothing reported
+
+
+def test_missing_pointer_is_a_config_error(server, tmp_path):
+    root = node(server, tmp_path, "no-pointer", "infra")
+    os.unlink(os.path.join(root, "etc/node-agent/pointer.ign"))
+    r = agent("firstboot", "--root", root)
+    assert r.returncode == 65
+    assert "pointer.ign does not exist" in r.stderr and "Traceback" not in r.stderr
