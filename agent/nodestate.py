@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 
 FIRSTBOOT_STAMP = "firstboot.done"
 CURRENT = "current-config.json"
+REBOOT_PENDING = "reboot-pending.json"
 
 
 def _write_json(path: str, data: Any, mode: int = 0o600) -> None:
@@ -96,6 +97,24 @@ def current_config(record: Dict[str, Any]) -> NodeConfig:
                       kernel_arguments=tuple(record.get("kernelArguments", ())),
                       kernel_type=record.get("kernelType", ""), extensions=tuple(record.get("extensions", ())),
                       fips=bool(record.get("fips")), name=record.get("name", ""))
+
+
+def mark_reboot_pending(root: Root, state_dir: str, config: NodeConfig, boot_id: Optional[str]) -> None:
+    """The node asked for a reboot to finish ``config``: the day-2 loop reports it Done once the
+    node has booted again (another boot id), not before (it does not run the config yet)."""
+    _write_json(root.path(os.path.join(state_dir, REBOOT_PENDING)),
+                {"config": config.name, "osImageURL": config.os_image_url, "bootId": boot_id})
+
+
+def reboot_pending(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:
+    return _read_json(root.path(os.path.join(state_dir, REBOOT_PENDING)))
+
+
+def clear_reboot_pending(root: Root, state_dir: str) -> None:
+    try:
+        os.unlink(root.path(os.path.join(state_dir, REBOOT_PENDING)))
+    except FileNotFoundError:
+        pass
 
 
 def read_token(root: Root, settings: Any) -> Optional[str]:

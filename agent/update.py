@@ -99,6 +99,7 @@ class Updater:
             self._connect(record)
             self.reporter.flush()
             current = nodestate.current_config(record)
+            self._report_rebooted(record, current)
             # Naming itself makes the server answer as to a member of the pool: the pool's target,
             # not only what a new node may have.
             result = self.fetcher.fetch(record["url"], ignition=True, etag=record.get("etag"),
@@ -117,6 +118,35 @@ class Updater:
                 raise
         finally:
             os.close(fd)
+
+    def _report_rebooted(self, record, current) -> None:
+        """After the reboot a first boot or an update asked for, say what the node now runs.
+
+        Until then the server has the node Working on a reboot: it must not count as running the
+        config (nor prove it or its image to new nodes), and without this report it never would.
+        """
+        from agent import planning
+
+        pending = nodestate.reboot_pending(self.root, self.state_dir)
+        if pending is None:
+            return
+        now_boot = planning.boot_id(self.root)
+        if now_boot is None or now_boot == pending.get("bootId"):
+            return  # the same boot: the reboot has not happened yet
+        booted = planning.booted_os(self.root, self.rpmostree)
+        pool = record.get("pool") or self._pool(current)
+        want = current.os_image_url
+        if booted.known and want and booted.image != want:
+            state, reason = "Degraded", (f"booted {booted.image} after the reboot, but {current.name} needs {want}; "
+                                         f"check rpm-ostree status")
+        else:
+            state, reason = "Done", None
+        sent = self.reporter.send({"pool": pool, "state": state, "currentConfig": current.name,
+                                   "desiredConfig": current.name, "reason": reason,
+                                   "currentImage": (booted.image if booted.known else want) or None})
+        log.info("node booted after its reboot for %s: reported %s%s", current.name, state,
+                 "" if sent else " (queued)")
+        nodestate.clear_reboot_pending(self.root, self.state_dir)
 
     @staticmethod
     def _pool(config) -> str:
@@ -161,6 +191,8 @@ class Updater:
                 planning.carry_out(plan, self.root, self.systemd, self.logind, firstboot=False)
                 rec.set(reboot_pending=reboot)
             nodestate.save_current(self.root, self.state_dir, target, result.headers.get("ETag"), url)
+            if reboot:
+                nodestate.mark_reboot_pending(self.root, self.state_dir, target, planning.boot_id(self.root))
             with rec.stage("report"):
                 self.reporter.send({"pool": served.pool, "state": "Working" if reboot else "Done",
                                     "currentConfig": target.name, "desiredConfig": target.name,

@@ -86,7 +86,10 @@ def membership(report: Dict[str, Any], pools: Dict[str, Dict[str, Any]],
 
 
 def is_updated(report: Dict[str, Any], target: str, image: Optional[str]) -> bool:
-    if report.get("currentConfig") != target:
+    """Whether the node runs ``target`` (and ``image``): Done on it, as upstream's isNodeDone.
+    A node still Working on it (a reboot pending) does not run it yet, so it proves nothing to
+    new nodes (gating) and does not count as updated."""
+    if report.get("currentConfig") != target or report.get("state") != "Done":
         return False
     return image is None or report.get("currentImage") == image
 
