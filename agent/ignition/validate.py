@@ -516,18 +516,22 @@ class _Semantic:
             if target and not target.startswith("/"):
                 self.r.warn(p + ".target", "hard link target should be an absolute path", "hardlink-target")
 
+    def device(self, node: dict, p: str, seen: Dict[str, int], i: int) -> None:
+        """A disk or filesystem ``device``: required, a clean absolute path, unique in its list."""
+        device = _get(node, "device", "str")
+        if not device:
+            self.r.error(p + ".device", "disk device is required", "device-required")
+            return
+        err = path_error(device)
+        if err:
+            self.r.error(p + ".device", err[0], err[1], device)
+        self.dup(seen, device, i, p + ".device")
+
     def filesystems(self, storage: dict) -> None:
         seen: Dict[str, int] = {}
         for i, fs in _items(storage, "filesystems"):
             p = f"$.storage.filesystems.{i}"
-            device = _get(fs, "device", "str")
-            if not device:
-                self.r.error(p + ".device", "disk device is required", "device-required")
-            else:
-                err = path_error(device)
-                if err:
-                    self.r.error(p + ".device", err[0], err[1], device)
-                self.dup(seen, device, i, p + ".device")
+            self.device(fs, p, seen, i)
             fmt = _get(fs, "format", "str")
             formats = FS_FORMATS + (("none",) if self.v >= spec.V33 else ())
             if fmt and fmt not in formats:
@@ -555,14 +559,7 @@ class _Semantic:
         seen: Dict[str, int] = {}
         for i, disk in _items(storage, "disks"):
             p = f"$.storage.disks.{i}"
-            device = _get(disk, "device", "str")
-            if not device:
-                self.r.error(p + ".device", "disk device is required", "device-required")
-            else:
-                err = path_error(device)
-                if err:
-                    self.r.error(p + ".device", err[0], err[1], device)
-                self.dup(seen, device, i, p + ".device")
+            self.device(disk, p, seen, i)
             numbers: Dict[str, int] = {}
             labels: Dict[str, int] = {}
             for j, part in _items(disk, "partitions"):
