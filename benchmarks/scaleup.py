@@ -98,10 +98,11 @@ def _read_json(path: str) -> Optional[Any]:
 
 
 def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    # the project's own atomic write (the server polls the state directory while we write)
+    from agent.host.files import atomic_write
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write(path, text.encode("utf-8"))
 
 
 def simulate_reboot(root: str) -> Dict[str, Any]:

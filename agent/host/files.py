@@ -135,28 +135,27 @@ def makedirs(path: str, mode: int = 0o755, uid: int = -1, gid: int = -1, stop: s
     return created
 
 
-def replace_symlink(path: str, target: str) -> None:
-    """Point ``path`` at ``target``: a new link under a temporary name, renamed over the old name."""
-    tmp = _tmp_name(path)
-    os.symlink(target, tmp)
+def _rename_into_place(tmp: str, path: str) -> None:
     try:
         os.rename(tmp, path)
     except BaseException:
         _unlink_quiet(tmp)
         raise
     fsync_dir(os.path.dirname(path))
+
+
+def replace_symlink(path: str, target: str) -> None:
+    """Point ``path`` at ``target``: a new link under a temporary name, renamed over the old name."""
+    tmp = _tmp_name(path)
+    os.symlink(target, tmp)
+    _rename_into_place(tmp, path)
 
 
 def replace_hardlink(path: str, existing: str) -> None:
     """Make ``path`` another name of ``existing`` (atomically replacing whatever ``path`` was)."""
     tmp = _tmp_name(path)
     os.link(existing, tmp, follow_symlinks=False)
-    try:
-        os.rename(tmp, path)
-    except BaseException:
-        _unlink_quiet(tmp)
-        raise
-    fsync_dir(os.path.dirname(path))
+    _rename_into_place(tmp, path)
 
 
 def remove(path: str) -> bool:
