@@ -1,8 +1,12 @@
 """Rendering a pool's config from its MachineConfigs, as the MCO does (pure).
 
 A pool's ``spec.machineConfigSelector`` picks MachineConfigs by label; they are merged in name
-order (later wins), and the result is named ``rendered-<pool>-<hash>`` where the hash covers the
-canonical JSON of the merged spec, so the same inputs always give the same name.
+order (later wins), except that a custom pool (neither ``master`` nor ``worker``) merges the
+worker MachineConfigs first and its own after them, so the custom pool wins (MCO
+pkg/controller/common/helpers.go:76-95). Every file of the result gets ``overwrite: true``
+unless it says otherwise (helpers.go:140-148). The result is named ``rendered-<pool>-<hash>``
+where the hash covers the canonical JSON of the merged spec, so the same inputs always give the
+same name.
 """
 
 import copy
@@ -12,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional
 
 NEWEST_SPEC = "3.5.0"
+ROLE_LABEL = "machineconfiguration.openshift.io/role"
+BUILTIN_POOLS = ("master", "worker")
 
 # Lists Ignition merges by key (child entry replaces/merges the parent entry with the same key).
 _KEYED_LISTS = {
@@ -118,6 +124,20 @@ def merge_ignition(parent: Dict[str, Any], child: Dict[str, Any]) -> Dict[str, A
     return out
 
 
+def default_overwrite(ignition: Dict[str, Any]) -> None:
+    """``overwrite: true`` on every file that does not set it, in place (helpers.go:140-148).
+
+    Ignition 3 defaults overwrite to false, spec 2 and the MCD always overwrite: without this a
+    file the boot image already has (``/etc/systemd/journald.conf``) stops first boot. Unlike
+    upstream we leave a file without ``contents.source`` alone: Ignition refuses
+    ``overwrite: true`` there ("overwrite must be false if source is unspecified").
+    """
+    for entry in (ignition.get("storage") or {}).get("files") or []:
+        if isinstance(entry, dict) and entry.get("overwrite") is None and \
+                (entry.get("contents") or {}).get("source") is not None:
+            entry["overwrite"] = True
+
+
 def merge_machine_configs(configs: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
     """Merge MachineConfig objects (already in order) into one MachineConfig spec."""
     ignition: Dict[str, Any] = {"ignition": {"version": NEWEST_SPEC}}
@@ -138,6 +158,7 @@ def merge_machine_configs(configs: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
         fips = fips or bool(spec.get("fips"))
         if spec.get("kernelType") and spec["kernelType"] != "default":
             kernel_type = str(spec["kernelType"])
+    default_overwrite(ignition)
     return {
         "config": ignition,
         "osImageURL": os_image,
@@ -164,7 +185,15 @@ def select_machine_configs(pool: Dict[str, Any], machine_configs: Dict[str, Dict
         labels = ((machine_configs[name].get("metadata") or {}).get("labels") or {})
         if selector_matches(selector, {str(k): str(v) for k, v in labels.items()}):
             chosen.append(machine_configs[name])
+    if (pool.get("metadata") or {}).get("name") not in BUILTIN_POOLS:
+        # A custom pool inherits the worker's MachineConfigs and overrides them: worker ones
+        # first (each group in name order), so ``50-infra`` beats ``99-worker-chrony``.
+        chosen.sort(key=lambda mc: _role(mc) != "worker")
     return chosen
+
+
+def _role(mc: Dict[str, Any]) -> str:
+    return str(((mc.get("metadata") or {}).get("labels") or {}).get(ROLE_LABEL) or "")
 
 
 def render_pool(pool: Dict[str, Any], machine_configs: Dict[str, Dict[str, Any]]) -> Rendered:
