@@ -4,7 +4,8 @@ import copy
 
 import pytest
 
-from agent.ignition.validate import clean_path, validate_ignition
+from agent.ignition.validate import validate_ignition
+from agent.ignition.values import clean_path
 
 H512 = "sha512-" + "a" * 128
 H256 = "sha256-" + "b" * 64
