@@ -63,7 +63,8 @@ def scratch_root(tmp_path_factory):
 
 def verify(top: str, unit: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["systemd-analyze", "verify", f"--root={top}", "--man=no", "--generators=no",
+        # Plain verify: Documentation= man: pages are looked up too (no --man=no).
+        ["systemd-analyze", "verify", f"--root={top}", "--generators=no",
          "--recursive-errors=one", f"{UNIT_DIR}/{unit}"],
         capture_output=True, text=True, timeout=60, env={**os.environ, "SYSTEMD_LOG_COLOR": "0"},
     )
@@ -102,6 +103,32 @@ def test_kubelet_dropin_is_loaded_and_requires_first_boot(tmp_path):
     proc = verify(top, "kubelet.service")
     assert proc.returncode != 0
     assert "node-agent-firstboot.service not found" in proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("man") is None, reason="man (Debian: man-db) looks man: pages up")
+def test_documentation_naming_a_missing_man_page_is_reported(tmp_path):
+    # The negative control for the plain verify above: a man: page that does not exist fails it
+    # (as man:node-agent(8) once did).
+    top = build_root(str(tmp_path))
+    path = os.path.join(top, UNIT_DIR.lstrip("/"), "node-agent.service")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("Documentation=", "Documentation=man:node-agent-nonexistent(8) ", 1))
+    proc = verify(top, "node-agent.service")
+    assert proc.returncode != 0
+    assert "man node-agent-nonexistent(8)" in proc.stdout + proc.stderr
+
+
+def test_documentation_points_at_files_the_rpm_ships():
+    with open(os.path.join(REPO, "packaging", "node-agent.spec")) as f:
+        spec = f.read()
+    for name in OURS:
+        docs = words(parse_unit(os.path.join(UNITS_SRC, name)), "Unit", "Documentation")
+        assert docs, name
+        for uri in docs:
+            assert uri.startswith("file:///usr/share/doc/node-agent/"), (name, uri)
+            assert "%{_docdir}/%{name}/" + uri.rsplit("/", 1)[1] in spec, (name, uri)
 
 
 def test_missing_executable_is_reported(tmp_path):
