@@ -114,7 +114,9 @@ def resolve_resource(res: Dict, where: str, fetcher) -> bytes:
     compression = res.get("compression") or ""
     verification = res.get("verification")
     scheme = url.split(":", 1)[0].lower()
-    if scheme == "data":
+    if url == "":
+        raw = b""  # an empty source is an empty file (Ignition; spec 2.2 files without contents)
+    elif scheme == "data":
         raw = _decode_data(url, where)
     elif scheme in ("http", "https"):
         if fetcher is None:
@@ -130,7 +132,7 @@ def resolve_resource(res: Dict, where: str, fetcher) -> bytes:
         raise ConfigError(f"{where}.source: scheme {scheme!r} is not supported by node-agent (use data, http or https)",
                           [Problem(f"{where}.source", f"unsupported scheme {scheme!r}", value=url)])
     data = _decompress(raw, compression, where)
-    if scheme == "data" or compression:
+    if scheme in ("data", "") or compression:
         _verify(data, verification, where)
     return data
 

@@ -40,3 +40,24 @@ def test_custom_pool_merges_worker_configs_first():
     assert infra.spec["config"]["storage"]["files"][0]["contents"]["source"] == "data:,infra"
     worker = render_pool(pool("worker", ["worker"]), mcs)
     assert worker.sources == ("00-worker", "99-worker-chrony")
+
+
+def test_state_loader_converts_spec2_and_the_render_carries_it(tmp_path):
+    from agent.server.store import load_state
+
+    (tmp_path / "machineconfigpools").mkdir()
+    (tmp_path / "machineconfigs").mkdir()
+    (tmp_path / "machineconfigpools" / "infra.yaml").write_text(
+        "metadata: {name: infra}\nspec:\n  machineConfigSelector:\n    matchExpressions:\n"
+        f"    - {{key: {ROLE}, operator: In, values: [worker, infra]}}\n")
+    (tmp_path / "machineconfigs" / "51-infra.yaml").write_text(
+        f"metadata: {{name: 51-infra, labels: {{{ROLE}: infra}}}}\nspec:\n  config:\n    ignition: {{version: 2.2.0}}\n"
+        "    storage:\n      files:\n      - {contents: {source: 'data:,infra'}, filesystem: root, mode: 0644, "
+        "path: /etc/infratest}\n")
+    (tmp_path / "machineconfigs" / "52-bad.yaml").write_text(
+        f"metadata: {{name: 52-bad, labels: {{{ROLE}: infra}}}}\nspec:\n  config:\n    ignition: {{version: 2.2.0}}\n"
+        "    passwd: {users: [{name: alice}]}\n")
+    st = load_state(str(tmp_path))
+    assert [(p.source, p.path) for p in st.problems] == [("machineconfigs/52-bad.yaml", "$.spec.config.passwd.users.0.name")]
+    files = render_pool(st.pools["infra"], st.machine_configs).spec["config"]["storage"]["files"]
+    assert files == [{"path": "/etc/infratest", "overwrite": True, "mode": 0o644, "contents": {"source": "data:,infra"}}]

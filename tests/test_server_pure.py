@@ -277,7 +277,7 @@ def test_state_problems_name_file_and_field(tmp_path):
     (tmp_path / "machineconfigpools" / "w.yaml").write_text(
         "metadata: {name: Worker}\nspec: {machineConfigSelector: {matchLabels: {a: b}}, maxUnavailable: lots}\n")
     (tmp_path / "machineconfigs" / "00.yaml").write_text(
-        "metadata: {name: '00'}\nspec: {fips: 'yes', config: {ignition: {version: 2.2.0}}}\n")
+        "metadata: {name: '00'}\nspec: {fips: 'yes', config: {ignition: {version: 2.4.0}}}\n")
     (tmp_path / "machineconfigs" / "bad.yaml").write_text("metadata: [\n")
     (tmp_path / "machineconfigs" / "10.yaml").write_text(
         "metadata: {name: '10'}\nspec: {config: {ignition: {version: 3.4.0}, storage: {files: [{path: rel}]}}}\n")

@@ -2,6 +2,9 @@
 
 Problems inside a MachineConfig's Ignition keep their full path
 (``$.spec.config.storage.files.0.path``) so the user finds them in the file they wrote.
+Ignition spec 2.2 in a MachineConfig is converted to 3.2 as the MCO converts it
+(``agent.ignition.translate2``); a warning says so, and problems point into the 2.2 text. A bare
+spec 2 Ignition config is refused, as Ignition 3 refuses it.
 """
 
 import copy
@@ -10,7 +13,7 @@ import os
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from agent.errors import ConfigError, Problem
-from agent.ignition import spec
+from agent.ignition import spec, translate2
 from agent.ignition.parse import parse_document_with_warnings
 from agent.ignition.validate import validate_ignition
 from agent.nodeconfig import NodeConfig
@@ -41,7 +44,7 @@ def check_node_config(data: Union[bytes, str, dict], source: str = "<input>"
     if is_machineconfig(doc):
         nc, found = _check_machineconfig(doc, source)
     else:
-        found = validate_ignition(doc)
+        found = validate_ignition(doc)  # a bare spec 2 config is refused, as Ignition 3 refuses it
         nc = None
         if not any(p.is_error for p in found):
             nc = NodeConfig(ignition=copy.deepcopy(doc), name=_name_from_source(source))
@@ -62,6 +65,39 @@ def load_node_config(data: Union[bytes, str, dict], source: str = "<input>") -> 
         raise ConfigError(f"invalid config ({len(errors)} error{'s' if len(errors) != 1 else ''})",
                           problems=problems, source=source if source != "<input>" else "")
     return nc
+
+
+def check_ignition(config: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Problem]]:
+    """(the config in spec 3.x, problems): a spec 2.2 config is converted first, as the MCO does."""
+    if not translate2.is_spec2(config):
+        return config, validate_ignition(config)
+    converted, problems = translate2.translate(config)
+    if converted is None:
+        return config, problems
+    back = translate2.source_index(config)
+    found = [Problem(back(p.path), p.message, p.rule, p.severity, **_value_kw(p)) for p in validate_ignition(converted)]
+    version = config["ignition"]["version"]
+    note = Problem("$.ignition.version", f"Ignition spec {version} converted to {converted['ignition']['version']} "
+                   "as the MCO does (files' filesystem: root into the path, overwrite: true unless append, "
+                   "units' enabled kept)", "converted-spec2", severity="warning")
+    return converted, [note] + found
+
+
+def convert_spec2_machine_config(doc: Dict[str, Any], source: str = "") -> Tuple[Dict[str, Any], List[Problem]]:
+    """A MachineConfig whose ``spec.config`` is spec 2.2 with it converted to 3.2 (the server's
+    state loader: the MCO accepts such objects, helpers.go:612-668), or the errors that stop it."""
+    spec_d = doc.get("spec")
+    config = spec_d.get("config") if isinstance(spec_d, dict) else None
+    if not translate2.is_spec2(config):
+        return doc, []
+    converted, problems = check_ignition(config)
+    errors = [Problem("$.spec.config" + p.path[1:], p.message, p.rule, **_value_kw(p), source=source)
+              for p in problems if p.is_error]
+    if errors:
+        return doc, errors
+    log.info("%s: Ignition spec %s converted to %s", source or "MachineConfig", config["ignition"]["version"],
+             converted["ignition"]["version"])
+    return dict(doc, spec=dict(spec_d, config=converted)), []
 
 
 def nodeconfig_to_machineconfig(nc: NodeConfig, name: str) -> Dict[str, Any]:
@@ -145,8 +181,8 @@ def _check_machineconfig(doc: dict, source: str) -> Tuple[Optional[NodeConfig], 
         err("$.spec.config", "wrong type: expected object (an Ignition config)", "type")
         ignition = {}
     else:
-        ignition = config
-        problems.extend(_prefixed(p, "$.spec.config") for p in validate_ignition(config))
+        ignition, found = check_ignition(config)
+        problems.extend(_prefixed(p, "$.spec.config") for p in found)
 
     os_image = specd.get("osImageURL")
     if os_image is not None and not isinstance(os_image, str):

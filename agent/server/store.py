@@ -297,6 +297,15 @@ def _read_docs(path: str, src: str, problems: List[Problem]) -> List[Tuple[str, 
     return out
 
 
+def _spec2_converted(doc: Dict[str, Any], where: str) -> Tuple[Dict[str, Any], List[Problem]]:
+    """Spec 2.2 MachineConfigs are converted to 3.2 first, as the MCO does (helpers.go:612-668)."""
+    from agent.ignition.load import convert_spec2_machine_config
+
+    doc, refused = convert_spec2_machine_config(doc, where)
+    found = _CHECKS["machineconfigs"](doc, where)
+    return doc, refused + [p for p in found if not (refused and p.path.startswith("$.spec.config"))]
+
+
 def load_state(state_dir: str) -> State:
     """Read and validate everything. Invalid objects are left out and listed in ``problems``."""
     state = State(loaded_at=time.time())
@@ -316,7 +325,10 @@ def load_state(state_dir: str) -> State:
                     state.problems.append(Problem("$.kind", f"expected {kind} in {sub}/", "kind",
                                                   value=doc.get("kind"), source=where))
                     continue
-                found = _CHECKS[sub](doc, where)
+                if sub == "machineconfigs":
+                    doc, found = _spec2_converted(doc, where)
+                else:
+                    found = _CHECKS[sub](doc, where)
                 if found:
                     state.problems.extend(found)
                     continue
