@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from agent import __version__
 from agent.server import content, drains
 from agent.server.metrics import RequestCounter, exposition
-from agent.server.service import Cluster, ReportInvalid, validate_report
+from agent.server.service import Cluster, ReportInvalid, UnknownPool, validate_report
 from agent.server.store import DNS1123_LABEL, DNS1123_SUBDOMAIN
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class App:
         if parts == ["metrics"]:
             _allow(method, ("GET", "HEAD"))
             st = self.cluster.state()
-            text = exposition(self.counter, self.cluster.pool_views(pending=False), len(st.problems), st.stale)
+            text = exposition(self.counter, self.cluster.pool_views(pending=False, nodes=0), len(st.problems), st.stale)
             return Response(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
         if len(parts) == 2 and parts[0] == "config":
             _allow(method, ("GET", "HEAD"))
@@ -133,7 +133,7 @@ class App:
                 if name not in views:
                     raise HTTPError(404, f"unknown pool {name!r}; known pools: {self._known()}")
                 view = views[name]
-                view["status"]["history"] = self.cluster.db.history(name)
+                view["status"]["history"] = self.cluster.store.history(name)
                 return json_response(200, view, pool=name)
             if rest == ["cluster"]:
                 _allow(method, ("GET", "HEAD"))
@@ -151,7 +151,7 @@ class App:
                     _allow(method, ("POST", "DELETE"))
                     self._auth(environ)
                     if method == "DELETE":
-                        pool = drains.release(self.cluster.db, node)
+                        pool = drains.release(self.cluster.store, node)
                         return json_response(200, {"node": node, "released": pool is not None, "pool": pool or "",
                                                    "actions": ["uncordon"] if pool else []})
                     return self.drain(node, _json_body(environ))
@@ -181,14 +181,15 @@ class App:
 
     def config(self, environ: Dict[str, Any], pool: str) -> Response:
         cluster = self.cluster
-        st = cluster.state()
-        if pool not in st.pools:
+        node = self._asking_node(environ)
+        try:  # one node-store round trip (service.Cluster.fetch)
+            fetched = cluster.fetch(pool, environ.get("HTTP_ACCEPT"), node)
+        except UnknownPool:
             raise HTTPError(404, f"unknown pool {pool!r}; known pools: {self._known()}")
-        member = self._is_member(environ, pool)
-        try:
-            body, etag, version, served = cluster.served_config(pool, environ.get("HTTP_ACCEPT"), member=member)
         except content.NotAcceptable as exc:
             raise HTTPError(406, str(exc))
+        self._refuse_other_custom(node, fetched.node, pool)
+        body, etag, version, served = fetched.body, fetched.etag, fetched.version, fetched.served
         if cluster.is_empty_rendering(served.config):
             # An empty config would boot a node that can never join: better to keep it waiting.
             raise HTTPError(503, f"the config of pool {pool} is withheld: the pool selects no MachineConfigs "
@@ -200,38 +201,33 @@ class App:
             return Response(304, b"", headers=headers, pool=pool)
         return Response(200, body, f"{content.MEDIA_TYPE};version={version}", headers, pool=pool)
 
-    def _is_member(self, environ: Dict[str, Any], pool: str) -> bool:
-        """Whether the asking node is a member of ``pool`` (then it gets the pool's target).
-
-        The node names itself with ``?node=<name>`` or ``X-Node-Name``; anonymous fetches (a
-        real first boot) get what a new node may have. A node already in a custom pool never
-        gets another pool's (the worker) config.
-        """
+    @staticmethod
+    def _asking_node(environ: Dict[str, Any]) -> Optional[str]:
+        """The node naming itself with ``?node=<name>`` or ``X-Node-Name`` (then, as a member of
+        the pool, it gets the pool's target); None for anonymous fetches (a real first boot:
+        they get what a new node may have)."""
         qs = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
         node = (qs.get("node") or [""])[0] or environ.get(NODE_HEADER, "")
-        if not node:
-            return False
-        member = self.cluster.node_pool(_node_name(node))
-        if member is None:
-            return False
-        if member.pool == pool:
-            return True
+        return _node_name(node) if node else None
+
+    @staticmethod
+    def _refuse_other_custom(node: Optional[str], known: Any, pool: str) -> None:
+        """A node already in a custom pool never gets another pool's (the worker) config."""
+        if node is None or known is None or known.pool == pool:
+            return
         from agent.server.progress import is_custom
 
-        if is_custom(member.pool):
-            raise HTTPError(409, f"node {node} belongs to custom pool {member.pool} ({member.why}); it must not "
-                                 f"get the {pool} config: fetch /config/{member.pool}")
-        return False
+        if is_custom(known.pool):
+            raise HTTPError(409, f"node {node} belongs to custom pool {known.pool} ({known.why}); it must not "
+                                 f"get the {pool} config: fetch /config/{known.pool}")
 
     def node(self, node: str) -> Response:
-        rep = self.cluster.db.report(node)
-        if rep is None:
+        rec = self.cluster.store.node(node)
+        if rec is None:
             raise HTTPError(404, f"node {node!r} has not reported")
-        member = self.cluster.node_pool(node)
-        return json_response(200, {"node": node, "report": rep, "pool": member.pool if member else "",
-                                   "membership": member.why if member else "",
-                                   "degradedReason": member.degraded if member else "",
-                                   "drainEvents": self.cluster.db.drain_events(node)})
+        return json_response(200, {"node": node, "report": rec.report, "pool": rec.pool,
+                                   "membership": rec.why, "degradedReason": rec.degraded,
+                                   "drainEvents": self.cluster.store.drain_events(node)})
 
     def report(self, node: str, body: Any) -> Response:
         try:
@@ -257,7 +253,7 @@ class App:
         if member is not None and member.pool != pool:
             raise HTTPError(409, f"node {node} belongs to pool {member.pool} ({member.why}), not {pool}",
                             field="$.pool")
-        answer = drains.request_drain(cluster.db, node, pool, config, cluster.drain_limit(pool), cluster.lease_ttl)
+        answer = drains.request_drain(cluster.store, node, pool, config, cluster.drain_limit(pool), cluster.lease_ttl)
         if answer.granted:
             return json_response(200, answer.to_dict(), pool=pool)
         return json_response(429, answer.to_dict(), [("Retry-After", str(answer.retry_after))], pool=pool)

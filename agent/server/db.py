@@ -38,6 +38,22 @@ MIGRATIONS = [
         id INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT NOT NULL, pool TEXT NOT NULL,
         action TEXT NOT NULL, detail TEXT NOT NULL DEFAULT '', at REAL NOT NULL);
     """,
+    # 1 -> 2: node state kept incrementally (agent/server/nodestore_sqlite.py). The membership
+    # columns and counters are filled by the first server to start (no membership_signature yet).
+    """
+    ALTER TABLE reports ADD COLUMN why TEXT NOT NULL DEFAULT '';
+    ALTER TABLE reports ADD COLUMN degraded TEXT NOT NULL DEFAULT '';
+    CREATE INDEX reports_by_pool ON reports (pool, node);
+    CREATE TABLE pool_counts (
+        pool TEXT PRIMARY KEY, machine INTEGER NOT NULL DEFAULT 0, done INTEGER NOT NULL DEFAULT 0,
+        working INTEGER NOT NULL DEFAULT 0, reported_degraded INTEGER NOT NULL DEFAULT 0,
+        degraded INTEGER NOT NULL DEFAULT 0, refused INTEGER NOT NULL DEFAULT 0);
+    CREATE TABLE proofs (
+        pool TEXT NOT NULL, config TEXT NOT NULL, image TEXT NOT NULL, updated INTEGER NOT NULL DEFAULT 0,
+        ready INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (pool, config, image));
+    CREATE INDEX leases_by_pool ON leases (pool, granted);
+    DELETE FROM meta WHERE key = 'membership_signature';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -12,8 +12,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-from agent.server.db import Database
-
 DEFAULT_TTL = 600.0
 
 
@@ -67,49 +65,12 @@ class DrainAnswer:
         return out
 
 
-def request_drain(db: Database, node: str, pool: str, config: str, limit: int, ttl: float,
+def request_drain(store: Any, node: str, pool: str, config: str, limit: int, ttl: float,
                   now: Optional[float] = None) -> DrainAnswer:
-    now = time.time() if now is None else now
-    with db.write() as c:
-        for row in c.execute("SELECT node, pool FROM leases WHERE expires <= ?", (now,)).fetchall():
-            db.record_drain(c, row["node"], row["pool"], "expired", "lease TTL passed without renewal")
-        c.execute("DELETE FROM leases WHERE expires <= ?", (now,))
-        mine = c.execute("SELECT pool FROM leases WHERE node=?", (node,)).fetchone()
-        if mine is not None and mine["pool"] == pool:
-            c.execute("UPDATE leases SET expires=?, config=? WHERE node=?", (now + ttl, config, node))
-            holders = [r[0] for r in c.execute("SELECT node FROM leases WHERE pool=? ORDER BY granted", (pool,))]
-            return DrainAnswer(True, node, pool, limit, now + ttl, holders=holders, renewed=True)
-        if mine is not None:  # moved pools: the old lease goes
-            c.execute("DELETE FROM leases WHERE node=?", (node,))
-        rows = c.execute("SELECT node, expires FROM leases WHERE pool=? ORDER BY granted", (pool,)).fetchall()
-        holders = [r["node"] for r in rows]
-        if len(holders) >= limit:
-            soonest = min(r["expires"] for r in rows) - now
-            retry = int(max(1, min(30, math.ceil(soonest))))
-            return DrainAnswer(False, node, pool, limit, retry_after=retry, holders=holders)
-        c.execute("INSERT INTO leases (node, pool, config, granted, expires) VALUES (?,?,?,?,?)",
-                  (node, pool, config, now, now + ttl))
-        db.record_drain(c, node, pool, "cordon", config)
-        db.record_drain(c, node, pool, "drain", "no pods to evict with the directory backend")
-        return DrainAnswer(True, node, pool, limit, now + ttl, holders=holders + [node])
+    """Grant or refuse a drain lease (``store``: a nodestore.NodeStore; atomic there)."""
+    return store.acquire_lease(node, pool, config, limit, ttl, time.time() if now is None else now)
 
 
-def release(db: Database, node: str, why: str = "uncordon requested") -> Optional[str]:
+def release(store: Any, node: str, why: str = "uncordon requested") -> Optional[str]:
     """End a node's lease (uncordon). Returns the pool it held a lease in, or None."""
-    with db.write() as c:
-        row = c.execute("SELECT pool FROM leases WHERE node=?", (node,)).fetchone()
-        if row is None:
-            return None
-        c.execute("DELETE FROM leases WHERE node=?", (node,))
-        db.record_drain(c, node, row["pool"], "uncordon", why)
-        return row["pool"]
-
-
-def release_in(c: Any, node: str, current_config: str, why: str) -> bool:
-    """Inside a write transaction: end the lease when the node is Done on the leased config."""
-    row = c.execute("SELECT pool, config FROM leases WHERE node=?", (node,)).fetchone()
-    if row is None or (row["config"] and current_config and row["config"] != current_config):
-        return False
-    c.execute("DELETE FROM leases WHERE node=?", (node,))
-    Database.record_drain(c, node, row["pool"], "uncordon", why)
-    return True
+    return store.release_lease(node, why)

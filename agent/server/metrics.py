@@ -110,9 +110,7 @@ def exposition(counter: RequestCounter, views: Dict[str, Dict[str, Any]], state_
     lines += ["# HELP node_config_server_nodes Nodes by pool and reported state.",
               "# TYPE node_config_server_nodes gauge"]
     for name, v in sorted(views.items()):
-        by_state: Dict[str, int] = {"Done": 0, "Working": 0, "Degraded": 0}
-        for node in v["status"]["nodes"].values():
-            by_state[node["state"]] = by_state.get(node["state"], 0) + 1
+        by_state: Dict[str, int] = dict(v["status"]["nodeStates"])  # counters, not a walk over nodes
         for state, n in sorted(by_state.items()):
             lines.append(f"node_config_server_nodes{_labels(pool=name, state=state)} {n}")
     for metric, key, help_ in (

@@ -1,21 +1,31 @@
-"""The server's imperative core: state directory + SQLite, tied together by ``reconcile``.
+"""The server's imperative core: state directory + node store, tied together by ``reconcile``.
 
 ``reconcile`` renders every pool, stores new rendered configs, and moves each pool's target
-and current per ``progress.rollout_step``. It runs in one write transaction (``BEGIN
-IMMEDIATE``), so several gunicorn workers doing it at once agree, and it is idempotent.
-It runs when a worker sees a new state directory and after every report.
+and current per ``progress.rollout_step``. Node state lives in a ``nodestore.NodeStore`` whose
+counters and proofs are updated per report, so after a report only the pools it touches are
+stepped (O(1), not O(nodes)); each pool's step is an atomic read-modify-write, so several
+gunicorn workers doing it at once agree. A full reconcile runs when a worker sees a new state
+directory (and re-assigns every node's pool once when the pools' selectors changed).
+
+A config fetch costs one store round trip (``NodeStore.serving``); what it decides is memoised
+on its inputs (state, target, current, proof count, membership), shared by the worker's
+threads, so reports never invalidate the rendered bodies.
 """
 
 import hashlib
+import json
 import logging
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
 
-from agent.server import content, gating, progress
+from agent.server import content, gating, poolview, progress
 from agent.server.db import Database
-from agent.server.drains import DEFAULT_TTL, parse_max_unavailable, release_in
+from agent.server.drains import DEFAULT_TTL, parse_max_unavailable
+from agent.server.nodestore import NodeRecord, NodeStore, PoolRow, counts_for
+from agent.server.nodestore_sqlite import SqliteNodeStore
 from agent.server.render import Rendered, render_pool
 from agent.server.store import State, StateWatcher, pool_forced
 
@@ -61,31 +71,59 @@ def validate_report(body: Any) -> Dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
 
 
+VIEW_NODES = 100  # nodes listed in a pool view; all of them: /api/v1/nodes (paged)
+_UNSET = object()
+
+
+class UnknownPool(KeyError):
+    pass
+
+
+@dataclass(frozen=True)
+class Fetch:
+    body: bytes
+    etag: str
+    version: str
+    served: gating.Served
+    node: Optional[NodeRecord]  # the asking node as the store knows it (None: anonymous or unknown)
+
+
+def membership_signature(st: State) -> str:
+    """What node membership depends on in the state: the pools and their node selectors."""
+    sel = {name: (pool.get("spec") or {}).get("nodeSelector") for name, pool in st.pools.items()}
+    return hashlib.sha256(json.dumps(sel, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
 class Cluster:
     def __init__(self, state_dir: str, db_path: Optional[str] = None, lease_ttl: float = DEFAULT_TTL,
-                 reload_interval: float = 1.0):
+                 reload_interval: float = 1.0, store: Optional[NodeStore] = None):
         import os
 
         self.state_dir = state_dir
         self.db = Database(db_path or os.path.join(state_dir, "nodes.db"))
+        self.store: NodeStore = store or SqliteNodeStore(self.db)
         self.watcher = StateWatcher(state_dir, reload_interval)
         self.lease_ttl = lease_ttl
         self._reconciled_sig = None
         self._lock = threading.Lock()
         self._rendered: Dict[str, Rendered] = {}
+        self._by_name: Dict[str, Rendered] = {}
         self._old_specs: Dict[str, Dict[str, Any]] = {}
-        self._cache: OrderedDict[Tuple, Tuple[bytes, str]] = OrderedDict()
+        self._cache: OrderedDict[Tuple, Tuple[bytes, str, str]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._flights: Dict[Tuple, threading.Lock] = {}
-        self._local = threading.local()
+        self._decisions: Dict[Tuple, Any] = {}  # shared by threads; keyed on every input
         self.cache_size = 64
         self.reconcile(force=True)
 
     # -- state and reconcile -----------------------------------------------------------------
 
-    def state(self) -> State:
+    def state(self, seen: Any = _UNSET) -> State:
+        """The state this worker serves. ``seen``: the signature the store holds, when the
+        caller already read it (a fetch reads it in its one round trip)."""
         st = self.watcher.current()
-        seen = self.db.meta("state_signature")
+        if seen is _UNSET:
+            seen = self.store.meta("state_signature")
         if seen is not None and seen != st.signature and not st.stale:
             # Another worker has seen different files: look now, so that every worker serves
             # the same state as soon as one of them has noticed a change (no flip-flop).
@@ -101,227 +139,221 @@ class Cluster:
         with self._lock:
             st = self.watcher.current()
             fresh = st.signature != self._reconciled_sig
-            rendered = self.render_all(st) if fresh else self._rendered
             if fresh:  # membership (firstPivotConfig) must know the new names before counting
+                rendered = self.render_all(st)
+                for name, r in rendered.items():
+                    self.store.put_rendered(name, r.name, r.spec, list(r.sources))
                 self._rendered = rendered
-            reports = self.db.reports()
-            with self.db.write() as c:
-                rows = {r["name"]: dict(r) for r in c.execute("SELECT * FROM pools").fetchall()}
-                Database.set_meta(c, "state_signature", st.signature)
-                if fresh:
-                    for name, r in rendered.items():
-                        Database.put_rendered(c, name, r.name, r.spec, list(r.sources))
-                members = self._members(st, reports)
-                for name, r in sorted(rendered.items()):
-                    row = rows.get(name)
-                    target = row["target"] if row else r.name
-                    image = gating.layered_image(name, target, st.os_configs, st.os_builds)
-                    counts = progress.count(members.get(name, {}), target, image)
-                    paused = bool((st.pools[name].get("spec") or {}).get("paused"))
-                    step = progress.rollout_step(r.name, row, paused, st.force_rollout or pool_forced(st.pools[name]),
-                                                 counts)
-                    if row is None or (step.target, step.current, step.held, r.name) != (
-                            row["target"], row["current"], row["held"], row["rendered"]):
-                        if row is None or step.target != row["target"] or step.current != row["current"]:
-                            log.info("pool %s: target %s, current %s%s", name, step.target, step.current,
-                                     f" ({step.held})" if step.held else "")
-                        Database.set_pool(c, name, step.target, step.current, step.held, r.name, row)
-            self._rendered = rendered
+                self._by_name = {r.name: r for r in rendered.values()}
+                self._decisions = {}
+            self.store.set_meta("state_signature", st.signature)
+            sig = membership_signature(st)
+            if self.store.membership_signature() != sig:
+                n = self.store.rebuild(sig, lambda report: progress.membership(report, st.pools,
+                                                                               self.pool_of_rendered))
+                log.info("node membership recomputed for %d node(s): the pools changed", n)
+            for name in sorted(self._rendered):
+                self._step_pool(st, name)
             self._reconciled_sig = st.signature
 
-    def pool_of_rendered(self, name: str) -> Optional[str]:
-        for r in self._rendered.values():
-            if r.name == name:
-                return r.pool
-        return self.db.rendered_pool(name)
+    def _step_pool(self, st: State, name: str) -> None:
+        """Move one pool's target/current (progress.rollout_step) from its counters: O(1)."""
+        r = self._rendered.get(name)
+        pool = st.pools.get(name)
+        if r is None or pool is None:
+            return
+        paused = bool((pool.get("spec") or {}).get("paused"))
+        forced = st.force_rollout or pool_forced(pool)
 
-    def _members(self, st: State, reports: Dict[str, Dict[str, Any]]
-                 ) -> Dict[str, Dict[str, Tuple[Dict[str, Any], progress.Membership]]]:
-        out: Dict[str, Dict[str, Any]] = {}
-        for node, report in reports.items():
-            m = progress.membership(report, st.pools, self.pool_of_rendered)
-            out.setdefault(m.pool, {})[node] = (report, m)
-        return out
+        def decide(row: Optional[PoolRow]) -> Optional[PoolRow]:
+            target = row.target if row else r.name
+            counts = self._counts(st, name, target)
+            step = progress.rollout_step(r.name, row.as_dict() if row else None, paused, forced, counts)
+            new = PoolRow(name, step.target, step.current, step.held, r.name)
+            if new == row:
+                return None
+            if row is None or (step.target, step.current) != (row.target, row.current):
+                log.info("pool %s: target %s, current %s%s", name, step.target, step.current,
+                         f" ({step.held})" if step.held else "")
+            return new
+
+        self.store.update_pool(name, decide)
+
+    def _layered(self, st: State, pool: str, config: str) -> Optional[str]:
+        key = ("image", st.signature, pool, config)
+        if key not in self._decisions:
+            self._remember(key, gating.layered_image(pool, config, st.os_configs, st.os_builds))
+        return self._decisions[key]
+
+    def _remember(self, key: Tuple, value: Any) -> None:
+        if len(self._decisions) > 4096:  # bounded: inputs that no longer occur fall out
+            self._decisions = {}
+        self._decisions[key] = value
+
+    def _counts(self, st: State, pool: str, target: str) -> progress.Counts:
+        image = self._layered(st, pool, target)
+        return counts_for(self.store.counts(pool), self.store.proof(pool, target, image))
+
+    def pool_of_rendered(self, name: str) -> Optional[str]:
+        r = self._by_name.get(name)
+        return r.pool if r is not None else self.store.rendered_pool(name)
 
     # -- views -----------------------------------------------------------------------------
 
-    def pool_views(self, only: Optional[str] = None, pending: bool = True) -> Dict[str, Dict[str, Any]]:
+    def pool_views(self, only: Optional[str] = None, pending: bool = True,
+                   nodes: int = VIEW_NODES) -> Dict[str, Dict[str, Any]]:
+        """MachineConfigPool views, O(pools): counts come from the store's counters, and at
+        most ``nodes`` nodes are listed per pool (``status.nodesTruncated`` says when more)."""
         st = self.state()
-        rows = self.db.pools()
-        members = self._members(st, self.db.reports())
-        leases = self.db.leases()
+        rows = self.store.pools()
         views = {}
         for name, pool in sorted(st.pools.items()):
             row = rows.get(name)
             if row is None or (only is not None and name != only):
                 continue
-            views[name] = self._view(st, name, pool, row, members.get(name, {}), leases, pending)
+            views[name] = self._view(st, name, pool, row, pending, nodes)
         return views
 
     def _base_images(self, *names: str) -> Dict[str, str]:
-        out = {}
-        for n in names:
-            spec = self.spec_of(n)
-            out[n] = (spec or {}).get("osImageURL", "")
-        return out
+        return {n: (self.spec_of(n) or {}).get("osImageURL", "") for n in names}
 
     def is_empty_rendering(self, rendered_name: str) -> bool:
-        for r in self._rendered.values():
-            if r.name == rendered_name:
-                return not r.sources
-        return False
+        r = self._by_name.get(rendered_name)
+        return r is not None and not r.sources
 
     def spec_of(self, rendered_name: str) -> Optional[Dict[str, Any]]:
-        for r in self._rendered.values():
-            if r.name == rendered_name:
-                return r.spec
+        r = self._by_name.get(rendered_name)
+        if r is not None:
+            return r.spec
         # Rendered configs never change under a name: older ones are cached once read.
         spec = self._old_specs.get(rendered_name)
         if spec is None:
-            spec = self.db.rendered_spec(rendered_name)
+            spec = self.store.rendered_spec(rendered_name)
             if spec is not None:
                 if len(self._old_specs) > 16:
                     self._old_specs.clear()
                 self._old_specs[rendered_name] = spec
         return spec
 
-    def _view(self, st: State, name: str, pool: Dict[str, Any], row: Dict[str, Any],
-              members: Dict[str, Any], leases: List[Dict[str, Any]], pending: bool = True) -> Dict[str, Any]:
-        target, current = row["target"], row["current"]
-        image = gating.layered_image(name, target, st.os_configs, st.os_builds)
-        counts = progress.count(members, target, image)
+    def _view(self, st: State, name: str, pool: Dict[str, Any], row: PoolRow, pending: bool,
+              max_nodes: int) -> Dict[str, Any]:
+        target, current = row.target, row.current
+        image = self._layered(st, name, target)
+        pc = self.store.counts(name)
+        counts = counts_for(pc, self.store.proof(name, target, image))
         served = gating.decide(name, target, current, counts.updated, self._base_images(target, current),
                                st.os_configs, st.os_builds)
         spec = dict(pool.get("spec") or {})
         spec["configuration"] = {"name": target}
         limit = parse_max_unavailable(spec.get("maxUnavailable"), counts.machine)
+        listed = self.store.nodes(pool=name, limit=max_nodes) if max_nodes > 0 else []
         status: Dict[str, Any] = {
             "configuration": {"name": current},
-            "rendered": row.get("rendered") or "",
+            "rendered": row.rendered or "",
             "observedGeneration": 1,
             **counts.to_status(),
+            "nodeStates": {"Done": pc.done, "Working": pc.working, "Degraded": pc.reported_degraded},
             "served": served.to_dict(),
-            "held": row.get("held") or "",
+            "held": row.held or "",
             "layeredImage": image or "",
-            "nodes": {node: {"state": rep.get("state"), "currentConfig": rep.get("currentConfig", ""),
-                             "currentImage": rep.get("currentImage", ""), "skew": rep.get("skew", ""),
-                             "membership": m.why, **({"degradedReason": m.degraded} if m.degraded else {}),
-                             **({"reason": rep["reason"]} if rep.get("reason") else {})}
-                      for node, (rep, m) in sorted(members.items())},
+            "nodes": {rec.node: poolview.node_entry(rec) for rec in listed},
             "drain": {"maxUnavailable": limit,
-                      "holders": sorted(lease["node"] for lease in leases if lease["pool"] == name)},
+                      "holders": sorted(lease["node"] for lease in self.store.leases(pool=name))},
         }
-        disruption = self._pending_disruption(st, current, target) if pending else None
+        if counts.machine > len(listed):
+            status["nodesTruncated"] = True
+        disruption = poolview.pending_disruption(self.spec_of, st.cluster_spec, current, target) if pending else None
         if disruption is not None:
             status["pendingDisruption"] = disruption
-        status["conditions"] = self._conditions(counts, target, current, row)
+        status["conditions"] = poolview.conditions(counts, target, current, row.as_dict())
         return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
                 "metadata": dict(pool.get("metadata") or {}), "spec": spec, "status": status}
-
-    @staticmethod
-    def _conditions(counts: progress.Counts, target: str, current: str, row: Dict[str, Any]) -> List[Dict[str, str]]:
-        updating = target != current or counts.updated < counts.machine
-        return [
-            {"type": "Updated", "status": "False" if updating else "True"},
-            {"type": "Updating", "status": "True" if updating else "False"},
-            {"type": "Degraded", "status": "True" if counts.degraded else "False"},
-            {"type": "RenderHeld", "status": "True" if row.get("held") else "False",
-             "message": row.get("held") or ""},
-        ]
-
-    def _pending_disruption(self, st: State, current: str, target: str) -> Optional[Dict[str, Any]]:
-        """Actions a node on ``current`` takes to reach ``target`` (agent.disruption), if available."""
-        if current == target:
-            return {"from": current, "to": target, "actions": [{"type": "None"}], "reboot": False, "drain": False}
-        try:
-            from agent.disruption import merge_policy, plan_disruption
-            from agent.nodeconfig import NodeConfig
-        except ImportError:
-            return None
-        a, b = self.spec_of(current), self.spec_of(target)
-        if a is None or b is None:
-            return None
-
-        def nc(spec: Dict[str, Any], name: str) -> NodeConfig:
-            return NodeConfig(ignition=spec.get("config") or {}, os_image_url=spec.get("osImageURL", ""),
-                              kernel_arguments=tuple(spec.get("kernelArguments") or ()),
-                              kernel_type=spec.get("kernelType", ""), extensions=tuple(spec.get("extensions") or ()),
-                              fips=bool(spec.get("fips")), name=name)
-        try:
-            policy = merge_policy(st.cluster_spec.get("nodeDisruptionPolicy"), source="machineconfiguration.yaml")
-            plan = plan_disruption(nc(a, current), nc(b, target), policy)
-        except Exception as exc:  # an optional view: never fail the pool object for it
-            log.warning("pending disruption of %s -> %s not computed: %s", current, target, exc)
-            return None
-        out = plan.to_dict()
-        out.pop("changes", None)  # the action list is the point; the full diff can be large
-        return {"from": current, "to": target, **out}
 
     def cluster(self) -> Dict[str, Any]:
         st = self.state()
         warnings = [str(p) for p in st.problems]
         if st.stale:
             warnings.insert(0, "the state directory has invalid objects: the last good state keeps serving")
-        return progress.cluster_progress(self.pool_views(), warnings)
+        return progress.cluster_progress(self.pool_views(pending=False, nodes=0), warnings)
 
     # -- serving configs -------------------------------------------------------------------------
 
-    def served_config(self, pool_name: str, accept: Optional[str],
-                      member: bool = False) -> Tuple[bytes, str, str, gating.Served]:
-        """(body, etag, spec version, served) for a new node of ``pool_name`` or, with ``member``,
-        for a node already in it (which gets the target). Cached per (pool, config, image, state,
-        Accept), so a scale-up storm costs no re-rendering."""
-        st = self.state()
-        served = self._member_decision(st, pool_name) if member else self._served_decision(st, pool_name)
+    def fetch(self, pool_name: str, accept: Optional[str], node: Optional[str] = None) -> Fetch:
+        """A config fetch: one store round trip, then memoised decisions and cached bodies.
+
+        A node naming itself (``node``) that the store knows as a member of ``pool_name`` gets
+        the pool's target; anyone else what a new node may have (gating). Raises UnknownPool
+        and content.NotAcceptable. Bodies are cached per (pool, config, image, state, Accept),
+        so a scale-up storm costs no re-rendering, and one thread renders while the others wait.
+        """
+        snap = self.store.serving(pool_name, node)
+        st = self.state(seen=snap.state_signature)
+        if pool_name not in st.pools:
+            raise UnknownPool(pool_name)
+        row = snap.pool
+        if row is None or snap.state_signature != st.signature:  # this worker reconciled just now
+            snap = self.store.serving(pool_name, node)
+            row = snap.pool
+            if row is None:
+                raise UnknownPool(pool_name)
+        member = snap.node is not None and snap.node.pool == pool_name
+        if member:
+            served = self._member_decision(st, pool_name, row.target)
+        else:
+            image = self._layered(st, pool_name, row.target)
+            served = self._new_node_decision(st, pool_name, row, snap.target_proof(image).updated)
+        body, etag, version = self._body(pool_name, st, served, accept)
+        return Fetch(body, etag, version, served, snap.node)
+
+    def _new_node_decision(self, st: State, pool: str, row: PoolRow, updated: int) -> gating.Served:
+        key = ("new", st.signature, pool, row.target, row.current, updated)
+        hit = self._decisions.get(key)
+        if hit is None:
+            hit = gating.decide(pool, row.target, row.current, updated, self._base_images(row.target, row.current),
+                                st.os_configs, st.os_builds)
+            self._remember(key, hit)
+        return hit
+
+    def _member_decision(self, st: State, pool: str, target: str) -> gating.Served:
+        key = ("member", st.signature, pool, target)
+        hit = self._decisions.get(key)
+        if hit is None:
+            hit = gating.for_member(pool, target, self._base_images(target), st.os_configs, st.os_builds)
+            self._remember(key, hit)
+        return hit
+
+    def _body(self, pool_name: str, st: State, served: gating.Served,
+              accept: Optional[str]) -> Tuple[bytes, str, str]:
         key = (pool_name, served.config, served.image, st.signature, accept or "")
         with self._cache_lock:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
-                return hit[0], hit[1], hit[2], served
+                return hit
             # Single flight: in a storm, one thread renders and the others wait for its result.
             flight = self._flights.setdefault(key, threading.Lock())
         with flight:
             with self._cache_lock:
                 hit = self._cache.get(key)
             if hit is not None:
-                return hit[0], hit[1], hit[2], served
+                return hit
             try:
                 return self._render_into_cache(key, pool_name, st, served, accept)
             finally:
                 with self._cache_lock:
                     self._flights.pop(key, None)
 
-    def _served_decision(self, st: State, pool_name: str) -> gating.Served:
-        # Per thread (each has its own SQLite connection, and data_version is per connection):
-        # recomputed only when the database or the state changed, not on every fetch of a storm.
-        memo = getattr(self._local, "served", None)
-        if memo is None:
-            memo = self._local.served = {}
-        key = (pool_name, st.signature, self.db.version())
-        hit = memo.get(pool_name)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        view = self.pool_views(only=pool_name, pending=False)[pool_name]
-        served = gating.Served(**view["status"]["served"])
-        memo[pool_name] = (key, served)
-        return served
-
-    def _member_decision(self, st: State, pool_name: str) -> gating.Served:
-        target = self.pool_views(only=pool_name, pending=False)[pool_name]["spec"]["configuration"]["name"]
-        return gating.for_member(pool_name, target, self._base_images(target), st.os_configs, st.os_builds)
-
     def prerender(self) -> None:
         """Fill the cache for every pool with the usual Accept headers (a worker starts warm)."""
         for name in self.state().pools:
             for accept in (None, "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1"):
                 try:
-                    self.served_config(name, accept)
+                    self.fetch(name, accept)
                 except Exception as exc:  # warming is an optimisation, never a failure
                     log.debug("prerender of %s failed: %s", name, exc)
 
     def _render_into_cache(self, key: Tuple, pool_name: str, st: State, served: gating.Served,
-                           accept: Optional[str]) -> Tuple[bytes, str, str, gating.Served]:
+                           accept: Optional[str]) -> Tuple[bytes, str, str]:
         spec = self.spec_of(served.config) or {}
         doc = content.build_document(st.pools[pool_name], served.config, spec, served.image, st.cluster_spec)
         version, converted = content.negotiate(accept, doc)
@@ -331,35 +363,31 @@ class Cluster:
             self._cache[key] = (body, etag, version)
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
-        return body, etag, version, served
+        return body, etag, version
 
     # -- reports and drains ------------------------------------------------------------------------
 
     def node_pool(self, node: str) -> Optional[progress.Membership]:
-        rep = self.db.report(node)
-        if rep is None:
-            return None
-        return progress.membership(rep, self.state().pools, self.pool_of_rendered)
+        rec = self.store.node(node)
+        return rec.membership() if rec is not None else None
 
     def record_report(self, node: str, body: Dict[str, Any]) -> Dict[str, Any]:
         st = self.state()
         member = progress.membership(body, st.pools, self.pool_of_rendered)
-        released = False
-        with self.db.write() as c:
-            Database.put_report(c, node, member.pool, body)
-            if body.get("state") == "Done":
-                released = release_in(c, node, body.get("currentConfig", ""), "node reported Done")
-        self.reconcile(force=True)
+        recorded = self.store.record_report(node, body, member, time.time())
+        # Only the pools this node left or joined can step (their counters moved): O(1).
+        for name in sorted({member.pool, recorded.previous_pool} - {None}):
+            self._step_pool(st, name)  # type: ignore[arg-type]
         out = {"node": node, "pool": member.pool, "membership": member.why, "accepted": True,
-               "leaseReleased": released}
+               "leaseReleased": recorded.released}
         if member.degraded:
             out["degradedReason"] = member.degraded
         return out
 
     def drain_limit(self, pool: str) -> int:
         st = self.state()
-        members = self._members(st, self.db.reports()).get(pool, {})
-        return parse_max_unavailable((st.pools[pool].get("spec") or {}).get("maxUnavailable"), len(members))
+        machine = self.store.counts(pool).machine
+        return parse_max_unavailable((st.pools[pool].get("spec") or {}).get("maxUnavailable"), machine)
 
 
 def now() -> float:

@@ -1,0 +1,158 @@
+"""The node store's contract (agent/server/nodestore.py), checked on the SQLite store.
+
+Counters and proofs are kept incrementally; after any sequence of reports they must equal what
+a full recount over every stored report gives (the old, O(N) way: progress.count).
+"""
+
+import random
+import sqlite3
+
+import pytest
+
+from agent.server import progress
+from agent.server.db import Database
+from agent.server.nodestore import NodeStore, PoolRow, Proof
+from agent.server.nodestore_sqlite import SqliteNodeStore
+
+POOLS = ("master", "worker", "infra")
+CONFIGS = ("rendered-a", "rendered-b", "")
+IMAGES = ("", "quay.io/x@sha256:1", "quay.io/x@sha256:2")
+
+
+def make_store(tmp_path) -> NodeStore:
+    return SqliteNodeStore(Database(str(tmp_path / "nodes.db")))
+
+
+def random_report(rng: random.Random):
+    body = {"pool": rng.choice(POOLS), "state": rng.choice(progress.STATES)}
+    if rng.random() < 0.9:
+        body["currentConfig"] = rng.choice(CONFIGS)
+    if rng.random() < 0.5:
+        body["currentImage"] = rng.choice(IMAGES)
+    if rng.random() < 0.2:
+        body["skew"] = rng.choice(("ok", "warn", "refuse"))
+    degraded = "two custom pools" if rng.random() < 0.1 else ""
+    return body, progress.Membership(body["pool"], "reported pool", degraded)
+
+
+def recount(reports, pool, config, image):
+    members = {n: (b, m) for n, (b, m) in reports.items() if m.pool == pool}
+    return progress.count(members, config, image)
+
+
+def check_against_recount(store, reports):
+    for pool in POOLS:
+        pc = store.counts(pool)
+        for config in CONFIGS:
+            for image in (None,) + IMAGES[1:]:
+                want = recount(reports, pool, config, image)
+                got = store.proof(pool, config, image)
+                assert (got.updated, got.ready) == (want.updated, want.ready), (pool, config, image)
+                assert (pc.machine, pc.degraded, pc.working, pc.refused) == \
+                    (want.machine, want.degraded, want.working, want.refused), pool
+
+
+def test_counters_equal_a_full_recount_after_random_reports(tmp_path):
+    store = make_store(tmp_path)
+    rng = random.Random(19)
+    reports = {}
+    for i in range(400):
+        node = f"n{rng.randrange(40)}"
+        body, member = random_report(rng)
+        store.record_report(node, body, member, float(i))
+        reports[node] = (body, member)
+        if i % 50 == 0:
+            check_against_recount(store, reports)
+    check_against_recount(store, reports)
+    listed = store.nodes(limit=1000)
+    assert [r.node for r in listed] == sorted(reports)
+    assert sum(store.counts(p).machine for p in POOLS) == len(reports)
+
+
+def test_rebuild_reassigns_every_node_and_recounts(tmp_path):
+    store = make_store(tmp_path)
+    for i in range(10):
+        store.record_report(f"n{i}", {"pool": "worker", "state": "Done", "currentConfig": "rendered-a"},
+                            progress.Membership("worker", "reported pool"), 1.0)
+    assert store.membership_signature() is None
+    moved = store.rebuild("sig-1", lambda rep: progress.Membership("infra", "labels match custom pool infra"))
+    assert moved == 10 and store.membership_signature() == "sig-1"
+    assert store.counts("worker").machine == 0 and store.counts("infra").machine == 10
+    assert store.proof("infra", "rendered-a") == Proof(10, 10)
+    assert store.node("n3").membership() == progress.Membership("infra", "labels match custom pool infra")
+
+
+def test_paging_by_pool(tmp_path):
+    store = make_store(tmp_path)
+    for i in range(25):
+        store.record_report(f"n{i:02d}", {"pool": "worker", "state": "Working"},
+                            progress.Membership("worker" if i % 2 else "infra", "x"), 1.0)
+    page1 = store.nodes(pool="worker", limit=5)
+    page2 = store.nodes(pool="worker", after=page1[-1].node, limit=5)
+    assert [r.node for r in page1 + page2] == [f"n{i:02d}" for i in range(1, 20, 2)]
+
+
+def test_done_report_releases_the_lease_on_that_config(tmp_path):
+    store = make_store(tmp_path)
+    assert store.acquire_lease("n1", "worker", "rendered-b", 1, 600, 100.0).granted
+    assert not store.acquire_lease("n2", "worker", "rendered-b", 1, 600, 100.0).granted
+    rec = store.record_report("n1", {"pool": "worker", "state": "Done", "currentConfig": "rendered-a"},
+                              progress.Membership("worker", "x"), 101.0)
+    assert not rec.released  # Done on another config: still updating
+    rec = store.record_report("n1", {"pool": "worker", "state": "Done", "currentConfig": "rendered-b"},
+                              progress.Membership("worker", "x"), 102.0)
+    assert rec.released and rec.previous_pool == "worker"
+    assert store.acquire_lease("n2", "worker", "rendered-b", 1, 600, 103.0).granted
+    assert [e["action"] for e in store.drain_events("n1")] == ["cordon", "drain", "uncordon"]
+
+
+def test_serving_is_one_snapshot(tmp_path):
+    store = make_store(tmp_path)
+    store.set_meta("state_signature", "s1")
+    store.update_pool("worker", lambda old: PoolRow("worker", "rendered-b", "rendered-a", "", "rendered-b"))
+    for i, image in enumerate(("", "img1", "img1")):
+        store.record_report(f"n{i}", {"pool": "worker", "state": "Done", "currentConfig": "rendered-b",
+                                      "currentImage": image}, progress.Membership("worker", "x"), 1.0)
+    snap = store.serving("worker", "n1")
+    assert snap.state_signature == "s1" and snap.pool.target == "rendered-b"
+    assert snap.target_proof(None).updated == 3 and snap.target_proof("img1").updated == 2
+    assert snap.node.node == "n1" and snap.node.pool == "worker"
+    empty = store.serving("nope", None)
+    assert empty.pool is None and empty.node is None and empty.target_proof(None) == Proof()
+
+
+def test_update_pool_keeps_history_and_skips_no_change(tmp_path):
+    store = make_store(tmp_path)
+    store.update_pool("worker", lambda old: PoolRow("worker", "r1", "r1"))
+    store.update_pool("worker", lambda old: None)
+    store.update_pool("worker", lambda old: PoolRow("worker", "r2", old.current))
+    assert [(h["field"], h["config"]) for h in store.history("worker")] == \
+        [("target", "r1"), ("current", "r1"), ("target", "r2")]
+
+
+def test_old_schema_is_migrated_and_rebuilt(tmp_path):
+    """A nodes.db of schema 1 (reports without membership columns) opens, and the service's
+    first reconcile fills the counters (no membership signature yet)."""
+    path = str(tmp_path / "nodes.db")
+    from agent.server.db import MIGRATIONS
+
+    conn = sqlite3.connect(path)
+    for stmt in MIGRATIONS[0].split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("INSERT INTO reports (node, pool, body, received) VALUES ('n1', 'worker', "
+                 "'{\"pool\": \"worker\", \"state\": \"Done\", \"currentConfig\": \"r1\"}', 1)")
+    conn.commit()
+    conn.close()
+    store = SqliteNodeStore(Database(path))
+    assert store.membership_signature() is None
+    store.rebuild("s", lambda rep: progress.Membership(rep["pool"], "reported pool"))
+    assert store.proof("worker", "r1") == Proof(1, 1)
+
+
+@pytest.mark.parametrize("n", [3])
+def test_abstract_interface_is_complete(tmp_path, n):
+    """Every abstract method of the interface is implemented (an etcd store must do the same)."""
+    assert not getattr(SqliteNodeStore, "__abstractmethods__", set())
+    assert len(NodeStore.__abstractmethods__) > n
