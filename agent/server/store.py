@@ -385,7 +385,9 @@ class StateWatcher:
             self._checked = now
             sig = signature(self.state_dir)
             old = self._state
-            if sig != old.signature and not (old.stale and sig == getattr(self, "_bad_sig", None)):
+            # A stale state carries the last good signature: files restored to exactly that
+            # state must still be re-read, or the state stays stale for ever.
+            if (sig != old.signature or old.stale) and not (old.stale and sig == getattr(self, "_bad_sig", None)):
                 self._reload(sig)
         finally:
             self._lock.release()
