@@ -215,7 +215,7 @@ def test_served_additions_read_back_by_the_agent():
             "kernelType": "default", "extensions": [], "fips": False}
     cluster = {"bootImageSkewEnforcement": {"mode": "Manual", "manual": {"rhcosVersion": "9.2.20240101-0"}},
                "nodeDisruptionPolicy": {"files": [{"path": "/etc/chrony.conf", "actions": [{"type": "None"}]}]}}
-    doc = content.build_document(p, "rendered-infra-x", spec, "quay.io/x/rhel-coreos-9:9.6", cluster)
+    doc = content.build_document(p, "rendered-infra-x", spec, "quay.io/x/rhel-coreos-9:9.6", cluster, layered=True)
     served = _files(doc)
     assert served.config_name == "rendered-infra-x" and served.pool == "infra"
     assert served.annotations["machineconfiguration.openshift.io/state"] == "Done"
@@ -243,18 +243,21 @@ def test_skew_rules_modes(skew, want):
         assert rules["mode"] == "Enforce" and rules["minimum"] == want and "rhelMajor" not in rules["target"]
 
 
-def test_negotiation():
-    doc = {"ignition": {"version": "3.5.0"}, "kernelArguments": {"shouldExist": ["a"]}}
-    assert content.negotiate(None, doc)[0] == "3.4.0"
-    assert content.negotiate("*/*", doc)[0] == "3.4.0"
-    asked = "application/vnd.coreos.ignition+json;version=3.3.0, */*;q=0.1"
-    assert content.negotiate(asked, doc)[0] == "3.3.0"
-    assert content.negotiate("application/vnd.coreos.ignition+json;version=3.9.0", doc)[0] == "3.5.0"
-    with pytest.raises(content.NotAcceptable) as exc:  # kernelArguments need 3.3
-        content.negotiate("application/vnd.coreos.ignition+json;version=3.2.0", doc)
-    assert "kernelArguments" in str(exc.value) and "3.3.0" in str(exc.value)
-    with pytest.raises(content.NotAcceptable, match="2.x"):
-        content.negotiate("application/vnd.coreos.ignition+json;version=2.2.0", doc)
+def test_negotiation_moves_kernel_arguments_below_33():
+    # upstream MigrateKernelArgsIfNecessary (server.go:275-293): shouldExist -> spec.kernelArguments
+    p = {"metadata": {"name": "worker"}, "spec": {}}
+    spec = {"config": {"ignition": {"version": "3.5.0"}, "kernelArguments": {"shouldExist": ["a"]}},
+            "osImageURL": "base", "kernelArguments": ["nosmt"]}
+    for version, in_ign, in_mc in (("3.3.0", ["a"], ["nosmt"]), ("3.2.0", None, ["nosmt", "a"]),
+                                   ("2.2.0", None, ["nosmt", "a"])):
+        doc = content.build_document(p, "rendered-worker-x", spec, "base", {}, version=version)
+        assert doc["ignition"]["version"] == version
+        assert (doc.get("kernelArguments") or {}).get("shouldExist") == in_ign
+        enc = _files(doc).encapsulated
+        assert enc["spec"]["kernelArguments"] == in_mc and enc["spec"]["config"] == {"ignition": {"version": version}}
+    spec["config"]["kernelArguments"] = {"shouldNotExist": ["b"]}
+    with pytest.raises(content.ConversionFailed, match="shouldNotExist"):
+        content.build_document(p, "rendered-worker-x", spec, "base", {}, version="3.2.0")
 
 
 # -- reports and state files ---------------------------------------------------------------------

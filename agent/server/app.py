@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from agent import __version__
 from agent.server import content, drains
+from agent.server.accept import UnsupportedVersion
 from agent.server.metrics import RequestCounter, exposition
 from agent.server.service import Cluster, ReportInvalid, UnknownPool, validate_report
 from agent.server.store import DNS1123_LABEL, DNS1123_SUBDOMAIN
@@ -186,8 +187,10 @@ class App:
             fetched = cluster.fetch(pool, environ.get("HTTP_ACCEPT"), node)
         except UnknownPool:
             raise HTTPError(404, f"unknown pool {pool!r}; known pools: {self._known()}")
-        except content.NotAcceptable as exc:
-            raise HTTPError(406, str(exc))
+        except UnsupportedVersion as exc:  # upstream api.go answers 400 (detectSpecVersionFromAcceptHeader)
+            raise HTTPError(400, str(exc), field="Accept")
+        except content.ConversionFailed as exc:  # upstream answers 500 when conversion fails
+            raise HTTPError(500, f"the config of pool {pool} cannot be served at the Ignition spec asked for: {exc}")
         self._refuse_other_custom(node, fetched.node, pool)
         body, etag, version, served = fetched.body, fetched.etag, fetched.version, fetched.served
         if cluster.is_empty_rendering(served.config):

@@ -19,8 +19,8 @@ class Served:
     reason: str
     layered: bool = False
 
-    def to_dict(self) -> Dict[str, str]:
-        return {"config": self.config, "image": self.image, "reason": self.reason}
+    def to_dict(self) -> Dict[str, Any]:
+        return {"config": self.config, "image": self.image, "reason": self.reason, "layered": self.layered}
 
 
 def _conditions(obj: Dict[str, Any]) -> Dict[str, str]:

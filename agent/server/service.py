@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from agent.server import content, gating, poolview, progress
+from agent.server.accept import negotiate_version
 from agent.server.db import Database
 from agent.server.drains import DEFAULT_TTL, parse_max_unavailable
 from agent.server.nodestore import NodeRecord, NodeStore, PoolRow, counts_for
@@ -283,7 +284,7 @@ class Cluster:
 
         A node naming itself (``node``) that the store knows as a member of ``pool_name`` gets
         the pool's target; anyone else what a new node may have (gating). Raises UnknownPool
-        and content.NotAcceptable. Bodies are cached per (pool, config, image, state, Accept),
+        and accept.UnsupportedVersion / content.ConversionFailed. Bodies are cached per (pool, config, image, state, Accept),
         so a scale-up storm costs no re-rendering, and one thread renders while the others wait.
         """
         snap = self.store.serving(pool_name, node)
@@ -355,8 +356,9 @@ class Cluster:
     def _render_into_cache(self, key: Tuple, pool_name: str, st: State, served: gating.Served,
                            accept: Optional[str]) -> Tuple[bytes, str, str]:
         spec = self.spec_of(served.config) or {}
-        doc = content.build_document(st.pools[pool_name], served.config, spec, served.image, st.cluster_spec)
-        version, converted = content.negotiate(accept, doc)
+        version = negotiate_version(accept)
+        converted = content.build_document(st.pools[pool_name], served.config, spec, served.image, st.cluster_spec,
+                                           version=version, layered=served.layered, bootstrap=st.bootstrap)
         body = content.render_bytes(converted)
         etag = '"' + hashlib.sha256(body).hexdigest()[:40] + '"'
         with self._cache_lock:

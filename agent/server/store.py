@@ -35,6 +35,9 @@ DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 KERNEL_TYPES = ("", "default", "realtime", "64k-pages")
 SKEW_MODES = ("Automatic", "Manual", "None")
 FORCE_ANNOTATION = "node-agent.io/force-rollout"
+BOOTSTRAP_DIR = "bootstrap"  # files served to new nodes as upstream does (agent.server.content)
+BOOTSTRAP_FILES = ("kubeconfig", "kubelet-ca.crt")
+MAX_BOOTSTRAP_BYTES = 1 << 20
 
 
 @dataclass
@@ -48,6 +51,7 @@ class State:
     problems: List[Problem] = field(default_factory=list)  # of the newest load attempt
     loaded_at: float = 0.0
     stale: bool = False  # True when the newest files were invalid and an older state serves
+    bootstrap: Dict[str, bytes] = field(default_factory=dict)  # bootstrap/kubeconfig, bootstrap/kubelet-ca.crt
 
     @property
     def cluster_spec(self) -> Dict[str, Any]:
@@ -83,6 +87,8 @@ def signature(state_dir: str) -> str:
         for name in _yaml_files(d):
             _sig_one(h, os.path.join(d, name))
     _sig_one(h, os.path.join(state_dir, CLUSTER_FILE))
+    for name in BOOTSTRAP_FILES:
+        _sig_one(h, os.path.join(state_dir, BOOTSTRAP_DIR, name))
     return h.hexdigest()
 
 
@@ -347,8 +353,51 @@ def load_state(state_dir: str) -> State:
                 state.problems.extend(found)
             else:
                 state.cluster = doc
+    state.bootstrap = load_bootstrap(state_dir, state.problems)
     state.signature = sig
     return state
+
+
+def load_bootstrap(state_dir: str, problems: List[Problem]) -> Dict[str, bytes]:
+    """``bootstrap/kubeconfig`` and ``bootstrap/kubelet-ca.crt`` when present and sane (a
+    kubeconfig with a cluster server, a PEM certificate), at most 1 MiB each."""
+    out: Dict[str, bytes] = {}
+    for name in BOOTSTRAP_FILES:
+        path = os.path.join(state_dir, BOOTSTRAP_DIR, name)
+        src = f"{BOOTSTRAP_DIR}/{name}"
+        try:
+            with open(path, "rb") as f:
+                if not os.path.isfile(path):
+                    problems.append(Problem("$", "must be a regular file", "bootstrap", source=src))
+                    continue
+                data = f.read(MAX_BOOTSTRAP_BYTES + 1)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            problems.append(Problem("$", f"cannot read: {exc}", "read", source=src))
+            continue
+        why = _bootstrap_problem(name, data)
+        if why:
+            problems.append(Problem("$", why, "bootstrap", source=src))
+        else:
+            out[name] = data
+    return out
+
+
+def _bootstrap_problem(name: str, data: bytes) -> str:
+    if len(data) > MAX_BOOTSTRAP_BYTES:
+        return f"too large (at most {MAX_BOOTSTRAP_BYTES} bytes)"
+    if name.endswith(".crt"):
+        return "" if b"-----BEGIN CERTIFICATE-----" in data else "not a PEM certificate bundle"
+    try:
+        doc = yaml.safe_load(data.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        return f"not a valid kubeconfig: {exc}"
+    clusters = doc.get("clusters") if isinstance(doc, dict) else None
+    if not isinstance(clusters, list) or not clusters or not all(
+            isinstance(c, dict) and (c.get("cluster") or {}).get("server") for c in clusters):
+        return "not a kubeconfig: clusters[].cluster.server is required"
+    return ""
 
 
 class StateWatcher:
@@ -401,7 +450,7 @@ class StateWatcher:
             # Keep serving the last good objects; remember what is wrong with the newest files.
             old = self._state
             kept = State(old.pools, old.machine_configs, old.cluster, old.os_configs, old.os_builds,
-                         old.signature, new.problems, old.loaded_at, stale=True)
+                         old.signature, new.problems, old.loaded_at, stale=True, bootstrap=old.bootstrap)
             if not old.problems or old.stale:
                 self._state = kept
             else:  # the first load was already partial: take the newer partial state
