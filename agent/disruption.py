@@ -34,13 +34,17 @@ MAX_ACTIONS = 10
 MAX_SERVICE_NAME = 255
 UNIT_SUFFIXES = (".service", ".socket", ".device", ".mount", ".automount", ".swap", ".target", ".path",
                  ".timer", ".snapshot", ".slice", ".scope")
-_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]+(" + "|".join(re.escape(s) for s in UNIT_SUFFIXES) + r")$")
+# The API's serviceName rule (openshift/api types_machineconfiguration.go NodeDisruptionPolicy*
+# ServiceName): letters, digits, ':', '_', '.', '\\' and '-' before the unit suffix; no '@'
+# (a template instance is not a name a policy can restart).
+_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]+(" + "|".join(re.escape(s) for s in UNIT_SUFFIXES) + r")$")
 SPECIAL_UNIT = "crio.service"  # what Special reloads
 REGISTRIES_CONF = "/etc/containers/registries.conf"
 # Written by the config server for the first boot only (names of rendered configs); they differ
 # between any two served configs and are never re-applied on day 2, so they need nothing.
 BOOKKEEPING_PATHS = ("/etc/machine-config-daemon/node-annotations.json",
-                     "/etc/ignition-machine-config-encapsulated.json")
+                     "/etc/ignition-machine-config-encapsulated.json",
+                     "/etc/mcs-machine-config-content.json")  # upstream server.go machineConfigContentPath
 
 POLICY_PATH = "$.spec.nodeDisruptionPolicy"
 DEFAULTS_RESOURCE = "disruption-defaults.yaml"
@@ -254,7 +258,11 @@ def parse_policy(doc: Any, *, prefix: str = POLICY_PATH, source: str = "", origi
         else:
             for extra in sorted(set(raw_ssh) - {"actions"}):
                 _problem(problems, f"{prefix}.sshkey.{extra}", f"unknown field {extra!r}", source)
-            sshkey = _parse_actions(raw_ssh["actions"], f"{prefix}.sshkey.actions", problems, source, allowed)
+            if raw_ssh["actions"] == []:
+                # An empty sshkey action list keeps the default (upstream apihelpers.go:499-503).
+                sshkey = None
+            else:
+                sshkey = _parse_actions(raw_ssh["actions"], f"{prefix}.sshkey.actions", problems, source, allowed)
     errors = [p for p in problems if p.is_error]
     if errors:
         raise ConfigError(f"invalid node disruption policy ({len(errors)} problem"

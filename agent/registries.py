@@ -2,8 +2,9 @@
 
 The built-in policy reloads crio for this file, and drains first unless the change only adds
 mirrors that are used for pulls by digest (``pull-from-mirror = "digest-only"``): such a mirror
-can only serve the exact image a digest names, so running pods cannot see different images.
-Anything else (a removed or edited entry, a changed search list, a tag mirror, or TOML that does
+can only serve the exact image a digest names, so running pods cannot see different images; or
+only appends to ``unqualified-search-registries`` (as upstream drain.go:188-197).
+Anything else (a removed or edited entry, a reordered search list, a tag mirror, or TOML that does
 not parse) is treated as unsafe: a needless drain costs minutes, a missed one can cost a workload.
 """
 
@@ -16,6 +17,7 @@ else:  # pragma: no cover - exercised on 3.9/3.10
     import tomli as tomllib
 
 DIGEST_ONLY = "digest-only"
+SEARCH = "unqualified-search-registries"
 
 # Keys a brand-new [[registry]] entry may have and still only add digest-only mirrors.
 _NEW_REGISTRY_KEYS = {"location", "prefix", "mirror"}
@@ -63,8 +65,13 @@ def why_drain(old: Union[bytes, str, None], new: Union[bytes, str, None]) -> Opt
     regs_a, regs_b = a.get("registry", []), b.get("registry", [])
     if not isinstance(regs_a, list) or not isinstance(regs_b, list):
         return "unexpected [registry] shape"
-    top_a = {k: v for k, v in a.items() if k != "registry"}
-    top_b = {k: v for k, v in b.items() if k != "registry"}
+    search_a, search_b = a.get(SEARCH, []), b.get(SEARCH, [])
+    # Entries appended to the search list need no drain: names that resolved before still resolve
+    # to the same registry first (upstream drain.go:188-197, isSafeContainerRegistryConfChanges).
+    if not isinstance(search_a, list) or not isinstance(search_b, list) or search_b[:len(search_a)] != search_a:
+        return f"{SEARCH} changed other than by appending"
+    top_a = {k: v for k, v in a.items() if k not in ("registry", SEARCH)}
+    top_b = {k: v for k, v in b.items() if k not in ("registry", SEARCH)}
     if top_a != top_b:
         changed = sorted(k for k in set(top_a) | set(top_b) if top_a.get(k) != top_b.get(k))
         return f"top-level settings changed: {', '.join(changed)}"

@@ -457,8 +457,9 @@ def test_server_rejects_bad_request(server, method, path, headers, body, status,
 
 
 def test_server_survived_the_campaign(server):
-    r = server.session().get(server.url("/config/worker"), timeout=10)
-    assert r.status_code == 200 and json.loads(r.content)["ignition"]["version"].startswith("3.")
+    accept = "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1"  # as node-agent asks
+    r = server.session().get(server.url("/config/worker"), headers={"Accept": accept}, timeout=10)
+    assert r.status_code == 200 and json.loads(r.content)["ignition"]["version"] == "3.4.0"
 
 
 # --- 7. a sample as real processes: exit code and no traceback at the process level ------------------

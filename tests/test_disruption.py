@@ -43,6 +43,13 @@ DEFAULT_TABLE = [
     ("/etc/node-agent/boot-image-skew.json", [("None", None)], False),
     ("/etc/node-agent/pool.json", [("None", None)], False),
     ("/etc/kubernetes/kubelet-env", [("Restart", "kubelet.service")], False),
+    # InternalReleaseImage defaults (MCO apihelpers.go:137-186)
+    ("/etc/iri-registry/certs/tls.crt", [("Restart", "iri-registry.service")], False),
+    ("/usr/local/bin/load-registry-image.sh", [("Restart", "iri-registry.service")], False),
+    ("/etc/pki/ca-trust/source/anchors/iri-root-ca.crt", [("Restart", "coreos-update-ca-trust.service")], False),
+    # what the config server adds for kubelet, as the MCS does (server.go:98-197)
+    ("/etc/kubernetes/kubeconfig", [("Restart", "kubelet.service")], False),
+    ("/etc/kubernetes/kubelet-ca.crt", [("Restart", "kubelet.service")], False),
     ("/etc/chrony.conf", [("Reboot", None)], True),  # no entry
     ("/etc/containers/registries.d.bak", [("Reboot", None)], True),  # a sibling, not a child
     ("/etc/crio", [("Reboot", None)], True),  # a parent of an entry is not covered
@@ -70,11 +77,18 @@ def test_defaults_file_has_the_reference_table():
         "/etc/pki/ca-trust/source/anchors/openshift-config-user-ca-bundle.crt",
         "/etc/kubernetes/credential-providers",
         "/etc/systemd/system/kubelet.service.d/40-kubelet-crio-image-credential-provider.conf",
+        # InternalReleaseImage (MCO apihelpers.go:137-186)
+        "/etc/iri-registry",
+        "/usr/local/bin/load-registry-image.sh",
+        "/etc/pki/ca-trust/source/anchors/iri-root-ca.crt",
         # node-agent's own additions, after the MCO's table
         "/etc/node-agent",
         "/etc/kubernetes/kubelet-env",
+        "/etc/kubernetes/kubeconfig",
+        "/etc/kubernetes/kubelet-ca.crt",
     ]
-    assert policy.units == ()
+    assert [(e.key, e.actions) for e in policy.units] == [
+        ("iri-registry.service", (d.PolicyAction("DaemonReload"), d.PolicyAction("Restart", "iri-registry.service")))]
     assert policy.sshkey == (d.PolicyAction("None"),)
     assert policy.file_entry("/etc/containers/registries.conf").actions == (d.PolicyAction("Special"),)
 
@@ -204,9 +218,35 @@ def test_entry_order_is_kept_and_drain_flag_set():
     assert plan.drain and not plan.reboot
 
 
-def test_bookkeeping_files_of_the_server_need_nothing():
-    changes = Changes(files=(fc("/etc/machine-config-daemon/node-annotations.json"),))
+@pytest.mark.parametrize("path", ["/etc/machine-config-daemon/node-annotations.json",
+                                  "/etc/ignition-machine-config-encapsulated.json",
+                                  "/etc/mcs-machine-config-content.json"])
+def test_bookkeeping_files_of_the_server_need_nothing(path):
+    changes = Changes(files=(fc(path),))
     assert kinds(d.compute_actions(changes)) == [("None", None)]
+
+
+def test_iri_registry_unit_default():
+    # apihelpers.go:137-186: a change of iri-registry.service reloads systemd, then restarts it
+    plan = d.compute_actions(Changes(units=(UnitChange("iri-registry.service", "changed", ("contents",)),)))
+    assert kinds(plan) == [("DaemonReload", None), ("Restart", "iri-registry.service")]
+
+
+def test_empty_sshkey_actions_mean_the_default():
+    # apihelpers.go:499-503: sshkey with actions: [] keeps the default (None), it is not an error
+    policy = user_policy(sshkey=[])
+    assert policy.sshkey == (d.PolicyAction("None"),)
+    assert d.merge_policy({"sshkey": {"actions": []}}).sshkey == (d.PolicyAction("None"),)
+
+
+@pytest.mark.parametrize("name", ["getty@tty1.service", "foo@.service"])
+def test_service_name_with_at_is_invalid(name):
+    # openshift/api NodeDisruptionPolicy service names: no '@' (template units cannot be named)
+    with pytest.raises(ConfigError) as exc:
+        d.parse_policy({"files": [{"path": "/etc/x", "actions": [RESTART(name)]}]})
+    assert any(p.path.endswith(".restart.serviceName") for p in exc.value.problems)
+    with pytest.raises(ConfigError):
+        d.parse_policy({"units": [{"name": name, "actions": [{"type": "None"}]}]})
 
 
 # --- registries.conf (Special) ---------------------------------------------------------------------
@@ -231,6 +271,14 @@ pull-from-mirror = "tag-only"
     (OLD_REG, TAG_MIRROR, True),
     (OLD_REG, b"not [ toml", True),
     (None, DIGEST_ONLY, True),  # old contents unknown
+    # appending to unqualified-search-registries needs no drain (MCO drain.go:188-197) ...
+    (OLD_REG, OLD_REG.replace(b'"registry.access.redhat.com"]', b'"registry.access.redhat.com", "docker.io"]'),
+     False),
+    # ... but removing or reordering one does
+    (OLD_REG.replace(b'"registry.access.redhat.com"]', b'"registry.access.redhat.com", "docker.io"]'), OLD_REG,
+     True),
+    (OLD_REG.replace(b'"registry.access.redhat.com"]', b'"a.io", "b.io"]'),
+     OLD_REG.replace(b'"registry.access.redhat.com"]', b'"b.io", "a.io"]'), True),
 ])
 def test_registries_conf_is_special(old, new, drain):
     plan = d.compute_actions(Changes(files=(fc(d.REGISTRIES_CONF, old=old, new=new),)))
@@ -338,9 +386,11 @@ def test_validation_reports_every_problem_and_nests_deep_paths():
     assert set(found) == {f"{P}.files.2.actions.0.restart.serviceName", f"{P}.units.0.name"}
 
 
-def test_limits_are_inclusive_and_template_units_allowed():
+def test_limits_are_inclusive():
+    # '@' is not allowed in a policy's unit names (openshift/api NodeDisruptionPolicySpecUnit: alphabets,
+    # digits, ':', '-', '_', '.', '\\'): see test_service_name_with_at_is_invalid
     doc = {"files": [{"path": f"/f{i}", "actions": [{"type": "Drain"}] * 10} for i in range(50)],
-           "units": [{"name": "getty@tty1.service", "actions": [RESTART("getty@tty1.service")]}]}
+           "units": [{"name": "getty-tty1.service", "actions": [RESTART("getty-tty1.service")]}]}
     policy = d.parse_policy(doc)
     assert len(policy.files) == 50
 
@@ -369,7 +419,8 @@ spec:
 def test_policy_to_dict_round_trips():
     merged = d.effective_policy()
     assert d.parse_policy(merged.to_dict(), origin="default") == d.Policy(
-        tuple(d.PolicyEntry(e.key, e.actions, "default") for e in merged.files), (), merged.sshkey)
+        tuple(d.PolicyEntry(e.key, e.actions, "default") for e in merged.files),
+        tuple(d.PolicyEntry(e.key, e.actions, "default") for e in merged.units), merged.sshkey)
 
 
 def test_merge_policy_from_a_spec_mapping():

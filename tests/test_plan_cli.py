@@ -144,11 +144,18 @@ def test_show_policy_yaml_and_json(tmp_path, capsys):
     doc = yaml.safe_load(capsys.readouterr().out)
     assert doc["sshkey"] == {"actions": [{"type": "None"}]}
     assert {"path": "/etc/containers/registries.conf", "actions": [{"type": "Special"}]} in doc["files"]
+    # the InternalReleaseImage defaults (MCO apihelpers.go:137-186) are listed
+    iri = {"type": "Restart", "restart": {"serviceName": "iri-registry.service"}}
+    assert {"path": "/etc/iri-registry", "actions": [iri]} in doc["files"]
+    assert {"path": "/usr/local/bin/load-registry-image.sh", "actions": [iri]} in doc["files"]
+    assert {"path": "/etc/pki/ca-trust/source/anchors/iri-root-ca.crt", "actions": [
+        {"type": "Restart", "restart": {"serviceName": "coreos-update-ca-trust.service"}}]} in doc["files"]
+    assert {"name": "iri-registry.service", "actions": [{"type": "DaemonReload"}, iri]} in doc["units"]
     policy = os.path.join(EXAMPLES, "machineconfiguration.yaml")
     assert main(["plan", "--show-policy", "--json", "--policy", policy]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["files"][-1]["path"] == "/etc/my-app"
-    assert doc["units"][0]["name"] == "chronyd.service"
+    assert [u["name"] for u in doc["units"]] == ["iri-registry.service", "chronyd.service"]
 
 
 def test_invalid_policy_exits_65_with_paths(capsys):

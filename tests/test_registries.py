@@ -44,7 +44,7 @@ def test_safe_changes(old, new):
     (BASE, ADD_DIGEST.replace('"digest-only"\n', '"tag-only"\n').replace(
         'pull-from-mirror = "tag-only"', 'pull-from-mirror = "digest-only"', 1), "not digest-only"),
     (BASE, BASE + '  [[registry.mirror]]\n    location = "m3.local/ocp"\n', "not digest-only"),
-    (BASE, BASE.replace('"docker.io"', '"quay.io"'), "top-level"),
+    (BASE, BASE.replace('"docker.io"', '"quay.io"'), "unqualified-search-registries"),  # replaced, not appended
     (BASE, BASE.replace('prefix = ""', 'prefix = ""\n  blocked = true'), "settings changed"),
     (NEW_REGISTRY, BASE, "removed"),
     (BASE, BASE + '\n[[registry]]\n  location = "x.io"\n  insecure = true\n', "added"),
