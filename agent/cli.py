@@ -6,6 +6,7 @@ module imports only argparse; each subcommand's module is imported when it runs.
 
 import argparse
 import importlib
+import math
 import os
 import sys
 
@@ -15,6 +16,30 @@ DEFAULT_POINTER = "/etc/node-agent/pointer.ign"
 DEFAULT_SETTINGS = "/etc/node-agent/agent.yaml"
 
 
+def node_name_arg(text: str) -> str:
+    """The same rule as agent.yaml's nodeName (agent/names.py)."""
+    from agent.names import NODE_NAME_RULE, is_node_name
+
+    if not is_node_name(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {NODE_NAME_RULE}, as agent.yaml's nodeName")
+    return text
+
+
+def interval_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
+
+
+def _sub(sub, name: str, **kwargs) -> argparse.ArgumentParser:
+    # No abbreviations: `--stat` must not quietly mean `--state`, now or after an option is added.
+    return sub.add_parser(name, allow_abbrev=False, **kwargs)
+
+
 def _add_node_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default="/", metavar="DIR",
                    help="apply to the tree under DIR instead of / (default: /)")
@@ -22,33 +47,34 @@ def _add_node_options(p: argparse.ArgumentParser) -> None:
                    help=f"pointer Ignition config, inside the root (default: {DEFAULT_POINTER})")
     p.add_argument("--settings", default=None, metavar="FILE",
                    help=f"agent settings, inside the root (default: {DEFAULT_SETTINGS})")
-    p.add_argument("--node-name", default=None, metavar="NAME",
-                   help="this node's name in reports (default: the host name)")
+    p.add_argument("--node-name", default=None, metavar="NAME", type=node_name_arg,
+                   help="this node's name in reports (default: nodeName of agent.yaml, else the host name)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="node-agent",
         description="First-boot and day-2 node agent: fetch, check, join a pool, apply, act.",
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"node-agent {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("firstboot", help="provision this node from its pointer config (runs once)")
+    p = _sub(sub, "firstboot", help="provision this node from its pointer config (runs once)")
     _add_node_options(p)
     p.add_argument("--dry-run", action="store_true", help="plan and print, change nothing")
 
-    p = sub.add_parser("update", help="day-2 loop: poll the pool's config and apply updates")
+    p = _sub(sub, "update", help="day-2 loop: poll the pool's config and apply updates")
     _add_node_options(p)
     p.add_argument("--once", action="store_true", help="one pass, then exit")
-    p.add_argument("--interval", type=float, default=None, metavar="SECONDS",
-                   help="poll interval (default: from agent.yaml)")
+    p.add_argument("--interval", type=interval_arg, default=None, metavar="SECONDS",
+                   help="poll interval, > 0 (default: update.interval of agent.yaml, 60)")
 
-    p = sub.add_parser("validate", help="validate an Ignition config or a MachineConfig")
+    p = _sub(sub, "validate", help="validate an Ignition config or a MachineConfig")
     p.add_argument("file", metavar="FILE", help="Ignition JSON or MachineConfig YAML/JSON ('-' for stdin)")
     p.add_argument("--json", action="store_true", help="print findings as JSON")
 
-    p = sub.add_parser("plan", help="what applying a config would change and do (reboot, drain, ...)")
+    p = _sub(sub, "plan", help="what applying a config would change and do (reboot, drain, ...)")
     p.add_argument("--from", dest="from_file", metavar="FILE", help="the config the node is at")
     p.add_argument("--to", dest="to_file", metavar="FILE", help="the config to apply")
     p.add_argument("--policy", metavar="FILE", help="MachineConfiguration YAML with spec.nodeDisruptionPolicy")
@@ -56,16 +82,51 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--show-policy", action="store_true", help="print the effective merged policy and exit")
 
-    p = sub.add_parser("skew", help="check a boot image (aleph file) against skew rules",
+    p = _sub(sub, "skew", help="check a boot image (aleph file) against skew rules",
                        description="Exit 0 ok/warn, 1 refuse, 65 rules file unreadable or not valid.")
     p.add_argument("--aleph", required=True, metavar="FILE", help="aleph version file (.coreos-aleph-version.json)")
     p.add_argument("--rules", required=True, metavar="FILE", help="skew rules (JSON or YAML)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p = sub.add_parser("status", help="result and stage timings of the last run")
+    p = _sub(sub, "status", help="result and stage timings of the last run",
+             description="Exit 0 done (or running), 1 failed, interrupted or never run, 2 degraded.")
     p.add_argument("--root", default="/", metavar="DIR")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--wait", action="store_true",
+                   help="block until the first boot has ended, then answer (as cloud-init status --wait)")
     return parser
+
+
+def _fatal(command: str, code: int, message: str, logged: bool, reported: bool) -> None:
+    """Say once, in one format, why a command ended with ``code`` and what to do.
+
+    ``logged``: the command logs (firstboot, update); ``reported``: its run record already
+    logged the error. The log is the one place, unless it goes to a journal this stderr is not
+    (a person running the command by hand): then stderr gets it too.
+    """
+    from agent.errors import hint_for
+    from agent.log import StderrHandler, stderr_sees_the_log
+
+    hint = hint_for(code)
+    text = f"node-agent {command} failed (exit {code}): {message}" + (f"\nwhat to do: {hint}" if hint else "")
+    if logged and not reported:
+        import logging
+
+        logging.getLogger("agent").error("%s", text)
+    if logged and stderr_sees_the_log():
+        return
+    sys.stderr.write(StderrHandler().format_text("error", text))
+    sys.stderr.flush()
+
+
+def _quiet_broken_pipe() -> int:
+    """stdout's reader went away (``| head -1``): stop quietly, as a program killed by SIGPIPE."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
+    except (OSError, ValueError):
+        pass
+    return 128 + 13  # what a shell reports for SIGPIPE
 
 
 def main(argv=None) -> int:  # argv: a list of str, or None for sys.argv (no typing import: start-up)
@@ -76,23 +137,28 @@ def main(argv=None) -> int:  # argv: a list of str, or None for sys.argv (no typ
     if not args.command:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    if args.command in ("firstboot", "update"):
+    logged = args.command in ("firstboot", "update")
+    if logged:
         from agent.log import setup_logging
 
         setup_logging(args.command)
     module = importlib.import_module(f"agent.commands.{args.command}")
     try:
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except NodeAgentError as exc:
-        print(f"node-agent {args.command}: {exc}", file=sys.stderr)
+        _fatal(args.command, exc.exit_code, str(exc), logged, getattr(exc, "reported", False))
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # last resort: a clear line, not a traceback, unless asked for
         if os.environ.get("NODE_AGENT_DEBUG"):
             raise
-        print(f"node-agent {args.command}: internal error: {type(exc).__name__}: {exc} "
-              "(set NODE_AGENT_DEBUG=1 for a traceback; please report it)", file=sys.stderr)
+        _fatal(args.command, EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}", logged,
+               getattr(exc, "reported", False))
         return EXIT_INTERNAL
 
 

@@ -87,15 +87,31 @@ class ConfigError(NodeAgentError):
 
 
 class FetchError(NodeAgentError):
-    """A config or resource could not be fetched (final answer, or retry budget spent)."""
+    """A config or resource could not be fetched (final answer, or retry budget spent).
 
-    exit_code = EXIT_UNREACHABLE
+    A server that answered a final 4xx was reached: it refused what the pointer or the config
+    asks for (an unknown pool, a missing token). That is a configuration to fix (65), not an
+    unreachable server (69), which only a transport error, 5xx, 408 or 429 past the retry
+    budget is.
+    """
 
     def __init__(self, message: str, url: str = "", status: Optional[int] = None, final: bool = True):
         self.url = url
         self.status = status
         self.final = final
         super().__init__(message)
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        if self.final and self.status is not None and 400 <= self.status < 500:
+            return EXIT_INVALID_CONFIG
+        return EXIT_UNREACHABLE
+
+
+class NotReady(NodeAgentError):
+    """Not now, but later is fine: first boot has not completed, another update holds the lock."""
+
+    exit_code = EXIT_ROLLED_BACK  # EX_TEMPFAIL: trying again later is safe
 
 
 class ApplyError(NodeAgentError):
@@ -114,3 +130,21 @@ class SkewRefused(NodeAgentError):
     """The booted boot image is too old (or too new) for the target; the node must not pivot."""
 
     exit_code = EXIT_SKEW_REFUSED
+
+
+# What to do, per exit code: printed once with the error that ends a run.
+HINTS = {
+    EXIT_USAGE: "see --help",
+    EXIT_INVALID_CONFIG: "fix the file or setting named above ('node-agent validate FILE' checks a config "
+                         "offline), then run again",
+    EXIT_UNREACHABLE: "check DNS, routing, port 22623, the CA in the pointer config and that "
+                      "node-config-server runs; 'journalctl NODE_AGENT_STAGE=fetch' shows each attempt",
+    EXIT_INTERNAL: "a bug: run again with NODE_AGENT_DEBUG=1 for a traceback and report it with "
+                   "'node-agent status --json'",
+    EXIT_ROLLED_BACK: "the node is as before; trying again is safe once the cause is fixed",
+    EXIT_SKEW_REFUSED: "boot a newer boot image, or change the cluster's bootImageSkewEnforcement",
+}
+
+
+def hint_for(exit_code: int) -> str:
+    return HINTS.get(exit_code, "")

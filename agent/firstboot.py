@@ -22,6 +22,7 @@ from agent.cli import DEFAULT_POINTER
 from agent.errors import EXIT_OK, ConfigError, NodeAgentError, SkewRefused
 from agent.host.root import Root
 from agent.nodeconfig import NodeConfig
+from agent.report import refusal_text
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +126,10 @@ class FirstBoot:
         try:
             code = self._run(rec)
         except NodeAgentError as exc:
-            rec.finish("failed", exc.exit_code, error=str(exc))
+            rec.finish("failed", exc.exit_code, error=str(exc), exc=exc)
             raise
         except Exception as exc:
-            rec.finish("failed", 70, error=f"{type(exc).__name__}: {exc}")
+            rec.finish("failed", 70, error=f"internal error: {type(exc).__name__}: {exc}", exc=exc)
             raise
         return code
 
@@ -197,7 +198,14 @@ class FirstBoot:
 
         nodestate.write_stamp(self.root, self.state_dir, target.name)
         self.progress.clear()
-        rec.finish("done", EXIT_OK)
+        refused = self.reporter.refused if self.reporter is not None else None
+        if refused:
+            # The node is provisioned, but the server does not count it: degraded, as cloud-init
+            # calls a run that finished with something to fix (exit 2 from `node-agent status`).
+            rec.data["degradedBy"] = "report"  # status shows done again once it is delivered
+            rec.finish("degraded", EXIT_OK, error=refusal_text(refused))
+        else:
+            rec.finish("done", EXIT_OK)
         if reboot:
             planning.reboot(self.root, self.logind)
         return EXIT_OK
@@ -218,7 +226,6 @@ class FirstBoot:
             if self.opts.dry_run:
                 raise SkewRefused(f"{fields.get('reason')} (dry run: no console message written)")
             path = write_console_message(self.root, outcome)
-            log.error("boot image refused: %s (console message in %s)", fields.get("reason"), path)
             self.report(dict(fields, pool=served.pool or "unknown", state="Degraded",
                              desiredConfig=target.name))
             raise SkewRefused(f"{fields.get('reason')} (kubelet will not start; see {path})")

@@ -3,12 +3,14 @@
 Under systemd every record goes to journald as one datagram of fields, so an operator can
 filter on the stage of the run (``journalctl NODE_AGENT_STAGE=fetch``), its run id, pool or
 config, and ``journalctl -p warning`` works from real syslog priorities. Without journald (a
-container, a terminal, a test) records go to stderr: with an sd-daemon ``<N>`` prefix when
-stderr is a pipe (systemd's stream reader turns it into the priority), as ``level: message``
-when it is a terminal.
+container, a terminal, a test) records go to stderr as ``level: message`` (the level word in
+colour on a terminal, unless ``NO_COLOR`` is set), or with an sd-daemon ``<N>`` prefix when
+stderr is systemd's journal stream (``$JOURNAL_STREAM`` names it, as sd_journal_stream_fd(3)
+says; systemd's stream reader turns the prefix into the priority). A pipe to another program
+gets the plain form.
 
-Every record of a run carries the same six structured fields (``RUN_FIELDS``), empty when not
-known yet, from a process-wide run context (``set_context`` / ``log_context``) plus any
+Every record of a run carries the structured fields of ``RUN_FIELDS`` that are known (an
+unknown one is left out, not sent empty), from a process-wide run context (``set_context`` / ``log_context``) plus any
 ``extra={"NODE_AGENT_...": value}`` of the record itself. The context is process-wide on
 purpose: one process is one run, and worker threads must log with the run's fields too.
 
@@ -108,13 +110,12 @@ def log_context(**fields: object) -> Iterator[None]:
 
 
 def _record_fields(record: logging.LogRecord) -> Dict[str, str]:
-    """Run fields for one record: all of RUN_FIELDS (empty when unknown), context, then extra."""
-    fields = {name: "" for name in RUN_FIELDS}
-    fields.update(get_context())
+    """Run fields for one record: the context, then extra; fields with no value are left out."""
+    fields = get_context()
     for key, value in record.__dict__.items():
         if key.startswith(FIELD_PREFIX):
             fields[_field_name(key)] = _value(value)
-    return fields
+    return {name: value for name, value in fields.items() if value != ""}
 
 
 # ---------------------------------------------------------------------------- priorities
@@ -276,15 +277,33 @@ class JournalHandler(logging.Handler):
 # ---------------------------------------------------------------------------- stderr
 
 _LEVEL_WORDS = {2: "critical", 3: "error", 4: "warning", 6: "info", 7: "debug"}
+_COLOURS = {"critical": "1;31", "error": "1;31", "warning": "1;33"}  # bold red, bold yellow
+
+
+def stderr_is_journal(stream=None) -> bool:
+    """Whether ``stream`` (stderr) is the journal stream systemd connected ($JOURNAL_STREAM=dev:ino)."""
+    value = os.environ.get("JOURNAL_STREAM", "")
+    dev, sep, ino = value.partition(":")
+    if not sep:
+        return False
+    try:
+        st = os.fstat((stream if stream is not None else sys.stderr).fileno())
+        return (st.st_dev, st.st_ino) == (int(dev), int(ino))
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 class StderrHandler(logging.Handler):
-    """``<N>message`` lines (sd-daemon prefix on every line) or ``level: message`` on a terminal."""
+    """``level: message`` lines; ``<N>message`` (sd-daemon prefix on every line) into the journal.
 
-    def __init__(self, stream=None, tty: Optional[bool] = None):
+    ``tty`` and ``journal`` override what is detected from the stream (tests).
+    """
+
+    def __init__(self, stream=None, tty: Optional[bool] = None, journal: Optional[bool] = None):
         super().__init__()
         self._stream = stream
         self._tty = tty
+        self._journal = journal
 
     @property
     def stream(self):
@@ -298,13 +317,24 @@ class StderrHandler(logging.Handler):
         except (AttributeError, ValueError):
             return False
 
+    def _is_journal(self) -> bool:
+        if self._journal is not None:
+            return self._journal
+        return stderr_is_journal(self.stream)
+
+    def format_text(self, level: str, text: str) -> str:
+        """``text`` at ``level`` (a word of _LEVEL_WORDS) as this stream wants it."""
+        prio = next((p for p, word in _LEVEL_WORDS.items() if word == level), 6)
+        if self._is_journal():
+            # systemd parses the prefix per line, so a traceback keeps its priority throughout.
+            return "".join(f"<{prio}>{line}\n" for line in text.split("\n"))
+        word = f"{level}:"
+        if level in _COLOURS and self._is_tty() and not os.environ.get("NO_COLOR"):
+            word = f"\033[{_COLOURS[level]}m{word}\033[0m"
+        return f"{word} {text}\n"
+
     def format_record(self, record: logging.LogRecord) -> str:
-        prio = syslog_priority(record.levelno)
-        lines = _message(record).split("\n")
-        if self._is_tty():
-            return f"{_LEVEL_WORDS[prio]}: " + "\n".join(lines) + "\n"
-        # systemd parses the prefix per line, so a traceback keeps its priority throughout.
-        return "".join(f"<{prio}>{line}\n" for line in lines)
+        return self.format_text(_LEVEL_WORDS[syslog_priority(record.levelno)], _message(record))
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -328,6 +358,18 @@ def _is_socket(path: str) -> bool:
         return stat.S_ISSOCK(os.stat(path).st_mode)
     except OSError:
         return False
+
+
+def stderr_sees_the_log() -> bool:
+    """Whether what node-agent logs already shows on stderr (or stderr is the journal itself).
+
+    When it does not (a person runs ``node-agent firstboot`` in a terminal on a systemd host: the
+    log goes to the journal), the final error must still be printed there, once.
+    """
+    for handler in logging.getLogger().handlers:
+        if getattr(handler, "_node_agent", False):
+            return isinstance(handler, StderrHandler) or stderr_is_journal()
+    return False
 
 
 def new_run_id() -> str:

@@ -5,6 +5,8 @@ so a later one supersedes an earlier one) under the state directory and sent aga
 run of the agent or by the day-2 loop.
 """
 
+import datetime
+import hashlib
 import json
 import logging
 import os
@@ -17,6 +19,65 @@ from agent.host.root import Root
 log = logging.getLogger(__name__)
 
 PENDING = "pending-report.json"
+# Answers worth sending again later (as the fetcher retries them); any other 4xx is final.
+RETRIED_4XX = (408, 429)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _server_message(resp) -> str:
+    """The server's JSON error message (``{"error": {"message"}}``), else the start of the body."""
+    try:
+        data = resp.json()
+        err = data.get("error") if isinstance(data, dict) else None
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"][:300]
+    except ValueError:
+        pass
+    return (resp.text or "").strip()[:200]
+
+
+def refusal_hint(status: int) -> str:
+    """What to do about a report the server refused with ``status``."""
+    if status in (401, 403):
+        return ("set report.tokenFile in /etc/node-agent/agent.yaml to a file holding the server's token "
+                "(node-config-server --token-file)")
+    if status == 400:
+        return "check the node name (--node-name or nodeName in agent.yaml) and the server's log"
+    if status == 404:
+        return "check the server URL in the pointer config"
+    return "check the server's log for why it refused the report"
+
+
+def refusal_text(refused: Dict[str, Any]) -> str:
+    """One line: which server refused the report, why, and what to do."""
+    status = int(refused.get("status") or 0)
+    said = f": {refused['message']}" if refused.get("message") else ""
+    return (f"report refused by {refused.get('server', 'the server')} (HTTP {status}{said}); the server does not "
+            f"count this node: {refusal_hint(status)}")
+
+
+def read_kept(path: str) -> Optional[Dict[str, Any]]:
+    """The kept report at ``path``; a report kept by an older version (the bare body) is wrapped."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        log.warning("dropping unreadable kept report %s", path)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return None
+    if not isinstance(data, dict):
+        return None
+    if not isinstance(data.get("report"), dict):
+        data = {"report": data}
+    return data
 
 
 def server_base(config_url: str) -> str:
@@ -35,6 +96,7 @@ class Reporter:
         self.session = session
         self.token = token
         self.timeout = timeout
+        self.refused: Optional[Dict[str, Any]] = None  # set when the server refused a report
 
     def _session(self):
         if self.session is None:
@@ -57,35 +119,64 @@ class Reporter:
     def _pending_path(self) -> str:
         return self.root.path(os.path.join(self.state_dir, PENDING))
 
+    def _fingerprint(self) -> str:
+        """What a refusal depends on: the server, the node name and the token sent."""
+        text = "\0".join((self.base_url, self.node, self.token or ""))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
     def send(self, payload: Dict[str, Any]) -> bool:
-        """POST a report once; on failure keep it for later. Returns whether it was delivered."""
+        """POST a report once; on failure keep it for later. Returns whether it was delivered.
+
+        A transport error, a 5xx, 408 or 429 leaves the report pending: the next run or the
+        day-2 loop sends it. Any other 4xx is the server's final word on this request (a
+        missing token, a name it does not accept): the report is kept as *refused* and not
+        sent again until the server, the node name or the token changes (``refused`` says
+        why; ``node-agent status`` shows it and reports degraded).
+        """
         body = {k: v for k, v in payload.items() if v is not None}
+        kept = self.kept()
+        if kept and kept.get("refused", {}).get("fingerprint") == self._fingerprint():
+            # The same request would be refused again: keep the newest report, do not ask.
+            self.refused = kept["refused"]
+            self._keep(body, self.refused)
+            return False
         try:
             resp = self._session().post(self._url("report"), data=json.dumps(body), headers=self._headers(),
                                         timeout=self.timeout)
-            if resp.status_code >= 300:
-                raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
-        except Exception as exc:  # any failure: keep it, never block provisioning
-            log.warning("report to %s not delivered (%s); kept to send later", self.base_url, exc)
-            self._keep(body)
+        except Exception as exc:  # any transport failure: keep it, never block provisioning
+            self._pending(body, f"not delivered: {exc}")
             return False
-        self._drop_pending()
-        log.info("reported state %s to %s", body.get("state"), self.base_url)
-        return True
+        if resp.status_code < 300:
+            self._drop_pending()
+            self.refused = None
+            log.info("reported state %s to %s", body.get("state"), self.base_url)
+            return True
+        said = _server_message(resp)
+        what = f"HTTP {resp.status_code}" + (f": {said}" if said else "")
+        if resp.status_code >= 500 or resp.status_code in RETRIED_4XX:
+            self._pending(body, f"not delivered: {what}")
+            return False
+        self.refused = {"status": resp.status_code, "message": said, "at": _now(),
+                        "fingerprint": self._fingerprint(), "server": self.base_url, "node": self.node}
+        log.warning("report to %s refused (%s); not sending it again until the token, the node name or "
+                    "the server changes: %s", self.base_url, what, refusal_hint(resp.status_code))
+        self._keep(body, self.refused)
+        return False
+
+    def _pending(self, body: Dict[str, Any], error: str) -> None:
+        log.warning("report to %s %s; kept to send later", self.base_url, error)
+        self._keep(body, None, error)
+
+    def kept(self) -> Optional[Dict[str, Any]]:
+        """The kept report record (``{"report", "keptAt", "error"?, "refused"?}``), or None."""
+        return read_kept(self._pending_path())
 
     def flush(self) -> Optional[bool]:
         """Send a kept report, if any. None when there was nothing to send."""
-        path = self._pending_path()
-        try:
-            with open(path, encoding="utf-8") as f:
-                body = json.load(f)
-        except FileNotFoundError:
+        kept = self.kept()
+        if kept is None:
             return None
-        except ValueError:
-            log.warning("dropping unreadable kept report %s", path)
-            os.unlink(path)
-            return None
-        return self.send(body)
+        return self.send(kept["report"])
 
     def acquire_drain(self, pool: str, config: str, *, sleep=None, timeout: float = 600.0,
                       clock=None) -> bool:
@@ -139,11 +230,16 @@ class Reporter:
         except Exception as exc:
             log.warning("could not release the drain lease (%s); it will expire", exc)
 
-    def _keep(self, body: Dict[str, Any]) -> None:
+    def _keep(self, body: Dict[str, Any], refused: Optional[Dict[str, Any]] = None, error: str = "") -> None:
+        record: Dict[str, Any] = {"report": body, "keptAt": _now()}
+        if refused:
+            record["refused"] = refused
+        if error:
+            record["error"] = error
         try:
             path = self._pending_path()
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            atomic_write(path, json.dumps(body, sort_keys=True).encode(), mode=0o600)
+            atomic_write(path, json.dumps(record, sort_keys=True).encode(), mode=0o600)
         except OSError as exc:
             log.warning("could not keep the report for later: %s", exc)
 

@@ -10,7 +10,6 @@ logged as warnings (a typo must not pass unnoticed, but a newer file must not st
 import logging
 import math
 import posixpath
-import re
 import socket
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -19,13 +18,12 @@ import yaml
 
 from agent.errors import ConfigError, Problem
 from agent.host.root import Root
+from agent.names import NODE_NAME_RULE, is_node_name
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PATH = "/etc/node-agent/agent.yaml"
 
-# A Kubernetes node name is a DNS subdomain (RFC 1123): lower case, dots between labels.
-_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 def default_node_name() -> str:
@@ -101,9 +99,8 @@ def _abs_path(allow_empty: bool) -> Callable[[Any], Optional[str]]:
 
 
 def _node_name(value: Any) -> Optional[str]:
-    expected = "a node name: lower-case letters, digits, '-' and '.', at most 253 characters"
-    if not isinstance(value, str) or len(value) > 253 or not _NODE_NAME.match(value):
-        return expected
+    if not is_node_name(value):
+        return NODE_NAME_RULE
     return None
 
 

@@ -157,7 +157,8 @@ class RunRecorder:
                 if record["detail"] is None:
                     record["detail"] = str(exc) or type(exc).__name__
                 self.persist()
-                logger.error("stage %s failed after %.3fs: %s", name, record["seconds"], record["detail"])
+                # The why goes out once, with what to do, when the run finishes (finish()).
+                logger.info("stage %s failed after %.3fs", name, record["seconds"])
                 raise
             record["seconds"] = round(self._monotonic() - start, 3)
             record["result"] = "skipped" if handle._skipped else "ok"
@@ -177,15 +178,29 @@ class RunRecorder:
             self.data["rebootPending"] = bool(reboot_pending)
         self.persist()
 
-    def finish(self, result: str, exit_code: int, error: Optional[str] = None) -> None:
+    def finish(self, result: str, exit_code: int, error: Optional[str] = None,
+               exc: Optional[BaseException] = None) -> None:
+        """Record the end of the run and log it: the one entry that says why it failed, and what to do.
+
+        ``exc``, the exception that ends the run, is marked ``reported`` so that the command line
+        does not print it a second time.
+        """
+        from agent.errors import hint_for
+
         if result not in FINAL_RESULTS:
             raise ValueError(f"finish(result={result!r}): must be one of {', '.join(FINAL_RESULTS)}")
         self.data.update(result=result, exitCode=int(exit_code), error=error,
                          finishedAt=self._now(), seconds=round(self._monotonic() - self._started, 3))
         self.persist()
         level = logging.INFO if result == "done" else logging.WARNING if result == "degraded" else logging.ERROR
-        logger.log(level, "%s %s (exit %d) in %.3fs%s", self.command, result, exit_code,
-                   self.data["seconds"], f": {error}" if error else "")
+        hint = hint_for(exit_code) if result == "failed" else ""
+        logger.log(level, "%s %s (exit %d) in %.3fs%s%s", self.command, result, exit_code,
+                   self.data["seconds"], f": {error}" if error else "", f"\nwhat to do: {hint}" if hint else "")
+        if exc is not None:
+            try:
+                exc.reported = True  # type: ignore[attr-defined]
+            except AttributeError:
+                pass
 
 
 def read_status(root: Root, state_dir: str = STATE_DIR, command: Optional[str] = None) -> Optional[dict]:

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from agent import nodestate
-from agent.errors import EXIT_OK, FetchError, NodeAgentError
+from agent.errors import EXIT_OK, FetchError, NodeAgentError, NotReady
 from agent.host.root import Root
 
 log = logging.getLogger(__name__)
@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 LOCK = "update.lock"
 
 
-class UpdateBusy(NodeAgentError):
-    exit_code = 75
+class UpdateBusy(NotReady):
+    """Another update holds the lock (exit 75: try again later)."""
 
 
 class Updater:
@@ -74,13 +74,25 @@ class Updater:
             self.once()
             return EXIT_OK
         interval = getattr(self.opts, "interval", None) or self.settings.update.interval
+        last_problem = ""
         while True:
+            problem, said = "", False
             try:
                 self.once()
-            except (FetchError, UpdateBusy) as exc:
-                log.warning("update pass skipped: %s", exc)
+            except (FetchError, NotReady) as exc:
+                problem = f"update pass skipped: {exc}"
             except NodeAgentError as exc:
-                log.error("update pass failed: %s", exc)
+                problem = f"update pass failed: {exc}"
+                said = getattr(exc, "reported", False)  # the run's record and log said it once
+            # Quiet when nothing happens: a problem is logged when it starts or changes, and its
+            # end once; the same one pass after pass (a server down for hours) goes to debug.
+            if problem and problem != last_problem and not said:
+                log.warning("%s (said once; the loop keeps trying every %g s)", problem, interval)
+            elif problem:
+                log.debug("%s", problem)
+            elif last_problem:
+                log.info("update pass succeeded again")
+            last_problem = problem
             self.sleep(interval)
 
     def once(self) -> str:
@@ -88,14 +100,14 @@ class Updater:
         from agent.status import RunRecorder
 
         if not nodestate.firstboot_done(self.root, self.state_dir):
-            raise NodeAgentError("first boot has not completed on this node: run node-agent firstboot first "
-                                 "(node-agent-firstboot.service)")
+            raise NotReady("first boot has not completed on this node: run node-agent firstboot first "
+                           "(node-agent-firstboot.service); 'node-agent status --wait' waits for it")
         fd = self._lock()
         try:
             record = nodestate.load_current(self.root, self.state_dir)
             if record is None:
-                raise NodeAgentError(f"no current config recorded in {self.state_dir}/{nodestate.CURRENT}; "
-                                     "first boot did not finish: check node-agent status")
+                raise NotReady(f"no current config recorded in {self.state_dir}/{nodestate.CURRENT}; "
+                               "first boot did not finish: check node-agent status")
             self._connect(record)
             self.reporter.flush()
             current = nodestate.current_config(record)
@@ -106,13 +118,13 @@ class Updater:
                                         headers={"X-Node-Name": self.node},
                                         budget=self.settings.fetch.total_timeout or 300.0)
             if result.status == 304:
-                log.info("config unchanged (ETag %s)", record.get("etag"))
+                log.debug("config unchanged (ETag %s)", record.get("etag"))
                 return "unchanged"
             rec = RunRecorder(self.root, "update", state_dir=self.state_dir)
             try:
                 return self._update(rec, record, current, result)
             except NodeAgentError as exc:
-                rec.finish("failed", exc.exit_code, error=str(exc))
+                rec.finish("failed", exc.exit_code, error=str(exc), exc=exc)
                 self.reporter.send({"pool": record.get("pool") or self._pool(current), "state": "Degraded",
                                     "currentConfig": current.name, "reason": str(exc).splitlines()[0]})
                 raise

@@ -111,10 +111,10 @@ def test_records_reach_the_journal_with_priority_code_and_run_fields(journal, lo
     assert int(entry["CODE_LINE"]) > 0
     assert entry["NODE_AGENT_COMMAND"] == "firstboot"
     assert entry["NODE_AGENT_RUN"] == run_id and len(run_id) == 32
-    # every run field is on every entry, even before it is known
-    for name in log.RUN_FIELDS:
-        assert name in entry
-    assert entry["NODE_AGENT_STAGE"] == ""
+    # a run field not known yet is left out, not sent empty (journalctl -o verbose stays readable)
+    for name in ("NODE_AGENT_STAGE", "NODE_AGENT_POOL", "NODE_AGENT_CONFIG", "NODE_AGENT_ATTEMPT"):
+        assert name not in entry
+    assert not [k for k, v in entry.items() if k.startswith("NODE_AGENT_") and v == ""]
 
     logger.warning("w")
     logger.info("i")
@@ -154,8 +154,8 @@ def test_context_and_extra_fields(journal, logging_reset):
     assert "NOT_OURS" not in first and "not_ours" not in first
     assert inner["NODE_AGENT_STAGE"] == "apply"
     assert back["NODE_AGENT_STAGE"] == "fetch"
-    assert back["NODE_AGENT_ATTEMPT"] == ""  # extra is per record only
-    assert after["NODE_AGENT_STAGE"] == ""
+    assert "NODE_AGENT_ATTEMPT" not in back  # extra is per record only
+    assert "NODE_AGENT_STAGE" not in after
     assert after["NODE_AGENT_POOL"] == "infra"
 
 
@@ -195,17 +195,31 @@ def test_journal_gone_falls_back_to_stderr(journal, logging_reset):
     journal.close()
     os.unlink(journal.path)
     logging.getLogger("agent.test").error("still visible")
-    assert stream.getvalue() == "<3>still visible\n"
+    assert stream.getvalue() == "error: still visible\n"
 
 
-def test_no_socket_means_prefixed_stderr(tmp_path, logging_reset):
+def test_no_socket_and_a_pipe_means_plain_level_words(tmp_path, logging_reset):
     stream = io.StringIO()
     handler = log.setup_logging("update", socket_path=str(tmp_path / "absent"), stream=stream)
     assert isinstance(handler, log.StderrHandler)
     logger = logging.getLogger("agent.test")
     logger.warning("careful")
     logger.info("two\nlines")
-    assert stream.getvalue() == "<4>careful\n<6>two\n<6>lines\n"
+    assert stream.getvalue() == "warning: careful\ninfo: two\nlines\n"
+
+
+def test_stderr_that_is_the_journal_stream_gets_sd_daemon_prefixes(tmp_path, logging_reset, monkeypatch):
+    # systemd sets JOURNAL_STREAM=<dev>:<inode> of the stream it connected (sd_journal_stream_fd(3))
+    with open(tmp_path / "stream", "w+") as stream:
+        st = os.fstat(stream.fileno())
+        monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
+        handler = log.StderrHandler(stream)
+        assert log.stderr_is_journal(stream)
+        stream.write(handler.format_text("warning", "careful\ntwo lines"))
+        stream.seek(0)
+        assert stream.read() == "<4>careful\n<4>two lines\n"
+        monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino + 1}")  # another stream
+        assert not log.stderr_is_journal(stream)
 
 
 def test_socket_path_from_environment(journal, logging_reset, monkeypatch):
@@ -222,7 +236,11 @@ def test_a_regular_file_at_the_socket_path_is_not_used(tmp_path, logging_reset):
                       log.StderrHandler)
 
 
-def test_terminal_gets_plain_level_words(logging_reset):
+def test_terminal_gets_coloured_level_words_unless_no_color(logging_reset, monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert log.StderrHandler(io.StringIO(), tty=True).format_text("error", "x") == "\033[1;31merror:\033[0m x\n"
+    assert log.StderrHandler(io.StringIO(), tty=False).format_text("error", "x") == "error: x\n"
+    monkeypatch.setenv("NO_COLOR", "1")
     stream = io.StringIO()
     handler = log.StderrHandler(stream, tty=True)
     logger = logging.getLogger("agent.test.tty")

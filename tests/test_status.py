@@ -240,3 +240,34 @@ def test_running_record_of_a_dead_process_is_interrupted():
     assert status_cmd.exit_code_for("interrupted") == 1
     # in a scratch root there is no telling, so it stays "running"
     assert status_cmd.effective_result(data, Root("/tmp")) == "running"
+
+
+def test_status_wait_blocks_until_the_first_boot_has_ended(root, capsys):
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            RunRecorder(root, "firstboot")  # started: still waiting
+        if len(sleeps) == 4:
+            log.clear_context()
+            RunRecorder(root, "firstboot").finish("degraded", 0, error="report refused")
+
+    status_cmd.wait_for_first_boot(root, "/var/lib/node-agent", sleep=sleep)
+    assert len(sleeps) == 4
+    code, out, _ = run_cli(capsys, "--root", root.top)
+    assert code == 2 and out.startswith("status: degraded\n")
+
+
+def test_a_kept_report_is_shown_and_a_refused_one_degrades(root, capsys):
+    RunRecorder(root, "firstboot").finish("done", 0)
+    kept = os.path.join(root.top, "var/lib/node-agent/pending-report.json")
+    with open(kept, "w") as f:
+        json.dump({"report": {"state": "Done"}, "keptAt": "T", "error": "not delivered: HTTP 503"}, f)
+    code, out, _ = run_cli(capsys, "--root", root.top)
+    assert code == 0 and "report: pending since T (not delivered: HTTP 503)" in out
+    with open(kept, "w") as f:
+        json.dump({"report": {"state": "Done"}, "keptAt": "T",
+                   "refused": {"status": 400, "message": "invalid report", "server": "https://s"}}, f)
+    code, out, _ = run_cli(capsys, "--root", root.top)
+    assert code == 2 and out.startswith("status: degraded\n") and "HTTP 400: invalid report" in out

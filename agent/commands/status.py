@@ -3,11 +3,19 @@
 Exit codes follow ``cloud-init status``: 0 done (or still running), 1 failed, interrupted or
 never run, 2 degraded. "Never run" is 1, not cloud-init's 0: on a node that node-agent is
 meant to provision, no record means it did not run, and a health check should notice.
+
+A report kept for later (``pending-report.json``) is shown; one the server *refused* makes the
+result degraded (the node works, but the server does not count it) until it is delivered.
+
+``--wait`` blocks until the first boot has ended (as ``cloud-init status --wait``), printing a
+dot per second on a terminal, then answers as without it.
 """
 
 import json
 import os
-from typing import List, Optional
+import sys
+import time
+from typing import Any, Dict, List, Optional
 
 from agent.host.root import Root
 from agent.status import STATE_DIR, read_status, status_path
@@ -29,12 +37,36 @@ def _alive(pid: object) -> bool:
         return False
 
 
-def effective_result(data: dict, root: Root) -> str:
-    """done | failed | degraded | running | interrupted (running, but its process is gone)."""
+def effective_result(data: dict, root: Root, kept: Optional[Dict[str, Any]] = None) -> str:
+    """done | failed | degraded | running | interrupted (running, but its process is gone).
+
+    ``kept``: the kept report, if any. A refused one degrades a done run; a run degraded only by
+    a refused report is done again once no refused report is kept (it was delivered since).
+    """
     result = data.get("result")
     if result == "running" and root.is_live and not _alive(data.get("pid")):
         return "interrupted"
+    refused = bool(kept and kept.get("refused"))
+    if result == "done" and refused:
+        return "degraded"
+    if result == "degraded" and data.get("degradedBy") == "report" and not refused:
+        return "done"
     return str(result)
+
+
+def report_line(kept: Optional[Dict[str, Any]], error: Optional[str] = None) -> Optional[str]:
+    """The ``report:`` line of the human output for a kept report, or None."""
+    if not kept:
+        return None
+    from agent.report import refusal_text
+
+    if kept.get("refused"):
+        text = refusal_text(kept["refused"])
+        if error and text in error:  # the error line already says why and what to do
+            return f"refused (HTTP {kept['refused'].get('status')}), kept since {kept.get('keptAt', '?')}"
+        return f"refused, kept since {kept.get('keptAt', '?')}: {text}"
+    return (f"pending since {kept.get('keptAt', '?')} ({kept.get('error') or 'not delivered'}); "
+            f"node-agent.service sends it again")
 
 
 def exit_code_for(result: Optional[str]) -> int:
@@ -49,7 +81,8 @@ def _seconds(value: object) -> str:
     return f"{value:.3f}s" if isinstance(value, (int, float)) else "-"
 
 
-def render(data: dict, result: str, firstboot: Optional[dict] = None) -> str:
+def render(data: dict, result: str, firstboot: Optional[dict] = None,
+           kept: Optional[Dict[str, Any]] = None) -> str:
     """Human output: a ``cloud-init status --long`` header, then the stages with their timings."""
     lines: List[str] = [f"status: {result}"]
     if result == "interrupted":
@@ -66,6 +99,7 @@ def render(data: dict, result: str, firstboot: Optional[dict] = None) -> str:
         ("config", data.get("config")),
         ("reboot pending", "yes" if data.get("rebootPending") else "no"),
         ("error", data.get("error")),
+        ("report", report_line(kept, data.get("error"))),
     ]
     for name, value in rows:
         if value is not None and value != "":
@@ -88,23 +122,56 @@ def render(data: dict, result: str, firstboot: Optional[dict] = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _kept_report(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:
+    from agent.report import PENDING, read_kept
+
+    return read_kept(root.path(os.path.join(state_dir, PENDING)))
+
+
+def _first_boot_ended(root: Root, state_dir: str) -> bool:
+    """Whether the first boot has a final record (done, failed, degraded) or died mid-run."""
+    try:
+        data = read_status(root, state_dir, "firstboot")
+    except Exception:  # being rewritten or unreadable: not ended as far as we can tell
+        return False
+    if data is None:
+        return False
+    return effective_result(data, root) != "running"
+
+
+def wait_for_first_boot(root: Root, state_dir: str, interval: float = 1.0, sleep=time.sleep,
+                        dots: bool = False) -> None:
+    while not _first_boot_ended(root, state_dir):
+        if dots:
+            print(".", end="", flush=True)
+        sleep(interval)
+    if dots:
+        print(flush=True)
+
+
 def run(args) -> int:
     root = Root(getattr(args, "root", "/") or "/")
     state_dir = getattr(args, "state_dir", None) or STATE_DIR
+    json_out = getattr(args, "json", False)
+    if getattr(args, "wait", False):
+        wait_for_first_boot(root, state_dir, dots=not json_out and sys.stdout.isatty())
     data = read_status(root, state_dir)
+    kept = _kept_report(root, state_dir)
     if data is None:
         where = status_path(state_dir)
         if not root.is_live:
             where = os.path.join(root.top, where.lstrip("/"))
-        if getattr(args, "json", False):
+        if json_out:
             print(json.dumps({"result": "not-run", "statusFile": where}))
         else:
             print(f"status: not run\ndetail: node-agent has not run on this node (no {where})")
         return EXIT_FAILED
-    result = effective_result(data, root)
-    if getattr(args, "json", False):
+    result = effective_result(data, root, kept)
+    if json_out:
         out = dict(data)
         out["result"] = result
+        if kept:
+            out["keptReport"] = kept
         print(json.dumps(out, indent=2))
     else:
         firstboot = None
@@ -113,5 +180,5 @@ def run(args) -> int:
                 firstboot = read_status(root, state_dir, "firstboot")
             except Exception:  # an unreadable old record must not hide the current one
                 firstboot = None
-        print(render(data, result, firstboot), end="")
+        print(render(data, result, firstboot, kept), end="")
     return exit_code_for(result)

@@ -39,6 +39,7 @@ class ServerProcess:
         self.port = port or free_port()
         self.proc: Optional[subprocess.Popen] = None
         self._logfile = tempfile.NamedTemporaryFile(prefix="node-config-server-", suffix=".log", delete=False)
+        self._log_kept = ""  # the log's text once stop() has removed the file
         self._token_file: Optional[str] = None
 
     @property
@@ -75,6 +76,8 @@ class ServerProcess:
         return cmd + self.extra_args
 
     def start(self, timeout: float = 30.0) -> "ServerProcess":
+        if self._logfile is None:  # started again after stop()
+            self._logfile = tempfile.NamedTemporaryFile(prefix="node-config-server-", suffix=".log", delete=False)
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.proc = subprocess.Popen(self.command(), stdout=self._logfile, stderr=subprocess.STDOUT, env=env,
                                      cwd=REPO, start_new_session=True)
@@ -82,7 +85,9 @@ class ServerProcess:
         last = None
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"node-config-server exited with {self.proc.returncode}:\n{self.log_text()}")
+                code = self.proc.returncode
+                self.stop()
+                raise RuntimeError(f"node-config-server exited with {code}:\n{self.log_text()}")
             try:
                 r = requests.get(self.url("/healthz"), verify=self.verify, timeout=2)
                 if r.status_code == 200:
@@ -95,6 +100,25 @@ class ServerProcess:
         raise RuntimeError(f"node-config-server did not become healthy in {timeout}s ({last}):\n{self.log_text()}")
 
     def stop(self, timeout: float = 15.0) -> None:
+        try:
+            self._stop(timeout)
+        finally:
+            self._drop_log()
+
+    def _drop_log(self) -> None:
+        """Keep the log's text for log_text() and remove the file: tests leave nothing in /tmp."""
+        if self._logfile is None:
+            return
+        text = self.log_text()
+        self._logfile.close()
+        self._log_kept = text
+        try:
+            os.unlink(self._logfile.name)
+        except FileNotFoundError:
+            pass
+        self._logfile = None
+
+    def _stop(self, timeout: float) -> None:
         if self.proc is None:
             return
         if self.proc.poll() is None:
@@ -110,9 +134,11 @@ class ServerProcess:
             self._token_file = None
 
     def log_text(self) -> str:
+        if self._logfile is None:
+            return self._log_kept
         self._logfile.flush()
         with open(self._logfile.name, encoding="utf-8", errors="replace") as f:
-            return f.read()
+            return self._log_kept + f.read()
 
     def __enter__(self) -> "ServerProcess":
         return self.start()
