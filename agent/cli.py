@@ -108,14 +108,16 @@ def _fatal(command: str, code: int, message: str, logged: bool, reported: bool) 
     from agent.log import StderrHandler, stderr_sees_the_log
 
     hint = hint_for(code)
-    text = f"node-agent {command} failed (exit {code}): {message}" + (f"\nwhat to do: {hint}" if hint else "")
+    tail = f"\nwhat to do: {hint}" if hint else ""
     if logged and not reported:
         import logging
 
-        logging.getLogger("agent").error("%s", text)
+        logging.getLogger("agent").error("%s failed (exit %d): %s%s", command, code, message, tail)
     if logged and stderr_sees_the_log():
         return
-    sys.stderr.write(StderrHandler().format_text("error", text))
+    # argparse's own format for errors: "node-agent <command>: error: ..."
+    word = StderrHandler().format_text("error", "").rstrip(" \n")
+    sys.stderr.write(f"node-agent {command}: {word} {message}{tail}\n")
     sys.stderr.flush()
 
 

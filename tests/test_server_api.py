@@ -344,6 +344,9 @@ def test_cli(tmp_path):
     assert set(names) == {"master", "worker", "infra"} and names["infra"].startswith("rendered-infra-")
     r = run_cli("status", "--state", str(state), "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["complete"] is True
+    assert not (state / "nodes.db").exists()  # asked to read the directory, status writes nothing there
+    r = run_cli("status", "--stat", str(state))  # no abbreviations
+    assert r.returncode == 2
     r = run_cli("serve", "--state", str(state), "--tls-cert", "x.pem")
     assert r.returncode == 2 and "go together" in r.stderr
     (state / "machineconfigs" / "bad.yaml").write_text("metadata: {name: BAD}\n")

@@ -15,6 +15,7 @@ from agent import __version__
 from agent.server import content, drains
 from agent.server.accept import UnsupportedVersion
 from agent.server.metrics import RequestCounter, exposition
+from agent.server.nodes import DEFAULT_LIMIT, MAX_LIMIT, node_item, node_list, rfc3339, targets
 from agent.server.service import Cluster, ReportInvalid, UnknownPool, validate_report
 from agent.server.store import DNS1123_LABEL, DNS1123_SUBDOMAIN
 
@@ -125,8 +126,13 @@ class App:
             if rest == ["pools"]:
                 _allow(method, ("GET", "HEAD"))
                 views = self.cluster.pool_views()
+                for name, view in views.items():
+                    self._created(name, view)
                 return json_response(200, {"apiVersion": "v1", "kind": "MachineConfigPoolList",
                                            "items": [views[k] for k in sorted(views)]})
+            if rest == ["nodes"]:
+                _allow(method, ("GET", "HEAD"))
+                return self.nodes(environ)
             if len(rest) == 2 and rest[0] == "pools":
                 _allow(method, ("GET", "HEAD"))
                 name = _pool_name(rest[1])
@@ -135,6 +141,7 @@ class App:
                     raise HTTPError(404, f"unknown pool {name!r}; known pools: {self._known()}")
                 view = views[name]
                 view["status"]["history"] = self.cluster.store.history(name)
+                self._created(name, view, view["status"]["history"])
                 return json_response(200, view, pool=name)
             if rest == ["cluster"]:
                 _allow(method, ("GET", "HEAD"))
@@ -157,7 +164,7 @@ class App:
                                                    "actions": ["uncordon"] if pool else []})
                     return self.drain(node, _json_body(environ))
         raise HTTPError(404, f"no such resource: {path}; see /config/<pool>, /healthz, /metrics, /api/v1/pools, "
-                             f"/api/v1/cluster, /api/v1/nodes/<node>/report|drain")
+                             f"/api/v1/cluster, /api/v1/nodes, /api/v1/nodes/<node>/report|drain")
 
     # -- handlers ----------------------------------------------------------------------------
 
@@ -172,6 +179,15 @@ class App:
         if not given or not hmac.compare_digest(given.encode(), self.token.encode()):
             raise HTTPError(401, "a valid bearer token is required (Authorization: Bearer <token>)",
                             [("WWW-Authenticate", 'Bearer realm="node-config-server"')])
+
+    def _created(self, name: str, view: Dict[str, Any], history: Optional[List[Dict[str, Any]]] = None) -> None:
+        """metadata.creationTimestamp (oc's AGE): the YAML's, else when this server first saw the pool."""
+        meta = view.setdefault("metadata", {})
+        if meta.get("creationTimestamp"):
+            return
+        history = self.cluster.store.history(name) if history is None else history
+        if history:
+            meta["creationTimestamp"] = rfc3339(history[0]["at"])
 
     def healthz(self) -> Response:
         st = self.cluster.state()
@@ -228,9 +244,23 @@ class App:
         rec = self.cluster.store.node(node)
         if rec is None:
             raise HTTPError(404, f"node {node!r} has not reported")
-        return json_response(200, {"node": node, "report": rec.report, "pool": rec.pool,
+        item = node_item(rec, targets(self.cluster.pool_views(only=rec.pool, pending=False, nodes=0)))
+        return json_response(200, {"node": node, "name": node, "report": rec.report, "pool": rec.pool,
                                    "membership": rec.why, "degradedReason": rec.degraded,
+                                   "updated": item["updated"], "reportedAt": item["reportedAt"],
                                    "drainEvents": self.cluster.store.drain_events(node)})
+
+    def nodes(self, environ: Dict[str, Any]) -> Response:
+        qs = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
+        try:
+            limit = int((qs.get("limit") or [str(DEFAULT_LIMIT)])[0])
+        except ValueError:
+            limit = 0
+        if not 0 < limit <= MAX_LIMIT:
+            raise HTTPError(400, f"limit must be a number from 1 to {MAX_LIMIT}", field="limit")
+        after = (qs.get("continue") or [""])[0]
+        records = self.cluster.store.nodes(after=after, limit=limit)
+        return json_response(200, node_list(records, targets(self.cluster.pool_views(pending=False, nodes=0)), limit))
 
     def report(self, node: str, body: Any) -> Response:
         try:

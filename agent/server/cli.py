@@ -1,6 +1,7 @@
-"""``node-config-server`` command line: serve, render, status.
+"""``node-config-server`` command line: serve, render, status, get, describe.
 
-Imports stay lazy so ``node-config-server --version`` is fast.
+Imports stay lazy so ``node-config-server --version`` is fast. ``get``, ``describe`` and
+``status`` (without ``--state``) ask a running server: agent/server/viewcmds.py.
 """
 
 import argparse
@@ -10,6 +11,7 @@ import sys
 from typing import List, Optional, Tuple
 
 from agent import __version__
+from agent.server.viewcmds import add_client_options, add_parsers
 
 EXIT_OK = 0
 EXIT_NOT_COMPLETE = 1
@@ -23,11 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="node-config-server",
         description="Cluster side of node-agent: renders pool configs from MachineConfigs, serves them at "
-                    "/config/<pool>, gates what new nodes get, tracks node reports and update progress.")
+                    "/config/<pool>, gates what new nodes get, tracks node reports and update progress.",
+        allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"node-config-server {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("serve", help="serve configs and the API (gunicorn)")
+    p = _sub(sub, "serve", help="serve configs and the API (gunicorn)")
     p.add_argument("--state", required=True, metavar="DIR", help="state directory (MCO-shaped YAML; nodes.db)")
     p.add_argument("--listen", default=None, metavar="HOST:PORT",
                    help=f"default 0.0.0.0:{TLS_PORT} with TLS; without TLS 127.0.0.1:{PLAIN_PORT} (plain HTTP "
@@ -45,14 +48,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.add_argument("--access-log", default=None, metavar="FILE", help="gunicorn access log ('-' for stderr)")
 
-    p = sub.add_parser("render", help="render every pool and print its rendered config name")
+    p = _sub(sub, "render", help="render every pool and print its rendered config name")
     p.add_argument("--state", required=True, metavar="DIR")
     p.add_argument("--json", action="store_true", help="print {pool: {name, sources}} as JSON")
 
-    p = sub.add_parser("status", help="pools and cluster update progress (exit 0 complete, 1 not complete)")
-    p.add_argument("--state", required=True, metavar="DIR")
+    p = _sub(sub, "status", help="pools and cluster update progress (exit 0 complete, 1 not complete)",
+             description="Asks a running server; with --state DIR, reads a state directory instead "
+                         "(never creating nodes.db in it).")
+    p.add_argument("--state", metavar="DIR", help="read this state directory instead of asking a server")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_client_options(p)
+
+    add_parsers(sub, _sub)
     return parser
+
+
+def _sub(sub, name: str, **kwargs) -> argparse.ArgumentParser:
+    # No abbreviations: `--stat` must not quietly mean `--state`.
+    return sub.add_parser(name, allow_abbrev=False, **kwargs)
 
 
 def _err(msg: str) -> None:
@@ -164,35 +177,47 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if not args.state:
+        from agent.server.viewcmds import cmd_status_remote
+
+        return cmd_status_remote(args)
     problem = _check_state_dir(args.state)
     if problem:
         _err(problem)
         return EXIT_USAGE
+    import tempfile
+
     from agent.server.service import Cluster
 
-    cluster = Cluster(args.state)
+    db = os.path.join(args.state, "nodes.db")
+    with tempfile.TemporaryDirectory(prefix="node-config-server-status-") as scratch:
+        # No nodes.db: no server has run here. Judge from the objects alone, in a scratch database,
+        # rather than leave a database behind in a directory we were only asked to read.
+        cluster = Cluster(args.state, db_path=db if os.path.exists(db) else os.path.join(scratch, "nodes.db"))
+        try:
+            return _print_status(args, cluster)
+        finally:
+            cluster.db.close()
+
+
+def _print_status(args: argparse.Namespace, cluster) -> int:
+    import time
+
+    from agent.server.nodes import rfc3339
+    from agent.server.viewcmds import render_status
+
     progress = cluster.cluster()
+    views = cluster.pool_views()
+    for name, view in views.items():
+        history = cluster.store.history(name)
+        if history and not view["metadata"].get("creationTimestamp"):
+            view["metadata"]["creationTimestamp"] = rfc3339(history[0]["at"])
     if args.json:
-        progress = dict(progress)
-        progress["items"] = list(cluster.pool_views().values())
-        print(json.dumps(progress, indent=1, sort_keys=True))
+        out = dict(progress)
+        out["items"] = list(views.values())
+        print(json.dumps(out, indent=1, sort_keys=True))
     else:
-        views = cluster.pool_views()
-        rows = [("POOL", "TARGET", "CURRENT", "MACHINES", "UPDATED", "READY", "DEGRADED", "SERVED")]
-        for name, v in views.items():
-            st = v["status"]
-            rows.append((name, v["spec"]["configuration"]["name"], st["configuration"]["name"],
-                         str(st["machineCount"]), str(st["updatedMachineCount"]), str(st["readyMachineCount"]),
-                         str(st["degradedMachineCount"]), st["served"]["config"]))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        for r in rows:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-        print()
-        print("cluster update: " + ("complete" if progress["complete"] else "NOT complete"))
-        for b in progress["blocking"]:
-            print(f"  {b['pool'] or '-'}: {b['reason']}")
-        for w in progress.get("warnings", []):
-            print(f"  warning: {w}")
+        sys.stdout.write(render_status(progress, list(views.values()), time.time()))
     return EXIT_OK if progress["complete"] else EXIT_NOT_COMPLETE
 
 
@@ -202,9 +227,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    handler = {"serve": cmd_serve, "render": cmd_render, "status": cmd_status}[args.command]
+    from agent.server.client import ClientError
+    from agent.server.viewcmds import cmd_describe, cmd_get
+
+    handler = {"serve": cmd_serve, "render": cmd_render, "status": cmd_status, "get": cmd_get,
+               "describe": cmd_describe}[args.command]
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, with the status a shell gives SIGPIPE.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 128 + 13
+    except ClientError as exc:
+        _err(f"{args.command}: {exc}")
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

@@ -1,0 +1,256 @@
+"""What ``node-config-server get`` and ``describe`` print (pure: objects in, text out).
+
+Tables follow ``oc get mcp``: NAME, CONFIG, UPDATED, UPDATING, DEGRADED, MACHINECOUNT,
+READYMACHINECOUNT, UPDATEDMACHINECOUNT, DEGRADEDMACHINECOUNT, AGE (upstream:
+openshift/machine-config-operator install/0000_80_machine-config_01_machineconfigpools.crd.yaml,
+additionalPrinterColumns). Upstream's table is about 190 columns wide; ours must fit in
+``WIDTH`` (100), so the count columns carry short headers (MACHINES, READY, UPDATED-M,
+DEGRADED-M) and a rendered config name is shortened only as far as needed
+(``rendered-worker-c7f50b7f…``, ``worker-c7f50b7f…``, ``c7f50b7f…``). ``-o wide`` prints full names; ``-o json|yaml`` the objects as the API returns them.
+"""
+
+import datetime
+import json
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+WIDTH = 100
+GAP = "  "
+ELLIPSIS = "…"
+
+POOL_COLUMNS = ("NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINES", "READY", "UPDATED-M",
+                "DEGRADED-M", "AGE")
+NODE_COLUMNS = ("NAME", "POOL", "STATE", "UPDATED", "CONFIG", "SKEW", "REPORTED")
+
+
+# -- small helpers ------------------------------------------------------------------------------
+
+def age(seconds: Optional[float]) -> str:
+    """Kubernetes' short durations (``kubectl get`` AGE): 45s, 12m, 5h, 3d, 2y."""
+    if seconds is None:
+        return "<unknown>"
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 2 * 3600:
+        return f"{s // 60}m"
+    if s < 2 * 86400:
+        return f"{s // 3600}h"
+    if s < 2 * 365 * 86400:
+        return f"{s // 86400}d"
+    return f"{s // (365 * 86400)}y"
+
+
+def parse_time(value: Any) -> Optional[float]:
+    """Epoch seconds from a number or an RFC 3339 timestamp (``2026-11-22T20:30:00Z``)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and value:
+        text = value.replace("Z", "+00:00")
+        try:
+            return datetime.datetime.fromisoformat(text).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def shorten_config(name: str, keep: int, drop: str = "") -> str:
+    """``rendered-worker-<32 hex>`` -> ``rendered-worker-<keep hex>…``; other names unchanged.
+
+    ``drop="prefix"`` also leaves out ``rendered-`` (``worker-c7f50b7f…``), ``drop="name"`` all
+    but the hash (``c7f50b7f…``: the NAME column already says which pool's config it is).
+    """
+    head, sep, digest = name.rpartition("-")
+    if not sep or len(digest) <= keep or not all(c in "0123456789abcdef" for c in digest):
+        return name
+    short = digest[:keep] + ELLIPSIS
+    if drop == "name":
+        return short
+    if drop == "prefix" and head.startswith("rendered-"):
+        head = head[len("rendered-"):]
+    return f"{head}-{short}"
+
+
+def _condition(obj: Dict[str, Any], kind: str) -> str:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return str(c.get("status", "Unknown"))
+    return "Unknown"
+
+
+def table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "".join(GAP.join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)
+
+
+SHORTER = ((64, ""), (12, ""), (8, ""), (8, "prefix"), (8, "name"))
+
+
+def fit(build: Callable[[Callable[[str], str]], List[List[str]]], width: int = WIDTH, wide: bool = False) -> str:
+    """The table ``build(short)`` whose config names are as long as fits in ``width``."""
+    if wide:
+        return table(build(lambda name: name))
+    for keep, drop in SHORTER:
+        text = table(build(lambda name, keep=keep, drop=drop: shorten_config(name, keep, drop)))
+        if max(len(line) for line in text.splitlines()) <= width:
+            return text
+    return text
+
+
+# -- pools --------------------------------------------------------------------------------------
+
+def pool_age(pool: Dict[str, Any], now: float) -> Optional[float]:
+    created = parse_time((pool.get("metadata") or {}).get("creationTimestamp"))
+    return None if created is None else now - created
+
+
+def pools_table(pools: List[Dict[str, Any]], now: float, wide: bool = False, width: int = WIDTH) -> str:
+    def build(short: Callable[[str], str]) -> List[List[str]]:
+        rows = [list(POOL_COLUMNS)]
+        for p in pools:
+            st = p.get("status") or {}
+            current = (st.get("configuration") or {}).get("name", "")
+            rows.append([
+                (p.get("metadata") or {}).get("name", ""), short(current),
+                _condition(p, "Updated"), _condition(p, "Updating"), _condition(p, "Degraded"),
+                str(st.get("machineCount", 0)), str(st.get("readyMachineCount", 0)),
+                str(st.get("updatedMachineCount", 0)), str(st.get("degradedMachineCount", 0)),
+                age(pool_age(p, now)),
+            ])
+        return rows
+
+    return fit(build, width, wide)
+
+
+def describe_pool(pool: Dict[str, Any], now: float) -> str:
+    """``oc describe mcp``-like: what the pool is at, what new nodes get and why, conditions, nodes."""
+    meta, spec, st = pool.get("metadata") or {}, pool.get("spec") or {}, pool.get("status") or {}
+    served = st.get("served") or {}
+    drain = st.get("drain") or {}
+    lines = [
+        f"Name:                {meta.get('name', '')}",
+        f"Age:                 {age(pool_age(pool, now))}",
+        f"Target config:       {(spec.get('configuration') or {}).get('name', '')}",
+        f"Current config:      {(st.get('configuration') or {}).get('name', '')}",
+        f"Layered image:       {st.get('layeredImage') or '<none>'}",
+        f"Paused:              {bool(spec.get('paused'))}",
+        f"Machines:            {st.get('machineCount', 0)} (ready {st.get('readyMachineCount', 0)}, updated "
+        f"{st.get('updatedMachineCount', 0)}, degraded {st.get('degradedMachineCount', 0)}, skew refused "
+        f"{st.get('skewRefusedMachineCount', 0)})",
+        f"Max unavailable:     {drain.get('maxUnavailable', '')} (draining: "
+        f"{', '.join(drain.get('holders') or []) or 'none'})",
+        "Served to new nodes:",
+        f"  Config:            {served.get('config', '')}",
+        f"  Image:             {served.get('image') or '<none>'}",
+        f"  Why:               {served.get('reason', '')}",
+    ]
+    if st.get("held"):
+        lines.append(f"Render held:         {st['held']}")
+    pending = st.get("pendingDisruption")
+    if pending and pending.get("from") != pending.get("to"):
+        actions = ", ".join(_action(a) for a in pending.get("actions") or []) or "None"
+        lines.append(f"Next update:         {actions} (drain: {'yes' if pending.get('drain') else 'no'})")
+    lines += ["Conditions:"] + _indent(_conditions_table(st.get("conditions") or []))
+    nodes = st.get("nodes") or {}
+    lines.append("Nodes:" if nodes else "Nodes:               <none>")
+    if nodes:
+        rows = [["NAME", "STATE", "CONFIG", "SKEW", "REASON"]]
+        for name, n in sorted(nodes.items()):
+            rows.append([name, str(n.get("state", "")), n.get("currentConfig", ""), n.get("skew", "") or "-",
+                         n.get("reason") or n.get("degradedReason") or ""])
+        lines += _indent(table(rows))
+    history = st.get("history") or []
+    if history:
+        rows = [["AT", "FIELD", "CONFIG"]]
+        for h in history[-10:]:
+            rows.append([_when(h.get("at")), str(h.get("field", "")), str(h.get("config", ""))])
+        lines += ["History (last 10):"] + _indent(table(rows))
+    return "\n".join(lines) + "\n"
+
+
+def _action(a: Dict[str, Any]) -> str:
+    unit = a.get("unit") or a.get("reload") or ""
+    return f"{a.get('type', '')} {unit}".strip()
+
+
+def _conditions_table(conditions: List[Dict[str, Any]]) -> str:
+    rows = [["TYPE", "STATUS", "MESSAGE"]]
+    for c in conditions:
+        rows.append([str(c.get("type", "")), str(c.get("status", "")), str(c.get("message") or "")])
+    return table(rows)
+
+
+def _indent(text: str) -> List[str]:
+    return ["  " + line for line in text.splitlines()]
+
+
+def _when(at: Any) -> str:
+    t = parse_time(at)
+    if t is None:
+        return str(at or "")
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- nodes --------------------------------------------------------------------------------------
+
+def nodes_table(nodes: List[Dict[str, Any]], now: float, wide: bool = False, width: int = WIDTH) -> str:
+    def build(short: Callable[[str], str]) -> List[List[str]]:
+        rows = [list(NODE_COLUMNS)]
+        for n in nodes:
+            rep = n.get("report") or {}
+            reported = parse_time(n.get("reportedAt"))
+            rows.append([n.get("name", ""), n.get("pool", "") or "<none>", str(rep.get("state", "")),
+                         str(bool(n.get("updated"))), short(rep.get("currentConfig", "") or "-"),
+                         rep.get("skew", "") or "-", age(None if reported is None else now - reported)])
+        return rows
+
+    return fit(build, width, wide)
+
+
+def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: float) -> str:
+    """The node's last report, its pool and why, and what its pool serves (config, image, why)."""
+    rep = node.get("report") or {}
+    reported = parse_time(node.get("reportedAt"))
+    lines = [
+        f"Name:                {node.get('name') or node.get('node', '')}",
+        f"Pool:                {node.get('pool') or '<none>'}",
+        f"Membership:          {node.get('membership') or ''}",
+        f"State:               {rep.get('state', '')}" + (f" ({rep['reason']})" if rep.get("reason") else ""),
+        f"Last report:         {age(None if reported is None else now - reported)} ago",
+        f"Current config:      {rep.get('currentConfig') or '<none>'}",
+        f"Desired config:      {rep.get('desiredConfig') or '<none>'}",
+        f"First pivot config:  {rep.get('firstPivotConfig') or '<none>'}",
+        f"Current image:       {rep.get('currentImage') or '<none>'}",
+        f"Boot image:          {rep.get('bootImage') or '<unknown>'}",
+        f"Boot image skew:     {rep.get('skew') or '<not checked>'}",
+    ]
+    if node.get("degradedReason"):
+        lines.append(f"Degraded because:    {node['degradedReason']}")
+    if pool is not None:
+        st = pool.get("status") or {}
+        served = st.get("served") or {}
+        target = ((pool.get("spec") or {}).get("configuration") or {}).get("name", "")
+        lines += [
+            f"Pool target config:  {target}",
+            f"Updated:             {bool(node.get('updated'))}",
+            "Served to new nodes of the pool:",
+            f"  Config:            {served.get('config', '')}",
+            f"  Image:             {served.get('image') or '<none>'}",
+            f"  Why:               {served.get('reason', '')}",
+        ]
+    events = node.get("drainEvents") or []
+    if events:
+        rows = [["AT", "ACTION", "DETAIL"]]
+        for e in events[-10:]:
+            rows.append([_when(e.get("at")), str(e.get("action", "")), str(e.get("detail") or "")])
+        lines += ["Drain events (last 10):"] + _indent(table(rows))
+    return "\n".join(lines) + "\n"
+
+
+# -- machine output -----------------------------------------------------------------------------
+
+def dump(obj: Any, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+    import yaml
+
+    return yaml.safe_dump(obj, sort_keys=True, default_flow_style=False)
