@@ -1,6 +1,6 @@
 """Error types shared by every part of node-agent, and the exit codes they map to.
 
-Exit codes are a contract (ARCHITECTURE.md, "Exit codes of node-agent firstboot").
+Exit codes are a contract (README.md, "Commands" and "Troubleshoot").
 Every error says what was wrong, where (JSON path, file, field) and what to do.
 """
 

@@ -33,7 +33,9 @@ BIN = os.path.dirname(sys.executable)
 
 
 def title(text: str) -> None:
-    print(f"\n\033[1m== {text}\033[0m", flush=True)
+    # Bold only on a terminal: a log file or a pipe gets no escape codes.
+    bold = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    print(f"\n\033[1m== {text}\033[0m" if bold else f"\n== {text}", flush=True)
 
 
 def show(cmd, check_codes=(0,), quiet_stderr=False):

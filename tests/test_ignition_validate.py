@@ -66,7 +66,7 @@ VALID = [
     cfg(kernelArguments={"shouldExist": ["a=1", "b"], "shouldNotExist": ["c"]}),
     cfg(ignition={"version": "3.4.0", "config": {"merge": [{"source": "https://e.com/m.ign",
                                                             "verification": {"hash": H512}}]},
-                  "security": {"tls": {"certificateAuthorities": [{"source": "data:,CERT"}]}},
+                  "security": {"tls": {"certificateAuthorities": [{"source": "data:,-----BEGIN%20CERTIFICATE-----%0AMIIB%0A-----END%20CERTIFICATE-----"}]}},
                   "timeouts": {"httpResponseHeaders": 10, "httpTotal": 0},
                   "proxy": {"httpsProxy": "http://proxy:3128", "noProxy": ["a"]}}),
     cfg(storage={"filesystems": [{"device": "/dev/disk/by-label/var", "format": "xfs", "path": "/var",

@@ -14,10 +14,18 @@ EXAMPLES = ROOT / "examples" / "ignition"
 NODE_AGENT = ROOT / ".venv" / "bin" / "node-agent"
 
 
-@pytest.mark.parametrize("name", ["worker.ign", "pointer.ign", "machineconfig-worker.yaml"])
+@pytest.mark.parametrize("name", ["worker.ign", "machineconfig-worker.yaml"])
 def test_valid_examples_exit_0(name, capsys):
     assert main(["validate", str(EXAMPLES / name)]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_the_example_pointer_s_placeholder_ca_is_refused_with_a_pointer_to_the_docs(capsys):
+    # It used to validate and then fail first boot decoding the CA.
+    assert main(["validate", str(EXAMPLES / "pointer.ign")]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("$.ignition.security.tls.certificateAuthorities.0.source: error:")
+    assert "placeholder" in out and "README.md, section 'Configure'" in out and "[ca-not-pem]" in out
 
 
 @pytest.mark.parametrize("name,first_path", [

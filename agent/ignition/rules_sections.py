@@ -2,6 +2,7 @@
 
 from typing import Dict
 
+from agent.ignition.cacheck import inline_ca_problem
 from agent.ignition.findings import entries_of, value_of
 from agent.ignition.rules_base import RuleBase
 
@@ -25,6 +26,9 @@ class SectionRules(RuleBase):
             p = f"$.ignition.security.tls.certificateAuthorities.{i}"
             self.required_source(res, p)
             self.resource(res, p)
+            ca_problem = inline_ca_problem(value_of(res, "source", "str"), value_of(res, "compression", "str"))
+            if ca_problem:
+                self.r.error(p + ".source", ca_problem, "ca-not-pem")
             self.dup(seen, value_of(res, "source", "str"), i, p + ".source")
         timeouts = value_of(ign, "timeouts", "dict") or {}
         for key in ("httpResponseHeaders", "httpTotal"):

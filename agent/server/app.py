@@ -9,6 +9,7 @@ import logging
 import re
 import threading
 import urllib.parse
+from http import HTTPStatus
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from agent import __version__
@@ -22,10 +23,15 @@ from agent.server.store import DNS1123_LABEL, DNS1123_SUBDOMAIN
 log = logging.getLogger(__name__)
 
 MAX_BODY = 1 << 20
-REASONS = {200: "OK", 304: "Not Modified", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-           405: "Method Not Allowed", 406: "Not Acceptable", 409: "Conflict", 411: "Length Required",
-           413: "Payload Too Large", 415: "Unsupported Media Type", 429: "Too Many Requests",
-           500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+def reason_phrase(code: int) -> str:
+    """The standard reason phrase (RFC 9110) from the standard library, "" for an unknown code."""
+    try:
+        return HTTPStatus(code).phrase
+    except ValueError:
+        return ""
+
 NODE_HEADER = "HTTP_X_NODE_NAME"
 
 
@@ -102,7 +108,7 @@ class App:
             resp = json_response(500, error_body(500, "internal error; see the server log"))
         self.counter.inc(resp.pool, resp.code, method)
         headers = [("Content-Type", resp.ctype), ("Content-Length", str(len(resp.body)))] + resp.headers
-        start_response(f"{resp.code} {REASONS.get(resp.code, '')}", headers)
+        start_response(f"{resp.code} {reason_phrase(resp.code)}".rstrip(), headers)
         if method == "HEAD" or resp.code == 304:
             return [b""]
         return [resp.body]

@@ -130,7 +130,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     import logging
     import shutil
-    import tempfile
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -144,7 +143,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cluster.db.close()
     del cluster
 
-    metrics_dir = tempfile.mkdtemp(prefix="node-config-server-metrics-")
+    from agent.server.metrics import make_dir
+
+    metrics_dir = make_dir()  # prometheus-client's multiprocess directory, shared by the workers
     bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     app = App(args.state, token=token, lease_ttl=args.lease_ttl, metrics_dir=metrics_dir)
     opts = options(bind, args.tls_cert, args.tls_key, args.workers, args.threads, args.log_level, args.access_log)

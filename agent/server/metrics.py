@@ -1,131 +1,154 @@
-"""Prometheus text format, correct across gunicorn worker processes.
+"""``/metrics`` with prometheus-client, correct across gunicorn worker processes.
 
-Each worker counts requests in memory and writes its totals to ``<dir>/<pid>.json`` (at most
-once a second, and before answering ``/metrics``); ``/metrics`` sums every file, so a scrape
-landing on any worker sees the whole server. Files of dead workers stay: counters never go
-back. Gauges (served config, nodes by state) are read from the shared state at scrape time.
+Request counts are a prometheus-client Counter. Under gunicorn, ``serve`` gives every worker one
+multiprocess directory (``PROMETHEUS_MULTIPROC_DIR``): each worker's counts live in its own
+mmap'ed file there, and a scrape landing on any worker sums them all (MultiProcessCollector), so
+counters never go back when a worker dies or is replaced. That is prometheus-client's documented
+multiprocess mode; it replaces the JSON files this module used to write and merge by hand.
+
+Gauges (served config, targets, nodes by state, counts) are not kept per process: they are
+computed from the shared state at scrape time by a collector, so there is nothing to mark dead
+when a worker exits.
+
+The directory is made by ``serve`` under the temporary directory with the server's pid in its
+name (``node-config-server-metrics-<pid>-*``) and removed on exit; one left by a server that
+was SIGKILLed is removed by the next ``serve`` (``remove_stale_dirs``).
 """
 
-import json
 import os
-import threading
-import time
-from collections import defaultdict
-from typing import Any, Dict, List, Optional, Tuple
+import re
+import shutil
+import tempfile
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
-FLUSH_EVERY = 0.5
-
-
-def _esc(value: str) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+DIR_PREFIX = "node-config-server-metrics-"
+ENV = "PROMETHEUS_MULTIPROC_DIR"
+_DIR_NAME = re.compile(r"^" + re.escape(DIR_PREFIX) + r"(\d+)-")
 
 
-def _labels(**kv: str) -> str:
-    return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in kv.items()) + "}"
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def remove_stale_dirs(top: Optional[str] = None) -> List[str]:
+    """Remove metrics directories whose server process is gone; return what was removed."""
+    top = top or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(top)
+    except OSError:
+        return removed
+    for name in names:
+        m = _DIR_NAME.match(name)
+        if m and not _alive(int(m.group(1))):
+            path = os.path.join(top, name)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def make_dir() -> str:
+    """A fresh multiprocess directory for this server (stale ones of dead servers removed first)."""
+    remove_stale_dirs()
+    return tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
 
 
 class RequestCounter:
+    """``inc(pool, code, method)``; ``directory`` set = multiprocess mode (gunicorn workers)."""
+
     def __init__(self, directory: Optional[str]):
         self.directory = directory
-        self._lock = threading.Lock()
-        self._counts: Dict[Tuple[str, str, str], int] = defaultdict(int)
-        self._flushed = 0.0
-        self._dirty = False
-        self._thread: Optional[threading.Thread] = None
+        if directory:
+            # prometheus-client picks its value store when it is first imported, from this
+            # variable; set it first, and re-pick if it was imported before (tests, benchmarks).
+            os.environ[ENV] = directory
+            from prometheus_client import values
+
+            if not getattr(values.ValueClass, "__name__", "") == "MmapedValue":
+                values.ValueClass = values.get_value_class()
+        import prometheus_client
+        from prometheus_client import Counter
+
+        # No "<name>_created" series (prometheus-client 0.17+): a restart-time gauge per label set
+        # that multiprocess mode cannot give anyway, so single- and multi-process output agree.
+        getattr(prometheus_client, "disable_created_metrics", lambda: None)()
+        self.counter = Counter("node_config_server_requests", "HTTP requests by pool (\"\" when none), code and "
+                               "method.", ["pool", "code", "method"], registry=None)
 
     def inc(self, pool: str, code: int, method: str) -> None:
-        with self._lock:
-            self._counts[(pool, str(code), method)] += 1
-            self._dirty = True
-            start = self._thread is None and self.directory is not None
-            if start:
-                self._thread = threading.Thread(target=self._flusher, name="metrics-flush", daemon=True)
-        if start:
-            self._thread.start()
+        self.counter.labels(pool, str(code), method).inc()
 
-    def _flusher(self) -> None:
-        # Off the request path: a scrape on another worker sees our counts within FLUSH_EVERY.
-        while True:
-            time.sleep(FLUSH_EVERY)
-            try:
-                self.flush()
-            except OSError:
-                pass
+    def registry(self):
+        from prometheus_client import CollectorRegistry
 
-    def flush(self) -> None:
-        if not self.directory:
-            return
-        with self._lock:
-            if not self._dirty:
-                return
-            data = [[p, c, m, n] for (p, c, m), n in self._counts.items()]
-            self._dirty = False
-            self._flushed = time.monotonic()
-        path = os.path.join(self.directory, f"{os.getpid()}.json")
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+        registry = CollectorRegistry(auto_describe=False)
+        if self.directory:
+            from prometheus_client import multiprocess
 
-    def totals(self) -> Dict[Tuple[str, str, str], int]:
-        if not self.directory:
-            with self._lock:
-                return dict(self._counts)
-        self.flush()
-        out: Dict[Tuple[str, str, str], int] = defaultdict(int)
-        mine = f"{os.getpid()}.json"
-        for name in os.listdir(self.directory):
-            if not name.endswith(".json") or name == mine:
-                continue
-            try:
-                with open(os.path.join(self.directory, name)) as f:
-                    for p, c, m, n in json.load(f):
-                        out[(p, c, m)] += int(n)
-            except (OSError, ValueError):
-                continue
-        with self._lock:  # our own numbers live, not as of the last flush
-            for k, n in self._counts.items():
-                out[k] += n
-        return out
+            multiprocess.MultiProcessCollector(registry, path=self.directory)
+        else:
+            registry.register(self.counter)
+        return registry
+
+
+class StateCollector:
+    """Gauges from the pool views, computed at scrape time."""
+
+    def __init__(self, views: Dict[str, Dict[str, Any]], state_problems: int, stale: bool):
+        self.views, self.state_problems, self.stale = views, state_problems, stale
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        views = sorted(self.views.items())
+
+        def family(name: str, help_text: str, labels: List[str], rows: Callable[[], Iterator]) -> Any:
+            g = GaugeMetricFamily(name, help_text, labels=labels)
+            for values, number in rows():
+                g.add_metric(values, number)
+            return g
+
+        yield family("node_config_server_served_config_info",
+                     "The rendered config and OS image a new node of the pool gets.", ["pool", "config", "image"],
+                     lambda: ((([n, v["status"]["served"]["config"], v["status"]["served"]["image"]]), 1)
+                              for n, v in views))
+        yield family("node_config_server_pool_target_info", "The pool's target and current rendered configs.",
+                     ["pool", "target", "current"],
+                     lambda: (([n, v["spec"]["configuration"]["name"], v["status"]["configuration"]["name"]], 1)
+                              for n, v in views))
+        yield family("node_config_server_nodes", "Nodes by pool and reported state.", ["pool", "state"],
+                     lambda: (([n, state], count) for n, v in views for state, count in _by_state(v)))
+        for metric, key, help_text in (
+                ("node_config_server_pool_machines", "machineCount", "Nodes in the pool."),
+                ("node_config_server_pool_updated_machines", "updatedMachineCount", "Nodes on the pool's target."),
+                ("node_config_server_pool_degraded_machines", "degradedMachineCount", "Degraded nodes."),
+                ("node_config_server_pool_skew_refused_machines", "skewRefusedMachineCount",
+                 "Nodes refused by boot image skew rules.")):
+            yield family(metric, help_text, ["pool"],
+                         lambda key=key: (([n], v["status"].get(key, 0)) for n, v in views))
+        yield GaugeMetricFamily("node_config_server_state_problems",
+                                "Problems found in the state directory's newest files.", value=self.state_problems)
+        yield GaugeMetricFamily("node_config_server_state_stale",
+                                "1 when the last good state serves because newer files are invalid.",
+                                value=1 if self.stale else 0)
+
+
+def _by_state(view: Dict[str, Any]) -> List:
+    # the store's counters (status.nodeStates), not a walk over the listed nodes
+    return sorted(dict(view["status"]["nodeStates"]).items())
 
 
 def exposition(counter: RequestCounter, views: Dict[str, Dict[str, Any]], state_problems: int,
                stale: bool) -> str:
-    lines: List[str] = []
-    lines += ["# HELP node_config_server_requests_total HTTP requests by pool (\"\" when none), code and method.",
-              "# TYPE node_config_server_requests_total counter"]
-    for (pool, code, method), n in sorted(counter.totals().items()):
-        lines.append(f"node_config_server_requests_total{_labels(pool=pool, code=code, method=method)} {n}")
-    lines += ["# HELP node_config_server_served_config_info The rendered config and OS image a new node of the pool gets.",
-              "# TYPE node_config_server_served_config_info gauge"]
-    for name, v in sorted(views.items()):
-        served = v["status"]["served"]
-        lines.append("node_config_server_served_config_info"
-                     f"{_labels(pool=name, config=served['config'], image=served['image'])} 1")
-    lines += ["# HELP node_config_server_pool_target_info The pool's target and current rendered configs.",
-              "# TYPE node_config_server_pool_target_info gauge"]
-    for name, v in sorted(views.items()):
-        lines.append("node_config_server_pool_target_info"
-                     f"{_labels(pool=name, target=v['spec']['configuration']['name'], current=v['status']['configuration']['name'])} 1")
-    lines += ["# HELP node_config_server_nodes Nodes by pool and reported state.",
-              "# TYPE node_config_server_nodes gauge"]
-    for name, v in sorted(views.items()):
-        by_state: Dict[str, int] = dict(v["status"]["nodeStates"])  # counters, not a walk over nodes
-        for state, n in sorted(by_state.items()):
-            lines.append(f"node_config_server_nodes{_labels(pool=name, state=state)} {n}")
-    for metric, key, help_ in (
-            ("node_config_server_pool_machines", "machineCount", "Nodes in the pool."),
-            ("node_config_server_pool_updated_machines", "updatedMachineCount", "Nodes on the pool's target."),
-            ("node_config_server_pool_degraded_machines", "degradedMachineCount", "Degraded nodes."),
-            ("node_config_server_pool_skew_refused_machines", "skewRefusedMachineCount",
-             "Nodes refused by boot image skew rules.")):
-        lines += [f"# HELP {metric} {help_}", f"# TYPE {metric} gauge"]
-        for name, v in sorted(views.items()):
-            lines.append(f"{metric}{_labels(pool=name)} {v['status'].get(key, 0)}")
-    lines += ["# HELP node_config_server_state_problems Problems found in the state directory's newest files.",
-              "# TYPE node_config_server_state_problems gauge",
-              f"node_config_server_state_problems {state_problems}",
-              "# HELP node_config_server_state_stale 1 when the last good state serves because newer files are invalid.",
-              "# TYPE node_config_server_state_stale gauge",
-              f"node_config_server_state_stale {1 if stale else 0}"]
-    return "\n".join(lines) + "\n"
+    """The Prometheus text format (version 0.0.4) of every metric."""
+    from prometheus_client import generate_latest
+
+    registry = counter.registry()
+    registry.register(StateCollector(views, state_problems, stale))
+    return generate_latest(registry).decode("utf-8")
