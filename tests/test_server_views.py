@@ -171,3 +171,19 @@ def test_closed_pipe_ends_quietly(server):
     finally:
         os.close(write)
     assert r.returncode == 141 and r.stderr == ""
+
+
+def test_api_v1_nodes_is_paged(server):
+    s = server.session()
+    root = make_node_root(os.path.join(os.path.dirname(server.state_dir), "w2"), server.base_url, "worker",
+                          ca_pem=server.tls.ca_pem(), token=TOKEN, node_name="w2", fetch_budget=5)
+    r = subprocess.run([sys.executable, "-m", "agent.cli", "firstboot", "--root", root], capture_output=True,
+                       text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0, r.stderr
+    first = s.get(server.url("/api/v1/nodes?limit=1")).json()
+    assert [i["name"] for i in first["items"]] == ["w1"] and first["metadata"]["continue"] == "w1"
+    second = s.get(server.url("/api/v1/nodes?limit=1&continue=w1")).json()
+    assert [i["name"] for i in second["items"]] == ["w2"]
+    assert s.get(server.url("/api/v1/nodes?limit=0")).status_code == 400
+    out = ncs("get", "nodes", *server.client_args).stdout
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["w1", "w2"]

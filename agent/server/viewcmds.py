@@ -64,12 +64,17 @@ def _pools(client: Client, name: Optional[str]) -> List[Dict[str, Any]]:
 
 
 def _nodes(client: Client, name: Optional[str]) -> List[Dict[str, Any]]:
-    items = client.get("/api/v1/nodes").get("items", [])
     if name:
-        items = [i for i in items if i.get("name") == name]
-        if not items:
-            raise ClientError(f"node {name!r} has not reported to {client.server}", 1)
-    return items
+        node = client.get(f"/api/v1/nodes/{_quote(name)}")
+        return [dict(node, name=node.get("name") or name)]
+    items: List[Dict[str, Any]] = []
+    token = ""
+    while True:  # the list is paged (metadata.continue), as Kubernetes lists are
+        page = client.get("/api/v1/nodes" + (f"?continue={_quote(token)}" if token else ""))
+        items += page.get("items", [])
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return items
 
 
 def _quote(name: str) -> str:
