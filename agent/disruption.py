@@ -432,10 +432,12 @@ class Plan:
             lines.append(f"  {action.describe()}")
             for cause in action.causes:
                 lines.append(f"    because {cause}")
+        # What a drain is today: a lease from node-config-server and a cordon record, no eviction.
+        drain = "drain first: a drain lease and a cordon record on the config server; no pods are evicted"
         if self.reboot:
-            lines.append("Reboot (no drain at first boot)." if self.firstboot else "Reboot (drains first).")
+            lines.append("Reboot (no drain at first boot)." if self.firstboot else f"Reboot ({drain}).")
         elif self.drain:
-            lines.append("No reboot. Drain first.")
+            lines.append(f"No reboot. {drain[0].upper()}{drain[1:]}.")
         else:
             lines.append("No reboot. No drain." + (" (first boot: nothing runs yet)" if self.firstboot else ""))
         return "\n".join(lines)

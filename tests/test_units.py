@@ -96,13 +96,17 @@ def test_harness_catches_a_broken_unit(tmp_path):
     assert complaints_about_ours(output)
 
 
-def test_kubelet_dropin_is_loaded_and_requires_first_boot(tmp_path):
-    # Without the first-boot unit, kubelet cannot even be queued: the drop-in's Requires= bites.
+def test_kubelet_dropin_is_loaded(tmp_path):
+    # verify reads the drop-in as part of kubelet.service: a bad line in it is reported against it.
     top = build_root(str(tmp_path))
-    os.unlink(os.path.join(top, UNIT_DIR.lstrip("/"), "node-agent-firstboot.service"))
+    path = os.path.join(top, UNIT_DIR.lstrip("/"), DROPIN)
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("AssertPathExists=/var/lib", "AssertPathExists=var/lib"))
     proc = verify(top, "kubelet.service")
-    assert proc.returncode != 0
-    assert "node-agent-firstboot.service not found" in proc.stdout + proc.stderr
+    output = proc.stdout + proc.stderr
+    assert "10-node-agent-firstboot.conf" in output and "AssertPathExists" in output, output
 
 
 @pytest.mark.skipif(shutil.which("man") is None, reason="man (Debian: man-db) looks man: pages up")
@@ -195,8 +199,18 @@ def test_day2_unit_contract():
 
 def test_kubelet_dropin_contract():
     u = parse_unit(os.path.join(UNITS_SRC, DROPIN))
-    assert words(u, "Unit", "Requires") == ["node-agent-firstboot.service"]
+    assert words(u, "Unit", "Wants") == ["node-agent-firstboot.service"]
     assert words(u, "Unit", "After") == ["node-agent-firstboot.service"]
+    assert one(u, "Unit", "AssertPathExists") == "/var/lib/node-agent/firstboot.done"
+    # Requires=/BindsTo=/PartOf= would propagate a restart or stop of the first-boot unit (a
+    # retry, disable --now, the RPM's %preun) to a running kubelet; the VM test saw it happen.
+    for key in ("Requires", "BindsTo", "PartOf", "Requisite"):
+        assert key not in u["Unit"], key
+
+
+def test_firstboot_runs_before_crio():
+    u = parse_unit(os.path.join(UNITS_SRC, "node-agent-firstboot.service"))
+    assert "crio.service" in words(u, "Unit", "Before")
 
 
 def test_server_unit_is_hardened():
