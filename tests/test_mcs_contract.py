@@ -6,6 +6,7 @@ configHeaders for what each Ignition release sends).
 
 import json
 import shutil
+import time
 
 import pytest
 
@@ -184,3 +185,87 @@ def test_node_agent_own_fetch_gets_34(server):
 
     r = fetch(server, "worker", IGNITION_ACCEPT)
     assert r.status_code == 200 and r.json()["ignition"]["version"] == "3.4.0"
+
+
+# -- layered-image gates (cluster_server.go resolveDesiredImageForPool, lines 291-352) -------------
+
+INTERNAL = ("image-registry.openshift-image-registry.svc:5000/openshift-machine-config-operator/"
+            "os-image@sha256:" + "2" * 64)
+LAYERED = "registry.example.com/infra/os-image@sha256:4b2c8e5d0f1a7c3e9b6d2a8f4c1e7b3d9a5f2c8e6b4d1a7f3c9e5b2d8a6f4c1e"
+NEWER = "registry.example.com/infra/os-image@sha256:" + "9" * 64
+ACCEPT34 = f"{IGN};version=3.4.0, */*;q=0.1"
+
+
+def layered_state(tmp_path, image=LAYERED):
+    state = tmp_path / "state"
+    shutil.copytree(EXAMPLE, state)
+    for sub, name in (("machineosconfigs", "infra.yaml"), ("machineosbuilds", "infra-build-1.yaml")):
+        p = state / sub / name
+        p.write_text(p.read_text().replace(LAYERED, image))
+    return state
+
+
+def api(srv, path):
+    r = srv.session().get(srv.url(path))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def report(srv, node, **body):
+    r = srv.session().post(srv.url(f"/api/v1/nodes/{node}/report"), json=dict(body, pool="infra"))
+    assert r.status_code == 200, r.text
+
+
+def test_internal_registry_image_never_reaches_a_new_node(tmp_path):
+    state = layered_state(tmp_path, INTERNAL)
+    with ServerProcess(str(state), tls=make_tls(str(tmp_path / "tls")), token=TOKEN) as srv:
+        target = api(srv, "/api/v1/pools/infra")["spec"]["configuration"]["name"]
+        report(srv, "i1", state="Done", currentConfig=target, currentImage=INTERNAL)  # proven on a member
+        served = api(srv, "/api/v1/pools/infra")["status"]["served"]
+        assert served["config"] == target and served["image"] != INTERNAL and served["layered"] is False
+        assert "internal registry" in served["reason"] and INTERNAL in served["reason"]
+        got = read_served(fetch(srv, "infra", ACCEPT34).json())
+        assert got.encapsulated["spec"]["osImageURL"].startswith("quay.io/openshift-release-dev/rhel-coreos-9")
+        assert ANN + "desiredImage" not in got.annotations  # a base image: no image annotations
+        # a member (it has cluster DNS) does get the layered image
+        s = srv.session()
+        s.headers["Accept"] = ACCEPT34
+        member = read_served(s.get(srv.url("/config/infra"), headers={"X-Node-Name": "i1"}).json())
+        assert member.encapsulated["spec"]["osImageURL"] == INTERNAL
+
+
+def test_a_node_joining_mid_rollout_gets_the_proven_image_of_the_config_it_is_served(tmp_path):
+    state = layered_state(tmp_path)
+    with ServerProcess(str(state), tls=make_tls(str(tmp_path / "tls")), token=TOKEN) as srv:
+        old = api(srv, "/api/v1/pools/infra")["spec"]["configuration"]["name"]
+        report(srv, "i1", state="Done", currentConfig=old, currentImage=LAYERED)
+        # A new config and its build: the MachineOSConfig's currentImagePullSpec moves to the new image.
+        mc = state / "machineconfigs" / "50-infra.yaml"
+        mc.write_text(mc.read_text().replace("      files:\n", "      files:\n      - path: /etc/infra-new\n"
+                                             "        contents: {source: 'data:,new'}\n", 1))
+        deadline = time.monotonic() + 10
+        while api(srv, "/api/v1/pools/infra")["spec"]["configuration"]["name"] == old:
+            assert time.monotonic() < deadline, "the server did not pick up the change"
+            time.sleep(0.2)
+        new = api(srv, "/api/v1/pools/infra")["spec"]["configuration"]["name"]
+        (state / "machineosbuilds" / "infra-build-2.yaml").write_text(
+            (state / "machineosbuilds" / "infra-build-1.yaml").read_text()
+            .replace(old, new).replace(LAYERED, NEWER).replace("name: infra-a613", "name: infra-b2"))
+        mosc = state / "machineosconfigs" / "infra.yaml"
+        mosc.write_text(mosc.read_text().replace(LAYERED, NEWER))
+        deadline = time.monotonic() + 10
+        while api(srv, "/api/v1/pools/infra")["status"]["layeredImage"] != NEWER:
+            assert time.monotonic() < deadline, "the server did not pick up the build"
+            time.sleep(0.2)
+        # Nobody runs the new config: a new node gets the current one, with *its* proven image
+        # (upstream serves the base image here; the pull spec already names the unproven build).
+        served = api(srv, "/api/v1/pools/infra")["status"]["served"]
+        assert (served["config"], served["image"], served["layered"]) == (old, LAYERED, True), served
+        assert "proven by 1 node(s)" in served["reason"]
+        got = read_served(fetch(srv, "infra", ACCEPT34).json())
+        assert got.config_name == old and got.encapsulated["spec"]["osImageURL"] == LAYERED
+        assert got.annotations[ANN + "desiredImage"] == LAYERED
+        # Once a node runs the new config with the new image, new nodes get both.
+        report(srv, "i2", state="Done", currentConfig=new, currentImage=NEWER)
+        served = api(srv, "/api/v1/pools/infra")["status"]["served"]
+        assert (served["config"], served["image"]) == (new, NEWER), served

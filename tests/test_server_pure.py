@@ -97,6 +97,43 @@ def test_gating_table(target, current, updated, mosc, builds, config, image):
     assert served.reason
 
 
+INTERNAL = "image-registry.openshift-image-registry.svc:5000/openshift-machine-config-operator/os@sha256:2"
+
+
+def mosc_with(pull_spec):
+    return {"infra": {"metadata": {"name": "infra"}, "spec": {"machineConfigPool": {"name": "infra"}},
+                      "status": {"currentImagePullSpec": pull_spec} if pull_spec else {}}}
+
+
+def test_internal_registry_image_is_never_served_to_a_new_node():
+    # cluster_server.go resolveDesiredImageForPool: IsOpenShiftRegistry -> "" (base image, 2 reboots)
+    served = gating.decide("infra", "T", "C", 3, BASE, mosc_with(INTERNAL), build("T"))
+    assert (served.config, served.image, served.layered) == ("T", "base:t", False)
+    assert "internal registry" in served.reason and INTERNAL in served.reason
+    # a member has cluster DNS: it gets the image (upstream: the MCD updates it after joining)
+    assert gating.for_member("infra", "T", BASE, mosc_with(INTERNAL), build("T")).image == INTERNAL
+
+
+def test_currentimagepullspec_is_required():
+    # cluster_server.go: !moscState.HasOSImage() -> no layered image, even with a digested build
+    builds = build("T")
+    builds["b"]["status"]["digestedImagePushSpec"] = "reg/infra@sha256:9"
+    served = gating.decide("infra", "T", "T", 2, BASE, mosc_with(None), builds)
+    assert served.image == "base:t" and "status.currentImagePullSpec" in served.reason
+    assert gating.for_member("infra", "T", BASE, mosc_with(None), builds).image == "base:t"
+
+
+def test_mid_rollout_the_current_config_brings_its_proven_image():
+    # Target T unproven: a new node gets current C, with C's layered image once a node runs C with it
+    builds = {**build("C"), **{"t": dict(build("T")["b"], metadata={"name": "t"})}}
+    builds["b"]["status"]["digestedImagePushSpec"] = "reg/infra@sha256:c"  # C's own build
+    served = gating.decide("infra", "T", "C", 0, BASE, MOSC, builds, current_proof=2)
+    assert (served.config, served.image, served.layered) == ("C", "reg/infra@sha256:c", True)
+    assert "proven by 2 node(s)" in served.reason
+    served = gating.decide("infra", "T", "C", 0, BASE, MOSC, builds, current_proof=0)
+    assert (served.config, served.image) == ("C", "base:c") and "runs on no node yet" in served.reason
+
+
 def test_failed_build_is_explained():
     served = gating.decide("infra", "T", "T", 5, BASE, MOSC, build("T", succeeded=False, failed=True))
     assert "has not succeeded" in served.reason and served.image == "base:t"

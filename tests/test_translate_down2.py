@@ -66,3 +66,25 @@ def test_refused_with_json_path(doc, path):
 def test_only_spec3_input():
     with pytest.raises(NotExpressible, match="spec 3.x"):
         to_spec22({"ignition": {"version": "2.2.0"}})
+
+
+def test_round_trip_through_the_spec2_reader():
+    # What we serve as 2.2.0, read back by the 2.2 -> 3.2 translator (agent.ignition.translate2, as the
+    # MCO's ign-converter v22tov30), is the same config: nothing lost on the way down.
+    from agent.ignition.translate2 import translate
+
+    doc = {"ignition": {"version": "3.2.0"},
+           "storage": {"files": [{"path": "/etc/a", "mode": 420, "overwrite": True, "contents": {"source": "data:,a"}}],
+                       "directories": [{"path": "/etc/d", "mode": 493}],
+                       "links": [{"path": "/etc/l", "target": "/etc/a"}]},
+           "systemd": {"units": [{"name": "a.service", "enabled": True, "contents": "[Unit]\n"}]},
+           "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["ssh-ed25519 AAAA"]}]}}
+    back, problems = translate(to_spec22(doc))
+    assert problems == []
+    assert back["ignition"]["version"].startswith("3.")
+    f = back["storage"]["files"][0]
+    assert (f["path"], f["mode"], f["contents"]["source"], f.get("overwrite")) == ("/etc/a", 420, "data:,a", True)
+    assert back["storage"]["directories"][0]["path"] == "/etc/d"
+    assert back["storage"]["links"][0]["target"] == "/etc/a"
+    assert back["systemd"]["units"] == doc["systemd"]["units"]
+    assert back["passwd"]["users"][0]["sshAuthorizedKeys"] == ["ssh-ed25519 AAAA"]

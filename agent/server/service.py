@@ -243,7 +243,7 @@ class Cluster:
         pc = self.store.counts(name)
         counts = counts_for(pc, self.store.proof(name, target, image))
         served = gating.decide(name, target, current, counts.updated, self._base_images(target, current),
-                               st.os_configs, st.os_builds)
+                               st.os_configs, st.os_builds, self._current_proof(st, name, row, counts.updated))
         spec = dict(pool.get("spec") or {})
         spec["configuration"] = {"name": target}
         limit = parse_max_unavailable(spec.get("maxUnavailable"), counts.machine)
@@ -302,16 +302,26 @@ class Cluster:
             served = self._member_decision(st, pool_name, row.target)
         else:
             image = self._layered(st, pool_name, row.target)
-            served = self._new_node_decision(st, pool_name, row, snap.target_proof(image).updated)
+            updated = snap.target_proof(image).updated
+            served = self._new_node_decision(st, pool_name, row, updated, self._current_proof(st, pool_name, row, updated))
         body, etag, version = self._body(pool_name, st, served, accept)
         return Fetch(body, etag, version, served, snap.node)
 
-    def _new_node_decision(self, st: State, pool: str, row: PoolRow, updated: int) -> gating.Served:
-        key = ("new", st.signature, pool, row.target, row.current, updated)
+    def _current_proof(self, st: State, pool: str, row: PoolRow, updated: int) -> int:
+        """Nodes Done on the current config with its layered image: proof for what a new node is
+        served while the target is unproven (one more store query, only in that window)."""
+        if row.target == row.current or updated > 0:
+            return 0
+        image = self._layered(st, pool, row.current)
+        return self.store.proof(pool, row.current, image).updated if image else 0
+
+    def _new_node_decision(self, st: State, pool: str, row: PoolRow, updated: int,
+                           current_proof: int = 0) -> gating.Served:
+        key = ("new", st.signature, pool, row.target, row.current, updated, current_proof)
         hit = self._decisions.get(key)
         if hit is None:
             hit = gating.decide(pool, row.target, row.current, updated, self._base_images(row.target, row.current),
-                                st.os_configs, st.os_builds)
+                                st.os_configs, st.os_builds, current_proof)
             self._remember(key, hit)
         return hit
 
