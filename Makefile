@@ -11,13 +11,14 @@ DEB_PACKAGES := dbus-daemon libdbus-1-dev libgirepository1.0-dev libcairo2-dev p
                 gir1.2-glib-2.0 rpm systemd python3-dev gcc
 BENCH_DEB_PACKAGES := nginx-light cloud-init
 
-.PHONY: all demo test lint compat unit rpm bench sysdeps clean help
+.PHONY: all demo test lint compat unit py39 rpm bench sysdeps clean help
 
 all: test
 
 help:
 	@echo "make demo   - local node-config-server on loopback and first boots into scratch roots"
-	@echo "make test   - lint, Python 3.9 check, the whole test suite (RPM build and unit checks included)"
+	@echo "make test   - lint, Python 3.9 check, the whole test suite (RPM build and unit checks included),"
+	@echo "              then the whole suite again on CPython 3.9 with RHEL 9's library versions (make py39)"
 	@echo "make rpm    - build the RPMs into build/rpm"
 	@echo "make bench  - run every benchmark under benchmarks/ and print the table"
 
@@ -52,7 +53,31 @@ compat: venv
 unit: venv
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
-test: lint compat unit
+test: lint compat unit py39
+
+# --- The RHEL 9 run: the whole suite again on CPython 3.9 with the library versions RHEL 9 ships
+# (tests/rhel9-constraints.txt) in a second venv. Its stamp makes re-runs cost only the tests.
+PYENV_ROOT ?= $(HOME)/.pyenv
+PY39       ?= $(firstword $(wildcard $(PYENV_ROOT)/versions/3.9*/bin/python3.9) $(shell command -v python3.9 2>/dev/null))
+VENV39     ?= .venv39
+STAMP39    := $(VENV39)/.installed
+RHEL9_CONSTRAINTS := tests/rhel9-constraints.txt
+
+$(STAMP39): pyproject.toml $(RHEL9_CONSTRAINTS) | sysdeps
+	@test -x $(VENV39)/bin/python || $(PY39) -m venv $(VENV39)
+	$(VENV39)/bin/python -m pip install -q --upgrade pip
+	PIP_CONSTRAINT=$(CURDIR)/$(RHEL9_CONSTRAINTS) PIP_BUILD_CONSTRAINT=$(CURDIR)/$(RHEL9_CONSTRAINTS) \
+	  $(VENV39)/bin/python -m pip install -q -e '.[test,server]'
+	@touch $(STAMP39)
+
+py39:
+	@if [ -z "$(PY39)" ]; then \
+	  echo "py39: SKIPPED the RHEL 9 run: no CPython 3.9 found (pyenv install 3.9, or make py39 PY39=/path/to/python3.9)"; \
+	else \
+	  $(MAKE) --no-print-directory $(STAMP39) PY39="$(PY39)" && \
+	  $(VENV39)/bin/python -c 'import sys, requests, urllib3, yaml; print("py39: Python %s, requests %s, urllib3 %s, PyYAML %s" % (sys.version.split()[0], requests.__version__, urllib3.__version__, yaml.__version__))' && \
+	  $(VENV39)/bin/pytest -q -p no:cacheprovider; \
+	fi
 
 demo: venv
 	$(PY) examples/demo.py

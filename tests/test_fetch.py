@@ -356,6 +356,24 @@ def test_wrong_ca_fails_clearly_and_never_insecurely(tls_pair, fake, caplog, whi
                m.endswith("not retrying insecurely") for m in logged)
 
 
+@pytest.mark.parametrize("sans", [("127.0.0.1",), ("localhost",)])
+def test_ip_literal_url_is_verified_against_the_ip_san(tmp_path, fake, sans):
+    # https://<IP>/: urllib3 1.26 (RHEL 9) sends no SNI to an IP literal; with our own context
+    # that used to be "check_hostname requires server_hostname" (exit 70). The name is still
+    # checked: a certificate for another name (only "localhost") is refused.
+    tls = make_tls(str(tmp_path / "tls"), hosts=sans)
+    with ScriptedServer(tls=tls) as srv:
+        srv.always("/c", Reply(200, b"ok"))
+        assert srv.url("/c").startswith("https://127.0.0.1:")
+        fetcher = make(fake, total=0.5, ca_pems=[tls.ca_pem()])
+        if sans == ("127.0.0.1",):
+            assert fetcher.fetch(srv.url("/c")).body == b"ok"
+        else:
+            with pytest.raises(FetchError, match="TLS verification failed.*127.0.0.1"):
+                fetcher.fetch(srv.url("/c"))
+            assert srv.requests == []
+
+
 def test_add_ca_rejects_non_pem(fake):
     with pytest.raises(ConfigError, match="not a PEM certificate bundle"):
         make(fake).add_ca(b"hello", source="pointer")

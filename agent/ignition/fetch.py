@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlsplit
 
 import requests
 import tenacity
+import urllib3
 from requests.adapters import HTTPAdapter
 
 from agent import __version__
@@ -37,6 +38,8 @@ MAX_DEPTH = 8  # nesting of merge/replace references; Ignition has no limit, loo
 _HASHES = {"sha512": hashlib.sha512, "sha256": hashlib.sha256}
 # 408 (request timeout) and 429 (rate limited) are transient by definition; every 5xx too.
 _RETRIED_4XX = {408, 429}
+# urllib3 1.x checks hostnames itself when the context does not (see Fetcher._context).
+_URLLIB3_MATCHES_HOSTNAMES = urllib3.__version__.split(".")[0] == "1"
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,8 @@ def _tls_reason(exc: BaseException) -> Tuple[bool, str]:
     for item in _exception_chain(exc):
         if isinstance(item, ssl.SSLCertVerificationError):
             return True, item.verify_message or str(item)
+        if type(item).__name__ == "CertificateError":  # urllib3 1.26's own name check (a ValueError)
+            return True, str(item)
     text = str(exc)
     if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
         return True, text.split("certificate verify failed:")[-1].strip(" )'\"") or text
@@ -224,6 +229,13 @@ class Fetcher:
         context = ssl.create_default_context()
         for pem in self._ca_pems:
             context.load_verify_locations(cadata=pem.decode("ascii"))
+        if _URLLIB3_MATCHES_HOSTNAMES:
+            # urllib3 1.26 (RHEL 9) sends no SNI to an IP literal and so wraps the socket without
+            # server_hostname, which a context with check_hostname refuses ("check_hostname
+            # requires server_hostname"). It then matches the name itself (IP SANs included:
+            # urllib3/connection.py HTTPSConnection.connect -> _match_hostname), as it does with
+            # its own contexts; the certificate is still verified (CERT_REQUIRED stays).
+            context.check_hostname = False
         return context
 
     def _mount_trust(self) -> None:
