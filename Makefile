@@ -19,7 +19,7 @@ help:
 	@echo "make demo   - local node-config-server on loopback and first boots into scratch roots"
 	@echo "make test   - lint, Python 3.9 check, the whole test suite (RPM build and unit checks included),"
 	@echo "              then the whole suite again on CPython 3.9 with RHEL 9's library versions (make py39)"
-	@echo "make rpm    - build the RPMs into build/rpm"
+	@echo "make rpm    - build the RPMs into build/rpm, and the RHEL 9 ones into build/rpm-el9"
 	@echo "make bench  - run every benchmark under benchmarks/ and print the table"
 
 # Installs only what is missing; needs root (as on CI) and apt-get. Elsewhere it says what to install.
@@ -62,6 +62,7 @@ PY39       ?= $(firstword $(wildcard $(PYENV_ROOT)/versions/3.9*/bin/python3.9) 
 VENV39     ?= .venv39
 STAMP39    := $(VENV39)/.installed
 RHEL9_CONSTRAINTS := tests/rhel9-constraints.txt
+DEB_PACKAGES += cpio  # rpm2cpio | cpio: tests unpack the RHEL 9 RPM's payload
 
 $(STAMP39): pyproject.toml $(RHEL9_CONSTRAINTS) | sysdeps
 	@test -x $(VENV39)/bin/python || $(PY39) -m venv $(VENV39)
@@ -84,6 +85,7 @@ demo: venv
 
 rpm: venv
 	bash packaging/build-rpm.sh build/rpm
+	bash packaging/build-rpm.sh build/rpm-el9 el9
 
 bench: venv
 	@$(MAKE) --no-print-directory sysdeps EXTRA_DEB="$(BENCH_DEB_PACKAGES)"

@@ -1,6 +1,10 @@
 #!/bin/bash
-# Build the node-agent RPMs: bash packaging/build-rpm.sh [OUTDIR] (default build/rpm).
+# Build the node-agent RPMs: bash packaging/build-rpm.sh [OUTDIR [TARGET]] (default build/rpm, native).
 #
+# TARGET native: for the build host's own rpm layout (its python3 and sitelib).
+# TARGET el9: for RHEL 9 / RHCOS 9 (python3.9 sitelib /usr/lib/python3.9/site-packages, release
+# suffix .el9, python3-tomli), built on any host; its bytecode is compiled by a CPython 3.9 when
+# one is found (PY39, pyenv's 3.9, python3.9 on PATH), else none is shipped.
 # Makes Source0 from the working tree (tracked and untracked files git does not ignore, so what
 # you test is what you package), runs rpmbuild -bb with _topdir under OUTDIR and prints the path
 # of every RPM built, one per line, on stdout (rpmbuild's log goes to OUTDIR/rpmbuild.log).
@@ -8,6 +12,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 outdir=${1:-build/rpm}
+target=${2:-native}
 mkdir -p "$outdir"
 topdir=$(cd "$outdir" && pwd)
 
@@ -44,7 +49,26 @@ cp packaging/node-agent.spec "$topdir/SPECS/"
 nodeps=()
 rpm -q --quiet rpm-build 2>/dev/null || rpm -q --quiet rpm 2>/dev/null || nodeps=(--nodeps)
 
-if ! rpmbuild -bb "${nodeps[@]}" \
+defines=()
+case "$target" in
+    native) ;;
+    el9)
+        defines=(--define "node_agent_el9 1")
+        py39=${PY39:-}
+        if [ -z "$py39" ]; then
+            for cand in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.9*/bin/python3.9 "$(command -v python3.9 || true)"; do
+                [ -x "$cand" ] && { py39=$cand; break; }
+            done
+        fi
+        if [ -n "$py39" ]; then
+            defines+=(--define "node_agent_python39 $py39")
+        else
+            echo "build-rpm.sh: no CPython 3.9 found: the el9 RPM ships no bytecode" >&2
+        fi ;;
+    *) die "unknown target '$target' (native or el9)" ;;
+esac
+
+if ! rpmbuild -bb "${nodeps[@]}" "${defines[@]}" \
         --define "_topdir $topdir" \
         --define "node_agent_version $version" \
         --define "_binary_payload w2.xzdio" \
