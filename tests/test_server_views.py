@@ -187,3 +187,34 @@ def test_api_v1_nodes_is_paged(server):
     assert s.get(server.url("/api/v1/nodes?limit=0")).status_code == 400
     out = ncs("get", "nodes", *server.client_args).stdout
     assert [line.split()[0] for line in out.splitlines()[1:]] == ["w1", "w2"]
+
+
+def test_get_77_when_the_server_wants_a_token_and_69_when_it_is_not_ours(tmp_path):
+    from tests.helpers.httpserver import Reply, ScriptedServer
+
+    with ScriptedServer() as srv:
+        srv.always("/api/v1/pools", Reply(401, body=json.dumps({"error": {"code": 401, "message": "token wanted"}}),
+                                          headers={"Content-Type": "application/json"}))
+        srv.always("/api/v1/nodes", Reply(200, body=b"<html>not us</html>"))
+        r = ncs("get", "pools", "--server", srv.url("").rstrip("/"))
+        assert r.returncode == 77 and "token wanted" in r.stderr and "--token-file" in r.stderr, r.stderr
+        r = ncs("get", "nodes", "--server", srv.url("").rstrip("/"))
+        assert r.returncode == 69 and "did not answer JSON" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("content,words", [("server: [", "not valid YAML"), ("servr: http://x\n", "unknown key"),
+                                           ("- a\n", "must be a map")])
+def test_get_65_for_an_invalid_client_config(tmp_path, content, words):
+    conf = tmp_path / "client.yaml"
+    conf.write_text(content)
+    r = ncs("get", "pools", "--config", str(conf))
+    assert r.returncode == 65 and words in r.stderr and str(conf) in r.stderr, r.stderr
+
+
+def test_client_config_file_names_the_server(server, tmp_path):
+    conf = tmp_path / "client.yaml"
+    args = dict(zip(server.client_args[::2], server.client_args[1::2]))
+    conf.write_text(f"server: {args['--server']}\ncertificateAuthority: {args['--ca']}\n"
+                    f"tokenFile: {args['--token-file']}\n")
+    r = ncs("get", "pools", "--config", str(conf))
+    assert r.returncode == 0 and r.stdout.startswith("NAME"), r.stderr

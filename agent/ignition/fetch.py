@@ -191,6 +191,9 @@ def _server_message(resp: requests.Response) -> str:
     except ValueError:
         data = None
     if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            data = err  # node-config-server's {"error": {"code", "message"}}
         for key in ("error", "message", "reason"):
             if isinstance(data.get(key), str):
                 text = data[key]
