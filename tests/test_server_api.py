@@ -97,7 +97,8 @@ def test_config_with_additions_etag_and_head(shared):
     assert srv_served.annotations[ANN + "currentConfig"] == name
     assert srv_served.encapsulated["spec"]["kernelArguments"] == ["systemd.unified_cgroup_hierarchy=1", "cgroup_no_v1=all"]
     assert srv_served.skew_rules["mode"] == "Enforce"
-    assert srv_served.skew_rules["minimum"] == {"rhcosVersion": "9.2.20240101-0"}
+    # Manual rhcosVersion 9.2.20240101-0: compared by RHEL major.minor only (MCO status.go:796-856)
+    assert srv_served.skew_rules["minimum"] == {"rhcosVersion": "9.2"}
     assert srv_served.skew_rules["target"]["rhelMajor"] == 9  # from rhel-coreos-9 in the image name
     assert srv_served.pool_info == {"pool": "worker", "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}},
                                     "servedConfig": name, "servedImage": srv_served.encapsulated["spec"]["osImageURL"]}

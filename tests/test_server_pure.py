@@ -250,7 +250,8 @@ def test_served_additions_read_back_by_the_agent():
     p = {"metadata": {"name": "infra"}, "spec": {"nodeSelector": {"matchLabels": {"node-role.kubernetes.io/infra": ""}}}}
     spec = {"config": {"ignition": {"version": "3.5.0"}}, "osImageURL": "base", "kernelArguments": ["nosmt"],
             "kernelType": "default", "extensions": [], "fips": False}
-    cluster = {"bootImageSkewEnforcement": {"mode": "Manual", "manual": {"rhcosVersion": "9.2.20240101-0"}},
+    cluster = {"bootImageSkewEnforcement": {"mode": "Manual", "manual": {"mode": "RHCOSVersion",
+                                                                         "rhcosVersion": "9.2.20240101-0"}},
                "nodeDisruptionPolicy": {"files": [{"path": "/etc/chrony.conf", "actions": [{"type": "None"}]}]}}
     doc = content.build_document(p, "rendered-infra-x", spec, "quay.io/x/rhel-coreos-9:9.6", cluster, layered=True)
     served = _files(doc)
@@ -260,7 +261,7 @@ def test_served_additions_read_back_by_the_agent():
     assert served.encapsulated["spec"]["osImageURL"] == "quay.io/x/rhel-coreos-9:9.6"
     assert served.encapsulated["spec"]["kernelArguments"] == ["nosmt"]
     assert served.skew_rules == {"mode": "Enforce", "allowMajorUpgrade": False,
-                                 "minimum": {"rhcosVersion": "9.2.20240101-0"},
+                                 "minimum": {"rhcosVersion": "9.2"},  # RHEL major.minor only
                                  "target": {"osImageURL": "quay.io/x/rhel-coreos-9:9.6", "rhelMajor": 9}}
     assert served.pool_info["nodeSelector"] == {"matchLabels": {"node-role.kubernetes.io/infra": ""}}
     assert "/etc/chrony.conf" in served.policy_text

@@ -35,6 +35,7 @@ from agent.served import (
     SKEW_RULES_PATH,
 )
 from agent.server.accept import needs_kargs_in_machineconfig
+from agent.server.skewpolicy import manual_minimum
 
 MEDIA_TYPE = "application/vnd.coreos.ignition+json"
 # Served from the state directory's bootstrap/ when present (agent.server.store.load_bootstrap;
@@ -74,9 +75,9 @@ def rhel_major(pool: Dict[str, Any], os_image: str) -> Optional[int]:
 def skew_rules(cluster_spec: Dict[str, Any], pool: Dict[str, Any], os_image: str) -> Dict[str, Any]:
     """The node-side rules (agent.skew) from ``spec.bootImageSkewEnforcement``.
 
-    Manual -> Enforce with the stated minimum; Automatic (and no setting at all, the upstream
-    default on platforms that manage boot images) -> Enforce with the upstream floor;
-    None -> None. ``target.rhelMajor`` comes from the pool annotation or the image name.
+    Manual -> Enforce with the stated minimum (an RHCOS version as its RHEL major.minor); no
+    setting (Automatic, the upstream default on platforms that manage boot images) -> Enforce
+    with the upstream floor; None -> None. Invalid settings never get here (store.check_cluster). ``target.rhelMajor`` comes from the pool annotation or the image name.
     """
     skew = cluster_spec.get("bootImageSkewEnforcement") or {"mode": "Automatic"}
     mode = skew.get("mode", "Automatic")
@@ -84,19 +85,10 @@ def skew_rules(cluster_spec: Dict[str, Any], pool: Dict[str, Any], os_image: str
         return {"mode": "None"}
     rules: Dict[str, Any] = {"mode": "Enforce", "allowMajorUpgrade": False}
     if mode == "Manual":
-        manual = skew.get("manual") or {}
-        if manual.get("rhcosVersion"):
-            rules["minimum"] = {"rhcosVersion": str(manual["rhcosVersion"])}
-        else:
-            rules["minimum"] = {"ocpVersion": str(manual["ocpVersion"])}
-    else:
-        auto = skew.get("automatic") or {}
-        if auto.get("rhcosVersion"):
-            rules["minimum"] = {"rhcosVersion": str(auto["rhcosVersion"])}
-        elif auto.get("ocpVersion"):
-            rules["minimum"] = {"ocpVersion": str(auto["ocpVersion"])}
-        else:
-            rules["minimum"] = dict(UPSTREAM_FLOOR)
+        # RHEL major.minor only for an RHCOS boot image, as upstream status.go:796-856
+        rules["minimum"] = manual_minimum(skew)
+    else:  # not set: the cluster keeps boot images current (Automatic); the upstream floor holds
+        rules["minimum"] = dict(UPSTREAM_FLOOR)
     target: Dict[str, Any] = {"osImageURL": os_image}
     major = rhel_major(pool, os_image)
     if major is not None:

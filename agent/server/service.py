@@ -21,7 +21,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-from agent.server import content, gating, poolview, progress
+from agent.server import content, gating, poolview, progress, skewpolicy
 from agent.server.accept import negotiate_version
 from agent.server.db import Database
 from agent.server.drains import DEFAULT_TTL, parse_max_unavailable
@@ -275,7 +275,9 @@ class Cluster:
         warnings = [str(p) for p in st.problems]
         if st.stale:
             warnings.insert(0, "the state directory has invalid objects: the last good state keeps serving")
-        return progress.cluster_progress(self.pool_views(pending=False, nodes=0), warnings)
+        out = progress.cluster_progress(self.pool_views(pending=False, nodes=0), warnings)
+        out["upgradeable"] = skewpolicy.upgradeable(st.cluster_spec)  # boot image skew (agent.server.skewpolicy)
+        return out
 
     # -- serving configs -------------------------------------------------------------------------
 

@@ -33,7 +33,6 @@ CLUSTER_FILE = "machineconfiguration.yaml"
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 KERNEL_TYPES = ("", "default", "realtime", "64k-pages")
-SKEW_MODES = ("Automatic", "Manual", "None")
 FORCE_ANNOTATION = "node-agent.io/force-rollout"
 BOOTSTRAP_DIR = "bootstrap"  # files served to new nodes as upstream does (agent.server.content)
 BOOTSTRAP_FILES = ("kubeconfig", "kubelet-ca.crt")
@@ -216,23 +215,10 @@ def check_cluster(doc: Dict[str, Any], src: str) -> List[Problem]:
     spec = doc.get("spec") or {}
     if not isinstance(spec, dict):
         return [Problem("$.spec", "must be a map", "machineconfiguration", source=src)]
-    skew = spec.get("bootImageSkewEnforcement")
-    if skew is not None:
-        if not isinstance(skew, dict) or skew.get("mode") not in SKEW_MODES:
-            problems.append(Problem("$.spec.bootImageSkewEnforcement.mode", "must be Automatic, Manual or None",
-                                    "skew", value=skew.get("mode") if isinstance(skew, dict) else skew, source=src))
-        elif skew.get("mode") == "Manual":
-            manual = skew.get("manual") or {}
-            if not (isinstance(manual, dict) and (manual.get("ocpVersion") or manual.get("rhcosVersion"))):
-                problems.append(Problem("$.spec.bootImageSkewEnforcement.manual",
-                                        "Manual mode needs manual.ocpVersion (e.g. 4.13.0) or manual.rhcosVersion "
-                                        "(e.g. 9.2.20240101-0)", "skew", source=src))
-            else:
-                for key, pat in (("ocpVersion", r"^4\.\d+\.\d+$"), ("rhcosVersion", r"^\d+\.\d+(\.\d+(-\d+)?)?$")):
-                    v = manual.get(key)
-                    if v is not None and not re.match(pat, str(v)):
-                        problems.append(Problem(f"$.spec.bootImageSkewEnforcement.manual.{key}", "not a valid version",
-                                                "skew", value=v, source=src))
+    if "bootImageSkewEnforcement" in spec:  # as the API admits it (agent.server.skewpolicy)
+        from agent.server.skewpolicy import check as check_skew
+
+        problems.extend(check_skew(spec.get("bootImageSkewEnforcement"), src))
     policy = spec.get("nodeDisruptionPolicy")
     if policy is not None:
         if not isinstance(policy, dict):
