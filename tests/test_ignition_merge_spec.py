@@ -107,7 +107,7 @@ def test_replace_returns_a_copy_of_the_replacement():
 
 
 def test_supported_versions():
-    assert SUPPORTED_VERSIONS == ("3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0")
+    assert SUPPORTED_VERSIONS == ("3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0", "3.6.0")
 
 
 def test_up_conversion_changes_only_the_version():
@@ -129,6 +129,8 @@ def test_up_conversion_changes_only_the_version():
         "hash": "sha256-" + "a" * 64}}}]}}, "3.0.0", "$.storage.files.0.contents.verification.hash", "3.1.0"),
     ({"storage": {"luks": [{"name": "x", "discard": True}]}}, "3.3.0", "$.storage.luks.0.discard", "3.4.0"),
     ({"storage": {"luks": [{"name": "x", "cex": {"enabled": True}}]}}, "3.4.0", "$.storage.luks.0.cex", "3.5.0"),
+    ({"storage": {"luks": [{"name": "x", "clevis": {"custom": {"pin": "tpm2+pkcs11", "config": "{}"}}}]}},
+     "3.5.0", "$.storage.luks.0.clevis.custom.pin", "3.6.0"),
     ({"storage": {"filesystems": [{"device": "/d", "format": "none"}]}}, "3.2.0",
      "$.storage.filesystems.0.format", "3.3.0"),
     ({"ignition": {"version": "3.4.0", "config": {"merge": [{"source": "https://x", "compression": "gzip"}]}}},
@@ -136,12 +138,18 @@ def test_up_conversion_changes_only_the_version():
 ])
 def test_down_conversion_refuses_newer_fields_naming_path_and_version(doc, target, path, needs):
     doc = dict(doc)
-    doc.setdefault("ignition", {"version": "3.5.0"})
+    doc.setdefault("ignition", {"version": "3.6.0"})
     with pytest.raises(ConfigError) as exc:
         convert_ignition(doc, target)
     assert f"{path} needs spec {needs}" in str(exc.value)
     assert f"the node asked for {target}" in str(exc.value)
     assert exc.value.problems[0].path == path
+
+
+def test_spec_36_converts_down_when_nothing_needs_it():
+    doc = {"ignition": {"version": "3.6.0"}, "storage": {"files": [{"path": "/a", "mode": 0o4755}]}}
+    assert convert_ignition(doc, "3.5.0")["ignition"]["version"] == "3.5.0"
+    assert convert_ignition(doc, "3.6.0") == doc
 
 
 def test_down_conversion_of_compatible_config_works():
@@ -150,7 +158,7 @@ def test_down_conversion_of_compatible_config_works():
     assert convert_ignition(doc, "3.0.0")["ignition"]["version"] == "3.0.0"
 
 
-@pytest.mark.parametrize("target", ["2.2.0", "3.6.0", "x"])
+@pytest.mark.parametrize("target", ["2.2.0", "3.7.0", "3.7.0-experimental", "x"])
 def test_unsupported_targets_are_refused(target):
     with pytest.raises(ConfigError):
         convert_ignition({"ignition": {"version": "3.4.0"}}, target)
@@ -163,7 +171,8 @@ def test_newer_features_empty_for_plain_config():
 
 def test_best_version_from_accept():
     assert best_version(["3.2.0", "3.4.0"]) == "3.4.0"
-    assert best_version(["3.9.0"]) == "3.5.0"
+    assert best_version(["3.9.0"]) == "3.6.0"
+    assert best_version(["3.6.0", "3.5.0"]) == "3.6.0"
     assert best_version(["2.2.0"]) is None
 
 

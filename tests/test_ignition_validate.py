@@ -53,7 +53,6 @@ VALID = [
     files({"path": "/", "mode": 420}) if False else cfg(storage={"directories": [{"path": "/var/x", "mode": 493}]}),
     cfg(storage={"links": [{"path": "/etc/l", "target": "/etc/a"}, {"path": "/etc/h", "target": "/etc/a",
                                                                     "hard": True}]}),
-    cfg(storage={"links": [{"path": "/etc/l"}]}),  # 3.4: target optional unless overwriting
     units({"name": "a.service", "enabled": True, "contents": "[Service]\nExecStart=/bin/true\n[Install]\n"
            "WantedBy=multi-user.target\n", "dropins": [{"name": "10-x.conf", "contents": "[Service]\nX=1\n"}]}),
     units({"name": "b.timer", "mask": True}, {"name": "c@.service", "enabled": False}),
@@ -75,6 +74,24 @@ VALID = [
                                                                    "typeGuid": "0FC63DAF-8483-4772-8E79-3D69D8477DE4"}]}]}),
     cfg(storage={"luks": [{"name": "root", "device": "/dev/vda4", "clevis": {"tpm2": True}, "discard": True}]}),
     cfg(storage={"files": None}, systemd=None),  # JSON null reads as unset
+    cfg("3.6.0"), cfg("3.6.0", storage={"files": [{"path": "/usr/local/bin/s", "mode": 0o2541}]}),
+    cfg("3.7.0-experimental"),  # Ignition accepts it (config/v3_7_experimental/config.go): a warning here
+    # Ignition checks a digest's length only (config/v3_*/types/verification.go)
+    files({"path": "/a", "contents": {"source": "data:,x", "verification": {"hash": "sha512-" + "g" * 128}}}),
+    cfg(ignition={"version": "3.4.0", "timeouts": {"httpTotal": -1}}),  # no sign check in Ignition
+    cfg(passwd={"users": [{"uid": 1}], "groups": [{"gid": 2}]}),  # users/groups need no name there
+    units({"name": ".service"}),  # Go's path.Ext(".service") is ".service"
+    units({"name": "a.service", "contents": "no section yet\n[Unit]\nA=1"}),  # go-systemd skips the head
+    units({"name": "a.service", "contents": "[Unit\nStill the name]\nA=1"}),  # a section name spans lines
+    # partition layouts of Ignition's positive tests (tests/positive/partitions/*.go)
+    cfg(storage={"disks": [{"device": "/dev/vdb", "partitions": [
+        {"label": "a", "number": 1, "startMiB": 1, "sizeMiB": 32}, {"label": "b", "number": 3, "sizeMiB": 0,
+                                                                   "startMiB": 0},
+        {"number": 4, "shouldExist": False, "wipePartitionEntry": True}, {"number": 9, "shouldExist": False},
+        {"label": "auto", "number": 0, "sizeMiB": 64}]}]}),
+    cfg(storage={"disks": [{"device": "/dev/vdb", "partitions": [{"number": -1}]}]}),  # only 0 means "none"
+    # Go's decoder matches keys case-insensitively: "Path" sets path (and is an unused key warning)
+    files({"Path": "/etc/a", "Mode": 420}),
 ]
 
 
@@ -89,7 +106,7 @@ INVALID = [
     ({"ignition": {}}, "$.ignition.version", "version-missing"),
     (cfg("3.4"), "$.ignition.version", "version-invalid"),
     (cfg("2.2.0"), "$.ignition.version", "version-2x"),
-    (cfg("3.6.0"), "$.ignition.version", "version-unsupported"),
+    (cfg("3.7.0"), "$.ignition.version", "version-unsupported"),
     (cfg("3.5.0-experimental"), "$.ignition.version", "version-invalid"),
     ({"ignition": {"version": 3}}, "$.ignition.version", "type"),
     (files({"path": "etc/x"}), "$.storage.files.0.path", "path-absolute"),
@@ -126,8 +143,6 @@ INVALID = [
      "$.storage.files.0.contents.verification.hash", "hash-function"),
     (files({"path": "/a", "contents": {"source": "data:,x", "verification": {"hash": "sha512-" + "a" * 64}}}),
      "$.storage.files.0.contents.verification.hash", "hash-size"),
-    (files({"path": "/a", "contents": {"source": "data:,x", "verification": {"hash": "sha512-" + "g" * 128}}}),
-     "$.storage.files.0.contents.verification.hash", "hash-malformed"),
     (files({"path": "/a", "contents": {"verification": {"hash": H512}}}),
      "$.storage.files.0.contents.verification.hash", "verification-nil-source"),
     (files({"path": "/a", "contents": {"source": "s3://b/o", "httpHeaders": [{"name": "A", "value": "b"}]}}),
@@ -142,19 +157,60 @@ INVALID = [
     (files({"path": "/a", "mode": 420.0}), "$.storage.files.0.mode", "type"),
     (files({"path": "/a", "overwrite": "yes"}), "$.storage.files.0.overwrite", "type"),
     (files({"path": "/a", "user": {"id": 0, "name": "root"}}), "$.storage.files.0.user", "owner-id-and-name"),
-    (files({"path": "/a"}, {"path": "/a"}), "$.storage.files.1.path", "duplicate"),
-    (cfg(storage={"files": [{"path": "/a"}], "directories": [{"path": "/a"}]}), "$.storage.directories.0.path",
+    (files({"path": "/a"}, {"path": "/a"}), "$.storage.files.1", "duplicate"),
+    # Go visits Storage's fields in order Directories, Files, Links: the file is the duplicate
+    (cfg(storage={"files": [{"path": "/a"}], "directories": [{"path": "/a"}]}), "$.storage.files.0",
      "duplicate"),
     (cfg(storage={"links": [{"path": "/l", "target": "/x"}], "files": [{"path": "/l/f"}]}),
-     "$.storage.files.0.path", "path-through-link"),
-    (cfg("3.3.0", storage={"links": [{"path": "/l"}]}), "$.storage.links.0.target", "link-target-required"),
-    (cfg(storage={"links": [{"path": "/l", "overwrite": True}]}), "$.storage.links.0.target",
-     "link-target-required"),
+     "$.storage.files.0", "path-through-link"),
+    (cfg(storage={"links": [{"path": "/l", "target": "/x", "hard": True}], "directories": [{"path": "/l/d"}]}),
+     "$.storage.directories.0", "path-through-link"),
+    (cfg(storage={"links": [{"path": "/h", "target": "/d", "hard": True}], "directories": [{"path": "/d"}]}),
+     "$.storage.links.0", "hardlink-to-directory"),
+    (cfg(storage={"links": [{"path": "/d/h", "target": "x", "hard": True}], "directories": [{"path": "/d/h/x"}]}),
+     "$.storage.links.0", "hardlink-to-directory"),
+    (cfg(storage={"links": [{"path": "/l"}]}), "$.storage.links.0.target", "link-target-required"),
+    (cfg(storage={"links": [{"path": "/l", "target": ""}]}), "$.storage.links.0.target", "link-target-required"),
+    # a null list entry decodes to the zero value, which Ignition then judges
+    (cfg(storage={"files": [None]}), "$.storage.files.0.path", "path-required"),
+    (units(None), "$.systemd.units.0.name", "unit-suffix"),
+    (cfg(storage={"disks": [{"device": "/dev/vda", "partitions": [None]}]}), "$.storage.disks.0.partitions.0",
+     "partition-number-or-label"),
+    (files({"Path": True}), "$.storage.files.0.path", "type"),  # Go reads "Path" into path
+    (cfg(storage={"luks": [{"name": "root"}]}), "$.storage.luks.0.device", "device-required"),
+    (cfg(storage={"luks": [{"name": "r", "device": "/dev/vdb", "clevis": {"tang": [
+        {"url": "ftp://t", "thumbprint": "x"}]}}]}), "$.storage.luks.0.clevis.tang.0.url", "url-scheme"),
+    (cfg(storage={"luks": [{"name": "r", "device": "/dev/vdb", "clevis": {"tang": [{"thumbprint": "x"}]}}]}),
+     "$.storage.luks.0.clevis.tang.0.url", "url-scheme"),
+    (cfg(storage={"luks": [{"name": "r", "device": "/dev/vdb", "clevis": {"tang": [{"url": "http://t"}]}}]}),
+     "$.storage.luks.0.clevis.tang.0.thumbprint", "tang-thumbprint"),
+    (cfg("3.5.0", storage={"luks": [{"name": "r", "device": "/dev/vdb", "clevis": {
+        "custom": {"pin": "tpm2+pkcs11", "config": "{}"}}}]}), "$.storage.luks.0.clevis.custom.pin", "clevis-pin"),
+    (cfg(storage={"disks": [{"device": "/dev/vda", "partitions": [{"sizeMiB": 10}]}]}),
+     "$.storage.disks.0.partitions.0", "partition-number-or-label"),
+    (cfg(storage={"disks": [{"device": "/dev/vda", "partitions": [{"number": 1, "shouldExist": False,
+                                                                    "sizeMiB": 5}]}]}),
+     "$.storage.disks.0.partitions.0", "should-not-exist-with-others"),
+    (cfg(storage={"disks": [{"device": "/dev/vda", "partitions": [{"label": "a:b"}]}]}),
+     "$.storage.disks.0.partitions.0.label", "partition-label-colon"),
+    (cfg(storage={"disks": [{"device": "/dev/vda", "partitions": [
+        {"number": 1, "startMiB": 1, "sizeMiB": 10}, {"number": 2, "startMiB": 5, "sizeMiB": 10}]}]}),
+     "$.storage.disks.0.partitions.1", "partitions-overlap"),
+    (files({"path": "/a", "contents": {"source": "data:,%s"}}), "$.storage.files.0.contents.source", "data-url"),
+    (cfg(passwd={"users": [{"name": "a", "sshAuthorizedKeys": ["k", "k"]}]}),
+     "$.passwd.users.0.sshAuthorizedKeys.1", "duplicate"),
+    (cfg(passwd={"users": [{}, {}]}), "$.passwd.users.1.name", "duplicate"),
+    (cfg(ignition={"version": "3.4.0", "proxy": {"httpProxy": ""}}), "$.ignition.proxy.httpProxy",
+     "proxy-scheme"),
+    (units({"name": "a.service", "contents": "[Unit]\nNoEquals\nA=1"}), "$.systemd.units.0.contents",
+     "unit-contents"),
+    (units({"name": "a.service", "contents": "[Unit] trailing\n"}), "$.systemd.units.0.contents",
+     "unit-contents"),
     (cfg(storage={"files": "x"}), "$.storage.files", "type"),
     (cfg(storage=[]), "$.storage", "type"),
     (units({"name": "foo"}), "$.systemd.units.0.name", "unit-suffix"),
     (units({"name": "foo.conf"}), "$.systemd.units.0.name", "unit-suffix"),
-    (units({"enabled": True}), "$.systemd.units.0.name", "unit-name-required"),
+    (units({"enabled": True}), "$.systemd.units.0.name", "unit-suffix"),
     (units({"name": "a.service"}, {"name": "a.service"}), "$.systemd.units.1.name", "duplicate"),
     (units({"name": "a.service", "dropins": [{"name": "x.txt"}]}), "$.systemd.units.0.dropins.0.name",
      "dropin-suffix"),
@@ -164,7 +220,6 @@ INVALID = [
     (units({"name": "a.service", "enabled": "true"}), "$.systemd.units.0.enabled", "type"),
     (cfg(storage={"files": [{"path": "/etc/systemd/system/a.service"}]}, systemd={"units": [
         {"name": "a.service", "contents": "[Unit]\n"}]}), "$.storage.files.0.path", "path-conflicts-systemd"),
-    (cfg(passwd={"users": [{"uid": 1}]}), "$.passwd.users.0.name", "name-required"),
     (cfg(passwd={"users": [{"name": "a"}, {"name": "a"}]}), "$.passwd.users.1.name", "duplicate"),
     (cfg(passwd={"groups": [{"name": "g"}, {"name": "g"}]}), "$.passwd.groups.1.name", "duplicate"),
     (cfg(passwd={"users": [{"name": "a", "sshAuthorizedKeys": "ssh-rsa x"}]}),
@@ -181,8 +236,6 @@ INVALID = [
      "$.ignition.config.replace.source", "url-scheme"),
     (cfg(ignition={"version": "3.4.0", "security": {"tls": {"certificateAuthorities": [{}]}}}),
      "$.ignition.security.tls.certificateAuthorities.0.source", "source-required"),
-    (cfg(ignition={"version": "3.4.0", "timeouts": {"httpTotal": -1}}), "$.ignition.timeouts.httpTotal",
-     "timeout-negative"),
     (cfg(ignition={"version": "3.4.0", "timeouts": {"httpTotal": "10"}}), "$.ignition.timeouts.httpTotal", "type"),
     (cfg(ignition={"version": "3.4.0", "proxy": {"httpProxy": "socks5://p"}}), "$.ignition.proxy.httpProxy",
      "proxy-scheme"),
@@ -200,7 +253,7 @@ INVALID = [
     (cfg(storage={"disks": [{"device": "/dev/vda", "partitions": [{"label": "x" * 37}]}]}),
      "$.storage.disks.0.partitions.0.label", "partition-label"),
     (cfg(storage={"disks": [{"device": "/dev/vda", "partitions": [{"number": 1}, {"number": 1}]}]}),
-     "$.storage.disks.0.partitions.1.number", "duplicate"),
+     "$.storage.disks.0.partitions.1", "duplicate"),
     (cfg(storage={"disks": [{"device": "/dev/vda", "partitions": [{"typeGuid": "linux"}]}]}),
      "$.storage.disks.0.partitions.0.typeGuid", "guid"),
     (cfg(storage={"raid": [{"name": "md", "level": "raid7", "devices": ["/dev/a"]}]}),
@@ -227,6 +280,14 @@ WARN = [
      "$.systemd.units.0.contents", "unit-no-install"),
     (units({"name": "a.service", "enabled": True, "mask": True}), "$.systemd.units.0", "unit-mask-enabled"),
     (files({"path": "/a", "mode": 0o4755}, version="3.3.0"), "$.storage.files.0.mode", "mode-special"),
+    (files({"path": "/a", "mode": 0o4755}, version="3.5.0"), "$.storage.files.0.mode", "mode-special"),
+    (files({"Path": "/a"}), "$.storage.files.0.Path", "unused-key"),
+    (cfg("3.7.0-experimental"), "$.ignition.version", "version-experimental"),
+    (cfg(storage={"links": [{"path": "/h", "target": "/f", "hard": True, "user": {"id": 0}}]}),
+     "$.storage.links.0.user.id", "hardlink-owner"),
+    (cfg(storage={"disks": [{"device": "/dev/vda", "partitions": [{"number": 1}]}],
+                  "filesystems": [{"device": "/dev/vda", "format": "xfs"}]}),
+     "$.storage.filesystems.0.device", "partitions-overwritten"),
     (cfg(passwd={"users": [{"name": "a", "homeDir": "home/a"}]}), "$.passwd.users.0.homeDir", "path-absolute"),
 ]
 
@@ -269,3 +330,23 @@ def test_field_newer_than_declared_version_names_the_needed_version():
                                        ("/a/", "/a"), ("/..", "/"), ("/a/./b", "/a/b")])
 def test_clean_path_matches_go_path_clean(raw, clean):
     assert clean_path(raw) == clean
+
+
+def test_fast_data_url_check_agrees_with_decoding():
+    """data_url_error (no decoding, for speed) gives the same verdict as decode_data_url."""
+    import random
+
+    from agent.errors import ConfigError
+    from agent.ignition.dataurl import data_url_error, decode_data_url
+
+    rng = random.Random(15)
+    alphabet = "AB+/-_=% \n\t3fZz,;é"
+    for _ in range(3000):
+        payload = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12)))
+        for url in ("data:;base64," + payload, "data:," + payload):
+            try:
+                decode_data_url(url)
+                decoded = True
+            except ConfigError:
+                decoded = False
+            assert (data_url_error(url) is None) == decoded, url

@@ -2,6 +2,7 @@
 
 import base64
 import binascii
+import re
 import zlib
 from typing import Optional, Tuple
 from urllib.parse import unquote_to_bytes
@@ -9,6 +10,9 @@ from urllib.parse import unquote_to_bytes
 from agent.errors import ConfigError
 
 MAX_DECOMPRESSED = 1 << 30  # refuse gzip bombs beyond 1 GiB
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_WHITESPACE = b" \t\n\r\x0b\x0c"
+_BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_"
 
 
 def split_data_url(url: str) -> Tuple[str, bool, str]:
@@ -28,8 +32,46 @@ def split_data_url(url: str) -> Tuple[str, bool, str]:
     return mediatype, is_base64, payload
 
 
+def data_url_error(url: str) -> Optional[str]:
+    """Why ``url`` is not a data URL Ignition can decode, or None; never decodes the data.
+
+    The same verdict as ``decode_data_url`` at C speed (str/bytes methods and one regex, no
+    per-character Python loop): validating a config full of large data URLs stays fast.
+    """
+    try:
+        _, is_base64, payload = split_data_url(url)
+    except ConfigError as exc:
+        return str(exc)
+    if "%" in payload:
+        if _BAD_ESCAPE.search(payload):
+            return _bad_escape_message(payload)
+        if is_base64:
+            payload = unquote_to_bytes(payload).decode("latin-1")
+    if not is_base64:
+        return None
+    try:
+        raw = payload.encode("ascii")
+    except UnicodeEncodeError:
+        return f"invalid base64 in data URL: {_short(url)!r}"
+    compact = raw.translate(None, _WHITESPACE)
+    body = compact.rstrip(b"=")
+    pads = len(compact) - len(body)
+    added = -len(compact) % 4
+    if body.translate(None, _BASE64_ALPHABET) or len(body) % 4 == 1 or pads + added != -len(body) % 4:
+        return f"invalid base64 in data URL: {_short(url)!r}"
+    return None
+
+
+def _bad_escape_message(payload: str) -> str:
+    # the wording of the dataurl library Ignition uses (vincent-petithory/dataurl rfc2396.go)
+    return "rfc2396: invalid char 0x25 in unescape sequence"
+
+
 def decode_data_url(url: str) -> bytes:
     """The bytes a ``data:`` URL carries (base64 or percent-encoded, any media type)."""
+    err = data_url_error(url)  # one definition of "valid" for validation and decoding
+    if err:
+        raise ConfigError(err)
     _, is_base64, payload = split_data_url(url)
     try:
         raw = unquote_to_bytes(payload)

@@ -34,8 +34,16 @@ def parse_document_with_warnings(data: Union[bytes, str], source: str = "<input>
         raise ConfigError(f"{source}: empty document (not a config)", source=source)
     duplicates: List[Problem] = []
     if stripped[0] in "{[":
+        if _has_bom(data):
+            # Go's encoding/json (Ignition) refuses any byte before the JSON value, a BOM too
+            raise ConfigError(f"{source}: invalid JSON at line 1, column 1: a UTF-8 byte-order mark before "
+                              "the JSON (Ignition refuses it: save the file without a BOM)", source=source)
         return _parse_json(text, source, duplicates), duplicates
     return _parse_yaml(text, source, duplicates), duplicates
+
+
+def _has_bom(data: Union[bytes, str]) -> bool:
+    return data.startswith(b"\xef\xbb\xbf") if isinstance(data, bytes) else data.startswith("\ufeff")
 
 
 def _decode(data: Union[bytes, str], source: str) -> str:

@@ -62,3 +62,11 @@ class RuleBase:
             seen[key] = index
 
     # storage
+
+    def unique_strings(self, values: Optional[list], path: str) -> None:
+        """The generic duplicate check on a list of strings (config/validate/validate.go
+        ValidateDups: a string is its own key), an error at the repeated entry."""
+        seen: Dict[str, int] = {}
+        for i, value in enumerate(values or []):
+            if isinstance(value, str):
+                self.dup(seen, value, i, f"{path}.{i}")

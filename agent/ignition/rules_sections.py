@@ -30,29 +30,25 @@ class SectionRules(RuleBase):
             if ca_problem:
                 self.r.error(p + ".source", ca_problem, "ca-not-pem")
             self.dup(seen, value_of(res, "source", "str"), i, p + ".source")
-        timeouts = value_of(ign, "timeouts", "dict") or {}
-        for key in ("httpResponseHeaders", "httpTotal"):
-            t = value_of(timeouts, key, "int")
-            if t is not None and t < 0:
-                self.r.error(f"$.ignition.timeouts.{key}", "timeout must not be negative", "timeout-negative", t)
+        # timeouts: Ignition does not check their sign (config/v3_*/types has no Timeouts rule)
         proxy = value_of(ign, "proxy", "dict") or {}
         for key in ("httpProxy", "httpsProxy"):
             url = value_of(proxy, key, "str")
-            if url:
+            if url is not None:  # proxy.go validateProxyURL: "" has no scheme, so it is refused too
                 scheme = url.split(":", 1)[0].lower() if ":" in url else ""
                 if scheme not in ("http", "https"):
                     self.r.error(f"$.ignition.proxy.{key}", "proxies must be http(s)", "proxy-scheme", url)
-    # passwd
+        self.unique_strings(value_of(proxy, "noProxy", "list"), "$.ignition.proxy.noProxy")
+
     def passwd(self, passwd: dict) -> None:
-        for section, what in (("users", "user"), ("groups", "group")):
+        """Ignition checks no field of a user or group (config/v3_*/types has no PasswdUser or
+        PasswdGroup rule): only the generic duplicate check by name (even ""), and duplicate
+        strings in their lists. The warnings here are ours, for mistakes Ignition lets through."""
+        for section in ("users", "groups"):
             seen: Dict[str, int] = {}
             for i, entry in entries_of(passwd, section):
                 p = f"$.passwd.{section}.{i}"
-                name = value_of(entry, "name", "str")
-                if not name:
-                    self.r.error(p + ".name", f"{what} name is required", "name-required")
-                else:
-                    self.dup(seen, name, i, p + ".name")
+                self.dup(seen, value_of(entry, "name", "str") or "", i, p + ".name")
                 if entry.get("shouldExist") is False:
                     others = [k for k in entry if k not in ("name", "shouldExist") and entry[k] is not None]
                     if others:
@@ -66,13 +62,8 @@ class SectionRules(RuleBase):
                     n = value_of(entry, key, "int")
                     if n is not None and not 0 <= n <= 0xFFFFFFFE:
                         self.r.warn(f"{p}.{key}", f"{key} out of range (0..4294967294)", "id-range", n)
-                keys: Dict[str, int] = {}
-                for j, key in enumerate(value_of(entry, "sshAuthorizedKeys", "list") or []):
-                    if isinstance(key, str):
-                        if key in keys:
-                            self.r.warn(f"{p}.sshAuthorizedKeys.{j}", "duplicate ssh key (same as entry "
-                                        f"{keys[key]})", "duplicate")
-                        keys.setdefault(key, j)
+                self.unique_strings(value_of(entry, "sshAuthorizedKeys", "list"), p + ".sshAuthorizedKeys")
+                self.unique_strings(value_of(entry, "groups", "list"), p + ".groups")
 
     def kernel_arguments(self, kargs: dict) -> None:
         seen: Dict[str, str] = {}

@@ -1,4 +1,4 @@
-"""Ignition spec 3.0.0 .. 3.5.0: the shape of each version, and conversion between them.
+"""Ignition spec 3.0.0 .. 3.6.0: the shape of each version, and conversion between them.
 
 One schema covers all supported versions: every field records the version that introduced it
 (as in coreos/ignition's config/v3_*/types). Validation walks the document with it; conversion
@@ -10,7 +10,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from agent.errors import ConfigError, Problem
 
-SUPPORTED_VERSIONS = ("3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0")
+SUPPORTED_VERSIONS = ("3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0", "3.6.0")
+# Ignition (config/v3_7_experimental/config.go) parses these too; we validate them with the
+# newest stable shape and a warning, and never produce or serve them.
+EXPERIMENTAL_VERSIONS = ("3.7.0-experimental",)
 NEWEST_VERSION = SUPPORTED_VERSIONS[-1]
 DEFAULT_VERSION = "3.4.0"  # what an empty MachineConfig spec.config becomes (NodeConfig's default)
 
@@ -29,7 +32,7 @@ def lst(item: Any) -> Tuple[str, Any]:
     return ("list", item)
 
 
-V30, V31, V32, V33, V34, V35 = ((3, 0, 0), (3, 1, 0), (3, 2, 0), (3, 3, 0), (3, 4, 0), (3, 5, 0))
+V30, V31, V32, V33, V34, V35, V36 = ((3, 0, 0), (3, 1, 0), (3, 2, 0), (3, 3, 0), (3, 4, 0), (3, 5, 0), (3, 6, 0))
 
 _NODE = {
     "path": (STR, V30),
@@ -189,6 +192,7 @@ TYPES: Dict[str, Dict[str, Tuple[Any, Version]]] = {
 SOURCE_SCHEME_SINCE = {"gs": V32, "arn": V34}
 HASH_FUNCTION_SINCE = {"sha512": V30, "sha256": V31}
 FORMAT_SINCE = {"none": V33}
+CLEVIS_PINS_BEFORE_36 = ("tpm2", "tang", "sss")
 
 
 def parse_version(text: Any) -> Optional[Version]:
@@ -236,6 +240,8 @@ def _walk_newer(value: Any, type_name: str, path: str, target: Version, found: l
         elif type_name == "Filesystem" and key == "format" and sub in FORMAT_SINCE:
             if FORMAT_SINCE[sub] > target:
                 found.append((sub_path, FORMAT_SINCE[sub]))
+        elif type_name == "ClevisCustom" and key == "pin" and sub not in CLEVIS_PINS_BEFORE_36 and target < V36:
+            found.append((sub_path, V36))  # any custom pin: 3.6.0 (Ignition release notes 2.25.0)
 
 
 def _walk_kind_newer(value: Any, kind: Any, path: str, target: Version, found: list) -> None:

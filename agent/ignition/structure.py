@@ -1,13 +1,38 @@
-"""The structural pass: JSON types, unknown keys and keys newer than the declared spec.
+"""The structural pass: the document as Ignition's Go decoder sees it.
 
-Driven by ``spec.TYPES``. Unknown keys and keys the declared version lacks are warnings
-("unused key"), as Ignition reports them; a wrong JSON type is an error.
+Driven by ``spec.TYPES``. It reports what ``encoding/json`` (coreos/ignition
+config/util/parsingErrors.go ``HandleParseErrors``) and the unused-key check
+(config/validate/validate.go ``ValidateUnusedKeys``) report, and returns the *decoded view*
+the semantic rules then check:
+
+- a key is matched to a field exactly or, failing that, case-insensitively, as Go does: so
+  ``"Path": "/x"`` sets ``path`` (and is an "unused key" warning, since the exact name
+  differs) and ``"Path": true`` is a type error;
+- keys the declared spec lacks are unused keys (warnings) and are not decoded;
+- JSON ``null`` leaves a field unset; a ``null`` list entry decodes to the zero value (an
+  empty object, ``""``), which the semantic rules then judge like Ignition does;
+- a wrong JSON type is an error at the field's path.
+
+The view shares every unchanged subtree with the input (no copy for a clean document).
 """
 
-from typing import Any
+from typing import Any, Dict, Tuple
 
 from agent.ignition import spec
 from agent.ignition.findings import MISSING, Report, type_name
+
+GO_INT_MIN, GO_INT_MAX = -(1 << 63), (1 << 63) - 1  # Go's int on 64-bit hosts
+_ZERO = {spec.STR: "", spec.BOOL: False, spec.INT: 0}
+
+
+def _fold(key: str) -> str:
+    """Go's case folding for field names (encoding/json foldName): K (Kelvin) is k, ſ is s."""
+    return key.replace("\u212a", "k").replace("\u017f", "s").lower()
+
+
+_FOLDED: Dict[str, Dict[str, str]] = {
+    name: {_fold(field): field for field in fields} for name, fields in spec.TYPES.items()
+}
 
 
 def _kind_name(kind: Any) -> str:
@@ -22,42 +47,72 @@ def _matches(value: Any, kind: Any) -> bool:
     if kind == spec.BOOL:
         return isinstance(value, bool)
     if kind == spec.INT:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, int) and not isinstance(value, bool) and GO_INT_MIN <= value <= GO_INT_MAX
     if kind[0] == "object":
         return isinstance(value, dict)
     return isinstance(value, list)
 
 
-def walk(value: dict, spec_type: str, path: str, declared: spec.Version, strict: bool, r: Report) -> None:
+def walk(value: dict, spec_type: str, path: str, declared: spec.Version, strict: bool, r: Report) -> dict:
+    """Report structural problems of ``value`` (a ``spec_type`` object); return its decoded view."""
     fields = spec.TYPES[spec_type]
+    folded = _FOLDED[spec_type]
+    out: Dict[str, Any] = {}
+    changed = False
     for key, sub in value.items():
         sub_path = f"{path}.{key}"
-        if key not in fields:
-            r.warn(sub_path, f"unused key {key}", "unused-key")
-            continue
-        kind, since = fields[key]
+        field = key if key in fields else folded.get(_fold(key))
+        if field != key:
+            r.warn(sub_path, f"unused key {key}" + (f" (Go's decoder reads it as {field!r})" if field else ""),
+                   "unused-key")
+            changed = True
+            if field is None:
+                continue
+        kind, since = fields[field]
         if strict and since > declared:
             r.warn(sub_path, f"unused key {key}: it needs spec {spec.version_text(since)} and the config "
                    f"declares {spec.version_text(declared)}", "unused-key")
+            changed = True
             continue
         if sub is None:
-            continue  # JSON null reads as "unset", as in Ignition
-        _walk_kind(sub, kind, sub_path, declared, strict, r)
+            changed = True  # JSON null leaves the field unset, as in Ignition
+            out.pop(field, None)
+            continue
+        ok, view = _walk_kind(sub, kind, f"{path}.{field}", declared, strict, r)
+        if not ok:
+            changed = True
+            out.pop(field, None)
+            continue
+        if field in out:
+            del out[field]  # a later spelling wins, as in Go; keep document order
+        out[field] = view
+        changed = changed or view is not sub
+    return out if changed else value
 
 
-def _walk_kind(value: Any, kind: Any, path: str, declared: spec.Version, strict: bool, r: Report) -> None:
+def _walk_kind(value: Any, kind: Any, path: str, declared: spec.Version, strict: bool, r: Report) -> Tuple[bool, Any]:
     if not _matches(value, kind):
-        r.error(path, f"wrong type: expected {_kind_name(kind)}, got {type_name(value)}", "type", value
-                if not isinstance(value, (dict, list)) else MISSING)
-        return
+        r.error(path, f"wrong type: expected {_kind_name(kind)}, got {type_name(value)}", "type",
+                value if not isinstance(value, (dict, list)) else MISSING)
+        return False, None
     if isinstance(kind, tuple) and kind[0] == "object":
-        walk(value, kind[1], path, declared, strict, r)
-    elif isinstance(kind, tuple) and kind[0] == "list":
-        for i, item in enumerate(value):
-            if item is None and not isinstance(kind[1], tuple):
-                r.error(f"{path}.{i}", f"wrong type: expected {_kind_name(kind[1])}, got null", "type")
-                continue
-            if item is None:
-                continue
-            _walk_kind(item, kind[1], f"{path}.{i}", declared, strict, r)
+        return True, walk(value, kind[1], path, declared, strict, r)
+    if isinstance(kind, tuple) and kind[0] == "list":
+        return True, _walk_list(value, kind[1], path, declared, strict, r)
+    return True, value
 
+
+def _walk_list(value: list, item_kind: Any, path: str, declared: spec.Version, strict: bool, r: Report) -> list:
+    out = []
+    changed = False
+    for i, item in enumerate(value):
+        if item is None:
+            # Go decodes a null entry to the zero value (config/v3_*/types: lists of structs
+            # and strings); the rules judge that value like any other
+            out.append({} if isinstance(item_kind, tuple) else _ZERO[item_kind])
+            changed = True
+            continue
+        ok, view = _walk_kind(item, item_kind, f"{path}.{i}", declared, strict, r)
+        out.append(view if ok else _ZERO.get(item_kind, {}) if not isinstance(item_kind, tuple) else {})
+        changed = changed or not ok or view is not item
+    return out if changed else value

@@ -1,4 +1,4 @@
-"""Validate an Ignition 3.0.0 .. 3.5.0 config the way Ignition does, with JSON paths.
+"""Validate an Ignition 3.0.0 .. 3.6.0 config the way Ignition does, with JSON paths.
 
 Two passes over the document: a structural one driven by ``spec.TYPES`` (``structure.py``: JSON
 types, unknown keys and keys the declared version lacks: warnings, "unused key", as Ignition
@@ -26,8 +26,8 @@ def validate_ignition(doc: Any) -> List[Problem]:
         return r.problems
     version = _check_version(doc, r)
     declared = version if version else spec.parse_version(spec.NEWEST_VERSION)
-    walk(doc, "Config", "$", declared, version is not None, r)
-    _Semantic(declared, r).config(doc)
+    view = walk(doc, "Config", "$", declared, version is not None, r)
+    _Semantic(declared, r).config(view)
     return r.problems
 
 
@@ -47,17 +47,32 @@ def check_ignition(doc: Any, source: str = "") -> List[Problem]:
 
 # -- version -----------------------------------------------------------------------------------
 
+def _go_get(d: dict, name: str) -> Any:
+    """d[name] as Go's decoder finds it: the last key equal to ``name`` ignoring case."""
+    found = d.get(name)
+    for key, value in d.items():
+        if key != name and key.lower() == name:
+            found = value
+    return found
+
+
 def _check_version(doc: dict, r: Report) -> Optional[spec.Version]:
-    ign = doc.get("ignition")
+    ign = _go_get(doc, "ignition")
     path = "$.ignition.version"
-    if ign is None or (isinstance(ign, dict) and ign.get("version") is None):
+    if ign is None or (isinstance(ign, dict) and _go_get(ign, "version") is None):
         r.error(path, "config version is required (e.g. \"3.4.0\")", "version-missing")
         return None
     if not isinstance(ign, dict):
         return None  # the structural pass reports the type
-    text = ign["version"]
+    text = _go_get(ign, "version")
     if not isinstance(text, str):
         return None
+    if text in spec.EXPERIMENTAL_VERSIONS:
+        # Ignition accepts it (config/v3_7_experimental/config.go); it has the fields of the
+        # newest stable spec, which we check it with; we never produce or serve it
+        r.warn(path, f"spec {text} is experimental: checked as {spec.NEWEST_VERSION}; it may change "
+               "without notice, so do not use it in production", "version-experimental", text)
+        return spec.parse_version(spec.NEWEST_VERSION)
     v = spec.parse_version(text)
     if v is None:
         r.error(path, "invalid config version (couldn't parse)", "version-invalid", text)

@@ -4,9 +4,8 @@ import re
 from typing import List, Optional, Tuple
 from urllib.parse import parse_qs
 
-from agent.errors import ConfigError
 from agent.ignition import spec
-from agent.ignition.dataurl import decode_data_url
+from agent.ignition.dataurl import data_url_error
 
 HASH_SIZES = {"sha512": 64, "sha256": 32}
 SYSTEMD_LINE_MAX = 2048
@@ -36,13 +35,14 @@ def path_error(p: str) -> Optional[Tuple[str, str]]:
 
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
 _BAD_ESCAPE_RE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")  # Go's url.Parse refuses ASCII control characters
 
 
 def url_error(url: str, declared: spec.Version) -> Optional[Tuple[str, str]]:
     """Why Ignition would refuse ``url`` as a source, or None. ``""`` is fine (empty contents)."""
     if url == "":
         return None
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+    if _CONTROL_RE.search(url):
         return "unable to parse url (control character)", "url-invalid"
     if url.startswith(":"):
         return "unable to parse url (missing scheme)", "url-invalid"
@@ -89,10 +89,9 @@ def url_error(url: str, declared: spec.Version) -> Optional[Tuple[str, str]]:
     if scheme == "arn" and not _valid_s3_arn(url.split("?", 1)[0]):
         return "invalid S3 ARN format", "s3-arn"
     if scheme == "data":
-        try:
-            decode_data_url(url)
-        except ConfigError as exc:
-            return str(exc), "data-url"
+        err = data_url_error(url)
+        if err:
+            return err, "data-url"
     return None
 
 
@@ -108,6 +107,9 @@ def _valid_s3_arn(text: str) -> bool:
 
 
 def hash_error(value: str, declared: spec.Version) -> Optional[Tuple[str, str]]:
+    """Ignition checks the function and the digest's *length* only, not that it is hex
+    (config/v3_*/types/verification.go ``Verification.Validate``: ``len(sum) !=
+    hex.EncodedLen(hash.Size())``); a non-hex digest of the right length fails at fetch time."""
     function, dash, digest = value.partition("-")
     if not dash:
         return "malformed hash specifier (expected sha512-<hex>)", "hash-malformed"
@@ -115,40 +117,94 @@ def hash_error(value: str, declared: spec.Version) -> Optional[Tuple[str, str]]:
     if since is None or since > declared:
         extra = f" ({function} needs spec {spec.version_text(since)})" if since else ""
         return f"unrecognized hash function {function!r}{extra}", "hash-function"
-    try:
-        raw = bytes.fromhex(digest) if len(digest) % 2 == 0 and " " not in digest else None
-    except ValueError:
-        raw = None
-    if raw is None:
-        return "malformed hash specifier (digest is not hexadecimal)", "hash-malformed"
-    if len(raw) != HASH_SIZES[function]:
+    if len(digest) != HASH_SIZES[function] * 2:
         return (f"incorrect size for hash sum ({function} needs {HASH_SIZES[function] * 2} hex digits, "
                 f"got {len(digest)})"), "hash-size"
     return None
 
 
 def unit_contents_error(text: str) -> Optional[str]:
-    """A parse error as go-systemd's unit deserializer would report, or None."""
-    continued = False
-    for n, raw in enumerate(text.splitlines(), 1):
-        if len(raw) >= SYSTEMD_LINE_MAX:
-            return f"line {n} is too long (systemd allows {SYSTEMD_LINE_MAX - 1} characters)"
-        line = raw.strip()
-        if continued:
-            continued = line.endswith("\\")
-            continue
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("["):
-            if not line.endswith("]"):
-                return f"line {n}: unable to find end of section header"
-            continue
-        if "=" not in line:
-            return f"line {n}: expected KEY=VALUE, a [Section] or a comment"
-        continued = line.endswith("\\")
+    """The error go-systemd's unit deserializer (unit/deserialize.go, which Ignition's
+    config/v3_*/types/unit.go ``validateUnitContent`` calls) gives for ``text``, or None.
+
+    Its lexer: text before the first ``[`` is skipped; a section name runs to the next ``]``
+    (even across lines); only blanks may follow it on its line; an option name must reach
+    ``=`` before the end of its line or of the text; a value runs to the end of its line,
+    continued by a trailing backslash; a line of SYSTEMD_LINE_MAX bytes or more is refused.
+    """
+    for n, line in enumerate(text.splitlines(), 1):
+        if len(line.encode("utf-8", "surrogatepass")) >= SYSTEMD_LINE_MAX:
+            return f"line {n}: line too long (max {SYSTEMD_LINE_MAX} bytes)"
+    pos = _first_section(text)
+    if pos < 0:
+        return None
+    size = len(text)
+    while pos < size:
+        end = text.find("]", pos)
+        if end < 0:
+            return "unable to find end of section"
+        eol = _eol(text, end)
+        if text[end + 1:eol].strip():
+            return f"found garbage after section name {text[pos + 1:end]}: {text[end + 1:eol].strip()!r}"
+        pos = eol + 1
+        while pos < size:  # options (and blanks and comments) until the next section
+            ch = text[pos]
+            if ch.isspace():
+                pos += 1
+            elif ch == "[":
+                break
+            elif ch in "#;":
+                pos = _eol(text, pos) + 1
+            else:
+                eq = text.find("=", pos)
+                eol = _eol(text, pos)
+                if eq < 0:
+                    return "unexpected end of unit text while parsing option name (no '=')"
+                if eq > eol:
+                    return f"unexpected newline encountered while parsing option name {text[pos:eol].strip()!r}"
+                pos = _value_end(text, eq + 1) + 1
+        else:
+            return None
     return None
 
 
-def has_install_section(text: str) -> bool:
-    return any(line.strip() == "[Install]" for line in text.splitlines())
+def _first_section(text: str) -> int:
+    """Where the first section starts: before it, a '#' or ';' ends the line's scan and any
+    other character is skipped (go-systemd ``lexNextSection``). -1 when there is none."""
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        for i, ch in enumerate(line):
+            if ch == "[":
+                return pos + i
+            if ch in "#;":
+                break
+        pos += len(line)
+    return -1
 
+
+def _eol(text: str, pos: int) -> int:
+    """Index of the line end (\n or \r) at or after ``pos``, or len(text)."""
+    ends = [i for i in (text.find("\n", pos), text.find("\r", pos)) if i >= 0]
+    return min(ends) if ends else len(text)
+
+
+def _value_end(text: str, pos: int) -> int:
+    """End of an option value starting at ``pos``: a line ending in a backslash continues."""
+    while True:
+        eol = _eol(text, pos)
+        if eol >= len(text) or not text[pos:eol].rstrip().endswith("\\"):
+            return eol
+        pos = eol + 1
+
+
+def install_section_options(text: str) -> bool:
+    """Whether the unit has an option in an [Install] section (what Ignition's
+    config/shared/validations/unit.go ``ValidateInstallSection`` looks for)."""
+    section = ""
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("[") and "]" in s:
+            section = s[1:s.index("]")]
+        elif section == "Install" and "=" in s and s[0] not in "#;":
+            return True
+    return False
