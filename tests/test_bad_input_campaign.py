@@ -109,15 +109,18 @@ VALIDATE = [
                  '"verification":{"hash":"md5-abc"}}}]}'), "$.storage.files.0.contents.verification.hash"),
     ("xz-compression", W('"storage":{"files":[{"path":"/etc/x","contents":{"source":"data:,x",'
                        '"compression":"xz"}}]}'), "$.storage.files.0.contents.compression"),
-    ("duplicate-file", W('"storage":{"files":[{"path":"/etc/x"},{"path":"/etc/x"}]}'), "$.storage.files.1.path"),
+    ("duplicate-file", W('"storage":{"files":[{"path":"/etc/x"},{"path":"/etc/x"}]}'), "$.storage.files.1"),
+    # Ignition blames the later entry in Go's field order (directories, files, links)
     ("file-and-dir", W('"storage":{"files":[{"path":"/etc/x"}],"directories":[{"path":"/etc/x"}]}'),
-     "$.storage.directories.0.path"),
+     "$.storage.files.0"),
     ("files-not-list", W('"storage":{"files":{"path":"/etc/x"}}'), "$.storage.files"),
     ("unit-no-name", W('"systemd":{"units":[{"enabled":true}]}'), "$.systemd.units.0.name"),
     ("unit-bad-suffix", W('"systemd":{"units":[{"name":"foo"}]}'), "$.systemd.units.0.name"),
     ("unit-bad-contents", W('"systemd":{"units":[{"name":"a.service","contents":"[Unit\\nX=1"}]}'),
      "$.systemd.units.0.contents"),
-    ("user-no-name", W('"passwd":{"users":[{"sshAuthorizedKeys":["x"]}]}'), "$.passwd.users.0.name"),
+    # (a user without a name is valid in Ignition; a key given twice is not)
+    ("user-same-key-twice", W('"passwd":{"users":[{"name":"a","sshAuthorizedKeys":["x","x"]}]}'),
+     "$.passwd.users.0.sshAuthorizedKeys.1"),
     ("mc-yaml-error", "apiVersion: v1\nkind: MachineConfig\nspec: [\n", "invalid YAML at line 4"),
     ("mc-kargs-number", MC + "spec:\n  kernelArguments: 5\n", "$.spec.kernelArguments"),
     ("mc-config-relative-path", MC + "spec:\n  config:\n    ignition: {version: 3.4.0}\n"

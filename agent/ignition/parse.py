@@ -52,6 +52,9 @@ def _decode(data: Union[bytes, str], source: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
+        lenient = data.decode("utf-8-sig", "replace")
+        if lenient.lstrip()[:1] in ("{", "["):
+            return lenient  # Go's encoding/json (Ignition) reads invalid UTF-8 as U+FFFD
         raise ConfigError(f"{source}: not UTF-8 text (bad byte at offset {exc.start})", source=source) from None
 
 

@@ -48,7 +48,11 @@ class SectionRules(RuleBase):
             seen: Dict[str, int] = {}
             for i, entry in entries_of(passwd, section):
                 p = f"$.passwd.{section}.{i}"
-                self.dup(seen, value_of(entry, "name", "str") or "", i, p + ".name")
+                name = value_of(entry, "name", "str") or ""
+                self.dup(seen, name, i, p + ".name")
+                if not name:
+                    self.r.warn(p + ".name", f"a {section[:-1]} without a name: Ignition accepts the config, "
+                                "but creating or deleting it fails on the node", "name-missing")
                 if entry.get("shouldExist") is False:
                     others = [k for k in entry if k not in ("name", "shouldExist") and entry[k] is not None]
                     if others:

@@ -27,7 +27,11 @@ def validate_ignition(doc: Any) -> List[Problem]:
     version = _check_version(doc, r)
     declared = version if version else spec.parse_version(spec.NEWEST_VERSION)
     view = walk(doc, "Config", "$", declared, version is not None, r)
+    typed = {p.path for p in r.problems if p.rule == "type"}
+    before = len(r.problems)
     _Semantic(declared, r).config(view)
+    if typed:  # Ignition stops at a decode error: no second finding for the same value
+        r.problems[before:] = [p for p in r.problems[before:] if p.path not in typed]
     return r.problems
 
 
