@@ -29,6 +29,8 @@ class Problem:
     severity: str = "error"  # "error" or "warning"
     value: Any = _MISSING
     source: str = ""  # file name, when known
+    line: Optional[int] = None  # of the offending value in the source text, from 1
+    column: Optional[int] = None
 
     @property
     def is_error(self) -> bool:
@@ -40,6 +42,8 @@ class Problem:
             text += f" (got {self.value!r})"
         if self.rule:
             text += f" [{self.rule}]"
+        if self.line is not None:
+            text += f" at line {self.line}, column {self.column}"
         if self.source:
             text += f" in {self.source}"
         return text
@@ -50,6 +54,8 @@ class Problem:
             out["value"] = self.value
         if self.source:
             out["source"] = self.source
+        if self.line is not None:
+            out["line"], out["column"] = self.line, self.column
         return out
 
 

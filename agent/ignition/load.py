@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 from agent.errors import ConfigError, Problem
 from agent.ignition import spec, translate2
 from agent.ignition.parse import parse_document_with_warnings
+from agent.ignition.positions import with_positions
 from agent.ignition.validate import validate_ignition
 from agent.nodeconfig import NodeConfig
 
@@ -49,6 +50,7 @@ def check_node_config(data: Union[bytes, str, dict], source: str = "<input>"
         if not any(p.is_error for p in found):
             nc = NodeConfig(ignition=copy.deepcopy(doc), name=_name_from_source(source))
     problems.extend(_with_source(p, source) for p in found)
+    problems = with_positions(problems, data)  # line and column, as ignition-validate gives them
     if any(p.is_error for p in problems):
         return None, problems
     return nc, problems
