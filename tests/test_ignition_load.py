@@ -42,7 +42,12 @@ def test_empty_documents_are_refused(data):
 
 def test_not_utf8_is_refused():
     with pytest.raises(ConfigError, match="UTF-8"):
-        parse_document(b'{"a": "\xff"}', "x")
+        parse_document(b'a: "\xff"', "x")
+
+
+def test_invalid_utf8_in_json_reads_as_go_does():
+    # Go's encoding/json (Ignition) turns invalid UTF-8 in a string into U+FFFD
+    assert parse_document(b'{"a": "\xff"}', "x") == {"a": "\ufffd"}
 
 
 def test_duplicate_keys_are_warned_last_wins():

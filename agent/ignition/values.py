@@ -5,7 +5,7 @@ from typing import List, Optional, Tuple
 from urllib.parse import parse_qs
 
 from agent.ignition import spec
-from agent.ignition.dataurl import data_url_error
+from agent.ignition.dataurl import CONTROL_MESSAGE, data_url_error, has_control_character
 
 HASH_SIZES = {"sha512": 64, "sha256": 32}
 SYSTEMD_LINE_MAX = 2048
@@ -35,15 +35,17 @@ def path_error(p: str) -> Optional[Tuple[str, str]]:
 
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
 _BAD_ESCAPE_RE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")  # Go's url.Parse refuses ASCII control characters
 
 
 def url_error(url: str, declared: spec.Version) -> Optional[Tuple[str, str]]:
     """Why Ignition would refuse ``url`` as a source, or None. ``""`` is fine (empty contents)."""
     if url == "":
         return None
-    if _CONTROL_RE.search(url):
-        return "unable to parse url (control character)", "url-invalid"
+    if url[:5].lower() == "data:":
+        err = data_url_error(url)  # control characters included, in the same pass
+        return (err, "url-invalid" if err == CONTROL_MESSAGE else "data-url") if err else None
+    if has_control_character(url):
+        return CONTROL_MESSAGE, "url-invalid"
     if url.startswith(":"):
         return "unable to parse url (missing scheme)", "url-invalid"
     m = _SCHEME_RE.match(url)
@@ -88,10 +90,6 @@ def url_error(url: str, declared: spec.Version) -> Optional[Tuple[str, str]]:
                 return "invalid S3 object VersionId", "s3-version-id"
     if scheme == "arn" and not _valid_s3_arn(url.split("?", 1)[0]):
         return "invalid S3 ARN format", "s3-arn"
-    if scheme == "data":
-        err = data_url_error(url)
-        if err:
-            return err, "data-url"
     return None
 
 
