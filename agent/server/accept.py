@@ -8,7 +8,7 @@ detectSpecVersionFromAcceptHeader) and the conversion switch of server.go:275-29
   defaults to 1. Ranges are ordered by q, highest first, keeping the header's order on ties.
 - The first ``application/vnd.coreos.ignition+json`` range with a version decides: a version in
   [2.2.0, 3.0.0) gets spec 2.2.0; a version in [3.0.0, 4.0.0) gets the newest spec this server
-  produces that is not newer than it (3.2.0 -> 3.2.0, 3.7.0 -> 3.5.0). Any other versioned
+  produces that is not newer than it (3.2.0 -> 3.2.0, 3.7.0 -> 3.6.0). Any other versioned
   Ignition range (1.x, 2.0/2.1, 4.x) is unsupported, unless a later range decides.
 - No Ignition range with a version (no header, ``*/*``, ``application/json``, curl): spec 2.2.0,
   as the MCS ("we don't want to break existing behaviour").
@@ -18,9 +18,13 @@ detectSpecVersionFromAcceptHeader) and the conversion switch of server.go:275-29
 import re
 from typing import List, NamedTuple, Optional, Tuple
 
+from agent.ignition.spec import SUPPORTED_VERSIONS
+
 IGNITION_SUBTYPE = "vnd.coreos.ignition+json"
 SPEC2 = "2.2.0"
-SPEC3 = ("3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0")
+# every 3.x spec node-agent parses and converts to (agent/ignition/spec.py): 3.0.0 .. 3.6.0. The
+# MCS stops at 3.5.0 (the MCO's internal spec); an Ignition asking for 3.6.0 gets 3.6.0 here.
+SPEC3 = SUPPORTED_VERSIONS
 KARGS_SINCE = (3, 3, 0)  # kernelArguments entered Ignition in spec 3.3.0
 _SEMVER = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
 

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from agent.errors import Problem
+from agent.ignition.spec import SUPPORTED_VERSIONS
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +163,9 @@ def _check_ignition(cfg: Any, src: str, problems: List[Problem]) -> None:
         problems.append(Problem("$.spec.config", "must be an Ignition config object", "ignition", source=src))
         return
     version = (cfg.get("ignition") or {}).get("version") if isinstance(cfg.get("ignition"), dict) else None
-    if not isinstance(version, str) or not re.match(r"^3\.[0-5]\.0$", version):
-        problems.append(Problem("$.spec.config.ignition.version", "must be an Ignition spec 3.0.0 .. 3.5.0",
+    if version not in SUPPORTED_VERSIONS:
+        problems.append(Problem("$.spec.config.ignition.version",
+                                f"must be an Ignition spec {SUPPORTED_VERSIONS[0]} .. {SUPPORTED_VERSIONS[-1]}",
                                 "ignition", value=version, source=src))
         return
     try:  # the full validation of a teammate's module, when present
