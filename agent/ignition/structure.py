@@ -16,7 +16,8 @@ the semantic rules then check:
 The view shares every unchanged subtree with the input (no copy for a clean document).
 """
 
-from typing import Any, Dict, Tuple
+from itertools import islice
+from typing import Any, Dict, Optional, Tuple
 
 from agent.ignition import spec
 from agent.ignition.findings import MISSING, Report, type_name
@@ -56,38 +57,37 @@ def _matches(value: Any, kind: Any) -> bool:
 def walk(value: dict, spec_type: str, path: str, declared: spec.Version, strict: bool, r: Report) -> dict:
     """Report structural problems of ``value`` (a ``spec_type`` object); return its decoded view."""
     fields = spec.TYPES[spec_type]
-    folded = _FOLDED[spec_type]
-    out: Dict[str, Any] = {}
-    changed = False
-    for key, sub in value.items():
+    out: Optional[Dict[str, Any]] = None  # built only from the first difference on
+
+    def changed(upto: int) -> Dict[str, Any]:
+        return out if out is not None else dict(islice(value.items(), upto))
+
+    for n, (key, sub) in enumerate(value.items()):
         sub_path = f"{path}.{key}"
-        field = key if key in fields else folded.get(_fold(key))
+        field = key if key in fields else _FOLDED[spec_type].get(_fold(key))
         if field != key:
             r.warn(sub_path, f"unused key {key}" + (f" (Go's decoder reads it as {field!r})" if field else ""),
                    "unused-key")
-            changed = True
+            out = changed(n)
             if field is None:
                 continue
         kind, since = fields[field]
         if strict and since > declared:
             r.warn(sub_path, f"unused key {key}: it needs spec {spec.version_text(since)} and the config "
                    f"declares {spec.version_text(declared)}", "unused-key")
-            changed = True
+            out = changed(n)
             continue
-        if sub is None:
-            changed = True  # JSON null leaves the field unset, as in Ignition
+        ok, view = (False, None) if sub is None else _walk_kind(sub, kind, f"{path}.{field}", declared, strict, r)
+        if not ok:  # JSON null leaves the field unset, as in Ignition; a wrong type too
+            out = changed(n)
             out.pop(field, None)
             continue
-        ok, view = _walk_kind(sub, kind, f"{path}.{field}", declared, strict, r)
-        if not ok:
-            changed = True
-            out.pop(field, None)
+        if out is None and view is sub:
             continue
-        if field in out:
-            del out[field]  # a later spelling wins, as in Go; keep document order
+        out = changed(n)
+        out.pop(field, None)  # a later spelling wins, as in Go; keep document order
         out[field] = view
-        changed = changed or view is not sub
-    return out if changed else value
+    return value if out is None else out
 
 
 def _walk_kind(value: Any, kind: Any, path: str, declared: spec.Version, strict: bool, r: Report) -> Tuple[bool, Any]:
