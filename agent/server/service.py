@@ -28,7 +28,8 @@ from agent.server.drains import DEFAULT_TTL, parse_max_unavailable
 from agent.server.nodestore import NodeRecord, NodeStore, PoolRow, counts_for
 from agent.server.nodestore_sqlite import SqliteNodeStore
 from agent.server.render import Rendered, render_pool
-from agent.server.store import State, StateWatcher, pool_forced
+from agent.server.store import State, pool_forced
+from agent.server.watcher import StateWatcher
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +126,10 @@ class Cluster:
         st = self.watcher.current()
         if seen is _UNSET:
             seen = self.store.meta("state_signature")
-        if seen is not None and seen != st.signature and not st.stale:
+        if seen is not None and seen != st.signature:
             # Another worker has seen different files: look now, so that every worker serves
             # the same state as soon as one of them has noticed a change (no flip-flop).
-            st = self.watcher.current(check_now=True)
+            st = self.watcher.current(check_now=True, settled=seen)
         if st.signature != self._reconciled_sig:
             self.reconcile()
         return st

@@ -12,7 +12,6 @@ import hashlib
 import logging
 import os
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -81,23 +80,38 @@ def _yaml_files(directory: str) -> List[str]:
 
 def signature(state_dir: str) -> str:
     """Cheap fingerprint of the directory: changes whenever a file is added, removed or rewritten."""
+    return signature_and_newest(state_dir)[0]
+
+
+def signature_and_newest(state_dir: str) -> Tuple[str, float]:
+    """The fingerprint and the newest mtime (files and their directories: a removal counts)."""
     h = hashlib.sha256()
+    newest = [0.0]
     for sub in sorted(KINDS):
         d = os.path.join(state_dir, sub)
+        _mtime_of(d, newest)
         for name in _yaml_files(d):
-            _sig_one(h, os.path.join(d, name))
-    _sig_one(h, os.path.join(state_dir, CLUSTER_FILE))
+            _sig_one(h, os.path.join(d, name), newest)
+    _sig_one(h, os.path.join(state_dir, CLUSTER_FILE), newest)
     for name in BOOTSTRAP_FILES:
-        _sig_one(h, os.path.join(state_dir, BOOTSTRAP_DIR, name))
-    return h.hexdigest()
+        _sig_one(h, os.path.join(state_dir, BOOTSTRAP_DIR, name), newest)
+    return h.hexdigest(), newest[0]
 
 
-def _sig_one(h: Any, path: str) -> None:
+def _mtime_of(path: str, newest: List[float]) -> None:
+    try:
+        newest[0] = max(newest[0], os.stat(path).st_mtime)
+    except OSError:
+        pass
+
+
+def _sig_one(h: Any, path: str, newest: List[float]) -> None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
         h.update(f"{path}:-\n".encode())
         return
+    newest[0] = max(newest[0], st.st_mtime)
     h.update(f"{path}:{st.st_mtime_ns}:{st.st_size}:{st.st_ino}\n".encode())
 
 
@@ -386,65 +400,3 @@ def _bootstrap_problem(name: str, data: bytes) -> str:
             isinstance(c, dict) and (c.get("cluster") or {}).get("server") for c in clusters):
         return "not a kubeconfig: clusters[].cluster.server is required"
     return ""
-
-
-class StateWatcher:
-    """Holds the serving state; re-reads the directory at most once per ``interval`` seconds.
-
-    Thread-safe: request threads call ``current()``; only one of them reloads at a time.
-    """
-
-    def __init__(self, state_dir: str, interval: float = 1.0):
-        self.state_dir = state_dir
-        self.interval = interval
-        self._lock = threading.Lock()
-        self._checked = 0.0
-        self._state = self._first_load()
-
-    def _first_load(self) -> State:
-        state = load_state(self.state_dir)
-        self._log_problems(state)
-        self._checked = time.monotonic()
-        return state
-
-    @staticmethod
-    def _log_problems(state: State) -> None:
-        for p in state.problems:
-            log.error("state: %s", p)
-
-    def current(self, check_now: bool = False) -> State:
-        now = time.monotonic()
-        if check_now:
-            self._lock.acquire()
-        elif now - self._checked < self.interval or not self._lock.acquire(blocking=False):
-            return self._state
-        try:
-            self._checked = now
-            sig = signature(self.state_dir)
-            old = self._state
-            # A stale state carries the last good signature: files restored to exactly that
-            # state must still be re-read, or the state stays stale for ever.
-            if (sig != old.signature or old.stale) and not (old.stale and sig == getattr(self, "_bad_sig", None)):
-                self._reload(sig)
-        finally:
-            self._lock.release()
-        return self._state
-
-    def _reload(self, sig: str) -> None:
-        new = load_state(self.state_dir)
-        if new.problems:
-            self._log_problems(new)
-            self._bad_sig = sig
-            # Keep serving the last good objects; remember what is wrong with the newest files.
-            old = self._state
-            kept = State(old.pools, old.machine_configs, old.cluster, old.os_configs, old.os_builds,
-                         old.signature, new.problems, old.loaded_at, stale=True, bootstrap=old.bootstrap)
-            if not old.problems or old.stale:
-                self._state = kept
-            else:  # the first load was already partial: take the newer partial state
-                self._state = new
-            log.error("state directory %s has %d problem(s); %s", self.state_dir, len(new.problems),
-                      "the last good state keeps serving" if self._state is kept else "valid objects serve")
-        else:
-            log.info("state directory %s reloaded", self.state_dir)
-            self._state = new
