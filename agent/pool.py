@@ -65,7 +65,7 @@ def resolve_pool(pointer_pool: Optional[str], served: Served) -> PoolIdentity:
         raise ConfigError(f"pool disagreement: {said}. The node would join the wrong pool; fix the pointer "
                           f"config to name the pool the server serves, or check the server's pool objects",
                           [Problem("$.ignition.config", said, "pool-mismatch")])
-    labels = dict(((served.pool_info or {}).get("nodeSelector") or {}).get("matchLabels") or {})
+    labels = node_labels((served.pool_info or {}).get("nodeSelector") or {})
     problems = []
     for key, value in labels.items():
         if not _LABEL_KEY.match(str(key)) or not _LABEL_VALUE.match(str(value)) or len(str(value)) > 63:
@@ -74,6 +74,23 @@ def resolve_pool(pointer_pool: Optional[str], served: Served) -> PoolIdentity:
     if problems:
         raise ConfigError(f"the served pool {pool} has invalid node labels", problems)
     return PoolIdentity(pool=pool, config=first_pivot or served.config_name, labels={str(k): str(v) for k, v in labels.items()})
+
+
+def node_labels(selector: Dict) -> Dict[str, str]:
+    """The labels a node needs to be selected by a pool's ``nodeSelector``, as the MCO derives
+    them (node_controller.go:1815-1849): ``matchLabels`` as they are, a ``matchExpressions``
+    ``In`` with exactly one value as key=value, ``Exists`` as key="" (an empty value). Other
+    expressions (several values, NotIn, DoesNotExist) say no single label; they add none."""
+    labels = {str(k): str(v) for k, v in (selector.get("matchLabels") or {}).items()}
+    for expr in selector.get("matchExpressions") or []:
+        if not isinstance(expr, dict) or not isinstance(expr.get("key"), str):
+            continue
+        values = expr.get("values") or []
+        if expr.get("operator") == "In" and len(values) == 1:
+            labels.setdefault(expr["key"], str(values[0]))
+        elif expr.get("operator") == "Exists":
+            labels.setdefault(expr["key"], "")
+    return labels
 
 
 def _parse_labels(value: str) -> Dict[str, str]:

@@ -153,3 +153,20 @@ def test_undecodable_served_rules_name_the_path(contents):
     with pytest.raises(ConfigError) as info:
         read_served(_with_rules(contents))
     assert info.value.problems[0].path == "$.storage.files.1.contents.source"
+
+
+def test_labels_from_match_expressions_as_the_mco_derives_them():
+    # MCO pkg/controller/node/node_controller.go:1815-1849
+    from agent.pool import node_labels
+
+    sel = {"matchLabels": {"a": "1"}, "matchExpressions": [
+        {"key": "node-role.kubernetes.io/infra", "operator": "Exists"},
+        {"key": "zone", "operator": "In", "values": ["east"]},
+        {"key": "many", "operator": "In", "values": ["x", "y"]},
+        {"key": "not", "operator": "NotIn", "values": ["x"]},
+        {"key": "gone", "operator": "DoesNotExist"}]}
+    assert node_labels(sel) == {"a": "1", "node-role.kubernetes.io/infra": "", "zone": "east"}
+    s = Served(annotations={}, pool_info={"pool": "infra", "nodeSelector": sel})
+    identity = resolve_pool("infra", s)
+    assert identity.labels["node-role.kubernetes.io/infra"] == ""
+    assert "node-role.kubernetes.io/infra=," in merge_kubelet_env("", identity.labels)

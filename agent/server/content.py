@@ -10,7 +10,7 @@ cluster_server.go GetConfig; read back by ``agent.served``), in this order:
 - ``/etc/kubernetes/kubeconfig`` (state ``bootstrap/kubeconfig``, when present; mode 0600);
 - ``/etc/mcs-machine-config-content.json``: the full served MachineConfig, Ignition included;
 - ``/etc/node-agent/boot-image-skew.json``: the skew rules (from ``bootImageSkewEnforcement``);
-- ``/etc/node-agent/pool.json``: the pool's name, ``nodeSelector.matchLabels`` and what was served;
+- ``/etc/node-agent/pool.json``: the pool's name, ``nodeSelector`` (matchLabels, matchExpressions) and what was served;
 - ``/etc/node-agent/disruption-policy.yaml``: the cluster's ``nodeDisruptionPolicy`` as given;
 - ``/etc/ignition-machine-config-encapsulated.json`` (last): the full MachineConfig with its
   Ignition emptied at the negotiated version (osImageURL is the *served* image; below spec 3.3
@@ -163,8 +163,12 @@ def build_document(pool: Dict[str, Any], config_name: str, spec: Dict[str, Any],
     if needs_kargs_in_machineconfig(version):
         migrate_kernel_arguments(doc, mc)
     bootstrap = bootstrap or {}
-    selector = ((pool.get("spec") or {}).get("nodeSelector") or {}).get("matchLabels") or {}
-    pool_info = {"pool": name, "nodeSelector": {"matchLabels": dict(selector)},
+    selector = (pool.get("spec") or {}).get("nodeSelector") or {}
+    # Both halves: the node derives its labels from matchExpressions too (node_controller.go:1815).
+    node_selector: Dict[str, Any] = {"matchLabels": dict(selector.get("matchLabels") or {})}
+    if selector.get("matchExpressions"):
+        node_selector["matchExpressions"] = list(selector["matchExpressions"])
+    pool_info = {"pool": name, "nodeSelector": node_selector,
                  "servedConfig": config_name, "servedImage": image}
     added: List[Dict[str, Any]] = []
     if bootstrap.get(KUBELET_CA):
