@@ -317,6 +317,10 @@ def _run_step(root: Root, step: Step, journal: Journal, systemd, rpmostree, resu
         if step.action == "kargs":
             append, delete = step.args
             rpmostree.kargs(append, delete)
+        elif step.action == "kernel-type":
+            rpmostree.switch_kernel(step.args[0][0], step.args[1][0])
+        elif step.action == "extensions":
+            rpmostree.update_extensions(*step.args)
         else:
             rpmostree.rebase(step.target)
         result.os_update_staged = True

@@ -153,6 +153,7 @@ class FirstBoot:
             target = planning.with_pool_files(self.root, target, identity)
 
         with rec.stage("plan"):
+            planning.check_reconcilable(self.root, None, target, firstboot=True)
             booted = planning.booted_os(self.root, self.rpmostree)
             plan = planning.make_plan(planning.firstboot_baseline(target, booted), target,
                                        served.policy_text, firstboot=True)

@@ -30,40 +30,13 @@ from agent.errors import ApplyError
 from agent.host.accounts import Accounts, add_group, add_user, home_of
 from agent.host.units import SYSTEM_DIR, also_units, install_links
 from agent.nodeconfig import NodeConfig
+from agent.op import Op
+from agent.osops import kernel_args, os_commands, os_operations  # noqa: F401 (re-exported: apply, tests)
 
 SSH_KEYS_FRAGMENT = "ignition"  # same fragment Ignition and the MCO write: day 2 replaces it
 DEFAULT_STATE_DIR = "/var/lib/node-agent"
 MANAGED_FILE = "managed.json"
 PENDING_OS_FILE = "pending-os.json"
-
-
-@dataclass(frozen=True)
-class Op:
-    kind: str  # file dir symlink hardlink remove enable disable mask unmask kargs rebase
-    path: str = ""  # config path (unit name for unit ops)
-    data: Optional[bytes] = None  # file: full contents (None: keep existing contents)
-    append: Optional[bytes] = None  # file: fragments to add once
-    mode: Optional[int] = None
-    uid: Optional[int] = None
-    gid: Optional[int] = None
-    target: str = ""  # links
-    overwrite: bool = False
-    links: Tuple[Tuple[str, str], ...] = ()  # enable/disable: install links (path, target)
-    args: Tuple[Tuple[str, ...], ...] = ()  # kargs: (append, delete)
-    where: str = ""  # JSON path of the config entry, for errors
-    internal: bool = False  # the agent's own state (not counted as a config change)
-    unit_file: bool = False  # a unit file or dropin (a change needs daemon-reload)
-    owned: bool = False  # written by a previous apply (managed record or previous config)
-
-    def describe(self) -> str:
-        if self.kind in ("enable", "disable", "mask", "unmask"):
-            return f"{self.kind} {self.path}"
-        if self.kind == "kargs":
-            app, dele = self.args
-            return "kernel arguments" + "".join(f" +{a}" for a in app) + "".join(f" -{d}" for d in dele)
-        if self.kind == "rebase":
-            return f"rebase to {self.target}"
-        return f"{self.kind} {self.path}"
 
 
 @dataclass(frozen=True)
@@ -127,24 +100,6 @@ def _parents(path: str) -> List[str]:
 
 def _depth(path: str) -> int:
     return path.rstrip("/").count("/")
-
-
-def kernel_args(target: NodeConfig, previous: Optional[NodeConfig], booted: Optional[Tuple[str, Tuple[str, ...]]]
-                ) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
-    """(append, delete) of kernel arguments: MachineConfig kernelArguments + Ignition kernelArguments."""
-    ign = target.ignition.get("kernelArguments") or {}
-    want = list(target.kernel_arguments) + [a for a in ign.get("shouldExist") or [] if a not in target.kernel_arguments]
-    unwanted = list(ign.get("shouldNotExist") or [])
-    if previous is not None:
-        unwanted += [a for a in previous.kernel_arguments if a not in want and a not in unwanted]
-    if booted is not None:
-        have = set(booted[1])
-        return (tuple(a for a in want if a not in have), tuple(a for a in unwanted if a in have))
-    if previous is not None:
-        prev_ign = previous.ignition.get("kernelArguments") or {}
-        prev_want = set(previous.kernel_arguments) | set(prev_ign.get("shouldExist") or [])
-        want = [a for a in want if a not in prev_want]
-    return tuple(want), tuple(unwanted)
 
 
 def _config_paths(cfg: NodeConfig, acc: Accounts) -> List[str]:
@@ -286,26 +241,16 @@ def desired_operations(target: NodeConfig, previous: Optional[NodeConfig], conte
         pending = {"kernelArguments": {"append": list(append), "delete": list(delete)},
                    "osImageURL": next((o.target for o in os_ops if o.kind == "rebase"), ""),
                    "config": target.name}
+        for o in os_ops:  # what a live host would run, recorded for the reboot to come
+            if o.kind == "kernel-type":
+                pending["kernelType"] = {"from": o.args[0][0], "to": o.args[1][0]}
+            elif o.kind == "extensions":
+                pending["extensions"] = {"install": list(o.args[0]), "uninstall": list(o.args[1])}
+        pending["commands"] = [["rpm-ostree", *args] for o in os_ops for args in os_commands(o)]
         if os_ops:
             ops.append(Op("file", f"{facts.state_dir}/{PENDING_OS_FILE}", data=(json.dumps(pending, indent=1) + "\n").encode(),
                           mode=0o644, uid=0, gid=0, overwrite=True, internal=True))
     return [replace(o, owned=True) if o.path in old_paths else o for o in ops]
-
-
-def os_operations(target: NodeConfig, previous: Optional[NodeConfig],
-                  booted: Optional[Tuple[str, Tuple[str, ...]]]) -> List[Op]:
-    """Kernel-argument and rebase operations the target needs. With the booted OS known (image,
-    kernel arguments) they are what differs from it; without, what differs from ``previous``."""
-    out = []
-    append, delete = kernel_args(target, previous, booted)
-    if append or delete:
-        out.append(Op("kargs", args=(append, delete), where="$.kernelArguments"))
-    if target.os_image_url:
-        booted_image = booted[0] if booted else None
-        prev_image = previous.os_image_url if previous is not None else None
-        if booted_image != target.os_image_url and (booted is not None or prev_image != target.os_image_url):
-            out.append(Op("rebase", target=target.os_image_url, where="$.osImageURL"))
-    return out
 
 
 def _was_masked(cfg: NodeConfig, name: str) -> bool:
@@ -541,6 +486,8 @@ def diff_operations(ops: List[Op], observed: Dict, facts: Facts) -> Tuple[List[S
             steps.append(Step("os", action="kargs", args=op.args, op=op))
         elif op.kind == "rebase":
             steps.append(Step("os", action="rebase", target=op.target, op=op))
+        elif op.kind in ("kernel-type", "extensions"):
+            steps.append(Step("os", action=op.kind, args=op.args, op=op))
         else:  # pragma: no cover - planner and diff are written together
             raise ValueError(f"unknown operation {op.kind}")
         if not op.internal:

@@ -92,12 +92,31 @@ def boot_id(root: Root) -> Optional[str]:
         return None
 
 
+def node_fips(root: Root) -> Optional[bool]:
+    """FIPS mode as the kernel reports it; None where the root has no such file (another root)."""
+    from agent.reconcilable import FIPS_PATH
+
+    try:
+        return root.read_text(FIPS_PATH).strip() == "1"
+    except OSError:
+        return None
+
+
+def check_reconcilable(root: Root, current: Optional[NodeConfig], target: NodeConfig, *, firstboot: bool) -> None:
+    """Refuse, before anything is written, what a running node cannot take (FIPS flip, day-2
+    storage): ConfigError, exit 65."""
+    from agent.reconcilable import check
+
+    check(current, target, node_fips(root), firstboot=firstboot)
+
+
 def firstboot_baseline(target: NodeConfig, booted: Booted) -> NodeConfig:
     """The config a first boot starts from: nothing of the target's Ignition yet, and the OS the
     boot image runs. Unknown OS facts count as different (a pivot is the safe assumption)."""
     present = tuple(a for a in target.kernel_arguments if a in booted.kargs)
+    # FIPS was checked against the node already (check_reconcilable): it is what the node runs.
     return NodeConfig(ignition={"ignition": {"version": target.ignition.get("ignition", {}).get("version", "3.4.0")}},
-                      os_image_url=booted.image, kernel_arguments=present, name="(boot image)")
+                      os_image_url=booted.image, kernel_arguments=present, fips=target.fips, name="(boot image)")
 
 
 def make_plan(current: NodeConfig, target: NodeConfig, policy_text: Optional[str], *, firstboot: bool):

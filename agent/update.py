@@ -182,6 +182,7 @@ class Updater:
             rec.finish("done", EXIT_OK)
             return "unchanged"
         with rec.stage("plan"):
+            planning.check_reconcilable(self.root, current, target, firstboot=False)
             plan = planning.make_plan(current, target, served.policy_text, firstboot=False)
             log.info("plan:\n%s", plan.explain())
         lease = False
