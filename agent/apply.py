@@ -53,6 +53,7 @@ _STAGE = {"NODE_AGENT_STAGE": "apply"}
 @dataclass
 class ApplyResult:
     changed: List[str] = field(default_factory=list)  # one description per changed operation
+    changed_where: List[str] = field(default_factory=list)  # their config entries' JSON paths
     unchanged: int = 0  # operations already satisfied
     not_performed: List[str] = field(default_factory=list)  # live/OS actions skipped (offline root)
     os_update_staged: bool = False  # kargs/rebase staged: the caller reboots once
@@ -242,6 +243,7 @@ def apply_config(root: Root, target: NodeConfig, previous: Optional[NodeConfig] 
     steps, changed, unchanged = diff_operations(ops, observed, facts)
 
     result.changed = [o.describe() for o in changed]
+    result.changed_where = sorted({o.where for o in changed if o.where})
     result.unchanged = len(unchanged)
     result.changed_paths = sorted({s.path for s in steps if s.touches_path and s.op is not None
                                    and not s.op.internal and s.kind != "mkdir"})

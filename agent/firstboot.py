@@ -155,8 +155,8 @@ class FirstBoot:
         with rec.stage("plan"):
             planning.check_reconcilable(self.root, None, target, firstboot=True)
             booted = planning.booted_os(self.root, self.rpmostree)
-            plan = planning.make_plan(planning.firstboot_baseline(target, booted), target,
-                                       served.policy_text, firstboot=True)
+            plan = planning.make_plan(planning.firstboot_baseline(target, booted, self.laid_by_ignition(target, booted)),
+                                       target, served.policy_text, firstboot=True)
             log.info("plan:\n%s", plan.explain())
             if self.opts.dry_run:
                 print(plan.explain())
@@ -210,6 +210,19 @@ class FirstBoot:
         if reboot:
             planning.reboot(self.root, self.logind)
         return EXIT_OK
+
+    def laid_by_ignition(self, target: NodeConfig, booted):
+        """JSON paths of the target's entries the disk does not hold yet (a dry run of the apply),
+        or None when the disk cannot be trusted for that: a resumed run, whose earlier attempt
+        may have written files itself (then every entry counts as a change, as before)."""
+        from agent.apply import apply_config
+        from agent.txjournal import Journal
+
+        if self.progress.get("appliedBootId") or Journal(self.root, self.state_dir).exists():
+            return None
+        preview = apply_config(self.root, target, None, fetcher=self.fetcher, state_dir=self.state_dir,
+                               dry_run=True, booted=(booted.image, booted.kargs) if booted.known else None)
+        return preview.changed_where
 
     def check_skew(self, served, target: NodeConfig) -> None:
         from agent.skewstage import (

@@ -110,10 +110,37 @@ def check_reconcilable(root: Root, current: Optional[NodeConfig], target: NodeCo
     check(current, target, node_fips(root), firstboot=firstboot)
 
 
-def firstboot_baseline(target: NodeConfig, booted: Booted) -> NodeConfig:
-    """The config a first boot starts from: nothing of the target's Ignition yet, and the OS the
-    boot image runs. Unknown OS facts count as different (a pivot is the safe assumption)."""
+_ENTRY_LISTS = (("storage", "files"), ("storage", "directories"), ("storage", "links"),
+                ("systemd", "units"), ("passwd", "users"), ("passwd", "groups"))
+
+
+def already_on_disk(target: NodeConfig, changed_where) -> dict:
+    """The target's Ignition without the entries the apply would change (``changed_where``: JSON
+    paths of the changed operations, from a dry run against the disk). What remains is what
+    Ignition already laid, byte for byte: no change, so no reboot for it."""
+    changed = tuple(changed_where)
+    out = json.loads(json.dumps(target.ignition))
+    for section, key in _ENTRY_LISTS:
+        entries = (out.get(section) or {}).get(key)
+        if not isinstance(entries, list):
+            continue
+        prefix = f"$.{section}.{key}."
+        out[section][key] = [e for i, e in enumerate(entries)
+                             if not any(w == f"{prefix}{i}" or w.startswith(f"{prefix}{i}.") for w in changed)]
+    return out
+
+
+def firstboot_baseline(target: NodeConfig, booted: Booted, changed_where=None) -> NodeConfig:
+    """The config a first boot starts from: what the disk already holds of the target (every
+    entry when ``changed_where`` is None: nothing known, nothing assumed present) and the OS the
+    boot image runs: its image, the kernel arguments it booted with, the default kernel, no
+    extensions. Unknown OS facts count as different (a pivot is the safe assumption). The MCD
+    does the same: no reboot at first boot when the booted image and kernel arguments already are
+    the target (daemon.go:1255-1285), since Ignition laid the files."""
     present = tuple(a for a in target.kernel_arguments if a in booted.kargs)
+    if changed_where is not None:
+        return NodeConfig(ignition=already_on_disk(target, changed_where), os_image_url=booted.image,
+                          kernel_arguments=present, fips=target.fips, name="(boot image)")
     # FIPS was checked against the node already (check_reconcilable): it is what the node runs.
     return NodeConfig(ignition={"ignition": {"version": target.ignition.get("ignition", {}).get("version", "3.4.0")}},
                       os_image_url=booted.image, kernel_arguments=present, fips=target.fips, name="(boot image)")
