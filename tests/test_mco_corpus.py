@@ -199,3 +199,26 @@ def _assert_os_fields(root, nc):
     for ext in nc.extensions:
         assert ext in pending["extensions"]["install"] and f"--install {ext}" in " ".join(commands), pending
 
+
+
+def test_the_custom_pools_guide_infra_node_gets_the_infra_file(tmp_path):
+    """The guide's infra pool (013) and its spec 2.2 MachineConfig (014), plus a worker
+    MachineConfig writing the same path that sorts after it: the infra file wins."""
+    from agent.server.render import render_pool
+
+    state = tmp_path / "state"
+    (state / "machineconfigpools").mkdir(parents=True)
+    (state / "machineconfigs").mkdir()
+    by_file = {e["file"][:3]: e for e in ENTRIES}
+    shutil.copy(_path(by_file["013"]), str(state / "machineconfigpools" / "infra.yaml"))
+    shutil.copy(_path(by_file["014"]), str(state / "machineconfigs" / "51-infra.yaml"))
+    (state / "machineconfigs" / "99-worker-infratest.yaml").write_text(
+        f"metadata: {{name: 99-worker-infratest, labels: {{{ROLE}: worker}}}}\nspec:\n  config:\n"
+        "    ignition: {version: 3.2.0}\n    storage: {files: [{path: /etc/infratest, contents: {source: 'data:,worker'}}]}\n")
+    st = load_state(str(state))
+    assert not st.problems, [str(p) for p in st.problems]
+    rendered = render_pool(st.pools["infra"], st.machine_configs)
+    assert rendered.sources == ("99-worker-infratest", "51-infra")
+    files = {f["path"]: f for f in rendered.spec["config"]["storage"]["files"]}
+    assert files["/etc/infratest"]["contents"]["source"] == "data:,infra"
+    assert files["/etc/infratest"]["overwrite"] is True

@@ -26,6 +26,7 @@ def test_every_file_gets_overwrite_true_unless_it_says_otherwise():
     assert files["/etc/keep"]["overwrite"] is False
     # Ignition refuses overwrite: true without a source; upstream sets it anyway, we do not.
     assert "overwrite" not in files["/etc/empty"]
+    assert "overwrite" not in mcs["00-w"]["spec"]["config"]["storage"]["files"][0]  # the source is untouched
 
 
 def test_custom_pool_merges_worker_configs_first():

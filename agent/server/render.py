@@ -125,17 +125,22 @@ def merge_ignition(parent: Dict[str, Any], child: Dict[str, Any]) -> Dict[str, A
 
 
 def default_overwrite(ignition: Dict[str, Any]) -> None:
-    """``overwrite: true`` on every file that does not set it, in place (helpers.go:140-148).
+    """``overwrite: true`` on every file that does not set it (helpers.go:140-148). Only
+    ``ignition`` itself is changed: the storage section and its entries are new objects, so
+    nothing shared with the source MachineConfigs is ever modified.
 
     Ignition 3 defaults overwrite to false, spec 2 and the MCD always overwrite: without this a
     file the boot image already has (``/etc/systemd/journald.conf``) stops first boot. Unlike
     upstream we leave a file without ``contents.source`` alone: Ignition refuses
     ``overwrite: true`` there ("overwrite must be false if source is unspecified").
     """
-    for entry in (ignition.get("storage") or {}).get("files") or []:
-        if isinstance(entry, dict) and entry.get("overwrite") is None and \
-                (entry.get("contents") or {}).get("source") is not None:
-            entry["overwrite"] = True
+    storage = ignition.get("storage")
+    if not isinstance(storage, dict) or not isinstance(storage.get("files"), list):
+        return
+    ignition["storage"] = dict(storage, files=[
+        dict(entry, overwrite=True) if isinstance(entry, dict) and entry.get("overwrite") is None
+        and (entry.get("contents") or {}).get("source") is not None else entry
+        for entry in storage["files"]])
 
 
 def merge_machine_configs(configs: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
