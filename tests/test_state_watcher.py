@@ -19,8 +19,12 @@ NEW = ("metadata: {name: 99-new, labels: {machineconfiguration.openshift.io/role
 
 
 def state_copy(tmp_path):
+    """A copy of the example state whose files all look old (a fresh checkout is not)."""
     d = tmp_path / "state"
     shutil.copytree(EXAMPLE, d)
+    for where, _dirs, files in os.walk(d, topdown=False):
+        for name in files:
+            age(os.path.join(where, name))
     return d
 
 
