@@ -18,6 +18,7 @@ import yaml
 
 from agent.errors import ConfigError, Problem
 from agent.host.root import Root
+from agent.ignition.proxy import ProxySettings, check_proxy_url
 from agent.names import NODE_NAME_RULE, is_node_name
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ class Settings:
     fetch: FetchSettings = field(default_factory=FetchSettings)
     report: ReportSettings = field(default_factory=ReportSettings)
     update: UpdateSettings = field(default_factory=UpdateSettings)
+    # HTTP(S) proxy for every request (agent.ignition.proxy); "" / () = the environment's or none.
+    proxy: ProxySettings = field(default_factory=ProxySettings)
 
 
 # --- checks: each returns None when fine, or what was expected -----------------------------------
@@ -98,6 +101,12 @@ def _abs_path(allow_empty: bool) -> Callable[[Any], Optional[str]]:
     return check
 
 
+def _host_list(value: Any) -> Optional[str]:
+    if value is None or (isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value)):
+        return None
+    return "a list of host names, domains (.example.com), IP addresses or CIDRs"
+
+
 def _node_name(value: Any) -> Optional[str]:
     if not is_node_name(value):
         return NODE_NAME_RULE
@@ -117,8 +126,11 @@ _FIELDS: List[Tuple[str, Tuple[str, ...], Callable[[Any], Optional[str]]]] = [
     ("report.retryInterval", ("report", "retry_interval"), _number(0, 86400, low_open=True)),
     ("update.interval", ("update", "interval"), _number(0, 86400, low_open=True)),
     ("update.drainTimeout", ("update", "drain_timeout"), _number(0, 86400, low_open=True)),
+    ("proxy.httpProxy", ("proxy", "http_proxy"), check_proxy_url),
+    ("proxy.httpsProxy", ("proxy", "https_proxy"), check_proxy_url),
+    ("proxy.noProxy", ("proxy", "no_proxy"), _host_list),
 ]
-_SECTIONS = {"fetch", "report", "update"}
+_SECTIONS = {"fetch", "report", "update", "proxy"}
 
 
 def _walk_unknown(data: Dict[str, Any], known: set, prefix: str = "") -> List[str]:
@@ -187,8 +199,15 @@ def parse_settings(data: Any, source: str = "") -> Settings:
         fetch=fetch,
         report=replace(defaults.report, **sections.get("report", {})),
         update=replace(defaults.update, **sections.get("update", {})),
+        proxy=_proxy(sections.get("proxy", {})),
         **sections[""],
     )
+
+
+def _proxy(values: Dict[str, Any]) -> ProxySettings:
+    no_proxy = values.get("no_proxy") or ()
+    return ProxySettings(values.get("http_proxy") or "", values.get("https_proxy") or "",
+                         tuple(e.strip() for e in no_proxy))
 
 
 def load_settings(root: Root, path: Optional[str] = None) -> Settings:

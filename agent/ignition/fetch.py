@@ -12,6 +12,7 @@ system trust store, as Ignition does.
 import hashlib
 import json
 import logging
+import os
 import random
 import ssl
 import time
@@ -22,11 +23,11 @@ from urllib.parse import unquote, urlsplit
 import requests
 import tenacity
 import urllib3
-from requests.adapters import HTTPAdapter
 
 from agent import __version__
 from agent.backoff import Backoff, parse_retry_after
 from agent.errors import ConfigError, FetchError, Problem
+from agent.ignition import proxy as proxies
 from agent.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -65,12 +66,13 @@ class _Retry(Exception):
         self.retry_after = retry_after
 
 
-class _TrustAdapter(HTTPAdapter):
-    """An HTTPS adapter whose connections verify against our SSLContext (system CAs + added ones)."""
+class _TrustAdapter(proxies.RoutedAdapter):
+    """An HTTPS adapter whose connections verify against our SSLContext (system CAs + added ones),
+    through the proxy ``route`` picks for each URL (a CONNECT tunnel: the server is still verified)."""
 
-    def __init__(self, context: ssl.SSLContext, **kwargs: Any):
+    def __init__(self, context: ssl.SSLContext, route: Callable[[str], Optional[str]], **kwargs: Any):
         self._context = context
-        super().__init__(**kwargs)
+        super().__init__(route, **kwargs)
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         kwargs["ssl_context"] = self._context
@@ -221,6 +223,12 @@ class Fetcher:
         self.session = session or requests.Session()
         self.max_body = MAX_BODY
         self._ca_pems: List[bytes] = []
+        # Proxies are decided per URL by agent.ignition.proxy (environment < agent.yaml <
+        # ignition.proxy), for every request of this session: fetches, CAs, reports, drains.
+        self.session.trust_env = False
+        self.proxy = proxies.from_environment(os.environ).overridden_by(
+            self.settings.proxy, tuple(k for k, v in vars(self.settings.proxy).items() if v))
+        self.session.mount("http://", proxies.RoutedAdapter(self._proxy_for))
         self._mount_trust()
         for pem in ca_pems:
             self.add_ca(pem)
@@ -243,9 +251,22 @@ class Fetcher:
 
     def _mount_trust(self) -> None:
         old = self.session.adapters.get("https://")
-        self.session.mount("https://", _TrustAdapter(self._context()))
+        self.session.mount("https://", _TrustAdapter(self._context(), self._proxy_for))
         if isinstance(old, _TrustAdapter):
             old.close()  # pooled connections were verified against the old trust; start afresh
+
+    def _proxy_for(self, url: str) -> Optional[str]:
+        return proxies.proxy_for(url, self.proxy)
+
+    def adopt_proxy(self, cfg: dict, source: str = "") -> None:
+        """Use ``cfg``'s ``ignition.proxy`` (the fields it sets) for every later request."""
+        given_settings, given = proxies.from_ignition(cfg)
+        if given:
+            self.proxy = self.proxy.overridden_by(given_settings, given)
+            log.info("proxy from %s: http %s, https %s, noProxy %s", source or "config",
+                     proxies.redacted(self.proxy.http_proxy) or "direct",
+                     proxies.redacted(self.proxy.https_proxy) or "direct", ",".join(self.proxy.no_proxy) or "-",
+                     extra={"NODE_AGENT_STAGE": "fetch"})
 
     def add_ca(self, pem: bytes, source: str = "") -> None:
         """Trust the CA certificate(s) in ``pem`` (in addition to the system's) for later fetches."""
@@ -503,6 +524,7 @@ def trust_config_cas(cfg: dict, fetcher: Fetcher, source: str = "pointer config"
 
 
 def _add_cas(walk: _Walk, cfg: dict, source: str) -> int:
+    walk.fetcher.adopt_proxy(cfg, source)  # first: the CA bundles themselves come through it
     cas = ((((cfg.get("ignition") or {}).get("security") or {}).get("tls") or {})
            .get("certificateAuthorities") or [])
     for i, ref in enumerate(cas):
