@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional
 from agent import nodestate
 from agent.cli import DEFAULT_POINTER
 from agent.errors import EXIT_OK, ConfigError, NodeAgentError, SkewRefused
+from agent.host import files, selinux
 from agent.host.root import Root
 from agent.nodeconfig import NodeConfig
 from agent.report import refusal_text
@@ -48,6 +49,7 @@ class FirstBoot:
         self.opts = opts
         self.root = Root(opts.root)
         self.settings = load_settings(self.root, opts.settings)
+        files.use_labeller(selinux.labeller_for(self.root.top))  # SELinux labels on what we write
         self.state_dir = self.settings.state_dir
         self.node = node_name(opts.node_name, self.settings)
         self.systemd = systemd

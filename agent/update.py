@@ -14,6 +14,7 @@ from typing import Any
 
 from agent import nodestate
 from agent.errors import EXIT_OK, FetchError, NodeAgentError, NotReady
+from agent.host import files, selinux
 from agent.host.root import Root
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ class Updater:
         self.opts = opts
         self.root = Root(opts.root)
         self.settings = load_settings(self.root, opts.settings)
+        files.use_labeller(selinux.labeller_for(self.root.top))  # SELinux labels on what we write
         self.state_dir = self.settings.state_dir
         from agent.firstboot import node_name
 

@@ -75,6 +75,8 @@ def test_el9_layout_is_rhel9s_python39_sitelib(el9):
     python_files = [p for p in paths if p.endswith((".py", ".pyc"))]
     assert python_files and all(p.startswith(SITELIB + "/") for p in python_files)
     assert not [p for p in paths if "dist-packages" in p or "direct_url.json" in p]
+    # The MCD's first boot is held off where node-agent is installed (tests/test_mcd_handoff.py).
+    assert "/usr/lib/systemd/system/machine-config-daemon-firstboot.service.d/10-node-agent.conf" in paths
     # Bytecode for 3.9 only (or none when no 3.9 built it): never another Python's.
     assert not [p for p in paths if p.endswith(".pyc") and ".cpython-39." not in p]
 

@@ -17,9 +17,24 @@ import os
 import secrets
 import stat
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Any, List, Optional
 
 TMP_PREFIX = ".node-agent-tmp."
+
+# Where SELinux is on, every path written here gets the label policy assigns it
+# (agent.host.selinux.Labeller, set by use_labeller at the start of a run); None elsewhere, and
+# then nothing changes.
+_labeller: Optional[Any] = None
+
+
+def use_labeller(labeller: Optional[Any]) -> None:
+    global _labeller
+    _labeller = labeller
+
+
+def _label(path: str) -> None:
+    if _labeller is not None:
+        _labeller.label([path])
 
 
 @dataclass(frozen=True)
@@ -102,6 +117,7 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644, uid: int = -1, gid: 
     except BaseException:
         _unlink_quiet(tmp)
         raise
+    _label(path)
     fsync_dir(os.path.dirname(path))
 
 
@@ -111,6 +127,7 @@ def set_attrs(path: str, mode: Optional[int], uid: int = -1, gid: int = -1) -> N
         os.chown(path, uid, gid, follow_symlinks=False)
     if mode is not None and not os.path.islink(path):
         os.chmod(path, mode)
+    _label(path)  # directories made by makedirs or apply, and attribute-only changes
 
 
 def makedirs(path: str, mode: int = 0o755, uid: int = -1, gid: int = -1, stop: str = "/") -> List[str]:
@@ -141,6 +158,7 @@ def _rename_into_place(tmp: str, path: str) -> None:
     except BaseException:
         _unlink_quiet(tmp)
         raise
+    _label(path)
     fsync_dir(os.path.dirname(path))
 
 
