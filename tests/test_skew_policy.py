@@ -9,7 +9,8 @@ import shutil
 import pytest
 
 from agent.server import content, skewpolicy
-from agent.server.store import StateWatcher, load_state
+from agent.server.store import load_state
+from agent.server.watcher import StateWatcher
 from agent.skew import BootedImage, decide, parse_rules
 from agent.versions import parse_version
 from tests.test_bad_input_campaign import wsgi
