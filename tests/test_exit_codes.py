@@ -195,3 +195,36 @@ def test_closed_pipe_ends_quietly_with_the_sigpipe_status(tmp_path):
         os.close(write)
     assert r.returncode == 141, r.stderr
     assert r.stderr == ""
+
+
+def _first_booted(server, tmp_path, name):
+    root = node(server, tmp_path, name)
+    r = agent("firstboot", "--root", root)
+    assert r.returncode == 0, r.stderr
+    path = os.path.join(root, "var/lib/node-agent/current-config.json")
+    with open(path) as f:
+        record = json.load(f)
+    return root, path, record
+
+
+def test_update_65_when_the_server_refuses_the_pool(server, tmp_path):
+    root, path, record = _first_booted(server, tmp_path, "upd-65")
+    record["url"] = record["url"].replace("/config/worker", "/config/nosuch")
+    record.pop("etag", None)
+    with open(path, "w") as f:
+        json.dump(record, f)
+    r = agent("update", "--once", "--root", root)
+    assert r.returncode == 65, r.stderr
+    assert "pool nosuch is unknown" in r.stderr and r.stderr.count("pool nosuch is unknown") == 1, r.stderr
+
+
+def test_update_69_when_the_server_is_unreachable(server, tmp_path):
+    from tests.helpers.server_proc import free_port
+
+    root, path, record = _first_booted(server, tmp_path, "upd-69")
+    record["url"] = f"https://127.0.0.1:{free_port()}/config/worker"
+    with open(path, "w") as f:
+        json.dump(record, f)
+    r = agent("update", "--once", "--root", root)
+    assert r.returncode == 69, r.stderr
+    assert "gave up after" in r.stderr
