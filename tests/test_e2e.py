@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -162,14 +163,36 @@ def test_update_waits_for_the_drain_lease_then_applies_and_reports(tmp_path):
             time.sleep(0.2)
         new_target = api.get(srv.url("/api/v1/pools/infra")).json()["spec"]["configuration"]["name"]
 
-        # Another infra node holds the only lease (maxUnavailable 1) and then dies: it expires.
-        held = api.post(srv.url("/api/v1/nodes/infra-b/drain"), json={"pool": "infra", "config": new_target})
-        assert held.status_code == 200, held.text
-        started = time.monotonic()
-        r = agent("update", "--once", "--root", a)
-        assert r.returncode == 0, r.stderr
-        assert "waiting" in r.stderr and "drain lease" in r.stderr
-        assert time.monotonic() - started >= 1.0  # it did wait for the lease to expire
+        # Another infra node holds the only lease (maxUnavailable 1), renewing it until the agent
+        # is seen waiting for it, and then dies: the lease expires and the agent gets its own.
+        # (Held by renewal, not by a head start on the 3 s TTL: under load the agent may take longer
+        # than that to reach the drain stage, and would then find the lease already expired.)
+        def hold():
+            held = api.post(srv.url("/api/v1/nodes/infra-b/drain"), json={"pool": "infra", "config": new_target})
+            assert held.status_code == 200, held.text
+
+        hold()
+        proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "update", "--once", "--root", a],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        lines, waiting = [], threading.Event()
+
+        def read():
+            for line in proc.stderr:
+                lines.append(line)
+                if "waiting" in line and "drain lease" in line:
+                    waiting.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 120
+        while not waiting.wait(1.0):
+            assert proc.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "the agent never waited for the drain lease"
+            hold()  # renew (TTL 3 s) while the agent has not asked yet
+        proc.wait(120)
+        reader.join(10)
+        stderr = "".join(lines)
+        assert proc.returncode == 0, stderr
         assert open(os.path.join(a, "etc/infra-motd")).read() == "hello"
         seen = server_node(srv, "infra-a")
         events = [e["action"] for e in seen["drainEvents"]]
