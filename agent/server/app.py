@@ -23,6 +23,7 @@ from agent.server.store import DNS1123_LABEL, DNS1123_SUBDOMAIN
 log = logging.getLogger(__name__)
 
 MAX_BODY = 1 << 20
+MAX_JSON_DEPTH = 32  # a report nests 3 levels; deeper is hostile (and recursion is bounded)
 
 
 def reason_phrase(code: int) -> str:
@@ -325,12 +326,34 @@ def _json_body(environ: Dict[str, Any]) -> Any:
         length = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
         raise HTTPError(400, "invalid Content-Length")
+    if length < 0:
+        raise HTTPError(400, "invalid Content-Length")
     if length > MAX_BODY:
         raise HTTPError(413, f"body too large (at most {MAX_BODY} bytes)")
     raw = environ["wsgi.input"].read(length) if length else b""
     if not raw:
         raise HTTPError(400, "a JSON body is required", field="$")
     try:
-        return json.loads(raw.decode("utf-8"))
+        doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise HTTPError(400, f"the body is not valid JSON: {exc}", field="$")
+    except RecursionError:
+        doc = None
+        too_deep = True
+    else:
+        too_deep = _too_deep(doc)
+    if too_deep:
+        raise HTTPError(400, f"the body nests deeper than {MAX_JSON_DEPTH} levels", field="$")
+    return doc
+
+
+def _too_deep(doc: Any) -> bool:
+    """Whether ``doc`` nests deeper than MAX_JSON_DEPTH (checked without recursion)."""
+    stack = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                return True
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False

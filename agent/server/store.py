@@ -20,6 +20,7 @@ import yaml
 
 from agent.errors import Problem
 from agent.ignition.spec import SUPPORTED_VERSIONS
+from agent.server.statefiles import StateFileError, load_yaml_docs, read_bounded, read_docs
 
 log = logging.getLogger(__name__)
 
@@ -315,35 +316,6 @@ _CHECKS = {
 }
 
 
-def _read_docs(path: str, src: str, problems: List[Problem]) -> List[Tuple[str, Dict[str, Any]]]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            docs = [d for d in yaml.safe_load_all(f) if d is not None]
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(Problem("$", f"cannot read: {exc}", "read", source=src))
-        return []
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problems.append(Problem("$", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}", "yaml", source=src))
-        return []
-    out = []
-    for i, doc in enumerate(docs):
-        where = src if len(docs) == 1 else f"{src} (document {i + 1})"
-        if not isinstance(doc, dict):
-            problems.append(Problem("$", "must be a YAML map (an object)", "object", source=where))
-            continue
-        if doc.get("kind") == "List" or (isinstance(doc.get("items"), list) and "spec" not in doc):
-            for j, item in enumerate(doc.get("items") or []):
-                if isinstance(item, dict):
-                    out.append((f"{where} (item {j})", item))
-                else:
-                    problems.append(Problem(f"$.items.{j}", "must be an object", "object", source=where))
-        else:
-            out.append((where, doc))
-    return out
-
-
 def _spec2_converted(doc: Dict[str, Any], where: str) -> Tuple[Dict[str, Any], List[Problem]]:
     """Spec 2.2 MachineConfigs are converted to 3.2 first, as the MCO does (helpers.go:612-668)."""
     from agent.ignition.load import convert_spec2_machine_config
@@ -367,7 +339,7 @@ def load_state(state_dir: str) -> State:
         d = os.path.join(state_dir, sub)
         for fname in _yaml_files(d):
             src = os.path.join(sub, fname)
-            for where, doc in _read_docs(os.path.join(d, fname), src, state.problems):
+            for where, doc in read_docs(os.path.join(d, fname), src, state_dir, state.problems):
                 if doc.get("kind") not in (None, kind):
                     state.problems.append(Problem("$.kind", f"expected {kind} in {sub}/", "kind",
                                                   value=doc.get("kind"), source=where))
@@ -390,7 +362,7 @@ def load_state(state_dir: str) -> State:
                 buckets[sub][name] = doc
     cpath = os.path.join(state_dir, CLUSTER_FILE)
     if os.path.exists(cpath):
-        docs = _read_docs(cpath, CLUSTER_FILE, state.problems)
+        docs = read_docs(cpath, CLUSTER_FILE, state_dir, state.problems)
         for where, doc in docs[:1]:
             found = check_cluster(doc, where)
             if found:
@@ -409,16 +381,12 @@ def load_bootstrap(state_dir: str, problems: List[Problem]) -> Dict[str, bytes]:
     for name in BOOTSTRAP_FILES:
         path = os.path.join(state_dir, BOOTSTRAP_DIR, name)
         src = f"{BOOTSTRAP_DIR}/{name}"
-        try:
-            with open(path, "rb") as f:
-                if not os.path.isfile(path):
-                    problems.append(Problem("$", "must be a regular file", "bootstrap", source=src))
-                    continue
-                data = f.read(MAX_BOOTSTRAP_BYTES + 1)
+        try:  # a regular file inside the state directory, never a FIFO (agent.server.statefiles)
+            data = read_bounded(path, state_dir, MAX_BOOTSTRAP_BYTES)
         except FileNotFoundError:
             continue
-        except OSError as exc:
-            problems.append(Problem("$", f"cannot read: {exc}", "read", source=src))
+        except StateFileError as exc:
+            problems.append(Problem("$", str(exc), exc.rule, source=src))
             continue
         why = _bootstrap_problem(name, data)
         if why:
@@ -434,7 +402,8 @@ def _bootstrap_problem(name: str, data: bytes) -> str:
     if name.endswith(".crt"):
         return "" if b"-----BEGIN CERTIFICATE-----" in data else "not a PEM certificate bundle"
     try:
-        doc = yaml.safe_load(data.decode("utf-8"))
+        docs = load_yaml_docs(data)
+        doc = docs[0] if docs else None
     except (UnicodeDecodeError, yaml.YAMLError) as exc:
         return f"not a valid kubeconfig: {exc}"
     clusters = doc.get("clusters") if isinstance(doc, dict) else None
