@@ -87,11 +87,11 @@ def _decode_data(url: str, where: str) -> bytes:
         raise ConfigError(f"{where}.source: {e}", [Problem(f"{where}.source", str(e))])
 
 
-def _decompress(data: bytes, compression: str, where: str) -> bytes:
+def _decompress(data: bytes, compression: str, where: str, limit: Optional[int] = None) -> bytes:
     from agent.ignition.dataurl import decompress
 
     try:
-        return decompress(data, compression)
+        return decompress(data, compression, limit)
     except ConfigError as e:
         raise ConfigError(f"{where}.compression: {e}", [Problem(f"{where}.compression", str(e))])
 
@@ -109,8 +109,9 @@ def _verify(data: bytes, verification: Optional[Dict], where: str) -> None:
         raise FetchError(f"{where}: contents do not match verification.hash ({algo} {got}, expected {want})")
 
 
-def resolve_resource(res: Dict, where: str, fetcher) -> bytes:
-    """Bytes of an Ignition resource (``source``, ``compression``, ``verification``)."""
+def resolve_resource(res: Dict, where: str, fetcher, limit: Optional[int] = None) -> bytes:
+    """Bytes of an Ignition resource (``source``, ``compression``, ``verification``); a
+    compressed one expands to at most ``limit`` bytes."""
     url = res.get("source") or ""
     compression = res.get("compression") or ""
     verification = res.get("verification")
@@ -132,7 +133,7 @@ def resolve_resource(res: Dict, where: str, fetcher) -> bytes:
     else:
         raise ConfigError(f"{where}.source: scheme {scheme!r} is not supported by node-agent (use data, http or https)",
                           [Problem(f"{where}.source", f"unsupported scheme {scheme!r}", value=url)])
-    data = _decompress(raw, compression, where)
+    data = _decompress(raw, compression, where, limit)
     if scheme in ("data", "") or compression:
         _verify(data, verification, where)
     return data
@@ -140,15 +141,21 @@ def resolve_resource(res: Dict, where: str, fetcher) -> bytes:
 
 def resolve_contents(cfg: NodeConfig, fetcher=None) -> Dict[str, bytes]:
     """All file contents of ``cfg`` keyed by JSON path (``$.storage.files.N.contents`` / ``.append.K``)."""
+    from agent.ignition.dataurl import MAX_CONFIG_DECOMPRESSED
+
     out: Dict[str, bytes] = {}
+    total = 0  # compressed contents of the whole config expand to at most MAX_CONFIG_DECOMPRESSED
     for i, f in enumerate(cfg.files):
         w = f"$.storage.files.{i}"
-        c = f.get("contents") or {}
-        if c.get("source") is not None:
-            out[f"{w}.contents"] = resolve_resource(c, f"{w}.contents", fetcher)
-        for k, a in enumerate(f.get("append") or []):
-            if a.get("source") is not None:
-                out[f"{w}.append.{k}"] = resolve_resource(a, f"{w}.append.{k}", fetcher)
+        items = [(f"{w}.contents", f.get("contents") or {})]
+        items += [(f"{w}.append.{k}", a) for k, a in enumerate(f.get("append") or [])]
+        for where, res in items:
+            if res.get("source") is None:
+                continue
+            data = resolve_resource(res, where, fetcher, MAX_CONFIG_DECOMPRESSED - total)
+            if res.get("compression"):
+                total += len(data)
+            out[where] = data
     return out
 
 

@@ -3,12 +3,14 @@
 import base64
 import binascii
 import zlib
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 from urllib.parse import unquote_to_bytes
 
 from agent.errors import ConfigError
 
 MAX_DECOMPRESSED = 1 << 30  # refuse gzip bombs beyond 1 GiB
+MAX_CONFIG_DECOMPRESSED = 1 << 30  # and all compressed contents of one config together
+_GZIP_SLICE = 1 << 12  # small: what a member leaves over (unused_data) is copied once per member
 # one translation table marks what the checks look for: ASCII control characters become 0x00
 # and hex digits 0x01 (other bytes stay), so "%" + two hex digits is b"%\x01\x01": counting
 # those against "%" finds a broken escape, and a 0x00 a control character, at C speed
@@ -129,25 +131,42 @@ def decode_data_url(url: str) -> bytes:
             raise ConfigError(f"invalid base64 in data URL: {_short(url)!r}") from None
 
 
-def decompress(data: bytes, compression: Optional[str]) -> bytes:
-    """Undo ``compression`` ("" / None: nothing; "gzip")."""
+def decompress(data: bytes, compression: Optional[str], limit: Optional[int] = None) -> bytes:
+    """Undo ``compression`` ("" / None: nothing; "gzip"); at most ``limit`` bytes out
+    (MAX_DECOMPRESSED by default).
+
+    Linear in the input and output: the input is fed in slices and the output collected in a
+    list (concatenated gzip members, as gzip(1) may write them, used to copy the rest of the
+    input and the output so far once per member: 768 KB of tiny members took minutes).
+    """
     if not compression:
         return data
     if compression != "gzip":
         raise ConfigError(f"unsupported compression {compression!r}: only \"gzip\" (or none) is allowed")
-    out = b""
-    rest = data
+    limit = MAX_DECOMPRESSED if limit is None else limit
+    view = memoryview(data)
+    end = len(data.rstrip(b"\0"))  # NUL padding after the last member is allowed
+    out: List[bytes] = []
+    total = 0
+    pos = 0
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
-        while True:  # concatenated gzip members, as gzip(1) may write them
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            out += d.decompress(rest, MAX_DECOMPRESSED - len(out) + 1)
-            if d.unconsumed_tail or len(out) > MAX_DECOMPRESSED:
-                raise ConfigError(f"gzip data expands beyond {MAX_DECOMPRESSED} bytes; refused")
-            if not d.eof:
+        while True:
+            chunk = view[pos:pos + _GZIP_SLICE]
+            if not chunk:
                 raise ConfigError("invalid gzip data: truncated")
-            rest = d.unused_data
-            if not rest.strip(b"\0"):
-                return out
+            piece = d.decompress(chunk, limit - total + 1)
+            total += len(piece)
+            out.append(piece)
+            if total > limit or d.unconsumed_tail:
+                raise ConfigError(f"gzip data expands beyond {limit} bytes; refused")
+            if not d.eof:
+                pos += len(chunk)
+                continue
+            pos += len(chunk) - len(d.unused_data)
+            if pos >= end:
+                return b"".join(out)
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # the next member
     except zlib.error as exc:
         raise ConfigError(f"invalid gzip data: {exc}") from None
 
