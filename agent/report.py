@@ -97,6 +97,7 @@ class Reporter:
         self.token = token
         self.timeout = timeout
         self.refused: Optional[Dict[str, Any]] = None  # set when the server refused a report
+        self._warned_clear = False
 
     def _session(self):
         if self.session is None:
@@ -109,8 +110,12 @@ class Reporter:
         from agent import __version__
 
         headers = {"User-Agent": f"node-agent/{__version__}", "Content-Type": "application/json"}
-        if self.token:
+        if self.token and self.base_url.lower().startswith("https://"):
             headers["Authorization"] = f"Bearer {self.token}"
+        elif self.token and not self._warned_clear:
+            # Never in clear: a token sent over http is everyone's on the path (docs/security.md).
+            log.warning("not sending the report token to %s: it is not https", self.base_url)
+            self._warned_clear = True
         return headers
 
     def _url(self, what: str) -> str:
@@ -142,7 +147,7 @@ class Reporter:
             return False
         try:
             resp = self._session().post(self._url("report"), data=json.dumps(body), headers=self._headers(),
-                                        timeout=self.timeout)
+                                        timeout=self.timeout, allow_redirects=False)
         except Exception as exc:  # any transport failure: keep it, never block provisioning
             self._pending(body, f"not delivered: {exc}")
             return False
@@ -197,7 +202,7 @@ class Reporter:
         while True:
             try:
                 resp = self._session().post(self._url("drain"), data=body, headers=self._headers(),
-                                            timeout=self.timeout)
+                                            timeout=self.timeout, allow_redirects=False)
             except Exception as exc:
                 raise FetchError(f"could not ask {self.base_url} for a drain lease: {exc}", url=self._url("drain"))
             if resp.status_code == 200:
@@ -224,7 +229,8 @@ class Reporter:
     def release_drain(self) -> None:
         """Give the lease back (uncordon). A failure is logged: the lease expires on its own."""
         try:
-            resp = self._session().delete(self._url("drain"), headers=self._headers(), timeout=self.timeout)
+            resp = self._session().delete(self._url("drain"), headers=self._headers(), timeout=self.timeout,
+                                          allow_redirects=False)
             if resp.status_code >= 300 and resp.status_code != 404:
                 log.warning("drain lease release answered HTTP %s; it will expire", resp.status_code)
         except Exception as exc:

@@ -386,6 +386,17 @@ def test_https_redirect_to_http_is_refused(tls_pair, fake):
         secure.always("/c", Reply(302, headers={"Location": plain.url("/c")}))
         with pytest.raises(FetchError, match="unencrypted"):
             make(fake, ca_pems=[good.ca_pem()]).fetch(secure.url("/c"))
+        assert not plain.requests_for("/c")  # refused before anything went out in clear
+
+
+def test_credentials_are_not_carried_to_another_host(server, fake):
+    with ScriptedServer() as other:
+        other.always("/c", Reply(200, BODY))
+        server.always("/c", Reply(307, headers={"Location": other.url("/c")}))
+        got = make(fake).fetch(server.url("/c"), headers={"Authorization": "Bearer s3cret", "X-Other": "kept"})
+        assert got.body == BODY
+        seen = other.requests_for("/c")[0]
+        assert seen.header("Authorization") is None and seen.header("X-Other") == "kept"
 
 
 # --- small helpers ------------------------------------------------------------------------------------

@@ -14,11 +14,13 @@ import json
 import logging
 import os
 import random
+import socket
 import ssl
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 import requests
 import tenacity
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 
 IGNITION_ACCEPT = "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1"
 MAX_BODY = 256 * 1024 * 1024  # far above any real config or CA bundle; stops a runaway response
+MAX_REDIRECTS = 10  # Go's net/http (Ignition) stops after 10
+_CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie")
 MAX_DEPTH = 8  # nesting of merge/replace references; Ignition has no limit, loops are caught anyway
 
 _HASHES = {"sha512": hashlib.sha512, "sha256": hashlib.sha256}
@@ -354,7 +358,8 @@ class Fetcher:
                 timeout = max(0.05, min(timeout, limit - (self._clock() - start)))
             log.debug("fetching %s (attempt %d)", _short_url(url), attempts[0],
                       extra={"NODE_AGENT_ATTEMPT": attempts[0], "NODE_AGENT_STAGE": "fetch"})
-            result = self._attempt(url, request_headers, timeout, expected, etag)
+            deadline = start + limit if limit else None
+            result = self._attempt(url, request_headers, timeout, expected, etag, deadline)
             return FetchResult(result.body, url, result.status, result.headers, attempts[0])
 
         retrying = tenacity.Retrying(sleep=self._sleep, stop=stop, wait=planned_delay,
@@ -376,13 +381,13 @@ class Fetcher:
         return result
 
     def _attempt(self, url: str, headers: Dict[str, str], timeout: float,
-                 expected: Optional[Tuple[str, str]], etag: Optional[str]) -> FetchResult:
+                 expected: Optional[Tuple[str, str]], etag: Optional[str],
+                 deadline: Optional[float] = None) -> FetchResult:
         server = server_of(url)
         try:
             # (connect, read): the read timeout bounds the wait for the response headers and
             # every later read of the body, so a stalled server cannot hang the node.
-            resp = self.session.get(url, headers=headers, timeout=(timeout, timeout), stream=True,
-                                    verify=True, allow_redirects=True)
+            resp = self._get(url, headers, timeout)
         except requests.exceptions.SSLError as exc:
             is_verify, reason = _tls_reason(exc)
             if is_verify:
@@ -407,18 +412,43 @@ class Fetcher:
             raise _Retry(f"cannot connect to server {server}: {_transport_reason(exc)}")
 
         with resp:
-            if urlsplit(url).scheme.lower() == "https" and any(
-                    urlsplit(r.url).scheme.lower() != "https" for r in [*resp.history, resp]):
-                raise FetchError(f"{_short_url(url)} redirected to an unencrypted URL ({_short_url(resp.url)}); "
-                                 "refusing to fetch a config insecurely", url=url, status=resp.status_code)
             status = resp.status_code
             if status == 304 and etag:
                 return FetchResult(b"", url, 304, {k.lower(): v for k, v in resp.headers.items()})
             if not 200 <= status < 300:
                 self._fail(url, resp)
-            body = self._read_body(resp, server)
+            with _Watchdog(resp, None if deadline is None else max(0.05, deadline - self._clock())) as watchdog:
+                try:
+                    body = self._read_body(resp, server)
+                except _Retry:
+                    if not watchdog.fired:
+                        raise
+            if watchdog.fired:
+                raise _Retry(f"the response from server {server} did not finish within the fetch budget "
+                             f"(fetch.totalTimeout); it was cut off")
             check_hash(body, expected, url)
             return FetchResult(body, url, status, {k.lower(): v for k, v in resp.headers.items()})
+
+    def _get(self, url: str, headers: Dict[str, str], timeout: float) -> requests.Response:
+        """GET ``url`` following redirects ourselves: a redirect from https to anything else is
+        refused *before* any request goes out in clear (requests would send it first), and
+        credentials are not carried to another host (as Go's net/http, which Ignition uses)."""
+        current = url
+        for _ in range(MAX_REDIRECTS + 1):
+            resp = self.session.get(current, headers=headers, timeout=(timeout, timeout), stream=True,
+                                    verify=True, allow_redirects=False)
+            if not resp.is_redirect:
+                return resp
+            target = urljoin(current, resp.headers["Location"])
+            resp.close()
+            if urlsplit(url).scheme.lower() == "https" and urlsplit(target).scheme.lower() != "https":
+                raise FetchError(f"{_short_url(url)} redirected to an unencrypted URL ({_short_url(target)}); "
+                                 "refusing to fetch a config insecurely (nothing was sent there)",
+                                 url=url, status=resp.status_code, final=True)
+            if urlsplit(target).netloc.lower() != urlsplit(current).netloc.lower():
+                headers = {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
+            current = target
+        raise FetchError(f"too many redirects fetching {_short_url(url)} from server {server_of(url)}", url=url)
 
     def _read_body(self, resp: requests.Response, server: str) -> bytes:
         chunks = []
@@ -466,6 +496,50 @@ class Fetcher:
         else:
             msg = f"server {server} answered {what} for {_short_url(url)}{said_text}; not retrying"
         raise FetchError(msg, url=url, status=status, final=True)
+
+
+class _Watchdog:
+    """Cuts a response off at the fetch budget: a body that never ends (or trickles a byte at a
+    time, each read within the read timeout) cannot outlive ``fetch.totalTimeout``. The timer
+    shuts the socket down, which ends the blocked read in the fetching thread."""
+
+    def __init__(self, resp: requests.Response, seconds: Optional[float]):
+        self.resp = resp
+        self.seconds = seconds
+        self.fired = False
+        self._timer: Optional[threading.Timer] = None
+
+    def __enter__(self) -> "_Watchdog":
+        if self.seconds is not None:
+            if self.seconds <= 0:
+                self._fire()
+            else:
+                self._timer = threading.Timer(self.seconds, self._fire)
+                self._timer.daemon = True
+                self._timer.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _fire(self) -> None:
+        self.fired = True
+        sock = _socket_of(self.resp)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def _socket_of(resp: requests.Response) -> Any:
+    """The socket under a streamed response (urllib3 1.26 and 2.x: http.client's file object)."""
+    fp = getattr(getattr(resp.raw, "_fp", None), "fp", None)
+    sock = getattr(getattr(fp, "raw", None), "_sock", None)
+    if sock is None:
+        sock = getattr(getattr(resp.raw, "_connection", None), "sock", None)
+    return sock
 
 
 # --- pointer resolution ----------------------------------------------------------------------
