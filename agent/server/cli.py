@@ -229,6 +229,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     from agent.server.client import ClientError
+    from agent.server.db import DatabaseUnusable
     from agent.server.viewcmds import cmd_describe, cmd_get
 
     handler = {"serve": cmd_serve, "render": cmd_render, "status": cmd_status, "get": cmd_get,
@@ -244,7 +245,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         except (OSError, ValueError):
             pass
         return 128 + 13
-    except ClientError as exc:
+    except (ClientError, DatabaseUnusable) as exc:
         _err(f"{args.command}: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:

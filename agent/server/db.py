@@ -10,6 +10,7 @@ Every gunicorn worker and thread opens its own connection; writers serialize on
 """
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -62,11 +63,54 @@ class SchemaTooNew(Exception):
     pass
 
 
+class DatabaseUnusable(Exception):
+    """nodes.db cannot be used as it is; the message names the file and what to do."""
+
+    exit_code = 74  # EX_IOERR
+
+
+def _prepare_file(path: str) -> None:
+    """Create ``path`` mode 0600 (it holds every node's reports; SQLite gives its -wal and -shm
+    files the database's mode), tighten an existing one, and refuse a zero-length file: SQLite
+    would silently start an empty database over what was probably a truncated one."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        st = os.stat(path)
+        if st.st_size == 0:
+            raise DatabaseUnusable(f"{path} is empty (0 bytes), not a node-config-server database: it was "
+                                   f"probably truncated. Restore it from a backup, or remove it to start "
+                                   f"with no node history (nodes report again)")
+        if st.st_mode & 0o077:
+            try:
+                os.chmod(path, 0o600)
+            except OSError:
+                pass  # not ours to change (read-only mount): SQLite still works
+        return
+    os.close(fd)
+    c = sqlite3.connect(path)
+    try:  # writes the header at once: our own new file is never seen zero-length
+        c.execute("PRAGMA journal_mode=WAL")
+    finally:
+        c.close()
+
+
 class Database:
     def __init__(self, path: str):
         self.path = path
         self._local = threading.local()
         self.writes = 0
+        if path != ":memory:":
+            _prepare_file(path)
+        try:
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise DatabaseUnusable(f"{path} cannot be used: {exc}. It is corrupt or not a node-config-server "
+                                   f"database: restore it from a backup, or move it away to start with no "
+                                   f"node history") from None
+
+    def _migrate(self) -> None:
+        path = self.path
         with self.write() as conn:  # creates the file and migrates once
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
