@@ -32,6 +32,7 @@ from agent.host.units import SYSTEM_DIR, also_units, install_links
 from agent.nodeconfig import NodeConfig
 from agent.op import Op
 from agent.osops import kernel_args, os_commands, os_operations  # noqa: F401 (re-exported: apply, tests)
+from agent.secretfiles import file_mode
 
 SSH_KEYS_FRAGMENT = "ignition"  # same fragment Ignition and the MCO write: day 2 replaces it
 DEFAULT_STATE_DIR = "/var/lib/node-agent"
@@ -180,7 +181,8 @@ def desired_operations(target: NodeConfig, previous: Optional[NodeConfig], conte
         fragments = [contents[f"{w}.append.{k}"] for k in range(len(f.get("append") or []))
                      if f"{w}.append.{k}" in contents]
         ops.append(Op("file", f["path"], data=data, append=b"".join(fragments) if fragments else None,
-                      mode=f.get("mode"), uid=_owner_id(f, "user", acc, w), gid=_owner_id(f, "group", acc, w),
+                      mode=file_mode(f["path"], f.get("mode")),  # secrets 0600 whatever the config says
+                      uid=_owner_id(f, "user", acc, w), gid=_owner_id(f, "group", acc, w),
                       overwrite=bool(f.get("overwrite")), where=w))
 
     # Links: symbolic links before hard links (a hard link may name a file reached via a link),
