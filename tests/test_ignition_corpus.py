@@ -104,6 +104,10 @@ def test_the_agreement_rule_itself():
 
 @pytest.mark.parametrize("text,valid", [
     ('\ufeff{"ignition": {"version": "3.4.0"}}', False),  # Go's json refuses a BOM
+    ('# a comment\n{"ignition": {"version": "3.4.0"}}', False),  # ... and any other byte before it
+    ('---\n{"ignition": {"version": "3.4.0"}}', False),
+    ('ignition:\n  version: 3.4.0\n', False),  # an Ignition config in YAML is not one Ignition reads
+    ('kind: MachineConfig\napiVersion: machineconfiguration.openshift.io/v1\nspec: {}\n', True),
     ('  \n{"ignition": {"version": "3.4.0"}}', True),
     ('{"Ignition": {"Version": "3.4.0"}}', True),  # Go matches keys case-insensitively
     ('{"ignition": {"version": "3.4.0"}, "storage": {"files": [null]}}', False),

@@ -44,6 +44,12 @@ def check_node_config(data: Union[bytes, str, dict], source: str = "<input>"
         problems = list(problems)
     if is_machineconfig(doc):
         nc, found = _check_machineconfig(doc, source)
+    elif not isinstance(data, dict) and not _starts_as_json_object(data):
+        # Ignition reads JSON only (Go's encoding/json): YAML, a comment or a "---" before the
+        # object is refused there, so here too; MachineConfigs may be YAML
+        found = [Problem("$", "an Ignition config must be JSON (Ignition reads nothing else): the file must "
+                         "start with '{' (only blanks before it)", rule="syntax")]
+        nc = None
     else:
         found = validate_ignition(doc)  # a bare spec 2 config is refused, as Ignition 3 refuses it
         nc = None
@@ -54,6 +60,13 @@ def check_node_config(data: Union[bytes, str, dict], source: str = "<input>"
     if any(p.is_error for p in problems):
         return None, problems
     return nc, problems
+
+
+def _starts_as_json_object(data: Union[bytes, str]) -> bool:
+    head = data[:4096]
+    if isinstance(head, bytes):
+        head = head.decode("utf-8", "replace")
+    return head.lstrip(" \t\r\n")[:1] == "{"
 
 
 def load_node_config(data: Union[bytes, str, dict], source: str = "<input>") -> NodeConfig:
