@@ -8,18 +8,22 @@ STAMP  := $(VENV)/.installed
 
 # Debian packages the tests need (Fedora/RHEL equivalents are in README.md).
 DEB_PACKAGES := dbus-daemon libdbus-1-dev libgirepository1.0-dev libcairo2-dev pkg-config \
-                gir1.2-glib-2.0 rpm systemd python3-dev gcc
+                gir1.2-glib-2.0 rpm systemd python3-dev gcc $(VM_DEB_PACKAGES)
+# The VM test (tests/vm, `make vm-test`): QEMU (TCG), debootstrap for the guest, debugfs/mkfs.ext4.
+# Installing qemu-system-x86 upgrades some of the host's systemd packages on Debian 12.
+VM_DEB_PACKAGES := qemu-system-x86 debootstrap e2fsprogs
 BENCH_DEB_PACKAGES := nginx-light cloud-init
 
-.PHONY: all demo test lint compat unit py39 rpm bench sysdeps clean help
+.PHONY: all demo test lint compat unit py39 rpm bench sysdeps clean help vm-test
 
 all: test
 
 help:
 	@echo "make demo   - local node-config-server on loopback and first boots into scratch roots"
-	@echo "make test   - lint, Python 3.9 check, the whole test suite (RPM build and unit checks included),"
+	@echo "make test   - lint, Python 3.9 check, the whole test suite (RPM build, unit checks and the VM boot included),"
 	@echo "              then the whole suite again on CPython 3.9 with RHEL 9's library versions (make py39)"
 	@echo "make rpm    - build the RPMs into build/rpm, and the RHEL 9 ones into build/rpm-el9"
+	@echo "make vm-test - only the VM test: boot a Debian guest under QEMU against a real node-config-server"
 	@echo "make bench  - run every benchmark under benchmarks/ and print the table"
 
 # Installs only what is missing; needs root (as on CI) and apt-get. Elsewhere it says what to install.
@@ -50,8 +54,9 @@ lint: venv
 compat: venv
 	$(VENV)/bin/vermin -q --no-tips --violations --eval-annotations -t=3.9- agent
 
+# NODE_AGENT_VM_TEST=1: the VM test (tests/vm) runs too; a bare pytest skips it.
 unit: venv
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	NODE_AGENT_VM_TEST=1 $(VENV)/bin/pytest -q -p no:cacheprovider
 
 test: lint compat unit py39
 
@@ -79,6 +84,10 @@ py39:
 	  $(VENV39)/bin/python -c 'import sys, requests, urllib3, yaml; print("py39: Python %s, requests %s, urllib3 %s, PyYAML %s" % (sys.version.split()[0], requests.__version__, urllib3.__version__, yaml.__version__))' && \
 	  $(VENV39)/bin/pytest -q -p no:cacheprovider; \
 	fi
+
+# The guest image is cached outside the tree (~/.cache/node-agent-vm, or NODE_AGENT_VM_CACHE).
+vm-test: venv
+	NODE_AGENT_VM_TEST=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m vm tests/vm
 
 demo: venv
 	$(PY) examples/demo.py

@@ -170,5 +170,6 @@ def reboot(root: Root, logind) -> None:
     if not root.is_live or logind is None:
         log.warning("reboot needed; not performed on %s (not the running system)", root.top)
         return
-    log.warning("rebooting now through logind to finish the OS update")
+    # Not only OS updates: files or units no policy entry covers need the reboot too.
+    log.warning("rebooting now through logind: the applied changes need a reboot")
     logind.reboot()

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The VM test's clean guest image: usage build-image.sh CACHE_DIR; prints the directory holding
+# disk.img (ext4, the whole root), vmlinuz and initrd.img. Needs root.
+#
+# Stage 1 (build-base.sh, cached): Debian bookworm minbase with the agent's Debian dependencies.
+# Stage 2 (here, cached): the node-agent RPM built from this tree (packaging/build-rpm.sh) and
+# installed into the root with rpm itself, scriptlets included (its %post presets the units
+# inside the chroot), so paths and unit files are exactly the RPM's; then the test's guest files
+# (tests/vm/guest: network, a kubelet stand-in, a probe unit) and a planted boot-image aleph file.
+# The cache key covers the base, this script, the guest files and every project file the RPM
+# packs, so a re-run with nothing changed only prints the path.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cache="${1:?usage: build-image.sh CACHE_DIR}"
+base="$("$here/build-base.sh" "$cache")"
+
+project_files() {  # what build-rpm.sh packs: git's view of the tree, build outputs left out
+    cd "$repo"
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        git ls-files --cached --others --exclude-standard
+    else
+        find . -path ./.venv -prune -o -path ./build -prune -o -path ./.git -prune -o -type f -printf '%P\n'
+    fi | grep -v -e '^build/' -e '^dist/' -e '^\.venv/' -e '^tests/' -e '^benchmarks/' | LC_ALL=C sort |
+        while IFS= read -r f; do [ -f "$f" ] && sha256sum "$f"; done
+}
+key="$( { echo "$base"; cat "$here/build-image.sh"; (cd "$here/guest" && find . -type f | LC_ALL=C sort | xargs sha256sum);
+          project_files; } | sha256sum | cut -c1-16)"
+out="$cache/image-$key"
+if [ -f "$out/done" ]; then touch "$out/done"; echo "$out"; exit 0; fi
+
+# One build at a time per cache (several checkouts may run the test at once).
+exec 9>"$cache/.image.lock"
+flock 9
+if [ -f "$out/done" ]; then echo "$out"; exit 0; fi
+# Images not used for a day (other trees' versions; each use touches done) go: each is about 1 GB.
+for old in "$cache"/image-*; do
+    [ -n "$(find "$old/done" -mmin +1440 2>/dev/null)" ] && rm -rf "$old"
+done
+tmp="$(mktemp -d "$cache/.image-XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+root="$tmp/root"
+echo "build-image.sh: installing the node-agent RPM into a copy of $base" >&2
+cp -a "$base/root" "$root"
+
+rpms="$(bash "$repo/packaging/build-rpm.sh" "$tmp/rpm")"
+agent_rpm="$(printf '%s\n' "$rpms" | grep '/node-agent-[0-9][^/]*\.noarch\.rpm$')"
+# --nodeps: the Requires (python3-requests...) are Debian packages here, not in rpm's database.
+rpm --root "$root" --initdb
+rpm --root "$root" --nodeps -i "$agent_rpm"
+
+cp -a "$here/guest/." "$root/"
+# The boot image's aleph file, as on RHCOS (the skew check reads it); a version the served rules
+# accept.
+mkdir -p "$root/sysroot"
+zeros="$(printf '0%.0s' $(seq 64))"
+printf '{"version": "9.6.20250121-0", "ref": "", "ostree-commit": "%s", "container-image": {"image": "%s", "imgid": "sha256:%s"}}\n' \
+    "$zeros" "$(cat "$here/guest/etc/vm-test/booted-image")" "$zeros" > "$root/sysroot/.aleph-version.json"
+ln -sf .aleph-version.json "$root/sysroot/.coreos-aleph-version.json"
+mkdir -p "$root/var/log/journal"
+chroot "$root" systemctl enable systemd-networkd.service systemd-networkd-wait-online.service \
+    kubelet.service vm-probe.service vm-kubelet-check.service >/dev/null 2>&1
+# Timers and services that only cost boot time here.
+chroot "$root" systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer \
+    e2scrub_reap.service fstrim.timer >/dev/null 2>&1 || true
+printf '/dev/vda / ext4 rw,errors=remount-ro 0 1\n' > "$root/etc/fstab"
+# root logs in on the serial console without a password (a debugging aid; no network login).
+chroot "$root" passwd -d root >/dev/null
+
+mkfs.ext4 -q -F -L vmroot -d "$root" "$tmp/disk.img" 2G >&2
+cp "$base/vmlinuz" "$base/initrd.img" "$tmp/"
+rm -rf "$root" "$tmp/rpm"
+touch "$tmp/done"
+rm -rf "$out"
+mv "$tmp" "$out"
+trap - EXIT
+echo "$out"

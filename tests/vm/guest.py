@@ -1,0 +1,184 @@
+"""One QEMU guest of the VM test: a fresh copy of the clean image, per-run files written into it
+with debugfs (no mount, no loop device), a bounded run, and the results read back with debugfs.
+
+    image = build_image()                       # tests/vm/build-image.sh, cached
+    guest = Guest(image, workdir)
+    guest.prepare({"/etc/node-agent/pointer.ign": (data, 0o644)})
+    with guest.running():
+        ...                                     # wait on the server's API
+        guest.powerdown()
+    guest.read_back(["/var/log/journal"], out_dir)
+
+TCG only (KVM is not usable on the test machines): 2 vCPUs, 1 GiB.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from typing import Dict, Iterator, List, Optional, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD_TIMEOUT = 45 * 60  # a cold debootstrap on a loaded 2-core machine; a warm cache takes seconds
+
+
+def cache_dir() -> str:
+    """Outside the git tree, shared by every clone on the machine (the base image is the slow part)."""
+    return os.environ.get("NODE_AGENT_VM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "node-agent-vm")
+
+
+def build_image() -> str:
+    """The clean image's directory (disk.img, vmlinuz, initrd.img), built or taken from the cache."""
+    proc = subprocess.run(["bash", os.path.join(HERE, "build-image.sh"), cache_dir()], capture_output=True,
+                          text=True, timeout=BUILD_TIMEOUT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"build-image.sh failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def debugfs(image: str, commands: List[str], write: bool = False) -> str:
+    with tempfile.NamedTemporaryFile("w", suffix=".debugfs", delete=False) as f:
+        f.write("\n".join(commands) + "\n")
+    try:
+        proc = subprocess.run(["debugfs"] + (["-w"] if write else []) + ["-f", f.name, image],
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        os.unlink(f.name)
+    if proc.returncode != 0:
+        raise RuntimeError(f"debugfs on {image} failed: {proc.stderr}")
+    return proc.stdout + proc.stderr
+
+
+class Guest:
+    def __init__(self, image_dir: str, workdir: str, memory_mb: int = 1024, cpus: int = 2):
+        self.image_dir = image_dir
+        self.workdir = workdir
+        self.disk = os.path.join(workdir, "disk.img")
+        self.serial_log = os.path.join(workdir, "serial.log")
+        self.qmp_path = os.path.join(workdir, "qmp.sock")
+        self.memory_mb = memory_mb
+        self.cpus = cpus
+        self.proc: Optional[subprocess.Popen] = None
+
+    def prepare(self, files: Dict[str, Tuple[bytes, int]]) -> None:
+        """A fresh copy of the clean image, with ``files`` (guest path -> (bytes, mode)) written
+        in as root-owned files (their directories must exist in the image)."""
+        os.makedirs(self.workdir, exist_ok=True)
+        subprocess.run(["cp", "--sparse=always", os.path.join(self.image_dir, "disk.img"), self.disk],
+                       check=True, timeout=600)
+        staging = os.path.join(self.workdir, "files")
+        os.makedirs(staging, exist_ok=True)
+        commands = []
+        for i, (path, (data, mode)) in enumerate(sorted(files.items())):
+            local = os.path.join(staging, str(i))
+            with open(local, "wb") as f:
+                f.write(data)
+            directory, name = os.path.split(path)
+            commands += [f"cd {directory}", f"rm {name}", f"write {local} {name}",
+                         f"sif {name} mode 0{0o100000 | mode:o}", f"sif {name} uid 0", f"sif {name} gid 0"]
+        debugfs(self.disk, commands, write=True)
+        shutil.rmtree(staging)
+        for path, (data, _mode) in files.items():  # read back: debugfs reports few errors by exit code
+            got = debugfs(self.disk, [f"cat {path}"])
+            assert data.decode() in got, f"could not write {path} into {self.disk}:\n{got}"
+
+    def command(self) -> List[str]:
+        return [
+            "qemu-system-x86_64", "-machine", "pc,accel=tcg", "-cpu", "max", "-smp", str(self.cpus),
+            "-m", str(self.memory_mb), "-nodefaults", "-no-user-config", "-display", "none",
+            "-kernel", os.path.join(self.image_dir, "vmlinuz"),
+            "-initrd", os.path.join(self.image_dir, "initrd.img"),
+            "-append", "root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.show_status=1",
+            "-drive", f"file={self.disk},if=virtio,format=raw,cache=unsafe",
+            "-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0",
+            "-serial", f"file:{self.serial_log}",
+            "-qmp", f"unix:{self.qmp_path},server=on,wait=off",
+        ]
+
+    @contextmanager
+    def running(self) -> Iterator["Guest"]:
+        """The guest runs inside the block; on the way out (also on an error or a timeout) a guest
+        still running is killed."""
+        self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            yield self
+        finally:
+            self.kill()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _qmp(self, command: str) -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(self.qmp_path)
+            reader = s.makefile("r")
+            reader.readline()  # greeting
+            for cmd in ("qmp_capabilities", command):
+                s.sendall(json.dumps({"execute": cmd}).encode() + b"\n")
+                while True:  # skip asynchronous events up to the command's answer
+                    answer = json.loads(reader.readline())
+                    if "return" in answer or "error" in answer:
+                        break
+
+    def powerdown(self, timeout: float = 180.0) -> bool:
+        """ACPI power button (logind powers off cleanly, the journal is flushed); True if the
+        guest stopped within ``timeout``."""
+        if not self.alive():
+            return True
+        self._qmp("system_powerdown")
+        try:
+            self.proc.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.kill()  # qemu is our own child; its session holds nothing else
+            self.proc.wait(30)
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def qemu_output(self) -> str:
+        return "" if self.proc is None or self.alive() or self.proc.stdout.closed else self.proc.stdout.read().decode()
+
+    def serial_text(self, tail: int = 20000) -> str:
+        try:
+            with open(self.serial_log, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return "(no serial log)"
+        return data[-tail:].decode("utf-8", "replace")
+
+    def read_back(self, paths: List[str], out_dir: str) -> None:
+        """Copy guest directories out of the (stopped) disk: ``rdump`` keeps their base names."""
+        os.makedirs(out_dir, exist_ok=True)
+        debugfs(self.disk, ["rdump " + " ".join(paths) + " " + out_dir])
+
+    def cat(self, path: str) -> Optional[str]:
+        out = debugfs(self.disk, [f"cat {path}"])
+        lines = out.splitlines()
+        text = "\n".join(line for line in lines if not line.startswith("debugfs "))
+        return None if "File not found" in text else text
+
+
+def wait_until(predicate, timeout: float, guest: Guest, what: str, poll: float = 2.0):
+    """Poll ``predicate`` until it returns something true; a guest that stops or a timeout fails
+    with the serial log's tail (the kernel's and systemd's view of a hung or crashed boot)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if not guest.alive():
+            raise AssertionError(f"the guest stopped while waiting for {what}; serial log:\n{guest.serial_text()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not seen within {timeout:.0f} s; serial log:\n{guest.serial_text()}")
+        time.sleep(poll)

@@ -1,0 +1,143 @@
+"""A real boot: the RPM's units under a real systemd in a QEMU guest, against the real
+node-config-server on the host's loopback (TLS, token). One combined scenario (scenario.py);
+each test below asserts one part of it from the guest's journal and files (read back from its
+disk) and the server's API. Run alone with ``make vm-test``; docs/vm-test.md has the details.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+from tests.vm import scenario
+from tests.vm.journal import Journal, journalctl
+
+pytestmark = pytest.mark.vm
+
+MISSING = [tool for tool in ("qemu-system-x86_64", "debootstrap", "debugfs", "mkfs.ext4", "journalctl",
+                             "rpmbuild") if shutil.which(tool) is None]
+
+
+@pytest.fixture(scope="module")
+def run():
+    kept = os.environ.get("NODE_AGENT_VM_RESULT")
+    if kept:  # assertions only, on a run kept by `python -m tests.vm.scenario DIR`
+        yield scenario.load(kept)
+        return
+    if os.environ.get("NODE_AGENT_VM_TEST") != "1":
+        pytest.skip("the VM test (minutes of QEMU) runs under make test and make vm-test, which set "
+                    "NODE_AGENT_VM_TEST=1; a bare pytest skips it")
+    if MISSING:
+        pytest.skip(f"the VM test needs {', '.join(MISSING)} (make sysdeps installs them as root)")
+    if os.geteuid() != 0:
+        pytest.skip("the VM test builds its guest image with debootstrap and rpm --root: run it as root")
+    # Not under pytest's basetemp: concurrent pytest runs of the same user prune it (keeping 3),
+    # which can take a 20-minute run's directory away under it.
+    workdir = tempfile.mkdtemp(prefix="node-agent-vm-")
+    try:
+        result = scenario.run(workdir)
+        print(f"VM scenario timings (s): {result.timings}")
+        print(f"result: {scenario.save(result)}")
+        yield result
+    finally:
+        if os.environ.get("NODE_AGENT_VM_KEEP") != "1":  # else kept for NODE_AGENT_VM_RESULT
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def journal(run):
+    return Journal(os.path.join(run.readback, "journal"))
+
+
+def readback(run, path: str) -> str:
+    with open(os.path.join(run.readback, path), encoding="utf-8") as f:
+        return f.read()
+
+
+def test_three_boots_one_reboot_each_for_first_boot_and_the_day2_change(run, journal):
+    assert len(journal.boots) == 3, f"boots: {journal.boots}; serial log:\n{run.serial[-5000:]}"
+    # Each reboot went through logind (the agent's D-Bus call), once per boot that asked for one.
+    for boot in (1, 2):
+        assert len(journal.messages(boot, "System is rebooting", SYSLOG_IDENTIFIER="systemd-logind")) == 1
+    assert journal.messages(3, "System is rebooting", SYSLOG_IDENTIFIER="systemd-logind") == []
+    assert journal.messages(1, "rebooting through systemd-logind", SYSLOG_IDENTIFIER="node-agent",
+                            _SYSTEMD_UNIT="node-agent-firstboot.service")
+
+
+def test_first_boot_runs_once_fetches_checks_skew_joins_the_pool_and_applies(run, journal):
+    firstboot = journal.select(SYSLOG_IDENTIFIER="node-agent", NODE_AGENT_COMMAND="firstboot")
+    assert firstboot and {journal.boot_of(e) for e in firstboot} == {1}
+    assert len({e["NODE_AGENT_RUN"] for e in firstboot}) == 1, "first boot ran more than once"
+    stages = {e.get("NODE_AGENT_STAGE") for e in firstboot}
+    assert {"fetch", "skew", "pool", "apply", "act", "report"} <= stages, stages
+    assert not [e for e in firstboot if int(e["PRIORITY"]) <= 3], "first boot logged errors"
+    # Later boots skip it by its condition on the done-stamp.
+    for boot in (2, 3):
+        assert journal.messages(boot, "ConditionPathExists=!/var/lib/node-agent/firstboot.done",
+                                UNIT="node-agent-firstboot.service")
+    # Skew: the planted aleph file passed the served rules.
+    assert journal.select(1, NODE_AGENT_STAGE="skew", NODE_AGENT_COMMAND="firstboot")
+    # The custom pool: labels in kubelet-env (what was there kept), the server agrees.
+    env = readback(run, "kubernetes/kubelet-env")
+    assert "KUBELET_LOG_LEVEL=2" in env and "CUSTOM_KUBELET_LABELS=node-role.kubernetes.io/vm=" in env
+    assert run.node["pool"] == scenario.POOL
+    first_reports = [v["report"] for v in run.reports if v["report"].get("firstPivotConfig")]
+    assert first_reports and first_reports[0]["firstPivotConfig"] == run.targets["first"], run.reports
+    # Files and a unit enabled over systemd's D-Bus API (daemon-reload first, then started at boot 2).
+    assert readback(run, "node-agent-vm/first-boot-file") == "written at first boot\n"
+    wants = os.path.join(run.readback, "system", "multi-user.target.wants", "vm-agent-unit.service")
+    assert os.path.islink(wants), "vm-agent-unit.service was not enabled"
+    assert journal.messages(1, "Reloading", _PID="1") or journal.messages(1, "Reloading", SYSLOG_IDENTIFIER="systemd")
+    assert journal.messages(2, "vm-agent-unit ran")
+
+
+def test_kubelet_waits_for_first_boot_and_survives_its_restart_and_disable(run, journal):
+    stamp_written = max(int(e["__REALTIME_TIMESTAMP"]) for e in journal.select(1, NODE_AGENT_COMMAND="firstboot"))
+    kubelet_in_boot1 = journal.messages(1, "kubelet stand-in up")
+    if kubelet_in_boot1:  # it may start during the shutdown logind began; never before first boot ended
+        assert journal.first_time(1, "kubelet stand-in up") > stamp_written
+    up = journal.messages(2, "kubelet stand-in up")
+    assert up and "node-role.kubernetes.io/vm=" in up[0]
+    checks = {m.split()[1]: m for m in journal.messages(2, "vm-kubelet-check:")}
+    assert set(checks) >= {"before", "after-restart", "after-disable", "enabled-twice"}, checks
+    pids = {step: checks[step].split("pid=")[1].split()[0] for step in ("before", "after-restart", "after-disable")}
+    assert len(set(pids.values())) == 1 and pids["before"] not in ("", "0"), checks
+    assert all("state=active" in checks[s] for s in pids), checks
+    assert checks["enabled-twice"].endswith("enabled"), checks
+
+
+def test_second_boot_reports_done_and_the_pool_counts_the_node(run, journal):
+    assert journal.messages(2, "reported Done", _SYSTEMD_UNIT="node-agent.service")
+    status = run.pool_after_second_boot["status"]
+    assert status["machineCount"] == 1 and status["updatedMachineCount"] == 1, status
+    final = run.pool["status"]
+    assert final["machineCount"] == 1 and final["updatedMachineCount"] == 1, final
+
+
+def test_day2_restart_without_reboot_then_drain_lease_and_one_reboot(run, journal):
+    probe = journal.messages(contains="vm-probe started:")
+    assert [journal.boot_of(e) for e in journal.select() if "vm-probe started: v2" in str(e.get("MESSAGE"))][0] == 2
+    in_boot2 = journal.messages(2, "vm-probe started:")
+    assert in_boot2[:2] == ["vm-probe started: v1", "vm-probe started: v2"], probe  # restarted, same boot
+    events = [(e["action"], e.get("detail") or e.get("config")) for e in run.node["drainEvents"]]
+    actions = [a for a, _ in events]
+    assert "cordon" in actions and "drain" in actions, events
+    report = run.node["report"]
+    assert report["state"] == "Done" and report["currentConfig"] == run.targets["reboot"]
+    assert readback(run, "node-agent-vm/needs-a-reboot") == "day 2\n"
+    assert journal.messages(3, "vm-probe started: v2")
+
+
+def test_journal_fields_are_queryable_with_journalctl(run):
+    directory = os.path.join(run.readback, "journal")
+    fetch = journalctl(directory, "NODE_AGENT_STAGE=fetch")
+    assert fetch and all(e.get("NODE_AGENT_RUN") and e.get("NODE_AGENT_COMMAND") for e in fetch)
+    assert {e["NODE_AGENT_COMMAND"] for e in fetch} >= {"firstboot"}
+    warnings = journalctl(directory, "-p", "warning", "SYSLOG_IDENTIFIER=node-agent")
+    assert any("rebooting" in str(e.get("MESSAGE")) for e in warnings), [e.get("MESSAGE") for e in warnings]
+    assert all(int(e["PRIORITY"]) <= 4 for e in warnings)
+    plain = subprocess.run(["journalctl", "-D", directory, "--no-pager", "NODE_AGENT_STAGE=fetch"],
+                           capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0 and "node-agent" in plain.stdout
