@@ -123,11 +123,14 @@ def _corpus_state(directory):
 
 @pytest.fixture(scope="module")
 def walk(tmp_path_factory):
-    """One server, one scratch node per accepted MachineConfig: {file: (exit code, root)}."""
+    """One server, one scratch node per accepted MachineConfig: {file: (exit code, root, the
+    pending-os.json first boot left)}; kernel type / extension nodes are then rebooted (simulated)
+    and updated once (``reports``)."""
     top = tmp_path_factory.mktemp("corpus")
     state = str(top / "state")
     _corpus_state(state)
     results = {}
+    reports.clear()
     with ServerProcess(state, tls=make_tls(str(top / "tls")), token=TOKEN) as srv:
         for entry in ACCEPTED_MCS:
             root = make_node_root(str(top / entry["file"][:3]), srv.base_url, _pool_name(entry),
@@ -137,9 +140,38 @@ def walk(tmp_path_factory):
             os.makedirs(os.path.join(root, "proc/sys/crypto"))
             with open(os.path.join(root, "proc/sys/crypto/fips_enabled"), "w") as f:
                 f.write("1\n" if fips else "0\n")
-            results[entry["file"]] = (agent_main(["firstboot", "--root", root]), root)
+            code = agent_main(["firstboot", "--root", root])
+            pending_path = os.path.join(root, "var/lib/node-agent/pending-os.json")
+            pending = json.load(open(pending_path)) if os.path.exists(pending_path) else {}
+            results[entry["file"]] = (code, root, pending)
+            spec = _doc(entry).get("spec") or {}
+            if spec.get("kernelType") not in (None, "", "default") or spec.get("extensions"):
+                reports[entry["file"]] = _reboot_and_update(srv, root, f"node-{entry['file'][:3]}")
     yield results
     shutil.rmtree(str(top), ignore_errors=True)
+
+
+# Kernel type / extension nodes: the server's view right after first boot, and after the reboot.
+reports = {}
+
+
+def _reboot_and_update(srv, root, name):
+    from benchmarks.scaleup import simulate_reboot
+
+    api = srv.session()
+    before = api.get(srv.url(f"/api/v1/nodes/{name}")).json()["report"]
+    staged = simulate_reboot(root)
+    code = agent_main(["update", "--once", "--root", root])
+    after = api.get(srv.url(f"/api/v1/nodes/{name}")).json()["report"]
+    return before, staged, code, after
+
+
+@pytest.mark.parametrize("entry", [e for e in ACCEPTED_MCS if e["file"][:3] in ("004", "005", "036", "061", "072")],
+                         ids=lambda e: e["file"])
+def test_kernel_type_and_extensions_are_done_only_after_the_reboot(walk, entry):
+    before, _staged, code, after = reports[entry["file"]]
+    assert (before["state"], before["reason"]) == ("Working", "reboot pending")
+    assert code == 0 and after["state"] == "Done", after
 
 
 def _read(root, path):
@@ -154,7 +186,7 @@ def _served(root):
 
 @pytest.mark.parametrize("entry", ACCEPTED_MCS, ids=[e["file"] for e in ACCEPTED_MCS])
 def test_first_boot_lays_the_machineconfig_down(walk, entry):
-    code, root = walk[entry["file"]]
+    code, root, pending = walk[entry["file"]]
     assert code == 0, entry["file"]
     nc, problems = check_node_config(_doc(entry))
     assert nc is not None, problems
@@ -183,13 +215,11 @@ def test_first_boot_lays_the_machineconfig_down(walk, entry):
         assert all(k in keys for k in user.get("sshAuthorizedKeys") or []), keys
     labels = dict(line.split("=", 1) for line in _read(root, "/etc/kubernetes/kubelet-env").decode().splitlines())
     assert f"node-role.kubernetes.io/{_pool_name(entry)}=" in labels.get("CUSTOM_KUBELET_LABELS", "")
-    _assert_os_fields(root, nc)
+    _assert_os_fields(pending, nc)
 
 
-def _assert_os_fields(root, nc):
+def _assert_os_fields(pending, nc):
     """Kernel arguments, kernel type and extensions: pending on an offline root (no rpm-ostree)."""
-    pending_path = os.path.join(root, "var/lib/node-agent/pending-os.json")
-    pending = json.load(open(pending_path)) if os.path.exists(pending_path) else {}
     commands = [" ".join(c) for c in pending.get("commands", [])]
     for karg in nc.kernel_arguments:
         assert any(f"--append={karg}" in c for c in commands if c.startswith("rpm-ostree kargs")), (karg, pending)
