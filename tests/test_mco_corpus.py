@@ -22,8 +22,10 @@ from tests.helpers.noderoot import make_node_root
 from tests.helpers.server_proc import ServerProcess
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# <repo>/../shared as CI has it; NODE_AGENT_MCO_CORPUS points elsewhere (a git worktree).
-CORPUS = os.environ.get("NODE_AGENT_MCO_CORPUS") or os.path.join(os.path.dirname(REPO), "shared", "mco-corpus")
+# <repo>/../shared as CI has it; NODE_AGENT_SHARED_DIR (the shared/ directory) or
+# NODE_AGENT_MCO_CORPUS (the corpus itself) point elsewhere, e.g. from a git worktree.
+CORPUS = os.environ.get("NODE_AGENT_MCO_CORPUS") or os.path.join(
+    os.environ.get("NODE_AGENT_SHARED_DIR") or os.path.join(os.path.dirname(REPO), "shared"), "mco-corpus")
 INDEX = os.path.join(CORPUS, "index.json")
 EXAMPLES = os.path.join(REPO, "examples", "state")
 ROLE = "machineconfiguration.openshift.io/role"
@@ -33,6 +35,12 @@ SUBDIR = {"MachineConfig": "machineconfigs", "MachineConfigPool": "machineconfig
 # What the refusal must say, by the reason the index gives for upstream's refusal.
 WHY = {"v1alpha1": "v1alpha1", "no Ignition version": "version", "empty Ignition version": "version",
        "3.9.0": "3.9.0"}
+
+# Documents the index marks accepted that the current API refuses: the MCO's test templates,
+# instantiated with their defaults, name a MachineOSConfig other than its pool, which openshift/api's
+# MachineOSConfig validation rejects ("MachineOSConfig name must match the referenced
+# MachineConfigPool name"). The server refuses them with that reason; the test holds it to that.
+API_REFUSES = {"070-MachineOSConfig.yaml": "named after its pool", "071-MachineOSConfig.yaml": "named after its pool"}
 
 pytestmark = pytest.mark.skipif(not os.path.exists(INDEX), reason=f"MCO corpus not found at {CORPUS} "
                                 "(CI checks out shared/ beside the repository)")
@@ -70,6 +78,9 @@ def test_the_state_loader_accepts_what_the_mco_accepts(entry, tmp_path):
     st = _state_with(entry, str(tmp_path / "state"))
     loaded = len(st.pools) + len(st.machine_configs) + len(st.os_configs) + len(st.os_builds) + bool(st.cluster)
     text = "; ".join(str(p) for p in st.problems)
+    if entry["file"] in API_REFUSES:
+        assert loaded == 0 and API_REFUSES[entry["file"]] in text, text
+        return
     if entry["upstream_accepts"]:
         assert loaded == 1 and not st.problems, text
         return
