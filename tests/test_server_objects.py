@@ -12,10 +12,8 @@ import yaml
 from agent.server.store import check_os_config, check_pool, load_state
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# CI keeps shared/ beside the clone; a git worktree one level deeper finds it one level up.
-CORPUS = next((c for c in (os.path.join(REPO, "..", "shared", "mco-corpus"),
-                           os.path.join(REPO, "..", "..", "shared", "mco-corpus")) if os.path.isdir(c)),
-              os.path.join(REPO, "..", "shared", "mco-corpus"))
+# <repo>/../shared (CI keeps shared/ beside the clone), or NODE_AGENT_SHARED_DIR (a git worktree)
+CORPUS = os.path.join(os.environ.get("NODE_AGENT_SHARED_DIR") or os.path.join(REPO, "..", "shared"), "mco-corpus")
 SUBDIR = {"MachineConfigPool": "machineconfigpools", "MachineOSConfig": "machineosconfigs",
           "MachineOSBuild": "machineosbuilds"}
 
@@ -82,7 +80,8 @@ def corpus_documents():
 @pytest.mark.parametrize("item", corpus_documents() or [None], ids=lambda it: it["file"] if it else "no-corpus")
 def test_mco_corpus_objects_accepted_as_upstream(tmp_path, item):
     if item is None:
-        pytest.skip(f"the MCO corpus is not at {CORPUS} (CI keeps shared/ beside the clone)")
+        pytest.skip(f"the MCO corpus is not at {CORPUS} (it lives beside the clone in shared/mco-corpus; "
+                    f"or set NODE_AGENT_SHARED_DIR)")
     sub = SUBDIR[item["kind"]]
     (tmp_path / sub).mkdir()
     shutil.copy(os.path.join(CORPUS, item["file"]), tmp_path / sub / item["file"])

@@ -77,7 +77,8 @@ def skew_rules(cluster_spec: Dict[str, Any], pool: Dict[str, Any], os_image: str
 
     Manual -> Enforce with the stated minimum (an RHCOS version as its RHEL major.minor); no
     setting (Automatic, the upstream default on platforms that manage boot images) -> Enforce
-    with the upstream floor; None -> None. Invalid settings never get here (store.check_cluster). ``target.rhelMajor`` comes from the pool annotation or the image name.
+    with the upstream floor; None -> None. Invalid settings never get here
+    (objects.check_cluster). ``target.rhelMajor`` comes from the pool annotation or the image name.
     """
     skew = cluster_spec.get("bootImageSkewEnforcement") or {"mode": "Automatic"}
     mode = skew.get("mode", "Automatic")
