@@ -19,7 +19,10 @@ SITELIB = "/usr/lib/python3.9/site-packages"
 # Packages the el9 RPM may require: RHEL 9 BaseOS/AppStream (python3, requests, PyYAML) and
 # EPEL 9 (pydbus, tenacity, gunicorn); python3-tomli (RHEL 9 CRB / EPEL 9) because 3.9 has no tomllib.
 RHEL9_NAMES = {"python3", "python3-requests", "python3-pyyaml", "python3-pydbus", "python3-tenacity",
-               "python3-tomli", "python3-gunicorn", "/bin/sh", "/usr/bin/python3"}
+               "python3-tomli", "python3-gunicorn", "/bin/sh", "/usr/bin/python3",
+               # EPEL 9: python3-prometheus_client 0.21.0-1.el9, python3-rich 13.1.0-1.el9
+               # (packages.fedoraproject.org/pkgs/python-prometheus_client, .../python-rich)
+               "python3-prometheus_client", "python3-rich"}
 
 pytestmark = pytest.mark.skipif(
     shutil.which("rpmbuild") is None or shutil.which("rpm2cpio") is None or shutil.which("cpio") is None,
