@@ -1,0 +1,123 @@
+"""The etcd gateway client against a real three-member etcd cluster on loopback."""
+
+import threading
+import time
+
+import pytest
+
+from agent.server.etcd_client import (
+    EtcdClient,
+    EtcdUnavailable,
+    cmp_absent,
+    cmp_unchanged_since,
+    op_put,
+    parse_store_url,
+    prefix_end,
+)
+from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
+
+pytestmark = pytest.mark.skipif(not have_etcd(), reason="etcd-server is not installed (make test installs it)")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with EtcdCluster(str(tmp_path_factory.mktemp("etcd"))) as c:
+        yield c
+
+
+@pytest.fixture
+def client(cluster):
+    url = parse_store_url(cluster.url)
+    c = EtcdClient(url.endpoints, timeout=3)
+    yield c
+    c.close()
+
+
+def test_store_url_forms():
+    u = parse_store_url("etcd://127.0.0.1:2379,127.0.0.2:2379")
+    assert u.endpoints == ("http://127.0.0.1:2379", "http://127.0.0.2:2379") and u.prefix == "/node-agent/"
+    assert parse_store_url("etcd+https://h:1/x/y").endpoints == ("https://h:1",)
+    assert parse_store_url("etcd+https://h:1/x/y").prefix == "/x/y/"
+    for bad in ("http://h:1", "etcd://", "etcd://h", "etcd://h:port"):
+        with pytest.raises(ValueError):
+            parse_store_url(bad)
+
+
+def test_prefix_end():
+    assert prefix_end(b"a/") == b"a0"
+    assert prefix_end(b"a\xff") == b"b"
+
+
+def test_put_get_range_delete(client):
+    client.put("/t1/a", "1")
+    client.put("/t1/b", b"2")
+    assert client.get("/t1/a").value == b"1"
+    kvs, rev = client.range("/t1/", prefix=True)
+    assert [kv.key for kv in kvs] == [b"/t1/a", b"/t1/b"] and rev >= kvs[-1].mod_revision
+    assert client.delete("/t1/", prefix=True) == 2
+    assert client.get("/t1/a") is None
+
+
+def test_txn_create_only_once(client):
+    ok1, _ = client.txn([cmp_absent("/t2/k")], [op_put("/t2/k", "first")])
+    ok2, _ = client.txn([cmp_absent("/t2/k")], [op_put("/t2/k", "second")])
+    assert (ok1, ok2) == (True, False)
+    assert client.get("/t2/k").value == b"first"
+
+
+def test_txn_guard_on_a_prefix(client):
+    _, rev = client.range("/t3/", prefix=True)
+    assert client.txn([cmp_unchanged_since("/t3/", rev)], [op_put("/t3/a", "x")])[0]
+    # Someone else wrote under the prefix after `rev`: the guarded write must fail.
+    assert not client.txn([cmp_unchanged_since("/t3/", rev)], [op_put("/t3/b", "y")])[0]
+
+
+def test_lease_expiry_deletes_keys(client):
+    lease = client.grant(1)
+    client.put("/t4/held", "n1", lease=lease)
+    assert client.get("/t4/held").lease == lease
+    deadline = time.monotonic() + 10
+    while client.get("/t4/held") is not None:
+        assert time.monotonic() < deadline, "a 1 s lease did not expire in 10 s"
+        time.sleep(0.2)
+
+
+def test_watch_sees_changes_in_order(client):
+    _, rev = client.range("/t5/", prefix=True)
+    seen, stop, done = [], threading.Event(), threading.Event()
+
+    def on_events(events, _rev):
+        seen.extend((e.type, e.kv.key, e.kv.value) for e in events)
+        if len(seen) >= 3:
+            done.set()
+
+    client.watch("/t5/", rev, on_events, stop)
+    client.put("/t5/a", "1")
+    client.put("/t5/a", "2")
+    client.delete("/t5/a")
+    assert done.wait(10)
+    stop.set()
+    assert seen == [("PUT", b"/t5/a", b"1"), ("PUT", b"/t5/a", b"2"), ("DELETE", b"/t5/a", b"")]
+
+
+def test_fails_over_when_a_member_dies(cluster):
+    url = parse_store_url(cluster.url)
+    c = EtcdClient(url.endpoints, timeout=3)
+    try:
+        c.put("/t6/k", "before")
+        cluster.kill(0)
+        try:
+            assert c.put("/t6/k", "after") > 0
+            assert c.get("/t6/k").value == b"after"
+            health = c.endpoint_status()
+            assert [h["healthy"] for h in health] == [False, True, True]
+        finally:
+            cluster.start(0)
+    finally:
+        c.close()
+
+
+def test_unreachable_store_says_so():
+    c = EtcdClient(["http://127.0.0.1:9"], timeout=0.5)
+    with pytest.raises(EtcdUnavailable, match="127.0.0.1:9"):
+        c.get("/x")
