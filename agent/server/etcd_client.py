@@ -110,6 +110,11 @@ def cmp_absent(key: Any) -> Dict[str, Any]:
     return {"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
 
 
+def cmp_mod(key: Any, mod_revision: int) -> Dict[str, Any]:
+    """True when ``key`` was last written at ``mod_revision`` (a compare-and-swap guard)."""
+    return {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(mod_revision)}
+
+
 def cmp_value(key: Any, value: Any) -> Dict[str, Any]:
     return {"key": b64(key), "target": "VALUE", "result": "EQUAL", "value": b64(value)}
 

@@ -1,0 +1,122 @@
+"""The etcd node store against a real three-member cluster: two store instances stand for two
+replicas; what one writes the other sees through its watch."""
+
+import time
+
+import pytest
+
+from agent.server.etcd_client import EtcdClient, EtcdUnavailable, parse_store_url
+from agent.server.nodestore import PoolRow
+from agent.server.nodestore_etcd import EtcdNodeStore
+from agent.server.progress import Membership
+from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
+
+pytestmark = pytest.mark.skipif(not have_etcd(), reason="etcd-server is not installed (make test installs it)")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with EtcdCluster(str(tmp_path_factory.mktemp("etcd"))) as c:
+        yield c
+
+
+@pytest.fixture
+def replicas(cluster, request):
+    url = parse_store_url(cluster.url)
+    prefix = f"/t-{request.node.name}/"
+    stores = [EtcdNodeStore(EtcdClient(url.endpoints[i:] + url.endpoints[:i], timeout=10), prefix)
+              for i in range(2)]
+    yield stores
+    for s in stores:
+        s.close()
+        s.client.close()
+
+
+def _until(cond, what, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
+        time.sleep(0.02)
+
+
+def worker(why="selector"):
+    return Membership("worker", why)
+
+
+def test_a_report_through_one_replica_counts_on_the_other_within_a_second(replicas):
+    a, b = replicas
+    a.record_report("n1", {"pool": "worker", "state": "Done", "currentConfig": "rendered-worker-1"}, worker(), 1.0)
+    assert a.counts("worker").machine == 1  # read-your-writes on the replica that took it
+    _until(lambda: b.proof("worker", "rendered-worker-1").updated == 1, "replica B sees the proof", 1.0)
+    assert b.node("n1").report["currentConfig"] == "rendered-worker-1"
+    # A newer report replaces the old contribution everywhere.
+    b.record_report("n1", {"pool": "worker", "state": "Working", "currentConfig": "rendered-worker-1"}, worker(), 2.0)
+    _until(lambda: a.counts("worker").working == 1 and a.counts("worker").done == 0, "replica A sees Working")
+    assert a.proof("worker", "rendered-worker-1").updated == 0
+
+
+def test_pool_rows_are_compare_and_swap(replicas):
+    a, b = replicas
+    row = a.update_pool("infra", lambda old: PoolRow("infra", "r-2", "r-1"))
+    assert row.target == "r-2"
+    _until(lambda: "infra" in b.pools(), "replica B sees the pool row")
+    # decide() sees the row as etcd has it, not as the caller last saw it.
+    seen = []
+    b.update_pool("infra", lambda old: seen.append(old) or PoolRow("infra", "r-2", "r-2"))
+    assert seen[0] == PoolRow("infra", "r-2", "r-1")
+    assert [h["field"] for h in a.history("infra")] == ["target", "current", "current"]
+
+
+def test_rendered_configs_are_written_once_and_read_anywhere(replicas):
+    a, b = replicas
+    a.put_rendered("worker", "rendered-worker-abc", {"config": {"ignition": {"version": "3.4.0"}}}, ["00-worker"])
+    a.put_rendered("worker", "rendered-worker-abc", {"config": "overwritten?"}, [])
+    assert b.rendered_spec("rendered-worker-abc") == {"config": {"ignition": {"version": "3.4.0"}}}
+    assert b.rendered_pool("rendered-worker-abc") == "worker"
+
+
+def test_serving_snapshot_is_one_memory_read(replicas):
+    a, b = replicas
+    a.update_pool("worker", lambda old: PoolRow("worker", "r-2", "r-1"))
+    a.set_meta("state_signature", "sig-1")
+    a.record_report("n2", {"pool": "worker", "state": "Done", "currentConfig": "r-2", "currentImage": "img@sha256:1"},
+                    worker(), 3.0)
+    _until(lambda: b.serving("worker", "n2").node is not None, "replica B has the node")
+    s = b.serving("worker", "n2")
+    assert (s.state_signature, s.pool.target, s.target_proof("img@sha256:1").updated) == ("sig-1", "r-2", 1)
+
+
+def test_done_on_the_leased_config_releases_the_lease(replicas):
+    a, b = replicas
+    assert a.acquire_lease("n3", "worker", "r-9", 1, 60, time.time()).granted
+    assert not b.acquire_lease("n4", "worker", "r-9", 1, 60, time.time()).granted
+    rec = b.record_report("n3", {"pool": "worker", "state": "Done", "currentConfig": "r-9"}, worker(), 4.0)
+    assert rec.released
+    assert b.acquire_lease("n4", "worker", "r-9", 1, 60, time.time()).granted
+    assert [e["action"] for e in a.drain_events("n3")] == ["cordon", "drain", "uncordon"]
+
+
+def test_membership_rebuild_is_local(replicas):
+    a, b = replicas
+    a.record_report("n5", {"pool": "worker", "state": "Done", "currentConfig": "r-1",
+                           "labels": {"node-role.kubernetes.io/infra": ""}}, worker(), 5.0)
+    _until(lambda: b.node("n5") is not None, "replica B has n5")
+
+    def assign(report):
+        return Membership("infra", "label") if "node-role.kubernetes.io/infra" in (report.get("labels") or {}) \
+            else Membership("worker", "selector")
+
+    assert b.rebuild("pools-v2", assign) >= 1
+    assert b.node("n5").pool == "infra" and b.counts("infra").machine == 1
+    assert b.membership_signature() == "pools-v2"
+
+
+def test_reads_keep_answering_and_writes_fail_clearly_when_etcd_is_away(cluster, replicas):
+    a, _ = replicas
+    a.record_report("n6", {"pool": "worker", "state": "Done", "currentConfig": "r-1"}, worker(), 6.0)
+    a.client.endpoints = ["http://127.0.0.1:9"]  # as if every member were gone
+    a.client.timeout = 0.5
+    assert a.node("n6") is not None and a.counts("worker").machine >= 1
+    with pytest.raises(EtcdUnavailable):
+        a.record_report("n7", {"pool": "worker", "state": "Working"}, worker(), 7.0)
+    assert a.node("n7") is None  # nothing acknowledged, nothing counted
