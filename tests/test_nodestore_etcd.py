@@ -120,3 +120,33 @@ def test_reads_keep_answering_and_writes_fail_clearly_when_etcd_is_away(cluster,
     with pytest.raises(EtcdUnavailable):
         a.record_report("n7", {"pool": "worker", "state": "Working"}, worker(), 7.0)
     assert a.node("n7") is None  # nothing acknowledged, nothing counted
+
+
+# -- the NodeStore contract (tests/test_nodestore.py), run on the etcd store -----------------------
+
+CONTRACT = ["test_counters_equal_a_full_recount_after_random_reports", "test_rebuild_reassigns_every_node_and_recounts",
+            "test_paging_by_pool", "test_done_report_releases_the_lease_on_that_config",
+            "test_serving_is_one_snapshot", "test_update_pool_keeps_history_and_skips_no_change"]
+
+
+@pytest.mark.parametrize("name", CONTRACT)
+def test_contract_holds_on_etcd(name, cluster, tmp_path, monkeypatch):
+    from tests import test_nodestore as contract
+
+    url = parse_store_url(cluster.url)
+    opened = []
+
+    def make_store(_tmp):
+        store = EtcdNodeStore(EtcdClient(url.endpoints, timeout=10), f"/contract-{name}/", watch=False)
+        store.client.delete(f"/contract-{name}/", prefix=True)
+        store._load()
+        opened.append(store)
+        return store
+
+    monkeypatch.setattr(contract, "make_store", make_store)
+    try:
+        getattr(contract, name)(tmp_path)
+    finally:
+        for s in opened:
+            s.close()
+            s.client.close()
