@@ -15,8 +15,10 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from agent import __version__
 from agent.server import content, drains
 from agent.server.accept import UnsupportedVersion
+from agent.server.backends import StoreConfig, open_backends
 from agent.server.metrics import RequestCounter, exposition
 from agent.server.nodes import DEFAULT_LIMIT, MAX_LIMIT, node_item, node_list, rfc3339, targets
+from agent.server.nodestore import StoreUnavailable
 from agent.server.service import Cluster, ReportInvalid, UnknownPool, validate_report
 from agent.server.store import DNS1123_LABEL, DNS1123_SUBDOMAIN
 
@@ -75,8 +77,10 @@ class App:
     """
 
     def __init__(self, state_dir: str, token: Optional[str] = None, lease_ttl: float = drains.DEFAULT_TTL,
-                 metrics_dir: Optional[str] = None, reload_interval: float = 1.0):
+                 metrics_dir: Optional[str] = None, reload_interval: float = 1.0,
+                 store: Optional[StoreConfig] = None):
         self.state_dir = state_dir
+        self.store_config = store or StoreConfig()
         self.token = token
         self.lease_ttl = lease_ttl
         self.reload_interval = reload_interval
@@ -89,8 +93,9 @@ class App:
         if self._cluster is None:
             with self._lock:
                 if self._cluster is None:
-                    self._cluster = Cluster(self.state_dir, lease_ttl=self.lease_ttl,
-                                            reload_interval=self.reload_interval)
+                    store, watcher = open_backends(self.store_config, self.state_dir, self.reload_interval)
+                    self._cluster = Cluster(self.state_dir, lease_ttl=self.lease_ttl, store=store,
+                                            watcher=watcher, reload_interval=self.reload_interval)
         return self._cluster
 
     def warm(self) -> None:
@@ -104,6 +109,10 @@ class App:
             resp = self.dispatch(environ, method)
         except HTTPError as exc:
             resp = json_response(exc.code, error_body(exc.code, exc.message, exc.field), exc.headers)
+        except StoreUnavailable as exc:  # nothing was written: the node retries (Retry-After)
+            log.warning("%s %s: store unavailable: %s", method, environ.get("PATH_INFO"), exc)
+            resp = json_response(503, error_body(503, f"the shared store is unavailable, nothing was recorded; "
+                                                      f"retry later ({exc})"), [("Retry-After", "5")])
         except Exception:  # a bug: log it with the traceback, answer JSON, keep serving
             log.exception("internal error on %s %s", method, environ.get("PATH_INFO"))
             resp = json_response(500, error_body(500, "internal error; see the server log"))
@@ -198,9 +207,12 @@ class App:
 
     def healthz(self) -> Response:
         st = self.cluster.state()
-        body = {"status": "ok", "version": __version__, "schemaVersion": self.cluster.db.schema_version(),
+        body = {"status": "ok", "version": __version__,
                 "state": {"pools": sorted(st.pools), "machineConfigs": len(st.machine_configs),
-                          "stale": st.stale, "problems": [p.to_dict() for p in st.problems]}}
+                          "stale": st.stale, "problems": [p.to_dict() for p in st.problems]},
+                "store": self.cluster.store_health()}
+        if self.cluster.db is not None:
+            body["schemaVersion"] = self.cluster.db.schema_version()
         return json_response(200, body)
 
     def config(self, environ: Dict[str, Any], pool: str) -> Response:

@@ -11,6 +11,13 @@ import sys
 from typing import List, Optional, Tuple
 
 from agent import __version__
+from agent.server.cli_store import (
+    add_load_state_parser,
+    add_store_args,
+    check_serve_args,
+    cmd_load_state,
+    store_config,
+)
 from agent.server.viewcmds import add_client_options, add_parsers
 
 EXIT_OK = 0
@@ -31,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = _sub(sub, "serve", help="serve configs and the API (gunicorn)")
-    p.add_argument("--state", required=True, metavar="DIR", help="state directory (MCO-shaped YAML; nodes.db)")
+    p.add_argument("--state", metavar="DIR", help="state directory (MCO-shaped YAML; nodes.db); optional with "
+                                                   "--store etcd://... (then state objects come from etcd)")
     p.add_argument("--listen", default=None, metavar="HOST:PORT",
                    help=f"default 0.0.0.0:{TLS_PORT} with TLS; without TLS 127.0.0.1:{PLAIN_PORT} (plain HTTP "
                         f"stays on loopback unless asked)")
@@ -47,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drain lease lifetime unless renewed (default: 600)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.add_argument("--access-log", default=None, metavar="FILE", help="gunicorn access log ('-' for stderr)")
+    p.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="with etcd state objects: where this replica keeps its copy of them "
+                        "(default /var/lib/node-config-server/etcd-state)")
+    add_store_args(p)
+    add_load_state_parser(sub)
 
     p = _sub(sub, "render", help="render every pool and print its rendered config name")
     p.add_argument("--state", required=True, metavar="DIR")
@@ -96,7 +109,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _err("--backend kubernetes is not available in this build: only --backend dir (the state directory) "
              "is implemented")
         return EXIT_USAGE
-    problem = _check_state_dir(args.state)
+    store = store_config(args)
+    problem = check_serve_args(args, store) or (_check_state_dir(args.state) if args.state else None)
     if problem:
         _err(problem)
         return EXIT_USAGE
@@ -134,20 +148,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from agent.server.app import App
+
+    # Render, migrate the database and report state problems once, before any worker starts.
+    from agent.server.backends import open_backends
     from agent.server.gunicorn_app import ServerApplication, options
     from agent.server.service import Cluster
 
-    # Render, migrate the database and report state problems once, before any worker starts.
-    cluster = Cluster(args.state, lease_ttl=args.lease_ttl)
+    node_store, source = open_backends(store, args.state, 1.0)
+    cluster = Cluster(args.state, lease_ttl=args.lease_ttl, store=node_store, watcher=source)
     _print_problems(cluster.watcher.current().problems)
-    cluster.db.close()
+    cluster.store.close()
+    for closable in (source, getattr(node_store, "client", None)):
+        if closable is not None:
+            closable.close()
     del cluster
 
     from agent.server.metrics import make_dir
 
     metrics_dir = make_dir()  # prometheus-client's multiprocess directory, shared by the workers
     bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    app = App(args.state, token=token, lease_ttl=args.lease_ttl, metrics_dir=metrics_dir)
+    app = App(args.state, token=token, lease_ttl=args.lease_ttl, metrics_dir=metrics_dir, store=store)
     opts = options(bind, args.tls_cert, args.tls_key, args.workers, args.threads, args.log_level, args.access_log)
     logging.getLogger(__name__).info("node-config-server %s on %s://%s (state %s)", __version__,
                                      "https" if args.tls_cert else "http", bind, args.state)
@@ -233,7 +253,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from agent.server.viewcmds import cmd_describe, cmd_get
 
     handler = {"serve": cmd_serve, "render": cmd_render, "status": cmd_status, "get": cmd_get,
-               "describe": cmd_describe}[args.command]
+               "describe": cmd_describe, "load-state": cmd_load_state}[args.command]
     try:
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit

@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 
 import requests
 
+from agent.server.nodestore import StoreUnavailable
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 5.0
@@ -31,7 +33,7 @@ class EtcdError(Exception):
     """etcd answered, but refused the request (a bug or a misconfiguration, not an outage)."""
 
 
-class EtcdUnavailable(EtcdError):
+class EtcdUnavailable(EtcdError, StoreUnavailable):
     """No endpoint answered in time: the store is away; callers answer 503 and retry later."""
 
 

@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from agent.server.etcd_client import EtcdClient, EtcdUnavailable, cmp_absent, cmp_mod, op_delete, op_put
 from agent.server.store import CLUSTER_FILE, KINDS, State, load_state
@@ -128,6 +128,7 @@ class EtcdStateSource:
 
     @property
     def state_dir(self) -> str:
+        """The generation this replica serves (``current`` links to ``gens/<generation>``)."""
         return os.path.join(self.cache_dir, "current")
 
     def _first_load(self) -> int:
@@ -136,8 +137,9 @@ class EtcdStateSource:
         except EtcdUnavailable as exc:
             self.store_error = str(exc)
             if os.path.isdir(self.state_dir):
+                gen = os.path.basename(os.path.realpath(self.state_dir))
                 log.error("etcd unreachable at start (%s): serving the state kept in %s", exc, self.state_dir)
-                self._install(self._load_dir(self.state_dir, self._read_marker()), None)
+                self._install(self._load_dir(os.path.realpath(self.state_dir), gen), gen)
             return 0
 
     def refresh(self) -> int:
@@ -157,27 +159,26 @@ class EtcdStateSource:
         return revision
 
     def _stage(self, files: Dict[str, bytes], gen: str) -> State:
-        tmp = tempfile.mkdtemp(prefix="gen-", dir=self.cache_dir)
-        state = self._load_dir(_materialize(files, tmp), gen)
-        if not state.problems:  # the on-disk copy is what a restart without etcd serves
-            old = os.path.join(self.cache_dir, "previous")
-            shutil.rmtree(old, ignore_errors=True)
-            if os.path.isdir(self.state_dir):
-                os.rename(self.state_dir, old)
-            os.rename(tmp, self.state_dir)
-            with open(os.path.join(self.cache_dir, "generation"), "w") as f:
-                f.write(gen)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        """Copy a generation under ``gens/<gen>`` (written once: several worker processes share
+        the cache), load it, and point ``current`` at it when it is good."""
+        gens = os.path.join(self.cache_dir, "gens")
+        os.makedirs(gens, mode=0o700, exist_ok=True)
+        path = os.path.join(gens, gen)
+        if not os.path.isdir(path):
+            tmp = _materialize(files, tempfile.mkdtemp(prefix=".tmp-", dir=gens))
+            try:
+                os.rename(tmp, path)
+            except OSError:  # another process of this replica got there first: same contents
+                shutil.rmtree(tmp, ignore_errors=True)
+        state = self._load_dir(path, gen)
+        if not state.problems:
+            link = os.path.join(self.cache_dir, f".current-{os.getpid()}")
+            if os.path.lexists(link):
+                os.unlink(link)
+            os.symlink(os.path.join("gens", gen), link)
+            os.replace(link, self.state_dir)
+            _prune(gens, keep={gen})
         return state
-
-    def _read_marker(self) -> str:
-        try:
-            with open(os.path.join(self.cache_dir, "generation")) as f:
-                return f.read().strip()
-        except OSError:
-            return "unknown"
 
     @staticmethod
     def _load_dir(directory: str, gen: str) -> State:
@@ -210,5 +211,9 @@ class EtcdStateSource:
         self._stop.set()
 
 
-def problems_text(problems: List) -> str:
-    return "\n".join(str(p) for p in problems)
+def _prune(gens: str, keep: set, spare: int = 3) -> None:
+    """Remove old generations but the newest ``spare`` (a process may still be loading one)."""
+    entries = [e for e in os.scandir(gens) if e.is_dir() and e.name not in keep and not e.name.startswith(".")]
+    entries.sort(key=lambda e: e.stat().st_mtime, reverse=True)
+    for e in entries[spare:]:
+        shutil.rmtree(e.path, ignore_errors=True)

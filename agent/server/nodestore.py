@@ -48,6 +48,11 @@ from agent.server.progress import Counts, Membership
 STATES = ("Done", "Working", "Degraded")
 
 
+class StoreUnavailable(Exception):
+    """The shared store cannot be reached: nothing was written. The HTTP layer answers 503 with
+    Retry-After (nodes retry); reads keep answering from what the replica already has."""
+
+
 @dataclass(frozen=True)
 class NodeRecord:
     node: str

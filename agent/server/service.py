@@ -25,7 +25,7 @@ from agent.server import content, gating, poolview, progress, skewpolicy
 from agent.server.accept import negotiate_version
 from agent.server.db import Database
 from agent.server.drains import DEFAULT_TTL, parse_max_unavailable
-from agent.server.nodestore import NodeRecord, NodeStore, PoolRow, counts_for
+from agent.server.nodestore import NodeRecord, NodeStore, PoolRow, StoreUnavailable, counts_for
 from agent.server.nodestore_sqlite import SqliteNodeStore
 from agent.server.render import Rendered, render_pool
 from agent.server.store import State, pool_forced
@@ -73,6 +73,7 @@ def validate_report(body: Any) -> Dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
 
 
+STORE_RETRY = 2.0  # seconds between attempts to write to a shared store that is away
 VIEW_NODES = 100  # nodes listed in a pool view; all of them: /api/v1/nodes (paged)
 _UNSET = object()
 
@@ -97,14 +98,18 @@ def membership_signature(st: State) -> str:
 
 
 class Cluster:
-    def __init__(self, state_dir: str, db_path: Optional[str] = None, lease_ttl: float = DEFAULT_TTL,
-                 reload_interval: float = 1.0, store: Optional[NodeStore] = None):
+    def __init__(self, state_dir: Optional[str], db_path: Optional[str] = None, lease_ttl: float = DEFAULT_TTL,
+                 reload_interval: float = 1.0, store: Optional[NodeStore] = None, watcher: Any = None):
+        """``store`` and ``watcher`` (a state source with ``current()``) default to SQLite in the
+        state directory and polling of that directory (backends.open_backends gives etcd's)."""
         import os
 
         self.state_dir = state_dir
-        self.db = Database(db_path or os.path.join(state_dir, "nodes.db"))
+        self.db = Database(db_path or os.path.join(state_dir, "nodes.db")) if store is None else None
         self.store: NodeStore = store or SqliteNodeStore(self.db)
-        self.watcher = StateWatcher(state_dir, reload_interval)
+        self.watcher = watcher or StateWatcher(state_dir, reload_interval)
+        self.store_error = ""  # why the last write to the shared store failed ("" = it did not)
+        self._store_retry_at = 0.0
         self.lease_ttl = lease_ttl
         self._reconciled_sig = None
         self._lock = threading.Lock()
@@ -117,6 +122,19 @@ class Cluster:
         self._decisions: Dict[Tuple, Any] = {}  # shared by threads; keyed on every input
         self.cache_size = 64
         self.reconcile(force=True)
+
+    def store_health(self) -> Dict[str, Any]:
+        """The store as this process sees it (for /healthz, /api/v1/cluster and status)."""
+        kind = type(self.store).__name__
+        out: Dict[str, Any] = {"kind": "etcd" if "Etcd" in kind else "sqlite",
+                               "healthy": not (self.store_error or getattr(self.watcher, "store_error", ""))}
+        error = self.store_error or getattr(self.watcher, "store_error", "")
+        if error:
+            out["error"] = error
+        seen = getattr(self.store, "last_seen", None)
+        if seen:
+            out["lastContactSecondsAgo"] = round(max(0.0, time.time() - seen), 1)
+        return out
 
     # -- state and reconcile -----------------------------------------------------------------
 
@@ -138,6 +156,22 @@ class Cluster:
         return {name: render_pool(pool, st.machine_configs) for name, pool in st.pools.items()}
 
     def reconcile(self, force: bool = False) -> None:
+        """Render and move the pools; while the shared store is away, keep serving what this
+        process has and try again at most every STORE_RETRY seconds (a fetch never waits on it)."""
+        if not force and time.monotonic() < self._store_retry_at:
+            return
+        try:
+            self._reconcile()
+        except StoreUnavailable as exc:
+            self.store_error = str(exc)
+            self._store_retry_at = time.monotonic() + STORE_RETRY
+            log.warning("store unavailable, serving what this replica has: %s", exc)
+            if self._reconciled_sig is None and not self._rendered:
+                raise
+        else:
+            self.store_error = ""
+
+    def _reconcile(self) -> None:
         with self._lock:
             st = self.watcher.current()
             fresh = st.signature != self._reconciled_sig

@@ -37,6 +37,7 @@ def _free_ports(n: int) -> List[int]:
 class EtcdCluster:
     def __init__(self, base_dir: str, size: int = 3):
         self.base_dir = base_dir
+        os.makedirs(base_dir, exist_ok=True)
         self.size = size
         ports = _free_ports(2 * size)
         self.client_ports = ports[:size]
@@ -96,7 +97,10 @@ class EtcdCluster:
     def kill(self, i: int) -> None:
         proc = self.procs[i]
         if proc is not None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # it had exited already
+                pass
             proc.wait(timeout=10)
             self.procs[i] = None
 

@@ -28,7 +28,7 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, state_dir: str, tls=None, token: Optional[str] = None, workers: int = 2,
+    def __init__(self, state_dir: Optional[str], tls=None, token: Optional[str] = None, workers: int = 2,
                  threads: int = 8, extra_args: Sequence[str] = (), port: Optional[int] = None):
         self.state_dir = state_dir
         self.tls = tls
@@ -63,9 +63,10 @@ class ServerProcess:
         return s
 
     def command(self) -> List[str]:
-        cmd = [sys.executable, "-m", "agent.server.cli", "serve", "--state", self.state_dir,
-               "--listen", f"127.0.0.1:{self.port}", "--workers", str(self.workers),
-               "--threads", str(self.threads)]
+        cmd = [sys.executable, "-m", "agent.server.cli", "serve"]
+        if self.state_dir:  # None: state objects come from the store (--store etcd://...)
+            cmd += ["--state", self.state_dir]
+        cmd += ["--listen", f"127.0.0.1:{self.port}", "--workers", str(self.workers), "--threads", str(self.threads)]
         if self.tls:
             cmd += ["--tls-cert", self.tls.cert, "--tls-key", self.tls.key]
         if self.token:
