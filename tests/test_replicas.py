@@ -194,3 +194,119 @@ def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable
                                    data=json.dumps({"pool": "worker", "config": "c"}), timeout=30).status_code == 200,
           "an expired lease frees its slot", timeout=LEASE_TTL + 15, every=0.5)
     watcher.close()
+
+
+# -- faults: a storm of first boots while an etcd member and a replica are SIGKILLed --------------
+
+def agent(*args):
+    return subprocess.run([sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+
+
+def boot_node(fleet, top, name):
+    """First boot through the load balancer, the simulated reboot, then day 2 once (it reports
+    Done on what the node boots and sends any report kept while the server could not take it)."""
+    from benchmarks.scaleup import simulate_reboot
+    from tests.helpers.noderoot import make_node_root
+
+    root = make_node_root(str(top / name), fleet.lb_url, "worker", ca_pem=fleet.tls.ca_pem(), token=TOKEN,
+                          node_name=name, fetch_budget=120)
+    first = agent("firstboot", "--root", root)
+    if first.returncode == 0:
+        simulate_reboot(root)
+    with open(os.path.join(root, "etc/machine-config-daemon/node-annotations.json")) as f:
+        served = json.load(f)["machineconfiguration.openshift.io/firstPivotConfig"]
+    return {"name": name, "rc": first.returncode, "stderr": first.stderr[-2000:], "served": served, "root": root}
+
+
+def day2(node):
+    r = agent("update", "--once", "--root", node["root"])
+    return r.returncode, r.stderr[-2000:]
+
+
+def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, tmp_path):
+    from agent.server import etcd_drains
+    from agent.server.etcd_client import EtcdClient, parse_store_url
+
+    proven = pool(fleet.replicas[0])["status"]["served"]["config"]
+    url = parse_store_url(fleet.etcd.url)
+    watcher = EtcdClient(url.endpoints, timeout=10)
+    limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
+    peak, stop = [0], threading.Event()
+    lb = fleet.session()
+
+    def drain_hammer():  # existing members keep asking for leases through the balancer
+        i = 0
+        while not stop.is_set():
+            node = f"drainer-{i % 30:02d}"
+            try:
+                r = lb.post(f"{fleet.lb_url}/api/v1/nodes/{node}/drain",
+                            data=json.dumps({"pool": "worker", "config": "c"}), timeout=10)
+                if r.status_code == 200:
+                    lb.delete(f"{fleet.lb_url}/api/v1/nodes/{node}/drain", timeout=10)
+            except requests.RequestException:
+                pass  # a replica being killed: the node would retry
+            i += 1
+
+    def sample():
+        while not stop.is_set():
+            try:
+                peak[0] = max(peak[0], len(etcd_drains.holders(watcher, url.prefix, "worker")))
+            except Exception:
+                pass
+            time.sleep(0.05)
+
+    helpers = [threading.Thread(target=f, daemon=True) for f in (drain_hammer, sample)]
+    for t in helpers:
+        t.start()
+    names = [f"storm-{i:02d}" for i in range(30)]
+    try:
+        with ThreadPoolExecutor(max_workers=6) as ex:
+            futures = [ex.submit(boot_node, fleet, tmp_path, n) for n in names]
+            until(lambda: sum(f.done() for f in futures) >= 6, "the storm is under way", timeout=240, every=0.2)
+            fleet.etcd.kill(0)
+            fleet.replicas[1].proc.send_signal(9)
+            os.killpg(fleet.replicas[1].proc.pid, 9)
+            nodes = [f.result() for f in futures]
+    finally:
+        stop.set()
+        for t in helpers:
+            t.join(15)
+    fleet.etcd.start(0)
+    fleet.restart_replica(1)
+    assert [n for n in nodes if n["rc"] != 0] == []
+    assert {n["served"] for n in nodes} == {proven}  # only what a member had proven
+    results = [day2(n) for n in nodes]
+    assert [r for r in results if r[0] != 0] == []
+    for r in fleet.replicas:  # every node Done, on every replica
+        seen = {}
+        for n in names:
+            resp = r.session().get(r.url(f"/api/v1/nodes/{n}"), timeout=10)
+            seen[n] = resp.json()["report"].get("state") if resp.status_code == 200 else resp.status_code
+        assert set(seen.values()) == {"Done"}, seen
+    assert peak[0] <= limit
+    watcher.close()
+
+
+def test_with_all_of_etcd_down_configs_still_serve_and_reports_wait_for_its_return(fleet, tmp_path):
+    served = pool(fleet.replicas[0])["status"]["served"]["config"]
+    for i in range(3):
+        fleet.etcd.kill(i)
+    try:
+        r = fleet.replicas[0]
+        resp = r.session().get(r.url("/config/worker"), timeout=30)
+        assert resp.status_code == 200
+        resp = report(r, "offline-1", {"pool": "worker", "state": "Working"})
+        assert resp.status_code == 503 and int(resp.headers["Retry-After"]) >= 1, resp.text
+        node = boot_node(fleet, tmp_path, "offline-2")
+        assert node["rc"] == 0, node["stderr"]
+        assert node["served"] == served
+        assert os.path.exists(os.path.join(node["root"], "var/lib/node-agent/pending-report.json"))
+    finally:
+        fleet.etcd.start()
+    rc, err = day2(node)
+    assert rc == 0, err
+    assert not os.path.exists(os.path.join(node["root"], "var/lib/node-agent/pending-report.json")), err
+    for r in fleet.replicas:
+        until(lambda r=r: r.session().get(r.url("/api/v1/nodes/offline-2"), timeout=10).status_code == 200,
+              "the kept report arrives once etcd is back", timeout=30)

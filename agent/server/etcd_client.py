@@ -27,6 +27,7 @@ from agent.server.nodestore import StoreUnavailable
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 5.0
+WATCH_IDLE = 10.0
 
 
 class EtcdError(Exception):
@@ -160,6 +161,7 @@ class EtcdClient:
         if cert:
             self._session.cert = (cert, key) if key else cert
         self._lock = threading.Lock()
+        self.last_ok = 0.0  # when an endpoint last answered (a call or a watch stream)
 
     # -- transport --------------------------------------------------------------------------
 
@@ -186,6 +188,7 @@ class EtcdClient:
             if resp.status_code != 200:
                 raise EtcdError(f"{url}: HTTP {resp.status_code}: {_message(resp)}")
             self._preferred = i
+            self.last_ok = time.time()
             return resp.json()
         raise EtcdUnavailable("etcd did not answer: " + ("; ".join(errors) or "deadline passed"))
 
@@ -270,40 +273,46 @@ class EtcdClient:
 
     def _watch_loop(self, prefix: bytes, revision: int, on_events: Callable[[List[Event], int], None],
                     stop: threading.Event, retry_wait: float) -> None:
+        seen = [revision]  # the newest revision delivered: a reconnect resumes after it
         while not stop.is_set():
             for i in self._order():
                 if stop.is_set():
                     return
                 try:
-                    revision = self._watch_stream(self.endpoints[i], prefix, revision, on_events, stop)
-                except (requests.RequestException, ValueError) as exc:
-                    log.debug("etcd watch on %s ended: %s", self.endpoints[i], exc)
+                    self._watch_stream(self.endpoints[i], prefix, seen, on_events, stop)
+                except Exception as exc:  # any end of the stream: the watch must outlive it
+                    log.debug("etcd watch of %r on %s ended after revision %d: %s: %s", prefix, self.endpoints[i],
+                              seen[0], type(exc).__name__, exc)
             stop.wait(retry_wait)
 
-    def _watch_stream(self, endpoint: str, prefix: bytes, revision: int,
-                      on_events: Callable[[List[Event], int], None], stop: threading.Event) -> int:
+    def _watch_stream(self, endpoint: str, prefix: bytes, seen: List[int],
+                      on_events: Callable[[List[Event], int], None], stop: threading.Event) -> None:
         body = {"create_request": {"key": b64(prefix), "range_end": b64(prefix_end(prefix)),
-                                   "start_revision": str(revision + 1), "progress_notify": True}}
-        # A read timeout ends a stream etcd stopped feeding; progress_notify keeps a live one busy.
+                                   "start_revision": str(seen[0] + 1), "progress_notify": True}}
+        # etcd sends nothing on a quiet watch, and a stream opened to a member that was just
+        # restarting can hang: a stream silent for WATCH_IDLE seconds is reopened from the last
+        # revision seen (nothing is missed; a quiet cluster costs one request per WATCH_IDLE).
         with self._session.post(endpoint + "/v3/watch", data=json.dumps(body), stream=True,
-                                timeout=(self.timeout, 30)) as resp:
+                                timeout=(self.timeout, WATCH_IDLE)) as resp:
             resp.raise_for_status()
+            self.last_ok = time.time()
             for line in resp.iter_lines():
                 if stop.is_set():
-                    break
+                    return
                 if not line:
                     continue
+                self.last_ok = time.time()
                 result = json.loads(line).get("result") or {}
-                header_rev = int((result.get("header") or {}).get("revision", revision))
+                header_rev = int((result.get("header") or {}).get("revision", seen[0]))
                 events = [Event(e.get("type", "PUT"), _kv(e.get("kv") or {})) for e in result.get("events", [])]
                 if events:
                     revision = max(ev.kv.mod_revision for ev in events)
                     on_events(events, revision)
+                    seen[0] = max(seen[0], revision)
                 elif result.get("compact_revision"):
-                    revision = int(result["compact_revision"]) - 1
                     on_events([], header_rev)  # compacted: the caller re-reads everything
-                    return header_rev
-        return revision
+                    seen[0] = header_rev
+                    return
 
 
 def _message(resp: requests.Response) -> str:

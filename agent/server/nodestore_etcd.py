@@ -57,7 +57,6 @@ class EtcdNodeStore(NodeStore):
         self._rendered: Dict[str, Dict[str, Any]] = {}
         self._stop = threading.Event()
         self.revision = 0
-        self.last_seen = 0.0  # when etcd last answered (watch or call): for /healthz and status
         self._load()
         if watch:
             client.watch(prefix, self.revision, self._on_events, self._stop)
@@ -81,7 +80,6 @@ class EtcdNodeStore(NodeStore):
             self._pools = {_tail(kv.key): PoolRow(**json.loads(kv.value)) for kv in pools}
             self._meta = {_tail(kv.key): kv.value.decode() for kv in meta}
             self.revision = rev
-            self.last_seen = time.time()
 
     def _on_events(self, events: List[Event], revision: int) -> None:
         if not events:  # the watch fell behind a compaction: read everything again
@@ -91,7 +89,6 @@ class EtcdNodeStore(NodeStore):
             for ev in events:
                 self._apply_event(ev)
             self.revision = max(self.revision, revision)
-            self.last_seen = time.time()
 
     def _apply_event(self, ev: Event) -> None:
         key = ev.kv.key.decode()[len(self.prefix):]
@@ -109,6 +106,11 @@ class EtcdNodeStore(NodeStore):
                 self._meta.pop(name, None)
             else:
                 self._meta[name] = ev.kv.value.decode()
+
+    @property
+    def last_seen(self) -> float:
+        """When etcd last answered this process (a call or the watch): for /healthz and status."""
+        return self.client.last_ok
 
     def close(self) -> None:
         self._stop.set()
@@ -131,7 +133,6 @@ class EtcdNodeStore(NodeStore):
         _, revision = self.client.txn([], ops)
         with self._lock:
             self._index.apply(node, rec, revision)
-            self.last_seen = time.time()
         if released is not None:
             self.client.revoke(released["lease"])
             self._log_drain(node, released["pool"], "uncordon", "node reported Done")
