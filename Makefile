@@ -68,6 +68,7 @@ VENV39     ?= .venv39
 STAMP39    := $(VENV39)/.installed
 RHEL9_CONSTRAINTS := tests/rhel9-constraints.txt
 DEB_PACKAGES += cpio  # rpm2cpio | cpio: tests unpack the RHEL 9 RPM's payload
+DEB_PACKAGES += etcd-server haproxy  # the replica tests: a real three-member etcd behind a real load balancer
 
 $(STAMP39): pyproject.toml $(RHEL9_CONSTRAINTS) | sysdeps
 	@test -x $(VENV39)/bin/python || $(PY39) -m venv $(VENV39)

@@ -208,7 +208,9 @@ class Reporter:
             if resp.status_code == 200:
                 log.info("drain lease granted by %s for pool %s", self.base_url, pool)
                 return True
-            if resp.status_code != 429:
+            # 429: maxUnavailable nodes hold a lease; 503: the server's shared store is away
+            # (a replica on etcd): both say when to ask again, and neither granted anything.
+            if resp.status_code not in (429, 503):
                 raise FetchError(f"drain lease refused by {self.base_url}: HTTP {resp.status_code}: "
                                  f"{resp.text[:300]}", url=self._url("drain"), status=resp.status_code)
             try:
@@ -217,8 +219,9 @@ class Reporter:
                 wait = 10.0
             reason = ""
             try:
-                reason = resp.json().get("reason", "")
-            except ValueError:
+                answer = resp.json()
+                reason = answer.get("reason") or (answer.get("error") or {}).get("message", "")
+            except (ValueError, AttributeError):
                 pass
             if clock() + wait > deadline:
                 raise FetchError(f"no drain lease from {self.base_url} within {timeout:.0f} s: {reason}",
