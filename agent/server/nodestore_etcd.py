@@ -24,10 +24,11 @@ import logging
 import threading
 import time
 import zlib
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server import etcd_drains
 from agent.server.etcd_client import (
+    KV,
     EtcdClient,
     Event,
     cmp_absent,
@@ -53,6 +54,8 @@ class EtcdNodeStore(NodeStore):
         self._lock = threading.RLock()
         self._index = NodeIndex()
         self._pools: Dict[str, PoolRow] = {}
+        self._pool_revs: Dict[str, int] = {}  # mod_revision of each pool row: the compare of a CAS
+        self._leases: Dict[str, Tuple[str, str, int, int]] = {}  # node -> (pool, config, mod_revision, lease)
         self._meta: Dict[str, str] = {}
         self._rendered: Dict[str, Dict[str, Any]] = {}
         self._stop = threading.Event()
@@ -70,6 +73,7 @@ class EtcdNodeStore(NodeStore):
         nodes, rev = self.client.range(self._k("nodes/"), prefix=True)
         pools, _ = self.client.range(self._k("pools/"), prefix=True, revision=rev)
         meta, _ = self.client.range(self._k("meta/"), prefix=True, revision=rev)
+        leases, _ = self.client.range(self._k("leases/"), prefix=True, revision=rev)
         with self._lock:
             self._index.clear()
             for kv in nodes:
@@ -78,6 +82,10 @@ class EtcdNodeStore(NodeStore):
             if self._index.assign is not None:
                 self._index.rebuild(self._index.signature or "", self._index.assign)
             self._pools = {_tail(kv.key): PoolRow(**json.loads(kv.value)) for kv in pools}
+            self._pool_revs = {_tail(kv.key): kv.mod_revision for kv in pools}
+            self._leases = {}
+            for kv in leases:
+                self._note_lease(kv.key.decode()[len(self._k("leases/")):], kv, False)
             self._meta = {_tail(kv.key): kv.value.decode() for kv in meta}
             self.revision = rev
 
@@ -99,13 +107,27 @@ class EtcdNodeStore(NodeStore):
         elif kind == "pools":
             if deleted:
                 self._pools.pop(name, None)
-            else:
+                self._pool_revs.pop(name, None)
+            elif ev.kv.mod_revision >= self._pool_revs.get(name, 0):
                 self._pools[name] = PoolRow(**json.loads(ev.kv.value))
+                self._pool_revs[name] = ev.kv.mod_revision
+        elif kind == "leases":
+            self._note_lease(name, ev.kv, deleted)
         elif kind == "meta":
             if deleted:
                 self._meta.pop(name, None)
             else:
                 self._meta[name] = ev.kv.value.decode()
+
+    def _note_lease(self, pool_node: str, kv: KV, deleted: bool) -> None:
+        pool, _, node = pool_node.partition("/")
+        if deleted:
+            held = self._leases.get(node)
+            if held is not None and held[0] == pool:
+                del self._leases[node]
+        else:
+            config = json.loads(kv.value or b"{}").get("config", "")
+            self._leases[node] = (pool, config, kv.mod_revision, kv.lease)
 
     @property
     def last_seen(self) -> float:
@@ -118,30 +140,40 @@ class EtcdNodeStore(NodeStore):
     # -- nodes --------------------------------------------------------------------------------
 
     def record_report(self, node: str, body: Dict[str, Any], member: Membership, now: float) -> Recorded:
+        """One transaction: the report, and the end of the node's drain lease when it is Done on
+        the leased config (guarded by the lease key's revision as this process knows it; when
+        another replica changed the lease meanwhile, read it afresh and try once more)."""
         rec = NodeRecord(node, member.pool, member.why, member.degraded, dict(body), now)
         value = json.dumps({"pool": rec.pool, "why": rec.why, "degraded": rec.degraded, "report": rec.report,
                             "received": now}, sort_keys=True)
         with self._lock:
             old = self._index.records.get(node)
-        ops = [op_put(self._k("nodes", node), value)]
-        released = None
-        if body.get("state") == "Done":
-            lease = self._lease_to_end(node, str(body.get("currentConfig") or ""))
-            if lease is not None:
-                ops.append(op_delete(self._k("leases", lease["pool"], node)))
-                released = lease
-        _, revision = self.client.txn([], ops)
+            lease = self._leases.get(node)
+        for attempt in range(2):
+            ops, guard, ending = [op_put(self._k("nodes", node), value)], [], None
+            if body.get("state") == "Done" and lease is not None and _ends(lease[1], body):
+                key = self._k("leases", lease[0], node)
+                ops.append(op_delete(key))
+                guard = [cmp_mod(key, lease[2])]
+                ending = lease
+            ok, revision = self.client.txn(guard, ops, [op_put(self._k("nodes", node), value)] if guard else None)
+            if ok or attempt:
+                break
+            lease = self._fresh_lease(node)  # the report is stored; only the lease part is retried
         with self._lock:
             self._index.apply(node, rec, revision)
-        if released is not None:
-            self.client.revoke(released["lease"])
-            self._log_drain(node, released["pool"], "uncordon", "node reported Done")
-        return Recorded(released is not None, old.pool if old is not None else None)
+        released = ending is not None and ok
+        if released:
+            self.client.revoke(ending[3])
+            self._log_drain(node, ending[0], "uncordon", "node reported Done")
+        return Recorded(released, old.pool if old is not None else None)
 
-    def _lease_to_end(self, node: str, current_config: str) -> Optional[Dict[str, Any]]:
+    def _fresh_lease(self, node: str) -> Optional[Tuple[str, str, int, int]]:
         for h in etcd_drains.holders(self.client, self.prefix):
-            if h["node"] == node and not (h["config"] and current_config and h["config"] != current_config):
-                return h
+            if h["node"] == node:
+                kv = self.client.get(self._k("leases", h["pool"], node))
+                if kv is not None:
+                    return (h["pool"], h["config"], kv.mod_revision, kv.lease)
         return None
 
     def node(self, node: str) -> Optional[NodeRecord]:
@@ -175,6 +207,11 @@ class EtcdNodeStore(NodeStore):
 
     def acquire_lease(self, node: str, pool: str, config: str, limit: int, ttl: float, now: float):
         answer = etcd_drains.request_drain(self.client, self.prefix, node, pool, config, limit, ttl, now)
+        if answer.granted:  # read-your-writes: a Done report through this process ends it at once
+            kv = self.client.get(self._k("leases", pool, node))
+            if kv is not None:
+                with self._lock:
+                    self._note_lease(f"{pool}/{node}", kv, False)
         if answer.granted and not answer.renewed:
             self._log_drain(node, pool, "cordon", config)
             self._log_drain(node, pool, "drain", "no pods to evict with the directory backend")
@@ -182,6 +219,8 @@ class EtcdNodeStore(NodeStore):
 
     def release_lease(self, node: str, why: str) -> Optional[str]:
         pool = etcd_drains.release(self.client, self.prefix, node)
+        with self._lock:
+            self._leases.pop(node, None)
         if pool is not None:
             self._log_drain(node, pool, "uncordon", why)
         return pool
@@ -219,22 +258,26 @@ class EtcdNodeStore(NodeStore):
             return dict(self._pools)
 
     def update_pool(self, name: str, decide: Callable[[Optional[PoolRow]], Optional[PoolRow]]) -> PoolRow:
+        """Compare-and-swap on the row's revision. The first try decides from the row this
+        process holds (kept current by the watch), so a report that moves no pool costs no round
+        trip; a lost race reads the row from etcd and decides again."""
         key = self._k("pools", name)
+        with self._lock:
+            old, rev = self._pools.get(name), self._pool_revs.get(name, 0)
         for _ in range(CAS_TRIES):
-            kv = self.client.get(key)
-            old = PoolRow(**json.loads(kv.value)) if kv else None
             new = decide(old)
             if new is None or new == old:
-                if old is not None:
-                    with self._lock:
-                        self._pools[name] = old
                 return old  # type: ignore[return-value]
-            guard = [cmp_absent(key)] if kv is None else [cmp_mod(key, kv.mod_revision)]
-            if self.client.txn(guard, [op_put(key, json.dumps(new.as_dict()))])[0]:
+            guard = [cmp_absent(key)] if old is None else [cmp_mod(key, rev)]
+            ok, revision = self.client.txn(guard, [op_put(key, json.dumps(new.as_dict()))])
+            if ok:
                 with self._lock:
-                    self._pools[name] = new
+                    if revision >= self._pool_revs.get(name, 0):
+                        self._pools[name], self._pool_revs[name] = new, revision
                 self._record_history(name, old, new)
                 return new
+            kv = self.client.get(key)
+            old, rev = (PoolRow(**json.loads(kv.value)), kv.mod_revision) if kv else (None, 0)
         raise RuntimeError(f"pool {name}: too many concurrent updates in etcd; try again")
 
     def _record_history(self, pool: str, old: Optional[PoolRow], new: PoolRow) -> None:
@@ -294,6 +337,12 @@ class EtcdNodeStore(NodeStore):
             proofs = self._index.proofs_of(pool, row.target) if row is not None else {}
             rec = self._index.records.get(node) if node else None
             return Serving(self._meta.get("state_signature"), row, proofs, rec)
+
+
+def _ends(lease_config: str, body: Dict[str, Any]) -> bool:
+    """A Done report ends the lease taken for its config (or for no particular config)."""
+    current = str(body.get("currentConfig") or "")
+    return not (lease_config and current and lease_config != current)
 
 
 def _tail(key: bytes) -> str:
