@@ -38,12 +38,12 @@ REPORT_LUA = """
 counter = 0
 request = function()
   counter = counter + 1
-  local node = string.format("bench-%%d-%%d", math.random(1, 1000000), counter)
+  local node = string.format("bench-%d-%d", math.random(1, 1000000), counter)
   return wrk.format("POST", "/api/v1/nodes/" .. node .. "/report",
-    {["Content-Type"] = "application/json", ["Authorization"] = "Bearer %s"},
+    {["Content-Type"] = "application/json", ["Authorization"] = "Bearer TOKEN"},
     '{"pool": "worker", "state": "Done", "currentConfig": "rendered-worker-bench"}')
 end
-""" % TOKEN
+""".replace("TOKEN", TOKEN)
 
 
 def _wrk(url: str, seconds: int, connections: int, script: str = "") -> Dict[str, float]:
@@ -101,7 +101,7 @@ def measure(rounds: int, seconds: int, connections: int) -> Dict[str, Dict[str, 
     urls, stop = _setups(top)
     out: Dict[str, Dict[str, List[Dict[str, float]]]] = {name: {"config": [], "report": []} for name in urls}
     try:
-        for name, base in urls.items():  # warm-up: workers render, connections open
+        for base in urls.values():  # warm-up: workers render, connections open
             _wrk(base + "/config/worker", 1, 8)
         for _ in range(rounds):
             for name, base in urls.items():
