@@ -120,6 +120,21 @@ def test_every_replica_serves_the_same_rendered_config(fleet):
     assert health["store"]["kind"] == "etcd" and health["store"]["healthy"]
 
 
+def test_the_cluster_view_lists_every_replica_and_metrics_time_the_store(fleet):
+    r = fleet.replicas[0]
+
+    def three():
+        doc = r.session().get(r.url("/api/v1/cluster"), timeout=10).json()
+        return doc if len({x["replica"] for x in doc["replicas"]}) == 3 else None
+
+    doc = until(three, "every replica has announced itself", timeout=30, every=0.5)
+    assert doc["store"]["kind"] == "etcd" and doc["store"]["healthy"]
+    assert len({x["stateSignature"] for x in doc["replicas"]}) == 1  # all render from the same objects
+    assert all(x["pools"]["worker"]["served"] for x in doc["replicas"])
+    metrics = r.session().get(r.url("/metrics"), timeout=10).text
+    assert 'node_config_server_store_request_seconds_count{operation="/v3/kv/' in metrics
+
+
 def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     a, b, c = fleet.replicas
     before = [pool(r)["status"]["machineCount"] for r in (b, c)]

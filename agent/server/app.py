@@ -94,8 +94,12 @@ class App:
             with self._lock:
                 if self._cluster is None:
                     store, watcher = open_backends(self.store_config, self.state_dir, self.reload_interval)
-                    self._cluster = Cluster(self.state_dir, lease_ttl=self.lease_ttl, store=store,
-                                            watcher=watcher, reload_interval=self.reload_interval)
+                    cluster = Cluster(self.state_dir, lease_ttl=self.lease_ttl, store=store,
+                                      watcher=watcher, reload_interval=self.reload_interval)
+                    if getattr(store, "client", None) is not None:
+                        store.client.observer = self.counter.observe_store
+                    cluster.start_heartbeat(self.store_config.replica_name())
+                    self._cluster = cluster
         return self._cluster
 
     def warm(self) -> None:

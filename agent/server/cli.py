@@ -167,6 +167,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     metrics_dir = make_dir()  # prometheus-client's multiprocess directory, shared by the workers
     bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    import dataclasses
+
+    store = dataclasses.replace(store, replica=store.replica_name(f"{host}:{port}"))
     app = App(args.state, token=token, lease_ttl=args.lease_ttl, metrics_dir=metrics_dir, store=store)
     opts = options(bind, args.tls_cert, args.tls_key, args.workers, args.threads, args.log_level, args.access_log)
     logging.getLogger(__name__).info("node-config-server %s on %s://%s (state %s)", __version__,

@@ -162,6 +162,8 @@ class EtcdClient:
             self._session.cert = (cert, key) if key else cert
         self._lock = threading.Lock()
         self.last_ok = 0.0  # when an endpoint last answered (a call or a watch stream)
+        # observer(api_path, seconds, ok) after every attempt: /metrics' store latency and errors
+        self.observer: Callable[[str, float, bool], None] = lambda _p, _s, _ok: None
 
     # -- transport --------------------------------------------------------------------------
 
@@ -177,11 +179,14 @@ class EtcdClient:
             if left <= 0:
                 break
             url = self.endpoints[i] + path
+            started = time.monotonic()
             try:
                 resp = self._session.post(url, data=json.dumps(body), timeout=min(left, self.timeout))
             except requests.RequestException as exc:
+                self.observer(path, time.monotonic() - started, False)
                 errors.append(f"{self.endpoints[i]}: {type(exc).__name__}")
                 continue
+            self.observer(path, time.monotonic() - started, resp.status_code == 200)
             if resp.status_code >= 500 or resp.status_code == 429:
                 errors.append(f"{self.endpoints[i]}: HTTP {resp.status_code} {_message(resp)}")
                 continue

@@ -80,9 +80,22 @@ class RequestCounter:
         getattr(prometheus_client, "disable_created_metrics", lambda: None)()
         self.counter = Counter("node_config_server_requests", "HTTP requests by pool (\"\" when none), code and "
                                "method.", ["pool", "code", "method"], registry=None)
+        from prometheus_client import Histogram
+
+        # A shared store (etcd): how long its calls take and how many fail, per API path.
+        self.store_seconds = Histogram("node_config_server_store_request_seconds",
+                                       "Calls to the shared store (etcd) by API path.", ["operation"], registry=None,
+                                       buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+        self.store_errors = Counter("node_config_server_store_errors", "Failed calls to the shared store (etcd) "
+                                    "by API path.", ["operation"], registry=None)
 
     def inc(self, pool: str, code: int, method: str) -> None:
         self.counter.labels(pool, str(code), method).inc()
+
+    def observe_store(self, operation: str, seconds: float, ok: bool) -> None:
+        self.store_seconds.labels(operation).observe(seconds)
+        if not ok:
+            self.store_errors.labels(operation).inc()
 
     def registry(self):
         from prometheus_client import CollectorRegistry
@@ -93,7 +106,8 @@ class RequestCounter:
 
             multiprocess.MultiProcessCollector(registry, path=self.directory)
         else:
-            registry.register(self.counter)
+            for metric in (self.counter, self.store_seconds, self.store_errors):
+                registry.register(metric)
         return registry
 
 

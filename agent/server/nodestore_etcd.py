@@ -21,6 +21,7 @@ which the HTTP layer answers with 503 and Retry-After.
 
 import json
 import logging
+import os
 import threading
 import time
 import zlib
@@ -57,6 +58,7 @@ class EtcdNodeStore(NodeStore):
         self._pool_revs: Dict[str, int] = {}  # mod_revision of each pool row: the compare of a CAS
         self._leases: Dict[str, Tuple[str, str, int, int]] = {}  # node -> (pool, config, mod_revision, lease)
         self._meta: Dict[str, str] = {}
+        self._replicas: Dict[str, Dict[str, Any]] = {}  # "<replica>/<pid>" -> what it announced
         self._rendered: Dict[str, Dict[str, Any]] = {}
         self._stop = threading.Event()
         self.revision = 0
@@ -74,6 +76,7 @@ class EtcdNodeStore(NodeStore):
         pools, _ = self.client.range(self._k("pools/"), prefix=True, revision=rev)
         meta, _ = self.client.range(self._k("meta/"), prefix=True, revision=rev)
         leases, _ = self.client.range(self._k("leases/"), prefix=True, revision=rev)
+        replicas, _ = self.client.range(self._k("replicas/"), prefix=True, revision=rev)
         with self._lock:
             self._index.clear()
             for kv in nodes:
@@ -83,6 +86,7 @@ class EtcdNodeStore(NodeStore):
                 self._index.rebuild(self._index.signature or "", self._index.assign)
             self._pools = {_tail(kv.key): PoolRow(**json.loads(kv.value)) for kv in pools}
             self._pool_revs = {_tail(kv.key): kv.mod_revision for kv in pools}
+            self._replicas = {kv.key.decode()[len(self._k("replicas/")):]: json.loads(kv.value) for kv in replicas}
             self._leases = {}
             for kv in leases:
                 self._note_lease(kv.key.decode()[len(self._k("leases/")):], kv, False)
@@ -113,6 +117,11 @@ class EtcdNodeStore(NodeStore):
                 self._pool_revs[name] = ev.kv.mod_revision
         elif kind == "leases":
             self._note_lease(name, ev.kv, deleted)
+        elif kind == "replicas":
+            if deleted:
+                self._replicas.pop(name, None)
+            else:
+                self._replicas[name] = json.loads(ev.kv.value)
         elif kind == "meta":
             if deleted:
                 self._meta.pop(name, None)
@@ -133,6 +142,11 @@ class EtcdNodeStore(NodeStore):
     def last_seen(self) -> float:
         """When etcd last answered this process (a call or the watch): for /healthz and status."""
         return self.client.last_ok
+
+    def replicas(self) -> List[Dict[str, Any]]:
+        """What every live replica process announced (Heartbeat), oldest key first."""
+        with self._lock:
+            return [dict(v) for _, v in sorted(self._replicas.items())]
 
     def close(self) -> None:
         self._stop.set()
@@ -353,3 +367,32 @@ def _node_record(node: str, value: bytes) -> NodeRecord:
     d = json.loads(value)
     return NodeRecord(node=node, pool=d["pool"], why=d.get("why", ""), degraded=d.get("degraded", ""),
                       report=d.get("report") or {}, received=d.get("received", 0.0))
+
+
+class Heartbeat:
+    """A replica process announces what it serves under ``replicas/<name>/<pid>`` (an etcd lease
+    of ``ttl`` seconds, renewed every ``ttl / 3``): /api/v1/cluster lists every replica's view,
+    and a replica that died drops out by itself."""
+
+    def __init__(self, store: "EtcdNodeStore", name: str, describe: Callable[[], Dict[str, Any]], ttl: int = 15):
+        self.store, self.name, self.describe, self.ttl = store, name, describe, ttl
+        self._lease = 0
+        self._thread = threading.Thread(target=self._loop, name="replica-heartbeat", daemon=True)
+        self._thread.start()
+
+    def beat(self) -> None:
+        client = self.store.client
+        if not self._lease or client.keepalive(self._lease) <= 0:
+            self._lease = client.grant(self.ttl)
+        info = dict(self.describe(), replica=self.name, pid=os.getpid(), at=time.time())
+        client.put(self.store._k("replicas", self.name, str(os.getpid())), json.dumps(info, sort_keys=True),
+                   lease=self._lease)
+
+    def _loop(self) -> None:
+        while not self.store._stop.wait(0 if not self._lease else self.ttl / 3):
+            try:
+                self.beat()
+            except Exception as exc:  # the store is away: the next beat tries again
+                log.debug("replica heartbeat failed: %s", exc)
+                self._lease = 0
+                self.store._stop.wait(1)

@@ -15,6 +15,7 @@ threads, so reports never invalidate the rendered bodies.
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -108,6 +109,7 @@ class Cluster:
         self.db = Database(db_path or os.path.join(state_dir, "nodes.db")) if store is None else None
         self.store: NodeStore = store or SqliteNodeStore(self.db)
         self.watcher = watcher or StateWatcher(state_dir, reload_interval)
+        self._heartbeat: Any = None
         self.store_error = ""  # why the last write to the shared store failed ("" = it did not)
         self._store_retry_at = 0.0
         self.lease_ttl = lease_ttl
@@ -310,9 +312,35 @@ class Cluster:
         warnings = [str(p) for p in st.problems]
         if st.stale:
             warnings.insert(0, "the state directory has invalid objects: the last good state keeps serving")
-        out = progress.cluster_progress(self.pool_views(pending=False, nodes=0), warnings)
+        views = self.pool_views(pending=False, nodes=0)
+        out = progress.cluster_progress(views, warnings)
         out["upgradeable"] = skewpolicy.upgradeable(st.cluster_spec)  # boot image skew (agent.server.skewpolicy)
+        out["store"] = self.store_health()
+        listed = getattr(self.store, "replicas", None)
+        out["replicas"] = listed() if listed else [dict(self.replica_view(st, views), replica=self.replica_name,
+                                                        pid=os.getpid(), at=time.time())]
         return out
+
+    # -- replicas ---------------------------------------------------------------------------------
+
+    replica_name = ""
+
+    def replica_view(self, st: Optional[State] = None, views: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """What this process serves: the state it renders from and each pool's configs."""
+        st = st or self.state()
+        views = self.pool_views(pending=False, nodes=0) if views is None else views
+        return {"stateSignature": st.signature, "stale": st.stale, "store": self.store_health(),
+                "pools": {name: {"target": v["spec"]["configuration"]["name"],
+                                 "current": v["status"]["configuration"]["name"],
+                                 "served": v["status"]["served"]["config"]} for name, v in views.items()}}
+
+    def start_heartbeat(self, name: str) -> None:
+        """On a shared store, announce this process's view every few seconds (/api/v1/cluster)."""
+        self.replica_name = name
+        if getattr(self.store, "replicas", None) is not None and self._heartbeat is None:
+            from agent.server.nodestore_etcd import Heartbeat
+
+            self._heartbeat = Heartbeat(self.store, name, self.replica_view)
 
     # -- serving configs -------------------------------------------------------------------------
 
