@@ -133,6 +133,10 @@ def test_the_cluster_view_lists_every_replica_and_metrics_time_the_store(fleet):
     assert all(x["pools"]["worker"]["served"] for x in doc["replicas"])
     metrics = r.session().get(r.url("/metrics"), timeout=10).text
     assert 'node_config_server_store_request_seconds_count{operation="/v3/kv/' in metrics
+    token = fleet.top / "token"
+    token.write_text(TOKEN + "\n")
+    out = ncs("status", "--server", fleet.lb_url, "--ca", fleet.tls.ca_cert, "--token-file", str(token))
+    assert "store: etcd, healthy" in out.stdout and "replicas: 3 process(es)" in out.stdout, out.stdout + out.stderr
 
 
 def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):

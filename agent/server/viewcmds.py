@@ -153,4 +153,25 @@ def render_status(progress: Dict[str, Any], pools: List[Dict[str, Any]], now: fl
         lines.append(f"  {b.get('pool') or '-'}: {b.get('reason')}")
     for w in progress.get("warnings", []):
         lines.append(f"  warning: {w}")
+    lines += _store_lines(progress)
     return "\n".join(lines) + "\n"
+
+
+def _store_lines(progress: Dict[str, Any]) -> List[str]:
+    """The shared store and what each replica process serves (a replica disagreeing stands out)."""
+    store, replicas = progress.get("store") or {}, progress.get("replicas") or []
+    if not store:
+        return []
+    health = "healthy" if store.get("healthy") else f"UNAVAILABLE ({store.get('error', '')[:60]})"
+    lines = ["", f"store: {store.get('kind', '?')}, {health}"]
+    if store.get("kind") != "etcd":
+        return lines
+    served = [tuple(sorted((p, v.get("served", "")) for p, v in (r.get("pools") or {}).items())) for r in replicas]
+    common = max(set(served), key=served.count) if served else ()
+    lines.append(f"replicas: {len(replicas)} process(es)")
+    for r, s in zip(replicas, served):
+        note = "" if s == common else "  (serves other configs than the rest)"
+        ok = "ok" if (r.get("store") or {}).get("healthy") else "store unavailable"
+        lines.append(f"  {r.get('replica', '?')} pid {r.get('pid', '?')}: state {str(r.get('stateSignature', ''))[:16]}, "
+                     f"{ok}{note}")
+    return lines
