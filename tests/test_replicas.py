@@ -104,7 +104,7 @@ def fleet(tmp_path_factory):
 
 def pool(replica, name="worker"):
     r = replica.session().get(replica.url(f"/api/v1/pools/{name}"), timeout=10)
-    assert r.status_code == 200, r.text
+    assert r.status_code == 200, r.text + "\n--- replica log (tail) ---\n" + replica.log_text()[-4000:]
     return r.json()
 
 

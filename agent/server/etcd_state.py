@@ -198,7 +198,9 @@ class EtcdStateSource:
                 self._state = new
             self._generation = gen
 
-    def current(self, check_now: bool = False) -> State:
+    def current(self, check_now: bool = False, settled: Optional[str] = None) -> State:
+        """``settled`` (the directory watcher's settle rule) has no use here: a generation is
+        switched in whole, never seen half-written."""
         if check_now:
             try:
                 self.refresh()
