@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Dict, List
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,7 +83,7 @@ def _setups(top: str):
     three = [ServerProcess(None, tls=tls, token=TOKEN, workers=1, extra_args=extra(i + 1)).start() for i in range(3)]
     lb = HAProxy(top, free_port(), [s.port for s in three]).__enter__()
     urls = {"sqlite, 1 replica": sqlite.base_url, "etcd, 1 replica": one.base_url,
-            "etcd, 3 replicas (haproxy)": f"https://127.0.0.1:{lb.port}"}
+            "etcd, 3 replicas (haproxy)": f"https://127.0.0.1:{lb.port}", "_replicas": [s.base_url for s in three]}
 
     def stop():
         lb.__exit__()
@@ -93,14 +94,41 @@ def _setups(top: str):
     return urls, stop
 
 
+def propagation(replicas: List[str], samples: int) -> List[float]:
+    """Seconds from a report acknowledged by one replica until another replica's pool view
+    counts it (polled every 5 ms; the poll itself is part of the figure)."""
+    import requests
+
+    s = requests.Session()
+    s.trust_env = False
+    s.verify = False
+    s.headers["Authorization"] = f"Bearer {TOKEN}"
+    requests.packages.urllib3.disable_warnings()
+    out = []
+    for i in range(samples):
+        a, b = replicas[i % len(replicas)], replicas[(i + 1) % len(replicas)]
+        before = s.get(f"{b}/api/v1/pools/worker", timeout=10).json()["status"]["machineCount"]
+        r = s.post(f"{a}/api/v1/nodes/prop-{i}/report", json={"pool": "worker", "state": "Working"}, timeout=10)
+        r.raise_for_status()
+        acked = time.perf_counter()
+        while s.get(f"{b}/api/v1/pools/worker", timeout=10).json()["status"]["machineCount"] <= before:
+            if time.perf_counter() - acked > 30:
+                raise RuntimeError(f"{b} did not count a report taken by {a} within 30 s")
+            time.sleep(0.005)
+        out.append(time.perf_counter() - acked)
+    return out
+
+
 def measure(rounds: int, seconds: int, connections: int) -> Dict[str, Dict[str, List[Dict[str, float]]]]:
     top = tempfile.mkdtemp(prefix="bench-replicas-")
     script = os.path.join(top, "report.lua")
     with open(script, "w") as f:
         f.write(REPORT_LUA)
     urls, stop = _setups(top)
+    replicas = urls.pop("_replicas")
     out: Dict[str, Dict[str, List[Dict[str, float]]]] = {name: {"config": [], "report": []} for name in urls}
     try:
+        out["_propagation"] = {"seconds": propagation(replicas, 10 if rounds == 1 else 30)}
         for base in urls.values():  # warm-up: workers render, connections open
             _wrk(base + "/config/worker", 1, 8)
         for _ in range(rounds):
@@ -122,6 +150,11 @@ def _summary(samples: List[Dict[str, float]]) -> Dict[str, float]:
 
 def rows_from(results: Dict[str, Dict[str, List[Dict[str, float]]]], connections: int) -> List[Row]:
     rows = []
+    prop = sorted(results.pop("_propagation")["seconds"])
+    p99 = prop[min(len(prop) - 1, int(len(prop) * 0.99))]
+    rows.append(Row("replicas: a report seen by another replica", "etcd watch, 3 replicas", statistics.median(prop),
+                    note=f"median of {len(prop)}, max {max(prop) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms "
+                         "(acknowledged by one replica until another's pool view counts it)"))
     base = {kind: _summary(results["sqlite, 1 replica"][kind])["rps"] for kind in ("config", "report")}
     for kind, what in (("config", "config storm (GET /config/worker)"), ("report", "report storm (POST report)")):
         for name, per in results.items():
