@@ -4,7 +4,9 @@ Counters and proofs are kept incrementally; after any sequence of reports they m
 a full recount over every stored report gives (the old, O(N) way: progress.count).
 """
 
+import os
 import random
+import shutil
 import sqlite3
 
 import pytest
@@ -156,3 +158,33 @@ def test_abstract_interface_is_complete(tmp_path, n):
     """Every abstract method of the interface is implemented (an etcd store must do the same)."""
     assert not getattr(SqliteNodeStore, "__abstractmethods__", set())
     assert len(NodeStore.__abstractmethods__) > n
+
+
+def test_render_claims_let_one_worker_render(tmp_path):
+    store = make_store(tmp_path)
+    assert store.claim_render("k", 100.0, stale_after=30)
+    assert not store.claim_render("k", 101.0, stale_after=30)  # another worker is on it
+    assert store.claim_render("k", 131.0, stale_after=30)  # the claimant died: take over
+    store.put_rendered("worker", "rendered-worker-1", {"config": {}}, ["00-worker"], inputs="k")
+    assert store.rendered_for("k") == ("rendered-worker-1", {"config": {}}, ["00-worker"])
+    assert not store.claim_render("k", 500.0, stale_after=30)  # done: nothing to claim
+
+
+def test_workers_share_one_render(tmp_path, monkeypatch):
+    """A second worker (another Cluster on the same state and database) reads the first one's
+    rendering instead of rendering again."""
+    from agent.server import service
+
+    state = tmp_path / "state"
+    shutil.copytree(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "state"),
+                    state)
+    calls = []
+    real = service.render_pool
+    monkeypatch.setattr(service, "render_pool", lambda *a: calls.append(a[0]["metadata"]["name"]) or real(*a))
+    first = service.Cluster(str(state))
+    rendered = len(calls)
+    assert rendered == len(first.state().pools) > 0
+    second = service.Cluster(str(state))
+    assert len(calls) == rendered  # nothing rendered again
+    assert {n: r.name for n, r in second._rendered.items()} == {n: r.name for n, r in first._rendered.items()}
+    assert second._rendered["worker"].spec == first._rendered["worker"].spec

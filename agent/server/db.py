@@ -55,6 +55,11 @@ MIGRATIONS = [
     CREATE INDEX leases_by_pool ON leases (pool, granted);
     DELETE FROM meta WHERE key = 'membership_signature';
     """,
+    # 2 -> 3: renderings shared by workers, keyed by their inputs (claimed while one renders).
+    """
+    CREATE TABLE renderings (
+        inputs TEXT PRIMARY KEY, name TEXT NOT NULL DEFAULT '', claimed REAL NOT NULL);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

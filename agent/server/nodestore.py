@@ -30,7 +30,10 @@ store it is given):
   read-modify-write: ``decide(old_row_or_None)`` returns the new ``PoolRow`` or None for no
   change; it is pure and may run more than once, e.g. on an etcd compare-and-swap retry),
   ``history(pool)``; ``put_rendered`` / ``rendered_spec`` / ``rendered_pool``: rendered configs
-  are immutable under their name.
+  are immutable under their name. Renderings are shared: ``rendered_for(inputs)`` finds the
+  rendered config made from the same inputs (a hash of the pool, its MachineConfigs and the
+  render code), and ``claim_render(inputs, now, stale_after)`` lets one worker render while the
+  others wait for its result (a claim older than ``stale_after`` can be taken over).
 - **Serving snapshot.** ``serving(pool, node)`` -> ``Serving``: everything a config fetch needs
   from the store (state signature seen by the fleet, the pool's row, the proofs of its target,
   the asking node's membership) in **one** round trip.
@@ -41,7 +44,7 @@ Times are Unix seconds. Names are already validated by the caller (DNS-1123).
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.progress import Counts, Membership
 
@@ -196,8 +199,18 @@ class NodeStore(abc.ABC):
         ...
 
     @abc.abstractmethod
-    def put_rendered(self, pool: str, name: str, spec: Dict[str, Any], sources: List[str]) -> None:
+    def put_rendered(self, pool: str, name: str, spec: Dict[str, Any], sources: List[str], inputs: str = "") -> None:
         ...
+
+    def rendered_for(self, inputs: str) -> Optional[Tuple[str, Dict[str, Any], List[str]]]:
+        """(name, spec, sources) of the rendering made from ``inputs``, or None. The default
+        shares nothing (every process renders for itself)."""
+        return None
+
+    def claim_render(self, inputs: str, now: float, stale_after: float) -> bool:
+        """True: the caller renders ``inputs`` (and then put_rendered(..., inputs=...));
+        False: another worker is rendering it right now. The default: always render."""
+        return True
 
     @abc.abstractmethod
     def rendered_spec(self, name: str) -> Optional[Dict[str, Any]]:

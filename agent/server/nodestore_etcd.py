@@ -305,7 +305,7 @@ class EtcdNodeStore(NodeStore):
         kv = self.client.get(self._k("history", pool))
         return json.loads(kv.value) if kv else []
 
-    def put_rendered(self, pool: str, name: str, spec: Dict[str, Any], sources: List[str]) -> None:
+    def put_rendered(self, pool: str, name: str, spec: Dict[str, Any], sources: List[str], inputs: str = "") -> None:
         key = self._k("rendered", name)
         blob = zlib.compress(json.dumps({"pool": pool, "spec": spec, "sources": list(sources),
                                          "created": time.time()}, sort_keys=True).encode())

@@ -10,7 +10,7 @@ import json
 import math
 import sqlite3
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.db import Database
 from agent.server.nodestore import (
@@ -186,9 +186,26 @@ class SqliteNodeStore(NodeStore):
     def history(self, pool: str) -> List[Dict[str, Any]]:
         return self.db.history(pool)
 
-    def put_rendered(self, pool: str, name: str, spec: Dict[str, Any], sources: List[str]) -> None:
+    def put_rendered(self, pool: str, name: str, spec: Dict[str, Any], sources: List[str], inputs: str = "") -> None:
         with self.db.write() as c:
             Database.put_rendered(c, pool, name, spec, sources)
+            if inputs:
+                c.execute("INSERT INTO renderings (inputs, name, claimed) VALUES (?,?,?) ON CONFLICT(inputs) "
+                          "DO UPDATE SET name=excluded.name", (inputs, name, time.time()))
+
+    def rendered_for(self, inputs: str) -> Optional[Tuple[str, Dict[str, Any], List[str]]]:
+        rows = self._q("SELECT r.name, r.spec, r.sources FROM renderings g JOIN rendered r ON r.name = g.name "
+                       "WHERE g.inputs=?", (inputs,))
+        return (rows[0][0], json.loads(rows[0][1]), json.loads(rows[0][2])) if rows else None
+
+    def claim_render(self, inputs: str, now: float, stale_after: float) -> bool:
+        with self.db.write() as c:
+            row = c.execute("SELECT name, claimed FROM renderings WHERE inputs=?", (inputs,)).fetchone()
+            if row is not None and (row["name"] or now - row["claimed"] < stale_after):
+                return False
+            c.execute("INSERT INTO renderings (inputs, name, claimed) VALUES (?, '', ?) ON CONFLICT(inputs) "
+                      "DO UPDATE SET claimed=excluded.claimed", (inputs, now))
+            return True
 
     def rendered_spec(self, name: str) -> Optional[Dict[str, Any]]:
         return self.db.rendered_spec(name)

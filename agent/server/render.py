@@ -13,7 +13,7 @@ import copy
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 NEWEST_SPEC = "3.5.0"
 ROLE_LABEL = "machineconfiguration.openshift.io/role"
@@ -88,38 +88,93 @@ def selector_matches(selector: Optional[Dict[str, Any]], labels: Dict[str, str])
     return all(_label_matches(e, labels) for e in exprs)
 
 
-def _merge_value(path: tuple, parent: Any, child: Any) -> Any:
-    if isinstance(parent, dict) and isinstance(child, dict):
-        out = dict(parent)
+def _copy(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, scalars); several times faster than
+    copy.deepcopy, which keeps a memo for cycles parsed YAML/JSON cannot have."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+class _Merger:
+    """Ignition merge (child wins; keyed lists merged by key) into one accumulated config.
+
+    Linear in the total size of the configs merged: the accumulated config owns its data (a
+    child's value is copied once, when first taken) and is merged into in place, and every
+    keyed list keeps its key -> position index (every plain list its set of values) from one
+    merge to the next. Merging a copy of everything so far per MachineConfig made 1,000
+    MachineConfigs of 10 files cost 46 s against 0.36 s for the same files in 10.
+    """
+
+    def __init__(self, root: Optional[Dict[str, Any]] = None):
+        self.root: Dict[str, Any] = root if root is not None else {}
+        # id(list) -> (the list, its index); holding the list keeps its id from being reused.
+        self._index: Dict[int, Tuple[list, Any]] = {}
+
+    def merge(self, child: Dict[str, Any]) -> None:
+        self._merge_dict((), self.root, child or {})
+
+    def _merge_dict(self, path: tuple, acc: Dict[str, Any], child: Dict[str, Any]) -> None:
         for key, value in child.items():
-            out[key] = _merge_value(path + (key,), parent[key], value) if key in parent else copy.deepcopy(value)
-        return out
-    if isinstance(parent, list) and isinstance(child, list):
-        # ``path`` holds field names only (list items keep their list's path).
-        key = _KEYED_LISTS.get(path)
-        if key:
-            out = [copy.deepcopy(p) for p in parent]
-            index = {item.get(key): i for i, item in enumerate(out) if isinstance(item, dict)}
-            for item in child:
-                k = item.get(key) if isinstance(item, dict) else None
-                if k is not None and k in index:
-                    out[index[k]] = _merge_value(path, out[index[k]], item)
-                else:
-                    index[k] = len(out)
-                    out.append(copy.deepcopy(item))
-            return out
-        # Lists of plain values (ssh keys, kernel argument lists): union, order kept.
-        out = list(parent)
+            acc[key] = self._merge(path + (key,), acc[key], value) if key in acc else _copy(value)
+
+    def _merge(self, path: tuple, acc: Any, child: Any) -> Any:
+        if isinstance(acc, dict) and isinstance(child, dict):
+            self._merge_dict(path, acc, child)
+            return acc
+        if isinstance(acc, list) and isinstance(child, list):
+            # ``path`` holds field names only (list items keep their list's path).
+            key = _KEYED_LISTS.get(path)
+            if key:
+                self._merge_keyed(path, key, acc, child)
+            else:
+                self._merge_plain(acc, child)
+            return acc
+        return _copy(child)
+
+    def _indexed(self, acc: list, build: Any) -> Any:
+        entry = self._index.get(id(acc))
+        if entry is None or entry[0] is not acc:
+            entry = self._index[id(acc)] = (acc, build())
+        return entry[1]
+
+    def _merge_keyed(self, path: tuple, key: str, acc: list, child: list) -> None:
+        index = self._indexed(acc, lambda: {item.get(key): i for i, item in enumerate(acc) if isinstance(item, dict)})
         for item in child:
-            if item not in out:
-                out.append(copy.deepcopy(item))
-        return out
-    return copy.deepcopy(child)
+            k = item.get(key) if isinstance(item, dict) else None
+            if k is not None and k in index:
+                acc[index[k]] = self._merge(path, acc[index[k]], item)
+            else:
+                index[k] = len(acc)
+                acc.append(_copy(item))
+
+    def _merge_plain(self, acc: list, child: list) -> None:
+        """Lists of plain values (ssh keys, kernel argument lists): union, order kept."""
+        seen = self._indexed(acc, lambda: {v for v in acc if _hashable(v)})
+        for item in child:
+            if not _hashable(item):  # a dict in a list no key merges: compare by value
+                if item not in acc:
+                    acc.append(_copy(item))
+            elif item not in seen:  # the same equality as ``item not in acc``, in O(1)
+                seen.add(item)
+                acc.append(_copy(item))
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def merge_ignition(parent: Dict[str, Any], child: Dict[str, Any]) -> Dict[str, Any]:
     """Ignition merge (child wins; keyed lists merged by key). Version set to the newest spec."""
-    out = _merge_value((), parent or {}, child or {})
+    merger = _Merger(_copy(parent or {}))
+    merger.merge(child or {})
+    out = merger.root
     out.setdefault("ignition", {})["version"] = NEWEST_SPEC
     return out
 
@@ -145,7 +200,7 @@ def default_overwrite(ignition: Dict[str, Any]) -> None:
 
 def merge_machine_configs(configs: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
     """Merge MachineConfig objects (already in order) into one MachineConfig spec."""
-    ignition: Dict[str, Any] = {"ignition": {"version": NEWEST_SPEC}}
+    merger = _Merger({"ignition": {"version": NEWEST_SPEC}})
     os_image = ""
     kargs: List[str] = []
     extensions: List[str] = []
@@ -153,7 +208,7 @@ def merge_machine_configs(configs: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
     kernel_type = "default"
     for mc in configs:
         spec = mc.get("spec") or {}
-        ignition = merge_ignition(ignition, spec.get("config") or {})
+        merger.merge(spec.get("config") or {})
         if spec.get("osImageURL"):
             os_image = str(spec["osImageURL"])
         kargs.extend(str(a) for a in spec.get("kernelArguments") or [])
@@ -163,6 +218,8 @@ def merge_machine_configs(configs: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
         fips = fips or bool(spec.get("fips"))
         if spec.get("kernelType") and spec["kernelType"] != "default":
             kernel_type = str(spec["kernelType"])
+    ignition = merger.root
+    ignition.setdefault("ignition", {})["version"] = NEWEST_SPEC
     default_overwrite(ignition)
     return {
         "config": ignition,
@@ -199,6 +256,29 @@ def select_machine_configs(pool: Dict[str, Any], machine_configs: Dict[str, Dict
 
 def _role(mc: Dict[str, Any]) -> str:
     return str(((mc.get("metadata") or {}).get("labels") or {}).get(ROLE_LABEL) or "")
+
+
+def _code_version() -> str:
+    try:
+        with open(__file__, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()[:16]
+    except OSError:  # not a plain file (zip import): the package version has to do
+        from agent import __version__
+
+        return __version__
+
+
+RENDER_CODE = _code_version()
+
+
+def inputs_key(pool: Dict[str, Any], machine_configs: Dict[str, Dict[str, Any]]) -> str:
+    """A hash of everything ``render_pool`` reads (the pool, its MachineConfigs in merge order,
+    this module's code), so workers can share one rendering: equal keys give equal results."""
+    chosen = select_machine_configs(pool, machine_configs)
+    h = hashlib.sha256(RENDER_CODE.encode())
+    h.update(json.dumps({"pool": pool, "machineConfigs": chosen}, sort_keys=True, separators=(",", ":"),
+                        default=str).encode())  # default=str: YAML timestamps in metadata
+    return h.hexdigest()
 
 
 def render_pool(pool: Dict[str, Any], machine_configs: Dict[str, Dict[str, Any]]) -> Rendered:

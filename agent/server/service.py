@@ -28,51 +28,12 @@ from agent.server.db import Database
 from agent.server.drains import DEFAULT_TTL, parse_max_unavailable
 from agent.server.nodestore import NodeRecord, NodeStore, PoolRow, StoreUnavailable, counts_for
 from agent.server.nodestore_sqlite import SqliteNodeStore
-from agent.server.render import Rendered, render_pool
+from agent.server.render import Rendered, inputs_key, render_pool
+from agent.server.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
 from agent.server.store import State, pool_forced
 from agent.server.watcher import StateWatcher
 
 log = logging.getLogger(__name__)
-
-REPORT_FIELDS = ("pool", "currentConfig", "desiredConfig", "firstPivotConfig", "currentImage", "state",
-                 "bootImage", "skew", "reason", "labels", "desiredImage")
-SKEW_VALUES = ("ok", "warn", "refuse")
-
-
-class ReportInvalid(ValueError):
-    def __init__(self, field: str, message: str):
-        self.field = field
-        super().__init__(f"{field}: {message}")
-
-
-def validate_report(body: Any) -> Dict[str, Any]:
-    """A node report (ARCHITECTURE); raises ReportInvalid naming the field."""
-    if not isinstance(body, dict):
-        raise ReportInvalid("$", "the report must be a JSON object")
-    for key in body:
-        if key not in REPORT_FIELDS:
-            raise ReportInvalid(f"$.{key}", f"unknown field; known: {', '.join(REPORT_FIELDS)}")
-    from agent.server.store import DNS1123_LABEL
-
-    pool = body.get("pool")
-    if not isinstance(pool, str) or not DNS1123_LABEL.match(pool):
-        raise ReportInvalid("$.pool", "required: the pool name (a DNS-1123 label)")
-    if body.get("state") not in progress.STATES:
-        raise ReportInvalid("$.state", f"required: one of {', '.join(progress.STATES)}")
-    for key in ("currentConfig", "desiredConfig", "firstPivotConfig", "currentImage", "desiredImage",
-                "bootImage", "reason"):
-        if key in body and body[key] is not None and not isinstance(body[key], str):
-            raise ReportInvalid(f"$.{key}", "must be a string")
-        if isinstance(body.get(key), str) and len(body[key]) > 4096:
-            raise ReportInvalid(f"$.{key}", "too long (at most 4096 characters)")
-    if body.get("skew") is not None and body.get("skew") not in SKEW_VALUES:
-        raise ReportInvalid("$.skew", f"must be one of {', '.join(SKEW_VALUES)}")
-    labels = body.get("labels")
-    if labels is not None and (not isinstance(labels, dict) or
-                               not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())):
-        raise ReportInvalid("$.labels", "must be a map of label name to string value")
-    return {k: v for k, v in body.items() if v is not None}
-
 
 STORE_RETRY = 2.0  # seconds between attempts to write to a shared store that is away
 VIEW_NODES = 100  # nodes listed in a pool view; all of them: /api/v1/nodes (paged)
@@ -155,7 +116,21 @@ class Cluster:
         return st
 
     def render_all(self, st: State) -> Dict[str, Rendered]:
-        return {name: render_pool(pool, st.machine_configs) for name, pool in st.pools.items()}
+        return {name: self._render_shared(name, pool, st) for name, pool in st.pools.items()}
+
+    def _render_shared(self, name: str, pool: Dict[str, Any], st: State, wait: float = 30.0) -> Rendered:
+        """One worker renders a pool's inputs, the others read its result from the store."""
+        key = inputs_key(pool, st.machine_configs)
+        deadline = time.monotonic() + wait
+        while True:
+            hit = self.store.rendered_for(key)
+            if hit is not None:
+                return Rendered(pool=name, name=hit[0], spec=hit[1], sources=tuple(hit[2]))
+            if self.store.claim_render(key, time.time(), stale_after=wait) or time.monotonic() > deadline:
+                r = render_pool(pool, st.machine_configs)
+                self.store.put_rendered(name, r.name, r.spec, list(r.sources), inputs=key)
+                return r
+            time.sleep(0.05)  # another worker is rendering these inputs
 
     def reconcile(self, force: bool = False) -> None:
         """Render and move the pools; while the shared store is away, keep serving what this
@@ -179,8 +154,6 @@ class Cluster:
             fresh = st.signature != self._reconciled_sig
             if fresh:  # membership (firstPivotConfig) must know the new names before counting
                 rendered = self.render_all(st)
-                for name, r in rendered.items():
-                    self.store.put_rendered(name, r.name, r.spec, list(r.sources))
                 self._rendered = rendered
                 self._by_name = {r.name: r for r in rendered.values()}
                 self._decisions = {}
