@@ -12,7 +12,7 @@ DEB_PACKAGES := dbus-daemon libdbus-1-dev libgirepository1.0-dev libcairo2-dev p
 # The VM test (tests/vm, `make vm-test`): QEMU (TCG), debootstrap for the guest, debugfs/mkfs.ext4.
 # Installing qemu-system-x86 upgrades some of the host's systemd packages on Debian 12.
 VM_DEB_PACKAGES := qemu-system-x86 debootstrap e2fsprogs
-BENCH_DEB_PACKAGES := nginx-light cloud-init etcd-server haproxy
+BENCH_DEB_PACKAGES := nginx-light cloud-init etcd-server haproxy wrk
 
 .PHONY: all demo test lint compat unit py39 rpm bench sysdeps clean help vm-test
 

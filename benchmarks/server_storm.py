@@ -1,30 +1,38 @@
-"""Scale-up storm: many nodes fetch a large rendered config at once.
+"""Config storm: many nodes fetch a large rendered config at once, node-config-server vs nginx.
 
-1,000 fetches of ``/config/worker`` (a ~1 MB rendered config), 200 in flight at once, against
-node-config-server (gunicorn, gthread) and against nginx serving the same bytes as a static
-file, on the same machine. Prints requests/s and p50/p99 latency for both and the ratio;
-``--json`` prints the same as JSON for ``make bench``.
+    .venv/bin/python benchmarks/server_storm.py [--quick] [--json] [--seconds S] [--rounds R]
 
-Honest limits: the client runs on the same machine (processes x threads of http.client with
-keep-alive), so both servers share the CPUs with it; plain HTTP on loopback for both (TLS cost
-is the same OpenSSL for both and would hide the server's own cost).
+wrk (a C load generator, Debian package ``wrk``) drives both, so the client never caps the
+floor: 200 keep-alive connections fetch ``/config/worker`` (a ~1 MB rendered config) for a
+few seconds per run. The cases run interleaved, round after round, on the same machine:
+nginx serving the same bytes as a static file (the floor), and node-config-server (gunicorn)
+with an empty node database and with 10,000 nodes in it, over plain HTTP and TLS; plus the
+10,000-node server while 10 reports a second arrive. Per case: requests/s, p99 latency (wrk's
+latency distribution) and server CPU per request (user + system time of the server's process
+group over the run, divided by the requests it answered). Ratios are taken per round (server
+against the nginx run of the same round and protocol) and reported as median (min-max).
+
+Honest limits: client and servers share the machine's CPUs; wrk's own CPU is not counted in
+CPU per request but does compete for the cores.
 """
+
 
 import argparse
 import base64
 import http.client
 import json
-import multiprocessing
 import os
+import re
 import shutil
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from typing import Dict, List
+from typing import Any, Dict, List, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -32,6 +40,7 @@ sys.path.insert(0, REPO)
 from tests.helpers.server_proc import ServerProcess, free_port  # noqa: E402
 
 NGINX = "/usr/sbin/nginx"
+WRK = shutil.which("wrk") or "/usr/bin/wrk"
 ACCEPT = "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1"
 
 
@@ -51,7 +60,7 @@ def make_state(directory: str, size: int) -> None:
         json.dump(mc, f)  # JSON is YAML
 
 
-def start_nginx(root: str, port: int, workers: int) -> subprocess.Popen:
+def start_nginx(root: str, port: int, workers: int, tls: Any = None) -> subprocess.Popen:
     conf = os.path.join(root, "nginx.conf")
     with open(conf, "w") as f:
         f.write(f"""
@@ -67,7 +76,8 @@ http {{
   client_body_temp_path {root}/tmp; proxy_temp_path {root}/tmp; fastcgi_temp_path {root}/tmp;
   uwsgi_temp_path {root}/tmp; scgi_temp_path {root}/tmp;
   server {{
-    listen 127.0.0.1:{port};
+    listen 127.0.0.1:{port}{" ssl" if tls else ""};
+    {f"ssl_certificate {tls.cert}; ssl_certificate_key {tls.key};" if tls else ""}
     location = /config/worker {{
       default_type "application/vnd.coreos.ignition+json;version=3.4.0";
       alias {root}/worker.json;
@@ -82,7 +92,8 @@ http {{
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c = (http.client.HTTPSConnection("127.0.0.1", port, timeout=2, context=ssl._create_unverified_context())
+                 if tls else http.client.HTTPConnection("127.0.0.1", port, timeout=2))
             c.request("GET", "/config/worker")
             if c.getresponse().status == 200:
                 return proc
@@ -94,117 +105,267 @@ http {{
     raise RuntimeError("nginx did not start: " + proc.stderr.read().decode(errors="replace") + log)
 
 
-def _client_proc(port: int, n_threads: int, counter, total: int, start_at: float, out) -> None:
-    lat: List[float] = []
-    errors = [0]
-    lock = threading.Lock()
 
-    def worker() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        mine: List[float] = []
-        while True:
-            with counter.get_lock():
-                if counter.value >= total:
-                    break
-                counter.value += 1
+def group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU of every live process in the process group (gunicorn master and
+    workers, nginx master and workers), children that exited included."""
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # field 5 of stat: pgrp
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+def _seconds(text: str) -> float:
+    m = re.match(r"([\d.]+)(us|ms|s|m)$", text)
+    if not m:
+        raise ValueError(f"not a wrk duration: {text}")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def wrk(url: str, seconds: float, connections: int, threads: int = 2) -> Dict[str, float]:
+    out = subprocess.run([WRK, f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "30s", "--latency",
+                          "-H", f"Accept: {ACCEPT}", url], capture_output=True, text=True, timeout=seconds + 60)
+    if out.returncode != 0:
+        raise RuntimeError(f"wrk failed: {out.stderr.strip()[-300:]}")
+    text = out.stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+    requests = int(re.search(r"(\d+) requests in", text).group(1))
+    p99 = _seconds(re.search(r"^\s+99%\s+(\S+)", text, re.M).group(1))
+    p50 = _seconds(re.search(r"^\s+50%\s+(\S+)", text, re.M).group(1))
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    errors = (int(bad.group(1)) if bad else 0) + (sum(int(x) for x in sock.groups()) if sock else 0)
+    return {"rps": rps, "requests": requests, "p50_s": p50, "p99_s": p99, "errors": errors}
+
+
+class Reporter(threading.Thread):
+    """Posts ``rate`` node reports a second to the server while a storm runs."""
+
+    def __init__(self, port: int, nodes: int, rate: float):
+        super().__init__(daemon=True)
+        self.port, self.nodes, self.rate = port, nodes, rate
+        self.stop = threading.Event()
+        self.sent = 0
+        self.latencies: List[float] = []
+
+    def run(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        next_at = time.monotonic()
+        i = 0
+        while not self.stop.is_set():
+            i += 1
+            body = json.dumps({"pool": "worker", "state": "Done" if i % 2 else "Working",
+                               "labels": {"node-role.kubernetes.io/worker": ""}})
             t0 = time.perf_counter()
-            try:
-                conn.request("GET", "/config/worker", headers={"Accept": ACCEPT})
-                resp = conn.getresponse()
-                body = resp.read()
-                if resp.status != 200 or len(body) < 1000:
-                    raise RuntimeError(f"HTTP {resp.status}")
-            except Exception:
-                errors[0] += 1
-                conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-                continue
-            mine.append(time.perf_counter() - t0)
+            conn.request("POST", f"/api/v1/nodes/node-{(i * 7919) % self.nodes:06d}/report", body,
+                         {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status != 200:
+                raise RuntimeError(f"report: HTTP {resp.status}")
+            self.latencies.append(time.perf_counter() - t0)
+            self.sent += 1
+            next_at += 1.0 / self.rate
+            self.stop.wait(max(0.0, next_at - time.monotonic()))
         conn.close()
-        with lock:
-            lat.extend(mine)
-
-    while time.time() < start_at:
-        time.sleep(0.001)
-    threads = [threading.Thread(target=worker) for _ in range(n_threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    out.put((lat, errors[0], time.time()))
 
 
-def storm(port: int, total: int, concurrency: int, procs: int) -> Dict[str, float]:
-    counter = multiprocessing.Value("i", 0)
-    out: multiprocessing.Queue = multiprocessing.Queue()
-    start_at = time.time() + 0.5
-    per = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
-    ps = [multiprocessing.Process(target=_client_proc, args=(port, n, counter, total, start_at, out)) for n in per]
-    for p in ps:
-        p.start()
-    results = [out.get() for _ in ps]
-    for p in ps:
-        p.join()
-    lat = sorted(x for r in results for x in r[0])
-    errors = sum(r[1] for r in results)
-    wall = max(r[2] for r in results) - start_at
-    q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [0.0] * 99
-    return {"requests": len(lat), "errors": errors, "seconds": round(wall, 3),
-            "rps": round(len(lat) / wall, 1), "p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1)}
+def populate(state: str, nodes: int) -> None:
+    """``nodes`` nodes in the state's database (bulk insert + the server's own rebuild)."""
+    from agent.server.app import App
+    from benchmarks.bench_scale import fill
+
+    app = App(state)
+    fill(app, nodes)
+    app.cluster.store.close()
+
+
+def measure(case: Dict[str, Any], seconds: float, connections: int) -> Dict[str, float]:
+    reporter = None
+    if case.get("reports"):
+        reporter = Reporter(case["port"], case["nodes"], case["reports"])
+        reporter.start()
+    cpu0 = group_cpu_seconds(case["pgid"])
+    try:
+        r = wrk(case["url"], seconds, connections)
+    finally:
+        if reporter is not None:
+            reporter.stop.set()
+            reporter.join(30)
+    r["cpu_per_request_s"] = (group_cpu_seconds(case["pgid"]) - cpu0) / max(1, r["requests"])
+    if reporter is not None:
+        r["reports_sent"] = reporter.sent
+        r["report_p50_s"] = statistics.median(reporter.latencies) if reporter.latencies else 0.0
+    return r
+
+
+def summary(xs: List[float]) -> Dict[str, float]:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+
+
+def run_storm(seconds: float, rounds: int, connections: int, size: int, nodes: int, workers: Optional[int],
+              threads: Optional[int]) -> Dict[str, Any]:
+    for tool in (NGINX, WRK):
+        if not os.path.exists(tool):
+            raise RuntimeError(f"{tool} not found: install nginx-light and wrk (make bench does)")
+    sys.path.insert(0, REPO)
+    from agent.server.gunicorn_app import default_threads, default_workers
+    from tests.helpers.certs import make_tls
+
+    workers = workers or default_workers()
+    threads = threads or default_threads()
+    tmp = tempfile.mkdtemp(prefix="server-storm-")
+    os.chmod(tmp, 0o755)  # nginx workers drop to an unprivileged user when started as root
+    servers: List[ServerProcess] = []
+    nginxes: List[subprocess.Popen] = []
+    try:
+        tls = make_tls(os.path.join(tmp, "tls"))
+        for path in (tls.cert, tls.key):
+            os.chmod(path, 0o644)
+        cases: Dict[str, Dict[str, Any]] = {}
+        body = b""
+        for db in ("empty", f"{nodes // 1000}k nodes"):
+            state = os.path.join(tmp, f"state-{db.split()[0]}")
+            make_state(state, size)
+            if db != "empty":
+                populate(state, nodes)
+            for proto in ("plain", "TLS"):
+                srv = ServerProcess(state, tls=tls if proto == "TLS" else None, workers=workers, threads=threads)
+                servers.append(srv.start())
+                url = srv.url("/config/worker")
+                cases[f"server {proto} {db}"] = {"url": url, "pgid": srv.proc.pid, "proto": proto, "port": srv.port,
+                                                 "nodes": nodes if db != "empty" else 0}
+                if db != "empty" and proto == "plain":
+                    cases[f"server {proto} {db} + 10 reports/s"] = dict(cases[f"server {proto} {db}"], reports=10)
+                if not body:
+                    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+                    c.request("GET", "/config/worker", headers={"Accept": ACCEPT})
+                    body = c.getresponse().read()
+                    c.close()
+        web = os.path.join(tmp, "nginx")
+        os.makedirs(web)
+        with open(os.path.join(web, "worker.json"), "wb") as f:
+            f.write(body)
+        for proto in ("plain", "TLS"):
+            root = os.path.join(web, proto)
+            os.makedirs(root)
+            shutil.copy(os.path.join(web, "worker.json"), root)
+            port = free_port()
+            proc = start_nginx(root, port, workers, tls if proto == "TLS" else None)
+            nginxes.append(proc)
+            cases[f"nginx {proto}"] = {"url": f"{'https' if proto == 'TLS' else 'http'}://127.0.0.1:{port}/config/worker",
+                                       "pgid": proc.pid, "proto": proto, "floor": True}
+        runs: Dict[str, List[Dict[str, float]]] = {name: [] for name in cases}
+        for case in cases.values():  # warm-up: caches, TLS session set-up, page cache
+            wrk(case["url"], 1, connections)
+        for rnd in range(rounds):
+            print(f"  storm round {rnd + 1}/{rounds}", file=sys.stderr, flush=True)
+            for name, case in cases.items():
+                runs[name].append(measure(case, seconds, connections))
+                if os.environ.get("STORM_DEBUG"):
+                    print(f"    {name}: {runs[name][-1]}", file=sys.stderr, flush=True)
+    finally:
+        for srv in servers:
+            srv.stop()
+        for proc in nginxes:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report(cases, runs, dict(body_bytes=len(body), seconds=seconds, rounds=rounds, connections=connections,
+                                    workers=workers, threads=threads, cpus=os.cpu_count(), nodes=nodes))
+
+
+def report(cases: Dict[str, Dict[str, Any]], runs: Dict[str, List[Dict[str, float]]],
+           setup: Dict[str, Any]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"benchmark": "server_storm", "setup": setup, "cases": {}}
+    for name, case in cases.items():
+        rs = runs[name]
+        entry: Dict[str, Any] = {k: summary([r[k] for r in rs]) for k in ("rps", "p50_s", "p99_s", "cpu_per_request_s")}
+        entry["errors"] = sum(r["errors"] for r in rs)
+        if not case.get("floor"):
+            floor = runs[f"nginx {case['proto']}"]
+            entry["rps_ratio_to_nginx"] = summary([r["rps"] / f["rps"] for r, f in zip(rs, floor)])
+            entry["p99_ratio_to_nginx"] = summary([r["p99_s"] / f["p99_s"] for r, f in zip(rs, floor)])
+            entry["cpu_ratio_to_nginx"] = summary([r["cpu_per_request_s"] / max(1e-9, f["cpu_per_request_s"])
+                                                   for r, f in zip(rs, floor)])
+        if case.get("reports"):
+            base = runs[name.replace(" + 10 reports/s", "")]
+            entry["rps_ratio_to_no_reports"] = summary([r["rps"] / b["rps"] for r, b in zip(rs, base)])
+            entry["reports_sent"] = sum(r["reports_sent"] for r in rs)
+            entry["report_p50_s"] = summary([r["report_p50_s"] for r in rs])
+        out["cases"][name] = entry
+    return out
+
+
+def _ratio(s: Dict[str, float]) -> str:
+    return f"{s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f})"
+
+
+def rows_from(doc: Dict[str, Any]) -> list:
+    """Rows for make bench: the median is the p50 latency; every ratio in the note."""
+    from benchmarks.common import Row
+
+    rows = []
+    for name, e in doc["cases"].items():
+        proto = "TLS" if " TLS" in name else "plain"
+        note = (f"{e['rps']['median']:.0f} req/s ({e['rps']['min']:.0f}-{e['rps']['max']:.0f}), "
+                f"p99 {e['p99_s']['median'] * 1e3:.0f} ms, CPU/request {e['cpu_per_request_s']['median'] * 1e3:.2f} ms")
+        if "rps_ratio_to_nginx" in e:
+            note += (f"; vs nginx: req/s {_ratio(e['rps_ratio_to_nginx'])}, p99 {_ratio(e['p99_ratio_to_nginx'])}, "
+                     f"CPU/request {_ratio(e['cpu_ratio_to_nginx'])}")
+        if "rps_ratio_to_no_reports" in e:
+            note += f"; req/s vs no reports {_ratio(e['rps_ratio_to_no_reports'])}, {e['reports_sent']} reports"
+        if e["errors"]:
+            note += f"; {e['errors']} errors"
+        rows.append(Row(f"config storm ({proto})", name, e["p50_s"]["median"], floor=f"nginx {proto}",
+                        is_floor=name.startswith("nginx"), note="p50 latency; " + note))
+    s = doc["setup"]
+    rows[0].note += (f"; set-up: {s['body_bytes']} B body, {s['connections']} connections (wrk), {s['seconds']} s x "
+                     f"{s['rounds']} interleaved rounds, {s['workers']} workers x {s['threads']} threads, {s['cpus']} CPUs")
+    return rows
+
+
+def run(quick: bool = False) -> list:
+    doc = run_storm(2 if quick else 5, 1 if quick else 3, 200, 1 << 20, 2000 if quick else 10000, None, None)
+    path = os.path.join(REPO, "build", "bench", "storm.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    return rows_from(doc)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=1000)
-    ap.add_argument("--concurrency", type=int, default=200)
+    ap.add_argument("--quick", action="store_true", help="one short round, 2,000 nodes")
+    ap.add_argument("--seconds", type=float, help="length of each wrk run (default 5)")
+    ap.add_argument("--rounds", type=int, help="interleaved rounds (default 3)")
+    ap.add_argument("--connections", type=int, default=200)
     ap.add_argument("--size", type=int, default=1 << 20, help="approximate rendered config size in bytes")
-    ap.add_argument("--client-procs", type=int, default=4)
-    ap.add_argument("--workers", type=int, default=None, help="server workers and nginx workers (default 2 x CPUs)")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--nodes", type=int, help="nodes in the populated database (default 10,000)")
+    ap.add_argument("--workers", type=int, help="server and nginx workers (default: the server's default)")
+    ap.add_argument("--threads", type=int, help="server threads per worker (default: the server's default)")
+    ap.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
     args = ap.parse_args()
-    if not os.path.exists(NGINX):
-        print(f"{NGINX} not found: install nginx-light (make bench does)", file=sys.stderr)
-        return 2
-    from agent.server.gunicorn_app import default_workers
-
-    workers = args.workers or default_workers()
-    tmp = tempfile.mkdtemp(prefix="server-storm-")
-    nginx = None
-    try:
-        state = os.path.join(tmp, "state")
-        make_state(state, args.size)
-        with ServerProcess(state, workers=workers, threads=64) as srv:
-            c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
-            c.request("GET", "/config/worker", headers={"Accept": ACCEPT})
-            body = c.getresponse().read()
-            c.close()
-            server = storm(srv.port, args.requests, args.concurrency, args.client_procs)
-        web = os.path.join(tmp, "nginx")
-        os.makedirs(web)
-        os.chmod(tmp, 0o755)  # nginx workers drop to an unprivileged user when started as root
-        with open(os.path.join(web, "worker.json"), "wb") as f:
-            f.write(body)
-        port = free_port()
-        nginx = start_nginx(web, port, workers)
-        static = storm(port, args.requests, args.concurrency, args.client_procs)
-    finally:
-        if nginx is not None:
-            nginx.terminate()
-            nginx.wait(10)
-        shutil.rmtree(tmp, ignore_errors=True)
-    result = {"benchmark": "server_storm", "body_bytes": len(body), "requests": args.requests,
-              "concurrency": args.concurrency, "workers": workers, "cpus": os.cpu_count(),
-              "node_config_server": server, "nginx": static,
-              "rps_ratio_server_to_nginx": round(server["rps"] / static["rps"], 3) if static["rps"] else None}
+    doc = run_storm(args.seconds or (2 if args.quick else 5), args.rounds or (1 if args.quick else 3),
+                    args.connections, args.size, args.nodes or (2000 if args.quick else 10000), args.workers,
+                    args.threads)
     if args.json:
-        print(json.dumps(result, indent=1))
+        print(json.dumps(doc, indent=1))
     else:
-        print(f"storm: {args.requests} fetches, {args.concurrency} at once, body {len(body)} bytes, "
-              f"{workers} server workers, {os.cpu_count()} CPUs (client on the same machine)")
-        print(f"{'server':<20}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'errors':>8}")
-        for name, r in (("node-config-server", server), ("nginx (static)", static)):
-            print(f"{name:<20}{r['rps']:>10}{r['p50_ms']:>10}{r['p99_ms']:>10}{r['errors']:>8}")
-        print(f"ratio (server / nginx req/s): {result['rps_ratio_server_to_nginx']}")
+        from benchmarks.common import table
+
+        print(table(rows_from(doc)))
     return 0
 
 

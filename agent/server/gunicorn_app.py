@@ -17,6 +17,10 @@ def default_workers() -> int:
     return max(2, min(8, (os.cpu_count() or 1) * 2))
 
 
+def default_threads() -> int:
+    return 32
+
+
 class ServerApplication(BaseApplication):
     def __init__(self, app: App, options: Dict[str, Any]):
         self.application = app
