@@ -29,10 +29,20 @@ class FileChange:
     kind: str  # "file" | "directory" | "link": the new kind, or the old one when removed
     change: str  # added | removed | changed
     fields: Tuple[str, ...] = ()
-    # The decoded contents before and after, where a data: URL carries them (None otherwise);
-    # kept for content-aware rules such as registries.conf, left out of to_dict().
+    # The contents before and after for content-aware rules such as registries.conf, left out
+    # of to_dict(): given as bytes, or as the file entries (decoded only when asked, by
+    # old_bytes()/new_bytes(): a plan of 50,000 files must not hold every file's bytes).
     old_data: Optional[bytes] = field(default=None, compare=False, repr=False)
     new_data: Optional[bytes] = field(default=None, compare=False, repr=False)
+    old_entry: Optional[dict] = field(default=None, compare=False, repr=False)
+    new_entry: Optional[dict] = field(default=None, compare=False, repr=False)
+
+    def old_bytes(self) -> Optional[bytes]:
+        """The decoded contents before, where a data: URL carries them (None otherwise)."""
+        return self.old_data if self.old_data is not None else _file_data("file", self.old_entry)
+
+    def new_bytes(self) -> Optional[bytes]:
+        return self.new_data if self.new_data is not None else _file_data("file", self.new_entry)
 
     def to_dict(self) -> Dict[str, Any]:
         return {"path": self.path, "kind": self.kind, "change": self.change, "fields": list(self.fields)}
@@ -212,23 +222,36 @@ def _owner_key(owner: Any) -> Tuple[str, Any]:
 
 
 def _entry_fields(kind: str, entry: dict) -> Dict[str, Any]:
-    if kind == "link":
-        return {
-            "target": entry.get("target"),
-            "hard": bool(entry.get("hard")),
-            "user": _owner_key(entry.get("user")),
-            "group": _owner_key(entry.get("group")),
-        }
-    mode = entry.get("mode")
-    out: Dict[str, Any] = {
-        "mode": _DEFAULT_MODE[kind] if mode is None else mode,
-        "user": _owner_key(entry.get("user")),
-        "group": _owner_key(entry.get("group")),
-    }
+    out = _plain_fields(kind, entry)
     if kind == "file":
         out["contents"] = _contents_key(entry.get("contents"))[0]
         out["append"] = [_contents_key(a)[0] for a in (entry.get("append") or [])]
     return out
+
+
+def _changed_fields(kind: str, old: dict, new: dict) -> Tuple[str, ...]:
+    """The fields of ``_entry_fields`` that differ, in its order. Contents are decoded only
+    when their text differs (equal text is equal bytes), each side once."""
+    keys = ("target", "hard", "user", "group") if kind == "link" else ("mode", "user", "group")
+    fa, fb = _plain_fields(kind, old), _plain_fields(kind, new)
+    fields = [k for k in keys if fa[k] != fb[k]]
+    if kind == "file":
+        ca, cb = old.get("contents"), new.get("contents")
+        if ca != cb and _contents_key(ca)[0] != _contents_key(cb)[0]:
+            fields.append("contents")
+        aa, ab = old.get("append") or [], new.get("append") or []
+        if aa != ab and [_contents_key(x)[0] for x in aa] != [_contents_key(x)[0] for x in ab]:
+            fields.append("append")
+    return tuple(fields)
+
+
+def _plain_fields(kind: str, entry: dict) -> Dict[str, Any]:
+    if kind == "link":
+        return {"target": entry.get("target"), "hard": bool(entry.get("hard")),
+                "user": _owner_key(entry.get("user")), "group": _owner_key(entry.get("group"))}
+    mode = entry.get("mode")
+    return {"mode": _DEFAULT_MODE[kind] if mode is None else mode,
+            "user": _owner_key(entry.get("user")), "group": _owner_key(entry.get("group"))}
 
 
 def _index_paths(cfg: NodeConfig) -> Dict[str, Tuple[str, dict]]:
@@ -257,22 +280,26 @@ def _diff_paths(old: NodeConfig, new: NodeConfig) -> Tuple[FileChange, ...]:
     for path in sorted(set(a) | set(b)):
         if path not in b:
             kind, entry = a[path]
-            out.append(FileChange(path, kind, REMOVED, old_data=_file_data(kind, entry)))
+            out.append(FileChange(path, kind, REMOVED, old_entry=_file_entry(kind, entry)))
         elif path not in a:
             kind, entry = b[path]
-            out.append(FileChange(path, kind, ADDED, new_data=_file_data(kind, entry)))
+            out.append(FileChange(path, kind, ADDED, new_entry=_file_entry(kind, entry)))
         else:
             (old_kind, old_entry), (new_kind, new_entry) = a[path], b[path]
+            if old_entry == new_entry and old_kind == new_kind:
+                continue
             if old_kind != new_kind:
                 fields: Tuple[str, ...] = ("kind",)
             else:
-                fa, fb = _entry_fields(old_kind, old_entry), _entry_fields(new_kind, new_entry)
-                fields = tuple(k for k in fa if fa[k] != fb[k])
+                fields = _changed_fields(old_kind, old_entry, new_entry)
             if fields:
-                out.append(FileChange(path, new_kind, CHANGED, fields,
-                                      old_data=_file_data(old_kind, old_entry),
-                                      new_data=_file_data(new_kind, new_entry)))
+                out.append(FileChange(path, new_kind, CHANGED, fields, old_entry=_file_entry(old_kind, old_entry),
+                                      new_entry=_file_entry(new_kind, new_entry)))
     return tuple(out)
+
+
+def _file_entry(kind: str, entry: dict) -> Optional[dict]:
+    return entry if kind == "file" else None
 
 
 # --- units -------------------------------------------------------------------------------------

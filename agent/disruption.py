@@ -86,17 +86,25 @@ class Policy:
     sshkey: Optional[Tuple[PolicyAction, ...]] = None  # None: not set (a user policy without sshkey)
 
     def file_entry(self, path: str) -> Optional[PolicyEntry]:
-        """The entry for ``path`` itself, else for its longest parent directory."""
+        """The entry for ``path`` itself, else for its longest parent directory (the first
+        entry of a key wins). O(path depth): the normalised keys are indexed once per policy."""
+        index, by_dir = _file_index(self.files)
         path = _norm(path)
-        best: Optional[PolicyEntry] = None
-        for entry in self.files:
-            key = _norm(entry.key)
-            if path == key:
-                return entry
-            if path.startswith(key if key == "/" else key + "/"):
-                if best is None or len(_norm(best.key)) < len(key):
-                    best = entry
-        return best
+        entry = index.get(path)
+        if entry is not None or path in ("/", ""):
+            return entry
+        parent = posixpath.dirname(path)
+        if parent not in by_dir:  # files share directories: walk up once per directory
+            walk = parent
+            while True:
+                entry = index.get(walk)
+                if entry is not None or walk in ("/", ""):
+                    break
+                walk = posixpath.dirname(walk)
+            if len(by_dir) > 65536:
+                by_dir.clear()
+            by_dir[parent] = entry
+        return by_dir[parent]
 
     def unit_entry(self, name: str) -> Optional[PolicyEntry]:
         for entry in self.units:
@@ -110,6 +118,23 @@ class Policy:
             "units": [{"name": e.key, "actions": [a.to_dict() for a in e.actions]} for e in self.units],
             "sshkey": {"actions": [a.to_dict() for a in (self.sshkey or ())]},
         }
+
+
+_FILE_INDEXES: Dict[int, Tuple[Tuple[PolicyEntry, ...], Tuple[Dict[str, PolicyEntry], Dict[str, Any]]]] = {}
+
+
+def _file_index(files: Tuple[PolicyEntry, ...]) -> Tuple[Dict[str, PolicyEntry], Dict[str, Any]]:
+    """(normalised key -> first entry, directory -> the entry covering it), built once per
+    policy (by identity: hashing the policy on every lookup would cost more than the lookup)."""
+    hit = _FILE_INDEXES.get(id(files))
+    if hit is None or hit[0] is not files:
+        index: Dict[str, PolicyEntry] = {}
+        for entry in files:
+            index.setdefault(_norm(entry.key), entry)
+        if len(_FILE_INDEXES) > 32:
+            _FILE_INDEXES.clear()
+        hit = _FILE_INDEXES[id(files)] = (files, (index, {}))
+    return hit[1]
 
 
 def _norm(path: str) -> str:
@@ -470,7 +495,7 @@ def _collect(changes: Changes, policy: Policy) -> List[Tuple[PolicyAction, Cause
                 if fc.change != CHANGED:
                     reason = f"registries.conf {fc.change}"
                 else:
-                    reason = registries.why_drain(fc.old_data, fc.new_data) or ""
+                    reason = registries.why_drain(fc.old_bytes(), fc.new_bytes()) or ""
             out.append((action, cause, reason))
     for uc in changes.units:
         entry = policy.unit_entry(uc.name)

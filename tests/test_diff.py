@@ -126,4 +126,4 @@ def test_to_dict_is_json_and_deterministic():
 
 def test_decoded_data_is_kept_for_content_rules():
     change = diff(cfg([f("/etc/a", "old")]), cfg([f("/etc/a", "new")])).files[0]
-    assert (change.old_data, change.new_data) == (b"old", b"new")
+    assert (change.old_bytes(), change.new_bytes()) == (b"old", b"new")
