@@ -99,7 +99,9 @@ rpm: venv
 
 bench: venv
 	@$(MAKE) --no-print-directory sysdeps EXTRA_DEB="$(BENCH_DEB_PACKAGES)"
+	$(PY) -m pip install -q -e '.[test,server,bench]'
 	$(PY) benchmarks/run.py
+	$(PY) benchmarks/plots.py
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache

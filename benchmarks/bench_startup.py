@@ -1,6 +1,11 @@
 """Agent start-up: ``node-agent --version`` and a no-op ``firstboot`` (already done) against the
 interpreter's own start-up (``python -c pass``, the floor) and ``cloud-init --version`` (the
 Python peer that runs on every boot of a cloud image). Medians of interleaved runs.
+
+The development venv installs the project in editable mode, whose import finder runs at every
+interpreter start; an RPM or ``pip install .`` has none. So the headline case is measured on a
+normal install: a wheel built from a copy of the tree, installed (without dependencies:
+``--version`` needs none) into a fresh venv, against that venv's ``python -c pass``.
 """
 
 import os
@@ -17,6 +22,7 @@ from benchmarks.common import REPO, VENV_BIN, Row, interleaved, median, run_quie
 
 GROUP = "start-up"
 FLOOR = "python -c pass"
+FLOOR_INSTALLED = "python -c pass (fresh venv)"
 
 
 def _node_agent() -> List[str]:
@@ -44,14 +50,31 @@ def import_time_agent_cli() -> float:
     raise RuntimeError("agent.cli not in the -X importtime output")
 
 
+def normal_install(top: str) -> str:
+    """A fresh venv with the project installed from a wheel (not editable); its bin directory."""
+    src = os.path.join(top, "src")
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "__pycache__"))
+    wheels = os.path.join(top, "wheels")
+    run_quiet([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, src])
+    venv = os.path.join(top, "venv")
+    run_quiet([sys.executable, "-m", "venv", venv])
+    wheel = [os.path.join(wheels, n) for n in os.listdir(wheels) if n.endswith(".whl")]
+    run_quiet([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q", "--no-deps", *wheel])
+    return os.path.join(venv, "bin")
+
+
 def run(quick: bool = False) -> List[Row]:
     runs = 5 if quick else 15
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     agent = _node_agent()
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as top:
-        root = scratch_done_root(top)
+        root = scratch_done_root(os.path.join(top, "root"))
+        installed = normal_install(top)
         cases = {
             FLOOR: lambda: run_quiet([sys.executable, "-c", "pass"], env),
+            FLOOR_INSTALLED: lambda: run_quiet([os.path.join(installed, "python"), "-c", "pass"], env),
+            "node-agent --version (normal install)": lambda: run_quiet([os.path.join(installed, "node-agent"),
+                                                                        "--version"], env),
             "node-agent --version": lambda: run_quiet(agent + ["--version"], env),
             "node-agent firstboot (done, no-op)": lambda: run_quiet(agent + ["firstboot", "--root", root], env),
         }
@@ -59,9 +82,14 @@ def run(quick: bool = False) -> List[Row]:
         if cloud_init:
             cases["cloud-init --version"] = lambda: run_quiet([cloud_init, "--version"], env)
         samples = interleaved(cases, runs)
-    rows = [Row(GROUP, FLOOR, median(samples[FLOOR]), is_floor=True, note=f"{sys.executable}, {runs} runs")]
+    rows = [Row(GROUP, FLOOR_INSTALLED, median(samples[FLOOR_INSTALLED]), is_floor=True,
+                note=f"the venv of the normal install, {runs} runs"),
+            Row(GROUP, "node-agent --version (normal install)", median(samples["node-agent --version (normal install)"]),
+                floor=FLOOR_INSTALLED, note=f"wheel in a fresh venv (target <= 2x), {runs} runs, interleaved"),
+            Row(GROUP, FLOOR, median(samples[FLOOR]), is_floor=True, note=f"{sys.executable} (dev venv), {runs} runs")]
     for name in ("node-agent --version", "node-agent firstboot (done, no-op)"):
-        rows.append(Row(GROUP, name, median(samples[name]), floor=FLOOR, note=f"{runs} runs, interleaved"))
+        rows.append(Row(GROUP, name, median(samples[name]), floor=FLOOR,
+                        note=f"editable dev install, {runs} runs, interleaved"))
     if cloud_init:
         rows.append(Row(GROUP, "cloud-init --version", median(samples["cloud-init --version"]), floor=FLOOR,
                         note=f"{cloud_init} (Debian), {runs} runs, interleaved"))

@@ -78,6 +78,12 @@ class _TrustAdapter(proxies.RoutedAdapter):
         self._context = context
         super().__init__(route, **kwargs)
 
+    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
+        super().cert_verify(conn, url, verify, cert)
+        if verify is True:  # the trust is in our context, loaded once: no CA file loaded per connection
+            conn.ca_certs = None
+            conn.ca_cert_dir = None
+
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         kwargs["ssl_context"] = self._context
         super().init_poolmanager(*args, **kwargs)
@@ -233,17 +239,27 @@ class Fetcher:
         self.proxy = proxies.from_environment(os.environ).overridden_by(
             self.settings.proxy, tuple(k for k, v in vars(self.settings.proxy).items() if v))
         self.session.mount("http://", proxies.RoutedAdapter(self._proxy_for))
-        self._mount_trust()
+        self._ssl: Optional[ssl.SSLContext] = None
+        self._loaded: List[bytes] = []
         for pem in ca_pems:
-            self.add_ca(pem)
+            self.add_ca(pem, mount=False)
+        self._mount_trust()
 
     # --- trust ------------------------------------------------------------------------------
 
     def _context(self) -> ssl.SSLContext:
         # create_default_context: system CAs, CERT_REQUIRED, hostname checking. Never weakened.
-        context = ssl.create_default_context()
+        # The system store is loaded once per Fetcher; CAs added later go into the same context.
+        if self._ssl is not None:
+            for pem in self._ca_pems:
+                if pem not in self._loaded:
+                    self._ssl.load_verify_locations(cadata=pem.decode("ascii"))
+                    self._loaded.append(pem)
+            return self._ssl
+        context = self._ssl = ssl.create_default_context()
         for pem in self._ca_pems:
             context.load_verify_locations(cadata=pem.decode("ascii"))
+            self._loaded.append(pem)
         if _URLLIB3_MATCHES_HOSTNAMES:
             # urllib3 1.26 (RHEL 9) sends no SNI to an IP literal and so wraps the socket without
             # server_hostname, which a context with check_hostname refuses ("check_hostname
@@ -272,7 +288,7 @@ class Fetcher:
                      proxies.redacted(self.proxy.https_proxy) or "direct", ",".join(self.proxy.no_proxy) or "-",
                      extra={"NODE_AGENT_STAGE": "fetch"})
 
-    def add_ca(self, pem: bytes, source: str = "") -> None:
+    def add_ca(self, pem: bytes, source: str = "", mount: bool = True) -> None:
         """Trust the CA certificate(s) in ``pem`` (in addition to the system's) for later fetches."""
         where = f" from {source}" if source else ""
         try:
@@ -285,7 +301,8 @@ class Fetcher:
                               "check ignition.security.tls.certificateAuthorities", source=source)
         if pem not in self._ca_pems:
             self._ca_pems.append(pem)
-            self._mount_trust()
+            if mount:
+                self._mount_trust()
 
     @property
     def ca_pems(self) -> Tuple[bytes, ...]:

@@ -36,6 +36,20 @@ class ServerApplication(BaseApplication):
         return self.application
 
 
+_SSL_CONTEXTS: Dict[int, Any] = {}
+
+
+def _ssl_context(conf: Any, default_ssl_context_factory: Any) -> Any:
+    """gunicorn's server hook, called for every TLS connection: build the context once per
+    worker. gunicorn's default builds a new one per connection, loading the system CA store
+    each time (tens of ms of CPU per connection: a storm of 200 new TLS connections then
+    served almost nothing)."""
+    ctx = _SSL_CONTEXTS.get(os.getpid())
+    if ctx is None:
+        ctx = _SSL_CONTEXTS[os.getpid()] = default_ssl_context_factory()
+    return ctx
+
+
 def _post_worker_init(worker: Any) -> None:
     # Open SQLite and render in the worker, after the fork (never share a connection across it).
     worker.wsgi.warm()
@@ -59,6 +73,7 @@ def options(bind: str, certfile: Optional[str], keyfile: Optional[str], workers:
         "errorlog": "-",
         "accesslog": access_log,
         "post_worker_init": _post_worker_init,
+        "ssl_context": _ssl_context,
         "proc_name": "node-config-server",
         "preload_app": False,
         "reuse_port": False,
