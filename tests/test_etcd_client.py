@@ -14,20 +14,14 @@ from agent.server.etcd_client import (
     parse_store_url,
     prefix_end,
 )
-from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
+from tests.helpers.etcd_cluster import have_etcd
 
 pytestmark = pytest.mark.skipif(not have_etcd(), reason="etcd-server is not installed (make test installs it)")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with EtcdCluster(str(tmp_path_factory.mktemp("etcd"))) as c:
-        yield c
-
-
 @pytest.fixture
-def client(cluster):
-    url = parse_store_url(cluster.url)
+def client(etcd_cluster):
+    url = parse_store_url(etcd_cluster.url)
     c = EtcdClient(url.endpoints, timeout=3)
     yield c
     c.close()
@@ -100,21 +94,21 @@ def test_watch_sees_changes_in_order(client):
     assert seen == [("PUT", b"/t5/a", b"1"), ("PUT", b"/t5/a", b"2"), ("DELETE", b"/t5/a", b"")]
 
 
-def test_fails_over_when_a_member_dies(cluster):
-    url = parse_store_url(cluster.url)
+def test_fails_over_when_a_member_dies(etcd_cluster):
+    url = parse_store_url(etcd_cluster.url)
     # A write waits for a leader: if the killed member led, the others elect one first (about
     # a second, longer on a loaded machine), so the call's deadline is generous.
     c = EtcdClient(url.endpoints, timeout=20)
     try:
         c.put("/t6/k", "before")
-        cluster.kill(0)
+        etcd_cluster.kill(0)
         try:
             assert c.put("/t6/k", "after") > 0
             assert c.get("/t6/k").value == b"after"
             health = c.endpoint_status()
             assert [h["healthy"] for h in health] == [False, True, True]
         finally:
-            cluster.start(0)
+            etcd_cluster.start(0)
     finally:
         c.close()
 
@@ -127,13 +121,13 @@ def test_unreachable_store_says_so():
 
 # -- drain leases across replicas --------------------------------------------------------------
 
-def test_concurrent_drains_never_exceed_max_unavailable(cluster):
+def test_concurrent_drains_never_exceed_max_unavailable(etcd_cluster):
     """30 nodes ask at once through three clients (one per member, as three replicas would)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from agent.server import etcd_drains
 
-    url = parse_store_url(cluster.url)
+    url = parse_store_url(etcd_cluster.url)
     clients = [EtcdClient([url.endpoints[i]] + [e for e in url.endpoints if e != url.endpoints[i]], timeout=5)
                for i in range(3)]
     prefix = "/drain-test/"

@@ -9,22 +9,16 @@ import pytest
 
 from agent.server.etcd_client import EtcdClient, parse_store_url
 from agent.server.etcd_state import EtcdStateSource, StateRefused, publish
-from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
+from tests.helpers.etcd_cluster import have_etcd
 
 pytestmark = pytest.mark.skipif(not have_etcd(), reason="etcd-server is not installed (make test installs it)")
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples", "state")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with EtcdCluster(str(tmp_path_factory.mktemp("etcd"))) as c:
-        yield c
-
-
 @pytest.fixture
-def client(cluster):
-    c = EtcdClient(parse_store_url(cluster.url).endpoints, timeout=10)
+def client(etcd_cluster):
+    c = EtcdClient(parse_store_url(etcd_cluster.url).endpoints, timeout=10)
     yield c
     c.close()
 

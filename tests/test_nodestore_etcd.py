@@ -9,20 +9,14 @@ from agent.server.etcd_client import EtcdClient, EtcdUnavailable, parse_store_ur
 from agent.server.nodestore import PoolRow
 from agent.server.nodestore_etcd import EtcdNodeStore
 from agent.server.progress import Membership
-from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
+from tests.helpers.etcd_cluster import have_etcd
 
 pytestmark = pytest.mark.skipif(not have_etcd(), reason="etcd-server is not installed (make test installs it)")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with EtcdCluster(str(tmp_path_factory.mktemp("etcd"))) as c:
-        yield c
-
-
 @pytest.fixture
-def replicas(cluster, request):
-    url = parse_store_url(cluster.url)
+def replicas(etcd_cluster, request):
+    url = parse_store_url(etcd_cluster.url)
     prefix = f"/t-{request.node.name}/"
     stores = [EtcdNodeStore(EtcdClient(url.endpoints[i:] + url.endpoints[:i], timeout=10), prefix)
               for i in range(2)]
@@ -111,7 +105,7 @@ def test_membership_rebuild_is_local(replicas):
     assert b.membership_signature() == "pools-v2"
 
 
-def test_reads_keep_answering_and_writes_fail_clearly_when_etcd_is_away(cluster, replicas):
+def test_reads_keep_answering_and_writes_fail_clearly_when_etcd_is_away(etcd_cluster, replicas):
     a, _ = replicas
     a.record_report("n6", {"pool": "worker", "state": "Done", "currentConfig": "r-1"}, worker(), 6.0)
     a.client.endpoints = ["http://127.0.0.1:9"]  # as if every member were gone
@@ -130,10 +124,10 @@ CONTRACT = ["test_counters_equal_a_full_recount_after_random_reports", "test_reb
 
 
 @pytest.mark.parametrize("name", CONTRACT)
-def test_contract_holds_on_etcd(name, cluster, tmp_path, monkeypatch):
+def test_contract_holds_on_etcd(name, etcd_cluster, tmp_path, monkeypatch):
     from tests import test_nodestore as contract
 
-    url = parse_store_url(cluster.url)
+    url = parse_store_url(etcd_cluster.url)
     opened = []
 
     def make_store(_tmp):
