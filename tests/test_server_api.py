@@ -315,9 +315,12 @@ def test_invalid_object_keeps_last_good_state(tmp_path, tls):
     state = copy_state(tmp_path)
     with ServerProcess(str(state), tls=tls, token=TOKEN) as srv:
         before = served(srv, "worker")[1]
-        (state / "machineconfigs" / "99-broken.yaml").write_text(
+        # Written whole (temp file, then rename): a watcher that catches a file half-written waits
+        # for it to settle again (0.5 s more), which the 2 s budget of this check does not cover.
+        (tmp_path / "99-broken.yaml").write_text(
             "metadata: {name: 99-broken, labels: {machineconfiguration.openshift.io/role: worker}}\n"
             "spec: {kernelType: turbo}\n")
+        os.replace(tmp_path / "99-broken.yaml", state / "machineconfigs" / "99-broken.yaml")
         # Each gunicorn worker has its own watcher: wait until every worker serves the stale state
         # (fresh connections land on any worker), then until every worker has recovered.
         health = wait_for(lambda: every_worker(srv, lambda h: h["state"]["stale"]), what="stale state")
