@@ -50,6 +50,26 @@ def test_removing_the_bad_file_clears_stale(tmp_path):
     assert not st.stale and not st.problems
 
 
+def test_a_process_started_on_a_bad_directory_reports_stale_too(tmp_path):
+    """A gunicorn worker booted (or restarted) after a bad file arrived has no last good state:
+    the valid objects serve, and /healthz must say stale like every other worker (it said
+    ``stale: false`` with the problem listed, which failed a CI run)."""
+    state = state_copy(tmp_path)
+    bad = state / "machineconfigs" / "99-broken.yaml"
+    bad.write_text(BAD)
+    age(str(bad))
+    w = StateWatcher(str(state), interval=0.0)
+    st = w.current()
+    assert st.stale and [p.source for p in st.problems] == ["machineconfigs/99-broken.yaml"]
+    assert "99-broken" not in st.machine_configs and st.machine_configs  # the valid objects serve
+    (state / "machineconfigs" / "99-new.yaml").write_text(NEW)  # still bad: the newer valid set serves
+    st = w.current()
+    assert st.stale and "99-new" in st.machine_configs
+    bad.unlink()
+    st = w.current()
+    assert not st.stale and not st.problems and "99-new" in st.machine_configs
+
+
 def test_a_file_still_being_written_is_not_read(tmp_path):
     state = state_copy(tmp_path)
     w = StateWatcher(str(state), interval=0.0, settle=30.0)  # a file written now is not settled

@@ -9,6 +9,10 @@ Rules (docs/security.md, "State directory"):
 - The state's ``signature`` is always that of the files it was last checked against, also when
   those files were invalid and the last good objects keep serving: so the removal of a bad file
   is a change like any other, and ``/healthz`` clears at the next check.
+- ``stale`` is true whenever the newest files have problems, whatever serves instead: the last
+  good objects, or, in a process that started while the directory was bad (a gunicorn worker
+  booted or restarted late), the valid ones. Marking only the first case left a late worker
+  answering ``stale: false`` with problems listed, so "every worker reports stale" never held.
 """
 
 import logging
@@ -37,6 +41,7 @@ class StateWatcher:
         self._lock = threading.Lock()
         self._next = 0.0  # monotonic time of the next look
         self._pending: Optional[Tuple[str, float]] = None  # (signature, first seen) of a change settling
+        self._partial = False  # serving the valid objects of a bad directory (no good state seen yet)
         self._state = self._first_load()
 
     def _first_load(self) -> State:
@@ -44,6 +49,8 @@ class StateWatcher:
         if signature(self.state_dir) != state.signature:
             # Files changed while being read: serve this (nothing better exists yet), look again soon.
             state.signature = CHANGING + state.signature
+        if state.problems:
+            state.stale = self._partial = True
         self._log_problems(state)
         self._next = time.monotonic() + self.interval
         return state
@@ -107,20 +114,18 @@ class StateWatcher:
         return max(0.05, min(self.settle - seen_for, self.settle - max(quiet, 0.0)))
 
     def _apply(self, new: State) -> None:
-        if new.problems:
-            self._log_problems(new)
-            # Keep serving the last good objects; remember what is wrong with the newest files.
-            # The kept state carries the signature of the newest (bad) files: carrying the last
-            # good one made a removed bad file look "unchanged", and /healthz stayed stale.
-            old = self._state
-            kept = State(old.pools, old.machine_configs, old.cluster, old.os_configs, old.os_builds,
-                         new.signature, new.problems, old.loaded_at, stale=True, bootstrap=old.bootstrap)
-            if not old.problems or old.stale:
-                self._state = kept
-            else:  # the first load was already partial: take the newer partial state
-                self._state = new
-            log.error("state directory %s has %d problem(s); %s", self.state_dir, len(new.problems),
-                      "the last good state keeps serving" if self._state is kept else "valid objects serve")
-        else:
+        if not new.problems:
             log.info("state directory %s reloaded", self.state_dir)
+            self._state, self._partial = new, False
+            return
+        self._log_problems(new)
+        if self._partial:  # no good state was ever read: the newest valid objects serve
+            new.stale = True
             self._state = new
+        else:  # keep the last good objects, with the newest files' signature and problems
+            # (carrying the last good signature made a removed bad file look "unchanged")
+            old = self._state
+            self._state = State(old.pools, old.machine_configs, old.cluster, old.os_configs, old.os_builds,
+                                new.signature, new.problems, old.loaded_at, stale=True, bootstrap=old.bootstrap)
+        log.error("state directory %s has %d problem(s); %s", self.state_dir, len(new.problems),
+                  "valid objects serve" if self._partial else "the last good state keeps serving")
