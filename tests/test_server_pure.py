@@ -208,6 +208,18 @@ def test_label_precedence_master_custom_worker():
     assert two.degraded and "gpu" in two.degraded and "infra" in two.degraded
 
 
+def test_a_pool_selected_by_match_expressions_gets_its_nodes():
+    pools = dict(POOLS, gpu={"spec": {"nodeSelector": {"matchExpressions": [
+        {"key": "node-role/gpu", "operator": "Exists"},
+        {"key": "node-role/infra", "operator": "DoesNotExist"}]}}})
+    m = progress.membership({"pool": "worker", "labels": {"node-role/worker": "", "node-role/gpu": ""}}, pools, pool_of)
+    assert m.pool == "gpu" and not m.degraded
+    # DoesNotExist holds it back from an infra node: infra alone matches, no conflict.
+    m = progress.membership({"pool": "worker", "labels": {"node-role/worker": "", "node-role/gpu": "", "node-role/infra": ""}},
+                            pools, pool_of)
+    assert m.pool == "infra" and not m.degraded
+
+
 def test_cluster_progress_names_what_blocks():
     def view(target, current, paused=False, machine=1, updated=1, ready=1, degraded=0, refused=0, held=""):
         return {"spec": {"configuration": {"name": target}, "paused": paused},

@@ -8,6 +8,8 @@ previous rollout of that pool is incomplete unless forced.
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from agent.server.render import selector_matches
+
 ANN = "machineconfiguration.openshift.io/"
 STATES = ("Done", "Working", "Degraded")
 
@@ -36,9 +38,12 @@ class Counts:
                 "skewRefusedMachineCount": self.refused}
 
 
-def _selector_labels(pool: Dict[str, Any]) -> Dict[str, str]:
-    sel = (pool.get("spec") or {}).get("nodeSelector") or {}
-    return {str(k): str(v) for k, v in (sel.get("matchLabels") or {}).items()}
+def _selects(pool: Dict[str, Any], labels: Dict[str, str]) -> bool:
+    """Whether the pool's ``nodeSelector`` selects a node with ``labels``: the whole
+    LabelSelector, ``matchExpressions`` too, as upstream's getPoolsForNode does
+    (node_controller.go, ``selector.Matches(labels.Set(node.Labels))``). Matching
+    ``matchLabels`` only left a pool selected by expressions with no node at all."""
+    return selector_matches((pool.get("spec") or {}).get("nodeSelector"), labels)
 
 
 def is_custom(name: str) -> bool:
@@ -51,7 +56,7 @@ def membership(report: Dict[str, Any], pools: Dict[str, Dict[str, Any]],
 
     - A node whose served ``firstPivotConfig`` is a custom pool's config belongs to it at once
       (the upstream MCO-650 fix: it must never be handed the worker config).
-    - With ``labels`` in the report: pools whose ``nodeSelector.matchLabels`` match; master wins,
+    - With ``labels`` in the report: pools whose ``nodeSelector`` selects them; master wins,
       then the one custom pool; two custom pools is an error (Degraded, with the reason).
     - Otherwise the pool the node says.
     """
@@ -61,8 +66,7 @@ def membership(report: Dict[str, Any], pools: Dict[str, Dict[str, Any]],
     if labels is not None:
         labels = {str(k): str(v) for k, v in labels.items()}
         for name in sorted(pools):
-            want = _selector_labels(pools[name])
-            if want and all(labels.get(k) == v for k, v in want.items()):
+            if _selects(pools[name], labels):
                 matched.append(name)
     if "master" in matched:
         return Membership("master", "labels match the master pool (master wins)")

@@ -53,9 +53,15 @@ class Fetch:
     node: Optional[NodeRecord]  # the asking node as the store knows it (None: anonymous or unknown)
 
 
+MEMBERSHIP_RULE = 2
+
+
 def membership_signature(st: State) -> str:
     """What node membership depends on in the state: the pools and their node selectors."""
     sel = {name: (pool.get("spec") or {}).get("nodeSelector") for name, pool in st.pools.items()}
+    # The rule's version is part of it: a store written before matchExpressions selected nodes
+    # (progress._selects) re-derives every node's pool once.
+    sel["//rule"] = MEMBERSHIP_RULE
     return hashlib.sha256(json.dumps(sel, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
