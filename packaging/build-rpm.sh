@@ -49,11 +49,29 @@ cp packaging/node-agent.spec "$topdir/SPECS/"
 nodeps=()
 rpm -q --quiet rpm-build 2>/dev/null || rpm -q --quiet rpm 2>/dev/null || nodeps=(--nodeps)
 
+# Neither RHEL 9 nor EPEL 9 carries python3-pydbus (Fedora only; EPEL 8 was the last EL), so the
+# el9 RPM bundles pydbus's pure-Python sdist as Source1, checked against PyPI's sha256. Kept in
+# build/sources so that a re-run (and an offline one, once fetched) does not download it again.
+PYDBUS_VERSION=0.6.0
+PYDBUS_SHA256=4207162eff54223822c185da06c1ba8a34137a9602f3da5a528eedf3f78d0f2c
+fetch_pydbus() {
+    local cache="$repo/build/sources" sdist="pydbus-$PYDBUS_VERSION.tar.gz" pip
+    mkdir -p "$cache"
+    if ! echo "$PYDBUS_SHA256  $cache/$sdist" | sha256sum -c --quiet - 2>/dev/null; then
+        pip=$(command -v "$repo/.venv/bin/python" || command -v python3)
+        "$pip" -m pip download --quiet --no-deps --no-binary :all: --dest "$cache" "pydbus==$PYDBUS_VERSION" >&2 \
+            || die "cannot download $sdist from PyPI (put it in $cache)"
+        echo "$PYDBUS_SHA256  $cache/$sdist" | sha256sum -c --quiet - || die "$cache/$sdist: sha256 mismatch"
+    fi
+    cp "$cache/$sdist" "$1/"
+}
+
 defines=()
 case "$target" in
     native) ;;
     el9)
         defines=(--define "node_agent_el9 1")
+        fetch_pydbus "$topdir/SOURCES"
         py39=${PY39:-}
         if [ -z "$py39" ]; then
             for cand in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.9*/bin/python3.9 "$(command -v python3.9 || true)"; do

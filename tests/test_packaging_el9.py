@@ -16,9 +16,11 @@ import agent
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VERSION = agent.__version__
 SITELIB = "/usr/lib/python3.9/site-packages"
-# Packages the el9 RPM may require: RHEL 9 BaseOS/AppStream (python3, requests, PyYAML) and
-# EPEL 9 (pydbus, tenacity, gunicorn); python3-tomli (RHEL 9 CRB / EPEL 9) because 3.9 has no tomllib.
-RHEL9_NAMES = {"python3", "python3-requests", "python3-pyyaml", "python3-pydbus", "python3-tenacity",
+# Packages the el9 RPM may require: RHEL 9 BaseOS/AppStream (python3, requests, PyYAML,
+# gobject-base) and EPEL 9 (tenacity 8.2.3-1.el9, gunicorn); python3-tomli (RHEL 9 CRB / EPEL 9)
+# because 3.9 has no tomllib. Not python3-pydbus: no RHEL 9 or EPEL 9 repository has it
+# (packages.fedoraproject.org/pkgs/python-pydbus lists Fedora releases only), so the RPM bundles it.
+RHEL9_NAMES = {"python3", "python3-requests", "python3-pyyaml", "python3-gobject-base", "python3-tenacity",
                "python3-tomli", "python3-gunicorn", "/bin/sh", "/usr/bin/python3",
                # EPEL 9: python3-prometheus_client 0.21.0-1.el9, python3-rich 13.1.0-1.el9
                # (packages.fedoraproject.org/pkgs/python-prometheus_client, .../python-rich)
@@ -86,8 +88,12 @@ def test_el9_layout_is_rhel9s_python39_sitelib(el9):
 
 def test_el9_requires_exist_in_rhel9_or_epel9(el9):
     requires = run("rpm", "-qp", "--requires", el9["node-agent"]).stdout.splitlines()
-    assert {"python3-tomli", "python3-requests", "python3-pyyaml", "python3-pydbus", "python3-tenacity"} <= set(requires)
+    assert {"python3-tomli", "python3-requests", "python3-pyyaml", "python3-gobject-base",
+            "python3-tenacity"} <= set(requires)
+    assert "python3-pydbus" not in requires
     assert "python(abi) = 3.9" in requires
+    provides = run("rpm", "-qp", "--provides", el9["node-agent"]).stdout.splitlines()
+    assert "bundled(python3-pydbus) = 0.6.0" in provides
     server = run("rpm", "-qp", "--requires", el9["node-agent-server"]).stdout.splitlines()
     for dep in requires + server:
         name = dep.split()[0]
@@ -120,3 +126,25 @@ def test_el9_payload_imports_and_runs_with_python39(payload, tmp_path):
                               capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=60)
         assert proc.returncode == code, proc.stdout + proc.stderr
         assert not re.search(r"Traceback|internal error", proc.stderr), proc.stderr
+
+
+def test_el9_bundles_pydbus_and_uses_it_when_none_is_installed(el9, payload, tmp_path):
+    paths = files(el9["node-agent"])
+    assert f"{SITELIB}/agent/_vendor/pydbus/__init__.py" in paths
+    assert any(p.endswith("/LICENSE.pydbus") for p in paths)
+    py = python39()
+    if py is None:
+        pytest.skip("no CPython 3.9 with the agent's libraries (make py39 creates .venv39)")
+    site = os.path.join(payload, SITELIB.lstrip("/"))
+    # As on RHEL 9: no pydbus among the installed packages (a finder hides the venv's copy).
+    code = ("import sys\n"
+            "class Hide:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'pydbus': raise ImportError('no pydbus on RHEL 9')\n"
+            "sys.meta_path.insert(0, Hide())\n"
+            "from agent.host.dbusmanager import import_pydbus\n"
+            "m = import_pydbus()\n"
+            "print(m.__name__, m.SystemBus.__module__)")
+    env = {**os.environ, "PYTHONPATH": site, "PYTHONDONTWRITEBYTECODE": "1"}
+    out = run(py, "-c", code, env=env, cwd=str(tmp_path)).stdout.split()
+    assert out == ["agent._vendor.pydbus", "agent._vendor.pydbus.bus"]

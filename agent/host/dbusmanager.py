@@ -15,6 +15,20 @@ def dbus_error_text(exc: BaseException) -> str:
     return text.replace("GDBus.Error:", "", 1)
 
 
+def import_pydbus() -> Any:
+    """pydbus: the installed one, else the copy the RHEL 9 RPM bundles in ``agent._vendor``
+    (neither RHEL 9 nor EPEL 9 carries python3-pydbus)."""
+    try:
+        import pydbus
+    except ImportError:
+        try:
+            from agent._vendor import pydbus  # type: ignore[no-redef]
+        except ImportError:
+            raise ImportError("pydbus is not installed (pip install pydbus; on RHEL 9 the node-agent "
+                              "RPM bundles it)") from None
+    return pydbus
+
+
 class ManagerClient:
     SERVICE = ""
     PATH = ""
@@ -29,9 +43,7 @@ class ManagerClient:
     def bus(self) -> Any:
         if self._bus is None:
             try:
-                from pydbus import SystemBus
-
-                self._bus = SystemBus()
+                self._bus = import_pydbus().SystemBus()
             except Exception as exc:
                 raise HostError(f"cannot connect to the system D-Bus: {dbus_error_text(exc)}") from None
         return self._bus
