@@ -226,14 +226,19 @@ def _observe(root: Root, paths: List[str], ops) -> Dict:
 
 def apply_config(root: Root, target: NodeConfig, previous: Optional[NodeConfig] = None, *, fetcher=None,
                  systemd=None, rpmostree=None, state_dir: str = DEFAULT_STATE_DIR,
-                 dry_run: bool = False, booted: Optional[Tuple[str, Tuple[str, ...]]] = None) -> ApplyResult:
+                 dry_run: bool = False, booted: Optional[Tuple[str, Tuple[str, ...]]] = None,
+                 contents: Optional[Dict[str, bytes]] = None) -> ApplyResult:
     """Make ``root`` match ``target`` (see the module docstring). Raises ConfigError, FetchError,
-    PathEscapeError/HostError (nothing changed) or ApplyError (changed, then rolled back)."""
+    PathEscapeError/HostError (nothing changed) or ApplyError (changed, then rolled back).
+
+    ``contents``: ``resolve_contents(target, fetcher)`` when the caller already has it (a first
+    boot previews the apply, then applies: each source is fetched and decompressed once)."""
     result = ApplyResult(dry_run=dry_run)
     if not dry_run:
         result.recovered = recover(root, state_dir, systemd=systemd, rpmostree=rpmostree)
 
-    contents = resolve_contents(target, fetcher)
+    if contents is None:
+        contents = resolve_contents(target, fetcher)
     validate_known_files(target, contents)
 
     # ``booted`` (image, kernel arguments) may come from the caller: a first boot knows what its
@@ -295,8 +300,10 @@ def apply_config(root: Root, target: NodeConfig, previous: Optional[NodeConfig] 
         log.error("apply of %s failed at %s: %s; rolled back%s", target.name or "config", what, e, tail, extra=_STAGE)
         if not isinstance(e, Exception):
             raise
-        raise ApplyError(f"applying {target.name or 'the config'} failed at {what}: {e}; "
-                         f"all changes were rolled back{tail}") from e
+        failure = ApplyError(f"applying {target.name or 'the config'} failed at {what}: {e}; "
+                             f"all changes were rolled back{tail}")
+        failure.undone = not problems
+        raise failure from e
     log.info("apply of %s: %d changed, %d unchanged", target.name or "config", len(result.changed),
              result.unchanged, extra=_STAGE)
     return result

@@ -121,9 +121,12 @@ class NotReady(NodeAgentError):
 
 
 class ApplyError(NodeAgentError):
-    """Applying a config failed; the node was rolled back (retry is safe)."""
+    """Applying a config failed; the node was rolled back (retry is safe).
+
+    ``undone`` is False when the rollback could not undo everything (the message lists what)."""
 
     exit_code = EXIT_ROLLED_BACK
+    undone = True
 
 
 class HostError(NodeAgentError):

@@ -15,7 +15,7 @@ or a power loss resumes where it stopped:
 import logging
 import os
 import socket
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from agent import nodestate
 from agent.cli import DEFAULT_POINTER
@@ -62,6 +62,7 @@ class FirstBoot:
         self.etag: Optional[str] = None
         self.boot_image: Optional[str] = None
         self.skew_decision: Optional[str] = None
+        self._contents: Optional[Tuple[NodeConfig, Dict[str, bytes]]] = None
 
     # -- stages -------------------------------------------------------------------------------
 
@@ -128,12 +129,41 @@ class FirstBoot:
         try:
             code = self._run(rec)
         except NodeAgentError as exc:
+            self.forget_unapplied_config(exc)
             rec.finish("failed", exc.exit_code, error=str(exc), exc=exc)
             raise
         except Exception as exc:
+            self.forget_unapplied_config(exc)
             rec.finish("failed", 70, error=f"internal error: {type(exc).__name__}: {exc}", exc=exc)
             raise
         return code
+
+    def forget_unapplied_config(self, exc: Exception) -> None:
+        """After a failed run that left nothing of its config on the node, drop the saved config
+        so that the next try fetches afresh (issue 16: a config refused at validation, planning
+        or apply, exit 65/78/75, was kept and refused again on every retry, so fixing it on the
+        server did not help). A config that reached the disk (applied, or an apply interrupted
+        or not fully rolled back) is kept: the resumed run must never mix two configs."""
+        from agent.errors import ApplyError
+        from agent.txjournal import Journal
+
+        if self.opts.dry_run or self.progress.get("appliedBootId"):
+            return
+        if isinstance(exc, ApplyError) and not exc.undone:
+            return
+        if Journal(self.root, self.state_dir).exists():
+            return
+        if self.progress.forget_json("served"):
+            log.info("the fetched config was not applied; the next run fetches it again")
+
+    def contents(self, target: NodeConfig) -> Dict[str, bytes]:
+        """The target's file contents, fetched and decompressed once per run (the apply preview
+        and the apply share them; a second fetch could even see other bytes)."""
+        from agent.apply import resolve_contents
+
+        if self._contents is None or self._contents[0] is not target:
+            self._contents = (target, resolve_contents(target, self.fetcher))
+        return self._contents[1]
 
     def _run(self, rec) -> int:
         from agent import planning
@@ -171,7 +201,8 @@ class FirstBoot:
         with rec.stage("apply"):
             result = apply_config(self.root, target, None, fetcher=self.fetcher, systemd=self.systemd,
                                   rpmostree=self.rpmostree, state_dir=self.state_dir,
-                                  booted=(booted.image, booted.kargs) if booted.known else None)
+                                  booted=(booted.image, booted.kargs) if booted.known else None,
+                                  contents=self.contents(target))
             if result.recovered:
                 log.warning("an interrupted apply was found and %s", result.recovered)
             for line in result.not_performed:
@@ -223,7 +254,8 @@ class FirstBoot:
         if self.progress.get("appliedBootId") or Journal(self.root, self.state_dir).exists():
             return None
         preview = apply_config(self.root, target, None, fetcher=self.fetcher, state_dir=self.state_dir,
-                               dry_run=True, booted=(booted.image, booted.kargs) if booted.known else None)
+                               dry_run=True, booted=(booted.image, booted.kargs) if booted.known else None,
+                               contents=self.contents(target))
         return preview.changed_where
 
     def check_skew(self, served, target: NodeConfig) -> None:

@@ -63,6 +63,14 @@ class Progress:
     def load_json(self, name: str) -> Optional[Any]:
         return _read_json(os.path.join(self.dir, f"{self.command}-{name}.json"))
 
+    def forget_json(self, name: str) -> bool:
+        """Remove what save_json(name) kept; whether there was anything."""
+        try:
+            os.unlink(os.path.join(self.dir, f"{self.command}-{name}.json"))
+        except FileNotFoundError:
+            return False
+        return True
+
     def clear(self) -> None:
         for name in os.listdir(self.dir) if os.path.isdir(self.dir) else []:
             if name.startswith(f"{self.command}-") and name.endswith(".json"):
