@@ -1,26 +1,25 @@
-"""Fetching configs (and CA bundles) over HTTP(S) with Ignition's retry behaviour, and resolving
-a pointer config (``ignition.config.merge``/``replace``) into the config it points at.
+"""Fetching configs (and CA bundles) over HTTP(S) with Ignition's retry behaviour.
 
 What a node does at first boot when the server is slow, restarting, or withholding a config:
 it keeps trying (Ignition's backoff, no attempt limit, an optional overall budget from
-``fetch.totalTimeout``), logs each failed attempt, and only stops early on answers that
-retrying cannot fix (404, 401/403, other 4xx, a hash mismatch, an insecure redirect).
-TLS verification is never turned off; CAs named by the pointer config are *added* to the
-system trust store, as Ignition does.
+``fetch.totalTimeout``, a hard deadline for the body too), logs each failed attempt, and only
+stops early on answers that retrying cannot fix (404, 401/403, other 4xx, a hash mismatch, an
+insecure redirect). TLS verification is never turned off; CAs named by the pointer config are
+*added* to the system trust store, as Ignition does.
+
+Beside it: ``agent.ignition.transport`` (TLS adapter, watchdog, message texts),
+``agent.ignition.verification`` (``verification.hash``) and ``agent.ignition.pointer``
+(resolving a pointer config's references); their public names are importable from here too.
 """
 
-import hashlib
-import json
 import logging
 import os
 import random
-import socket
 import ssl
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
-from urllib.parse import unquote, urljoin, urlsplit
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from urllib.parse import urljoin, urlsplit
 
 import requests
 import tenacity
@@ -28,8 +27,26 @@ import urllib3
 
 from agent import __version__
 from agent.backoff import Backoff, parse_retry_after
-from agent.errors import ConfigError, FetchError, Problem
+from agent.errors import ConfigError, FetchError
 from agent.ignition import proxy as proxies
+from agent.ignition.pointer import (  # noqa: F401 (re-exported: callers import them from here)
+    MAX_DEPTH,
+    ResolvedConfig,
+    resolve_pointer,
+    served_config_name,
+    trust_config_cas,
+)
+from agent.ignition.transport import (  # noqa: F401 (pool_from_url re-exported)
+    TrustAdapter,
+    Watchdog,
+    pool_from_url,
+    server_message,
+    server_of,
+    short_url,
+    tls_reason,
+    transport_reason,
+)
+from agent.ignition.verification import check_hash, parse_hash  # noqa: F401 (re-exported)
 from agent.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,9 +55,7 @@ IGNITION_ACCEPT = "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1
 MAX_BODY = 256 * 1024 * 1024  # far above any real config or CA bundle; stops a runaway response
 MAX_REDIRECTS = 10  # Go's net/http (Ignition) stops after 10
 _CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie")
-MAX_DEPTH = 8  # nesting of merge/replace references; Ignition has no limit, loops are caught anyway
 
-_HASHES = {"sha512": hashlib.sha512, "sha256": hashlib.sha256}
 # 408 (request timeout) and 429 (rate limited) are transient by definition; every 5xx too.
 _RETRIED_4XX = {408, 429}
 # urllib3 1.x checks hostnames itself when the context does not (see Fetcher._context).
@@ -68,150 +83,6 @@ class _Retry(Exception):
         self.reason = reason
         self.status = status
         self.retry_after = retry_after
-
-
-class _TrustAdapter(proxies.RoutedAdapter):
-    """An HTTPS adapter whose connections verify against our SSLContext (system CAs + added ones),
-    through the proxy ``route`` picks for each URL (a CONNECT tunnel: the server is still verified)."""
-
-    def __init__(self, context: ssl.SSLContext, route: Callable[[str], Optional[str]], **kwargs: Any):
-        self._context = context
-        super().__init__(route, **kwargs)
-
-    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
-        super().cert_verify(conn, url, verify, cert)
-        if verify is True:  # the trust is in our context, loaded once: no CA file loaded per connection
-            conn.ca_certs = None
-            conn.ca_cert_dir = None
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        kwargs["ssl_context"] = self._context
-        super().init_poolmanager(*args, **kwargs)
-
-    def proxy_manager_for(self, *args: Any, **kwargs: Any) -> Any:
-        kwargs["ssl_context"] = self._context
-        return super().proxy_manager_for(*args, **kwargs)
-
-
-def server_of(url: str) -> str:
-    """``host:port`` of an http(s) URL (default port filled in), for messages."""
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    port = port or {"https": 443, "http": 80}.get(parts.scheme.lower())
-    host = parts.hostname or "?"
-    if ":" in host:
-        host = f"[{host}]"
-    return f"{host}:{port}" if port else host
-
-
-def pool_from_url(url: str) -> Optional[str]:
-    """The pool named by a config server URL ``http(s)://host:port/config/<pool>``, else None."""
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in ("http", "https"):
-        return None
-    segments = [s for s in parts.path.split("/") if s]
-    if len(segments) == 2 and segments[0] == "config":
-        pool = unquote(segments[1])
-        return pool or None
-    return None
-
-
-def parse_hash(verification: Optional[dict], where: str = "verification.hash") -> Optional[Tuple[str, str]]:
-    """``(algorithm, hex digest)`` from an Ignition ``verification`` object, or None when absent."""
-    if not verification:
-        return None
-    value = verification.get("hash")
-    if value is None:
-        return None
-    algo, sep, digest = str(value).partition("-")
-    digest = digest.lower()
-    ok = sep and algo in _HASHES and len(digest) == _HASHES[algo]().digest_size * 2
-    if ok:
-        try:
-            bytes.fromhex(digest)
-        except ValueError:
-            ok = False
-    if not ok:
-        raise ConfigError(f"{where}: expected sha512-<128 hex digits> or sha256-<64 hex digits>",
-                          [Problem(where, "expected sha512-<hex> or sha256-<hex>", "hash-format", value=value)])
-    return algo, digest
-
-
-def check_hash(body: bytes, expected: Optional[Tuple[str, str]], url: str) -> None:
-    """Raise a final FetchError when ``body`` does not match ``expected`` (from parse_hash)."""
-    if expected is None:
-        return
-    algo, digest = expected
-    actual = _HASHES[algo](body).hexdigest()
-    if actual != digest:
-        raise FetchError(f"content of {_short_url(url)} does not match its verification.hash: expected "
-                         f"{algo}-{digest}, got {algo}-{actual}; it was changed or corrupted, not using it",
-                         url=url, final=True)
-
-
-def _short_url(url: str, limit: int = 120) -> str:
-    return url if len(url) <= limit else url[: limit - 3] + "..."
-
-
-def _exception_chain(exc: BaseException) -> List[BaseException]:
-    seen: List[BaseException] = []
-    todo: List[Any] = [exc]
-    while todo:
-        item = todo.pop()
-        if not isinstance(item, BaseException) or any(item is s for s in seen):
-            continue
-        seen.append(item)
-        todo += [item.__cause__, item.__context__, getattr(item, "reason", None)]
-        todo += [a for a in getattr(item, "args", ()) if isinstance(a, BaseException)]
-    return seen
-
-
-def _tls_reason(exc: BaseException) -> Tuple[bool, str]:
-    """(is a certificate verification failure, short reason) for an SSL error from requests."""
-    for item in _exception_chain(exc):
-        if isinstance(item, ssl.SSLCertVerificationError):
-            return True, item.verify_message or str(item)
-        if type(item).__name__ == "CertificateError":  # urllib3 1.26's own name check (a ValueError)
-            return True, str(item)
-    text = str(exc)
-    if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
-        return True, text.split("certificate verify failed:")[-1].strip(" )'\"") or text
-    return False, text
-
-
-def _transport_reason(exc: BaseException) -> str:
-    """The innermost meaningful cause (e.g. "[Errno 111] Connection refused"), not urllib3's wrapper text."""
-    for item in reversed(_exception_chain(exc)):
-        if isinstance(item, OSError) and item.errno is not None:
-            return f"{item.strerror or item} (errno {item.errno})"
-    text = str(exc)
-    return text if len(text) < 300 else text[:297] + "..."
-
-
-def _server_message(resp: requests.Response) -> str:
-    """A short explanation from an error response body (our server answers JSON ``{"error": ...}``)."""
-    try:
-        raw = resp.raw.read(4096, decode_content=True) or b""
-    except Exception:  # an error body that cannot be read adds nothing; the status says enough
-        return ""
-    text = raw.decode("utf-8", "replace").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        err = data.get("error")
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            data = err  # node-config-server's {"error": {"code", "message"}}
-        for key in ("error", "message", "reason"):
-            if isinstance(data.get(key), str):
-                text = data[key]
-                break
-    text = " ".join(text.split())
-    return text[:200] + ("..." if len(text) > 200 else "")
 
 
 class Fetcher:
@@ -271,8 +142,8 @@ class Fetcher:
 
     def _mount_trust(self) -> None:
         old = self.session.adapters.get("https://")
-        self.session.mount("https://", _TrustAdapter(self._context(), self._proxy_for))
-        if isinstance(old, _TrustAdapter):
+        self.session.mount("https://", TrustAdapter(self._context(), self._proxy_for))
+        if isinstance(old, TrustAdapter):
             old.close()  # pooled connections were verified against the old trust; start afresh
 
     def _proxy_for(self, url: str) -> Optional[str]:
@@ -340,7 +211,7 @@ class Fetcher:
             check_hash(body, expected, url)
             return FetchResult(body=body, url=url, status=200, headers={}, attempts=1)
         if scheme not in ("http", "https"):
-            raise ConfigError(f"cannot fetch {_short_url(url)!r}: node-agent fetches data:, http: and https: URLs "
+            raise ConfigError(f"cannot fetch {short_url(url)!r}: node-agent fetches data:, http: and https: URLs "
                               f"(scheme {scheme or 'missing'!r})", source=url)
         limit = self.settings.fetch.total_timeout if budget is None else budget
         request_headers = self._headers(ignition, headers, etag)
@@ -364,7 +235,7 @@ class Fetcher:
             exc = state.outcome.exception() if state.outcome else None
             delay = planned_delay(state)
             log.warning("attempt %d to fetch %s failed: %s; retrying in %.2fs", state.attempt_number,
-                        _short_url(url), getattr(exc, "reason", exc), delay,
+                        short_url(url), getattr(exc, "reason", exc), delay,
                         extra={"NODE_AGENT_ATTEMPT": state.attempt_number, "NODE_AGENT_STAGE": "fetch",
                                "NODE_AGENT_URL": url, "NODE_AGENT_DELAY": round(delay, 3)})
 
@@ -373,7 +244,7 @@ class Fetcher:
             timeout = self.settings.fetch.attempt_timeout
             if limit:
                 timeout = max(0.05, min(timeout, limit - (self._clock() - start)))
-            log.debug("fetching %s (attempt %d)", _short_url(url), attempts[0],
+            log.debug("fetching %s (attempt %d)", short_url(url), attempts[0],
                       extra={"NODE_AGENT_ATTEMPT": attempts[0], "NODE_AGENT_STAGE": "fetch"})
             deadline = start + limit if limit else None
             result = self._attempt(url, request_headers, timeout, expected, etag, deadline)
@@ -387,13 +258,13 @@ class Fetcher:
             last = err.last_attempt.exception()
             elapsed = self._clock() - start
             reason = getattr(last, "reason", str(last))
-            message = (f"could not fetch {_short_url(url)} from server {server_of(url)}: gave up after "
+            message = (f"could not fetch {short_url(url)} from server {server_of(url)}: gave up after "
                        f"{attempts[0]} attempt{'s' if attempts[0] != 1 else ''} over {elapsed:.1f}s "
                        f"(fetch budget {limit:g}s); last error: {reason}")
             log.error(message, extra={"NODE_AGENT_ATTEMPT": attempts[0], "NODE_AGENT_STAGE": "fetch"})
             raise FetchError(message, url=url, status=getattr(last, "status", None), final=False)
         if result.attempts > 1:
-            log.info("fetched %s on attempt %d", _short_url(url), result.attempts,
+            log.info("fetched %s on attempt %d", short_url(url), result.attempts,
                      extra={"NODE_AGENT_ATTEMPT": result.attempts, "NODE_AGENT_STAGE": "fetch"})
         return result
 
@@ -406,12 +277,12 @@ class Fetcher:
             # every later read of the body, so a stalled server cannot hang the node.
             resp = self._get(url, headers, timeout)
         except requests.exceptions.SSLError as exc:
-            is_verify, reason = _tls_reason(exc)
+            is_verify, reason = tls_reason(exc)
             if is_verify:
                 # Retried like a transport error within the budget: servers rotate certificates and a
                 # cluster CA may be replaced while nodes boot; the budget bounds it, and we never fall
                 # back to an unverified connection.
-                log.warning("TLS verification failed for %s: %s; not retrying insecurely", _short_url(url), reason,
+                log.warning("TLS verification failed for %s: %s; not retrying insecurely", short_url(url), reason,
                             extra={"NODE_AGENT_STAGE": "fetch"})
                 raise _Retry(f"TLS verification failed for server {server}: {reason} "
                              "(is the pointer config's certificateAuthorities right?)")
@@ -422,11 +293,11 @@ class Fetcher:
             raise _Retry(f"server {server} sent no response headers within {timeout:g}s")
         except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema,
                 requests.exceptions.MissingSchema, requests.exceptions.InvalidHeader) as exc:
-            raise ConfigError(f"cannot fetch {_short_url(url)!r}: {exc}", source=url)
+            raise ConfigError(f"cannot fetch {short_url(url)!r}: {exc}", source=url)
         except requests.exceptions.TooManyRedirects:
-            raise FetchError(f"too many redirects fetching {_short_url(url)} from server {server}", url=url)
+            raise FetchError(f"too many redirects fetching {short_url(url)} from server {server}", url=url)
         except requests.exceptions.RequestException as exc:
-            raise _Retry(f"cannot connect to server {server}: {_transport_reason(exc)}")
+            raise _Retry(f"cannot connect to server {server}: {transport_reason(exc)}")
 
         with resp:
             status = resp.status_code
@@ -434,7 +305,7 @@ class Fetcher:
                 return FetchResult(b"", url, 304, {k.lower(): v for k, v in resp.headers.items()})
             if not 200 <= status < 300:
                 self._fail(url, resp)
-            with _Watchdog(resp, None if deadline is None else max(0.05, deadline - self._clock())) as watchdog:
+            with Watchdog(resp, None if deadline is None else max(0.05, deadline - self._clock())) as watchdog:
                 try:
                     body = self._read_body(resp, server)
                 except _Retry:
@@ -459,13 +330,13 @@ class Fetcher:
             target = urljoin(current, resp.headers["Location"])
             resp.close()
             if urlsplit(url).scheme.lower() == "https" and urlsplit(target).scheme.lower() != "https":
-                raise FetchError(f"{_short_url(url)} redirected to an unencrypted URL ({_short_url(target)}); "
+                raise FetchError(f"{short_url(url)} redirected to an unencrypted URL ({short_url(target)}); "
                                  "refusing to fetch a config insecurely (nothing was sent there)",
                                  url=url, status=resp.status_code, final=True)
             if urlsplit(target).netloc.lower() != urlsplit(current).netloc.lower():
                 headers = {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
             current = target
-        raise FetchError(f"too many redirects fetching {_short_url(url)} from server {server_of(url)}", url=url)
+        raise FetchError(f"too many redirects fetching {short_url(url)} from server {server_of(url)}", url=url)
 
     def _read_body(self, resp: requests.Response, server: str) -> bytes:
         chunks = []
@@ -475,10 +346,10 @@ class Fetcher:
                 chunks.append(chunk)
                 size += len(chunk)
                 if size > self.max_body:
-                    raise FetchError(f"the response from server {server} for {_short_url(resp.url)} is larger than "
+                    raise FetchError(f"the response from server {server} for {short_url(resp.url)} is larger than "
                                      f"{self.max_body} bytes; refusing it", url=resp.url, status=resp.status_code)
         except requests.exceptions.RequestException as exc:
-            raise _Retry(f"the response from server {server} broke off: {_transport_reason(exc)}")
+            raise _Retry(f"the response from server {server} broke off: {transport_reason(exc)}")
         body = b"".join(chunks)
         length = resp.headers.get("Content-Length")
         if length is not None and "Content-Encoding" not in resp.headers:
@@ -493,7 +364,7 @@ class Fetcher:
     def _fail(self, url: str, resp: requests.Response) -> None:
         status = resp.status_code
         server = server_of(url)
-        said = _server_message(resp)
+        said = server_message(resp)
         said_text = f": {said}" if said else ""
         what = f"HTTP {status} {resp.reason or ''}".rstrip()
         if status >= 500 or status in _RETRIED_4XX:
@@ -503,205 +374,13 @@ class Fetcher:
             pool = pool_from_url(url)
             if pool:
                 msg = (f"pool {pool} is unknown to server {server}: check the pointer config's URL "
-                       f"({_short_url(url)}){said_text}")
+                       f"({short_url(url)}){said_text}")
             else:
-                msg = f"{_short_url(url)} does not exist on server {server} (HTTP 404){said_text}"
+                msg = f"{short_url(url)} does not exist on server {server} (HTTP 404){said_text}"
         elif status in (401, 403):
-            msg = (f"server {server} refused {_short_url(url)} ({what}){said_text}: the credentials sent "
+            msg = (f"server {server} refused {short_url(url)} ({what}){said_text}: the credentials sent "
                    "(bearer token from report.tokenFile, or the config's httpHeaders) are missing or not "
                    "accepted for this resource")
         else:
-            msg = f"server {server} answered {what} for {_short_url(url)}{said_text}; not retrying"
+            msg = f"server {server} answered {what} for {short_url(url)}{said_text}; not retrying"
         raise FetchError(msg, url=url, status=status, final=True)
-
-
-class _Watchdog:
-    """Cuts a response off at the fetch budget: a body that never ends (or trickles a byte at a
-    time, each read within the read timeout) cannot outlive ``fetch.totalTimeout``. The timer
-    shuts the socket down, which ends the blocked read in the fetching thread."""
-
-    def __init__(self, resp: requests.Response, seconds: Optional[float]):
-        self.resp = resp
-        self.seconds = seconds
-        self.fired = False
-        self._timer: Optional[threading.Timer] = None
-
-    def __enter__(self) -> "_Watchdog":
-        if self.seconds is not None:
-            if self.seconds <= 0:
-                self._fire()
-            else:
-                self._timer = threading.Timer(self.seconds, self._fire)
-                self._timer.daemon = True
-                self._timer.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-
-    def _fire(self) -> None:
-        self.fired = True
-        sock = _socket_of(self.resp)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
-def _socket_of(resp: requests.Response) -> Any:
-    """The socket under a streamed response (urllib3 1.26 and 2.x: http.client's file object)."""
-    fp = getattr(getattr(resp.raw, "_fp", None), "fp", None)
-    sock = getattr(getattr(fp, "raw", None), "_sock", None)
-    if sock is None:
-        sock = getattr(getattr(resp.raw, "_connection", None), "sock", None)
-    return sock
-
-
-# --- pointer resolution ----------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ResolvedConfig:
-    ignition: Dict[str, Any]  # the final Ignition config (ignition.config references consumed)
-    sources: List[str]  # every config URL fetched, in order
-    etag: Optional[str]  # of the pool's config (/config/<pool>), else of the last config fetched
-    served_name: Optional[str]  # rendered config name from the served node annotations, if any
-
-
-@dataclass
-class _Walk:
-    fetcher: Fetcher
-    max_depth: int
-    sources: List[str] = field(default_factory=list)
-    pool_etag: Optional[str] = None
-    last_etag: Optional[str] = None
-
-
-def _resource_headers(ref: dict) -> Dict[str, str]:
-    return {str(h.get("name")): str(h.get("value", "")) for h in ref.get("httpHeaders") or []
-            if isinstance(h, dict) and h.get("name")}
-
-
-def _fetch_resource(walk: _Walk, ref: Any, where: str, ignition: bool) -> Tuple[bytes, FetchResult]:
-    """Fetch one Ignition Resource (source, compression, verification, httpHeaders); decompressed body."""
-    if not isinstance(ref, dict) or not isinstance(ref.get("source"), str) or not ref["source"]:
-        raise ConfigError(f"{where}: expected an object with a source URL",
-                          [Problem(f"{where}.source", "expected a URL", "resource-source")])
-    compression = ref.get("compression")
-    # Ignition's verification.hash describes the *decompressed* config when compression is set
-    # (spec 3.1+: "If compression is specified, the hash describes the decompressed config"),
-    # so a compressed resource is verified after gunzip, a plain one by the fetcher.
-    verification = ref.get("verification")
-    expected = parse_hash(verification, f"{where}.verification.hash")
-    result = walk.fetcher.fetch(ref["source"], ignition=ignition, verification=None if compression else verification,
-                                headers=_resource_headers(ref))
-    body = result.body
-    if compression:
-        from agent.ignition.dataurl import decompress
-
-        body = decompress(body, compression)
-        check_hash(body, expected, result.url)
-    return body, result
-
-
-def trust_config_cas(cfg: dict, fetcher: Fetcher, source: str = "pointer config") -> int:
-    """Add ``cfg``'s ``ignition.security.tls.certificateAuthorities`` to ``fetcher``'s trust.
-
-    Used by resolve_pointer for every config on the way, and on its own when a run resumes from
-    a saved config but still needs the pointer's CAs (reports, file sources). Returns the count.
-    """
-    return _add_cas(_Walk(fetcher=fetcher, max_depth=MAX_DEPTH), cfg, source)
-
-
-def _add_cas(walk: _Walk, cfg: dict, source: str) -> int:
-    walk.fetcher.adopt_proxy(cfg, source)  # first: the CA bundles themselves come through it
-    cas = ((((cfg.get("ignition") or {}).get("security") or {}).get("tls") or {})
-           .get("certificateAuthorities") or [])
-    for i, ref in enumerate(cas):
-        where = f"$.ignition.security.tls.certificateAuthorities.{i}"
-        pem, _ = _fetch_resource(walk, ref, where, ignition=False)
-        walk.fetcher.add_ca(pem, source=f"{source} {where}")
-    return len(cas)
-
-
-def _fetch_config(walk: _Walk, ref: Any, where: str, chain: Tuple[str, ...]) -> Tuple[dict, str]:
-    from agent.ignition.parse import parse_document
-    from agent.ignition.validate import validate_ignition
-
-    url = ref.get("source") if isinstance(ref, dict) else None
-    if isinstance(url, str) and url in chain:
-        loop = " -> ".join([*chain[1:], url])
-        raise ConfigError(f"config references loop: {loop}; check {where}",
-                          [Problem(where, f"{url} refers back to itself", "config-loop")], chain[-1])
-    if len(chain) > walk.max_depth:
-        raise ConfigError(f"config references nested deeper than {walk.max_depth} levels at {where}",
-                          [Problem(where, "too deeply nested", "config-depth")], chain[-1])
-    body, result = _fetch_resource(walk, ref, where, ignition=True)
-    label = _short_url(result.url)
-    doc = parse_document(body, label)
-    if not isinstance(doc, dict):
-        raise ConfigError(f"config fetched from {label} is not an Ignition config (JSON object)", source=label)
-    problems = validate_ignition(doc)
-    errors = [p for p in problems if p.is_error]
-    for p in problems:
-        if not p.is_error:
-            log.warning("config fetched from %s: %s", label, p, extra={"NODE_AGENT_STAGE": "fetch"})
-    if errors:
-        raise ConfigError(f"config fetched from {label} (referenced at {where}) is invalid", problems, label)
-    walk.sources.append(result.url)
-    if result.etag:
-        walk.last_etag = result.etag
-        if walk.pool_etag is None and pool_from_url(result.url):
-            walk.pool_etag = result.etag
-    return doc, result.url
-
-
-def _render(walk: _Walk, cfg: dict, chain: Tuple[str, ...]) -> dict:
-    """Ignition's renderConfig: trust this config's CAs, then follow replace, else merge each child."""
-    from agent.ignition.merge import merge_ignition
-
-    _add_cas(walk, cfg, chain[-1])
-    refs = (cfg.get("ignition") or {}).get("config") or {}
-    replace = refs.get("replace") or {}
-    if replace.get("source"):
-        child, url = _fetch_config(walk, replace, f"{chain[-1]} $.ignition.config.replace", chain)
-        return _render(walk, child, (*chain, url))
-    result = cfg
-    for i, ref in enumerate(refs.get("merge") or []):
-        child, url = _fetch_config(walk, ref, f"{chain[-1]} $.ignition.config.merge.{i}", chain)
-        result = merge_ignition(result, _render(walk, child, (*chain, url)))
-    return result
-
-
-def _strip_references(cfg: dict) -> dict:
-    ign = cfg.get("ignition")
-    if not isinstance(ign, dict) or "config" not in ign:
-        return cfg
-    return {**cfg, "ignition": {k: v for k, v in ign.items() if k != "config"}}
-
-
-def served_config_name(cfg: dict) -> Optional[str]:
-    """The rendered config name the server put in the node annotations file, if it did."""
-    from agent.served import read_served
-
-    try:
-        return read_served(cfg).config_name or None
-    except ConfigError:  # an odd annotations file just means "no name"; the pipeline reports it
-        return None
-
-
-def resolve_pointer(pointer: dict, fetcher: Fetcher, *, source: str = "pointer config",
-                    max_depth: int = MAX_DEPTH) -> ResolvedConfig:
-    """Follow a pointer config's references (CAs, replace, merge[]) to the config it stands for.
-
-    As Ignition: the pointer's CAs are trusted for every later fetch; ``replace`` makes the fetched
-    config the result; each ``merge`` child is fetched, resolved in turn, and merged over the
-    result so far (parent first, child wins). Each fetched config is validated; problems raise
-    ConfigError naming the source URL. Loops and nesting deeper than ``max_depth`` are refused.
-    """
-    walk = _Walk(fetcher=fetcher, max_depth=max_depth)
-    final = _strip_references(_render(walk, pointer, (source,)))
-    return ResolvedConfig(ignition=final, sources=list(walk.sources), etag=walk.pool_etag or walk.last_etag,
-                          served_name=served_config_name(final))
-
