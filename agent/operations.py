@@ -7,7 +7,7 @@ Two steps, both pure functions so ``plan``, tests and the apply engine share the
     day-2 removals, directories parents first, files, links after their targets, units after
     their files, ssh keys, OS changes last).
 
-``diff_operations(ops, observed, facts)``
+``diff_operations(ops, observed, facts)`` (in ``agent.steps``, importable from here)
     Compares each op with what is on disk (``observed``: config path -> ``Observed``) and
     returns the concrete ``Step`` list that turns the disk into the target, plus the ops
     already satisfied. An op already satisfied gives no step: applying twice changes nothing.
@@ -33,32 +33,12 @@ from agent.nodeconfig import NodeConfig
 from agent.op import Op
 from agent.osops import kernel_args, os_commands, os_operations  # noqa: F401 (re-exported: apply, tests)
 from agent.secretfiles import file_mode
+from agent.steps import Step, cur_is_mask, diff_operations, observe_paths  # noqa: F401 (re-exported: apply, tests)
 
 SSH_KEYS_FRAGMENT = "ignition"  # same fragment Ignition and the MCO write: day 2 replaces it
 DEFAULT_STATE_DIR = "/var/lib/node-agent"
 MANAGED_FILE = "managed.json"
 PENDING_OS_FILE = "pending-os.json"
-
-
-@dataclass(frozen=True)
-class Step:
-    """One concrete change. ``path`` is a config path; ``live``/``os`` steps act on services."""
-
-    kind: str  # write attrs mkdir symlink hardlink remove live os
-    path: str = ""
-    data: Optional[bytes] = None
-    mode: Optional[int] = None
-    uid: int = -1
-    gid: int = -1
-    target: str = ""
-    action: str = ""  # live: daemon-reload enable disable mask unmask; os: kargs rebase
-    units: Tuple[str, ...] = ()
-    args: Tuple[Tuple[str, ...], ...] = ()
-    op: Optional[Op] = None
-
-    @property
-    def touches_path(self) -> bool:
-        return self.kind not in ("live", "os")
 
 
 @dataclass(frozen=True)
@@ -88,15 +68,6 @@ def _owner_id(entry: dict, key: str, acc: Accounts, where: str) -> Optional[int]
         raise ApplyError(f"{where}.{key}.name: {key} {name!r} does not exist in the root's {db}; "
                          f"add it to passwd.{key}s or use an id")
     return found
-
-
-def _parents(path: str) -> List[str]:
-    out = []
-    cur = posixpath.dirname(path)
-    while cur not in ("/", ""):
-        out.append(cur)
-        cur = posixpath.dirname(cur)
-    return list(reversed(out))
 
 
 def _depth(path: str) -> int:
@@ -303,204 +274,3 @@ def _order_links(link_ops: List[Op]) -> List[Op]:
     for o in sorted(sym, key=lambda o: _depth(o.path)):
         place(o)
     return out + hard
-
-
-# ---------------------------------------------------------------------------------------------
-# diff: desired operations vs what is on disk
-
-
-def observe_paths(ops: List[Op]) -> List[str]:
-    """Every config path whose current state ``diff_operations`` needs."""
-    paths = set()
-    for o in ops:
-        if o.kind in ("file", "dir", "symlink", "hardlink", "remove"):
-            paths.add(o.path)
-            paths.update(_parents(o.path))
-        if o.kind == "hardlink":
-            paths.add(o.target)
-        if o.kind in ("mask", "unmask"):
-            paths.add(f"{SYSTEM_DIR}/{o.path}")
-            paths.update(_parents(f"{SYSTEM_DIR}/{o.path}"))
-        for p, _ in o.links:
-            paths.add(p)
-            paths.update(_parents(p))
-    return sorted(paths)
-
-
-def diff_operations(ops: List[Op], observed: Dict, facts: Facts) -> Tuple[List[Step], List[Op], List[Op]]:
-    """(steps, changed ops, unchanged ops). ``observed`` maps config path -> files.Observed.
-
-    Raises ApplyError (nothing changed yet) on an overwrite conflict.
-    """
-    from agent.host.files import Observed  # a dataclass only; keeps this module free of effects
-
-    state: Dict[str, object] = dict(observed)
-    absent = Observed("absent")
-
-    def now(p: str):
-        return state.get(p, absent)
-
-    steps: List[Step] = []
-    changed: List[Op] = []
-    unchanged: List[Op] = []
-    made_dirs = set()
-    units_changed = False
-
-    def ensure_parents(path: str, op: Op) -> None:
-        for parent in _parents(path):
-            cur = now(parent)
-            if cur.kind == "absent" and parent not in made_dirs:
-                steps.append(Step("mkdir", parent, mode=0o755, uid=0, gid=0, op=op))
-                made_dirs.add(parent)
-                state[parent] = Observed("dir", mode=0o755)
-            elif cur.kind not in ("absent", "dir", "symlink"):
-                raise ApplyError(f"{op.where or op.path}: cannot create {path}: {parent} exists and is not a directory")
-
-    def ours(op: Op) -> bool:
-        return op.overwrite or op.owned or op.path in facts.managed
-
-    for op in ops:
-        before = len(steps)
-        cur = now(op.path) if op.path.startswith("/") else absent
-        uid = -1 if op.uid is None else op.uid
-        gid = -1 if op.gid is None else op.gid
-        if op.kind == "file":
-            if cur.kind == "dir":
-                raise ApplyError(f"{op.where}: {op.path} exists and is a directory; remove it or pick another path")
-            existing = cur.data if cur.kind == "file" else None
-            if op.data is not None:
-                want = op.data
-            elif existing is not None:
-                want = existing
-            else:
-                want = b""
-            if op.append is not None and not want.endswith(op.append):
-                want = want + op.append
-            mode = op.mode if op.mode is not None else (cur.mode if cur.kind == "file" and op.data is None else 0o644)
-            if cur.kind == "file" and existing == want:
-                if (cur.mode != mode) or (uid != -1 and cur.uid != uid) or (gid != -1 and cur.gid != gid):
-                    steps.append(Step("attrs", op.path, mode=mode, uid=uid, gid=gid, op=op))
-            else:
-                if cur.kind != "absent" and op.data is not None and not ours(op):
-                    raise ApplyError(f"{op.where}: {op.path} already exists with other contents and overwrite is "
-                                     "false; set overwrite: true to replace it")
-                ensure_parents(op.path, op)
-                steps.append(Step("write", op.path, data=want, mode=mode,
-                                  uid=0 if uid == -1 and cur.kind != "file" else (cur.uid if uid == -1 else uid),
-                                  gid=0 if gid == -1 and cur.kind != "file" else (cur.gid if gid == -1 else gid), op=op))
-                state[op.path] = Observed("file", mode=mode, data=want)
-                if op.unit_file:
-                    units_changed = True
-        elif op.kind == "dir":
-            if cur.kind == "dir":
-                if cur.mode != op.mode or (uid != -1 and cur.uid != uid) or (gid != -1 and cur.gid != gid):
-                    steps.append(Step("attrs", op.path, mode=op.mode, uid=uid, gid=gid, op=op))
-            elif cur.kind == "absent" or (cur.kind == "symlink" and not op.overwrite):
-                if cur.kind == "symlink":
-                    pass  # a link to a directory (e.g. /home -> var/home) already serves as one
-                else:
-                    ensure_parents(op.path, op)
-                    steps.append(Step("mkdir", op.path, mode=op.mode, uid=max(uid, 0), gid=max(gid, 0), op=op))
-                    made_dirs.add(op.path)
-                    state[op.path] = Observed("dir", mode=op.mode or 0)
-            else:
-                if not op.overwrite:
-                    raise ApplyError(f"{op.where}: {op.path} exists and is not a directory; set overwrite: true to replace it")
-                steps.append(Step("remove", op.path, op=op))
-                steps.append(Step("mkdir", op.path, mode=op.mode, uid=max(uid, 0), gid=max(gid, 0), op=op))
-                state[op.path] = Observed("dir", mode=op.mode or 0)
-        elif op.kind == "symlink":
-            if cur.kind == "symlink" and cur.target == op.target:
-                if (uid != -1 and cur.uid != uid) or (gid != -1 and cur.gid != gid):
-                    steps.append(Step("attrs", op.path, mode=None, uid=uid, gid=gid, op=op))
-            else:
-                if cur.kind == "dir":
-                    raise ApplyError(f"{op.where}: {op.path} exists and is a directory; cannot replace it with a link")
-                if cur.kind != "absent" and not ours(op):
-                    raise ApplyError(f"{op.where}: {op.path} already exists and overwrite is false; "
-                                     "set overwrite: true to replace it")
-                ensure_parents(op.path, op)
-                steps.append(Step("symlink", op.path, target=op.target, op=op))
-                if uid != -1 or gid != -1:
-                    steps.append(Step("attrs", op.path, mode=None, uid=uid, gid=gid, op=op))
-                state[op.path] = Observed("symlink", target=op.target)
-        elif op.kind == "hardlink":
-            tgt = now(op.target)
-            if tgt.kind in ("absent", "dir"):
-                raise ApplyError(f"{op.where}.target: hard link target {op.target} "
-                                 f"{'does not exist' if tgt.kind == 'absent' else 'is a directory'}")
-            same = cur.kind != "absent" and cur.ino and cur.ino == tgt.ino and cur.dev == tgt.dev
-            if not same:
-                if cur.kind == "dir":
-                    raise ApplyError(f"{op.where}: {op.path} exists and is a directory")
-                if cur.kind != "absent" and not ours(op):
-                    raise ApplyError(f"{op.where}: {op.path} already exists and overwrite is false; "
-                                     "set overwrite: true to replace it")
-                ensure_parents(op.path, op)
-                steps.append(Step("hardlink", op.path, target=op.target, op=op))
-        elif op.kind == "remove":
-            if cur.kind != "absent":
-                steps.append(Step("remove", op.path, op=op))
-                state[op.path] = absent
-                if op.path.startswith(SYSTEM_DIR + "/"):
-                    units_changed = True
-        elif op.kind in ("mask", "unmask"):
-            p = f"{SYSTEM_DIR}/{op.path}"
-            masked = cur_is_mask(now(p))
-            if op.kind == "mask" and not masked:
-                if now(p).kind == "dir":
-                    raise ApplyError(f"{op.where}: {p} is a directory; cannot mask {op.path}")
-                if facts.live:
-                    steps.append(Step("live", p, action="mask", units=(op.path,), op=op))
-                else:
-                    ensure_parents(p, op)
-                    steps.append(Step("symlink", p, target="/dev/null", op=op))
-                state[p] = Observed("symlink", target="/dev/null")
-                units_changed = True
-            elif op.kind == "unmask" and masked:
-                if facts.live:
-                    steps.append(Step("live", p, action="unmask", units=(op.path,), op=op))
-                else:
-                    steps.append(Step("remove", p, op=op))
-                state[p] = absent
-                units_changed = True
-        elif op.kind in ("enable", "disable"):
-            if op.kind == "enable":
-                missing = [(p, t) for p, t in op.links if not (now(p).kind == "symlink" and now(p).target == t)]
-                if missing:
-                    if facts.live:
-                        steps.append(Step("live", op.path, action="enable", units=(op.path,), op=op))
-                    else:
-                        for p, t in missing:
-                            ensure_parents(p, op)
-                            steps.append(Step("symlink", p, target=t, op=op))
-                            state[p] = Observed("symlink", target=t)
-            else:
-                present = [p for p, _ in op.links if now(p).kind == "symlink"]
-                if present:
-                    if facts.live:
-                        steps.append(Step("live", op.path, action="disable", units=(op.path,), op=op))
-                    else:
-                        for p in present:
-                            steps.append(Step("remove", p, op=op))
-                            state[p] = absent
-        elif op.kind == "kargs":
-            steps.append(Step("os", action="kargs", args=op.args, op=op))
-        elif op.kind == "rebase":
-            steps.append(Step("os", action="rebase", target=op.target, op=op))
-        elif op.kind in ("kernel-type", "extensions"):
-            steps.append(Step("os", action=op.kind, args=op.args, op=op))
-        else:  # pragma: no cover - planner and diff are written together
-            raise ValueError(f"unknown operation {op.kind}")
-        if not op.internal:
-            (changed if len(steps) > before else unchanged).append(op)
-
-    # Live hosts: one daemon-reload after unit files change, before enablement so systemd sees them.
-    if facts.live and units_changed:
-        first_live = next((i for i, s in enumerate(steps) if s.kind in ("live", "os")), len(steps))
-        steps.insert(first_live, Step("live", action="daemon-reload"))
-    return steps, changed, unchanged
-
-
-def cur_is_mask(o) -> bool:
-    return o.kind == "symlink" and o.target == "/dev/null"
