@@ -346,7 +346,10 @@ def _json_body(environ: Dict[str, Any]) -> Any:
         raise HTTPError(400, "invalid Content-Length")
     if length > MAX_BODY:
         raise HTTPError(413, f"body too large (at most {MAX_BODY} bytes)")
-    raw = environ["wsgi.input"].read(length) if length else b""
+    try:
+        raw = environ["wsgi.input"].read(length) if length else b""
+    except TimeoutError as exc:  # the gevent worker's body deadline (the connection then closes)
+        raise HTTPError(408, f"{exc}; send the whole body at once")
     if not raw:
         raise HTTPError(400, "a JSON body is required", field="$")
     try:

@@ -50,7 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("dir", "kubernetes"), default="dir",
                    help="where objects come from (default: dir)")
     p.add_argument("--workers", type=int, default=None, help="gunicorn worker processes (default: 2 x CPUs, 2..8)")
-    p.add_argument("--threads", type=int, default=32, help="threads per worker (default: 32)")
+    p.add_argument("--worker-class", choices=("gevent", "gthread"), default="gevent",
+                   help="gevent (default): one greenlet per connection, with the timeouts below; gthread: "
+                        "gunicorn's threads (--threads per worker), without them (docs/security.md)")
+    p.add_argument("--threads", type=int, default=32, help="threads per worker with --worker-class gthread "
+                                                           "(default: 32)")
+    _timeout_args(p)
     p.add_argument("--lease-ttl", type=float, default=600.0, metavar="SECONDS",
                    help="drain lease lifetime unless renewed (default: 600)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -74,6 +79,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_parsers(sub, _sub)
     return parser
+
+
+def _timeout_args(p: argparse.ArgumentParser) -> None:
+    """The gevent worker's per-connection deadlines (agent/server/gevent_worker.py)."""
+    for flag, default, what in (
+            ("--tls-handshake-timeout", 10.0, "a TLS handshake must be done within this after the accept"),
+            ("--header-timeout", 10.0, "a request line and headers must be in within this after their first byte"),
+            ("--body-timeout", 30.0, "a request body must be in within this after the headers (else 408)"),
+            ("--write-timeout", 60.0, "a client must take each 256 KiB of a response within this"),
+            ("--idle-timeout", 30.0, "a kept-alive connection is closed after this without a request")):
+        p.add_argument(flag, type=_seconds, default=default, metavar="SECONDS", help=f"{what} (default: {default:g})")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds, more than 0 and at most 3600")
+    return value
 
 
 def _sub(sub, name: str, **kwargs) -> argparse.ArgumentParser:
@@ -141,6 +167,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.lease_ttl <= 0:
         _err("--lease-ttl must be positive")
         return EXIT_USAGE
+    if args.worker_class == "gevent":
+        try:
+            import gevent  # noqa: F401
+        except ImportError:
+            _err("--worker-class gevent (the default) needs the gevent package (pip install gevent; RPM: "
+                 "python3-gevent): install it, or pass --worker-class gthread, which has no per-connection "
+                 "timeouts (docs/security.md, \"Timeouts\")")
+            return EXIT_USAGE
 
     import logging
     import shutil
@@ -151,7 +185,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # Render, migrate the database and report state problems once, before any worker starts.
     from agent.server.backends import open_backends
-    from agent.server.gunicorn_app import ServerApplication, options
+    from agent.server.gunicorn_app import Limits, ServerApplication, options
     from agent.server.service import Cluster
 
     node_store, source = open_backends(store, args.state, 1.0)
@@ -171,7 +205,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     store = dataclasses.replace(store, replica=store.replica_name(f"{host}:{port}"))
     app = App(args.state, token=token, lease_ttl=args.lease_ttl, metrics_dir=metrics_dir, store=store)
-    opts = options(bind, args.tls_cert, args.tls_key, args.workers, args.threads, args.log_level, args.access_log)
+    limits = Limits(handshake=args.tls_handshake_timeout, header=args.header_timeout, body=args.body_timeout,
+                    write=args.write_timeout, idle=args.idle_timeout)
+    opts = options(bind, args.tls_cert, args.tls_key, args.workers, args.threads, args.log_level, args.access_log,
+                   worker_class=args.worker_class, limits=limits)
     logging.getLogger(__name__).info("node-config-server %s on %s://%s (state %s)", __version__,
                                      "https" if args.tls_cert else "http", bind, args.state)
     try:

@@ -5,13 +5,15 @@ be served and diffed), each pool's target and current config with their history,
 report of every node, drain leases and the cordon/drain/uncordon record.
 
 The schema is versioned with ``PRAGMA user_version``; ``MIGRATIONS[i]`` takes version i to i+1.
-Every gunicorn worker and thread opens its own connection; writers serialize on
+Every gunicorn worker and thread opens its own connection (under the gevent worker: one per
+worker process, shared by its greenlets); writers serialize on
 ``BEGIN IMMEDIATE`` so a reconcile is atomic across processes.
 """
 
 import json
 import os
 import sqlite3
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -100,10 +102,25 @@ def _prepare_file(path: str) -> None:
         c.close()
 
 
+def _os_thread_local() -> Any:
+    """Storage per OS thread. Under the gevent worker ``threading.local`` is per greenlet, i.e.
+    per client connection: each connection would open (and drop) its own SQLite connection.
+    gevent's original class keeps one per OS thread, shared by the worker's greenlets."""
+    gevent_monkey = sys.modules.get("gevent.monkey")
+    if gevent_monkey is not None and gevent_monkey.is_module_patched("threading"):
+        return gevent_monkey.get_original("threading", "local")()
+    return threading.local()
+
+
 class Database:
     def __init__(self, path: str):
         self.path = path
-        self._local = threading.local()
+        self._local = _os_thread_local()
+        # Greenlets share a connection: one write transaction at a time per process (a write
+        # never waits on I/O inside, but the lock makes that an invariant, not an accident).
+        # Cooperative under gevent, uncontended with one connection per thread.
+        self._write_lock = threading.RLock()
+        self.opened = 0  # connections opened by this process (tests check they do not churn)
         self.writes = 0
         if path != ":memory:":
             _prepare_file(path)
@@ -137,20 +154,22 @@ class Database:
             c.execute("PRAGMA synchronous=NORMAL")
             c.execute("PRAGMA busy_timeout=30000")
             self._local.conn = c
+            self.opened += 1
         return c
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        c = self.conn()
-        c.execute("BEGIN IMMEDIATE")
-        try:
-            yield c
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-        else:
-            c.execute("COMMIT")
-            self.writes += 1
+        with self._write_lock:
+            c = self.conn()
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                yield c
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+            else:
+                c.execute("COMMIT")
+                self.writes += 1
 
     def version(self) -> Tuple[int, int]:
         """Changes whenever anything was committed: by another connection (``data_version``,

@@ -1,11 +1,14 @@
 """Running the WSGI app under gunicorn, programmatically (no gunicorn config file needed).
 
-Worker model: ``gthread`` (threads per worker; idle keep-alive connections wait in the
-worker's poller, not in a thread), so a scale-up storm of hundreds of nodes fetching at once
-is served from the per-worker cache of rendered bodies without re-rendering.
+Worker model (``--worker-class``): ``gevent`` by default (agent/server/gevent_worker.py: one
+greenlet per connection, with handshake/header/idle/body/write deadlines), so a slow or
+handshaking client costs no thread and a storm of hundreds of nodes fetching at once is served
+from the per-worker cache of rendered bodies; ``gthread`` (gunicorn's threads per worker, the
+earlier default) stays available, without those deadlines.
 """
 
 import os
+from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 from gunicorn.app.base import BaseApplication
@@ -19,6 +22,20 @@ def default_workers() -> int:
 
 def default_threads() -> int:
     return 32
+
+
+WORKER_CLASSES = ("gevent", "gthread")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-connection deadlines of the gevent worker, in seconds (docs/security.md, "Timeouts")."""
+
+    handshake: float = 10.0  # TLS handshake, from the accept
+    header: float = 10.0  # request line + headers, from their first byte
+    body: float = 30.0  # request body, from the end of the headers
+    write: float = 60.0  # each 256 KiB of a response
+    idle: float = 30.0  # a kept-alive connection waiting for its next request
 
 
 class ServerApplication(BaseApplication):
@@ -56,15 +73,28 @@ def _post_worker_init(worker: Any) -> None:
 
 
 def options(bind: str, certfile: Optional[str], keyfile: Optional[str], workers: Optional[int],
-            threads: int, log_level: str = "info", access_log: Optional[str] = None) -> Dict[str, Any]:
+            threads: int, log_level: str = "info", access_log: Optional[str] = None,
+            worker_class: str = "gevent", limits: Any = None) -> Dict[str, Any]:
+    """gunicorn settings. ``limits``: the gevent worker's deadlines (gevent_worker.Limits);
+    its ``idle`` is also gunicorn's ``keepalive``."""
+    if worker_class == "gevent":
+        from agent.server.gevent_worker import worker_class as gevent_class
+
+        limits = limits or Limits()
+        klass: Any = gevent_class(limits)
+        keepalive = max(1, int(limits.idle))  # gunicorn wants whole seconds; TimedSocket enforces idle
+    elif worker_class == "gthread":
+        klass, keepalive = "gthread", 30
+    else:
+        raise ValueError(f"unknown worker class {worker_class!r}; one of {', '.join(WORKER_CLASSES)}")
     return {
         "bind": [bind],
         "workers": workers or default_workers(),
-        "worker_class": "gthread",
+        "worker_class": klass,
         "threads": threads,
         "worker_connections": 2000,
         "backlog": 2048,
-        "keepalive": 30,
+        "keepalive": keepalive,
         "timeout": 60,
         "graceful_timeout": 10,
         "certfile": certfile,

@@ -1,0 +1,184 @@
+"""Slow clients cannot stall node-config-server (issue 16), and the gevent worker's deadlines
+close what they hold (docs/security.md, "Timeouts").
+
+The real server (gunicorn, gevent worker) on loopback. Behaviour only, no timed assertions:
+normal requests must all succeed, each within a generous per-request timeout, while 500 slow
+sockets are held open; with short deadlines the server must close every slow socket by itself
+(the wait for that is bounded, and far longer than the deadlines). The p99 latency under
+slow sockets is a benchmark figure: benchmarks/bench_slow_clients.py.
+
+Under the earlier gthread worker (4 x 32 threads) the first test fails: 200 such sockets made 4
+of 5 normal requests time out, and a held socket lived for good.
+"""
+
+import os
+import select
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import textwrap
+import time
+from typing import List
+
+import pytest
+import requests
+
+from tests.helpers.certs import make_tls
+from tests.helpers.server_proc import ServerProcess
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(REPO, "examples", "state")
+SLOW = 500
+NORMAL = 20
+REQUEST_TIMEOUT = (10, 30)  # connect, read: seconds; the requests would hang for good otherwise
+CLOSE_WAIT = 90.0  # bound on waiting for the server to close held sockets (deadlines here are 1 s)
+
+
+@pytest.fixture
+def state(tmp_path):
+    d = tmp_path / "state"
+    shutil.copytree(EXAMPLES, d)
+    for leftover in d.glob("nodes.db*"):
+        leftover.unlink()
+    return str(d)
+
+
+def _connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=30)
+
+
+def _tls_client_context() -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def open_slow_sockets(port: int, tls: bool, count: int) -> List[socket.socket]:
+    """``count`` connections that each send one byte and then nothing. Over TLS half of them
+    stall inside the handshake (one byte of a ClientHello record), the other half complete it
+    and then send one byte of a request."""
+    socks = []
+    ctx = _tls_client_context() if tls else None
+    for i in range(count):
+        s = _connect(port)
+        if ctx is not None and i % 2:
+            s = ctx.wrap_socket(s)  # full handshake, then one byte of HTTP
+        s.sendall(b"\x16" if ctx is not None and not i % 2 else b"G")
+        socks.append(s)
+    return socks
+
+
+def closed_by_peer(s: socket.socket) -> bool:
+    """True when the server has closed this socket (EOF or reset; never blocks)."""
+    raw = s
+    if not select.select([raw], [], [], 0)[0]:
+        return False
+    try:
+        if isinstance(s, ssl.SSLSocket):
+            s.setblocking(False)
+            try:
+                return s.recv(1) == b""
+            except ssl.SSLWantReadError:
+                return False
+        return s.recv(1, socket.MSG_PEEK) == b""
+    except (ConnectionError, ssl.SSLError, OSError):
+        return True
+
+
+def wait_all_closed(socks: List[socket.socket], bound: float) -> List[socket.socket]:
+    """Wait (at most ``bound`` seconds) until the server has closed every socket; returns the
+    ones still open."""
+    deadline = time.monotonic() + bound
+    open_ = list(socks)
+    while open_ and time.monotonic() < deadline:
+        ready = select.select(open_, [], [], 1.0)[0]
+        open_ = [s for s in open_ if s not in ready or not closed_by_peer(s)]
+    return open_
+
+
+def close_all(socks: List[socket.socket]) -> None:
+    for s in socks:
+        try:
+            s.close()
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_normal_requests_succeed_while_500_slow_sockets_are_held(state, tmp_path, tls):
+    certs = make_tls(str(tmp_path / "tls")) if tls else None
+    # Deadlines far beyond the test's duration: the slow sockets stay held throughout.
+    args = ["--tls-handshake-timeout", "600", "--header-timeout", "600"]
+    with ServerProcess(state, tls=certs, extra_args=args) as srv:
+        slow = open_slow_sockets(srv.port, tls, SLOW)
+        try:
+            failures = []
+            for i in range(NORMAL):
+                # A new connection each time (over TLS a new handshake): a node's first fetch.
+                try:
+                    r = requests.get(srv.url("/config/worker"), verify=srv.verify, timeout=REQUEST_TIMEOUT)
+                    if r.status_code != 200 or not r.json().get("ignition"):
+                        failures.append(f"request {i}: HTTP {r.status_code}")
+                except requests.RequestException as exc:
+                    failures.append(f"request {i}: {type(exc).__name__}: {exc}")
+            assert not failures, failures
+            assert not [s for s in slow if closed_by_peer(s)], "slow sockets were closed before their deadline"
+        finally:
+            close_all(slow)
+
+
+def test_server_closes_slow_sockets_after_its_deadlines(state, tmp_path):
+    certs = make_tls(str(tmp_path / "tls"))
+    args = ["--tls-handshake-timeout", "1", "--header-timeout", "1", "--body-timeout", "1", "--idle-timeout", "1"]
+    with ServerProcess(state, tls=certs, extra_args=args) as srv:
+        slow = open_slow_sockets(srv.port, True, SLOW)
+        ctx = _tls_client_context()
+        # A body that never ends: 408, then the connection is closed.
+        body = ctx.wrap_socket(_connect(srv.port))
+        body.sendall(b"POST /api/v1/nodes/n1/report HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{")
+        # A kept-alive connection that goes quiet after one request.
+        idle = ctx.wrap_socket(_connect(srv.port))
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            head = body.recv(4096)
+            assert head.startswith(b"HTTP/1.1 408"), head[:200]
+            assert b"connection: close" in head.lower()
+            still_open = wait_all_closed(slow + [body, idle], CLOSE_WAIT)
+            assert not still_open, f"{len(still_open)} of {len(slow) + 2} sockets still open after {CLOSE_WAIT} s"
+            # The server is fine afterwards.
+            r = requests.get(srv.url("/healthz"), verify=srv.verify, timeout=REQUEST_TIMEOUT)
+            assert r.status_code == 200
+        finally:
+            close_all(slow + [body, idle])
+        log = srv.log_text()
+    assert "TLS handshake not done within 1 s" in log
+    assert "request head not received within 1 s" in log
+    assert "request body not received within 1 s" in log
+    assert "Traceback" not in log
+
+
+def test_sqlite_connection_shared_by_greenlets(tmp_path):
+    """Under gevent's monkey patching ``threading.local`` is per greenlet, i.e. per client
+    connection: the database must keep one connection per OS thread, not open one for each."""
+    script = textwrap.dedent(f"""
+        from gevent import monkey
+        monkey.patch_all()
+        import gevent
+        from agent.server.db import Database
+
+        db = Database({str(tmp_path / "nodes.db")!r})
+        def work(i):
+            with db.write() as c:
+                db.set_meta(c, "k%d" % i, "v")
+                gevent.sleep(0)  # even a switch inside a write transaction is safe (one writer)
+            assert db.meta("k%d" % i) == "v"
+        gevent.joinall([gevent.spawn(work, i) for i in range(200)], raise_error=True)
+        print(db.opened)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"
