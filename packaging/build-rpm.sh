@@ -57,7 +57,7 @@ PYDBUS_SHA256=4207162eff54223822c185da06c1ba8a34137a9602f3da5a528eedf3f78d0f2c
 fetch_pydbus() {
     local cache="$repo/build/sources" sdist="pydbus-$PYDBUS_VERSION.tar.gz" pip
     mkdir -p "$cache"
-    if ! echo "$PYDBUS_SHA256  $cache/$sdist" | sha256sum -c --quiet - 2>/dev/null; then
+    if ! echo "$PYDBUS_SHA256  $cache/$sdist" | sha256sum -c --quiet - >/dev/null 2>&1; then
         pip=$(command -v "$repo/.venv/bin/python" || command -v python3)
         "$pip" -m pip download --quiet --no-deps --no-binary :all: --dest "$cache" "pydbus==$PYDBUS_VERSION" >&2 \
             || die "cannot download $sdist from PyPI (put it in $cache)"
