@@ -215,7 +215,7 @@ def summary(xs: List[float]) -> Dict[str, float]:
 
 
 def run_storm(seconds: float, rounds: int, connections: int, size: int, nodes: int, workers: Optional[int],
-              threads: Optional[int]) -> Dict[str, Any]:
+              threads: Optional[int], worker_class: str = "gevent") -> Dict[str, Any]:
     for tool in (NGINX, WRK):
         if not os.path.exists(tool):
             raise RuntimeError(f"{tool} not found: install nginx-light and wrk (make bench does)")
@@ -241,7 +241,8 @@ def run_storm(seconds: float, rounds: int, connections: int, size: int, nodes: i
             if db != "empty":
                 populate(state, nodes)
             for proto in ("plain", "TLS"):
-                srv = ServerProcess(state, tls=tls if proto == "TLS" else None, workers=workers, threads=threads)
+                srv = ServerProcess(state, tls=tls if proto == "TLS" else None, workers=workers, threads=threads,
+                                    extra_args=["--worker-class", worker_class])
                 servers.append(srv.start())
                 url = srv.url("/config/worker")
                 cases[f"server {proto} {db}"] = {"url": url, "pgid": srv.proc.pid, "proto": proto, "port": srv.port,
@@ -269,6 +270,7 @@ def run_storm(seconds: float, rounds: int, connections: int, size: int, nodes: i
         runs: Dict[str, List[Dict[str, float]]] = {name: [] for name in cases}
         for case in cases.values():  # warm-up: caches, TLS session set-up, page cache
             wrk(case["url"], 1, connections)
+        load_before = os.getloadavg()
         for rnd in range(rounds):
             print(f"  storm round {rnd + 1}/{rounds}", file=sys.stderr, flush=True)
             for name, case in cases.items():
@@ -283,7 +285,8 @@ def run_storm(seconds: float, rounds: int, connections: int, size: int, nodes: i
             proc.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
     return report(cases, runs, dict(body_bytes=len(body), seconds=seconds, rounds=rounds, connections=connections,
-                                    workers=workers, threads=threads, cpus=os.cpu_count(), nodes=nodes))
+                                    workers=workers, threads=threads, worker_class=worker_class, cpus=os.cpu_count(),
+                                    nodes=nodes, load_average_before=load_before, load_average_after=os.getloadavg()))
 
 
 def report(cases: Dict[str, Dict[str, Any]], runs: Dict[str, List[Dict[str, float]]],
@@ -331,8 +334,13 @@ def rows_from(doc: Dict[str, Any]) -> list:
         rows.append(Row(f"config storm ({proto})", name, e["p50_s"]["median"], floor=f"nginx {proto}",
                         is_floor=name.startswith("nginx"), note="p50 latency; " + note))
     s = doc["setup"]
+    shape = (f"{s['workers']} gevent workers" if s.get("worker_class", "gevent") == "gevent"
+             else f"{s['workers']} gthread workers x {s['threads']} threads")
     rows[0].note += (f"; set-up: {s['body_bytes']} B body, {s['connections']} connections (wrk), {s['seconds']} s x "
-                     f"{s['rounds']} interleaved rounds, {s['workers']} workers x {s['threads']} threads, {s['cpus']} CPUs")
+                     f"{s['rounds']} interleaved rounds, {shape}, {s['cpus']} CPUs")
+    if "load_average_before" in s:
+        rows[0].note += (f"; load average (1 min) {s['load_average_before'][0]:.1f} before, "
+                         f"{s['load_average_after'][0]:.1f} after")
     return rows
 
 
@@ -354,12 +362,14 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1 << 20, help="approximate rendered config size in bytes")
     ap.add_argument("--nodes", type=int, help="nodes in the populated database (default 10,000)")
     ap.add_argument("--workers", type=int, help="server and nginx workers (default: the server's default)")
-    ap.add_argument("--threads", type=int, help="server threads per worker (default: the server's default)")
+    ap.add_argument("--threads", type=int, help="server threads per worker with --worker-class gthread")
+    ap.add_argument("--worker-class", default="gevent", choices=("gevent", "gthread"),
+                    help="the server's worker (default: gevent, the server's default)")
     ap.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
     args = ap.parse_args()
     doc = run_storm(args.seconds or (2 if args.quick else 5), args.rounds or (1 if args.quick else 3),
                     args.connections, args.size, args.nodes or (2000 if args.quick else 10000), args.workers,
-                    args.threads)
+                    args.threads, args.worker_class)
     if args.json:
         print(json.dumps(doc, indent=1))
     else:
