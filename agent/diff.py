@@ -6,11 +6,12 @@ their drop-ins by name; ssh keys per user; OS-level fields one by one. Every lis
 is sorted, so the same pair of configs always gives the same ``Changes`` (and the same plan).
 """
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from agent.errors import ConfigError
-from agent.ignition.dataurl import decode_data_url, decompress
+from agent.ignition.dataurl import decode_data_url, decompress, unquote_valid
 from agent.nodeconfig import NodeConfig
 
 ADDED = "added"
@@ -230,36 +231,86 @@ def _entry_fields(kind: str, entry: dict) -> Dict[str, Any]:
 
 
 def _changed_fields(kind: str, old: dict, new: dict) -> Tuple[str, ...]:
-    """The fields of ``_entry_fields`` that differ, in its order. Contents are decoded only
-    when their text differs (equal text is equal bytes), each side once."""
-    keys = ("target", "hard", "user", "group") if kind == "link" else ("mode", "user", "group")
-    fa, fb = _plain_fields(kind, old), _plain_fields(kind, new)
-    fields = [k for k in keys if fa[k] != fb[k]]
+    """The fields of ``_entry_fields`` that differ, in its order. Each field's comparable form
+    is a function of its raw value alone, so equal raw values (the common case) are equal without
+    computing it; contents are decoded only when their text differs (equal text is equal
+    bytes), each side once."""
+    if old.keys() == new.keys():  # usually, and then usually only "contents" differs
+        raw = [k for k in old if old[k] != new[k]]
+    else:
+        raw = [k for k in old.keys() | new.keys() if old.get(k) != new.get(k)]
+    fields = [k for k in (_LINK_KEYS if kind == "link" else _FILE_KEYS)
+              if k in raw and _field(kind, k, old) != _field(kind, k, new)]
     if kind == "file":
-        ca, cb = old.get("contents"), new.get("contents")
-        if ca != cb and _contents_key(ca)[0] != _contents_key(cb)[0]:
+        if "contents" in raw and _contents_differ(old.get("contents"), new.get("contents")):
             fields.append("contents")
         aa, ab = old.get("append") or [], new.get("append") or []
-        if aa != ab and [_contents_key(x)[0] for x in aa] != [_contents_key(x)[0] for x in ab]:
+        if "append" in raw and aa != ab and [_contents_key(x)[0] for x in aa] != [_contents_key(x)[0] for x in ab]:
             fields.append("append")
     return tuple(fields)
 
 
+def _contents_differ(ca: Any, cb: Any) -> bool:
+    """``_contents_key(ca)[0] != _contents_key(cb)[0]``, cheaper: where both are plain data URLs
+    (``_plain_data``), bytes that differ settle it without validating either URL (an invalid one
+    compares by its text, which differs too); only equal bytes take the exact path."""
+    if ca == cb:
+        return False
+    da, db = _plain_data(ca), _plain_data(cb)
+    if da is not None and db is not None and da != db:
+        return True
+    return _contents_key(ca)[0] != _contents_key(cb)[0]
+
+
+def _plain_data(contents: Any) -> Optional[bytes]:
+    """The bytes of an uncompressed data URL, percent-encoded or standard base64 without "%",
+    "-" or "_", decoded without validating the URL: for a valid URL the same bytes as
+    ``decode_data_url``; for an invalid one anything (or None). None for every other source."""
+    if type(contents) is not dict or contents.get("compression"):
+        return None
+    source = contents.get("source")
+    if type(source) is not str or source[:5].lower() != "data:":
+        return None
+    comma = source.find(",", 5)
+    if comma < 0:
+        return None
+    header, payload = source[5:comma], source[comma + 1:]
+    try:
+        if ";" not in header or header.rsplit(";", 1)[-1].strip().lower() != "base64":
+            return unquote_valid(payload)
+        if "%" in payload or "-" in payload or "_" in payload:
+            return None
+        compact = "".join(payload.split())
+        return base64.b64decode(compact + "=" * (-len(compact) % 4), validate=True)
+    except (ValueError, UnicodeError):  # a broken escape or base64: the exact path decides
+        return None
+
+
+_LINK_KEYS = ("target", "hard", "user", "group")
+_FILE_KEYS = ("mode", "user", "group")
+
+
+def _field(kind: str, key: str, entry: dict) -> Any:
+    """One field of ``_plain_fields``."""
+    if key in ("user", "group"):
+        return _owner_key(entry.get(key))
+    if key == "hard":
+        return bool(entry.get("hard"))
+    if key == "mode":
+        mode = entry.get("mode")
+        return _DEFAULT_MODE[kind] if mode is None else mode
+    return entry.get(key)
+
+
 def _plain_fields(kind: str, entry: dict) -> Dict[str, Any]:
-    if kind == "link":
-        return {"target": entry.get("target"), "hard": bool(entry.get("hard")),
-                "user": _owner_key(entry.get("user")), "group": _owner_key(entry.get("group"))}
-    mode = entry.get("mode")
-    return {"mode": _DEFAULT_MODE[kind] if mode is None else mode,
-            "user": _owner_key(entry.get("user")), "group": _owner_key(entry.get("group"))}
+    return {k: _field(kind, k, entry) for k in (_LINK_KEYS if kind == "link" else _FILE_KEYS)}
 
 
 def _index_paths(cfg: NodeConfig) -> Dict[str, Tuple[str, dict]]:
     out: Dict[str, Tuple[str, dict]] = {}
     for kind, entries in (("directory", cfg.directories), ("link", cfg.links), ("file", cfg.files)):
-        for entry in entries:
-            if isinstance(entry, dict) and isinstance(entry.get("path"), str):
-                out[entry["path"]] = (kind, entry)  # validation forbids duplicates; last wins
+        # validation forbids duplicates; last wins
+        out.update((e["path"], (kind, e)) for e in entries if isinstance(e, dict) and isinstance(e.get("path"), str))
     return out
 
 
@@ -277,17 +328,16 @@ def _file_data(kind: str, entry: Optional[dict]) -> Optional[bytes]:
 def _diff_paths(old: NodeConfig, new: NodeConfig) -> Tuple[FileChange, ...]:
     a, b = _index_paths(old), _index_paths(new)
     out = []
-    for path in sorted(set(a) | set(b)):
-        if path not in b:
-            kind, entry = a[path]
+    for path in sorted(a.keys() | b.keys()):
+        was, now = a.get(path), b.get(path)
+        if now is None:
+            kind, entry = was
             out.append(FileChange(path, kind, REMOVED, old_entry=_file_entry(kind, entry)))
-        elif path not in a:
-            kind, entry = b[path]
+        elif was is None:
+            kind, entry = now
             out.append(FileChange(path, kind, ADDED, new_entry=_file_entry(kind, entry)))
-        else:
-            (old_kind, old_entry), (new_kind, new_entry) = a[path], b[path]
-            if old_entry == new_entry and old_kind == new_kind:
-                continue
+        elif was != now:
+            (old_kind, old_entry), (new_kind, new_entry) = was, now
             if old_kind != new_kind:
                 fields: Tuple[str, ...] = ("kind",)
             else:

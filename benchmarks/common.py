@@ -27,6 +27,23 @@ class Row:
     note: str = ""
     extra: Dict[str, float] = field(default_factory=dict)  # e.g. {"p90_s": ...}
     is_floor: bool = False
+    # every sample (one per interleaved round): the table then shows min-max beside the median,
+    # and the ratio to the floor round by round (this round's sample / the floor's, median and
+    # min-max), which is what interleaving makes comparable
+    samples: List[float] = field(default_factory=list)
+    unit: str = "s"  # "s" (median_s is seconds) or "MiB" (a peak of memory)
+
+
+def rows_of(group: str, samples: Dict[str, List[float]], floor: str, notes: Dict[str, str],
+            unit: str = "s") -> List[Row]:
+    """One row per case of an interleaved run, the floor first, each with its samples."""
+    rows = [Row(group, floor, median(samples[floor]), is_floor=True, note=notes.get(floor, ""),
+                samples=list(samples[floor]), unit=unit)]
+    for name, xs in samples.items():
+        if name != floor:
+            rows.append(Row(group, name, median(xs), floor=floor, note=notes.get(name, ""), samples=list(xs),
+                            unit=unit))
+    return rows
 
 
 def median(samples: Sequence[float]) -> float:
@@ -67,17 +84,42 @@ def fmt_time(seconds: Optional[float]) -> str:
     return f"{seconds:.2f} s"
 
 
+def fmt_value(value: Optional[float], unit: str = "s") -> str:
+    if unit == "s" or value is None:
+        return fmt_time(value)
+    return f"{value:.1f} {unit}"
+
+
+def _median_range(row: Row) -> str:
+    text = fmt_value(row.median_s, row.unit)
+    if len(row.samples) > 1:
+        text += f" ({fmt_value(min(row.samples), row.unit)}-{fmt_value(max(row.samples), row.unit)})"
+    return text
+
+
+def ratio(row: Row, base: Row) -> str:
+    """``row`` against its floor: round by round when both have one sample per interleaved
+    round (median and min-max of those ratios), else median / median."""
+    if row.median_s is None or not base.median_s:
+        return ""
+    pairs = list(zip(row.samples, base.samples))
+    if len(row.samples) == len(base.samples) > 1 and all(b > 0 for _, b in pairs):
+        per_round = [a / b for a, b in pairs]
+        return f"{median(per_round):.2f}× ({min(per_round):.2f}-{max(per_round):.2f}) {row.floor}"
+    return f"{row.median_s / base.median_s:.2f}× {row.floor}"
+
+
 def table(rows: List[Row]) -> str:
-    """A Markdown table: group, case, median, ratio to its floor, note."""
+    """A Markdown table: group, case, median (min-max), ratio to its floor, note."""
     by_case = {(r.group, r.case): r for r in rows}
-    lines = ["| benchmark | case | median | vs. floor | note |", "|---|---|---:|---:|---|"]
+    lines = ["| benchmark | case | median (min-max) | vs. floor | note |", "|---|---|---:|---:|---|"]
     for r in rows:
-        ratio = ""
+        text = ""
         if r.is_floor:
-            ratio = "1.00× (floor)"
-        elif r.floor and r.median_s is not None:
+            text = "1.00× (floor)"
+        elif r.floor:
             base = by_case.get((r.group, r.floor))
-            if base is not None and base.median_s:
-                ratio = f"{r.median_s / base.median_s:.2f}× {r.floor}"
-        lines.append(f"| {r.group} | {r.case} | {fmt_time(r.median_s)} | {ratio} | {r.note} |")
+            if base is not None:
+                text = ratio(r, base)
+        lines.append(f"| {r.group} | {r.case} | {_median_range(r)} | {text} | {r.note} |")
     return "\n".join(lines)

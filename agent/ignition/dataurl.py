@@ -6,6 +6,11 @@ import zlib
 from typing import List, Optional, Tuple
 from urllib.parse import unquote_to_bytes
 
+try:
+    from codecs import escape_decode as _escape_decode  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - not public API; every CPython 3.9-3.13 has it
+    _escape_decode = None
+
 from agent.errors import ConfigError
 
 MAX_DECOMPRESSED = 1 << 30  # refuse gzip bombs beyond 1 GiB
@@ -53,6 +58,11 @@ def data_url_error(url: str) -> Optional[str]:
         _, is_base64, _ = split_data_url(url, payload=False)
     except ConfigError as exc:
         return str(exc)
+    return _payload_error(url, is_base64)
+
+
+def _payload_error(url: str, is_base64: bool) -> Optional[str]:
+    """``data_url_error`` once the header is known to parse."""
     raw = url.encode("utf-8", "surrogatepass")  # a copy at memory speed for ASCII text
     comma = raw.find(b",")
     if not is_base64:
@@ -109,12 +119,12 @@ def has_control_character(text: str) -> bool:
 
 def decode_data_url(url: str) -> bytes:
     """The bytes a ``data:`` URL carries (base64 or percent-encoded, any media type)."""
-    err = data_url_error(url)  # one definition of "valid" for validation and decoding
+    _, is_base64, payload = split_data_url(url)
+    err = _payload_error(url, is_base64)  # one definition of "valid" for validation and decoding
     if err:
         raise ConfigError(err)
-    _, is_base64, payload = split_data_url(url)
     try:
-        raw = unquote_to_bytes(payload)
+        raw = unquote_valid(payload)
     except Exception as exc:  # pragma: no cover - unquote_to_bytes is lenient
         raise ConfigError(f"invalid data URL: {exc}") from None
     if not is_base64:
@@ -129,6 +139,21 @@ def decode_data_url(url: str) -> bytes:
             return base64.b64decode(compact.replace(b"-", b"+").replace(b"_", b"/"), validate=True)
         except (binascii.Error, ValueError):
             raise ConfigError(f"invalid base64 in data URL: {_short(url)!r}") from None
+
+
+def unquote_valid(text: str) -> bytes:
+    """``urllib.parse.unquote_to_bytes`` of text whose every "%" starts a valid escape (what
+    ``data_url_error`` accepts), at C speed: unquote_to_bytes loops in Python once per escape,
+    and a 1 MB text file written with ``quote(text, safe="")`` has ~200,000 of them. The escapes
+    become Python's ``\\xHH`` byte-string escapes (backslashes doubled first, so no other escape
+    exists) for the C decoder behind ``codecs.escape_decode``; tests/test_dataurl_unquote.py
+    checks it against unquote_to_bytes."""
+    data = text.encode("utf-8")
+    if b"%" not in data:
+        return data
+    if _escape_decode is None:  # pragma: no cover - every CPython 3.9-3.13 has it
+        return unquote_to_bytes(data)
+    return _escape_decode(data.replace(b"\\", b"\\\\").replace(b"%", b"\\x"))[0]
 
 
 def decompress(data: bytes, compression: Optional[str], limit: Optional[int] = None) -> bytes:
