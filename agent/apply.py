@@ -289,9 +289,12 @@ def apply_config(root: Root, target: NodeConfig, previous: Optional[NodeConfig] 
     journal.begin(touched, target.name)
     current: Optional[Step] = None
     try:
-        for step in steps:
-            current = step
-            _run_step(root, step, journal, systemd, rpmostree, result)
+        for batch in _batches(steps):
+            current = batch[0]  # a failed batch is named by its first file; the error names the file
+            if len(batch) > 1:
+                _write_batch(root, batch)
+            else:
+                _run_step(root, current, journal, systemd, rpmostree, result)
         journal.commit()
     except BaseException as e:  # KeyboardInterrupt too: never leave a half-applied config
         problems = journal.rollback(systemd=systemd, rpmostree=rpmostree)
@@ -317,6 +320,23 @@ def _step_text(step: Optional[Step]) -> str:
     if step.kind == "os":
         return f"rpm-ostree {step.action}"
     return f"{step.kind} {step.path}" + (f" ({step.op.where})" if step.op is not None and step.op.where else "")
+
+
+def _batches(steps: List[Step]) -> List[List[Step]]:
+    """The steps in order, consecutive file writes grouped (``files.write_many``: one fsync per
+    file and one per directory, not two per file); every other step alone."""
+    out: List[List[Step]] = []
+    for step in steps:
+        if step.kind == "write" and out and out[-1][0].kind == "write":
+            out[-1].append(step)
+        else:
+            out.append([step])
+    return out
+
+
+def _write_batch(root: Root, batch: List[Step]) -> None:
+    files.write_many([(root.path(s.path, follow_last=False), s.data or b"",
+                       s.mode if s.mode is not None else 0o644, s.uid, s.gid) for s in batch])
 
 
 def _run_step(root: Root, step: Step, journal: Journal, systemd, rpmostree, result: ApplyResult) -> None:

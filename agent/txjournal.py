@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 JOURNAL = "journal.json"
 BACKUPS = "journal.d"
+_BACKUP_BATCH_BYTES = 64 << 20  # backups held in memory before they are written
 _INVERSE = {"enable": "disable", "disable": "enable", "mask": "unmask", "unmask": "mask"}
 
 
@@ -71,7 +72,8 @@ class Journal:
         return self.doc
 
     def _save(self) -> None:
-        files.atomic_write(self.journal_path, (json.dumps(self.doc, indent=1) + "\n").encode(), 0o600, 0, 0)
+        # one line: json's C encoder (indent= takes the pure-Python one: ~0.5 s for 10,000 entries)
+        files.atomic_write(self.journal_path, (json.dumps(self.doc) + "\n").encode(), 0o600, 0, 0)
 
     # -- the protocol ----------------------------------------------------------------------
     def begin(self, config_paths: Iterable, config_name: str = "") -> None:
@@ -86,6 +88,8 @@ class Journal:
         files.makedirs(self.backup_dir, 0o700, 0, 0, stop=self.root.top)
         entries: List[Dict] = []
         seen = set()
+        pending: List = []  # backups not yet written: (path, data, mode, uid, gid)
+        pending_bytes = 0
         for item in config_paths:
             cp, follow = item if isinstance(item, tuple) else (item, False)
             host = self.root.path(cp, follow_last=follow)
@@ -99,13 +103,19 @@ class Journal:
                 entry.update(mode=o.mode, uid=o.uid, gid=o.gid)
             if o.kind == "file":
                 backup = os.path.join(self.backup_dir, str(len(entries)))
-                files.copy_file(host, backup)
+                with open(host, "rb") as f:
+                    pending.append((backup, f.read(), 0o600, -1, -1))
+                pending_bytes += len(pending[-1][1])
+                if len(pending) >= 256 or pending_bytes >= _BACKUP_BATCH_BYTES:
+                    files.write_many(pending)  # durable private copies, one fsync each
+                    pending, pending_bytes = [], 0
                 entry["backup"] = os.path.relpath(backup, self.root.top)
             elif o.kind == "symlink":
                 entry["target"] = o.target
             elif o.kind == "other":
                 raise JournalError(f"{cp} is a special file (device, socket or fifo); refusing to replace it")
             entries.append(entry)
+        files.write_many(pending)
         files.fsync_dir(self.backup_dir)
         self.doc = {"version": 1, "state": "applying", "config": config_name, "entries": entries,
                     "live": [], "os": []}
@@ -141,12 +151,17 @@ class Journal:
         """
         problems: List[str] = []
         entries = self.doc.get("entries", [])
+        directories = sorted({os.path.dirname(self._host(e["path"])) for e in entries})
+        # First: a temporary file left by a killed write would keep a new directory from being
+        # removed (a kill inside files.write_many, which has many temporaries open at once).
+        for directory in directories:
+            files.sweep_tmp(directory)
         for entry in reversed(entries):
             try:
                 self._restore(entry)
             except OSError as e:
                 problems.append(f"{entry.get('config_path')}: {e}")
-        for directory in sorted({os.path.dirname(self._host(e["path"])) for e in entries}):
+        for directory in directories:
             files.sweep_tmp(directory)
         if self.doc.get("os"):
             if rpmostree is not None:

@@ -389,3 +389,42 @@ def test_bad_gzip_names_the_field(root):
     with pytest.raises(ConfigError, match=r"\$\.storage\.files\.0\.contents\.compression: invalid gzip"):
         apply_config(root, c)
     assert not root.exists("/etc/g")
+
+
+# --- batched durable writes (agent.host.files.write_many) ------------------------------------
+
+def test_write_many_writes_every_file_with_its_mode(tmp_path):
+    from agent.host import files
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "x").write_bytes(b"old")
+    items = [(str(tmp_path / d / f"f{i}"), f"data {i}".encode(), 0o600 if i % 2 else 0o644, -1, -1)
+             for i in range(600) for d in ("a", "b")[i % 2]]  # more than one chunk
+    items.append((str(tmp_path / "a" / "x"), b"new", 0o640, -1, -1))
+    files.write_many(items)
+    for path, data, mode, _, _ in items:
+        assert open(path, "rb").read() == data
+        assert os.stat(path).st_mode & 0o7777 == mode
+    assert not [n for d in ("a", "b") for n in os.listdir(tmp_path / d) if n.startswith(files.TMP_PREFIX)]
+
+
+def test_write_many_failure_before_the_renames_leaves_no_trace(tmp_path, monkeypatch):
+    from agent.host import files
+
+    (tmp_path / "x").write_bytes(b"old")
+    real_fsync, calls = os.fsync, []
+
+    def failing_fsync(fd):
+        calls.append(fd)
+        if len(calls) == 3:
+            raise OSError(5, "Input/output error")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    items = [(str(tmp_path / f"f{i}"), b"new", 0o644, -1, -1) for i in range(5)]
+    items.append((str(tmp_path / "x"), b"new", 0o644, -1, -1))
+    with pytest.raises(OSError):
+        files.write_many(items)
+    assert sorted(os.listdir(tmp_path)) == ["x"]  # no new file, no temporary
+    assert (tmp_path / "x").read_bytes() == b"old"

@@ -206,3 +206,51 @@ def test_sigkill_at_many_points_always_recovers_to_old_or_target(scratch):
         if outcome == "rolled-forward":
             assert result.changed == []
     assert outcomes.get("rolled-back", 0) > 20
+
+
+def _batch_configs():
+    """A day-2 change that is mostly one batch of file writes (files.write_many): new files in a
+    new directory tree, replaced files in an existing one."""
+    prev = NodeConfig(ignition={"ignition": {"version": "3.4.0"}, "storage": {"files": [
+        {"path": f"/etc/batch/f{i}", "contents": _data(f"old {i}\n"), "mode": 0o644} for i in range(6)]}},
+        name="rendered-old")
+    files = [{"path": f"/etc/batch/f{i}", "contents": _data(f"new {i}\n" * 3), "mode": 0o640} for i in range(6)]
+    files += [{"path": f"/opt/batch/d{i % 2}/g{i}", "contents": _data(f"g {i}\n")} for i in range(4)]
+    return prev, NodeConfig(ignition={"ignition": {"version": "3.4.0"}, "storage": {"files": files}},
+                            name="rendered-new")
+
+
+def test_sigkill_at_every_point_of_a_batched_write(scratch):
+    """Every mutation of an apply whose files are written as one batch (temporaries written,
+    fsynced from threads, renamed, then one fsync per directory): a kill at any of them
+    recovers to exactly the old tree or exactly the new one."""
+    prev, target = _batch_configs()
+    base = str(scratch / "base")
+    os.makedirs(base)
+    apply_config(Root(base), prev)
+    old_tree = snapshot(base)
+    probe = str(scratch / "probe")
+    shutil.copytree(base, probe, symlinks=True)
+    total = _count_mutations(probe, prev, target)
+    new_tree = snapshot(probe)
+    top = str(scratch / "root")
+    seen = set()
+    for k in range(1, total + 1):
+        if os.path.exists(top):
+            shutil.rmtree(top)
+        shutil.copytree(base, top, symlinks=True)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            _child_apply(top, prev, target, k)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (k, status)
+        outcome = recover(Root(top))
+        seen.add(outcome)
+        after = snapshot(top)
+        if outcome is None:  # killed before the journal existed, or after the apply had removed it
+            assert after in (old_tree, new_tree), k
+        else:
+            assert after == (new_tree if outcome == "rolled-forward" else old_tree), (k, outcome)
+        apply_config(Root(top), target, prev)
+        assert snapshot(top) == new_tree, k
+    assert "rolled-back" in seen and "rolled-forward" in seen

@@ -41,6 +41,7 @@ class Root:
         parts = [p for p in config_path.split("/") if p and p != "."]
         resolved = []  # components below the root, all existing-or-not directories
         links = 0
+        top = "" if self.top == "/" else self.top  # joined with "/": os.path.join's result, cheaper
         while parts:
             name = parts.pop(0)
             if name == "..":
@@ -48,7 +49,7 @@ class Root:
                     raise PathEscapeError(f"{config_path!r} leaves the root {self.top} through '..'")
                 resolved.pop()
                 continue
-            candidate = os.path.join(self.top, *resolved, name)
+            candidate = "/".join([top, *resolved, name])
             is_last = not parts
             if os.path.islink(candidate) and (follow_last or not is_last):
                 links += 1
@@ -62,7 +63,7 @@ class Root:
                 parts = [p for p in target.split("/") if p and p != "."] + parts
                 continue
             resolved.append(name)
-        return os.path.join(self.top, *resolved) if resolved else self.top
+        return "/".join([top, *resolved]) if resolved else self.top
 
     def config_path(self, host_path: str) -> str:
         """The inverse of ``path``: the absolute path inside the root of a host path under it."""
