@@ -6,9 +6,10 @@ identity. The agent reads them from the config itself, before anything is writte
 decision (skew, pool, OS update) is made on exactly what was served.
 """
 
+import copy
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from agent.errors import ConfigError, Problem
 from agent.nodeconfig import NodeConfig
@@ -18,6 +19,15 @@ ENCAPSULATED_PATH = "/etc/ignition-machine-config-encapsulated.json"
 SKEW_RULES_PATH = "/etc/node-agent/boot-image-skew.json"
 POOL_INFO_PATH = "/etc/node-agent/pool.json"
 POLICY_PATH = "/etc/node-agent/disruption-policy.yaml"
+MCS_CONTENT_PATH = "/etc/mcs-machine-config-content.json"  # upstream server.go machineConfigContentPath
+
+# What the server writes for a node's first boot only. The MCS serves these to a booting node
+# (openshift/machine-config-operator pkg/server/server.go:49-66 getAppenders, :156
+# appendNodeAnnotations), never on day 2 (the MCD applies rendered MachineConfigs, which do
+# not carry them), and the MCD reads node-annotations.json only while its node has no
+# currentConfig annotation, i.e. once (pkg/daemon/node.go:13-25). A day-2 update keeps what the
+# first boot wrote: firstPivotConfig stays the config the node first pivoted to.
+FIRST_BOOT_ONLY = (ANNOTATIONS_PATH, MCS_CONTENT_PATH)
 
 ANN = "machineconfiguration.openshift.io/"
 
@@ -99,6 +109,28 @@ def read_served(ignition: Dict[str, Any]) -> Served:
         pool_info=_json_file(ignition, POOL_INFO_PATH),
         policy_text=policy.decode("utf-8") if policy is not None else None,
     )
+
+
+def keep_first_boot_files(target: Dict[str, Any], current: Dict[str, Any]) -> Dict[str, Any]:
+    """``target`` (an Ignition config served on day 2) with each FIRST_BOOT_ONLY file as
+    ``current`` (the config the node runs) has it: the same entry in the same place, or left out
+    when ``current`` has none. Neither argument is changed."""
+    files = (target.get("storage") or {}).get("files")
+    if not isinstance(files, list) or not any(_path_of(f) in FIRST_BOOT_ONLY for f in files):
+        return target
+    kept = {_path_of(f): f for f in (current.get("storage") or {}).get("files") or [] if _path_of(f) in FIRST_BOOT_ONLY}
+    out: List[Any] = []
+    for f in files:
+        path = _path_of(f)
+        if path not in FIRST_BOOT_ONLY:
+            out.append(f)
+        elif path in kept:
+            out.append(copy.deepcopy(kept.pop(path)))  # once, where the served config had it
+    return {**target, "storage": {**target["storage"], "files": out}}
+
+
+def _path_of(entry: Any) -> Optional[str]:
+    return entry.get("path") if isinstance(entry, dict) else None
 
 
 def node_config_from_served(ignition: Dict[str, Any], served: Optional[Served] = None) -> NodeConfig:

@@ -10,6 +10,7 @@ import fcntl
 import logging
 import os
 import time
+from dataclasses import replace
 from typing import Any
 
 from agent import nodestate
@@ -172,12 +173,15 @@ class Updater:
         from agent import planning
         from agent.apply import apply_config
         from agent.ignition.parse import parse_document
+        from agent.served import keep_first_boot_files
 
         url = record["url"]
         with rec.stage("fetch"):
             ignition = parse_document(result.body, source=url)
             target, served = planning.target_from_served(ignition, source=url)
             target = planning.with_pool_files(self.root, target, planning.identity_of(served))
+            # The node annotations (firstPivotConfig) and the MCS content file stay as first boot wrote them.
+            target = replace(target, ignition=keep_first_boot_files(target.ignition, current.ignition))
             rec.set(pool=served.pool, config=target.name)
         if target.name == current.name and target.ignition == current.ignition:
             nodestate.save_current(self.root, self.state_dir, current, result.headers.get("ETag"), url)
