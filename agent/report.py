@@ -3,6 +3,12 @@
 A report that cannot be delivered is kept (the newest one only: a report is the node's state,
 so a later one supersedes an earlier one) under the state directory and sent again by the next
 run of the agent or by the day-2 loop.
+
+Identity: before its first report the node registers once (``POST /api/v1/nodes/<node>/register``
+with the bootstrap token of ``report.tokenFile``) and keeps the credential the server returns in
+``<stateDir>/node-credential`` (0600, under ``--root``); reports, drain leases and member
+fetches then carry that credential, so only this node can act as itself
+(agent/server/identity.py). Like the bootstrap token, it is sent only over https.
 """
 
 import datetime
@@ -19,6 +25,7 @@ from agent.host.root import Root
 log = logging.getLogger(__name__)
 
 PENDING = "pending-report.json"
+CREDENTIAL = "node-credential"  # {"server", "node", "credential"}: this node's own credential
 # Answers worth sending again later (as the fetcher retries them); any other 4xx is final.
 RETRIED_4XX = (408, 429)
 
@@ -42,8 +49,10 @@ def _server_message(resp) -> str:
 def refusal_hint(status: int) -> str:
     """What to do about a report the server refused with ``status``."""
     if status in (401, 403):
-        return ("set report.tokenFile in /etc/node-agent/agent.yaml to a file holding the server's token "
-                "(node-config-server --token-file)")
+        return ("the node registers with the bootstrap token of report.tokenFile (/etc/node-agent/agent.yaml; the "
+                "server's --token-file) and then uses its own credential (<stateDir>/node-credential); if the "
+                "server says the node is already registered (a reinstalled machine), an admin deletes it or "
+                "registers it again (DELETE /api/v1/nodes/<node> with the admin token)")
     if status == 400:
         return "check the node name (--node-name or nodeName in agent.yaml) and the server's log"
     if status == 404:
@@ -98,6 +107,8 @@ class Reporter:
         self.timeout = timeout
         self.refused: Optional[Dict[str, Any]] = None  # set when the server refused a report
         self._warned_clear = False
+        self.credential = self._load_credential()
+        self.register_refused = ""  # why the server refused to register this node (said once)
 
     def _session(self):
         if self.session is None:
@@ -106,17 +117,98 @@ class Reporter:
             self.session = requests.Session()
         return self.session
 
-    def _headers(self) -> Dict[str, str]:
+    def _headers(self, bootstrap: bool = False) -> Dict[str, str]:
         from agent import __version__
 
         headers = {"User-Agent": f"node-agent/{__version__}", "Content-Type": "application/json"}
-        if self.token and self.base_url.lower().startswith("https://"):
-            headers["Authorization"] = f"Bearer {self.token}"
-        elif self.token and not self._warned_clear:
-            # Never in clear: a token sent over http is everyone's on the path (docs/security.md).
-            log.warning("not sending the report token to %s: it is not https", self.base_url)
-            self._warned_clear = True
+        headers.update(self.auth_headers(bootstrap))
         return headers
+
+    def auth_headers(self, bootstrap: bool = False) -> Dict[str, str]:
+        """``Authorization`` with this node's credential (else the bootstrap token; ``bootstrap``:
+        always the token), only over https."""
+        secret = self.token if bootstrap else (self.credential or self.token)
+        if secret and self.base_url.lower().startswith("https://"):
+            return {"Authorization": f"Bearer {secret}"}
+        if secret and not self._warned_clear:
+            # Never in clear: a token sent over http is everyone's on the path (docs/security.md).
+            log.warning("not sending the node's token or credential to %s: it is not https", self.base_url)
+            self._warned_clear = True
+        return {}
+
+    def member_headers(self) -> Dict[str, str]:
+        """Headers of a day-2 config fetch: with its credential the node names itself (a member
+        gets the pool's target); naming itself without one is refused by a server with tokens,
+        so then it sends the bootstrap token alone (it gets what a new node gets). Over http
+        (an open lab server) it names itself and sends nothing secret."""
+        if self.credential or not self.base_url.lower().startswith("https://"):
+            return {"X-Node-Name": self.node, **self.auth_headers()}
+        return self.auth_headers(bootstrap=True)
+
+    # -- identity -------------------------------------------------------------------------------
+
+    def _credential_path(self) -> str:
+        return self.root.path(os.path.join(self.state_dir, CREDENTIAL))
+
+    def _load_credential(self) -> Optional[str]:
+        """The credential this node got from this server under this name (None otherwise)."""
+        try:
+            with open(self._credential_path(), encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            log.warning("ignoring unreadable node credential %s; the node registers again", self._credential_path())
+            return None
+        if not isinstance(data, dict) or data.get("server") != self.base_url or data.get("node") != self.node:
+            return None  # another server or another name: it means nothing there
+        secret = data.get("credential")
+        return secret if isinstance(secret, str) and secret else None
+
+    def ensure_registered(self) -> bool:
+        """Register this node once (bootstrap token -> own credential, kept 0600). Returns
+        whether the node has a credential now. Never raises: a report is never blocked by it;
+        a refusal is said once and the next report says why the server refuses it."""
+        if self.credential or self.register_refused or not self.token:
+            return bool(self.credential)
+        if not self.base_url.lower().startswith("https://"):
+            self.auth_headers()  # warns once: nothing secret goes over http
+            return False
+        try:
+            resp = self._session().post(self._url("register"), data=b"", headers=self._headers(bootstrap=True),
+                                        timeout=self.timeout, allow_redirects=False)
+        except Exception as exc:  # the server is away: the next report tries again
+            log.warning("could not register node %s with %s: %s; will try again", self.node, self.base_url, exc)
+            return False
+        if resp.status_code in (200, 201):
+            try:
+                secret = resp.json()["credential"]
+            except (ValueError, KeyError, TypeError):
+                log.warning("%s answered the registration without a credential; will try again", self.base_url)
+                return False
+            self._save_credential(secret)
+            log.info("node %s registered with %s; its credential is in %s", self.node, self.base_url,
+                     os.path.join(self.state_dir, CREDENTIAL))
+            return True
+        said = _server_message(resp)
+        if resp.status_code >= 500 or resp.status_code in RETRIED_4XX:
+            log.warning("registering node %s with %s: HTTP %s: %s; will try again", self.node, self.base_url,
+                        resp.status_code, said)
+            return False
+        self.register_refused = f"HTTP {resp.status_code}: {said}"
+        log.error("%s refused to register node %s (%s): %s", self.base_url, self.node, self.register_refused,
+                  refusal_hint(resp.status_code))
+        return False
+
+    def _save_credential(self, secret: str) -> None:
+        self.credential = secret
+        record = {"server": self.base_url, "node": self.node, "credential": secret}
+        try:
+            path = self._credential_path()
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_write(path, json.dumps(record, sort_keys=True).encode(), mode=0o600)
+        except OSError as exc:  # kept in memory for this run; the next run registers... and is refused
+            log.error("could not keep the node credential in %s: %s", self._credential_path(), exc)
 
     def _url(self, what: str) -> str:
         return f"{self.base_url}/api/v1/nodes/{urllib.parse.quote(self.node, safe='')}/{what}"
@@ -125,8 +217,8 @@ class Reporter:
         return self.root.path(os.path.join(self.state_dir, PENDING))
 
     def _fingerprint(self) -> str:
-        """What a refusal depends on: the server, the node name and the token sent."""
-        text = "\0".join((self.base_url, self.node, self.token or ""))
+        """What a refusal depends on: the server, the node name and the token or credential sent."""
+        text = "\0".join((self.base_url, self.node, self.credential or self.token or ""))
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
     def send(self, payload: Dict[str, Any]) -> bool:
@@ -139,6 +231,7 @@ class Reporter:
         why; ``node-agent status`` shows it and reports degraded).
         """
         body = {k: v for k, v in payload.items() if v is not None}
+        self.ensure_registered()
         kept = self.kept()
         if kept and kept.get("refused", {}).get("fingerprint") == self._fingerprint():
             # The same request would be refused again: keep the newest report, do not ask.
@@ -199,6 +292,7 @@ class Reporter:
         clock = clock or time.monotonic
         deadline = clock() + timeout
         body = json.dumps({"pool": pool, "config": config})
+        self.ensure_registered()
         while True:
             try:
                 resp = self._session().post(self._url("drain"), data=body, headers=self._headers(),

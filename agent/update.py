@@ -71,6 +71,7 @@ class Updater:
         token = nodestate.read_token(self.root, self.settings)
         self.reporter = Reporter(server_base(record["url"]), self.node, self.root, self.state_dir,
                                  session=self.fetcher.session, token=token)
+        self.reporter.ensure_registered()  # a node that first booted before registration existed
 
     def run(self) -> int:
         if getattr(self.opts, "once", False):
@@ -115,10 +116,10 @@ class Updater:
             self.reporter.flush()
             current = nodestate.current_config(record)
             self._report_rebooted(record, current)
-            # Naming itself makes the server answer as to a member of the pool: the pool's target,
-            # not only what a new node may have.
+            # Naming itself (with its credential) makes the server answer as to a member of the
+            # pool: the pool's target, not only what a new node may have.
             result = self.fetcher.fetch(record["url"], ignition=True, etag=record.get("etag"),
-                                        headers={"X-Node-Name": self.node},
+                                        headers=self.reporter.member_headers(),
                                         budget=self.settings.fetch.total_timeout or 300.0)
             if result.status == 304:
                 log.debug("config unchanged (ETag %s)", record.get("etag"))

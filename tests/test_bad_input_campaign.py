@@ -385,8 +385,10 @@ def wsgi(app, method: str, path: str, body: bytes = b"", headers=None):
 
 # --- 6. HTTP requests to the real server ------------------------------------------------------------
 
-TOKEN = "campaign-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+TOKEN = "campaign-token"  # the bootstrap token
+BOOT = {"Authorization": f"Bearer {TOKEN}"}
+AUTH = {"Authorization": "Bearer {n1}", "Content-Type": "application/json"}  # node n1's own credential
+AS_N2 = {"Authorization": "Bearer {n2}", "Content-Type": "application/json"}  # another node's
 REPORT = json.dumps({"pool": "worker", "state": "Done"}).encode()
 HTTP = [
     # (id, method, path, headers, body, status, field or None, words)
@@ -399,15 +401,16 @@ HTTP = [
     ("pool-underscore", "GET", "/config/my_pool", {}, b"", 400, "pool", "invalid pool name"),
     ("pool-too-long", "GET", "/config/" + "a" * 64, {}, b"", 400, "pool", "invalid pool name"),
     ("pool-percent-escape", "GET", "/config/%2e%2e", {}, b"", 400, "pool", "invalid pool name"),
-    ("api-pool-bad-name", "GET", "/api/v1/pools/BAD!", {}, b"", 400, "pool", "invalid pool name"),
+    ("api-pool-bad-name", "GET", "/api/v1/pools/BAD!", BOOT, b"", 400, "pool", "invalid pool name"),
+    ("api-no-credential", "GET", "/api/v1/pools", {}, b"", 401, "Authorization", "needs a credential"),
     ("unknown-route", "GET", "/nope", {}, b"", 404, None, "no such resource"),
     ("node-bad-name", "POST", "/api/v1/nodes/Bad_Node/report", AUTH, REPORT, 400, "node", "invalid node name"),
     ("report-no-token", "POST", "/api/v1/nodes/n1/report", {"Content-Type": "application/json"}, REPORT, 401,
-     None, "bearer token"),
+     "Authorization", "own credential"),
     ("report-wrong-token", "POST", "/api/v1/nodes/n1/report",
      {"Authorization": "Bearer nope", "Content-Type": "application/json"}, REPORT, 401, None, "bearer token"),
     ("report-basic-auth", "POST", "/api/v1/nodes/n1/report",
-     {"Authorization": "Basic dXNlcjpwYXNz", "Content-Type": "application/json"}, REPORT, 401, None, "bearer token"),
+     {"Authorization": "Basic dXNlcjpwYXNz", "Content-Type": "application/json"}, REPORT, 401, None, "credential"),
     ("report-not-json", "POST", "/api/v1/nodes/n1/report", AUTH, b"{pool", 400, "$", "not valid JSON"),
     ("report-empty", "POST", "/api/v1/nodes/n1/report", AUTH, b"", 400, "$", "JSON body is required"),
     ("report-text-type", "POST", "/api/v1/nodes/n1/report", {**AUTH, "Content-Type": "text/plain"}, REPORT, 415,
@@ -423,7 +426,27 @@ HTTP = [
     ("drain-config-number", "POST", "/api/v1/nodes/n1/drain", AUTH, b'{"pool": "worker", "config": 5}', 400,
      "$.config", "string"),
     ("drain-no-token", "POST", "/api/v1/nodes/n1/drain", {"Content-Type": "application/json"},
-     b'{"pool": "worker"}', 401, None, "bearer token"),
+     b'{"pool": "worker"}', 401, None, "credential"),
+    # identity (agent/server/identity.py): each forgery names what is wrong and what to do
+    ("report-as-another-node", "POST", "/api/v1/nodes/n1/report", AS_N2, REPORT, 403, "Authorization",
+     "only node n1"),
+    ("report-with-bootstrap", "POST", "/api/v1/nodes/n1/report", {**BOOT, "Content-Type": "application/json"},
+     REPORT, 403, "Authorization", "only node n1"),
+    ("report-ghost-node", "POST", "/api/v1/nodes/ghost/report", {**BOOT, "Content-Type": "application/json"},
+     REPORT, 403, "Authorization", "not registered"),
+    ("drain-as-another-node", "POST", "/api/v1/nodes/n1/drain", AS_N2, b'{"pool": "worker"}', 403, None,
+     "node n2's"),
+    ("release-another-nodes-lease", "DELETE", "/api/v1/nodes/n1/drain", AS_N2, b"", 403, None, "only node n1"),
+    ("reregister-with-bootstrap", "POST", "/api/v1/nodes/n1/register", BOOT, b"", 403, None, "already registered"),
+    ("register-no-token", "POST", "/api/v1/nodes/n9/register", {}, b"", 401, None, "bootstrap token"),
+    ("register-with-a-node-credential", "POST", "/api/v1/nodes/n9/register", AS_N2, b"", 403, None,
+     "bootstrap token"),
+    ("delete-node-with-bootstrap", "DELETE", "/api/v1/nodes/n1", BOOT, b"", 403, None, "admin token"),
+    ("member-fetch-by-header", "GET", "/config/worker", {"X-Node-Name": "n1"}, b"", 401, None, "names node n1"),
+    ("member-fetch-by-query", "GET", "/config/worker?node=n1", BOOT, b"", 403, None, "names node n1"),
+    ("member-fetch-as-another", "GET", "/config/worker?node=n1", AS_N2, b"", 403, None, "node n2's"),
+    ("made-up-credential", "GET", "/config/worker", {"Authorization": "Bearer nac1_xyz"}, b"", 401, None,
+     "not one this server issued"),
 ]
 
 
@@ -442,6 +465,8 @@ def server(tmp_path_factory):
                          ids=[c[0] for c in HTTP])
 def test_server_rejects_bad_request(server, method, path, headers, body, status, field, words):
     s = server.session(token=False)
+    creds = {n: server.node_session(n).headers["Authorization"][7:] for n in ("n1", "n2")}
+    headers = {k: v.format(**creds) if k == "Authorization" else v for k, v in headers.items()}
     # a raw path: requests must not normalise "%2e%2e" or case
     req = requests.Request(method, server.url("/"), headers=headers, data=body or None).prepare()
     req.url = server.base_url + path

@@ -168,7 +168,8 @@ def test_update_waits_for_the_drain_lease_then_applies_and_reports(tmp_path):
         # (Held by renewal, not by a head start on the 3 s TTL: under load the agent may take longer
         # than that to reach the drain stage, and would then find the lease already expired.)
         def hold():
-            held = api.post(srv.url("/api/v1/nodes/infra-b/drain"), json={"pool": "infra", "config": new_target})
+            held = srv.node_session("infra-b").post(srv.url("/api/v1/nodes/infra-b/drain"),
+                                                    json={"pool": "infra", "config": new_target})
             assert held.status_code == 200, held.text
 
         hold()

@@ -58,6 +58,27 @@ BODIES = [
     b'{"pool": "worker", "state": "Done", "config": {"nested": [1, 2]}}', b'"\\ud800"',
     b'{"pool": "worker", "state": "Done", "currentConfig": 123}', b'{"pool": "ghost", "config": "c"}',
 ]
+# Identity (agent/server/identity.py): forged, malformed and oversized credentials, registration and
+# deletion without the right token, member fetches naming a node without its credential.
+FORGED = [{"Authorization": v} for v in (
+    "Bearer nac1_", "Bearer nac1_" + "A" * 43, "Bearer nac1_" + "x" * 100000, "Bearer " + TOKEN + "\x00",
+    "Bearer \u00e9\u00e8", "bearer " + TOKEN.upper(), "Bearer  ", "Bearer " + TOKEN + " extra", "Token " + TOKEN,
+    "Bearer" + TOKEN)]
+IDENTITY_CASES = (
+    [("POST", "/api/v1/nodes/n1/register", h, b, "") for h in [{}] + FORGED for b in (b"", b"{}")]
+    + [(m, p, h, b"", "") for h in [{}, AUTH] + FORGED for m, p in (
+        ("DELETE", "/api/v1/nodes/n1"), ("DELETE", "/api/v1/nodes/n1/drain"), ("GET", "/api/v1/nodes"),
+        ("GET", "/api/v1/pools/worker"))]
+    + [("POST", "/api/v1/nodes/n1/report", dict(h, **{"Content-Type": "application/json"}),
+        b'{"pool": "worker", "state": "Done"}', "") for h in FORGED]
+    + [("POST", "/api/v1/nodes/n1/drain", dict(h, **{"Content-Type": "application/json"}), b'{"pool": "worker"}', "")
+       for h in [AUTH] + FORGED]
+    + [("GET", "/config/worker", dict(h, **extra), b"", q) for h in [{}, AUTH] + FORGED[:3]
+       for extra, q in (({"X-Node-Name": "n1"}, ""), ({}, "node=n1"), ({"X-Node-Name": "n2"}, "node=n1"))]
+    + [(m, "/api/v1/nodes/n1/register", AUTH, b"", "") for m in ("GET", "PUT", "DELETE", "PATCH")]
+    + [("POST", "/api/v1/nodes/n1/register/x", AUTH, b"", ""), ("POST", "/api/v1/nodes/Bad_Name/register", AUTH,
+                                                                b"", "")]
+)
 HTTP_CASES = (
     [(m, p, {}, b"", "") for m in ("GET", "HEAD", "DELETE", "PUT", "PATCH", "OPTIONS") for p in PATHS]
     + [("POST", "/api/v1/nodes/n1/report", AUTH, b, "") for b in BODIES]
@@ -71,6 +92,7 @@ HTTP_CASES = (
         ({"X-Node-Name": "Bad_Name"}, ""), ({}, "node=" + "n" * 300), ({}, "node=%00"), ({"Accept": "x" * 10000}, ""),
         ({"Accept": "application/vnd.coreos.ignition+json;version=9.9.9"}, ""), ({"If-None-Match": "*" * 10000}, ""),
         ({}, "node=a&node=b"), ({"X-Node-Name": "n1" * 200}, ""))]
+    + IDENTITY_CASES
 )
 
 
@@ -86,6 +108,7 @@ def app(tmp_path_factory):
 def test_http_campaign(app, caplog):
     caplog.set_level(logging.ERROR)
     before = app.cluster.db.reports()
+    creds_before = app.cluster.db.conn().execute("SELECT * FROM credentials").fetchall()
     bad = []
     for method, path, headers, body, query in HTTP_CASES:
         status, out = wsgi(app, method, path, body, headers, query)
@@ -96,8 +119,9 @@ def test_http_campaign(app, caplog):
             assert err["message"] and err["code"] == status
     assert not bad, bad
     assert app.cluster.db.reports() == before  # nothing recorded
+    assert app.cluster.db.conn().execute("SELECT * FROM credentials").fetchall() == creds_before  # nor registered
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
-    assert len(HTTP_CASES) >= 150
+    assert len(HTTP_CASES) >= 150 and len(IDENTITY_CASES) >= 100
 
 
 # --- state files -----------------------------------------------------------------------------------

@@ -214,7 +214,7 @@ def api(srv, path):
 
 
 def report(srv, node, **body):
-    r = srv.session().post(srv.url(f"/api/v1/nodes/{node}/report"), json=dict(body, pool="infra"))
+    r = srv.node_session(node).post(srv.url(f"/api/v1/nodes/{node}/report"), json=dict(body, pool="infra"))
     assert r.status_code == 200, r.text
 
 
@@ -230,7 +230,7 @@ def test_internal_registry_image_never_reaches_a_new_node(tmp_path):
         assert got.encapsulated["spec"]["osImageURL"].startswith("quay.io/openshift-release-dev/rhel-coreos-9")
         assert ANN + "desiredImage" not in got.annotations  # a base image: no image annotations
         # a member (it has cluster DNS) does get the layered image
-        s = srv.session()
+        s = srv.node_session("i1")  # naming a member takes its credential (agent/server/identity.py)
         s.headers["Accept"] = ACCEPT34
         member = read_served(s.get(srv.url("/config/infra"), headers={"X-Node-Name": "i1"}).json())
         assert member.encapsulated["spec"]["osImageURL"] == INTERNAL

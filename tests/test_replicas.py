@@ -54,6 +54,7 @@ class Fleet:
         self.tls = make_tls(str(top / "tls"))
         self.replicas = []
         self.lb = None
+        self.credentials = {}  # node -> its credential, registered through one replica, valid on all
 
     def start(self):
         self.etcd.start()
@@ -85,11 +86,18 @@ class Fleet:
     def lb_url(self):
         return f"https://127.0.0.1:{self.lb.port}"
 
-    def session(self):
+    def session(self, node=None):
+        """The bootstrap token's session, or with ``node`` that node's own (registered once)."""
         s = requests.Session()
         s.trust_env = False
         s.verify = self.tls.ca_cert
         s.headers["Authorization"] = f"Bearer {TOKEN}"
+        if node is not None:
+            if node not in self.credentials:
+                r = s.post(self.replicas[0].url(f"/api/v1/nodes/{node}/register"), timeout=10)
+                assert r.status_code == 201, r.text
+                self.credentials[node] = r.json()["credential"]
+            s.headers["Authorization"] = f"Bearer {self.credentials[node]}"
         return s
 
 
@@ -108,8 +116,8 @@ def pool(replica, name="worker"):
     return r.json()
 
 
-def report(replica, node, body):
-    return replica.session().post(replica.url(f"/api/v1/nodes/{node}/report"), data=json.dumps(body), timeout=10)
+def report(replica, node, body, fleet):
+    return fleet.session(node).post(replica.url(f"/api/v1/nodes/{node}/report"), data=json.dumps(body), timeout=10)
 
 
 def test_every_replica_serves_the_same_rendered_config(fleet):
@@ -142,7 +150,7 @@ def test_the_cluster_view_lists_every_replica_and_metrics_time_the_store(fleet):
 def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     a, b, c = fleet.replicas
     before = [pool(r)["status"]["machineCount"] for r in (b, c)]
-    resp = report(a, "member-1", {"pool": "worker", "state": "Working"})
+    resp = report(a, "member-1", {"pool": "worker", "state": "Working"}, fleet)
     assert resp.status_code == 200, resp.text
     acked = time.monotonic()
     for r, n in zip((b, c), before):
@@ -163,7 +171,7 @@ def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     target = views[0]["spec"]["configuration"]["name"]
     old = views[0]["status"]["configuration"]["name"]
     assert {v["status"]["served"]["config"] for v in views} == {old}  # unproven: nobody gets it
-    resp = report(a, "member-1", {"pool": "worker", "state": "Done", "currentConfig": target})
+    resp = report(a, "member-1", {"pool": "worker", "state": "Done", "currentConfig": target}, fleet)
     assert resp.status_code == 200, resp.text
     for r in (b, c):
         until(lambda r=r: pool(r)["status"]["served"]["config"] == target, "the proof reaches every replica")
@@ -177,7 +185,7 @@ def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable
 
     nodes = [f"drainer-{i:02d}" for i in range(30)]
     for i, n in enumerate(nodes):  # members of worker: the limit is 25% of 30+ nodes
-        assert report(fleet.replicas[i % 3], n, {"pool": "worker", "state": "Done"}).status_code == 200
+        assert report(fleet.replicas[i % 3], n, {"pool": "worker", "state": "Done"}, fleet).status_code == 200
     url = parse_store_url(fleet.etcd.url)
     watcher = EtcdClient(url.endpoints, timeout=10)
     limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
@@ -193,7 +201,7 @@ def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable
 
     def ask(i):
         r = fleet.replicas[i % 3]
-        return r.session().post(r.url(f"/api/v1/nodes/{nodes[i]}/drain"),
+        return fleet.session(nodes[i]).post(r.url(f"/api/v1/nodes/{nodes[i]}/drain"),
                                 data=json.dumps({"pool": "worker", "config": "c"}), timeout=30)
 
     try:
@@ -209,7 +217,7 @@ def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable
     # An expired lease frees its slot: after the TTL a waiting node is granted.
     waiting = nodes[[a.status_code for a in answers].index(429)]
     r = fleet.replicas[1]
-    until(lambda: r.session().post(r.url(f"/api/v1/nodes/{waiting}/drain"),
+    until(lambda: fleet.session(waiting).post(r.url(f"/api/v1/nodes/{waiting}/drain"),
                                    data=json.dumps({"pool": "worker", "config": "c"}), timeout=30).status_code == 200,
           "an expired lease frees its slot", timeout=LEASE_TTL + 15, every=0.5)
     watcher.close()
@@ -252,17 +260,17 @@ def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, 
     watcher = EtcdClient(url.endpoints, timeout=10)
     limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
     peak, stop = [0], threading.Event()
-    lb = fleet.session()
+    lb = {f"drainer-{i:02d}": fleet.session(f"drainer-{i:02d}") for i in range(30)}
 
     def drain_hammer():  # existing members keep asking for leases through the balancer
         i = 0
         while not stop.is_set():
             node = f"drainer-{i % 30:02d}"
             try:
-                r = lb.post(f"{fleet.lb_url}/api/v1/nodes/{node}/drain",
-                            data=json.dumps({"pool": "worker", "config": "c"}), timeout=10)
+                r = lb[node].post(f"{fleet.lb_url}/api/v1/nodes/{node}/drain",
+                                  data=json.dumps({"pool": "worker", "config": "c"}), timeout=10)
                 if r.status_code == 200:
-                    lb.delete(f"{fleet.lb_url}/api/v1/nodes/{node}/drain", timeout=10)
+                    lb[node].delete(f"{fleet.lb_url}/api/v1/nodes/{node}/drain", timeout=10)
             except requests.RequestException:
                 pass  # a replica being killed: the node would retry
             i += 1
@@ -309,13 +317,14 @@ def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, 
 
 def test_with_all_of_etcd_down_configs_still_serve_and_reports_wait_for_its_return(fleet, tmp_path):
     served = pool(fleet.replicas[0])["status"]["served"]["config"]
+    fleet.session("offline-1")  # registered while etcd is up: credentials are checked from memory
     for i in range(3):
         fleet.etcd.kill(i)
     try:
         r = fleet.replicas[0]
         resp = r.session().get(r.url("/config/worker"), timeout=30)
         assert resp.status_code == 200
-        resp = report(r, "offline-1", {"pool": "worker", "state": "Working"})
+        resp = report(r, "offline-1", {"pool": "worker", "state": "Working"}, fleet)
         assert resp.status_code == 503 and int(resp.headers["Retry-After"]) >= 1, resp.text
         node = boot_node(fleet, tmp_path, "offline-2")
         assert node["rc"] == 0, node["stderr"]

@@ -53,7 +53,7 @@ def pool_view(srv, pool):
 
 
 def report(srv, node, **body):
-    r = srv.session().post(srv.url(f"/api/v1/nodes/{node}/report"), json=body)
+    r = srv.node_session(node).post(srv.url(f"/api/v1/nodes/{node}/report"), json=body)
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -131,9 +131,9 @@ def test_reports_need_the_token_and_a_valid_body(shared):
     bad = shared.session(token=False)
     bad.headers["Authorization"] = "Bearer wrong"
     assert bad.post(shared.url("/api/v1/nodes/n1/report"), json={"pool": "worker", "state": "Done"}).status_code == 401
-    r = shared.session().post(shared.url("/api/v1/nodes/n1/report"), json={"pool": "worker", "state": "Sleeping"})
+    r = shared.node_session("n1").post(shared.url("/api/v1/nodes/n1/report"), json={"pool": "worker", "state": "Sleeping"})
     assert r.status_code == 400 and r.json()["error"]["field"] == "$.state"
-    r = shared.session().post(shared.url("/api/v1/nodes/n1/report"), data=b"{not json",
+    r = shared.node_session("n1").post(shared.url("/api/v1/nodes/n1/report"), data=b"{not json",
                               headers={"Content-Type": "application/json"})
     assert r.status_code == 400
     assert shared.session().get(shared.url("/api/v1/nodes/n1")).status_code == 404  # nothing stored
@@ -256,11 +256,11 @@ def test_custom_pool_membership(tmp_path, tls):
         assert out["pool"] == "infra" and "custom pool infra" in out["membership"]
         assert pool_view(srv, "infra")["status"]["machineCount"] == 1
         assert pool_view(srv, "worker")["status"]["machineCount"] == 0
-        r = srv.session().get(srv.url("/config/worker?node=c1"))
+        r = srv.node_session("c1").get(srv.url("/config/worker?node=c1"))
         assert r.status_code == 409 and "custom pool infra" in r.json()["error"]["message"]
-        r = srv.session().get(srv.url("/config/worker"), headers={"X-Node-Name": "c1"})
+        r = srv.node_session("c1").get(srv.url("/config/worker"), headers={"X-Node-Name": "c1"})
         assert r.status_code == 409
-        assert srv.session().get(srv.url("/config/infra?node=c1")).status_code == 200
+        assert srv.node_session("c1").get(srv.url("/config/infra?node=c1")).status_code == 200
         # Labels of worker + one custom pool: the custom pool. Two custom pools: Degraded with the reason.
         out = report(srv, "c2", pool="worker", state="Done",
                      labels={"node-role.kubernetes.io/worker": "", "node-role.kubernetes.io/gpu": ""})
@@ -278,7 +278,7 @@ def test_custom_pool_membership(tmp_path, tls):
 # -- drains ----------------------------------------------------------------------------------------
 
 def drain(srv, node, pool="master", config="c"):
-    return srv.session().post(srv.url(f"/api/v1/nodes/{node}/drain"), json={"pool": pool, "config": config})
+    return srv.node_session(node).post(srv.url(f"/api/v1/nodes/{node}/drain"), json={"pool": pool, "config": config})
 
 
 def test_drain_leases(tmp_path, tls):
@@ -292,7 +292,7 @@ def test_drain_leases(tmp_path, tls):
         assert r.status_code == 429 and r.json()["status"] == "wait" and r.json()["holders"] == ["m1"]
         assert int(r.headers["Retry-After"]) >= 1
         assert drain(srv, "m1").json()["renewed"] is True
-        r = srv.session().delete(srv.url("/api/v1/nodes/m1/drain"))
+        r = srv.node_session("m1").delete(srv.url("/api/v1/nodes/m1/drain"))
         assert r.json()["released"] is True and r.json()["actions"] == ["uncordon"]
         assert drain(srv, "m2").status_code == 200
         # m2 dies and never renews: its lease expires and frees the slot.

@@ -46,7 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate (chain) for TLS")
     p.add_argument("--tls-key", metavar="FILE", help="PEM private key for TLS")
     p.add_argument("--token-file", metavar="FILE",
-                   help="bearer token required on node reports and drain requests")
+                   help="the bootstrap token: registers new nodes (each then gets its own credential), fetches "
+                        "configs with secrets, reads the API")
+    p.add_argument("--admin-token-file", metavar="FILE",
+                   help="the admin token: deletes nodes, registers a node again, releases any drain lease")
+    p.add_argument("--serve-secrets-anonymously", action="store_true",
+                   help="serve configs that carry secrets (pull secret, kubeconfig) without a credential, as the "
+                        "MCS does (then only the network protects them)")
     p.add_argument("--backend", choices=("dir", "kubernetes"), default="dir",
                    help="where objects come from (default: dir)")
     p.add_argument("--workers", type=int, default=None, help="gunicorn worker processes (default: 2 x CPUs, 2..8)")
@@ -130,6 +136,22 @@ def _print_problems(problems) -> None:
         _err(f"state: {p}")
 
 
+def _read_token(flag: str, path: Optional[str]) -> Optional[str]:
+    """The token in ``path`` (None without one); ValueError names the flag and the problem."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{flag} {path}: not text (UTF-8)") from None
+    if not token:
+        raise ValueError(f"{flag} {path}: the file is empty")
+    return token
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     if args.backend == "kubernetes":
         _err("--backend kubernetes is not available in this build: only --backend dir (the state directory) "
@@ -147,17 +169,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if f and not os.path.isfile(f):
             _err(f"{f}: no such file")
             return EXIT_USAGE
-    token = None
-    if args.token_file:
-        try:
-            with open(args.token_file, encoding="utf-8") as fh:
-                token = fh.read().strip()
-        except OSError as exc:
-            _err(f"--token-file {args.token_file}: {exc.strerror}")
-            return EXIT_USAGE
-        if not token:
-            _err(f"--token-file {args.token_file}: the file is empty")
-            return EXIT_USAGE
+    try:
+        token = _read_token("--token-file", args.token_file)
+        admin_token = _read_token("--admin-token-file", args.admin_token_file)
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    if token and admin_token and token == admin_token:
+        _err("--admin-token-file holds the same token as --token-file: the admin token must differ from the "
+             "bootstrap token every node carries")
+        return EXIT_USAGE
     default = f"0.0.0.0:{TLS_PORT}" if args.tls_cert else f"127.0.0.1:{PLAIN_PORT}"
     try:
         host, port = parse_listen(args.listen or default)
@@ -204,7 +225,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import dataclasses
 
     store = dataclasses.replace(store, replica=store.replica_name(f"{host}:{port}"))
-    app = App(args.state, token=token, lease_ttl=args.lease_ttl, metrics_dir=metrics_dir, store=store)
+    app = App(args.state, token=token, lease_ttl=args.lease_ttl, metrics_dir=metrics_dir, store=store,
+              admin_token=admin_token, anonymous_secrets=args.serve_secrets_anonymously)
+    if not token and not admin_token:
+        logging.getLogger(__name__).warning(
+            "no --token-file or --admin-token-file: anyone who can reach the server may register nodes, report "
+            "for nodes that never registered and read the API; configs with secrets are withheld%s",
+            " (no: --serve-secrets-anonymously)" if args.serve_secrets_anonymously else "")
     limits = Limits(handshake=args.tls_handshake_timeout, header=args.header_timeout, body=args.body_timeout,
                     write=args.write_timeout, idle=args.idle_timeout)
     opts = options(bind, args.tls_cert, args.tls_key, args.workers, args.threads, args.log_level, args.access_log,

@@ -2,7 +2,8 @@
 
 What survives a restart: every rendered config ever made (so a node on an old config can still
 be served and diffed), each pool's target and current config with their history, the newest
-report of every node, drain leases and the cordon/drain/uncordon record.
+report of every node, drain leases, the cordon/drain/uncordon record and the hash of each
+node's credential.
 
 The schema is versioned with ``PRAGMA user_version``; ``MIGRATIONS[i]`` takes version i to i+1.
 Every gunicorn worker and thread opens its own connection (under the gevent worker: one per
@@ -61,6 +62,11 @@ MIGRATIONS = [
     """
     CREATE TABLE renderings (
         inputs TEXT PRIMARY KEY, name TEXT NOT NULL DEFAULT '', claimed REAL NOT NULL);
+    """,
+    # 3 -> 4: per-node credentials (agent/server/identity.py): only the SHA-256 of each secret.
+    """
+    CREATE TABLE credentials (
+        node TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, created REAL NOT NULL);
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -37,6 +37,12 @@ store it is given):
 - **Serving snapshot.** ``serving(pool, node)`` -> ``Serving``: everything a config fetch needs
   from the store (state signature seen by the fleet, the pool's row, the proofs of its target,
   the asking node's membership) in **one** round trip.
+- **Identity.** ``credential(node)`` (the stored hash or None), ``credential_owner(hash)`` (the
+  node whose credential hashes to it, or None), ``put_credential(node, hash, now, replace)``
+  (atomic: without ``replace`` it stores nothing and returns False when the node already has
+  one). Only hashes are stored (``identity.credential_hash``).
+- **Deleting a node.** ``delete_node(node, now)`` -> ``Deleted``: its report, its share of the
+  counters and proofs, its lease and its credential go in one atomic step.
 - Meta: ``meta(key)`` / ``set_meta(key, value)`` for small shared strings (state signature).
 
 Times are Unix seconds. Names are already validated by the caller (DNS-1123).
@@ -105,6 +111,13 @@ class Recorded:
 
 
 @dataclass(frozen=True)
+class Deleted:
+    existed: bool  # the node had a report, a credential or a lease
+    previous_pool: Optional[str]  # the pool it counted in (None: it never reported)
+    lease_pool: Optional[str]  # the pool whose drain lease it held (None: none)
+
+
+@dataclass(frozen=True)
 class Serving:
     """One round trip's worth of what a config fetch needs."""
     state_signature: Optional[str]
@@ -167,6 +180,23 @@ class NodeStore(abc.ABC):
     @abc.abstractmethod
     def rebuild(self, signature: str, assign: Callable[[Dict[str, Any]], Membership]) -> int:
         """Re-assign every node and recompute all counters; returns the number of nodes."""
+
+    @abc.abstractmethod
+    def delete_node(self, node: str, now: float) -> "Deleted":
+        """Remove the node: report, counters and proofs, lease, credential (atomically)."""
+
+    # -- identity -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def credential(self, node: str) -> Optional[str]:
+        ...
+
+    @abc.abstractmethod
+    def credential_owner(self, credential_hash: str) -> Optional[str]:
+        ...
+
+    @abc.abstractmethod
+    def put_credential(self, node: str, credential_hash: str, now: float, replace: bool) -> bool:
+        """Store the node's credential hash; without ``replace``, only if it has none (-> False)."""
 
     # -- leases -------------------------------------------------------------------------------
     @abc.abstractmethod

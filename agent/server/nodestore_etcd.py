@@ -11,6 +11,7 @@ Layout under the store prefix (default ``/node-agent/``):
 | ``meta/<key>`` | a small shared string (the state signature every replica has seen) |
 | ``leases/<pool>/<node>`` | a drain lease, attached to an etcd lease with the drain TTL (``etcd_drains``) |
 | ``drainlog/<node>`` | JSON list of the node's cordon/drain/uncordon events (the newest 50) |
+| ``credentials/<node>``, ``credhash/<hash>`` | the hash of the node's credential, and its owner (``etcd_identity``) |
 
 Reads come from memory: each process loads nodes, pools and meta once and follows them with a
 watch (``nodeindex.NodeIndex``), so counts, proofs and a config fetch cost no round trip and
@@ -21,7 +22,6 @@ which the HTTP layer answers with 503 and Retry-After.
 
 import json
 import logging
-import os
 import threading
 import time
 import zlib
@@ -37,6 +37,7 @@ from agent.server.etcd_client import (
     op_delete,
     op_put,
 )
+from agent.server.etcd_identity import EtcdIdentity
 from agent.server.nodeindex import NodeIndex
 from agent.server.nodestore import NodeRecord, NodeStore, PoolCounts, PoolRow, Proof, Recorded, Serving
 from agent.server.progress import Membership
@@ -48,7 +49,7 @@ DRAINLOG_KEEP = 50
 CAS_TRIES = 50
 
 
-class EtcdNodeStore(NodeStore):
+class EtcdNodeStore(EtcdIdentity, NodeStore):
     def __init__(self, client: EtcdClient, prefix: str = "/node-agent/", watch: bool = True):
         self.client = client
         self.prefix = prefix
@@ -58,6 +59,8 @@ class EtcdNodeStore(NodeStore):
         self._pool_revs: Dict[str, int] = {}  # mod_revision of each pool row: the compare of a CAS
         self._leases: Dict[str, Tuple[str, str, int, int]] = {}  # node -> (pool, config, mod_revision, lease)
         self._meta: Dict[str, str] = {}
+        self._credentials: Dict[str, str] = {}
+        self._owners: Dict[str, str] = {}
         self._replicas: Dict[str, Dict[str, Any]] = {}  # "<replica>/<pid>" -> what it announced
         self._rendered: Dict[str, Dict[str, Any]] = {}
         self._stop = threading.Event()
@@ -91,6 +94,7 @@ class EtcdNodeStore(NodeStore):
             for kv in leases:
                 self._note_lease(kv.key.decode()[len(self._k("leases/")):], kv, False)
             self._meta = {_tail(kv.key): kv.value.decode() for kv in meta}
+            self._load_credentials(rev)
             self.revision = rev
 
     def _on_events(self, events: List[Event], revision: int) -> None:
@@ -122,6 +126,8 @@ class EtcdNodeStore(NodeStore):
                 self._replicas.pop(name, None)
             else:
                 self._replicas[name] = json.loads(ev.kv.value)
+        elif kind == "credentials":
+            self._credential_event(name, ev.kv, deleted)
         elif kind == "meta":
             if deleted:
                 self._meta.pop(name, None)
@@ -368,31 +374,3 @@ def _node_record(node: str, value: bytes) -> NodeRecord:
     return NodeRecord(node=node, pool=d["pool"], why=d.get("why", ""), degraded=d.get("degraded", ""),
                       report=d.get("report") or {}, received=d.get("received", 0.0))
 
-
-class Heartbeat:
-    """A replica process announces what it serves under ``replicas/<name>/<pid>`` (an etcd lease
-    of ``ttl`` seconds, renewed every ``ttl / 3``): /api/v1/cluster lists every replica's view,
-    and a replica that died drops out by itself."""
-
-    def __init__(self, store: "EtcdNodeStore", name: str, describe: Callable[[], Dict[str, Any]], ttl: int = 15):
-        self.store, self.name, self.describe, self.ttl = store, name, describe, ttl
-        self._lease = 0
-        self._thread = threading.Thread(target=self._loop, name="replica-heartbeat", daemon=True)
-        self._thread.start()
-
-    def beat(self) -> None:
-        client = self.store.client
-        if not self._lease or client.keepalive(self._lease) <= 0:
-            self._lease = client.grant(self.ttl)
-        info = dict(self.describe(), replica=self.name, pid=os.getpid(), at=time.time())
-        client.put(self.store._k("replicas", self.name, str(os.getpid())), json.dumps(info, sort_keys=True),
-                   lease=self._lease)
-
-    def _loop(self) -> None:
-        while not self.store._stop.wait(0 if not self._lease else self.ttl / 3):
-            try:
-                self.beat()
-            except Exception as exc:  # the store is away: the next beat tries again
-                log.debug("replica heartbeat failed: %s", exc)
-                self._lease = 0
-                self.store._stop.wait(1)

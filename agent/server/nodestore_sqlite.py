@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.db import Database
 from agent.server.nodestore import (
+    Deleted,
     NodeRecord,
     NodeStore,
     PoolCounts,
@@ -116,6 +117,38 @@ class SqliteNodeStore(NodeStore):
                 n += 1
             Database.set_meta(c, "membership_signature", signature)
         return n
+
+    def delete_node(self, node: str, now: float) -> Deleted:
+        with self.db.write() as c:
+            old = c.execute("SELECT pool, degraded, body FROM reports WHERE node=?", (node,)).fetchone()
+            if old is not None:
+                _add(c, old["pool"], old["degraded"], json.loads(old["body"]), -1)
+                c.execute("DELETE FROM reports WHERE node=?", (node,))
+            lease = c.execute("SELECT pool FROM leases WHERE node=?", (node,)).fetchone()
+            if lease is not None:
+                c.execute("DELETE FROM leases WHERE node=?", (node,))
+                Database.record_drain(c, node, lease["pool"], "uncordon", "node deleted by the admin")
+            gone = c.execute("DELETE FROM credentials WHERE node=?", (node,)).rowcount
+        return Deleted(bool(old is not None or lease is not None or gone), old["pool"] if old is not None else None,
+                       lease["pool"] if lease is not None else None)
+
+    # -- identity -------------------------------------------------------------------------------
+
+    def credential(self, node: str) -> Optional[str]:
+        rows = self._q("SELECT hash FROM credentials WHERE node=?", (node,))
+        return rows[0][0] if rows else None
+
+    def credential_owner(self, credential_hash: str) -> Optional[str]:
+        rows = self._q("SELECT node FROM credentials WHERE hash=?", (credential_hash,))
+        return rows[0][0] if rows else None
+
+    def put_credential(self, node: str, credential_hash: str, now: float, replace: bool) -> bool:
+        with self.db.write() as c:
+            if not replace and c.execute("SELECT 1 FROM credentials WHERE node=?", (node,)).fetchone():
+                return False
+            c.execute("INSERT INTO credentials (node, hash, created) VALUES (?,?,?) ON CONFLICT(node) "
+                      "DO UPDATE SET hash=excluded.hash, created=excluded.created", (node, credential_hash, now))
+            return True
 
     # -- leases -------------------------------------------------------------------------------
 

@@ -19,17 +19,16 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-from agent.server import content, gating, poolview, progress, skewpolicy
-from agent.server.accept import negotiate_version
+from agent.server import gating, identity, poolview, progress, skewpolicy
 from agent.server.db import Database
 from agent.server.drains import DEFAULT_TTL, parse_max_unavailable
-from agent.server.nodestore import NodeRecord, NodeStore, PoolRow, StoreUnavailable, counts_for
+from agent.server.nodestore import NodeStore, PoolRow, StoreUnavailable, counts_for
 from agent.server.nodestore_sqlite import SqliteNodeStore
 from agent.server.render import Rendered, inputs_key, render_pool
 from agent.server.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
+from agent.server.serving import ConfigServing, Fetch, UnknownPool  # noqa: F401 - the API's names
 from agent.server.store import State, pool_forced
 from agent.server.watcher import StateWatcher
 
@@ -38,19 +37,6 @@ log = logging.getLogger(__name__)
 STORE_RETRY = 2.0  # seconds between attempts to write to a shared store that is away
 VIEW_NODES = 100  # nodes listed in a pool view; all of them: /api/v1/nodes (paged)
 _UNSET = object()
-
-
-class UnknownPool(KeyError):
-    pass
-
-
-@dataclass(frozen=True)
-class Fetch:
-    body: bytes
-    etag: str
-    version: str
-    served: gating.Served
-    node: Optional[NodeRecord]  # the asking node as the store knows it (None: anonymous or unknown)
 
 
 MEMBERSHIP_RULE = 2
@@ -65,7 +51,7 @@ def membership_signature(st: State) -> str:
     return hashlib.sha256(json.dumps(sel, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-class Cluster:
+class Cluster(ConfigServing):
     def __init__(self, state_dir: Optional[str], db_path: Optional[str] = None, lease_ttl: float = DEFAULT_TTL,
                  reload_interval: float = 1.0, store: Optional[NodeStore] = None, watcher: Any = None):
         """``store`` and ``watcher`` (a state source with ``current()``) default to SQLite in the
@@ -85,7 +71,7 @@ class Cluster:
         self._rendered: Dict[str, Rendered] = {}
         self._by_name: Dict[str, Rendered] = {}
         self._old_specs: Dict[str, Dict[str, Any]] = {}
-        self._cache: OrderedDict[Tuple, Tuple[bytes, str, str]] = OrderedDict()
+        self._cache: OrderedDict[Tuple, Tuple[bytes, str, str, Tuple[str, ...]]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._flights: Dict[Tuple, threading.Lock] = {}
         self._decisions: Dict[Tuple, Any] = {}  # shared by threads; keyed on every input
@@ -317,109 +303,9 @@ class Cluster:
         """On a shared store, announce this process's view every few seconds (/api/v1/cluster)."""
         self.replica_name = name
         if getattr(self.store, "replicas", None) is not None and self._heartbeat is None:
-            from agent.server.nodestore_etcd import Heartbeat
+            from agent.server.etcd_heartbeat import Heartbeat
 
             self._heartbeat = Heartbeat(self.store, name, self.replica_view)
-
-    # -- serving configs -------------------------------------------------------------------------
-
-    def fetch(self, pool_name: str, accept: Optional[str], node: Optional[str] = None) -> Fetch:
-        """A config fetch: one store round trip, then memoised decisions and cached bodies.
-
-        A node naming itself (``node``) that the store knows as a member of ``pool_name`` gets
-        the pool's target; anyone else what a new node may have (gating). Raises UnknownPool
-        and accept.UnsupportedVersion / content.ConversionFailed. Bodies are cached per (pool, config, image, state, Accept),
-        so a scale-up storm costs no re-rendering, and one thread renders while the others wait.
-        """
-        snap = self.store.serving(pool_name, node)
-        st = self.state(seen=snap.state_signature)
-        if pool_name not in st.pools:
-            raise UnknownPool(pool_name)
-        row = snap.pool
-        if row is None or snap.state_signature != st.signature:  # this worker reconciled just now
-            snap = self.store.serving(pool_name, node)
-            row = snap.pool
-            if row is None:
-                raise UnknownPool(pool_name)
-        member = snap.node is not None and snap.node.pool == pool_name
-        if member:
-            served = self._member_decision(st, pool_name, row.target)
-        else:
-            image = self._layered(st, pool_name, row.target)
-            updated = snap.target_proof(image).updated
-            served = self._new_node_decision(st, pool_name, row, updated, self._current_proof(st, pool_name, row, updated))
-        body, etag, version = self._body(pool_name, st, served, accept)
-        return Fetch(body, etag, version, served, snap.node)
-
-    def _current_proof(self, st: State, pool: str, row: PoolRow, updated: int) -> int:
-        """Nodes Done on the current config with its layered image: proof for what a new node is
-        served while the target is unproven (one more store query, only in that window)."""
-        if row.target == row.current or updated > 0:
-            return 0
-        image = self._layered(st, pool, row.current)
-        return self.store.proof(pool, row.current, image).updated if image else 0
-
-    def _new_node_decision(self, st: State, pool: str, row: PoolRow, updated: int,
-                           current_proof: int = 0) -> gating.Served:
-        key = ("new", st.signature, pool, row.target, row.current, updated, current_proof)
-        hit = self._decisions.get(key)
-        if hit is None:
-            hit = gating.decide(pool, row.target, row.current, updated, self._base_images(row.target, row.current),
-                                st.os_configs, st.os_builds, current_proof)
-            self._remember(key, hit)
-        return hit
-
-    def _member_decision(self, st: State, pool: str, target: str) -> gating.Served:
-        key = ("member", st.signature, pool, target)
-        hit = self._decisions.get(key)
-        if hit is None:
-            hit = gating.for_member(pool, target, self._base_images(target), st.os_configs, st.os_builds)
-            self._remember(key, hit)
-        return hit
-
-    def _body(self, pool_name: str, st: State, served: gating.Served,
-              accept: Optional[str]) -> Tuple[bytes, str, str]:
-        key = (pool_name, served.config, served.image, st.signature, accept or "")
-        with self._cache_lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-                return hit
-            # Single flight: in a storm, one thread renders and the others wait for its result.
-            flight = self._flights.setdefault(key, threading.Lock())
-        with flight:
-            with self._cache_lock:
-                hit = self._cache.get(key)
-            if hit is not None:
-                return hit
-            try:
-                return self._render_into_cache(key, pool_name, st, served, accept)
-            finally:
-                with self._cache_lock:
-                    self._flights.pop(key, None)
-
-    def prerender(self) -> None:
-        """Fill the cache for every pool with the usual Accept headers (a worker starts warm)."""
-        for name in self.state().pools:
-            for accept in (None, "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1"):
-                try:
-                    self.fetch(name, accept)
-                except Exception as exc:  # warming is an optimisation, never a failure
-                    log.debug("prerender of %s failed: %s", name, exc)
-
-    def _render_into_cache(self, key: Tuple, pool_name: str, st: State, served: gating.Served,
-                           accept: Optional[str]) -> Tuple[bytes, str, str]:
-        spec = self.spec_of(served.config) or {}
-        version = negotiate_version(accept)
-        converted = content.build_document(st.pools[pool_name], served.config, spec, served.image, st.cluster_spec,
-                                           version=version, layered=served.layered, bootstrap=st.bootstrap)
-        body = content.render_bytes(converted)
-        etag = '"' + hashlib.sha256(body).hexdigest()[:40] + '"'
-        with self._cache_lock:
-            self._cache[key] = (body, etag, version)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-        return body, etag, version
 
     # -- reports and drains ------------------------------------------------------------------------
 
@@ -439,6 +325,23 @@ class Cluster:
         if member.degraded:
             out["degradedReason"] = member.degraded
         return out
+
+    def delete_node(self, node: str) -> Dict[str, Any]:
+        """Forget a node (admin): its report, counters, proofs, lease and credential; the pool it
+        counted in steps again (its counters moved)."""
+        deleted = self.store.delete_node(node, time.time())
+        if deleted.previous_pool is not None:
+            self._step_pool(self.state(), deleted.previous_pool)
+        return {"node": node, "deleted": deleted.existed, "pool": deleted.previous_pool or "",
+                "leaseReleased": deleted.lease_pool is not None}
+
+    def register(self, node: str, replace: bool) -> Optional[str]:
+        """A new credential for ``node`` (returned once; only its hash is kept), or None when
+        the node already has one and ``replace`` is False (someone registered it meanwhile)."""
+        secret = identity.new_credential()
+        if not self.store.put_credential(node, identity.credential_hash(secret), time.time(), replace):
+            return None
+        return secret
 
     def drain_limit(self, pool: str) -> int:
         st = self.state()

@@ -16,9 +16,13 @@ def _write(path: str, data: str, mode: int = 0o644) -> None:
     os.chmod(path, mode)
 
 
-def pointer_config(server_url: str, pool: str, ca_pem: Optional[bytes] = None) -> Dict:
-    """The pointer config a node boots with: ``merge`` of ``<server>/config/<pool>``."""
-    ignition: Dict = {"version": "3.4.0", "config": {"merge": [{"source": f"{server_url}/config/{pool}"}]}}
+def pointer_config(server_url: str, pool: str, ca_pem: Optional[bytes] = None, token: Optional[str] = None) -> Dict:
+    """The pointer config a node boots with: ``merge`` of ``<server>/config/<pool>``, with the
+    bootstrap token in ``httpHeaders`` when given (configs with secrets need a credential)."""
+    source: Dict = {"source": f"{server_url}/config/{pool}"}
+    if token:
+        source["httpHeaders"] = [{"name": "Authorization", "value": f"Bearer {token}"}]
+    ignition: Dict = {"version": "3.4.0", "config": {"merge": [source]}}
     if ca_pem:
         ignition["security"] = {"tls": {"certificateAuthorities": [
             {"source": "data:text/plain;charset=utf-8;base64," + base64.b64encode(ca_pem).decode()}]}}
@@ -31,7 +35,7 @@ def make_node_root(top: str, server_url: str, pool: str, *, ca_pem: Optional[byt
                    fetch_budget: float = 20.0, cmdline: str = "") -> str:
     """Create a scratch node root under ``top`` and return it."""
     os.makedirs(top, exist_ok=True)
-    _write(os.path.join(top, "etc/node-agent/pointer.ign"), json.dumps(pointer_config(server_url, pool, ca_pem)))
+    _write(os.path.join(top, "etc/node-agent/pointer.ign"), json.dumps(pointer_config(server_url, pool, ca_pem, token)))
     settings = ["stateDir: /var/lib/node-agent", "fetch:", f"  totalTimeout: {fetch_budget}"]
     if node_name:
         settings.insert(0, f"nodeName: {node_name}")

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import requests
 
@@ -41,6 +41,7 @@ class ServerProcess:
         self._logfile = tempfile.NamedTemporaryFile(prefix="node-config-server-", suffix=".log", delete=False)
         self._log_kept = ""  # the log's text once stop() has removed the file
         self._token_file: Optional[str] = None
+        self.credentials: Dict[str, str] = {}  # node -> its credential (node_session registers it)
 
     @property
     def base_url(self) -> str:
@@ -60,6 +61,18 @@ class ServerProcess:
         s.verify = self.verify
         if token and self.token:
             s.headers["Authorization"] = f"Bearer {self.token}"
+        return s
+
+    def node_session(self, node: str) -> requests.Session:
+        """A session that is node ``node``: registered once with the bootstrap token, then its
+        own credential on every request (agent/server/identity.py)."""
+        cred = self.credentials.get(node)
+        if cred is None:
+            r = self.session().post(self.url(f"/api/v1/nodes/{node}/register"))
+            assert r.status_code == 201, r.text
+            cred = self.credentials[node] = r.json()["credential"]
+        s = self.session(token=False)
+        s.headers["Authorization"] = f"Bearer {cred}"
         return s
 
     def command(self) -> List[str]:

@@ -1,0 +1,201 @@
+"""Who is asking: the bootstrap token, the admin token, a node's own credential, or nobody.
+
+The model is the kubelet's TLS bootstrap: a shared, low-privilege bootstrap token lets a new
+machine ask once for its own credential, and from then on the node acts only as itself
+(kubernetes pkg/kubelet/certificate/bootstrap/bootstrap.go; the CSR's CN is
+``system:node:<name>``, and OpenShift's cluster-machine-approver refuses a bootstrap CSR for a
+node that already exists: pkg/controller/csr_check.go, authorizeNodeClientCSR, "node %s already
+exists, cannot approve"). Here the credential is a random bearer secret instead of a client
+certificate (no CA to run), issued by ``POST /api/v1/nodes/<node>/register``; the server keeps
+only its SHA-256 (a 256-bit random secret needs no salt or slow hash: there is nothing to guess),
+and compares with ``hmac.compare_digest``.
+
+| caller | proves | may |
+|---|---|---|
+| admin (``--admin-token-file``) | the admin token | everything but reporting as a node: GET APIs, re-register a node (rotate its credential), delete a node, release any drain lease, fetch configs |
+| node ``N`` | N's credential | report as N, hold/release N's lease, fetch configs as a member (``?node=N`` / ``X-Node-Name: N`` or no name), GET APIs |
+| bootstrap (``--token-file``) | the bootstrap token | register a node that has no credential yet, fetch configs as a new node, GET APIs |
+| anonymous | nothing | fetch configs that carry no secrets as a new node (what stock Ignition does), ``/healthz``, ``/metrics`` |
+
+A server with neither token ("open": a lab on loopback) checks only what it can: a node that has
+registered must still use its credential, and configs with secrets are withheld unless
+``--serve-secrets-anonymously``.
+"""
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+CREDENTIAL_PREFIX = "nac1_"  # names the kind (and version) of secret in logs and leak scanners
+ANONYMOUS, BOOTSTRAP, ADMIN, NODE = "anonymous", "bootstrap", "admin", "node"
+_CHALLENGE = [("WWW-Authenticate", 'Bearer realm="node-config-server"')]
+
+
+class Denied(Exception):
+    """A request this caller may not make: ``code`` 401 (no or unknown credential) or 403."""
+
+    def __init__(self, code: int, message: str, headers: Optional[List[Tuple[str, str]]] = None):
+        self.code = code
+        self.message = message
+        self.headers = headers if headers is not None else (_CHALLENGE if code == 401 else [])
+        super().__init__(message)
+
+
+def new_credential() -> str:
+    """A fresh node credential: 256 random bits, URL-safe (a valid RFC 6750 bearer token)."""
+    return CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
+
+
+def credential_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def same_secret(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
+
+
+def bearer(environ: Dict[str, Any]) -> str:
+    header = environ.get("HTTP_AUTHORIZATION", "") or ""
+    return header[7:].strip() if header[:7].lower() == "bearer " else ""
+
+
+@dataclass(frozen=True)
+class Caller:
+    kind: str  # ANONYMOUS, BOOTSTRAP, ADMIN or NODE
+    node: str = ""  # the node a NODE caller is
+
+    @property
+    def anonymous(self) -> bool:
+        return self.kind == ANONYMOUS
+
+    def describe(self) -> str:
+        return f"node {self.node}'s credential" if self.kind == NODE else {
+            ANONYMOUS: "no credential", BOOTSTRAP: "the bootstrap token", ADMIN: "the admin token"}[self.kind]
+
+
+def register_hint(node: str) -> str:
+    return (f"register it once: POST /api/v1/nodes/{node}/register with the bootstrap token "
+            f"(node-agent does this at first boot and keeps the credential in its state directory)")
+
+
+class Auth:
+    """The server's credentials and the rules above. ``store`` is a ``nodestore.NodeStore``."""
+
+    def __init__(self, bootstrap: Optional[str] = None, admin: Optional[str] = None,
+                 anonymous_secrets: bool = False):
+        self.bootstrap = bootstrap or None
+        self.admin = admin or None
+        self.anonymous_secrets = anonymous_secrets
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the server holds any token (else it is "open")."""
+        return bool(self.bootstrap or self.admin)
+
+    def identify(self, environ: Dict[str, Any], store: Any) -> Caller:
+        """The caller behind the Authorization header; an unknown bearer token is a 401 (a
+        mistyped token should not silently become anonymous)."""
+        given = bearer(environ)
+        if not given:
+            return Caller(ANONYMOUS)
+        if self.admin and same_secret(given, self.admin):
+            return Caller(ADMIN)
+        if self.bootstrap and same_secret(given, self.bootstrap):
+            return Caller(BOOTSTRAP)
+        if given.startswith(CREDENTIAL_PREFIX):
+            node = store.credential_owner(credential_hash(given))
+            if node is not None:
+                return Caller(NODE, node)
+        raise Denied(401, "the bearer token is not one this server issued or was given (Authorization: Bearer "
+                          "<token>): a node uses its own credential (from registering) or the bootstrap token "
+                          "(--token-file); an admin the admin token (--admin-token-file)")
+
+    # -- rules --------------------------------------------------------------------------------
+
+    def require_reader(self, caller: Caller) -> None:
+        """GET APIs: any credential (nodes' reports and the fleet's state are not for everyone);
+        an open server answers everyone."""
+        if self.enabled and caller.anonymous:
+            raise Denied(401, "this API needs a credential (Authorization: Bearer <token>): the admin token, "
+                              "the bootstrap token or a node's credential; /healthz and /metrics are open")
+
+    def require_admin(self, caller: Caller, what: str) -> None:
+        if caller.kind == ADMIN or not self.enabled:
+            return
+        if not self.admin:
+            raise Denied(403, f"{what} needs the admin token, and this server has none: start it with "
+                              f"--admin-token-file FILE")
+        raise Denied(401 if caller.anonymous else 403,
+                     f"{what} needs the admin token (--admin-token-file); {caller.describe()} is not enough")
+
+    def require_node(self, caller: Caller, node: str, has_credential: bool, what: str,
+                     admin_may: bool = False) -> None:
+        """Only node ``node`` itself (its credential) may do ``what``; ``admin_may``: the admin too.
+        An open server lets anyone act for a node that never registered (TOFU)."""
+        if caller.kind == NODE and caller.node == node:
+            return
+        if admin_may and caller.kind == ADMIN:
+            return
+        if not self.enabled and not has_credential:
+            return
+        if caller.kind == NODE:
+            raise Denied(403, f"{what}: the credential sent is node {caller.node}'s; only node {node} may do "
+                              f"this, with its own credential")
+        if caller.anonymous:
+            raise Denied(401, f"{what} needs node {node}'s own credential (Authorization: Bearer <credential>)"
+                              + ("" if has_credential else f"; node {node} is not registered: {register_hint(node)}"))
+        if not has_credential:
+            raise Denied(403, f"{what}: node {node} is not registered; {caller.describe()} does not make a node: "
+                              f"{register_hint(node)}")
+        raise Denied(403, f"{what}: only node {node} itself may do this, with its own credential "
+                          f"(Authorization: Bearer <credential>); {caller.describe()} is not enough")
+
+    def may_register(self, caller: Caller, node: str, registered: bool) -> None:
+        """A new name: the bootstrap token (or the admin); an existing one: the admin only, so a
+        bootstrap-token holder cannot take a node over (as the machine-approver refuses a
+        bootstrap CSR for an existing node)."""
+        if caller.kind == ADMIN:
+            return
+        if registered:
+            raise Denied(403, f"node {node} is already registered: only the admin may register it again "
+                              f"(POST with the admin token rotates its credential), or delete it first "
+                              f"(DELETE /api/v1/nodes/{node} with the admin token)")
+        if caller.kind == BOOTSTRAP or not self.bootstrap and not self.enabled:
+            return
+        if caller.kind == NODE:
+            raise Denied(403, f"node {caller.node}'s credential cannot register node {node}: use the bootstrap "
+                              f"token (--token-file) or the admin token")
+        raise Denied(401, f"registering node {node} needs the bootstrap token (Authorization: Bearer <token>, "
+                          f"the server's --token-file) or the admin token")
+
+    def member_name(self, caller: Caller, named: Optional[str], has_credential: bool) -> Optional[str]:
+        """The node a config fetch may be answered as (a member gets the pool's unproven
+        target, so naming a node needs its credential); None: answer as to a new node."""
+        if named is None:
+            return caller.node if caller.kind == NODE else None
+        if caller.kind == NODE and caller.node == named:
+            return named
+        if caller.kind == NODE:
+            raise Denied(403, f"the fetch names node {named} (?node= or X-Node-Name) but the credential sent is "
+                              f"node {caller.node}'s: a node fetches only as itself")
+        if not self.enabled and not has_credential:
+            return named  # an open server: an unregistered name is taken at its word
+        raise Denied(401 if caller.anonymous else 403,
+                     f"the fetch names node {named} (?node= or X-Node-Name), which gets the pool's target before "
+                     f"any node proved it: send node {named}'s credential (Authorization: Bearer <credential>), "
+                     f"or leave the name out to get what a new node gets")
+
+    def may_get_secrets(self, caller: Caller, pool: str, paths: Tuple[str, ...]) -> None:
+        """A config carrying secrets (``paths``) needs a credential unless --serve-secrets-anonymously."""
+        if not paths or not caller.anonymous or self.anonymous_secrets:
+            return
+        what = f"the config of pool {pool} carries secrets ({', '.join(paths)})"
+        if self.bootstrap:
+            raise Denied(401, f"{what}: send the bootstrap token (Authorization: Bearer <token>; an Ignition "
+                              f"pointer config carries it in ignition.config.merge[].httpHeaders) or a node's "
+                              f"credential")
+        raise Denied(403, f"{what} and this server has no --token-file to check a node with: give it one (nodes "
+                          f"send it from the pointer config's httpHeaders), or start it with "
+                          f"--serve-secrets-anonymously to rely on the network alone, as the MCS does")

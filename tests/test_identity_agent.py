@@ -1,0 +1,80 @@
+"""The agent side of per-node identity, against the real server (TLS, bootstrap + admin tokens):
+first boot registers the node once and keeps its credential 0600 under ``--root``; reports,
+drain leases and day-2 member fetches carry it; a reinstalled machine reusing a registered name
+is refused until the admin deletes the old node, and then registers again.
+"""
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.certs import make_tls
+from tests.helpers.noderoot import make_node_root
+from tests.helpers.server_proc import REPO, ServerProcess
+from tests.test_identity import PULL_SECRET
+
+TOKEN, ADMIN = "agent-identity-boot", "agent-identity-admin"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    top = tmp_path_factory.mktemp("identity-agent")
+    state = top / "state"
+    shutil.copytree(os.path.join(REPO, "examples", "state"), state)
+    (state / "machineconfigs" / "99-worker-pull-secret.yaml").write_text(PULL_SECRET)
+    admin = top / "admin-token"
+    admin.write_text(ADMIN + "\n")
+    with ServerProcess(str(state), tls=make_tls(str(top / "tls")), token=TOKEN,
+                       extra_args=["--admin-token-file", str(admin)]) as srv:
+        yield srv
+
+
+def firstboot(server, tmp_path, name, dirname=None):
+    root = make_node_root(str(tmp_path / (dirname or name)), server.base_url, "worker", ca_pem=server.tls.ca_pem(),
+                          token=TOKEN, node_name=name, fetch_budget=10)
+    r = subprocess.run([sys.executable, "-m", "agent.cli", "firstboot", "--root", root], capture_output=True,
+                       text=True, timeout=120, cwd=REPO,
+                       env=dict(os.environ, NODE_AGENT_JOURNAL_SOCKET="/nonexistent/journal"))
+    return root, r
+
+
+def test_first_boot_registers_once_and_reports_as_itself(server, tmp_path):
+    root, r = firstboot(server, tmp_path, "id-node-1")
+    assert r.returncode == 0, r.stderr
+    assert "registered" in r.stderr
+    path = os.path.join(root, "var/lib/node-agent/node-credential")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    with open(path) as f:
+        kept = json.load(f)
+    assert kept["node"] == "id-node-1" and kept["server"] == server.base_url
+    # the pull secret came (the pointer's httpHeaders carried the bootstrap token) and is 0600
+    assert stat.S_IMODE(os.stat(os.path.join(root, "var/lib/kubelet/config.json")).st_mode) == 0o600
+    node = server.session().get(server.url("/api/v1/nodes/id-node-1")).json()
+    assert node["report"]["state"] in ("Done", "Working")
+    # Its credential is the only thing that reports as it: the bootstrap token is refused.
+    forged = server.session().post(server.url("/api/v1/nodes/id-node-1/report"), json={"pool": "worker",
+                                                                                      "state": "Degraded"})
+    assert forged.status_code == 403
+    own = server.session(token=False)
+    own.headers["Authorization"] = f"Bearer {kept['credential']}"
+    assert own.get(server.url("/config/worker"), headers={"X-Node-Name": "id-node-1"}).status_code == 200
+
+
+def test_a_reinstalled_machine_needs_the_admin_to_delete_the_old_node(server, tmp_path):
+    assert firstboot(server, tmp_path, "id-node-2")[1].returncode == 0
+    root, r = firstboot(server, tmp_path, "id-node-2", dirname="reinstalled")
+    assert r.returncode == 0, r.stderr  # provisioning is never blocked by a report
+    assert "already registered" in r.stderr
+    assert not os.path.exists(os.path.join(root, "var/lib/node-agent/node-credential"))
+    admin = server.session(token=False)
+    admin.headers["Authorization"] = f"Bearer {ADMIN}"
+    gone = admin.delete(server.url("/api/v1/nodes/id-node-2"))
+    assert gone.status_code == 200 and gone.json()["deleted"] is True
+    root, r = firstboot(server, tmp_path, "id-node-2", dirname="reinstalled-again")
+    assert r.returncode == 0 and "registered" in r.stderr, r.stderr
+    assert os.path.exists(os.path.join(root, "var/lib/node-agent/node-credential"))
