@@ -35,16 +35,44 @@ from benchmarks.common import Row  # noqa: E402
 
 WRK = shutil.which("wrk") or "/usr/bin/wrk"
 TOKEN = "bench-token"
+NODES = 200  # registered nodes the report storm reports as (each with its own credential)
 REPORT_LUA = """
-counter = 0
+local nodes = {NODES}
 request = function()
-  counter = counter + 1
-  local node = string.format("bench-%d-%d", math.random(1, 1000000), counter)
-  return wrk.format("POST", "/api/v1/nodes/" .. node .. "/report",
-    {["Content-Type"] = "application/json", ["Authorization"] = "Bearer TOKEN"},
+  local n = nodes[math.random(1, #nodes)]
+  return wrk.format("POST", "/api/v1/nodes/" .. n[1] .. "/report",
+    {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. n[2]},
     '{"pool": "worker", "state": "Done", "currentConfig": "rendered-worker-bench"}')
 end
-""".replace("TOKEN", TOKEN)
+"""
+
+
+def _session():
+    import requests
+
+    s = requests.Session()
+    s.trust_env = False
+    s.verify = False
+    s.headers["Authorization"] = f"Bearer {TOKEN}"
+    requests.packages.urllib3.disable_warnings()
+    return s
+
+
+def register(base: str, node: str, session=None) -> str:
+    """Node ``node``'s credential: a report is accepted only as the node itself (docs/security.md)."""
+    r = (session or _session()).post(f"{base}/api/v1/nodes/{node}/register", timeout=10)
+    r.raise_for_status()
+    return r.json()["credential"]
+
+
+def report_script(path: str, base: str, prefix: str) -> str:
+    """A wrk script reporting as NODES nodes registered on ``base`` (a wrk -H header would not do:
+    each node has its own credential)."""
+    s = _session()
+    table = ", ".join(f'{{"{prefix}-{i}", "{register(base, f"{prefix}-{i}", s)}"}}' for i in range(NODES))
+    with open(path, "w") as f:
+        f.write(REPORT_LUA.replace("{NODES}", "{" + table + "}"))
+    return path
 
 
 def _wrk(url: str, seconds: int, connections: int, script: str = "") -> Dict[str, float]:
@@ -97,18 +125,14 @@ def _setups(top: str):
 def propagation(replicas: List[str], samples: int) -> List[float]:
     """Seconds from a report acknowledged by one replica until another replica's pool view
     counts it (polled every 5 ms; the poll itself is part of the figure)."""
-    import requests
-
-    s = requests.Session()
-    s.trust_env = False
-    s.verify = False
-    s.headers["Authorization"] = f"Bearer {TOKEN}"
-    requests.packages.urllib3.disable_warnings()
+    s = _session()
     out = []
     for i in range(samples):
         a, b = replicas[i % len(replicas)], replicas[(i + 1) % len(replicas)]
         before = s.get(f"{b}/api/v1/pools/worker", timeout=10).json()["status"]["machineCount"]
-        r = s.post(f"{a}/api/v1/nodes/prop-{i}/report", json={"pool": "worker", "state": "Working"}, timeout=10)
+        own = {"Authorization": f"Bearer {register(a, f'prop-{i}', s)}"}
+        r = s.post(f"{a}/api/v1/nodes/prop-{i}/report", json={"pool": "worker", "state": "Working"}, timeout=10,
+                   headers=own)
         r.raise_for_status()
         acked = time.perf_counter()
         while s.get(f"{b}/api/v1/pools/worker", timeout=10).json()["status"]["machineCount"] <= before:
@@ -121,20 +145,22 @@ def propagation(replicas: List[str], samples: int) -> List[float]:
 
 def measure(rounds: int, seconds: int, connections: int) -> Dict[str, Dict[str, List[Dict[str, float]]]]:
     top = tempfile.mkdtemp(prefix="bench-replicas-")
-    script = os.path.join(top, "report.lua")
-    with open(script, "w") as f:
-        f.write(REPORT_LUA)
     urls, stop = _setups(top)
     replicas = urls.pop("_replicas")
     out: Dict[str, Dict[str, List[Dict[str, float]]]] = {name: {"config": [], "report": []} for name in urls}
     try:
         out["_propagation"] = {"seconds": propagation(replicas, 10 if rounds == 1 else 30)}
-        for base in urls.values():  # warm-up: workers render, connections open
+        scripts = {}  # the etcd setups share one store: register there once
+        for name, base in urls.items():  # warm-up: workers render, connections open
             _wrk(base + "/config/worker", 1, 8)
+            kind = "sqlite" if name.startswith("sqlite") else "etcd"
+            if kind not in scripts:
+                scripts[kind] = report_script(os.path.join(top, f"report-{kind}.lua"), base, f"bench-{kind}")
+            scripts[name] = scripts[kind]
         for _ in range(rounds):
             for name, base in urls.items():
                 out[name]["config"].append(_wrk(base + "/config/worker", seconds, connections))
-                out[name]["report"].append(_wrk(base, seconds, connections, script))
+                out[name]["report"].append(_wrk(base, seconds, connections, scripts[name]))
     finally:
         stop()
         shutil.rmtree(top, ignore_errors=True)

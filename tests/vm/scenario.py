@@ -187,7 +187,9 @@ def set_probe(state: str, value: str, extra_file: bool = False) -> None:
 def guest_files(port: int, ca_pem: bytes) -> Dict[str, Any]:
     source = f"https://{SERVER_NAME}:{port}/config/{POOL}"
     ca = "data:text/plain;charset=utf-8;base64," + base64.b64encode(ca_pem).decode()
-    pointer = {"ignition": {"version": "3.4.0", "config": {"merge": [{"source": source}]},
+    # The bootstrap token in httpHeaders, as an installer writes it: configs with secrets need it.
+    merge = [{"source": source, "httpHeaders": [{"name": "Authorization", "value": f"Bearer {TOKEN}"}]}]
+    pointer = {"ignition": {"version": "3.4.0", "config": {"merge": merge},
                             "security": {"tls": {"certificateAuthorities": [{"source": ca}]}}}}
     settings = (f"nodeName: {NODE}\nstateDir: /var/lib/node-agent\n"
                 "report:\n  tokenFile: /etc/node-agent/token\n  retryInterval: 5\n"
