@@ -250,8 +250,9 @@ def apply_config(root: Root, target: NodeConfig, previous: Optional[NodeConfig] 
         booted = booted_os(root, rpmostree)
     facts = gather_facts(root, target, previous, state_dir, booted)
     ops = desired_operations(target, previous, contents, facts)
-    _check_inside(root, ops)
-    observed = _observe(root, observe_paths(ops), ops)
+    with root.unchanged():  # nothing is written until the journal begins
+        _check_inside(root, ops)
+        observed = _observe(root, observe_paths(ops), ops)
     steps, changed, unchanged = diff_operations(ops, observed, facts)
 
     result.changed = [o.describe() for o in changed]

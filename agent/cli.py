@@ -35,9 +35,34 @@ def interval_arg(text: str) -> float:
     return value
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help formatter, with the terminal width found as ``shutil.get_terminal_size``
+    finds it (COLUMNS, else stdout's terminal, else 80) but without importing shutil, which
+    argparse does for every parser and argument it creates and which imports bz2, lzma, zlib
+    and fnmatch: a tenth of ``node-agent --version``."""
+
+    def __init__(self, prog, indent_increment=2, max_help_position=24, width=None):
+        if width is None:
+            width = _columns() - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def _columns() -> int:
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
 def _sub(sub, name: str, **kwargs) -> argparse.ArgumentParser:
     # No abbreviations: `--stat` must not quietly mean `--state`, now or after an option is added.
-    return sub.add_parser(name, allow_abbrev=False, **kwargs)
+    return sub.add_parser(name, allow_abbrev=False, formatter_class=_Formatter, **kwargs)
 
 
 def _add_node_options(p: argparse.ArgumentParser) -> None:
@@ -51,30 +76,24 @@ def _add_node_options(p: argparse.ArgumentParser) -> None:
                    help="this node's name in reports (default: nodeName of agent.yaml, else the host name)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="node-agent",
-        description="First-boot and day-2 node agent: fetch, check, join a pool, apply, act.",
-        allow_abbrev=False,
-    )
-    parser.add_argument("--version", action="version", version=f"node-agent {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    p = _sub(sub, "firstboot", help="provision this node from its pointer config (runs once)")
+def _firstboot_options(p: argparse.ArgumentParser) -> None:
     _add_node_options(p)
     p.add_argument("--dry-run", action="store_true", help="plan and print, change nothing")
 
-    p = _sub(sub, "update", help="day-2 loop: poll the pool's config and apply updates")
+
+def _update_options(p: argparse.ArgumentParser) -> None:
     _add_node_options(p)
     p.add_argument("--once", action="store_true", help="one pass, then exit")
     p.add_argument("--interval", type=interval_arg, default=None, metavar="SECONDS",
                    help="poll interval, > 0 (default: update.interval of agent.yaml, 60)")
 
-    p = _sub(sub, "validate", help="validate an Ignition config or a MachineConfig")
+
+def _validate_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="Ignition JSON or MachineConfig YAML/JSON ('-' for stdin)")
     p.add_argument("--json", action="store_true", help="print findings as JSON")
 
-    p = _sub(sub, "plan", help="what applying a config would change and do (reboot, drain, ...)")
+
+def _plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from", dest="from_file", metavar="FILE", help="the config the node is at")
     p.add_argument("--to", dest="to_file", metavar="FILE", help="the config to apply")
     p.add_argument("--policy", metavar="FILE", help="MachineConfiguration YAML with spec.nodeDisruptionPolicy")
@@ -82,19 +101,62 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--show-policy", action="store_true", help="print the effective merged policy and exit")
 
-    p = _sub(sub, "skew", help="check a boot image (aleph file) against skew rules",
-                       description="Exit 0 ok/warn, 1 refuse, 65 rules file unreadable or not valid.")
+
+def _skew_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aleph", required=True, metavar="FILE", help="aleph version file (.coreos-aleph-version.json)")
     p.add_argument("--rules", required=True, metavar="FILE", help="skew rules (JSON or YAML)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p = _sub(sub, "status", help="result and stage timings of the last run",
-             description="Exit 0 done (or running), 1 failed, interrupted or never run, 2 degraded.")
+
+def _status_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default="/", metavar="DIR")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--wait", action="store_true",
                    help="block until the first boot has ended, then answer (as cloud-init status --wait)")
+
+
+# name -> (add_parser arguments, its options), in the order --help lists them
+_COMMANDS = {
+    "firstboot": ({"help": "provision this node from its pointer config (runs once)"}, _firstboot_options),
+    "update": ({"help": "day-2 loop: poll the pool's config and apply updates"}, _update_options),
+    "validate": ({"help": "validate an Ignition config or a MachineConfig"}, _validate_options),
+    "plan": ({"help": "what applying a config would change and do (reboot, drain, ...)"}, _plan_options),
+    "skew": ({"help": "check a boot image (aleph file) against skew rules",
+              "description": "Exit 0 ok/warn, 1 refuse, 65 rules file unreadable or not valid."}, _skew_options),
+    "status": ({"help": "result and stage timings of the last run",
+                "description": "Exit 0 done (or running), 1 failed, interrupted or never run, 2 degraded."},
+               _status_options),
+}
+
+
+def build_parser(only=None) -> argparse.ArgumentParser:
+    """The whole command line; ``only``: a command name whose options alone are added (the
+    others' parsers exist, for ``--help`` and the choices, but stay empty: the command line
+    names at most one command, so the rest is start-up time spent for nothing), or "" for
+    none (``--version``, ``--help``, no command)."""
+    parser = argparse.ArgumentParser(
+        prog="node-agent",
+        description="First-boot and day-2 node agent: fetch, check, join a pool, apply, act.",
+        allow_abbrev=False,
+        formatter_class=_Formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"node-agent {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (kwargs, add_options) in _COMMANDS.items():
+        p = _sub(sub, name, **kwargs)
+        if only is None or only == name:
+            add_options(p)
     return parser
+
+
+def _only(argv):
+    """What ``build_parser(only=...)`` may leave out for this command line: the command when the
+    first word that is not an option names one, "" when every word is an option, else None
+    (build everything, so that any error reads as it always has)."""
+    words = [a for a in argv if not a.startswith("-")]
+    if not words:
+        return ""
+    return words[0] if words[0] in _COMMANDS else None
 
 
 def _fatal(command: str, code: int, message: str, logged: bool, reported: bool) -> None:
@@ -132,7 +194,8 @@ def _quiet_broken_pipe() -> int:
 
 
 def main(argv=None) -> int:  # argv: a list of str, or None for sys.argv (no typing import: start-up)
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(only=_only(argv))
     args = parser.parse_args(argv)  # --version and --help end here, before anything heavier loads
     from agent.errors import EXIT_INTERNAL, EXIT_USAGE, NodeAgentError
 

@@ -222,19 +222,11 @@ def _owner_key(owner: Any) -> Tuple[str, Any]:
     return ("id", 0)  # Ignition's default owner is root
 
 
-def _entry_fields(kind: str, entry: dict) -> Dict[str, Any]:
-    out = _plain_fields(kind, entry)
-    if kind == "file":
-        out["contents"] = _contents_key(entry.get("contents"))[0]
-        out["append"] = [_contents_key(a)[0] for a in (entry.get("append") or [])]
-    return out
-
-
 def _changed_fields(kind: str, old: dict, new: dict) -> Tuple[str, ...]:
-    """The fields of ``_entry_fields`` that differ, in its order. Each field's comparable form
-    is a function of its raw value alone, so equal raw values (the common case) are equal without
-    computing it; contents are decoded only when their text differs (equal text is equal
-    bytes), each side once."""
+    """The fields that differ (mode or target and hard, user, group; then contents, append).
+    Each field's comparable form is a function of its raw value alone, so equal raw values (the
+    common case) are equal without computing it; contents are decoded only when their text
+    differs (equal text is equal bytes), each side once."""
     if old.keys() == new.keys():  # usually, and then usually only "contents" differs
         raw = [k for k in old if old[k] != new[k]]
     else:
@@ -291,7 +283,7 @@ _FILE_KEYS = ("mode", "user", "group")
 
 
 def _field(kind: str, key: str, entry: dict) -> Any:
-    """One field of ``_plain_fields``."""
+    """One field's comparable form: Ignition's defaults filled in, owners as (id or name)."""
     if key in ("user", "group"):
         return _owner_key(entry.get(key))
     if key == "hard":
@@ -300,10 +292,6 @@ def _field(kind: str, key: str, entry: dict) -> Any:
         mode = entry.get("mode")
         return _DEFAULT_MODE[kind] if mode is None else mode
     return entry.get(key)
-
-
-def _plain_fields(kind: str, entry: dict) -> Dict[str, Any]:
-    return {k: _field(kind, k, entry) for k in (_LINK_KEYS if kind == "link" else _FILE_KEYS)}
 
 
 def _index_paths(cfg: NodeConfig) -> Dict[str, Tuple[str, dict]]:

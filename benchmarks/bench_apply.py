@@ -1,7 +1,7 @@
 """Apply into a scratch root against the floor: the same files extracted by ``tar -x`` and
 flushed with ``sync`` on every file (one fsync each, no safety).
 
-Two configs: 200 files of 1 MB in all, and 10,000 files of 1 KiB (target: apply <= 1.5x the
+Two configs: 200 files of 1 MiB in all, and 10,000 files of 10 MiB in all (target: apply <= 1.5x the
 floor). For each, ``apply_config`` into a fresh root (contents decoded, planned, journaled,
 written atomically and durably, recorded) and the same with parsing and validation of the
 Ignition JSON first (``load_node_config`` + ``apply_config``: what a node does with the bytes it
@@ -129,7 +129,7 @@ def run(quick: bool = False) -> List[Row]:
     work = tempfile.mkdtemp(prefix="bench-apply-")
     rows: List[Row] = []
     try:
-        for files, size, again in ((200, 1 << 20, True), (10000, 10000 << 10, False)):
+        for files, size, again in ((200, 1 << 20, True), (10000, 10 << 20, False)):
             runs_here = runs if files <= 200 else max(3, runs // 2)
             samples = measure(work, files, size, runs_here, again)
             note = f"{runs_here} runs, interleaved"

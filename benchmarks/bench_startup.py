@@ -64,7 +64,7 @@ def normal_install(top: str) -> str:
 
 
 def run(quick: bool = False) -> List[Row]:
-    runs = 5 if quick else 15
+    runs = 5 if quick else 21
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     agent = _node_agent()
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as top:
@@ -82,23 +82,24 @@ def run(quick: bool = False) -> List[Row]:
         if cloud_init:
             cases["cloud-init --version"] = lambda: run_quiet([cloud_init, "--version"], env)
         samples = interleaved(cases, runs)
-    rows = [Row(GROUP, FLOOR_INSTALLED, median(samples[FLOOR_INSTALLED]), is_floor=True,
-                note=f"the venv of the normal install, {runs} runs"),
-            Row(GROUP, "node-agent --version (normal install)", median(samples["node-agent --version (normal install)"]),
-                floor=FLOOR_INSTALLED, note=f"wheel in a fresh venv (target <= 2x), {runs} runs, interleaved"),
-            Row(GROUP, FLOOR, median(samples[FLOOR]), is_floor=True, note=f"{sys.executable} (dev venv), {runs} runs")]
+    def row(name: str, floor, note: str) -> Row:
+        return Row(GROUP, name, median(samples[name]), floor=floor, is_floor=floor is None, note=note,
+                   samples=list(samples[name]))
+
+    rows = [row(FLOOR_INSTALLED, None, f"the venv of the normal install, {runs} runs"),
+            row("node-agent --version (normal install)", FLOOR_INSTALLED,
+                f"wheel in a fresh venv (target <= 2x), {runs} runs, interleaved"),
+            row(FLOOR, None, f"{sys.executable} (dev venv), {runs} runs")]
     for name in ("node-agent --version", "node-agent firstboot (done, no-op)"):
-        rows.append(Row(GROUP, name, median(samples[name]), floor=FLOOR,
-                        note=f"editable dev install, {runs} runs, interleaved"))
+        rows.append(row(name, FLOOR, f"editable dev install, {runs} runs, interleaved"))
     if cloud_init:
-        rows.append(Row(GROUP, "cloud-init --version", median(samples["cloud-init --version"]), floor=FLOOR,
-                        note=f"{cloud_init} (Debian), {runs} runs, interleaved"))
+        rows.append(row("cloud-init --version", FLOOR, f"{cloud_init} (Debian), {runs} runs, interleaved"))
     else:
         rows.append(Row(GROUP, "cloud-init --version", None,
                         note="cloud-init not installed (make bench installs Debian's cloud-init)"))
     imports = [import_time_agent_cli() for _ in range(5)]
     rows.append(Row(GROUP, "import agent.cli (-X importtime, cumulative)", median(imports),
-                    note="median of 5; what `--version` loads beyond the interpreter"))
+                    note="5 runs; what `--version` loads beyond the interpreter", samples=imports))
     return rows
 
 

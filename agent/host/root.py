@@ -6,8 +6,10 @@ are followed as a chroot would (an absolute target is relative to the root); any
 would leave the root, through ``..`` or through a link, is refused.
 """
 
+import contextlib
 import os
 import posixpath
+from typing import Dict, Iterator, Optional, Tuple
 
 from agent.errors import HostError
 
@@ -21,6 +23,18 @@ class PathEscapeError(HostError):
 class Root:
     def __init__(self, top: str = "/"):
         self.top = os.path.abspath(top)
+        self._resolved: Optional[Dict[Tuple[str, bool], str]] = None  # see unchanged()
+
+    @contextlib.contextmanager
+    def unchanged(self) -> Iterator["Root"]:
+        """While this process changes nothing in the tree, each path is resolved once: the apply
+        resolves every path three times before its first change (check, observe, journal), one
+        lstat per component each time. Only for such read-only stretches."""
+        self._resolved = {}
+        try:
+            yield self
+        finally:
+            self._resolved = None
 
     @property
     def is_live(self) -> bool:
@@ -36,6 +50,16 @@ class Root:
         ``follow_last=False`` leaves the final component unresolved (to replace or inspect a link
         itself). Raises PathEscapeError when the path would leave the root.
         """
+        memo = self._resolved
+        if memo is None:
+            return self._resolve(config_path, follow_last)
+        key = (config_path, follow_last)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = self._resolve(config_path, follow_last)
+        return found
+
+    def _resolve(self, config_path: str, follow_last: bool) -> str:
         if not config_path.startswith("/"):
             raise PathEscapeError(f"{config_path!r} is not an absolute path")
         parts = [p for p in config_path.split("/") if p and p != "."]

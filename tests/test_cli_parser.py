@@ -1,0 +1,40 @@
+"""agent/cli.py builds only the invoked command's options (start-up): the command line must read
+exactly as with every command's options built (same help, same errors, same parsed values)."""
+
+import contextlib
+import io
+
+import pytest
+
+from agent import cli
+
+
+def _outcome(parser, argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            result = vars(parser.parse_args(argv))
+        except SystemExit as exc:
+            result = ("exit", exc.code)
+    return result, out.getvalue(), err.getvalue()
+
+
+ARGVS = [[], ["--version"], ["--help"], ["bogus"], ["--root", "x", "firstboot"], ["validate"],
+         ["update", "--interval", "0"], ["plan", "--from", "a", "--to", "b", "--json"],
+         ["status", "--root", "/r", "--json"], ["skew", "--aleph", "a"], ["firstboot", "--dry-run"],
+         ["update", "--once", "--node-name", "Bad_Name"], ["plan", "--bogus"], ["validate", "-", "--json"]]
+ARGVS += [[name, "--help"] for name in cli._COMMANDS]
+
+
+@pytest.mark.parametrize("argv", ARGVS, ids=lambda a: " ".join(a) or "(none)")
+def test_lean_parser_reads_the_command_line_as_the_full_one(argv, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    assert cli._only(argv) in (None, "", *cli._COMMANDS)
+    assert _outcome(cli.build_parser(only=cli._only(argv)), argv) == _outcome(cli.build_parser(), argv)
+
+
+def test_the_formatter_width_follows_columns(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "50")
+    narrow = cli.build_parser().format_help()
+    monkeypatch.setenv("COLUMNS", "200")
+    assert max(map(len, narrow.splitlines())) <= 50 < max(map(len, cli.build_parser().format_help().splitlines()))
