@@ -40,6 +40,13 @@ def machine() -> str:
             f"Python {platform.python_version()}")
 
 
+def _load() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "unknown"
+
+
 def run_all(names: List[str], quick: bool) -> List[Row]:
     rows: List[Row] = []
     for name in names:
@@ -73,9 +80,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--only", nargs="+", choices=BENCHMARKS, help="run only these")
     ap.add_argument("--update-docs", action="store_true", help=f"write the table into {os.path.relpath(DOC, REPO)}")
     args = ap.parse_args(argv)
+    load_before = _load()
     rows = run_all(args.only or BENCHMARKS, args.quick)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = f"Measured {stamp} on {machine()}{' (--quick)' if args.quick else ''}.\n\n{table(rows)}"
+    text = (f"Measured {stamp} on {machine()}{' (--quick)' if args.quick else ''}; load average (1 min) "
+            f"{load_before} before, {_load()} after (the machine is shared: read the interleaved ratios, "
+            f"not the absolute times).\n\n{table(rows)}")
     print(text)
     if args.update_docs:
         update_docs(text)
