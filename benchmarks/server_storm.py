@@ -134,10 +134,10 @@ def _seconds(text: str) -> float:
 
 
 def wrk(url: str, seconds: float, connections: int, threads: int = 2) -> Dict[str, float]:
-    out = subprocess.run([WRK, f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "30s", "--latency",
+    out = subprocess.run([WRK, f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "30s", "--latency",
                           "-H", f"Accept: {ACCEPT}", url], capture_output=True, text=True, timeout=seconds + 60)
     if out.returncode != 0:
-        raise RuntimeError(f"wrk failed: {out.stderr.strip()[-300:]}")
+        raise RuntimeError(f"wrk failed ({out.returncode}): {(out.stderr or out.stdout).strip()[-300:]}")
     text = out.stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
     requests = int(re.search(r"(\d+) requests in", text).group(1))

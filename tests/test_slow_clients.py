@@ -182,3 +182,41 @@ def test_sqlite_connection_shared_by_greenlets(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"
+
+
+def test_memfd_cache_gives_a_body_its_memfd_the_second_time():
+    from agent.server.memfds import MemfdCache
+
+    if not MemfdCache.available():
+        pytest.skip("no memfd_create/sendfile on this platform")
+    cache = MemfdCache(max_bytes=3 << 20)
+    bodies = [bytes([i]) * (1 << 20) for i in range(4)]
+    assert cache.fd_for(bodies[0]) is None  # sent once: no memfd yet
+    fd = cache.fd_for(bodies[0])
+    assert fd is not None and os.pread(fd, 1 << 21, 0) == bodies[0]
+    assert cache.fd_for(bodies[0]) == fd
+    for body in bodies[1:]:
+        cache.fd_for(body)
+        cache.fd_for(body)
+    # 4 MiB of bodies in a 3 MiB cache: the least recently used one is gone, its fd closed.
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    assert os.pread(cache.fd_for(bodies[3]), 1 << 21, 0) == bodies[3]
+
+
+def test_large_bodies_over_plain_http_are_sent_whole(tmp_path):
+    """Bodies of 64 KiB and more go out by sendfile(2) from a memfd from their second request
+    on: every copy must be the same bytes, on new and on kept-alive connections."""
+    sys.path.insert(0, REPO)
+    from benchmarks.server_storm import make_state
+
+    state = str(tmp_path / "state")
+    make_state(state, 1 << 20)
+    with ServerProcess(state, workers=1) as srv:
+        first = requests.get(srv.url("/config/worker"), timeout=REQUEST_TIMEOUT).content
+        assert len(first) > 1 << 20
+        with srv.session() as s:
+            for _ in range(4):
+                assert s.get(srv.url("/config/worker"), timeout=REQUEST_TIMEOUT).content == first
+        for _ in range(3):
+            assert requests.get(srv.url("/config/worker"), timeout=REQUEST_TIMEOUT).content == first

@@ -29,7 +29,9 @@ app's locks, ``threading.local``, sleeps, and the etcd watch and heartbeat threa
 cooperative; ``agent/server/db.py`` keeps one SQLite connection per OS thread, not per greenlet.
 """
 
+import os
 import socket
+import ssl
 import time
 from functools import partial
 from typing import Any, Optional, Set
@@ -38,11 +40,14 @@ import gevent
 from gevent import monkey
 from gevent.pool import Pool
 from gevent.server import StreamServer
+from gevent.socket import wait_write
 from gunicorn.workers.base_async import AsyncWorker
 
 from agent.server.gunicorn_app import Limits
+from agent.server.memfds import MemfdCache
 
 WRITE_CHUNK = 256 * 1024
+ZERO_COPY_MIN = 64 * 1024  # smaller bodies: one send() is cheaper than a sendfile set-up
 
 
 class Expired(Exception):
@@ -65,8 +70,10 @@ class TimedSocket:
     ``closed`` (a deadline passed: reads see end of file, so gunicorn closes quietly).
     """
 
-    def __init__(self, sock: Any, limits: Limits, log: Any, peer: str):
+    def __init__(self, sock: Any, limits: Limits, log: Any, peer: str, memfds: Any = None):
         self._sock = sock
+        self.memfds = memfds
+        self.zero_copy = memfds is not None and not isinstance(sock, ssl.SSLSocket)
         self.limits = limits
         self.log = log
         self.peer = peer
@@ -138,6 +145,11 @@ class TimedSocket:
         return b""
 
     def sendall(self, data: Any) -> None:
+        if self.zero_copy and type(data) is bytes and len(data) >= ZERO_COPY_MIN:
+            return self._sendfile_bytes(data)
+        self._sendall_copy(data)
+
+    def _sendall_copy(self, data: Any) -> None:
         view = memoryview(data).cast("B")
         for start in range(0, len(view), WRITE_CHUNK):
             try:
@@ -148,6 +160,44 @@ class TimedSocket:
                 self.log.info("%s: response not taken within %.0f s per %d KiB; closing", self.peer,
                               self.limits.write, WRITE_CHUNK // 1024)
                 # gunicorn logs ECONNRESET at debug level and closes the socket: what is wanted.
+                raise ConnectionResetError(104, "client too slow to take the response") from None
+
+    def _sendfile_bytes(self, data: bytes) -> None:
+        """A large body over plain TCP, by ``sendfile(2)`` from a memfd holding the same bytes
+        (made once per body, agent/server/memfds.py): the kernel sends the pages without copying
+        them through Python, as nginx serves a static file. Same deadline: 256 KiB per
+        ``write`` seconds."""
+        base = self.memfds.fd_for(data)
+        if base is None:  # first time this body is sent
+            return self._sendall_copy(data)
+        fd = os.dup(base)  # ours while we send, whatever the cache evicts
+        try:
+            self._sendfile_fd(fd, len(data))
+        finally:
+            os.close(fd)
+
+    def _sendfile_fd(self, fd: int, total: int) -> None:
+        out = self._sock.fileno()
+        offset = 0
+        mark, deadline = 0, time.monotonic() + self.limits.write
+        while offset < total:
+            try:
+                sent = os.sendfile(out, fd, offset, total - offset)
+            except BlockingIOError:
+                sent = None
+            if sent == 0:
+                raise ConnectionResetError(104, "sendfile sent nothing")
+            if sent:
+                offset += sent
+                if offset - mark >= WRITE_CHUNK:
+                    mark, deadline = offset, time.monotonic() + self.limits.write
+                continue
+            try:
+                wait_write(out, timeout=max(0.0, deadline - time.monotonic()), timeout_exc=Expired())
+            except Expired:
+                self.phase = "closed"
+                self.log.info("%s: response not taken within %.0f s per %d KiB; closing", self.peer,
+                              self.limits.write, WRITE_CHUNK // 1024)
                 raise ConnectionResetError(104, "client too slow to take the response") from None
 
     def send(self, data: Any) -> int:
@@ -185,6 +235,7 @@ class Worker(AsyncWorker):
         super().__init__(*args, **kwargs)
         self._conns: Set[TimedSocket] = set()
         self._ssl_ctx: Any = None
+        self._memfds = MemfdCache() if MemfdCache.available() else None
 
     # -- process set-up -------------------------------------------------------------------------
 
@@ -268,7 +319,7 @@ class Worker(AsyncWorker):
                 self.log.debug("%s: TLS handshake failed: %s", peer, exc)
                 client.close()
                 return
-        conn = TimedSocket(client, self.limits, self.log, peer)
+        conn = TimedSocket(client, self.limits, self.log, peer, self._memfds)
         self._conns.add(conn)
         try:
             super().handle(listener, conn, addr)
