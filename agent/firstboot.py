@@ -63,6 +63,7 @@ class FirstBoot:
         self.boot_image: Optional[str] = None
         self.skew_decision: Optional[str] = None
         self._contents: Optional[Tuple[NodeConfig, Dict[str, bytes]]] = None
+        self._joined: Optional[Dict[str, Any]] = None  # the Working report of the pool join, once sent
 
     # -- stages -------------------------------------------------------------------------------
 
@@ -130,13 +131,25 @@ class FirstBoot:
             code = self._run(rec)
         except NodeAgentError as exc:
             self.forget_unapplied_config(exc)
+            self.report_failure(str(exc))
             rec.finish("failed", exc.exit_code, error=str(exc), exc=exc)
             raise
         except Exception as exc:
             self.forget_unapplied_config(exc)
+            self.report_failure(f"internal error: {type(exc).__name__}: {exc}")
             rec.finish("failed", 70, error=f"internal error: {type(exc).__name__}: {exc}", exc=exc)
             raise
         return code
+
+    def report_failure(self, error: str) -> None:
+        """A run that failed after telling the server it joined (Working) says Degraded and why:
+        otherwise the server shows the node working on its first boot for ever."""
+        if self._joined is None:
+            return  # not joined yet (or a skew refusal, which reported Degraded itself)
+        try:
+            self.report(dict(self._joined, state="Degraded", reason=error.splitlines()[0][:500]))
+        except Exception as exc:  # the failure being reported matters more; the report is best effort
+            log.warning("could not report the failure to the server: %s", exc)
 
     def forget_unapplied_config(self, exc: Exception) -> None:
         """After a failed run that left nothing of its config on the node, drop the saved config
@@ -289,8 +302,10 @@ class FirstBoot:
         log.info("node %s joins pool %s (first pivot config %s, labels %s)", self.node, identity.pool,
                  identity.config, ",".join(f"{k}={v}" for k, v in sorted(identity.labels.items())) or "none")
         # Tell the server at once, before kubelet starts, so it never counts us in another pool.
-        self.report({"pool": identity.pool, "state": "Working", "firstPivotConfig": identity.config,
-                     "desiredConfig": target.name, "bootImage": self.boot_image, "skew": self.skew_decision})
+        joined = {"pool": identity.pool, "state": "Working", "firstPivotConfig": identity.config,
+                  "desiredConfig": target.name, "bootImage": self.boot_image, "skew": self.skew_decision}
+        self.report(joined)
+        self._joined = joined
         return identity
 
 
