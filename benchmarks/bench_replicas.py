@@ -182,7 +182,7 @@ def rows_from(results: Dict[str, Dict[str, List[Dict[str, float]]]], connections
                     note=f"median of {len(prop)}, max {max(prop) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms "
                          "(acknowledged by one replica until another's pool view counts it)"))
     base = {kind: _summary(results["sqlite, 1 replica"][kind])["rps"] for kind in ("config", "report")}
-    for kind, what in (("config", "config storm (GET /config/worker)"), ("report", "report storm (POST report)")):
+    for kind, what in (("config", "config storm (GET /config/worker)"), ("report", f"report storm (POST report as {NODES} nodes)")):
         for name, per in results.items():
             s = _summary(per[kind])
             ratio = s["rps"] / base[kind] if base[kind] else 0.0

@@ -71,10 +71,23 @@ def test_a_reinstalled_machine_needs_the_admin_to_delete_the_old_node(server, tm
     assert r.returncode == 0, r.stderr  # provisioning is never blocked by a report
     assert "already registered" in r.stderr
     assert not os.path.exists(os.path.join(root, "var/lib/node-agent/node-credential"))
-    admin = server.session(token=False)
-    admin.headers["Authorization"] = f"Bearer {ADMIN}"
-    gone = admin.delete(server.url("/api/v1/nodes/id-node-2"))
-    assert gone.status_code == 200 and gone.json()["deleted"] is True
+    # node-config-server delete node NAME (the admin's client): 77 with the bootstrap token,
+    # 0 with the admin token, 1 when there is nothing left to delete.
+    tokens = {}
+    for who, secret in (("boot", TOKEN), ("admin", ADMIN)):
+        tokens[who] = tmp_path / f"{who}-token"
+        tokens[who].write_text(secret + "\n")
+
+    def delete(who):
+        return subprocess.run([sys.executable, "-m", "agent.server.cli", "delete", "node", "id-node-2", "--server",
+                               server.base_url, "--ca", server.tls.ca_cert, "--token-file", str(tokens[who])],
+                              capture_output=True, text=True, timeout=60, cwd=REPO)
+
+    refused = delete("boot")
+    assert refused.returncode == 77 and "admin token" in refused.stderr, refused.stderr
+    gone = delete("admin")
+    assert gone.returncode == 0 and "node id-node-2 deleted from pool worker" in gone.stdout, gone.stderr
+    assert delete("admin").returncode == 1
     root, r = firstboot(server, tmp_path, "id-node-2", dirname="reinstalled-again")
     assert r.returncode == 0 and "registered" in r.stderr, r.stderr
     assert os.path.exists(os.path.join(root, "var/lib/node-agent/node-credential"))

@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_client_options(p)
 
     add_parsers(sub, _sub)
+    from agent.server import admincmds
+
+    admincmds.add_parsers(sub, _sub, add_client_options)
     return parser
 
 
@@ -315,12 +318,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    from agent.server.admincmds import cmd_delete
     from agent.server.client import ClientError
     from agent.server.db import DatabaseUnusable
     from agent.server.viewcmds import cmd_describe, cmd_get
 
     handler = {"serve": cmd_serve, "render": cmd_render, "status": cmd_status, "get": cmd_get,
-               "describe": cmd_describe, "load-state": cmd_load_state}[args.command]
+               "describe": cmd_describe, "load-state": cmd_load_state, "delete": cmd_delete}[args.command]
     try:
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit

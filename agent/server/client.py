@@ -96,11 +96,15 @@ class Client:
 
     def get(self, path: str) -> Any:
         """GET ``path`` as JSON; a ClientError says what went wrong and exits as it should."""
+        return self.request("GET", path)
+
+    def request(self, method: str, path: str) -> Any:
+        """``method`` on ``path``, the answer as JSON; a ClientError says what went wrong."""
         import requests
 
         url = self.server + path
         try:
-            resp = self.session().get(url, timeout=self.timeout)
+            resp = self.session().request(method, url, timeout=self.timeout, allow_redirects=False)
         except requests.exceptions.SSLError as exc:
             raise ClientError(f"TLS with {self.server} failed ({exc}); pass the server's CA with --ca FILE",
                               EXIT_UNREACHABLE)

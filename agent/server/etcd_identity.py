@@ -21,9 +21,12 @@ class EtcdIdentity:
     _credentials: Dict[str, str]  # node -> hash
     _owners: Dict[str, str]  # hash -> node
 
-    def _load_credentials(self, revision: int) -> None:
+    def _read_credentials(self, revision: int) -> Dict[str, str]:
+        """Every node's credential hash at ``revision`` (read before taking the lock)."""
         kvs, _ = self.client.range(self._k("credentials/"), prefix=True, revision=revision)
-        creds = {kv.key.decode().rsplit("/", 1)[1]: json.loads(kv.value)["hash"] for kv in kvs}
+        return {kv.key.decode().rsplit("/", 1)[1]: json.loads(kv.value)["hash"] for kv in kvs}
+
+    def _set_credentials(self, creds: Dict[str, str]) -> None:
         self._credentials, self._owners = creds, {h: n for n, h in creds.items()}
 
     def _credential_event(self, node: str, kv: KV, deleted: bool) -> None:

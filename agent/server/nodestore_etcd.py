@@ -80,6 +80,7 @@ class EtcdNodeStore(EtcdIdentity, NodeStore):
         meta, _ = self.client.range(self._k("meta/"), prefix=True, revision=rev)
         leases, _ = self.client.range(self._k("leases/"), prefix=True, revision=rev)
         replicas, _ = self.client.range(self._k("replicas/"), prefix=True, revision=rev)
+        credentials = self._read_credentials(rev)
         with self._lock:
             self._index.clear()
             for kv in nodes:
@@ -94,7 +95,7 @@ class EtcdNodeStore(EtcdIdentity, NodeStore):
             for kv in leases:
                 self._note_lease(kv.key.decode()[len(self._k("leases/")):], kv, False)
             self._meta = {_tail(kv.key): kv.value.decode() for kv in meta}
-            self._load_credentials(rev)
+            self._set_credentials(credentials)
             self.revision = rev
 
     def _on_events(self, events: List[Event], revision: int) -> None:
