@@ -379,8 +379,8 @@ class Fetcher:
                 msg = f"{short_url(url)} does not exist on server {server} (HTTP 404){said_text}"
         elif status in (401, 403):
             msg = (f"server {server} refused {short_url(url)} ({what}){said_text}: the credentials sent "
-                   "(bearer token from report.tokenFile, or the config's httpHeaders) are missing or not "
-                   "accepted for this resource")
+                   "(at first boot the bootstrap token in the pointer config's httpHeaders, after it this "
+                   "node's credential, <stateDir>/node-credential) are missing or not accepted for this resource")
         else:
             msg = f"server {server} answered {what} for {short_url(url)}{said_text}; not retrying"
         raise FetchError(msg, url=url, status=status, final=True)
