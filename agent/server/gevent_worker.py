@@ -79,7 +79,7 @@ class TimedSocket:
         self.peer = peer
         self.phase = "idle"
         self.first = True
-        self.waiting: Any = None  # the greenlet blocked in an idle read (the worker may stop it)
+        self.waiting: Any = None  # the greenlet blocked in a read before a request (the worker may stop it)
         self.request: Any = None  # gunicorn's request being served
         self._deadline = time.monotonic() + limits.header
 
@@ -97,14 +97,15 @@ class TimedSocket:
             self._deadline = time.monotonic() + self.limits.idle
 
     def close_if_idle(self) -> None:
-        """Called by a stopping worker: a connection waiting for a request is closed. The
-        exception is thrown from the hub (as gevent.kill does), and only if the greenlet is
-        still waiting for a request then."""
+        """Called by a stopping worker: a connection waiting for a request, or for the rest of
+        its head, is closed (no request was dispatched on it: the client may retry at once).
+        The exception is thrown from the hub (as gevent.kill does), and only if the greenlet
+        is still waiting in a read outside a request's body then."""
         gevent.get_hub().loop.run_callback(self._throw_if_idle)
 
     def _throw_if_idle(self) -> None:
         g = self.waiting
-        if self.phase == "idle" and g is not None and not g.dead:
+        if self.phase in ("idle", "head") and g is not None and not g.dead:
             g.throw(_Closing())
 
     # -- the socket interface gunicorn uses ---------------------------------------------------
@@ -117,7 +118,7 @@ class TimedSocket:
         try:
             if left <= 0:
                 raise Expired()
-            self.waiting = gevent.getcurrent() if idle else None
+            self.waiting = gevent.getcurrent() if self.phase != "body" else None
             with gevent.Timeout(left, Expired):
                 data = self._sock.recv(size)
         except Expired:
@@ -286,8 +287,9 @@ class Worker(AsyncWorker):
         self._stop(servers)
 
     def _stop(self, servers: list) -> None:
-        """Graceful stop (SIGTERM): no new connections; idle ones closed at once (as Go's
-        ``Server.Shutdown``); requests in flight get up to ``graceful_timeout`` to finish."""
+        """Graceful stop (SIGTERM): no new connections; those idle or still sending a request
+        head are closed at once (Go's ``Server.Shutdown`` closes idle ones); requests in flight
+        get up to ``graceful_timeout`` to finish."""
         for server in servers:
             server.close()
         deadline = time.monotonic() + self.cfg.graceful_timeout
