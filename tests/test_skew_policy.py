@@ -96,6 +96,10 @@ def rules_for(manual_version):
     ("416.94.202411202104-0", "416.94.202401010000-0", False),
     ("9.6.20250121-0", "9.4.20250601-0", True),  # an older RHEL minor is below
     ("9.6.20250121-0", "414.92.202311241643-0", True),
+    # The API's pattern admits X.Y.date-N below RHEL 9, which no RHCOS build carries; its X.Y
+    # still reaches the node (the raw text did, and every node refused the rules: exit 65).
+    ("8.6.20220101-0", "9.4.20240101-0", False),
+    ("8.6.20220101-0", "416.94.202411202104-0", False),
 ])
 def test_manual_rhcos_version_compares_rhel_major_minor_only(manual, booted, refused):
     rules = rules_for(manual)
@@ -107,6 +111,7 @@ def test_manual_rhcos_version_compares_rhel_major_minor_only(manual, booted, ref
 @pytest.mark.parametrize("manual,status", [
     ({"mode": "RHCOSVersion", "rhcosVersion": "48.84.202109091234-0"}, "False"),  # RHEL 8.4 < 9.2
     ({"mode": "RHCOSVersion", "rhcosVersion": "9.2.20240101-0"}, "True"),
+    ({"mode": "RHCOSVersion", "rhcosVersion": "8.6.20220101-0"}, "False"),  # RHEL 8.6 < 9.2
     ({"mode": "OCPVersion", "ocpVersion": "4.12.9"}, "False"),
     ({"mode": "OCPVersion", "ocpVersion": "4.13.0"}, "True"),
 ])

@@ -25,6 +25,7 @@ SPEC_MODES = ("Manual", "None")
 MANUAL_MODES = {"OCPVersion": "ocpVersion", "RHCOSVersion": "rhcosVersion"}
 OCP_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 RHCOS_RE = re.compile(r"^[0-9]+\.[0-9]+\.([0-9]{8}|[0-9]{12})-[0-9]+$")
+RHEL_SCHEME_RE = re.compile(r"([0-9]+)\.([0-9]+)\.[0-9]{8}-[0-9]+")
 LENGTHS = {"ocpVersion": (5, 10), "rhcosVersion": (14, 21)}
 # The skew limit a release states (upstream: OpenShift 4.13.0 / RHCOS on RHEL 9.2).
 FLOOR_OCP = (4, 13, 0)
@@ -100,7 +101,12 @@ def rhel_of(rhcos_version: str) -> Optional[Tuple[int, int]]:
     try:
         return parse_version(rhcos_version).rhel
     except VersionError:
-        return None
+        pass
+    # The API's pattern admits X.Y.YYYYMMDD-N below RHEL 9 too (e.g. 8.6.20220101-0), which
+    # no RHCOS build carries and agent.versions refuses as a full version: its X.Y is still
+    # the RHEL it states. Passing the raw text on made every node refuse the served rules (65).
+    m = RHEL_SCHEME_RE.fullmatch(rhcos_version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def manual_minimum(skew: Dict[str, Any]) -> Dict[str, str]:
