@@ -91,6 +91,7 @@ class FirstBoot:
             trust_config_cas(pointer, self.fetcher, source=self.opts.pointer or DEFAULT_POINTER)
             ignition, sources, etag = saved["ignition"], saved.get("sources", []), saved.get("etag")
         else:
+            self._fetch_as_member()
             resolved = resolve_pointer(pointer, self.fetcher)
             ignition, sources, etag = resolved.ignition, resolved.sources, resolved.etag
             if not self.opts.dry_run:
@@ -99,6 +100,20 @@ class FirstBoot:
         self.config_url = next((s for s in sources if "/config/" in s), sources[0] if sources else "")
         self._make_reporter()
         return ignition
+
+    def _fetch_as_member(self) -> None:
+        """A node that registered in an earlier, failed run is a member of its pool: it fetches
+        naming itself with its credential (https only) and gets the pool's target. Anonymous, it
+        got the pool's proven config again, the one that failed it, even after the fix: its
+        own Degraded membership held the fixed config's rollout incomplete."""
+        from agent.report import Reporter
+
+        kept = Reporter.kept_credential(self.root, self.state_dir)
+        if kept and kept["node"] == self.node and kept["server"].lower().startswith("https://"):
+            log.info("node %s registered with %s in an earlier run: fetching as a member of its pool",
+                     self.node, kept["server"])
+            self.fetcher.as_member(kept["server"], {"X-Node-Name": self.node,
+                                                    "Authorization": f"Bearer {kept['credential']}"})
 
     def _make_reporter(self) -> None:
         from agent.report import Reporter, server_base

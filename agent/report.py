@@ -150,6 +150,19 @@ class Reporter:
     def _credential_path(self) -> str:
         return self.root.path(os.path.join(self.state_dir, CREDENTIAL))
 
+    @staticmethod
+    def kept_credential(root: Root, state_dir: str) -> Optional[Dict[str, str]]:
+        """The credential record an earlier run kept (``server``, ``node``, ``credential``), if any."""
+        try:
+            with open(root.path(os.path.join(state_dir, CREDENTIAL)), encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return None
+        if isinstance(data, dict) and all(isinstance(data.get(k), str) and data[k]
+                                          for k in ("server", "node", "credential")):
+            return data
+        return None
+
     def _load_credential(self) -> Optional[str]:
         """The credential this node got from this server under this name (None otherwise)."""
         try:

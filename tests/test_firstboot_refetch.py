@@ -195,3 +195,49 @@ def test_what_a_failed_first_boot_keeps(tmp_path, applied, journal, undone, kept
         error.undone = False
     fb.forget_unapplied_config(error)
     assert (fb.progress.load_json("served") is not None) == kept
+
+
+# --- a node that joined its pool fetches as a member when its first boot runs again -----------------
+
+def pull_secret_mc(secret: bytes) -> str:
+    source = "data:;base64," + base64.b64encode(secret).decode()
+    return ("apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\n"
+            "metadata: {name: 99-worker-pull-secret, labels: {machineconfiguration.openshift.io/role: worker}}\n"
+            "spec:\n  config:\n    ignition: {version: 3.4.0}\n    storage:\n      files:\n"
+            f"      - {{path: /var/lib/kubelet/config.json, mode: 384, overwrite: true, contents: {{source: '{source}'}}}}\n")
+
+
+def test_a_fix_of_the_config_that_failed_a_first_boot_reaches_that_node(tmp_path):
+    # The pool's first config carries a pull secret the agent refuses (exit 65) after the node
+    # joined. The admin fixes it: the new rendered config becomes the pool's target, but the
+    # rollout stays incomplete (the refused node is Degraded on the old one), so a new node is
+    # still served the old config. The refused node is a member: fetching with its credential it
+    # gets the target, and its first boot succeeds (anonymous, it got the broken config forever).
+    state = str(tmp_path / "state")
+    shutil.copytree(EXAMPLES, state)
+    mc = os.path.join(state, "machineconfigs", "99-worker-pull-secret.yaml")
+    write_whole(mc, pull_secret_mc(BAD))
+    with ServerProcess(state, tls=make_tls(str(tmp_path / "tls")), token=TOKEN) as srv:
+        root = make_node_root(str(tmp_path / "node"), srv.base_url, "worker", ca_pem=srv.tls.ca_pem(),
+                              token=TOKEN, node_name="worker-fixme", fetch_budget=20)
+        first = agent("firstboot", "--root", root)
+        assert first.returncode == 65, first.stderr
+        assert "pull secret" in first.stderr
+        assert os.path.exists(os.path.join(root, "var/lib/node-agent/node-credential"))  # it registered
+
+        old = srv.session().get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"]
+        write_whole(mc, pull_secret_mc(GOOD))
+        deadline = time.monotonic() + 30
+        while True:
+            view = srv.session().get(srv.url("/api/v1/pools/worker")).json()
+            if view["spec"]["configuration"]["name"] != old:
+                break
+            assert time.monotonic() < deadline, "the fixed config never became the pool's target"
+            time.sleep(0.2)
+        assert view["status"]["served"]["config"] == old  # new nodes still get the refused config
+
+        second = agent("firstboot", "--root", root)
+        assert second.returncode == 0, second.stderr
+        assert "fetching as a member" in second.stderr
+    with open(os.path.join(root, "var/lib/kubelet/config.json"), "rb") as f:
+        assert f.read() == GOOD

@@ -181,6 +181,18 @@ class Fetcher:
 
     # --- fetching ---------------------------------------------------------------------------
 
+    def as_member(self, server: str, headers: Dict[str, str]) -> None:
+        """Send ``headers`` (a node naming itself with its credential) on config fetches from
+        ``server`` (``https://host:port``): a node that already joined a pool and runs its first
+        boot again gets the pool's target, as on day 2, not the config that failed it."""
+        self._member = (server.rstrip("/").lower() + "/config/", dict(headers))
+
+    def _member_headers(self, url: str) -> Dict[str, str]:
+        member = getattr(self, "_member", None)
+        if member and url.lower().startswith(member[0]):
+            return member[1]
+        return {}
+
     def _headers(self, ignition: bool, extra: Optional[dict], etag: Optional[str]) -> Dict[str, str]:
         headers = {"User-Agent": self.user_agent, "Accept-Encoding": "identity"}
         if ignition:
@@ -214,7 +226,7 @@ class Fetcher:
             raise ConfigError(f"cannot fetch {short_url(url)!r}: node-agent fetches data:, http: and https: URLs "
                               f"(scheme {scheme or 'missing'!r})", source=url)
         limit = self.settings.fetch.total_timeout if budget is None else budget
-        request_headers = self._headers(ignition, headers, etag)
+        request_headers = self._headers(ignition, {**(headers or {}), **self._member_headers(url)}, etag)
         start = self._clock()
         attempts = [0]
         planned: Dict[int, float] = {}
