@@ -166,13 +166,9 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
     args = ap.parse_args()
     doc = measure(1 if args.quick else 3, 20 if args.quick else 50, ["gevent"] + (["gthread"] if args.gthread else []))
-    if args.json:
-        print(json.dumps(doc, indent=1))
-    else:
-        from benchmarks.common import table
+    from benchmarks.common import print_result
 
-        print(table(rows_from(doc)))
-    return 0
+    return print_result(doc, rows_from(doc), args.json)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,14 @@ cases compared with each other are interleaved (A B C A B C ...) so that machine
 frequency, page cache, other load) falls on every case alike instead of on whichever ran last.
 """
 
+import json
 import os
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_BIN = os.path.dirname(sys.executable)
@@ -123,3 +124,12 @@ def table(rows: List[Row]) -> str:
                 text = ratio(r, base)
         lines.append(f"| {r.group} | {r.case} | {_median_range(r)} | {text} | {r.note} |")
     return "\n".join(lines)
+
+
+def print_result(doc: Any, rows: List[Row], as_json: bool) -> int:
+    """What a benchmark run on its own prints: its JSON document (``--json``) or its table."""
+    if as_json:
+        print(json.dumps(doc, indent=1))
+    else:
+        print(table(rows))
+    return 0

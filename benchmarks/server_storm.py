@@ -370,13 +370,9 @@ def main() -> int:
     doc = run_storm(args.seconds or (2 if args.quick else 5), args.rounds or (1 if args.quick else 3),
                     args.connections, args.size, args.nodes or (2000 if args.quick else 10000), args.workers,
                     args.threads, args.worker_class)
-    if args.json:
-        print(json.dumps(doc, indent=1))
-    else:
-        from benchmarks.common import table
+    from benchmarks.common import print_result
 
-        print(table(rows_from(doc)))
-    return 0
+    return print_result(doc, rows_from(doc), args.json)
 
 
 if __name__ == "__main__":
