@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from agent import nodestate
 from agent.cli import DEFAULT_POINTER
-from agent.errors import EXIT_OK, ConfigError, NodeAgentError, SkewRefused
+from agent.errors import EXIT_OK, ConfigError, FetchError, NodeAgentError, SkewRefused
 from agent.host import files, selinux
 from agent.host.root import Root
 from agent.nodeconfig import NodeConfig
@@ -91,8 +91,7 @@ class FirstBoot:
             trust_config_cas(pointer, self.fetcher, source=self.opts.pointer or DEFAULT_POINTER)
             ignition, sources, etag = saved["ignition"], saved.get("sources", []), saved.get("etag")
         else:
-            self._fetch_as_member()
-            resolved = resolve_pointer(pointer, self.fetcher)
+            resolved = self._resolve(pointer, resolve_pointer)
             ignition, sources, etag = resolved.ignition, resolved.sources, resolved.etag
             if not self.opts.dry_run:
                 self.progress.save_json("served", {"ignition": ignition, "sources": sources, "etag": etag})
@@ -101,7 +100,29 @@ class FirstBoot:
         self._make_reporter()
         return ignition
 
-    def _fetch_as_member(self) -> None:
+    def _resolve(self, pointer: Dict[str, Any], resolve_pointer: Any) -> Any:
+        named = self._fetch_as_member()
+        try:
+            return resolve_pointer(pointer, self.fetcher)
+        except FetchError as exc:
+            if exc.status != 401 or not named:
+                raise
+            # The server no longer knows the credential (the admin deleted the node): forget it
+            # (the node registers again) and fetch as a new node.
+            log.warning("the server refused node %s's credential (%s); fetching as a new node", self.node, exc)
+            self.fetcher.as_member(None)
+            self._forget_kept_credential()
+            return resolve_pointer(pointer, self.fetcher)
+
+    def _forget_kept_credential(self) -> None:
+        from agent.report import CREDENTIAL
+
+        try:
+            os.unlink(self.root.path(os.path.join(self.state_dir, CREDENTIAL)))
+        except FileNotFoundError:
+            pass
+
+    def _fetch_as_member(self) -> bool:
         """A node that registered in an earlier, failed run is a member of its pool: it fetches
         naming itself with its credential (https only) and gets the pool's target. Anonymous, it
         got the pool's proven config again, the one that failed it, even after the fix: its
@@ -114,6 +135,8 @@ class FirstBoot:
                      self.node, kept["server"])
             self.fetcher.as_member(kept["server"], {"X-Node-Name": self.node,
                                                     "Authorization": f"Bearer {kept['credential']}"})
+            return True
+        return False
 
     def _make_reporter(self) -> None:
         from agent.report import Reporter, server_base

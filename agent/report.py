@@ -213,6 +213,23 @@ class Reporter:
                   refusal_hint(resp.status_code))
         return False
 
+    def forget_credential(self, why: str) -> None:
+        """The server no longer knows this node's credential (an admin deleted the node, or the
+        server's store was reset): drop it, so that the node registers again with the bootstrap
+        token (which may register any name without a credential anyway). Kept, it made every
+        report, lease and member fetch fail with 401 for ever."""
+        if not self.credential:
+            return
+        log.warning("%s no longer accepts node %s's credential (%s); the node registers again",
+                    self.base_url, self.node, why)
+        self.credential = None
+        try:
+            os.unlink(self._credential_path())
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.error("could not remove the stale node credential %s: %s", self._credential_path(), exc)
+
     def _save_credential(self, secret: str) -> None:
         self.credential = secret
         record = {"server": self.base_url, "node": self.node, "credential": secret}
@@ -234,7 +251,7 @@ class Reporter:
         text = "\0".join((self.base_url, self.node, self.credential or self.token or ""))
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
-    def send(self, payload: Dict[str, Any]) -> bool:
+    def send(self, payload: Dict[str, Any], _renewed: bool = False) -> bool:
         """POST a report once; on failure keep it for later. Returns whether it was delivered.
 
         A transport error, a 5xx, 408 or 429 leaves the report pending: the next run or the
@@ -264,6 +281,10 @@ class Reporter:
             return True
         said = _server_message(resp)
         what = f"HTTP {resp.status_code}" + (f": {said}" if said else "")
+        if resp.status_code == 401 and self.credential and not _renewed:
+            self.forget_credential(what)
+            if self.ensure_registered():
+                return self.send(payload, _renewed=True)
         if resp.status_code >= 500 or resp.status_code in RETRIED_4XX:
             self._pending(body, f"not delivered: {what}")
             return False

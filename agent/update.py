@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, Dict
 
 from agent import nodestate
 from agent.errors import EXIT_OK, FetchError, NodeAgentError, NotReady
@@ -118,9 +118,7 @@ class Updater:
             self._report_rebooted(record, current)
             # Naming itself (with its credential) makes the server answer as to a member of the
             # pool: the pool's target, not only what a new node may have.
-            result = self.fetcher.fetch(record["url"], ignition=True, etag=record.get("etag"),
-                                        headers=self.reporter.member_headers(),
-                                        budget=self.settings.fetch.total_timeout or 300.0)
+            result = self._fetch(record)
             if result.status == 304:
                 log.debug("config unchanged (ETag %s)", record.get("etag"))
                 return "unchanged"
@@ -169,6 +167,21 @@ class Updater:
         from agent.served import read_served
 
         return read_served(config.ignition).pool
+
+    def _fetch(self, record: Dict[str, Any]) -> Any:
+        def fetch() -> Any:
+            return self.fetcher.fetch(record["url"], ignition=True, etag=record.get("etag"),
+                                      headers=self.reporter.member_headers(),
+                                      budget=self.settings.fetch.total_timeout or 300.0)
+
+        try:
+            return fetch()
+        except FetchError as exc:
+            if exc.status != 401 or not self.reporter.credential:
+                raise
+            self.reporter.forget_credential(f"HTTP 401 on {record['url']}")  # deleted by an admin?
+            self.reporter.ensure_registered()
+            return fetch()
 
     def _update(self, rec, record, current, result) -> str:
         from agent import planning

@@ -91,3 +91,52 @@ def test_a_reinstalled_machine_needs_the_admin_to_delete_the_old_node(server, tm
     root, r = firstboot(server, tmp_path, "id-node-2", dirname="reinstalled-again")
     assert r.returncode == 0 and "registered" in r.stderr, r.stderr
     assert os.path.exists(os.path.join(root, "var/lib/node-agent/node-credential"))
+
+
+def admin_delete(server, node):
+    s = server.session(token=False)
+    r = s.delete(server.url(f"/api/v1/nodes/{node}"), headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 200, r.text
+
+
+def test_a_node_the_admin_deleted_registers_again_on_its_next_run(server, tmp_path):
+    # Deleted by the admin, a node still holds a credential the server no longer knows. Kept, it
+    # made every report, lease and member fetch fail with 401 for ever: the node forgets it and
+    # registers again with the bootstrap token, on day 2 and on a first boot run again.
+    root, r = firstboot(server, tmp_path, "id-node-3")
+    assert r.returncode == 0, r.stderr
+    path = os.path.join(root, "var/lib/node-agent/node-credential")
+    with open(path) as f:
+        stale = json.load(f)
+    admin_delete(server, "id-node-3")
+
+    update = subprocess.run([sys.executable, "-m", "agent.cli", "update", "--once", "--root", root],
+                            capture_output=True, text=True, timeout=120, cwd=REPO,
+                            env=dict(os.environ, NODE_AGENT_JOURNAL_SOCKET="/nonexistent/journal"))
+    assert update.returncode == 0, update.stderr
+    assert "no longer accepts node id-node-3's credential" in update.stderr
+    with open(path) as f:
+        renewed = json.load(f)
+    assert renewed["credential"] != stale["credential"] and stale_mode_ok(path)
+    s = server.session(token=False)  # the new credential is the node's own again
+    r = s.post(server.url("/api/v1/nodes/id-node-3/report"), json={"pool": "worker", "state": "Done"},
+               headers={"Authorization": f"Bearer {renewed['credential']}"})
+    assert r.status_code == 200, r.text
+
+    # A first boot run again with a credential the server deleted: it fetches as a new node.
+    admin_delete(server, "id-node-3")
+    again = make_node_root(str(tmp_path / "again"), server.base_url, "worker", ca_pem=server.tls.ca_pem(),
+                           token=TOKEN, node_name="id-node-3", fetch_budget=10)
+    kept = os.path.join(again, "var/lib/node-agent/node-credential")
+    os.makedirs(os.path.dirname(kept), exist_ok=True)
+    shutil.copy(path, kept)
+    r = subprocess.run([sys.executable, "-m", "agent.cli", "firstboot", "--root", again], capture_output=True,
+                       text=True, timeout=120, cwd=REPO, env=dict(os.environ, NODE_AGENT_JOURNAL_SOCKET="/nonexistent/journal"))
+    assert r.returncode == 0, r.stderr
+    assert "fetching as a new node" in r.stderr and "registered" in r.stderr
+    with open(kept) as f:
+        assert json.load(f)["credential"] != renewed["credential"]
+
+
+def stale_mode_ok(path):
+    return stat.S_IMODE(os.stat(path).st_mode) == 0o600

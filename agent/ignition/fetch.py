@@ -94,6 +94,7 @@ class Fetcher:
                  rng: Optional[random.Random] = None, jitter: float = 0.1,
                  wall_clock: Callable[[], float] = time.time):
         self.settings = settings or Settings()
+        self._member: Optional[Tuple[str, Dict[str, str]]] = None  # (config URL prefix, headers): as_member
         fs = self.settings.fetch
         self.backoff = Backoff(initial=fs.initial_delay, maximum=fs.max_delay, jitter=jitter,
                                max_retry_after=fs.max_retry_after, rng=rng or random.Random())
@@ -181,17 +182,14 @@ class Fetcher:
 
     # --- fetching ---------------------------------------------------------------------------
 
-    def as_member(self, server: str, headers: Dict[str, str]) -> None:
+    def as_member(self, server: Optional[str], headers: Optional[Dict[str, str]] = None) -> None:
         """Send ``headers`` (a node naming itself with its credential) on config fetches from
-        ``server`` (``https://host:port``): a node that already joined a pool and runs its first
-        boot again gets the pool's target, as on day 2, not the config that failed it."""
-        self._member = (server.rstrip("/").lower() + "/config/", dict(headers))
+        ``server`` (``https://host:port``), so that a node that already joined a pool and runs its
+        first boot again gets the pool's target, as on day 2; ``None``: fetch as a new node."""
+        self._member = (server.rstrip("/").lower() + "/config/", dict(headers or {})) if server else None
 
     def _member_headers(self, url: str) -> Dict[str, str]:
-        member = getattr(self, "_member", None)
-        if member and url.lower().startswith(member[0]):
-            return member[1]
-        return {}
+        return self._member[1] if self._member and url.lower().startswith(self._member[0]) else {}
 
     def _headers(self, ignition: bool, extra: Optional[dict], etag: Optional[str]) -> Dict[str, str]:
         headers = {"User-Agent": self.user_agent, "Accept-Encoding": "identity"}
