@@ -64,6 +64,7 @@ class FirstBoot:
         self.skew_decision: Optional[str] = None
         self._contents: Optional[Tuple[NodeConfig, Dict[str, bytes]]] = None
         self._joined: Optional[Dict[str, Any]] = None  # the Working report of the pool join, once sent
+        self.validated = False  # the fetch validated the served config whole (validate it once)
 
     # -- stages -------------------------------------------------------------------------------
 
@@ -93,6 +94,7 @@ class FirstBoot:
         else:
             resolved = self._resolve(pointer, resolve_pointer)
             ignition, sources, etag = resolved.ignition, resolved.sources, resolved.etag
+            self.validated = resolved.validated
             if not self.opts.dry_run:
                 self.progress.save_json("served", {"ignition": ignition, "sources": sources, "etag": etag})
         self.etag = etag
@@ -224,7 +226,8 @@ class FirstBoot:
             ignition = self.fetch()
 
         with rec.stage("validate"):
-            target, served = planning.target_from_served(ignition, source=self.config_url or "served config")
+            target, served = planning.target_from_served(ignition, source=self.config_url or "served config",
+                                                         validated=self.validated)
             rec.set(config=target.name)
 
         with rec.stage("skew"):

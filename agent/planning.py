@@ -27,11 +27,15 @@ class Booted:
     known: bool = False
 
 
-def target_from_served(ignition: dict, source: str) -> Tuple[NodeConfig, Served]:
-    """Validate the served Ignition config and build the full target (Ignition + OS-level fields)."""
+def target_from_served(ignition: dict, source: str, validated: bool = False) -> Tuple[NodeConfig, Served]:
+    """Validate the served Ignition config and build the full target (Ignition + OS-level fields).
+
+    ``validated``: all but its ``ignition`` section is one fetched config the fetch validated
+    whole (pointer.ResolvedConfig.validated): only that section is checked again."""
     from agent.ignition.load import load_node_config
 
-    load_node_config(ignition, source=source)  # raises ConfigError with every problem's path
+    # raises ConfigError with every problem's path
+    load_node_config({"ignition": ignition.get("ignition")} if validated else ignition, source=source)
     served = read_served(ignition)
     return node_config_from_served(ignition, served), served
 

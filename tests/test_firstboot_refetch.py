@@ -79,6 +79,55 @@ def test_each_content_is_fetched_and_decompressed_once_per_first_boot(tmp_path, 
         assert f.read() == local
 
 
+def test_first_boot_validates_the_served_config_once(tmp_path, monkeypatch):
+    # The fetch validates each config it fetches (errors name the URL, as Ignition's do); the
+    # merged target is then checked only in its `ignition` section, which the pointer merged
+    # into: the storage of a 100 MB config was validated twice.
+    from agent.firstboot import FirstBoot, Options
+    from agent.ignition import load, validate
+
+    checked = []
+    real = validate.validate_ignition
+
+    def counting(doc):
+        checked.append(sorted(doc) if isinstance(doc, dict) else doc)
+        return real(doc)
+
+    monkeypatch.setattr(validate, "validate_ignition", counting)
+    monkeypatch.setattr(load, "validate_ignition", counting)
+    with ScriptedServer() as srv:
+        config = {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+            {"path": "/etc/once.conf", "mode": 420, "contents": {"source": "data:,once"}}]}}
+        srv.always("/config/worker", Reply(200, body=json.dumps(config).encode()))
+        srv.always("/api/v1/nodes/n1/report", Reply(200, body=b"{}"))
+        root = make_node_root(str(tmp_path / "n1"), srv.url("/").rstrip("/"), "worker", node_name="n1")
+        assert FirstBoot(Options(root=root)).run() == 0
+    assert checked.count(["ignition", "storage"]) == 1, checked
+    assert ["ignition"] in checked  # the merged `ignition` section (the pointer's CAs, timeouts)
+    with open(os.path.join(root, "etc/once.conf")) as f:
+        assert f.read() == "once"
+
+
+def test_a_pointer_with_content_of_its_own_is_validated_merged():
+    from agent.ignition.fetch import Fetcher
+    from agent.ignition.pointer import resolve_pointer
+
+    body = json.dumps({"ignition": {"version": "3.4.0"},
+                       "storage": {"files": [{"path": "/etc/a", "contents": {"source": "data:,a"}}]}}).encode()
+    with ScriptedServer() as srv:
+        for path in ("/config/worker", "/config/extra"):
+            srv.always(path, Reply(200, body=body))
+        refs = [{"source": srv.url("/config/worker")}]
+        merge = {"ignition": {"version": "3.4.0", "config": {"merge": refs}}}
+        assert resolve_pointer(merge, Fetcher()).validated
+        own = dict(merge, storage={"files": [{"path": "/etc/b", "contents": {"source": "data:,b"}}]})
+        assert not resolve_pointer(own, Fetcher()).validated  # the pointer's files were never validated
+        two = {"ignition": {"version": "3.4.0", "config": {"merge": refs + [{"source": srv.url("/config/extra")}]}}}
+        assert not resolve_pointer(two, Fetcher()).validated  # two configs' contents: check them merged
+        older = {"ignition": {"version": "3.5.0", "config": {"merge": refs}}}
+        assert not resolve_pointer(older, Fetcher()).validated  # validated at 3.4.0, merged at 3.5.0
+
+
 # --- a refused config is fetched again ------------------------------------------------------------
 
 def write_whole(path: str, text: str) -> None:

@@ -24,6 +24,10 @@ class ResolvedConfig:
     sources: List[str]  # every config URL fetched, in order
     etag: Optional[str]  # of the pool's config (/config/<pool>), else of the last config fetched
     served_name: Optional[str]  # rendered config name from the served node annotations, if any
+    # True when everything but the ``ignition`` section comes from one fetched config, validated
+    # whole at its own spec version: the caller then validates only the ``ignition`` section
+    # (first boot validated a 100 MB config twice: once fetched, once merged).
+    validated: bool = False
 
 
 @dataclass
@@ -33,6 +37,7 @@ class _Walk:
     sources: List[str] = field(default_factory=list)
     pool_etag: Optional[str] = None
     last_etag: Optional[str] = None
+    content_versions: List[str] = field(default_factory=list)  # of validated configs with more than `ignition`
 
 
 def _resource_headers(ref: dict) -> Dict[str, str]:
@@ -107,6 +112,8 @@ def _fetch_config(walk: _Walk, ref: Any, where: str, chain: Tuple[str, ...]) -> 
     if errors:
         raise ConfigError(f"config fetched from {label} (referenced at {where}) is invalid", problems, label)
     walk.sources.append(result.url)
+    if set(doc) - {"ignition"}:
+        walk.content_versions.append(str((doc.get("ignition") or {}).get("version")))
     if result.etag:
         walk.last_etag = result.etag
         if walk.pool_etag is None and pool_from_url(result.url):
@@ -159,5 +166,8 @@ def resolve_pointer(pointer: dict, fetcher: "Fetcher", *, source: str = "pointer
     """
     walk = _Walk(fetcher=fetcher, max_depth=max_depth)
     final = _strip_references(_render(walk, pointer, (source,)))
+    version = str((final.get("ignition") or {}).get("version"))
+    validated = (not set(pointer) - {"ignition"} and len(walk.content_versions) <= 1
+                 and all(v == version and v.startswith("3.") for v in walk.content_versions))
     return ResolvedConfig(ignition=final, sources=list(walk.sources), etag=walk.pool_etag or walk.last_etag,
-                          served_name=served_config_name(final))
+                          served_name=served_config_name(final), validated=validated)
