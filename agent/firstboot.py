@@ -112,26 +112,20 @@ class FirstBoot:
             # The server no longer knows the credential (the admin deleted the node): forget it
             # (the node registers again) and fetch as a new node.
             log.warning("the server refused node %s's credential (%s); fetching as a new node", self.node, exc)
+            from agent.report import remove_credential
+
             self.fetcher.as_member(None)
-            self._forget_kept_credential()
+            remove_credential(self.root, self.state_dir)
             return resolve_pointer(pointer, self.fetcher)
-
-    def _forget_kept_credential(self) -> None:
-        from agent.report import CREDENTIAL
-
-        try:
-            os.unlink(self.root.path(os.path.join(self.state_dir, CREDENTIAL)))
-        except FileNotFoundError:
-            pass
 
     def _fetch_as_member(self) -> bool:
         """A node that registered in an earlier, failed run is a member of its pool: it fetches
         naming itself with its credential (https only) and gets the pool's target. Anonymous, it
         got the pool's proven config again, the one that failed it, even after the fix: its
         own Degraded membership held the fixed config's rollout incomplete."""
-        from agent.report import Reporter
+        from agent.report import read_credential
 
-        kept = Reporter.kept_credential(self.root, self.state_dir)
+        kept = read_credential(self.root, self.state_dir, quiet=True)  # the reporter says it, once
         if kept and kept["node"] == self.node and kept["server"].lower().startswith("https://"):
             log.info("node %s registered with %s in an earlier run: fetching as a member of its pool",
                      self.node, kept["server"])

@@ -95,6 +95,38 @@ def server_base(config_url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+def credential_path(root: Root, state_dir: str) -> str:
+    return root.path(os.path.join(state_dir, CREDENTIAL))
+
+
+def read_credential(root: Root, state_dir: str, quiet: bool = False) -> Optional[Dict[str, str]]:
+    """The credential record a run kept (``server``, ``node``, ``credential``), if any and whole."""
+    path = credential_path(root, state_dir)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        if not quiet:
+            log.warning("ignoring unreadable node credential %s; the node registers again", path)
+        return None
+    if isinstance(data, dict) and all(isinstance(data.get(k), str) and data[k] for k in ("server", "node", "credential")):
+        return data
+    return None
+
+
+def remove_credential(root: Root, state_dir: str) -> None:
+    """Drop a credential the server no longer accepts (the node then registers again)."""
+    path = credential_path(root, state_dir)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.error("could not remove the stale node credential %s: %s", path, exc)
+
+
 class Reporter:
     def __init__(self, base_url: str, node: str, root: Root, state_dir: str, *, session=None,
                  token: Optional[str] = None, timeout: float = 10.0):
@@ -148,35 +180,14 @@ class Reporter:
     # -- identity -------------------------------------------------------------------------------
 
     def _credential_path(self) -> str:
-        return self.root.path(os.path.join(self.state_dir, CREDENTIAL))
-
-    @staticmethod
-    def kept_credential(root: Root, state_dir: str) -> Optional[Dict[str, str]]:
-        """The credential record an earlier run kept (``server``, ``node``, ``credential``), if any."""
-        try:
-            with open(root.path(os.path.join(state_dir, CREDENTIAL)), encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            return None
-        if isinstance(data, dict) and all(isinstance(data.get(k), str) and data[k]
-                                          for k in ("server", "node", "credential")):
-            return data
-        return None
+        return credential_path(self.root, self.state_dir)
 
     def _load_credential(self) -> Optional[str]:
         """The credential this node got from this server under this name (None otherwise)."""
-        try:
-            with open(self._credential_path(), encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            log.warning("ignoring unreadable node credential %s; the node registers again", self._credential_path())
-            return None
-        if not isinstance(data, dict) or data.get("server") != self.base_url or data.get("node") != self.node:
-            return None  # another server or another name: it means nothing there
-        secret = data.get("credential")
-        return secret if isinstance(secret, str) and secret else None
+        kept = read_credential(self.root, self.state_dir)
+        if kept is None or kept["server"] != self.base_url or kept["node"] != self.node:
+            return None  # none, or another server or another name: it means nothing there
+        return kept["credential"]
 
     def ensure_registered(self) -> bool:
         """Register this node once (bootstrap token -> own credential, kept 0600). Returns
@@ -223,12 +234,7 @@ class Reporter:
         log.warning("%s no longer accepts node %s's credential (%s); the node registers again",
                     self.base_url, self.node, why)
         self.credential = None
-        try:
-            os.unlink(self._credential_path())
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.error("could not remove the stale node credential %s: %s", self._credential_path(), exc)
+        remove_credential(self.root, self.state_dir)
 
     def _save_credential(self, secret: str) -> None:
         self.credential = secret

@@ -145,9 +145,9 @@ def rows_from(doc: Dict[str, Any]) -> List[Row]:
 
 def run(quick: bool = False) -> List[Row]:
     doc = results((100, 1000, 10000) if quick else SIZES, 30 if quick else 200)
-    os.makedirs(os.path.dirname(JSON_OUT), exist_ok=True)
-    with open(JSON_OUT, "w") as f:
-        json.dump(doc, f, indent=1)
+    from benchmarks.common import save_json
+
+    save_json(os.path.basename(JSON_OUT), doc)
     return rows_from(doc)
 
 

@@ -14,7 +14,6 @@ earlier default) for comparison; its requests fail rather than wait there.
 """
 
 import argparse
-import json
 import os
 import shutil
 import socket
@@ -151,10 +150,9 @@ def rows_from(doc: Dict[str, Any]) -> list:
 
 def run(quick: bool = False) -> list:
     doc = measure(1 if quick else 3, 20 if quick else 50, ["gevent"])
-    path = os.path.join(REPO, "build", "bench", "slow_clients.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
+    from benchmarks.common import save_json
+
+    save_json("slow_clients.json", doc)
     return rows_from(doc)
 
 

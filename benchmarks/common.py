@@ -133,3 +133,12 @@ def print_result(doc: Any, rows: List[Row], as_json: bool) -> int:
     else:
         print(table(rows))
     return 0
+
+
+def save_json(name: str, doc: Any) -> str:
+    """Keep a benchmark's JSON document as build/bench/``name`` (plots.py draws from it)."""
+    path = os.path.join(REPO, "build", "bench", name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    return path

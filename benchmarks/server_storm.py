@@ -346,10 +346,9 @@ def rows_from(doc: Dict[str, Any]) -> list:
 
 def run(quick: bool = False) -> list:
     doc = run_storm(2 if quick else 5, 1 if quick else 3, 200, 1 << 20, 2000 if quick else 10000, None, None)
-    path = os.path.join(REPO, "build", "bench", "storm.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
+    from benchmarks.common import save_json
+
+    save_json("storm.json", doc)
     return rows_from(doc)
 
 
