@@ -5,8 +5,6 @@ module imports only argparse; each subcommand's module is imported when it runs.
 """
 
 import argparse
-import importlib
-import math
 import os
 import sys
 
@@ -26,6 +24,8 @@ def node_name_arg(text: str) -> str:
 
 
 def interval_arg(text: str) -> float:
+    import math
+
     try:
         value = float(text)
     except ValueError:
@@ -140,13 +140,46 @@ def build_parser(only=None) -> argparse.ArgumentParser:
         allow_abbrev=False,
         formatter_class=_Formatter,
     )
-    parser.add_argument("--version", action="version", version=f"node-agent {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParsers(only))
     for name, (kwargs, add_options) in _COMMANDS.items():
         p = _sub(sub, name, **kwargs)
         if only is None or only == name:
             add_options(p)
     return parser
+
+
+class _CommandParsers:
+    """``add_subparsers``' parser_class: a real parser for the command this command line runs,
+    an empty stand-in for the others. --help lists every command from the ``help`` texts,
+    which argparse keeps apart from the parsers, and a command line names at most one command:
+    each other ArgumentParser built would cost start-up (a tenth of ``--version``) for nothing."""
+
+    def __init__(self, only):
+        self.only = only
+
+    def __call__(self, **kwargs):
+        name = kwargs["prog"].rsplit(" ", 1)[-1]  # add_parser sets prog to "node-agent <name>"
+        if self.only is None or self.only == name:
+            return argparse.ArgumentParser(**kwargs)
+        return _NotRun()
+
+
+class _NotRun:
+    """A command's parser that this command line never reaches (see _CommandParsers)."""
+
+
+class _Version(argparse.Action):
+    """``--version``: print and exit. argparse's own "version" action formats the line as help
+    text, which imports textwrap: another tenth of ``--version``."""
+
+    def __init__(self, option_strings, dest, help=None):
+        super().__init__(option_strings, dest, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(f"node-agent {__version__}\n")
+        sys.stdout.flush()
+        parser.exit()
 
 
 def _only(argv):
@@ -207,7 +240,7 @@ def main(argv=None) -> int:  # argv: a list of str, or None for sys.argv (no typ
         from agent.log import setup_logging
 
         setup_logging(args.command)
-    module = importlib.import_module(f"agent.commands.{args.command}")
+    module = __import__(f"agent.commands.{args.command}", fromlist=["run"])  # importlib: start-up
     try:
         code = int(module.run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit

@@ -40,11 +40,11 @@ import gevent
 from gevent import monkey
 from gevent.pool import Pool
 from gevent.server import StreamServer
-from gevent.socket import wait_write
+from gevent.socket import wait_read, wait_write
 from gunicorn.workers.base_async import AsyncWorker
 
 from agent.server.gunicorn_app import Limits
-from agent.server.memfds import MemfdCache
+from agent.server.bodyfiles import BodyFiles
 
 WRITE_CHUNK = 256 * 1024
 ZERO_COPY_MIN = 64 * 1024  # smaller bodies: one send() is cheaper than a sendfile set-up
@@ -70,10 +70,12 @@ class TimedSocket:
     ``closed`` (a deadline passed: reads see end of file, so gunicorn closes quietly).
     """
 
-    def __init__(self, sock: Any, limits: Limits, log: Any, peer: str, memfds: Any = None):
+    def __init__(self, sock: Any, limits: Limits, log: Any, peer: str, bodies: Any = None):
         self._sock = sock
-        self.memfds = memfds
-        self.zero_copy = memfds is not None and not isinstance(sock, ssl.SSLSocket)
+        self.bodies = bodies
+        self.plain = not isinstance(sock, ssl.SSLSocket)
+        self.fd = sock.fileno() if self.plain else -1  # non-blocking (gevent): read/write it directly first
+        self.zero_copy = bodies is not None and self.plain
         self.limits = limits
         self.log = log
         self.peer = peer
@@ -115,12 +117,35 @@ class TimedSocket:
             return b""
         left = self._deadline - time.monotonic()
         idle = self.phase == "idle"
+        if left <= 0:
+            return self._expire()
+        data = self._ready(size)
+        if data is None:
+            data = self._wait_recv(size, left)
+        if idle and data:
+            self.phase = "head"
+            if not self.first:  # the first request's head counts from the handshake, as Go's
+                self._deadline = time.monotonic() + self.limits.header
+        return data
+
+    def _ready(self, size: int) -> Optional[bytes]:
+        """What a plain socket has already received (None: nothing yet, or TLS). Most reads of a
+        kept-alive client find their data waiting: reading it at once spares a deadline timer
+        (a gevent.Timeout set up and cancelled per read)."""
+        if self.fd < 0:
+            return None
         try:
-            if left <= 0:
-                raise Expired()
+            return os.read(self.fd, size)
+        except BlockingIOError:
+            return None
+
+    def _wait_recv(self, size: int, left: float) -> bytes:
+        try:
             self.waiting = gevent.getcurrent() if self.phase != "body" else None
+            if self.fd >= 0:
+                return self._wait_plain(size, time.monotonic() + left)
             with gevent.Timeout(left, Expired):
-                data = self._sock.recv(size)
+                return self._sock.recv(size)
         except Expired:
             return self._expire()
         except _Closing:
@@ -128,11 +153,13 @@ class TimedSocket:
             return b""
         finally:
             self.waiting = None
-        if idle and data:
-            self.phase = "head"
-            if not self.first:  # the first request's head counts from the handshake, as Go's
-                self._deadline = time.monotonic() + self.limits.header
-        return data
+
+    def _wait_plain(self, size: int, deadline: float) -> bytes:
+        while True:  # a wake-up without data (spurious) waits again
+            wait_read(self.fd, timeout=max(0.0, deadline - time.monotonic()), timeout_exc=Expired())
+            data = self._ready(size)
+            if data is not None:
+                return data
 
     def _expire(self) -> bytes:
         phase, self.phase = self.phase, "closed"
@@ -148,6 +175,14 @@ class TimedSocket:
     def sendall(self, data: Any) -> None:
         if self.zero_copy and type(data) is bytes and len(data) >= ZERO_COPY_MIN:
             return self._sendfile_bytes(data)
+        if self.fd >= 0 and len(data) < ZERO_COPY_MIN:  # a response head: the socket buffer takes it at once
+            try:
+                sent = os.write(self.fd, data)
+            except BlockingIOError:
+                sent = 0
+            if sent == len(data):
+                return None
+            data = memoryview(data)[sent:]
         self._sendall_copy(data)
 
     def _sendall_copy(self, data: Any) -> None:
@@ -164,18 +199,17 @@ class TimedSocket:
                 raise ConnectionResetError(104, "client too slow to take the response") from None
 
     def _sendfile_bytes(self, data: bytes) -> None:
-        """A large body over plain TCP, by ``sendfile(2)`` from a memfd holding the same bytes
-        (made once per body, agent/server/memfds.py): the kernel sends the pages without copying
-        them through Python, as nginx serves a static file. Same deadline: 256 KiB per
+        """A large body over plain TCP, by ``sendfile(2)`` from a file holding the same bytes
+        (made once per body, agent/server/bodyfiles.py): the kernel sends the pages without
+        copying them through Python, as nginx serves a static file. Same deadline: 256 KiB per
         ``write`` seconds."""
-        base = self.memfds.fd_for(data)
-        if base is None:  # first time this body is sent
+        fd = self.bodies.acquire(data)
+        if fd is None:  # first time this body is sent
             return self._sendall_copy(data)
-        fd = os.dup(base)  # ours while we send, whatever the cache evicts
         try:
             self._sendfile_fd(fd, len(data))
         finally:
-            os.close(fd)
+            self.bodies.release(fd)
 
     def _sendfile_fd(self, fd: int, total: int) -> None:
         out = self._sock.fileno()
@@ -236,7 +270,7 @@ class Worker(AsyncWorker):
         super().__init__(*args, **kwargs)
         self._conns: Set[TimedSocket] = set()
         self._ssl_ctx: Any = None
-        self._memfds = MemfdCache() if MemfdCache.available() else None
+        self._bodies = BodyFiles() if BodyFiles.available() else None
 
     # -- process set-up -------------------------------------------------------------------------
 
@@ -321,7 +355,7 @@ class Worker(AsyncWorker):
                 self.log.debug("%s: TLS handshake failed: %s", peer, exc)
                 client.close()
                 return
-        conn = TimedSocket(client, self.limits, self.log, peer, self._memfds)
+        conn = TimedSocket(client, self.limits, self.log, peer, self._bodies)
         self._conns.add(conn)
         try:
             super().handle(listener, conn, addr)
