@@ -184,28 +184,39 @@ def test_sqlite_connection_shared_by_greenlets(tmp_path):
     assert out.stdout.strip() == "1"
 
 
-def test_memfd_cache_gives_a_body_its_memfd_the_second_time():
-    from agent.server.memfds import MemfdCache
+@pytest.mark.parametrize("kind", ["tmpfile", "memfd"])
+def test_body_files_give_a_body_its_file_the_second_time(kind, tmp_path, monkeypatch):
+    from agent.server.bodyfiles import BodyFiles
 
-    if not MemfdCache.available():
-        pytest.skip("no memfd_create/sendfile on this platform")
-    cache = MemfdCache(max_bytes=3 << 20)
+    if not BodyFiles.available():
+        pytest.skip("no sendfile/O_TMPFILE/memfd_create on this platform")
+    if kind == "memfd":  # a file system without O_TMPFILE: the cache falls back to memfds
+        if not hasattr(os, "memfd_create"):
+            pytest.skip("no memfd_create")
+        monkeypatch.delattr(os, "O_TMPFILE", raising=False)
+    cache = BodyFiles(max_bytes=3 << 20, directory=str(tmp_path))
     bodies = [bytes([i]) * (1 << 20) for i in range(4)]
-    assert cache.fd_for(bodies[0]) is None  # sent once: no memfd yet
-    fd = cache.fd_for(bodies[0])
+    assert cache.acquire(bodies[0]) is None  # sent once: no file yet
+    fd = cache.acquire(bodies[0])
     assert fd is not None and os.pread(fd, 1 << 21, 0) == bodies[0]
-    assert cache.fd_for(bodies[0]) == fd
+    assert os.listdir(tmp_path) == []  # never a name in the directory
+    assert cache.acquire(bodies[0]) == fd
+    cache.release(fd)  # one of the two sends of bodies[0] is done; the other still sends
     for body in bodies[1:]:
-        cache.fd_for(body)
-        cache.fd_for(body)
-    # 4 MiB of bodies in a 3 MiB cache: the least recently used one is gone, its fd closed.
-    with pytest.raises(OSError):
+        assert cache.acquire(body) is None
+        cache.release(cache.acquire(body))
+    # 4 MiB of bodies in a 3 MiB cache: bodies[0] is evicted, but its file stays open while sent
+    assert os.pread(fd, 1, 0) == bodies[0][:1]
+    cache.release(fd)
+    with pytest.raises(OSError):  # evicted and no longer sent: closed
         os.fstat(fd)
-    assert os.pread(cache.fd_for(bodies[3]), 1 << 21, 0) == bodies[3]
+    last = cache.acquire(bodies[3])
+    assert os.pread(last, 1 << 21, 0) == bodies[3]
+    cache.release(last)
 
 
 def test_large_bodies_over_plain_http_are_sent_whole(tmp_path):
-    """Bodies of 64 KiB and more go out by sendfile(2) from a memfd from their second request
+    """Bodies of 64 KiB and more go out by sendfile(2) from a file from their second request
     on: every copy must be the same bytes, on new and on kept-alive connections."""
     sys.path.insert(0, REPO)
     from benchmarks.server_storm import make_state

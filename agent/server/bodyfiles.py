@@ -40,10 +40,10 @@ class BodyFiles:
     def __init__(self, max_bytes: int = 256 << 20, directory: Optional[str] = None):
         self.max_bytes = max_bytes
         self.directory = directory
-        self._entries: "OrderedDict[int, _Entry]" = OrderedDict()
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._by_fd: Dict[int, _Entry] = {}
         self._bytes = 0
-        self._seen: "OrderedDict[int, int]" = OrderedDict()  # id -> length of bodies sent once
+        self._seen: OrderedDict[int, int] = OrderedDict()  # id -> length of bodies sent once
 
     @staticmethod
     def available() -> bool:

@@ -43,8 +43,8 @@ from gevent.server import StreamServer
 from gevent.socket import wait_read, wait_write
 from gunicorn.workers.base_async import AsyncWorker
 
-from agent.server.gunicorn_app import Limits
 from agent.server.bodyfiles import BodyFiles
+from agent.server.gunicorn_app import Limits
 
 WRITE_CHUNK = 256 * 1024
 ZERO_COPY_MIN = 64 * 1024  # smaller bodies: one send() is cheaper than a sendfile set-up

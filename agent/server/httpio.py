@@ -15,12 +15,13 @@ MAX_BODY = 1 << 20
 MAX_JSON_DEPTH = 32  # a report nests 3 levels; deeper is hostile (and recursion is bounded)
 
 
+_PHRASES = {int(status): status.phrase for status in HTTPStatus}
+
+
 def reason_phrase(code: int) -> str:
-    """The standard reason phrase (RFC 9110) from the standard library, "" for an unknown code."""
-    try:
-        return HTTPStatus(code).phrase
-    except ValueError:
-        return ""
+    """The standard reason phrase (RFC 9110) from the standard library, "" for an unknown code.
+    A dict, not ``HTTPStatus(code)``: an Enum lookup per response was 4% of a cached fetch."""
+    return _PHRASES.get(code, "")
 
 
 class HTTPError(Exception):

@@ -59,6 +59,9 @@ def make_dir() -> str:
     return tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
 
 
+METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"))
+
+
 class RequestCounter:
     """``inc(pool, code, method)``; ``directory`` set = multiprocess mode (gunicorn workers)."""
 
@@ -78,6 +81,7 @@ class RequestCounter:
         # No "<name>_created" series (prometheus-client 0.17+): a restart-time gauge per label set
         # that multiprocess mode cannot give anyway, so single- and multi-process output agree.
         getattr(prometheus_client, "disable_created_metrics", lambda: None)()
+        self._children: dict = {}
         self.counter = Counter("node_config_server_requests", "HTTP requests by pool (\"\" when none), code and "
                                "method.", ["pool", "code", "method"], registry=None)
         from prometheus_client import Histogram
@@ -90,7 +94,13 @@ class RequestCounter:
                                     "by API path.", ["operation"], registry=None)
 
     def inc(self, pool: str, code: int, method: str) -> None:
-        self.counter.labels(pool, str(code), method).inc()
+        if method not in METHODS:
+            method = "other"  # a client picks the method: one series per made-up word would be unbounded
+        key = (pool, code, method)
+        child = self._children.get(key)
+        if child is None:  # labels() validates and looks up its labels under a lock: once per series
+            child = self._children[key] = self.counter.labels(pool, str(code), method)
+        child.inc()
 
     def observe_store(self, operation: str, seconds: float, ok: bool) -> None:
         self.store_seconds.labels(operation).observe(seconds)
