@@ -57,7 +57,8 @@ def plot_storm(doc: Dict[str, Any], out: str) -> None:
     for ax, series, scale, label in ((a, rps, 1, "requests/s"), (b, p99, 1e3, "p99 latency (ms)")):
         med = [s["median"] * scale for s in series]
         err = [[(s["median"] - s["min"]) * scale for s in series], [(s["max"] - s["median"]) * scale for s in series]]
-        colors = ["tab:gray" if n.startswith("nginx") else "tab:blue" for n in names]
+        colors = ["tab:gray" if n.startswith("nginx") else "tab:orange" if "trivial" in n else "tab:blue"
+                  for n in names]
         ax.barh(list(ys), med, xerr=err, color=colors)
         ax.set_yticks(list(ys))
         ax.set_yticklabels(names if ax is a else [""] * len(names), fontsize=8)

@@ -250,43 +250,133 @@ def run_storm(seconds: float, rounds: int, connections: int, size: int, nodes: i
                 if db != "empty" and proto == "plain":
                     cases[f"server {proto} {db} + 10 reports/s"] = dict(cases[f"server {proto} {db}"], reports=10)
                 if not body:
-                    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
-                    c.request("GET", "/config/worker", headers={"Accept": ACCEPT})
-                    body = c.getresponse().read()
-                    c.close()
-        web = os.path.join(tmp, "nginx")
-        os.makedirs(web)
-        with open(os.path.join(web, "worker.json"), "wb") as f:
-            f.write(body)
-        for proto in ("plain", "TLS"):
-            root = os.path.join(web, proto)
-            os.makedirs(root)
-            shutil.copy(os.path.join(web, "worker.json"), root)
-            port = free_port()
-            proc = start_nginx(root, port, workers, tls if proto == "TLS" else None)
+                    body = _body(srv.port)
+        if worker_class == "gevent":
+            proc, url = _trivial_app(tmp, body, workers)
             nginxes.append(proc)
-            cases[f"nginx {proto}"] = {"url": f"{'https' if proto == 'TLS' else 'http'}://127.0.0.1:{port}/config/worker",
-                                       "pgid": proc.pid, "proto": proto, "floor": True}
-        runs: Dict[str, List[Dict[str, float]]] = {name: [] for name in cases}
-        for case in cases.values():  # warm-up: caches, TLS session set-up, page cache
-            wrk(case["url"], 1, connections)
-        load_before = os.getloadavg()
-        for rnd in range(rounds):
-            print(f"  storm round {rnd + 1}/{rounds}", file=sys.stderr, flush=True)
-            for name, case in cases.items():
-                runs[name].append(measure(case, seconds, connections))
-                if os.environ.get("STORM_DEBUG"):
-                    print(f"    {name}: {runs[name][-1]}", file=sys.stderr, flush=True)
+            cases["gunicorn + gevent worker, trivial app, plain"] = {"url": url, "pgid": proc.pid, "proto": "plain"}
+        for proto in ("plain", "TLS"):
+            proc, url = _nginx_serving(tmp, proto, body, workers, tls)
+            nginxes.append(proc)
+            cases[f"nginx {proto}"] = {"url": url, "pgid": proc.pid, "proto": proto, "floor": True}
+        measured = _interleaved(cases, seconds, rounds, connections)
+        runs, load_before = measured["runs"], measured["load_before"]
     finally:
-        for srv in servers:
-            srv.stop()
-        for proc in nginxes:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(10)
-        shutil.rmtree(tmp, ignore_errors=True)
+        _stop(servers, nginxes, tmp)
     return report(cases, runs, dict(body_bytes=len(body), seconds=seconds, rounds=rounds, connections=connections,
                                     workers=workers, threads=threads, worker_class=worker_class, cpus=os.cpu_count(),
                                     nodes=nodes, load_average_before=load_before, load_average_after=os.getloadavg()))
+
+
+def run_worker_sweep(seconds: float, rounds: int, connections: int, size: int, counts: List[int],
+                     nginx_workers: Optional[int]) -> Dict[str, Any]:
+    """Server worker counts only: the server (empty database, plain and TLS) with each count in
+    ``counts``, nginx always with the same count (the server's default unless given), all
+    interleaved round after round. What the row is about is the server's worker count; nginx
+    and the load do not change between its cases."""
+    from agent.server.gunicorn_app import default_workers
+    from tests.helpers.certs import make_tls
+
+    nginx_workers = nginx_workers or default_workers()
+    tmp = tempfile.mkdtemp(prefix="server-storm-workers-")
+    os.chmod(tmp, 0o755)
+    servers: List[ServerProcess] = []
+    nginxes: List[subprocess.Popen] = []
+    try:
+        tls = make_tls(os.path.join(tmp, "tls"))
+        for path in (tls.cert, tls.key):
+            os.chmod(path, 0o644)
+        state = os.path.join(tmp, "state")
+        make_state(state, size)
+        cases: Dict[str, Dict[str, Any]] = {}
+        for proto in ("plain", "TLS"):
+            for count in counts:
+                srv = ServerProcess(state, tls=tls if proto == "TLS" else None, workers=count, threads=1,
+                                    extra_args=["--worker-class", "gevent"])
+                servers.append(srv.start())
+                cases[f"server {proto} {count} workers"] = {"url": srv.url("/config/worker"), "pgid": srv.proc.pid,
+                                                            "proto": proto}
+        body = _body(servers[0].port)
+        for proto in ("plain", "TLS"):
+            proc, url = _nginx_serving(tmp, proto, body, nginx_workers, tls)
+            nginxes.append(proc)
+            cases[f"nginx {proto}"] = {"url": url, "pgid": proc.pid, "proto": proto, "floor": True}
+        runs = _interleaved(cases, seconds, rounds, connections)
+        load_after = os.getloadavg()
+    finally:
+        _stop(servers, nginxes, tmp)
+    return report(cases, runs["runs"], dict(body_bytes=len(body), seconds=seconds, rounds=rounds,
+                                            connections=connections, workers=nginx_workers, nginx_workers=nginx_workers,
+                                            server_worker_counts=counts, worker_class="gevent", cpus=os.cpu_count(),
+                                            nodes=0, load_average_before=runs["load_before"],
+                                            load_average_after=load_after))
+
+
+def _body(port: int) -> bytes:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("GET", "/config/worker", headers={"Accept": ACCEPT})
+    body = c.getresponse().read()
+    c.close()
+    return body
+
+
+def _nginx_serving(tmp: str, proto: str, body: bytes, workers: int, tls: Any) -> Any:
+    root = os.path.join(tmp, "nginx", proto)
+    os.makedirs(root)
+    with open(os.path.join(root, "worker.json"), "wb") as f:
+        f.write(body)
+    port = free_port()
+    proc = start_nginx(root, port, workers, tls if proto == "TLS" else None)
+    return proc, f"{'https' if proto == 'TLS' else 'http'}://127.0.0.1:{port}/config/worker"
+
+
+def _trivial_app(tmp: str, body: bytes, workers: int) -> Any:
+    """gunicorn with node-config-server's gevent worker serving benchmarks/trivial_wsgi.py: the
+    HTTP stack's own cost per request, without the server's work."""
+    path = os.path.join(tmp, "trivial-body")
+    with open(path, "wb") as f:
+        f.write(body)
+    port = free_port()
+    env = dict(os.environ, TRIVIAL_WSGI_BODY=path, PYTHONPATH=REPO)
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-w", str(workers), "-k",
+                             "agent.server.gevent_worker.Worker", "-b", f"127.0.0.1:{port}", "--keep-alive", "30",
+                             "benchmarks.trivial_wsgi:app"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/config/worker"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", "/config/worker")
+            if c.getresponse().status == 200:
+                return proc, url
+        except OSError:
+            time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise RuntimeError("gunicorn with the trivial app did not start")
+
+
+def _interleaved(cases: Dict[str, Dict[str, Any]], seconds: float, rounds: int, connections: int) -> Dict[str, Any]:
+    runs: Dict[str, List[Dict[str, float]]] = {name: [] for name in cases}
+    for case in cases.values():  # warm-up: caches, TLS session set-up, page cache
+        wrk(case["url"], 1, connections)
+    load_before = os.getloadavg()
+    for rnd in range(rounds):
+        print(f"  storm round {rnd + 1}/{rounds}", file=sys.stderr, flush=True)
+        for name, case in cases.items():
+            runs[name].append(measure(case, seconds, connections))
+            if os.environ.get("STORM_DEBUG"):
+                print(f"    {name}: {runs[name][-1]}", file=sys.stderr, flush=True)
+    return {"runs": runs, "load_before": load_before}
+
+
+def _stop(servers: List[ServerProcess], nginxes: List[subprocess.Popen], tmp: str) -> None:
+    for srv in servers:
+        srv.stop()
+    for proc in nginxes:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def report(cases: Dict[str, Dict[str, Any]], runs: Dict[str, List[Dict[str, float]]],
@@ -334,8 +424,12 @@ def rows_from(doc: Dict[str, Any]) -> list:
         rows.append(Row(f"config storm ({proto})", name, e["p50_s"]["median"], floor=f"nginx {proto}",
                         is_floor=name.startswith("nginx"), note="p50 latency; " + note))
     s = doc["setup"]
-    shape = (f"{s['workers']} gevent workers" if s.get("worker_class", "gevent") == "gevent"
-             else f"{s['workers']} gthread workers x {s['threads']} threads")
+    if "server_worker_counts" in s:
+        shape = f"server {'/'.join(map(str, s['server_worker_counts']))} gevent workers, nginx {s['nginx_workers']}"
+    elif s.get("worker_class", "gevent") == "gevent":
+        shape = f"{s['workers']} gevent workers (server and nginx)"
+    else:
+        shape = f"{s['workers']} gthread workers x {s['threads']} threads"
     rows[0].note += (f"; set-up: {s['body_bytes']} B body, {s['connections']} connections (wrk), {s['seconds']} s x "
                      f"{s['rounds']} interleaved rounds, {shape}, {s['cpus']} CPUs")
     if "load_average_before" in s:
@@ -364,13 +458,27 @@ def main() -> int:
     ap.add_argument("--threads", type=int, help="server threads per worker with --worker-class gthread")
     ap.add_argument("--worker-class", default="gevent", choices=("gevent", "gthread"),
                     help="the server's worker (default: gevent, the server's default)")
+    ap.add_argument("--sweep-workers", metavar="N,N,...",
+                    help="instead: the server (empty database) with each of these worker counts against nginx "
+                         "with --workers (default: the server's default), interleaved")
     ap.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
     args = ap.parse_args()
+    if args.sweep_workers:
+        return _sweep_main(args)
     doc = run_storm(args.seconds or (2 if args.quick else 5), args.rounds or (1 if args.quick else 3),
                     args.connections, args.size, args.nodes or (2000 if args.quick else 10000), args.workers,
                     args.threads, args.worker_class)
     from benchmarks.common import print_result
 
+    return print_result(doc, rows_from(doc), args.json)
+
+
+def _sweep_main(args: Any) -> int:
+    from benchmarks.common import print_result, save_json
+
+    counts = [int(n) for n in args.sweep_workers.split(",")]
+    doc = run_worker_sweep(args.seconds or 5, args.rounds or 5, args.connections, args.size, counts, args.workers)
+    save_json("storm_workers.json", doc)
     return print_result(doc, rows_from(doc), args.json)
 
 

@@ -38,3 +38,18 @@ def test_the_formatter_width_follows_columns(monkeypatch):
     narrow = cli.build_parser().format_help()
     monkeypatch.setenv("COLUMNS", "200")
     assert max(map(len, narrow.splitlines())) <= 50 < max(map(len, cli.build_parser().format_help().splitlines()))
+
+
+def test_version_loads_no_more_than_argparse():
+    """Start-up without timing: ``--version`` prints its line and exits 0 having imported no
+    subcommand, no logging, and neither of argparse's lazy imports it used to pay for
+    (shutil for the terminal width, textwrap to format the version line)."""
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom agent.cli import main\ntry:\n    main(['--version'])\nexcept SystemExit as e:\n"
+              "    code = e.code\nprint(code, sorted(m for m in ('shutil', 'textwrap', 'logging', 'agent.errors', "
+              "'agent.commands.firstboot', 'json') if m in sys.modules), file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.stdout == f"node-agent {cli.__version__}\n"
+    assert out.stderr.strip() == "0 []"
