@@ -221,18 +221,13 @@ def run_storm(seconds: float, rounds: int, connections: int, size: int, nodes: i
             raise RuntimeError(f"{tool} not found: install nginx-light and wrk (make bench does)")
     sys.path.insert(0, REPO)
     from agent.server.gunicorn_app import default_threads, default_workers
-    from tests.helpers.certs import make_tls
 
     workers = workers or default_workers()
     threads = threads or default_threads()
-    tmp = tempfile.mkdtemp(prefix="server-storm-")
-    os.chmod(tmp, 0o755)  # nginx workers drop to an unprivileged user when started as root
+    tmp, tls = _scratch("server-storm-")
     servers: List[ServerProcess] = []
     nginxes: List[subprocess.Popen] = []
     try:
-        tls = make_tls(os.path.join(tmp, "tls"))
-        for path in (tls.cert, tls.key):
-            os.chmod(path, 0o644)
         cases: Dict[str, Dict[str, Any]] = {}
         body = b""
         for db in ("empty", f"{nodes // 1000}k nodes"):
@@ -275,17 +270,12 @@ def run_worker_sweep(seconds: float, rounds: int, connections: int, size: int, c
     interleaved round after round. What the row is about is the server's worker count; nginx
     and the load do not change between its cases."""
     from agent.server.gunicorn_app import default_workers
-    from tests.helpers.certs import make_tls
 
     nginx_workers = nginx_workers or default_workers()
-    tmp = tempfile.mkdtemp(prefix="server-storm-workers-")
-    os.chmod(tmp, 0o755)
+    tmp, tls = _scratch("server-storm-workers-")
     servers: List[ServerProcess] = []
     nginxes: List[subprocess.Popen] = []
     try:
-        tls = make_tls(os.path.join(tmp, "tls"))
-        for path in (tls.cert, tls.key):
-            os.chmod(path, 0o644)
         state = os.path.join(tmp, "state")
         make_state(state, size)
         cases: Dict[str, Dict[str, Any]] = {}
@@ -310,6 +300,19 @@ def run_worker_sweep(seconds: float, rounds: int, connections: int, size: int, c
                                             server_worker_counts=counts, worker_class="gevent", cpus=os.cpu_count(),
                                             nodes=0, load_average_before=runs["load_before"],
                                             load_average_after=load_after))
+
+
+def _scratch(prefix: str) -> Any:
+    """A scratch directory and a TLS certificate in it, readable by nginx's workers (which drop
+    to an unprivileged user when nginx is started as root)."""
+    from tests.helpers.certs import make_tls
+
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(tmp, 0o755)
+    tls = make_tls(os.path.join(tmp, "tls"))
+    for path in (tls.cert, tls.key):
+        os.chmod(path, 0o644)
+    return tmp, tls
 
 
 def _body(port: int) -> bytes:
