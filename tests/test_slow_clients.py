@@ -235,3 +235,34 @@ def test_large_bodies_over_plain_http_are_sent_whole(tmp_path):
                 assert s.get(srv.url("/config/worker"), timeout=REQUEST_TIMEOUT).content == first
         for _ in range(3):
             assert requests.get(srv.url("/config/worker"), timeout=REQUEST_TIMEOUT).content == first
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_stop_closes_idle_and_half_sent_connections_at_once(state, tmp_path, tls):
+    """SIGTERM: connections waiting for a request, or still sending its head, are closed at
+    once (nothing was dispatched on them), so each worker exits by itself instead of waiting
+    out gunicorn's 10 s graceful timeout. No timing assertion: with the connections' own
+    deadlines at 60 s, a worker that does not close them either logs that the graceful timeout
+    ran out or is killed by the master when it does, and then never logs "Worker exiting"."""
+    certs = make_tls(str(tmp_path / "tls")) if tls else None
+    args = ["--header-timeout", "60", "--idle-timeout", "60"]
+    srv = ServerProcess(state, tls=certs, workers=2, extra_args=args).start()
+    wrap = _tls_client_context().wrap_socket if tls else (lambda s: s)
+    held = []
+    try:
+        for _ in range(10):
+            idle = wrap(_connect(srv.port))  # kept alive after one answered request
+            idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert idle.recv(4096).startswith(b"HTTP/1.1 200")
+            half = wrap(_connect(srv.port))  # a request head that never ends
+            half.sendall(b"GET /healthz HT")
+            held += [idle, half]
+        proc = srv.proc
+        srv.stop(timeout=60)
+        log = srv.log_text()
+        assert proc.returncode == 0, log
+        assert "graceful timeout" not in log, log
+        assert log.count("Worker exiting") == 2, log
+        assert "Traceback" not in log
+    finally:
+        close_all(held)

@@ -30,6 +30,7 @@ cooperative; ``agent/server/db.py`` keeps one SQLite connection per OS thread, n
 """
 
 import os
+import signal
 import socket
 import ssl
 import time
@@ -275,6 +276,13 @@ class Worker(AsyncWorker):
     # -- process set-up -------------------------------------------------------------------------
 
     def init_process(self) -> None:
+        # A graceful stop must not be lost while this worker starts. Until gunicorn's
+        # init_signals (in super().init_process(), after the monkey-patching below) a forked
+        # worker still has the master's handler, which queues the signal in the master's queue:
+        # in this process, where nobody reads it. A SIGTERM arriving then was lost, and the
+        # worker served on until the master killed it at the end of the graceful timeout (10 s).
+        # handle_exit only clears ``alive``; gunicorn installs it again.
+        signal.signal(signal.SIGTERM, self.handle_exit)
         # After the fork and before the app is loaded: everything the app builds (locks, thread
         # locals, the etcd watch and heartbeat threads, requests' sockets) is cooperative.
         monkey.patch_all()
