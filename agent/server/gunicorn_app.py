@@ -108,4 +108,9 @@ def options(bind: str, certfile: Optional[str], keyfile: Optional[str], workers:
         "preload_app": False,
         "reuse_port": False,
         "forwarded_allow_ips": "127.0.0.1",
+        # gunicorn >= 25.1 opens a management socket by default ($XDG_RUNTIME_DIR/gunicorn.ctl,
+        # else $HOME/.gunicorn/gunicorn.ctl: change the worker count, reload, stop). We offer
+        # no such interface (systemctl does that), and every server of one user would share
+        # the path. Older gunicorn has no such setting; load_config skips unknown ones.
+        "control_socket_disable": True,
     }
