@@ -10,7 +10,8 @@
    `node-agent update --once` applies it under the policy (a restart, no drain, no reboot).
 5. The pools' status and the cluster's progress over all pools.
 
-Everything lives under ./demo-run (removed and made again at each run).
+Everything lives under ./demo-run (removed and made again at each run; $NODE_AGENT_DEMO_DIR
+elsewhere).
 """
 
 import os
@@ -27,7 +28,7 @@ from tests.helpers.certs import make_tls  # noqa: E402
 from tests.helpers.noderoot import make_node_root  # noqa: E402
 from tests.helpers.server_proc import ServerProcess  # noqa: E402
 
-RUN = os.path.join(REPO, "demo-run")
+RUN = os.environ.get("NODE_AGENT_DEMO_DIR") or os.path.join(REPO, "demo-run")  # tests run it elsewhere
 TOKEN = "demo-token"
 BIN = os.path.dirname(sys.executable)
 
@@ -124,8 +125,13 @@ def main() -> int:
             f.write(text.replace("pool%20ntp.infra.example.com%20iburst", "pool%20ntp2.infra.example.com%20iburst"))
         new_target = _wait_for_new_target(api, srv, "infra", before)
         print(f"  pool infra's target is now {new_target}")
+        # What infra-0 itself will fetch: the pool's target, which only the node's own
+        # credential (kept by its first boot) may ask for by name.
+        credential = _node_credential(infra0)
         after = api.get(srv.url("/config/infra"), params={"node": "infra-0"},
-                        headers={"Accept": "application/vnd.coreos.ignition+json;version=3.4.0"})
+                        headers={"Accept": "application/vnd.coreos.ignition+json;version=3.4.0",
+                                 "Authorization": f"Bearer {credential}"})
+        after.raise_for_status()
         with open(os.path.join(RUN, "infra-after.ign"), "wb") as f:
             f.write(after.content)
         show(agent("plan", "--from", os.path.join(RUN, "infra-before.ign"), "--to",
@@ -143,6 +149,17 @@ def main() -> int:
             print(f"    held back by {block['pool']}: {block['reason']}")
     print(f"\ndemo finished in {time.monotonic() - started:.1f} s; everything is under {os.path.relpath(RUN)}/")
     return 0
+
+
+def _node_credential(root: str) -> str:
+    from agent.host.root import Root
+    from agent.report import read_credential
+    from agent.status import STATE_DIR
+
+    kept = read_credential(Root(root), STATE_DIR)
+    if kept is None:
+        raise SystemExit(f"demo: {root} has no node credential after its first boot")
+    return kept["credential"]
 
 
 def _served_kargs(ignition: dict):
