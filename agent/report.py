@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import urllib.parse
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from agent.host.files import atomic_write
 from agent.host.root import Root
@@ -68,14 +68,22 @@ def refusal_text(refused: Dict[str, Any]) -> str:
             f"count this node: {refusal_hint(status)}")
 
 
-def read_kept(path: str) -> Optional[Dict[str, Any]]:
-    """The kept report at ``path``; a report kept by an older version (the bare body) is wrapped."""
+def _load_json(path: str) -> Tuple[Any, bool]:
+    """A state file's JSON: (data, True); (None, True) when there is no file; (None, False)
+    when it cannot be read or parsed."""
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            return json.load(f), True
     except FileNotFoundError:
-        return None
+        return None, True
     except (OSError, ValueError):
+        return None, False
+
+
+def read_kept(path: str) -> Optional[Dict[str, Any]]:
+    """The kept report at ``path``; a report kept by an older version (the bare body) is wrapped."""
+    data, readable = _load_json(path)
+    if not readable:
         log.warning("dropping unreadable kept report %s", path)
         try:
             os.unlink(path)
@@ -102,15 +110,9 @@ def credential_path(root: Root, state_dir: str) -> str:
 def read_credential(root: Root, state_dir: str, quiet: bool = False) -> Optional[Dict[str, str]]:
     """The credential record a run kept (``server``, ``node``, ``credential``), if any and whole."""
     path = credential_path(root, state_dir)
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        if not quiet:
-            log.warning("ignoring unreadable node credential %s; the node registers again", path)
-        return None
+    data, readable = _load_json(path)
+    if not readable and not quiet:
+        log.warning("ignoring unreadable node credential %s; the node registers again", path)
     if isinstance(data, dict) and all(isinstance(data.get(k), str) and data[k] for k in ("server", "node", "credential")):
         return data
     return None

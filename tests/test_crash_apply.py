@@ -147,18 +147,22 @@ def scratch(tmp_path):
         yield tmp_path
 
 
+def _trees_and_mutations(top, prev, target):
+    """``top``/base with ``prev`` applied, its tree, the tree the apply of ``target`` over it
+    gives, and how many file-system mutations that apply makes (counted on a copy, ``probe``)."""
+    base = str(top / "base")
+    os.makedirs(base)
+    apply_config(Root(base), prev)
+    probe = str(top / "probe")
+    shutil.copytree(base, probe, symlinks=True)
+    total = _count_mutations(probe, prev, target)
+    return base, snapshot(base), snapshot(probe), total
+
+
 def test_sigkill_at_many_points_always_recovers_to_old_or_target(scratch):
     tmp_path = scratch
     prev, target = _configs()
-    base = str(tmp_path / "base")
-    os.makedirs(base)
-    apply_config(Root(base), prev)
-    old_tree = snapshot(base)
-
-    probe = str(tmp_path / "probe")
-    shutil.copytree(base, probe, symlinks=True)
-    total = _count_mutations(probe, prev, target)
-    new_tree = snapshot(probe)
+    base, old_tree, new_tree, total = _trees_and_mutations(tmp_path, prev, target)
     assert new_tree != old_tree
     assert total > 60
 
@@ -225,14 +229,7 @@ def test_sigkill_at_every_point_of_a_batched_write(scratch):
     fsynced from threads, renamed, then one fsync per directory): a kill at any of them
     recovers to exactly the old tree or exactly the new one."""
     prev, target = _batch_configs()
-    base = str(scratch / "base")
-    os.makedirs(base)
-    apply_config(Root(base), prev)
-    old_tree = snapshot(base)
-    probe = str(scratch / "probe")
-    shutil.copytree(base, probe, symlinks=True)
-    total = _count_mutations(probe, prev, target)
-    new_tree = snapshot(probe)
+    base, old_tree, new_tree, total = _trees_and_mutations(scratch, prev, target)
     top = str(scratch / "root")
     seen = set()
     for k in range(1, total + 1):

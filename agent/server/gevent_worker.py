@@ -193,11 +193,15 @@ class TimedSocket:
                 with gevent.Timeout(self.limits.write, Expired):
                     self._sock.sendall(view[start:start + WRITE_CHUNK])
             except Expired:
-                self.phase = "closed"
-                self.log.info("%s: response not taken within %.0f s per %d KiB; closing", self.peer,
-                              self.limits.write, WRITE_CHUNK // 1024)
-                # gunicorn logs ECONNRESET at debug level and closes the socket: what is wanted.
-                raise ConnectionResetError(104, "client too slow to take the response") from None
+                raise self._too_slow() from None
+
+    def _too_slow(self) -> ConnectionResetError:
+        """The write deadline passed: close, and the error to raise. gunicorn logs ECONNRESET at
+        debug level and closes the socket: what is wanted."""
+        self.phase = "closed"
+        self.log.info("%s: response not taken within %.0f s per %d KiB; closing", self.peer,
+                      self.limits.write, WRITE_CHUNK // 1024)
+        return ConnectionResetError(104, "client too slow to take the response")
 
     def _sendfile_bytes(self, data: bytes) -> None:
         """A large body over plain TCP, by ``sendfile(2)`` from a file holding the same bytes
@@ -231,10 +235,7 @@ class TimedSocket:
             try:
                 wait_write(out, timeout=max(0.0, deadline - time.monotonic()), timeout_exc=Expired())
             except Expired:
-                self.phase = "closed"
-                self.log.info("%s: response not taken within %.0f s per %d KiB; closing", self.peer,
-                              self.limits.write, WRITE_CHUNK // 1024)
-                raise ConnectionResetError(104, "client too slow to take the response") from None
+                raise self._too_slow() from None
 
     def send(self, data: Any) -> int:
         self.sendall(data)
