@@ -72,6 +72,7 @@ events {{ worker_connections 4096; }}
 http {{
   access_log off;
   sendfile on;
+  tcp_nopush on;
   keepalive_requests 100000;
   client_body_temp_path {root}/tmp; proxy_temp_path {root}/tmp; fastcgi_temp_path {root}/tmp;
   uwsgi_temp_path {root}/tmp; scgi_temp_path {root}/tmp;

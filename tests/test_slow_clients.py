@@ -267,3 +267,79 @@ def test_stop_closes_idle_and_half_sent_connections_at_once(state, tmp_path, tls
         assert "Control socket" not in log  # gunicorn >= 25.1's management socket stays off
     finally:
         close_all(held)
+
+
+class _Responses:
+    """HTTP/1.1 responses read one by one from a raw socket (pipelined ones may share a read)."""
+
+    def __init__(self, s: socket.socket):
+        self.s, self.buf = s, b""
+
+    def _fill(self, what: str) -> None:
+        chunk = self.s.recv(1 << 20)
+        assert chunk, f"connection closed in a response {what}"
+        self.buf += chunk
+
+    def next(self, head_only: bool = False) -> tuple:
+        """(head, body), the body by its Content-Length."""
+        while b"\r\n\r\n" not in self.buf:
+            self._fill("head")
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length" and not head_only:
+                length = int(value)
+        if head.startswith((b"HTTP/1.1 304", b"HTTP/1.1 100")):
+            length = 0
+        while len(self.buf) < length:
+            self._fill("body")
+        body, self.buf = self.buf[:length], self.buf[length:]
+        return head, body
+
+
+def test_every_response_goes_out_whole_without_waiting_for_more(tmp_path):
+    """The worker holds a response head until the body's first write, to send both in one
+    segment (timedsocket.py). Responses without a body (HEAD, 304) and gunicorn's interim
+    "100 Continue" must still go out at once: each read below would otherwise wait out the
+    socket timeout. Pipelined requests get their responses whole and in order."""
+    sys.path.insert(0, REPO)
+    from benchmarks.server_storm import make_state
+
+    state = str(tmp_path / "state")
+    make_state(state, 1 << 20)
+    get = b"GET /config/worker HTTP/1.1\r\nHost: x\r\n\r\n"
+    # Every wait below is far shorter than the server's deadlines: a response that is held
+    # would show as a timeout here, not as an answer sent when a deadline ends the request.
+    with ServerProcess(state, workers=1, extra_args=["--body-timeout", "300", "--idle-timeout", "300"]) as srv:
+        s = _connect(srv.port)
+        s.settimeout(60)
+        responses = _Responses(s)
+        try:
+            s.sendall(get)
+            head, body = responses.next()
+            assert head.startswith(b"HTTP/1.1 200") and len(body) > 1 << 20
+            etag = [line.split(b":", 1)[1].strip() for line in head.split(b"\r\n") if line.lower().startswith(b"etag:")][0]
+            s.sendall(get + get)  # pipelined; from the second request on, by sendfile
+            for _ in range(2):
+                again, body2 = responses.next()
+                assert again.startswith(b"HTTP/1.1 200") and body2 == body
+            s.sendall(b"HEAD /config/worker HTTP/1.1\r\nHost: x\r\n\r\n")
+            head, _ = responses.next(head_only=True)
+            assert head.startswith(b"HTTP/1.1 200")
+            s.sendall(b"GET /config/worker HTTP/1.1\r\nHost: x\r\nIf-None-Match: " + etag + b"\r\n\r\n")
+            head, _ = responses.next()
+            assert head.startswith(b"HTTP/1.1 304")
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            head, small = responses.next()
+            assert head.startswith(b"HTTP/1.1 200") and b'"status"' in small
+            s.sendall(b"POST /api/v1/nodes/n1/report HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+            interim, _ = responses.next()  # before the body is sent
+            assert interim.startswith(b"HTTP/1.1 100")
+            s.sendall(b"{}")
+            final, _ = responses.next()
+            assert final.startswith(b"HTTP/1.1 4"), final  # an empty report is refused, with an answer
+            assert responses.buf == b""
+        finally:
+            s.close()

@@ -7,12 +7,13 @@ Who may do what: agent/server/identity.py (the node routes: agent/server/noderou
 import logging
 import threading
 import urllib.parse
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from agent import __version__
 from agent.server import content, drains
 from agent.server.accept import UnsupportedVersion
 from agent.server.backends import StoreConfig, open_backends
+from agent.server.fetchmemo import FetchMemo
 from agent.server.httpio import (
     HTTPError,
     Response,
@@ -23,7 +24,7 @@ from agent.server.httpio import (
     pool_name,
     reason_phrase,
 )
-from agent.server.identity import Auth, Caller, Denied
+from agent.server.identity import NODE, Auth, Caller, Denied
 from agent.server.metrics import RequestCounter, exposition
 from agent.server.noderoutes import NodeRoutes
 from agent.server.nodes import rfc3339
@@ -54,6 +55,7 @@ class App(NodeRoutes):
         self.lease_ttl = lease_ttl
         self.reload_interval = reload_interval
         self.counter = RequestCounter(metrics_dir)
+        self.memo = FetchMemo()
         self._cluster: Optional[Cluster] = None
         self._lock = threading.Lock()
 
@@ -176,14 +178,33 @@ class App(NodeRoutes):
         return json_response(200, body)
 
     def config(self, environ: Dict[str, Any], pool: str) -> Response:
-        cluster = self.cluster
         caller = self.caller(environ)
         named = self._asking_node(environ)
+        accept = environ.get("HTTP_ACCEPT")
+        if named is None and caller.kind != NODE:  # a new node: kept answers (fetchmemo.py)
+            key = (pool, accept, caller.kind)
+            generation = self.cluster.fetch_generation()  # read before what it vouches for
+            answer = self.memo.get(key, generation)
+            if answer is None:
+                answer = self._config_answer(caller, None, pool, accept)
+                self.memo.put(key, generation, answer)
+        else:
+            answer = self._config_answer(caller, named, pool, accept)
+        resp, etag = answer
+        inm = environ.get("HTTP_IF_NONE_MATCH", "")
+        if inm and (inm.strip() == "*" or etag in [t.strip() for t in inm.split(",")]):
+            return Response(304, b"", headers=resp.headers, pool=pool)
+        return resp
+
+    def _config_answer(self, caller: Caller, named: Optional[str], pool: str,
+                       accept: Optional[str]) -> Tuple[Response, str]:
+        """The 200 answer to a config fetch and its ETag; refusals and errors are raised."""
+        cluster = self.cluster
         # Only an open server (no tokens) asks: it takes an unregistered name at its word.
         has_credential = named is not None and not self.auth.enabled and cluster.store.credential(named) is not None
         node = self.auth.member_name(caller, named, has_credential)
         try:  # one node-store round trip (service.Cluster.fetch)
-            fetched = cluster.fetch(pool, environ.get("HTTP_ACCEPT"), node)
+            fetched = cluster.fetch(pool, accept, node)
         except UnknownPool:
             raise HTTPError(404, f"unknown pool {pool!r}; known pools: {self._known()}")
         except UnsupportedVersion as exc:  # upstream api.go answers 400 (detectSpecVersionFromAcceptHeader)
@@ -199,10 +220,7 @@ class App(NodeRoutes):
                                  f"(check its spec.machineConfigSelector)", [("Retry-After", "30")])
         headers = [("ETag", etag), ("Cache-Control", "no-cache"), ("Vary", "Accept"),
                    ("X-Served-Config", served.config), ("X-Served-Image", served.image)]
-        inm = environ.get("HTTP_IF_NONE_MATCH", "")
-        if inm and (inm.strip() == "*" or etag in [t.strip() for t in inm.split(",")]):
-            return Response(304, b"", headers=headers, pool=pool)
-        return Response(200, body, f"{content.MEDIA_TYPE};version={version}", headers, pool=pool)
+        return Response(200, body, f"{content.MEDIA_TYPE};version={version}", headers, pool=pool), etag
 
     @staticmethod
     def _asking_node(environ: Dict[str, Any]) -> Optional[str]:

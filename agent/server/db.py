@@ -12,6 +12,7 @@ worker process, shared by its greenlets); writers serialize on
 """
 
 import json
+import logging
 import os
 import sqlite3
 import sys
@@ -19,6 +20,10 @@ import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from agent.server.changecounter import ChangeCounter
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS = [
     # 0 -> 1
@@ -130,6 +135,7 @@ class Database:
         self.writes = 0
         if path != ":memory:":
             _prepare_file(path)
+        self.changes = ChangeCounter.beside(path)  # commits by every process (fetchmemo.py)
         try:
             self._migrate()
         except sqlite3.DatabaseError as exc:
@@ -176,6 +182,22 @@ class Database:
             else:
                 c.execute("COMMIT")
                 self.writes += 1
+                if self.changes is not None:
+                    self._count_commit()
+
+    def _count_commit(self) -> None:
+        try:
+            self.changes.bump()
+        except OSError as exc:  # committed all the same: what workers keep expires within a second
+            log.warning("%s: commit not counted (%s); workers may answer from what they keep for up to "
+                        "a second", self.changes.path, exc)
+
+    def generation(self) -> Optional[Tuple[int, int]]:
+        """Grows with every commit, this process's and others' (changecounter.py); read it
+        before reading what it is to vouch for. None: not known (no counter file)."""
+        if self.changes is None:
+            return None
+        return self.changes.value(), self.writes
 
     def version(self) -> Tuple[int, int]:
         """Changes whenever anything was committed: by another connection (``data_version``,

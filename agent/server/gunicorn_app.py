@@ -53,6 +53,24 @@ class ServerApplication(BaseApplication):
         return self.application
 
 
+class FrozenConfig:
+    """gunicorn's Config as a worker reads it, each setting looked up once.
+
+    Config answers every attribute through ``__getattr__`` (a dict lookup and a call of the
+    setting's ``get``), and gunicorn reads about twenty settings per request: 3-4% of a worker's
+    time in the config storm (docs/performance.md). A worker's settings never change after it
+    starts (a reload starts new workers), so the first answer is kept as a plain attribute.
+    """
+
+    def __init__(self, cfg: Any):
+        self._cfg = cfg
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._cfg, name)
+        self.__dict__[name] = value
+        return value
+
+
 _SSL_CONTEXTS: Dict[int, Any] = {}
 
 

@@ -262,5 +262,11 @@ class NodeStore(abc.ABC):
     def serving(self, pool: str, node: Optional[str] = None) -> Serving:
         ...
 
+    def generation(self) -> Any:
+        """A value that changes whenever anything is stored (by any process), cheap to read:
+        what a worker keeps is good while it has not changed (fetchmemo.py). None: no such value
+        (then nothing is kept)."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional: most stores have nothing to release
         """Release connections of the calling thread (optional)."""

@@ -271,6 +271,9 @@ class SqliteNodeStore(NodeStore):
         rec = _record(first) if first["node"] is not None else None
         return Serving(first["sig"], row, proofs, rec)
 
+    def generation(self) -> Any:
+        return self.db.generation()
+
     def close(self) -> None:
         self.db.close()
 

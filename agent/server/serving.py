@@ -47,6 +47,18 @@ def secret_paths(document: Dict[str, Any]) -> Tuple[str, ...]:
 class ConfigServing:
     # -- serving configs -------------------------------------------------------------------------
 
+    def fetch_generation(self) -> Any:
+        """Read before a new node's fetch: while it is the same, so is the answer
+        (agent/server/fetchmemo.py). None when the answer must be made afresh: the store has no
+        generation, the state served is not reconciled yet, or the store was away."""
+        gen = self.store.generation()
+        if gen is None or self.store_error:
+            return None
+        st = self.watcher.current()  # also looks at the state directory when it is due
+        if st.signature != self._reconciled_sig:
+            return None
+        return gen, st.signature
+
     def fetch(self, pool_name: str, accept: Optional[str], node: Optional[str] = None) -> Fetch:
         """A config fetch: one store round trip, then memoised decisions and cached bodies.
 
