@@ -5,7 +5,8 @@
 wrk (a C load generator, Debian package ``wrk``) drives both, so the client never caps the
 floor: 200 keep-alive connections fetch ``/config/worker`` (a ~1 MB rendered config) for a
 few seconds per run. The cases run interleaved, round after round, on the same machine:
-nginx serving the same bytes as a static file (the floor), and node-config-server (gunicorn)
+nginx serving the same bytes as a static file (the floor; ``sendfile on; tcp_nopush on``, as
+Debian's and RHEL's nginx.conf), and node-config-server (gunicorn)
 with an empty node database and with 10,000 nodes in it, over plain HTTP and TLS; plus the
 10,000-node server while 10 reports a second arrive. Per case: requests/s, p99 latency (wrk's
 latency distribution) and server CPU per request (user + system time of the server's process
