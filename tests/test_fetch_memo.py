@@ -78,6 +78,8 @@ def test_the_memo_keeps_an_answer_for_its_generation_and_its_time():
     for i in range(MAX_ENTRIES + 10):  # Accept is the client's to vary: bounded
         memo.put(("accept", i), 1, i)
     assert len(memo._entries) == MAX_ENTRIES and memo.get(("accept", MAX_ENTRIES + 9), 1) == MAX_ENTRIES + 9
+    memo.put("k", 2, "new")  # a newer generation: nothing older can be used again, nor is held
+    assert list(memo._entries) == ["k"]
 
 
 @pytest.fixture

@@ -6,12 +6,13 @@ worker keeps the answer (agent/server/fetchmemo.py) for as long as nothing was c
 SQLite that (``PRAGMA data_version``) costs a read transaction: two ``fcntl`` locks on the shared
 ``-shm`` file, contended by every worker. This counter costs a load from shared memory.
 
-``<db>-gen`` holds one 64-bit counter, mapped by every process that opens the database. A writer
-adds one *after* its COMMIT (agent/server/db.py), under ``flock`` (other processes; each opens
-the file itself, a descriptor inherited across a fork would share its lock) and a thread lock
-(this process's threads), so that no increment is lost: the counter only grows. A reader reads the counter *before* it reads
-the store and keeps what it read under that value: whatever it read includes every commit
-counted up to then, so an unchanged counter means nothing it read is out of date.
+``<db>-gen`` holds one 64-bit counter, mapped by every process that opens the database. A
+writer adds one *after* its COMMIT (agent/server/db.py), under ``flock`` (other processes; each
+opens the file itself, as a descriptor inherited across a fork would share its lock) and a
+thread lock (this process's threads), so that no increment is lost: the counter only grows. A
+reader reads the counter *before* it reads the store and keeps what it read under that value:
+whatever it read includes every commit counted up to then, so an unchanged counter means
+nothing it read is out of date.
 
 Not counted: a writer killed between its COMMIT and its increment, or one that does not know
 the counter (the ``sqlite3`` shell, a server older than this file). What readers keep therefore
