@@ -8,7 +8,9 @@ validation, the node store on SQLite in WAL mode, rendering, caching) in this pr
 a socket, so the figure is the server's own cost per request. The store is filled with N
 nodes by bulk insert followed by the server's own membership rebuild (the path a migrated
 database takes), then the requests are timed interleaved (report, fetch, member fetch, pool
-view, cluster view, report, ...). The floor of each row is the same request at 100 nodes: the
+view, cluster view, report, ...). Each round's report commits, so the new node's fetch after it
+is answered afresh from the store, not from what the worker keeps between commits
+(agent/server/fetchmemo.py). The floor of each row is the same request at 100 nodes: the
 target is <= 2x at 50,000.
 """
 
