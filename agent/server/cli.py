@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "MCS does (then only the network protects them)")
     p.add_argument("--backend", choices=("dir", "kubernetes"), default="dir",
                    help="where objects come from (default: dir)")
-    p.add_argument("--workers", type=int, default=None, help="gunicorn worker processes (default: 2 x CPUs, 2..8)")
+    p.add_argument("--workers", type=int, default=None, help="gunicorn worker processes (default: one per CPU, 2..8)")
     p.add_argument("--worker-class", choices=("gevent", "gthread"), default="gevent",
                    help="gevent (default): one greenlet per connection, with the timeouts below; gthread: "
                         "gunicorn's threads (--threads per worker), without them (docs/security.md)")

@@ -17,7 +17,10 @@ from agent.server.app import App
 
 
 def default_workers() -> int:
-    return max(2, min(8, (os.cpu_count() or 1) * 2))
+    """One event-loop worker per CPU, 2..8. Two per CPU cost more CPU per request for nothing in
+    the config storm (docs/performance.md, "Worker count"); two at least, so a worker stalled in
+    a blocking call (an SQLite write waiting for the lock) never stops the whole server."""
+    return max(2, min(8, os.cpu_count() or 1))
 
 
 def default_threads() -> int:
