@@ -91,21 +91,29 @@ http {{
     os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
     proc = subprocess.Popen([NGINX, "-c", conf, "-p", root], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
-    deadline = time.monotonic() + 10
+    if _answers(port, bool(tls), within=10):
+        return proc
+    os.killpg(proc.pid, signal.SIGKILL)  # the master and its workers: our own session only
+    proc.wait()
+    log = open(os.path.join(root, "error.log")).read() if os.path.exists(os.path.join(root, "error.log")) else ""
+    raise RuntimeError("nginx did not start: " + proc.stderr.read().decode(errors="replace") + log)
+
+
+
+def _answers(port: int, tls: bool, within: float) -> bool:
+    """Whether ``GET /config/worker`` on the port answers 200 within ``within`` seconds (a server
+    just started)."""
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
             c = (http.client.HTTPSConnection("127.0.0.1", port, timeout=2, context=ssl._create_unverified_context())
                  if tls else http.client.HTTPConnection("127.0.0.1", port, timeout=2))
             c.request("GET", "/config/worker")
             if c.getresponse().status == 200:
-                return proc
+                return True
         except OSError:
             time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # the master and its workers: our own session only
-    proc.wait()
-    log = open(os.path.join(root, "error.log")).read() if os.path.exists(os.path.join(root, "error.log")) else ""
-    raise RuntimeError("nginx did not start: " + proc.stderr.read().decode(errors="replace") + log)
-
+    return False
 
 
 def group_cpu_seconds(pgid: int) -> float:
@@ -347,16 +355,8 @@ def _trivial_app(tmp: str, body: bytes, workers: int) -> Any:
                              "agent.server.gevent_worker.Worker", "-b", f"127.0.0.1:{port}", "--keep-alive", "30",
                              "benchmarks.trivial_wsgi:app"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/config/worker"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/config/worker")
-            if c.getresponse().status == 200:
-                return proc, url
-        except OSError:
-            time.sleep(0.1)
+    if _answers(port, False, within=30):
+        return proc, f"http://127.0.0.1:{port}/config/worker"
     os.killpg(proc.pid, signal.SIGKILL)
     raise RuntimeError("gunicorn with the trivial app did not start")
 

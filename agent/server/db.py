@@ -199,11 +199,6 @@ class Database:
             return None
         return self.changes.value(), self.writes
 
-    def version(self) -> Tuple[int, int]:
-        """Changes whenever anything was committed: by another connection (``data_version``,
-        per connection) or by this process (``writes``). Cheap enough to ask on every request."""
-        return self.conn().execute("PRAGMA data_version").fetchone()[0], self.writes
-
     def close(self) -> None:
         c = getattr(self._local, "conn", None)
         if c is not None:

@@ -76,12 +76,13 @@ class TimedSocket:
     def request_done(self) -> None:
         self._hold = False
         head, self._head = self._head, None
-        if head is not None and self.phase != "closed":  # a response without a body
+        if self.phase == "closed":
+            return
+        if head is not None:  # a response without a body
             self._send_small(head)
-        if self.phase != "closed":
-            self.phase = "idle"
-            self.first = False
-            self._deadline = time.monotonic() + self.limits.idle
+        self.phase = "idle"
+        self.first = False
+        self._deadline = time.monotonic() + self.limits.idle
 
     def close_if_idle(self) -> None:
         """Called by a stopping worker: a connection waiting for a request, or for the rest of
@@ -216,7 +217,7 @@ class TimedSocket:
             self.bodies.release(fd)
 
     def _sendfile_fd(self, fd: int, total: int) -> None:
-        out = self._sock.fileno()
+        out = self.fd  # zero copy: plain TCP only
         offset = 0
         mark, deadline = 0, time.monotonic() + self.limits.write
         while offset < total:
