@@ -1,8 +1,30 @@
-"""Fixtures shared by several test modules."""
+"""Fixtures shared by several test modules, and the no-skip rule of ``make test``.
+
+Under ``make test`` (and so CI) ``NODE_AGENT_NO_SKIP=1`` is set: a test that skips because a tool
+or file it needs is missing fails instead, naming what was missing, so a machine that lacks
+something can never pass by running less. A bare ``pytest`` still skips, and says why (``-ra``).
+"""
+
+import os
 
 import pytest
 
 from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
+
+NO_SKIP = os.environ.get("NODE_AGENT_NO_SKIP") == "1"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not NO_SKIP or not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = (f"skipped under make test, which runs every test: {reason}\n"
+                       "what to do: install what is named (make sysdeps does, as root), or run a bare pytest, "
+                       "which may skip")
 
 
 @pytest.fixture(scope="session")

@@ -158,6 +158,25 @@ def test_show_policy_yaml_and_json(tmp_path, capsys):
     assert [u["name"] for u in doc["units"]] == ["iri-registry.service", "chronyd.service"]
 
 
+# What the MCD refuses as unreconcilable (pkg/daemon/update.go:1640-1651 checkFIPS; reconcilable:
+# "ignition disks section contains changes"): plan says so with exit 65, as first boot and update do.
+@pytest.mark.parametrize("old,new,where,words", [
+    (mc(ign(), fips=False), mc(ign(), fips=True), "$.spec.fips", "FIPS mode is off on this node"),
+    (mc(ign(), fips=True), mc(ign(), fips=False), "$.spec.fips", "FIPS mode is on on this node"),
+    (ign(), dict(ign(), storage={"filesystems": [{"device": "/dev/vdb", "format": "xfs", "path": "/var/lib/x"}]}),
+     "$.storage.filesystems", "filesystems section changed"),
+], ids=["fips-on", "fips-off", "day2-filesystem"])
+def test_unreconcilable_change_is_refused_like_update(tmp_path, capsys, old, new, where, words):
+    rc, err = run_plan(tmp_path, capsys, old, new)
+    assert rc == 65
+    assert where in err and words in err and "Traceback" not in err
+
+
+def test_fips_kept_on_plans_normally(tmp_path, capsys):
+    rc, out = run_plan(tmp_path, capsys, mc(ign(), fips=True), mc(ign([file("/etc/chrony.conf", "b")]), fips=True))
+    assert rc == 0 and core(out["actions"]) == [{"type": "Reboot"}]
+
+
 def test_invalid_policy_exits_65_with_paths(capsys):
     rc = main(["plan", "--show-policy", "--policy", os.path.join(EXAMPLES, "invalid-policy.yaml")])
     err = capsys.readouterr().err

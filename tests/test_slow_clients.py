@@ -343,3 +343,33 @@ def test_every_response_goes_out_whole_without_waiting_for_more(tmp_path):
             assert responses.buf == b""
         finally:
             s.close()
+
+
+def test_an_answer_that_leaves_the_body_unread_closes_the_connection(state):
+    """A request answered before its body was read (too large, wrong type, refused) closes its
+    connection, "Connection: close" said, rather than reading an unwanted body to its end to
+    keep the connection for a next request. A body read whole keeps the connection."""
+    report = b"POST /api/v1/nodes/n1/report HTTP/1.1\r\nHost: x\r\n"
+    with ServerProcess(state, workers=1) as srv:
+        for head, body in [(b"Content-Type: application/json\r\nContent-Length: 2000000\r\n", b"{" * 1000),
+                           (b"Content-Type: text/plain\r\nContent-Length: 2\r\n", b"{}")]:
+            s = _connect(srv.port)
+            try:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                first, _ = _Responses(s).next()
+                assert first.startswith(b"HTTP/1.1 200") and b"connection: keep-alive" in first.lower()
+                s.sendall(report + head + b"\r\n" + body)
+                responses = _Responses(s)
+                answer, _ = responses.next()
+                assert answer.startswith((b"HTTP/1.1 413", b"HTTP/1.1 415")), answer
+                assert b"connection: close" in answer.lower(), answer
+                assert responses.buf == b"" and s.recv(4096) == b""  # closed by the server
+            finally:
+                s.close()
+        s = _connect(srv.port)
+        try:
+            s.sendall(report + b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+            answer, _ = _Responses(s).next()
+            assert answer.startswith(b"HTTP/1.1 4") and b"connection: keep-alive" in answer.lower(), answer
+        finally:
+            s.close()

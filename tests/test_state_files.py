@@ -5,6 +5,7 @@ import shutil
 import threading
 
 import pytest
+import yaml
 
 from agent.server import statefiles
 from agent.server.store import load_state
@@ -37,18 +38,39 @@ def bounded(fn):
     return out["v"]
 
 
+@pytest.mark.parametrize("text", [
+    BOMB,  # aliases that expand past the limit
+    MC_HEAD + "spec: {unknownKey: " + "[" * 5000 + "]" * 5000 + "}\n",  # nested 5,000 deep
+    MC_HEAD + "spec: &s {unknownKey: *s}\n",  # a recursive alias
+    MC_HEAD + "spec: {kernelArguments: [\x00]}\n",  # not YAML at all
+], ids=["alias-bomb", "nested-5000", "recursive-alias", "nul-byte"])
+def test_hostile_yaml_is_refused_naming_the_file(tmp_path, text):
+    # The behaviour, not a sentence: refused in bounded time, the file named, nothing of it loaded
+    # (PyYAML >= 6.0.2 refuses deep nesting itself, in its own words, before our depth check).
+    state = state_copy(tmp_path)
+    (state / "machineconfigs" / "99-x.yaml").write_text(text)
+    found = bounded(lambda: problems_of(state, "machineconfigs/99-x.yaml"))
+    assert found, "the hostile file was not reported"
+    st = load_state(str(state))
+    assert "99-x" not in st.machine_configs
+    assert {"worker", "master"} <= set(st.pools)  # the rest still loads
+
+
 @pytest.mark.parametrize("text,words", [
     (BOMB, "aliases expand to"),
-    (MC_HEAD + "spec: {unknownKey: " + "[" * 5000 + "]" * 5000 + "}\n", "nested deeper than 100"),
     (MC_HEAD + "spec: &s {unknownKey: *s}\n", "recursive alias"),
-    (MC_HEAD + "spec: {kernelArguments: [\x00]}\n", "not valid YAML"),
 ])
-def test_hostile_yaml_is_refused_naming_the_file(tmp_path, text, words):
+def test_our_own_yaml_limits_say_what_they_refused(tmp_path, text, words):
     state = state_copy(tmp_path)
     (state / "machineconfigs" / "99-x.yaml").write_text(text)
     found = bounded(lambda: problems_of(state, "machineconfigs/99-x.yaml"))
     assert found and words in str(found[0]), [str(p) for p in found]
-    assert {"worker", "master"} <= set(load_state(str(state)).pools)  # the rest still loads
+
+
+def test_our_depth_limit_holds_whatever_the_library_allows():
+    # 101 levels: under PyYAML's own limit (if it has one), over ours.
+    with pytest.raises(yaml.YAMLError, match="nested deeper than 100"):
+        statefiles.load_yaml_docs(("a: " + "[" * 101 + "]" * 101 + "\n").encode())
 
 
 def test_anchors_within_the_limit_still_work():

@@ -67,7 +67,12 @@ def run(args: Any) -> int:
     new = _config(args.to_file, "--to")
 
     from agent.disruption import plan_disruption
+    from agent.reconcilable import check
 
+    # What first boot and update refuse (a FIPS flip, day-2 storage), plan refuses too: exit 65.
+    # The node's kernel is not here to ask, so --from's fips stands for it (update does the same
+    # where /proc says nothing).
+    check(old, new, None, firstboot=bool(args.firstboot))
     plan = plan_disruption(old, new, policy, firstboot=bool(args.firstboot))
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))

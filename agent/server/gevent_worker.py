@@ -39,6 +39,7 @@ import gevent
 from gevent import monkey
 from gevent.pool import Pool
 from gevent.server import StreamServer
+from gunicorn.http.body import ChunkedReader, LengthReader
 from gunicorn.workers.base_async import AsyncWorker
 
 from agent.server.bodyfiles import BodyFiles
@@ -157,11 +158,15 @@ class Worker(AsyncWorker):
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> bool:
         sock.request_started(req)
+        # gunicorn asks the request whether to close (its response's "Connection" header, the
+        # keep-alive loop): ours also closes after an answer that left the body unread.
+        req.should_close = partial(_should_close, req, req.should_close)
         try:
             return super().handle_request(listener_name, req, sock, addr)
         except gevent.GreenletExit:
             return False
         finally:
+            del req.should_close  # gunicorn's own again (no cycle through the request)
             sock.request_done()
 
 
@@ -171,6 +176,31 @@ class _NoTimeout:
 
     def __exit__(self, *exc: Any) -> bool:
         return False
+
+
+def _should_close(req: Any, gunicorn_says: Any) -> bool:
+    """Whether the connection closes after this request's response: as gunicorn decides, and
+    also when the request was marked so (``must_close``: the body deadline, timedsocket.py) or
+    its body was not all read (an error answered early: 408, 413, 415, 401...). gunicorn would
+    otherwise keep the connection and read that body to its end before the next request.
+
+    Newer gunicorn (27) honours ``must_close`` itself (http/message.py Message.should_close);
+    21.2 (EPEL 9) has no such flag on a request (http/message.py:156): a 408 said "keep-alive"."""
+    return getattr(req, "must_close", False) or _body_unread(req.body) or gunicorn_says()
+
+
+def _body_unread(body: Any) -> bool:
+    """Whether part of a request body is still unread (the readers of gunicorn's http/body.py)."""
+    if body is None:
+        return False
+    if body.buf.tell():  # read from the socket but not handed to the app yet
+        return True
+    reader = body.reader
+    if isinstance(reader, LengthReader):
+        return reader.length > 0
+    if isinstance(reader, ChunkedReader):  # its last chunk not reached yet
+        return reader.parser is not None or reader.buf.tell() > 0
+    return False
 
 
 def _peer(addr: Any) -> str:

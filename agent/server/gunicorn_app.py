@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.config import Config
 
 from agent.server.app import App
 
@@ -41,11 +42,23 @@ class Limits:
     idle: float = 30.0  # a kept-alive connection waiting for its next request
 
 
+class _Config(Config):
+    @property
+    def worker_class_str(self) -> str:
+        # gunicorn < 22 (EPEL 9 ships 21.2) reads worker_class as a string here (``.endswith``);
+        # ours is a class carrying the deadlines, so the arbiter's start-up log line failed.
+        uri = self.settings["worker_class"].get()
+        return uri if isinstance(uri, str) else f"{uri.__module__}.{uri.__qualname__}"
+
+
 class ServerApplication(BaseApplication):
     def __init__(self, app: App, options: Dict[str, Any]):
         self.application = app
         self.options = options
         super().__init__()
+
+    def load_default_config(self) -> None:
+        self.cfg = _Config(self.usage, prog=self.prog)
 
     def load_config(self) -> None:
         for key, value in self.options.items():

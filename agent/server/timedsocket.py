@@ -150,7 +150,7 @@ class TimedSocket:
     def _expire(self) -> bytes:
         phase, self.phase = self.phase, "closed"
         if phase == "body":
-            self.request.must_close = True  # the 408 says "Connection: close"
+            self.request.must_close = True  # the 408 says "Connection: close" (gevent_worker.py)
             self.log.info("%s: request body not received within %.0f s; answering 408 and closing",
                           self.peer, self.limits.body)
             raise BodyTimeout(f"the request body did not arrive within {self.limits.body:g} s")

@@ -113,6 +113,9 @@ class StateWatcher:
             return 0.0
         return max(0.05, min(self.settle - seen_for, self.settle - max(quiet, 0.0)))
 
+    def close(self) -> None:
+        """Nothing to release (a look is a plain read); here so that every state source closes alike."""
+
     def _apply(self, new: State) -> None:
         if not new.problems:
             log.info("state directory %s reloaded", self.state_dir)
