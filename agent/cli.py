@@ -15,8 +15,8 @@ DEFAULT_SETTINGS = "/etc/node-agent/agent.yaml"
 
 
 def node_name_arg(text: str) -> str:
-    """The same rule as agent.yaml's nodeName (agent/names.py)."""
-    from agent.names import NODE_NAME_RULE, is_node_name
+    """The same rule as agent.yaml's nodeName (agent/core/names.py)."""
+    from agent.core.names import NODE_NAME_RULE, is_node_name
 
     if not is_node_name(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not {NODE_NAME_RULE}, as agent.yaml's nodeName")
@@ -200,7 +200,7 @@ def _fatal(command: str, code: int, message: str, logged: bool, reported: bool) 
     (a person running the command by hand): then stderr gets it too.
     """
     from agent.errors import hint_for
-    from agent.log import StderrHandler, stderr_sees_the_log
+    from agent.host.log import StderrHandler, stderr_sees_the_log
 
     hint = hint_for(code)
     tail = f"\nwhat to do: {hint}" if hint else ""
@@ -237,7 +237,7 @@ def main(argv=None) -> int:  # argv: a list of str, or None for sys.argv (no typ
         return EXIT_USAGE
     logged = args.command in ("firstboot", "update")
     if logged:
-        from agent.log import setup_logging
+        from agent.host.log import setup_logging
 
         setup_logging(args.command)
     module = __import__(f"agent.commands.{args.command}", fromlist=["run"])  # importlib: start-up

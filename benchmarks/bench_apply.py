@@ -48,7 +48,7 @@ def ignition(datas: List[bytes]) -> dict:
 
 
 def node_config(datas: List[bytes]):
-    from agent.nodeconfig import NodeConfig
+    from agent.core.nodeconfig import NodeConfig
 
     return NodeConfig(ignition=ignition(datas), name=f"bench-{len(datas)}")
 
@@ -64,9 +64,9 @@ def tarball(datas: List[bytes]) -> bytes:
 
 
 def measure(work: str, files: int, size: int, runs: int, again: bool) -> Dict[str, List[float]]:
-    from agent.apply import apply_config
+    from agent.core.loadconfig import load_node_config
     from agent.host.root import Root
-    from agent.ignition.load import load_node_config
+    from agent.node.apply import apply_config
 
     datas = contents(files, size)
     cfg = node_config(datas)

@@ -56,8 +56,8 @@ def peak_rss_mib(argv: List[str]) -> float:
 
 
 def run(quick: bool = False) -> List[Row]:
-    from agent.disruption import effective_policy, plan_disruption
-    from agent.ignition.load import load_node_config
+    from agent.core.disruption import effective_policy, plan_disruption
+    from agent.core.loadconfig import load_node_config
 
     runs = 3 if quick else 7
     files = 5000 if quick else FILES

@@ -34,7 +34,7 @@ def machine_configs(count: int, files_each: int) -> Dict[str, Dict[str, Any]]:
 
 
 def run(quick: bool = False) -> List[Row]:
-    from agent.server.render import render_pool
+    from agent.server.rollout.render import render_pool
 
     total = 2000 if quick else 10000
     shapes = [(10, total // 10), (100, total // 100), (1000, total // 1000)]

@@ -3,14 +3,14 @@
 
     .venv/bin/python benchmarks/bench_scale.py [--quick] [--json FILE] [--sizes 100 1000 ...]
 
-Each request goes through the real WSGI application (``agent.server.app.App``: routing,
+Each request goes through the real WSGI application (``agent.server.http.app.App``: routing,
 validation, the node store on SQLite in WAL mode, rendering, caching) in this process, without
 a socket, so the figure is the server's own cost per request. The store is filled with N
 nodes by bulk insert followed by the server's own membership rebuild (the path a migrated
 database takes), then the requests are timed interleaved (report, fetch, member fetch, pool
 view, cluster view, report, ...). Each round's report commits, so the new node's fetch after it
 is answered afresh from the store, not from what the worker keeps between commits
-(agent/server/fetchmemo.py). The floor of each row is the same request at 100 nodes: the
+(agent/server/http/fetchmemo.py). The floor of each row is the same request at 100 nodes: the
 target is <= 2x at 50,000.
 """
 
@@ -82,7 +82,7 @@ def call(app: Any, method: str, path: str, body: bytes = b"", query: str = "") -
 
 
 def measure(n: int, runs: int) -> Dict[str, List[float]]:
-    from agent.server.app import App
+    from agent.server.http.app import App
 
     tmp = tempfile.mkdtemp(prefix="bench-scale-")
     try:

@@ -52,7 +52,7 @@ def data_url_config(megabytes: int) -> dict:
 
 
 def run(quick: bool = False) -> List[Row]:
-    from agent.ignition.load import check_node_config
+    from agent.core.loadconfig import check_node_config
 
     runs = 3 if quick else 7
     work = tempfile.mkdtemp(prefix="bench-validate-")

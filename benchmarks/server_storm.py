@@ -193,7 +193,7 @@ class Reporter(threading.Thread):
 
 def populate(state: str, nodes: int) -> None:
     """``nodes`` nodes in the state's database (bulk insert + the server's own rebuild)."""
-    from agent.server.app import App
+    from agent.server.http.app import App
     from benchmarks.bench_scale import fill
 
     app = App(state)
@@ -230,7 +230,7 @@ def run_storm(seconds: float, rounds: int, connections: int, size: int, nodes: i
         if not os.path.exists(tool):
             raise RuntimeError(f"{tool} not found: install nginx-light and wrk (make bench does)")
     sys.path.insert(0, REPO)
-    from agent.server.gunicorn_app import default_threads, default_workers
+    from agent.server.http.gunicorn_app import default_threads, default_workers
 
     workers = workers or default_workers()
     threads = threads or default_threads()
@@ -279,7 +279,7 @@ def run_worker_sweep(seconds: float, rounds: int, connections: int, size: int, c
     ``counts``, nginx always with the same count (the server's default unless given), all
     interleaved round after round. What the row is about is the server's worker count; nginx
     and the load do not change between its cases."""
-    from agent.server.gunicorn_app import default_workers
+    from agent.server.http.gunicorn_app import default_workers
 
     nginx_workers = nginx_workers or default_workers()
     tmp, tls = _scratch("server-storm-workers-")
@@ -352,7 +352,7 @@ def _trivial_app(tmp: str, body: bytes, workers: int) -> Any:
     port = free_port()
     env = dict(os.environ, TRIVIAL_WSGI_BODY=path, PYTHONPATH=REPO)
     proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-w", str(workers), "-k",
-                             "agent.server.gevent_worker.Worker", "-b", f"127.0.0.1:{port}", "--keep-alive", "30",
+                             "agent.server.http.gevent_worker.Worker", "-b", f"127.0.0.1:{port}", "--keep-alive", "30",
                              "benchmarks.trivial_wsgi:app"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     if _answers(port, False, within=30):

@@ -153,8 +153,8 @@ def main() -> int:
 
 def _node_credential(root: str) -> str:
     from agent.host.root import Root
-    from agent.report import read_credential
-    from agent.status import STATE_DIR
+    from agent.node.report import read_credential
+    from agent.node.status import STATE_DIR
 
     kept = read_credential(Root(root), STATE_DIR)
     if kept is None:
@@ -163,7 +163,7 @@ def _node_credential(root: str) -> str:
 
 
 def _served_kargs(ignition: dict):
-    from agent.served import node_config_from_served
+    from agent.core.served import node_config_from_served
 
     return list(node_config_from_served(ignition).kernel_arguments)
 

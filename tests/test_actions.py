@@ -2,9 +2,9 @@
 
 import pytest
 
-from agent import actions as act
-from agent.diff import Changes, FileChange, OSChange
-from agent.disruption import compute_actions, effective_policy, parse_policy
+from agent.core.diff import Changes, FileChange, OSChange
+from agent.core.disruption import compute_actions, effective_policy, parse_policy
+from agent.node import actions as act
 from tests.helpers import dbus as dbus_fixtures
 
 systemd_mock = dbus_fixtures.systemd_mock

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from agent.apply import apply_config
+from agent.core.nodeconfig import NodeConfig
 from agent.errors import ApplyError, ConfigError, FetchError, HostError
 from agent.host.root import PathEscapeError, Root
-from agent.nodeconfig import NodeConfig
+from agent.node.apply import apply_config
 
 UNIT = "[Unit]\nDescription=x\n[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\nAlias=x-alias.service\n"
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from agent.apply import apply_config
+from agent.core.nodeconfig import NodeConfig
 from agent.errors import ApplyError, HostError
 from agent.host.root import Root
 from agent.host.systemd import Systemd
-from agent.nodeconfig import NodeConfig
+from agent.node.apply import apply_config
 from tests.helpers import dbus as dbus_fixtures
 
 systemd_mock = dbus_fixtures.systemd_mock

@@ -5,10 +5,10 @@ import os
 
 import pytest
 
-from agent.apply import apply_config
+from agent.core.nodeconfig import NodeConfig
 from agent.host import files
 from agent.host.root import Root
-from agent.nodeconfig import NodeConfig
+from agent.node.apply import apply_config
 
 
 @pytest.fixture

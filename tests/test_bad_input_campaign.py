@@ -43,9 +43,9 @@ def W(rest: str) -> str:
 def _clean_env(monkeypatch):
     monkeypatch.delenv("NODE_AGENT_DEBUG", raising=False)
     # firstboot installs the journald handler on the root logger; in-process that would leak
-    import agent.log
+    import agent.host.log
 
-    monkeypatch.setattr(agent.log, "setup_logging", lambda *a, **k: None)
+    monkeypatch.setattr(agent.host.log, "setup_logging", lambda *a, **k: None)
 
 
 def run_cli(argv) -> Tuple[int, str, str]:
@@ -337,7 +337,7 @@ def good_state(tmp_path) -> str:
 @pytest.mark.parametrize("rel,contents,field,words", [
     c if hasattr(c, "marks") else pytest.param(*c[1:], id=c[0]) for c in STATE_FILES])
 def test_server_state_problem_names_file_and_field_and_good_objects_stay(tmp_path, rel, contents, field, words):
-    from agent.server.store import load_state
+    from agent.server.store.statedir import load_state
 
     state = good_state(tmp_path)
     good = load_state(state)
@@ -353,7 +353,7 @@ def test_server_state_problem_names_file_and_field_and_good_objects_stay(tmp_pat
 
 
 def test_server_keeps_serving_the_last_good_state_after_a_bad_edit(tmp_path):
-    from agent.server.app import App
+    from agent.server.http.app import App
 
     state = good_state(tmp_path)
     app = App(state, reload_interval=0.0)
@@ -427,7 +427,7 @@ HTTP = [
      "$.config", "string"),
     ("drain-no-token", "POST", "/api/v1/nodes/n1/drain", {"Content-Type": "application/json"},
      b'{"pool": "worker"}', 401, None, "credential"),
-    # identity (agent/server/identity.py): each forgery names what is wrong and what to do
+    # identity (agent/server/rollout/identity.py): each forgery names what is wrong and what to do
     ("report-as-another-node", "POST", "/api/v1/nodes/n1/report", AS_N2, REPORT, 403, "Authorization",
      "only node n1"),
     ("report-with-bootstrap", "POST", "/api/v1/nodes/n1/report", {**BOOT, "Content-Type": "application/json"},

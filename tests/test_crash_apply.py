@@ -19,9 +19,9 @@ import threading
 
 import pytest
 
-from agent.apply import apply_config, recover
+from agent.core.nodeconfig import NodeConfig
 from agent.host.root import Root
-from agent.nodeconfig import NodeConfig
+from agent.node.apply import apply_config, recover
 
 MUTATORS = ("rename", "write", "fsync", "unlink", "rmdir", "mkdir", "symlink", "link", "chmod",
             "chown", "fchmod", "fchown", "open")

@@ -55,6 +55,6 @@ _CONTENTS = st.one_of(st.none(), st.builds(lambda s, c: {"source": s, **({"compr
 @settings(max_examples=600, deadline=None)
 @given(_CONTENTS, _CONTENTS)
 def test_contents_differ_is_the_exact_comparison(ca, cb):
-    from agent.diff import _contents_differ, _contents_key
+    from agent.core.diff import _contents_differ, _contents_key
 
     assert _contents_differ(ca, cb) == (_contents_key(ca)[0] != _contents_key(cb)[0])

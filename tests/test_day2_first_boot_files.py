@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from agent.served import ANN, ANNOTATIONS_PATH, MCS_CONTENT_PATH, keep_first_boot_files
+from agent.core.served import ANN, ANNOTATIONS_PATH, MCS_CONTENT_PATH, keep_first_boot_files
 from tests.helpers.certs import make_tls
 from tests.helpers.noderoot import make_node_root
 from tests.helpers.server_proc import ServerProcess

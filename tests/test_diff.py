@@ -1,11 +1,11 @@
-"""agent.diff: what differs between two NodeConfigs."""
+"""agent.core.diff: what differs between two NodeConfigs."""
 
 import base64
 import gzip
 import json
 
-from agent.diff import diff
-from agent.nodeconfig import NodeConfig
+from agent.core.diff import diff
+from agent.core.nodeconfig import NodeConfig
 
 
 def cfg(files=(), units=(), users=(), dirs=(), links=(), kargs=None, **os_fields):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from agent import disruption as d
-from agent.diff import Changes, FileChange, OSChange, SSHKeyChange, UnitChange, UserChange
+from agent.core import disruption as d
+from agent.core.diff import Changes, FileChange, OSChange, SSHKeyChange, UnitChange, UserChange
 from agent.errors import ConfigError
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from agent.errors import FetchError
 from agent.host.root import Root
-from agent.report import Reporter
+from agent.node.report import Reporter
 
 
 class Answer:

@@ -207,7 +207,7 @@ def test_update_waits_for_the_drain_lease_then_applies_and_reports(tmp_path):
 def test_no_reboot_and_no_os_update_when_the_boot_image_already_is_the_target(server, tmp_path):
     served = server.session().get(server.url("/config/infra"),
                                   headers={"Accept": "application/vnd.coreos.ignition+json;version=3.4.0"})
-    from agent.served import node_config_from_served
+    from agent.core.served import node_config_from_served
 
     target = node_config_from_served(served.json())
     root = node(server, tmp_path, "infra-at-target", "infra", booted_image=target.os_image_url,

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from agent.server.etcd_client import (
+from agent.server.store.etcd_client import (
     EtcdClient,
     EtcdUnavailable,
     cmp_absent,
@@ -125,7 +125,7 @@ def test_concurrent_drains_never_exceed_max_unavailable(etcd_cluster):
     """30 nodes ask at once through three clients (one per member, as three replicas would)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from agent.server import etcd_drains
+    from agent.server.store import etcd_drains
 
     url = parse_store_url(etcd_cluster.url)
     clients = [EtcdClient([url.endpoints[i]] + [e for e in url.endpoints if e != url.endpoints[i]], timeout=5)
@@ -159,7 +159,7 @@ def test_concurrent_drains_never_exceed_max_unavailable(etcd_cluster):
 
 
 def test_expired_drain_lease_frees_its_slot(client):
-    from agent.server import etcd_drains
+    from agent.server.store import etcd_drains
 
     prefix = "/drain-ttl/"
     assert etcd_drains.request_drain(client, prefix, "a", "infra", "c", 1, 1).granted

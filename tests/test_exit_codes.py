@@ -104,7 +104,8 @@ def test_firstboot_69_server_unreachable_within_the_budget(tmp_path):
 
 
 def test_firstboot_70_internal_error_says_how_to_get_a_traceback(tmp_path, monkeypatch, capsys):
-    from agent import cli, firstboot
+    from agent import cli
+    from agent.node import firstboot
 
     def boom(*_a, **_k):
         raise ZeroDivisionError("bug")
@@ -151,9 +152,9 @@ def test_refused_report_ends_first_boot_degraded_and_status_says_why(server, tmp
         f.write(TOKEN + "\n")
     with open(os.path.join(root, "etc/node-agent/agent.yaml"), "a") as f:
         f.write("report:\n  tokenFile: /etc/node-agent/token\n")
+    from agent.core.settings import load_settings
     from agent.host.root import Root
-    from agent.report import Reporter
-    from agent.settings import load_settings
+    from agent.node.report import Reporter
 
     settings = load_settings(Root(root), None)
     rep = Reporter(server.base_url, "notoken-0", Root(root), settings.state_dir, token=TOKEN)
@@ -180,7 +181,7 @@ def test_status_1_never_run(tmp_path):
 
 def test_closed_pipe_ends_quietly_with_the_sigpipe_status(tmp_path):
     from agent.host.root import Root
-    from agent.status import RunRecorder
+    from agent.node.status import RunRecorder
 
     rec = RunRecorder(Root(str(tmp_path)), "firstboot")
     for i in range(200):  # more than a pipe buffer holds

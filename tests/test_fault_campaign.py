@@ -14,9 +14,9 @@ from collections import Counter
 
 import pytest
 
+from agent.core.settings import FetchSettings, Settings
 from agent.errors import FetchError
-from agent.ignition.fetch import Fetcher, resolve_pointer
-from agent.settings import FetchSettings, Settings
+from agent.resource.fetch import Fetcher, resolve_pointer
 from tests.helpers.faultproxy import FAULTS, FaultProxy
 from tests.helpers.httpserver import Reply, ScriptedServer
 

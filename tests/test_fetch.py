@@ -13,10 +13,10 @@ import random
 import pytest
 
 from agent import __version__
-from agent.backoff import Backoff, parse_retry_after
+from agent.core.backoff import Backoff, parse_retry_after
+from agent.core.settings import FetchSettings, Settings
 from agent.errors import EXIT_UNREACHABLE, ConfigError, FetchError
-from agent.ignition.fetch import IGNITION_ACCEPT, Fetcher, pool_from_url, server_of
-from agent.settings import FetchSettings, Settings
+from agent.resource.fetch import IGNITION_ACCEPT, Fetcher, pool_from_url, server_of
 from tests.helpers.certs import make_tls
 from tests.helpers.httpserver import Reply, ScriptedServer, free_port
 
@@ -110,7 +110,7 @@ def test_refused_connection_is_retried_until_the_server_comes_up(fake, caplog):
         if not srv.running and len(fake.sleeps) == 2:
             srv.start()
 
-    caplog.set_level(logging.DEBUG, logger="agent.ignition.fetch")
+    caplog.set_level(logging.DEBUG, logger="agent.resource.fetch")
     try:
         fetcher = Fetcher(Settings(node_name="n"), sleep=sleep, clock=fake.clock, jitter=0)
         result = fetcher.fetch(f"http://127.0.0.1:{port}/config/worker")

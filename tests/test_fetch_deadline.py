@@ -5,9 +5,9 @@ import threading
 
 import pytest
 
+from agent.core.settings import FetchSettings, Settings
 from agent.errors import FetchError
-from agent.ignition.fetch import Fetcher
-from agent.settings import FetchSettings, Settings
+from agent.resource.fetch import Fetcher
 
 
 class EndlessBody:
@@ -74,7 +74,7 @@ def test_a_never_ending_body_ends_at_the_total_timeout():
 
 @pytest.mark.parametrize("total", [0.0])
 def test_no_budget_means_no_watchdog(total):
-    from agent.ignition.transport import Watchdog as _Watchdog
+    from agent.resource.transport import Watchdog as _Watchdog
 
     with _Watchdog(object(), None) as w:
         pass

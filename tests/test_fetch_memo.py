@@ -1,6 +1,6 @@
 """Workers keep the answer to a new node's config fetch while nothing it depends on changed
-(agent/server/fetchmemo.py), and a commit by any process ends it at once
-(agent/server/changecounter.py).
+(agent/server/http/fetchmemo.py), and a commit by any process ends it at once
+(agent/server/store/changecounter.py).
 
 In process: two ``App`` objects on one state directory are two gunicorn workers (each its own
 SQLite connection; the counter file is shared). Kept answers live for an hour here, so an answer
@@ -14,10 +14,10 @@ import threading
 
 import pytest
 
-from agent.server.app import App
-from agent.server.changecounter import ChangeCounter
-from agent.server.db import Database
-from agent.server.fetchmemo import MAX_ENTRIES, FetchMemo
+from agent.server.http.app import App
+from agent.server.http.fetchmemo import MAX_ENTRIES, FetchMemo
+from agent.server.store.changecounter import ChangeCounter
+from agent.server.store.db import Database
 from tests.helpers.server_proc import REPO
 from tests.test_identity import call
 

@@ -8,9 +8,9 @@ import urllib.parse
 
 import pytest
 
+from agent.core.settings import FetchSettings, Settings
 from agent.errors import ConfigError, FetchError
-from agent.ignition.fetch import Fetcher, ResolvedConfig, resolve_pointer, trust_config_cas
-from agent.settings import FetchSettings, Settings
+from agent.resource.fetch import Fetcher, ResolvedConfig, resolve_pointer, trust_config_cas
 from tests.helpers.certs import make_tls
 from tests.helpers.httpserver import Reply, ScriptedServer
 

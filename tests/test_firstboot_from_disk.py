@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from agent.cli import main as agent_main
-from agent.served import node_config_from_served
+from agent.core.served import node_config_from_served
 from tests.helpers.certs import make_tls
 from tests.helpers.noderoot import make_node_root
 from tests.helpers.server_proc import ServerProcess

@@ -35,7 +35,7 @@ SAVED = "var/lib/node-agent/firstboot-served.json"
 # --- each source fetched and decompressed once --------------------------------------------------
 
 def test_each_content_is_fetched_and_decompressed_once_per_first_boot(tmp_path, monkeypatch):
-    from agent.firstboot import FirstBoot, Options
+    from agent.node.firstboot import FirstBoot, Options
 
     remote = b"remote contents\n" * 100
     local = b"local contents\n" * 50
@@ -83,8 +83,9 @@ def test_first_boot_validates_the_served_config_once(tmp_path, monkeypatch):
     # The fetch validates each config it fetches (errors name the URL, as Ignition's do); the
     # merged target is then checked only in its `ignition` section, which the pointer merged
     # into: the storage of a 100 MB config was validated twice.
-    from agent.firstboot import FirstBoot, Options
-    from agent.ignition import load, validate
+    from agent.core import loadconfig as load
+    from agent.ignition import validate
+    from agent.node.firstboot import FirstBoot, Options
 
     checked = []
     real = validate.validate_ignition
@@ -109,8 +110,8 @@ def test_first_boot_validates_the_served_config_once(tmp_path, monkeypatch):
 
 
 def test_a_pointer_with_content_of_its_own_is_validated_merged():
-    from agent.ignition.fetch import Fetcher
-    from agent.ignition.pointer import resolve_pointer
+    from agent.resource.fetch import Fetcher
+    from agent.resource.pointer import resolve_pointer
 
     body = json.dumps({"ignition": {"version": "3.4.0"},
                        "storage": {"files": [{"path": "/etc/a", "contents": {"source": "data:,a"}}]}}).encode()
@@ -228,8 +229,8 @@ def test_a_config_refused_at_apply_is_fetched_again_on_the_next_run(tmp_path):
 ])
 def test_what_a_failed_first_boot_keeps(tmp_path, applied, journal, undone, kept):
     from agent.errors import ApplyError, ConfigError
-    from agent.firstboot import FirstBoot, Options
-    from agent.txjournal import Journal
+    from agent.node.firstboot import FirstBoot, Options
+    from agent.node.txjournal import Journal
 
     root = make_node_root(str(tmp_path / "n"), "https://127.0.0.1:1", "worker", node_name="n")
     fb = FirstBoot(Options(root=root))

@@ -5,11 +5,11 @@ import gzip
 
 import pytest
 
-from agent.apply import resolve_contents
+from agent.core.nodeconfig import NodeConfig
 from agent.errors import ConfigError
 from agent.ignition import dataurl
 from agent.ignition.dataurl import decompress
-from agent.nodeconfig import NodeConfig
+from agent.node.apply import resolve_contents
 
 
 def data_url(raw: bytes) -> str:

@@ -105,7 +105,7 @@ def test_imports_stay_lazy():
     import subprocess
     import sys
 
-    code = ("import sys, agent.host.systemd, agent.host.logind, agent.actions, agent.disruption; "
+    code = ("import sys, agent.host.systemd, agent.host.logind, agent.node.actions, agent.core.disruption; "
             "print(any(m in sys.modules for m in ('pydbus', 'gi')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -18,8 +18,8 @@ import pytest
 from agent.errors import ConfigError
 from agent.ignition.parse import parse_document
 from agent.ignition.validate import validate_ignition
-from agent.server.app import App
-from agent.server.store import load_state
+from agent.server.http.app import App
+from agent.server.store.statedir import load_state
 from tests.helpers.server_proc import REPO
 
 EXAMPLE = os.path.join(REPO, "examples", "state")
@@ -58,7 +58,7 @@ BODIES = [
     b'{"pool": "worker", "state": "Done", "config": {"nested": [1, 2]}}', b'"\\ud800"',
     b'{"pool": "worker", "state": "Done", "currentConfig": 123}', b'{"pool": "ghost", "config": "c"}',
 ]
-# Identity (agent/server/identity.py): forged, malformed and oversized credentials, registration and
+# Identity (agent/server/rollout/identity.py): forged, malformed and oversized credentials, registration and
 # deletion without the right token, member fetches naming a node without its credential.
 FORGED = [{"Authorization": v} for v in (
     "Bearer nac1_", "Bearer nac1_" + "A" * 43, "Bearer nac1_" + "x" * 100000, "Bearer " + TOKEN + "\x00",

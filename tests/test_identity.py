@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from agent.server.app import App
-from agent.server.backends import StoreConfig
-from agent.server.identity import CREDENTIAL_PREFIX, credential_hash
+from agent.server.cluster.backends import StoreConfig
+from agent.server.http.app import App
+from agent.server.rollout.identity import CREDENTIAL_PREFIX, credential_hash
 from tests.helpers.server_proc import REPO
 
 EXAMPLE = REPO + "/examples/state"

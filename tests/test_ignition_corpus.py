@@ -22,8 +22,8 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
+from agent.core.loadconfig import check_node_config
 from agent.errors import ConfigError
-from agent.ignition.load import check_node_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # <repo>/../shared, or NODE_AGENT_SHARED_DIR when the clone lives elsewhere (a git worktree)

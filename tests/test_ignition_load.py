@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from agent.core.loadconfig import check_node_config, load_node_config, nodeconfig_to_machineconfig
+from agent.core.nodeconfig import NodeConfig
 from agent.errors import ConfigError
-from agent.ignition.load import check_node_config, load_node_config, nodeconfig_to_machineconfig
 from agent.ignition.parse import parse_document, parse_document_with_warnings
-from agent.nodeconfig import NodeConfig
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "ignition"
 

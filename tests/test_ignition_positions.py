@@ -1,6 +1,6 @@
 """Findings carry the line and column of the offending value, as ignition-validate reports them."""
 
-from agent.ignition.load import check_node_config
+from agent.core.loadconfig import check_node_config
 from agent.ignition.positions import locate
 
 JSON = """{

@@ -1,4 +1,4 @@
-"""agent.log against a real AF_UNIX datagram socket standing in for journald."""
+"""agent.host.log against a real AF_UNIX datagram socket standing in for journald."""
 
 import array
 import io
@@ -10,7 +10,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from agent import log
+from agent.host import log
 
 
 def parse_native(data: bytes) -> List[Tuple[str, str]]:

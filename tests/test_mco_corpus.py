@@ -13,10 +13,10 @@ import shutil
 import pytest
 import yaml
 
-from agent.apply import resolve_contents
 from agent.cli import main as agent_main
-from agent.ignition.load import check_node_config
-from agent.server.store import load_state
+from agent.core.loadconfig import check_node_config
+from agent.node.apply import resolve_contents
+from agent.server.store.statedir import load_state
 from tests.helpers.certs import make_tls
 from tests.helpers.noderoot import make_node_root
 from tests.helpers.server_proc import ServerProcess
@@ -245,7 +245,7 @@ def _assert_os_fields(pending, nc):
 def test_the_custom_pools_guide_infra_node_gets_the_infra_file(tmp_path):
     """The guide's infra pool (013) and its spec 2.2 MachineConfig (014), plus a worker
     MachineConfig writing the same path that sorts after it: the infra file wins."""
-    from agent.server.render import render_pool
+    from agent.server.rollout.render import render_pool
 
     state = tmp_path / "state"
     (state / "machineconfigpools").mkdir(parents=True)

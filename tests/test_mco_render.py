@@ -1,6 +1,6 @@
 """Rendering as the MCO's render controller does: overwrite defaults, custom-pool merge order."""
 
-from agent.server.render import render_pool
+from agent.server.rollout.render import render_pool
 
 ROLE = "machineconfiguration.openshift.io/role"
 
@@ -44,7 +44,7 @@ def test_custom_pool_merges_worker_configs_first():
 
 
 def test_state_loader_converts_spec2_and_the_render_carries_it(tmp_path):
-    from agent.server.store import load_state
+    from agent.server.store.statedir import load_state
 
     (tmp_path / "machineconfigpools").mkdir()
     (tmp_path / "machineconfigs").mkdir()

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from agent.served import file_bytes, read_served
+from agent.core.served import file_bytes, read_served
 from tests.helpers.certs import make_tls
 from tests.helpers.server_proc import ServerProcess
 from tests.test_server_api import EXAMPLE, TOKEN
@@ -183,7 +183,7 @@ def test_failed_conversion_is_500(server, accept, status, upstream):
 
 
 def test_node_agent_own_fetch_gets_34(server):
-    from agent.ignition.fetch import IGNITION_ACCEPT
+    from agent.resource.fetch import IGNITION_ACCEPT
 
     r = fetch(server, "worker", IGNITION_ACCEPT)
     assert r.status_code == 200 and r.json()["ignition"]["version"] == "3.4.0"
@@ -230,7 +230,7 @@ def test_internal_registry_image_never_reaches_a_new_node(tmp_path):
         assert got.encapsulated["spec"]["osImageURL"].startswith("quay.io/openshift-release-dev/rhel-coreos-9")
         assert ANN + "desiredImage" not in got.annotations  # a base image: no image annotations
         # a member (it has cluster DNS) does get the layered image
-        s = srv.node_session("i1")  # naming a member takes its credential (agent/server/identity.py)
+        s = srv.node_session("i1")  # naming a member takes its credential (agent/server/rollout/identity.py)
         s.headers["Accept"] = ACCEPT34
         member = read_served(s.get(srv.url("/config/infra"), headers={"X-Node-Name": "i1"}).json())
         assert member.encapsulated["spec"]["osImageURL"] == INTERNAL

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from agent.server import metrics
+from agent.server.http import metrics
 
 
 def samples(text):
@@ -19,7 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A "worker": counts in its own process, in multiprocess mode, then exits.
 WORKER = """
 import sys
-from agent.server.metrics import RequestCounter
+from agent.server.http.metrics import RequestCounter
 c = RequestCounter(sys.argv[1])
 for _ in range(int(sys.argv[2])):
     c.inc("worker", 200, "GET")
@@ -32,7 +32,7 @@ def test_counts_of_every_worker_process_are_summed(tmp_path):
         subprocess.run([sys.executable, "-c", WORKER, d, str(n)], check=True, cwd=REPO, timeout=60)
     scrape = """
 import sys
-from agent.server.metrics import RequestCounter, exposition
+from agent.server.http.metrics import RequestCounter, exposition
 c = RequestCounter(sys.argv[1])
 c.inc("master", 404, "GET")
 print(exposition(c, {}, 0, False))

@@ -1,4 +1,4 @@
-"""The node store's contract (agent/server/nodestore.py), checked on the SQLite store.
+"""The node store's contract (agent/server/store/nodestore.py), checked on the SQLite store.
 
 Counters and proofs are kept incrementally; after any sequence of reports they must equal what
 a full recount over every stored report gives (the old, O(N) way: progress.count).
@@ -11,10 +11,10 @@ import sqlite3
 
 import pytest
 
-from agent.server import progress
-from agent.server.db import Database
-from agent.server.nodestore import NodeStore, PoolRow, Proof
-from agent.server.nodestore_sqlite import SqliteNodeStore
+from agent.server.rollout import progress
+from agent.server.store.db import Database
+from agent.server.store.nodestore import NodeStore, PoolRow, Proof
+from agent.server.store.nodestore_sqlite import SqliteNodeStore
 
 POOLS = ("master", "worker", "infra")
 CONFIGS = ("rendered-a", "rendered-b", "")
@@ -136,7 +136,7 @@ def test_old_schema_is_migrated_and_rebuilt(tmp_path):
     """A nodes.db of schema 1 (reports without membership columns) opens, and the service's
     first reconcile fills the counters (no membership signature yet)."""
     path = str(tmp_path / "nodes.db")
-    from agent.server.db import MIGRATIONS
+    from agent.server.store.db import MIGRATIONS
 
     conn = sqlite3.connect(path)
     for stmt in MIGRATIONS[0].split(";"):
@@ -173,7 +173,7 @@ def test_render_claims_let_one_worker_render(tmp_path):
 def test_workers_share_one_render(tmp_path, monkeypatch):
     """A second worker (another Cluster on the same state and database) reads the first one's
     rendering instead of rendering again."""
-    from agent.server import service
+    from agent.server.cluster import service
 
     state = tmp_path / "state"
     shutil.copytree(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "state"),

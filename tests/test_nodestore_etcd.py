@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from agent.server.etcd_client import EtcdClient, EtcdUnavailable, parse_store_url
-from agent.server.nodestore import PoolRow
-from agent.server.nodestore_etcd import EtcdNodeStore
-from agent.server.progress import Membership
+from agent.server.rollout.progress import Membership
+from agent.server.store.etcd_client import EtcdClient, EtcdUnavailable, parse_store_url
+from agent.server.store.nodestore import PoolRow
+from agent.server.store.nodestore_etcd import EtcdNodeStore
 from tests.helpers.etcd_cluster import have_etcd
 
 pytestmark = pytest.mark.skipif(not have_etcd(), reason="etcd-server is not installed (make test installs it)")

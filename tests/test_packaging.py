@@ -79,8 +79,8 @@ def test_agent_package_file_list(rpms):
         "/var/lib/node-agent",
         "/usr/share/doc/node-agent/operations.md",
         f"{sitelib}/agent/cli.py",
-        f"{sitelib}/agent/log.py",
-        f"{sitelib}/agent/status.py",
+        f"{sitelib}/agent/host/log.py",
+        f"{sitelib}/agent/node/status.py",
         f"{sitelib}/node_agent-{VERSION}.dist-info/entry_points.txt",
     ]:
         assert expected in paths, f"{expected} not in the node-agent RPM"

@@ -75,7 +75,7 @@ def test_el9_packages_are_named_for_rhel9(el9):
 
 def test_el9_layout_is_rhel9s_python39_sitelib(el9):
     paths = files(el9["node-agent"]) + files(el9["node-agent-server"])
-    assert f"{SITELIB}/agent/__init__.py" in paths and f"{SITELIB}/agent/server/app.py" in paths
+    assert f"{SITELIB}/agent/__init__.py" in paths and f"{SITELIB}/agent/server/http/app.py" in paths
     assert f"{SITELIB}/node_agent-{VERSION}.dist-info/METADATA" in paths
     python_files = [p for p in paths if p.endswith((".py", ".pyc"))]
     assert python_files and all(p.startswith(SITELIB + "/") for p in python_files)

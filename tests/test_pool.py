@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from agent.core.pool import merge_kubelet_env, pool_from_url, resolve_pool
+from agent.core.served import ANN, Served, file_bytes, node_config_from_served, read_served
 from agent.errors import ConfigError
-from agent.pool import merge_kubelet_env, pool_from_url, resolve_pool
-from agent.served import ANN, Served, file_bytes, node_config_from_served, read_served
 
 
 def served(pool="infra", first_pivot="rendered-infra-abc123", labels=None):
@@ -113,7 +113,7 @@ def test_served_file_that_is_not_json_names_the_path():
         read_served(ign)
 
 
-# The served skew rules (moved here from the skew stage: agent.served is the one reader of
+# The served skew rules (moved here from the skew stage: agent.core.served is the one reader of
 # what the server adds to a config).
 RULES = "/etc/node-agent/boot-image-skew.json"
 
@@ -157,7 +157,7 @@ def test_undecodable_served_rules_name_the_path(contents):
 
 def test_labels_from_match_expressions_as_the_mco_derives_them():
     # MCO pkg/controller/node/node_controller.go:1815-1849
-    from agent.pool import node_labels
+    from agent.core.pool import node_labels
 
     sel = {"matchLabels": {"a": "1"}, "matchExpressions": [
         {"key": "node-role.kubernetes.io/infra", "operator": "Exists"},

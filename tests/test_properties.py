@@ -17,16 +17,16 @@ from typing import Dict, Tuple
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.apply import apply_config
-from agent.diff import diff
-from agent.disruption import NONE, plan_disruption
+from agent.core.diff import diff
+from agent.core.disruption import NONE, plan_disruption
+from agent.core.loadconfig import load_node_config
+from agent.core.nodeconfig import NodeConfig
 from agent.host.root import Root
 from agent.ignition.dataurl import decode_data_url
-from agent.ignition.load import load_node_config
 from agent.ignition.merge import merge_ignition
 from agent.ignition.parse import parse_document
 from agent.ignition.validate import errors_of, validate_ignition
-from agent.nodeconfig import NodeConfig
+from agent.node.apply import apply_config
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 APPLY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -3,11 +3,11 @@ settings come from, and fetches, CA bundles and reports through a real proxy pro
 
 import pytest
 
+from agent.core.settings import FetchSettings, Settings, parse_settings
 from agent.errors import FetchError
-from agent.ignition import proxy
-from agent.ignition.fetch import Fetcher, resolve_pointer
-from agent.ignition.proxy import ProxySettings, bypasses, proxy_for
-from agent.settings import FetchSettings, Settings, parse_settings
+from agent.resource import proxy
+from agent.resource.fetch import Fetcher, resolve_pointer
+from agent.resource.proxy import ProxySettings, bypasses, proxy_for
 from tests.helpers.certs import make_tls
 from tests.helpers.httpserver import Reply, ScriptedServer
 from tests.helpers.proxyserver import ForwardProxy
@@ -108,7 +108,7 @@ def test_http_fetch_and_report_go_through_the_proxy():
         srv.always("/api/v1/report", Reply(200, b"{}"))
         f = fetcher(ProxySettings(http_proxy=fwd.url))
         assert f.fetch(named(srv.url("/config/worker")), ignition=True).body == BODY
-        # Reports and drains use the fetcher's session (agent.firstboot / agent.update).
+        # Reports and drains use the fetcher's session (agent.node.firstboot / agent.node.update).
         assert f.session.post(named(srv.url("/api/v1/report")), data=b"{}", timeout=5).status_code == 200
         assert [m for m, _ in fwd.seen] == ["GET", "POST"]
         assert fwd.seen[0][1] == named(srv.url("/config/worker"))

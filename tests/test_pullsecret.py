@@ -3,8 +3,8 @@ import json
 
 import pytest
 
+from agent.core.pullsecret import check_pull_secret, pull_secret_problems
 from agent.errors import ConfigError
-from agent.pullsecret import check_pull_secret, pull_secret_problems
 
 
 def b64(s: str) -> str:

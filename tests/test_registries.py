@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent.registries import only_adds_digest_only_mirrors, why_drain
+from agent.core.registries import only_adds_digest_only_mirrors, why_drain
 
 BASE = '''unqualified-search-registries = ["registry.access.redhat.com", "docker.io"]
 short-name-mode = ""

@@ -1,4 +1,4 @@
-"""The linear-time render merge (agent/server/render.py ``_Merger``) gives exactly what the
+"""The linear-time render merge (agent/server/rollout/render.py ``_Merger``) gives exactly what the
 copy-per-merge reference gives, on generated configs; and it never aliases its inputs."""
 
 import copy
@@ -7,8 +7,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.server import render
-from agent.server.render import _KEYED_LISTS, NEWEST_SPEC, merge_machine_configs
+from agent.server.rollout import render
+from agent.server.rollout.render import _KEYED_LISTS, NEWEST_SPEC, merge_machine_configs
 
 
 def _reference_merge(path, parent, child):

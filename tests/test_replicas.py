@@ -180,8 +180,8 @@ def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
 
 
 def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable(fleet):
-    from agent.server import etcd_drains
-    from agent.server.etcd_client import EtcdClient, parse_store_url
+    from agent.server.store import etcd_drains
+    from agent.server.store.etcd_client import EtcdClient, parse_store_url
 
     nodes = [f"drainer-{i:02d}" for i in range(30)]
     for i, n in enumerate(nodes):  # members of worker: the limit is 25% of 30+ nodes
@@ -252,8 +252,8 @@ def day2(node):
 
 
 def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, tmp_path):
-    from agent.server import etcd_drains
-    from agent.server.etcd_client import EtcdClient, parse_store_url
+    from agent.server.store import etcd_drains
+    from agent.server.store.etcd_client import EtcdClient, parse_store_url
 
     proven = pool(fleet.replicas[0])["status"]["served"]["config"]
     url = parse_store_url(fleet.etcd.url)

@@ -3,7 +3,7 @@
 import os
 
 from agent.host.root import Root
-from agent.report import Reporter
+from agent.node.report import Reporter
 from tests.helpers.httpserver import Reply, ScriptedServer
 
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from agent.server import gating, progress
+from agent.server.rollout import gating, progress
 from benchmarks.scaleup import EXAMPLES, TOKEN, run_scenario, simulate_reboot
 from tests.helpers.certs import make_tls
 from tests.helpers.noderoot import make_node_root

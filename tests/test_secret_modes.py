@@ -7,10 +7,10 @@ import stat
 
 import pytest
 
-from agent.apply import apply_config
+from agent.core.nodeconfig import NodeConfig
+from agent.core.secretfiles import SECRET_PATHS
 from agent.host.root import Root
-from agent.nodeconfig import NodeConfig
-from agent.secretfiles import SECRET_PATHS
+from agent.node.apply import apply_config
 
 PULL = json.dumps({"auths": {"quay.io": {"auth": base64.b64encode(b"u:p").decode()}}}).encode()
 

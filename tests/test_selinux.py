@@ -7,10 +7,10 @@ import stat
 
 import pytest
 
-from agent.apply import apply_config
+from agent.core.nodeconfig import NodeConfig
 from agent.host import files, selinux
 from agent.host.root import Root
-from agent.nodeconfig import NodeConfig
+from agent.node.apply import apply_config
 
 
 def fake_setfiles(tmp_path, exit_code=0):

@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from agent.served import read_served
+from agent.core.served import read_served
 from tests.helpers.certs import make_tls
 from tests.helpers.server_proc import REPO, ServerProcess
 

@@ -9,7 +9,7 @@ import shutil
 import pytest
 import yaml
 
-from agent.server.store import check_os_config, check_pool, load_state
+from agent.server.store.statedir import check_os_config, check_pool, load_state
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # <repo>/../shared (CI keeps shared/ beside the clone), or NODE_AGENT_SHARED_DIR (a git worktree)
@@ -31,13 +31,13 @@ def test_pool_without_selector_is_valid_and_selects_nothing(tmp_path):
         "spec: {config: {ignition: {version: 3.4.0}}}\n")
     st = load_state(str(tmp_path))
     assert st.problems == [] and "empty" in st.pools
-    from agent.server.render import select_machine_configs
+    from agent.server.rollout.render import select_machine_configs
 
     assert select_machine_configs(st.pools["empty"], st.machine_configs) == []
 
 
 def test_pool_without_selector_is_withheld_by_the_server(tmp_path):
-    from agent.server.app import App
+    from agent.server.http.app import App
     from tests.test_bad_input_campaign import wsgi
 
     (tmp_path / "machineconfigpools").mkdir()

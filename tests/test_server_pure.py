@@ -5,11 +5,12 @@ import os
 
 import pytest
 
-from agent.server import content, gating, progress
-from agent.server.drains import parse_max_unavailable
-from agent.server.render import merge_machine_configs, render_pool, selector_matches
-from agent.server.service import ReportInvalid, validate_report
-from agent.server.store import load_state
+from agent.server.cluster import content
+from agent.server.cluster.service import ReportInvalid, validate_report
+from agent.server.rollout import gating, progress
+from agent.server.rollout.drains import parse_max_unavailable
+from agent.server.rollout.render import merge_machine_configs, render_pool, selector_matches
+from agent.server.store.statedir import load_state
 
 ROLE = "machineconfiguration.openshift.io/role"
 
@@ -253,7 +254,7 @@ def test_max_unavailable_invalid(value):
 # -- served content ----------------------------------------------------------------------------
 
 def _files(doc):
-    from agent.served import read_served
+    from agent.core.served import read_served
 
     return read_served(doc)
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from agent.server import views, watch
+from agent.server.cli import views, watch
 from tests.helpers.certs import make_tls
 from tests.helpers.noderoot import make_node_root
 from tests.helpers.server_proc import ServerProcess, free_port

@@ -6,9 +6,7 @@ import shutil
 
 import pytest
 
-from agent.errors import EXIT_INVALID_CONFIG, ConfigError
-from agent.host.root import Root
-from agent.settings import (
+from agent.core.settings import (
     DEFAULT_PATH,
     FetchSettings,
     Settings,
@@ -16,6 +14,8 @@ from agent.settings import (
     load_settings,
     parse_settings,
 )
+from agent.errors import EXIT_INVALID_CONFIG, ConfigError
+from agent.host.root import Root
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "agent.yaml")
 
@@ -128,7 +128,7 @@ def test_top_level_must_be_a_mapping(tmp_path):
 
 def test_unknown_keys_are_warnings(tmp_path, caplog):
     write(tmp_path, "nodName: x\nfetch: {attemptTimeOut: 3, maxDelay: 7}\n")
-    with caplog.at_level(logging.WARNING, logger="agent.settings"):
+    with caplog.at_level(logging.WARNING, logger="agent.core.settings"):
         s = load_settings(Root(str(tmp_path)))
     assert s.fetch.max_delay == 7 and s.fetch.attempt_timeout == 10
     messages = [r.getMessage() for r in caplog.records]

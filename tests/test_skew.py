@@ -1,18 +1,18 @@
-"""Skew rules validation and the skew decision (agent.skew): pure functions, table driven."""
+"""Skew rules validation and the skew decision (agent.core.skew): pure functions, table driven."""
 
 import json
 
 import pytest
 
-from agent.errors import ConfigError
-from agent.skew import (
+from agent.core.skew import (
     BootedImage,
     booted_from_aleph,
     decide,
     load_rules_text,
     parse_rules,
 )
-from agent.versions import parse_version
+from agent.core.versions import parse_version
+from agent.errors import ConfigError
 
 
 def booted(raw):

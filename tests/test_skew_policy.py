@@ -8,11 +8,12 @@ import shutil
 
 import pytest
 
-from agent.server import content, skewpolicy
-from agent.server.store import load_state
-from agent.server.watcher import StateWatcher
-from agent.skew import BootedImage, decide, parse_rules
-from agent.versions import parse_version
+from agent.core.skew import BootedImage, decide, parse_rules
+from agent.core.versions import parse_version
+from agent.server.cluster import content
+from agent.server.rollout import skewpolicy
+from agent.server.store.statedir import load_state
+from agent.server.store.watcher import StateWatcher
 from tests.test_bad_input_campaign import wsgi
 from tests.test_server_api import EXAMPLE
 
@@ -66,7 +67,7 @@ def test_valid_settings_load(tmp_path, skew):
 
 
 def test_last_good_state_keeps_serving_and_healthz_says_why(tmp_path):
-    from agent.server.app import App
+    from agent.server.http.app import App
 
     state = tmp_path / "state"
     shutil.copytree(EXAMPLE, state)
@@ -124,7 +125,7 @@ def test_upgradeable_names_the_boot_image_below_the_floor(manual, status):
 
 
 def test_api_cluster_says_not_upgradeable(tmp_path):
-    from agent.server.app import App
+    from agent.server.http.app import App
 
     state = tmp_path / "state"
     shutil.copytree(EXAMPLE, state)

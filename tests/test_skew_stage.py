@@ -1,4 +1,4 @@
-"""First-boot skew stage (agent.skewstage) against a fake filesystem (pyfakefs)."""
+"""First-boot skew stage (agent.node.skewcheck) against a fake filesystem (pyfakefs)."""
 
 import json
 import logging
@@ -9,7 +9,7 @@ import pytest
 
 from agent.errors import ConfigError, HostError, SkewRefused
 from agent.host.root import Root
-from agent.skewstage import (
+from agent.node.skewcheck import (
     ALEPH_PATH,
     ISSUE_PATH,
     RULES_PATH,
@@ -216,7 +216,7 @@ def test_report_fields_unknown_boot_image(fs, root):
 def test_enforce_refuse_raises_exit_78(fs, root, caplog):
     put_aleph(fs, {"version": "48.84.202109241901-0"})
     out = check_boot_image(root, ENFORCE_92)
-    with caplog.at_level(logging.INFO, logger="agent.skewstage"), pytest.raises(SkewRefused) as info:
+    with caplog.at_level(logging.INFO, logger="agent.node.skewcheck"), pytest.raises(SkewRefused) as info:
         enforce(out)
     assert info.value.exit_code == 78
     assert "BootImageMajorMismatch" in str(info.value)
@@ -226,7 +226,7 @@ def test_enforce_refuse_raises_exit_78(fs, root, caplog):
 def test_enforce_warn_logs_a_warning(fs, root, caplog):
     put_aleph(fs, {"version": "412.86.202301311551-0"})
     out = check_boot_image(root, {"mode": "Warn", "minimum": {"rhcosVersion": "9.2"}})
-    with caplog.at_level(logging.INFO, logger="agent.skewstage"):
+    with caplog.at_level(logging.INFO, logger="agent.node.skewcheck"):
         assert enforce(out) is out
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "older than the minimum" in warnings[0].getMessage()
@@ -235,7 +235,7 @@ def test_enforce_warn_logs_a_warning(fs, root, caplog):
 
 def test_enforce_ok_logs_info_only(fs, root, caplog):
     put_aleph(fs, {"version": "9.6.20250121-0"})
-    with caplog.at_level(logging.INFO, logger="agent.skewstage"):
+    with caplog.at_level(logging.INFO, logger="agent.node.skewcheck"):
         enforce(check_boot_image(root, ENFORCE_92))
     assert [r.levelno for r in caplog.records] == [logging.INFO]
 

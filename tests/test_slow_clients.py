@@ -133,7 +133,7 @@ def test_normal_requests_succeed_while_500_slow_sockets_are_held(state, tmp_path
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 def test_server_closes_slow_sockets_after_its_deadlines(state, tmp_path, tls):
     """Over TLS and plain HTTP: the worker reads plain sockets directly and waits on their
-    descriptor (agent/server/gevent_worker.py, TimedSocket._ready and _wait_plain), TLS ones
+    descriptor (agent/server/http/gevent_worker.py, TimedSocket._ready and _wait_plain), TLS ones
     through the SSL socket under a gevent.Timeout; both must keep every deadline."""
     certs = make_tls(str(tmp_path / "tls")) if tls else None
     args = ["--tls-handshake-timeout", "1", "--header-timeout", "1", "--body-timeout", "1", "--idle-timeout", "1"]
@@ -172,7 +172,7 @@ def test_sqlite_connection_shared_by_greenlets(tmp_path):
         from gevent import monkey
         monkey.patch_all()
         import gevent
-        from agent.server.db import Database
+        from agent.server.store.db import Database
 
         db = Database({str(tmp_path / "nodes.db")!r})
         def work(i):
@@ -190,7 +190,7 @@ def test_sqlite_connection_shared_by_greenlets(tmp_path):
 
 @pytest.mark.parametrize("kind", ["tmpfile", "memfd"])
 def test_body_files_give_a_body_its_file_the_second_time(kind, tmp_path, monkeypatch):
-    from agent.server.bodyfiles import BodyFiles
+    from agent.server.http.bodyfiles import BodyFiles
 
     if not BodyFiles.available():
         pytest.skip("no sendfile/O_TMPFILE/memfd_create on this platform")

@@ -7,8 +7,8 @@ import threading
 import pytest
 import yaml
 
-from agent.server import statefiles
-from agent.server.store import load_state
+from agent.server.store import statefiles
+from agent.server.store.statedir import load_state
 from tests.helpers.server_proc import REPO
 
 EXAMPLE = os.path.join(REPO, "examples", "state")

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from agent import log
 from agent.cli import main
 from agent.commands import status as status_cmd
 from agent.errors import HostError
+from agent.host import log
 from agent.host.root import Root
-from agent.status import RunRecorder, read_status
+from agent.node.status import RunRecorder, read_status
 
 
 class Clock:
@@ -88,7 +88,7 @@ def test_state_is_on_disk_while_a_stage_runs_and_after_it_fails(root):
 
 
 def test_stage_logs_carry_the_stage_field_and_run_id(root, caplog):
-    caplog.set_level(logging.INFO, logger="agent.status")
+    caplog.set_level(logging.INFO, logger="agent.node.status")
     seen = []
 
     class Grab(logging.Handler):
@@ -97,13 +97,13 @@ def test_stage_logs_carry_the_stage_field_and_run_id(root, caplog):
                          log.get_context().get("NODE_AGENT_RUN")))
 
     handler = Grab()
-    logging.getLogger("agent.status").addHandler(handler)
+    logging.getLogger("agent.node.status").addHandler(handler)
     try:
         rec = RunRecorder(root, "update")
         with rec.stage("fetch"):
             pass
     finally:
-        logging.getLogger("agent.status").removeHandler(handler)
+        logging.getLogger("agent.node.status").removeHandler(handler)
     assert [s[1] for s in seen] == ["fetch", "fetch"]
     assert seen[0][0] == "stage fetch started"
     assert seen[1][0].startswith("stage fetch ok in ")

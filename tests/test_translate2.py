@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent.ignition.load import check_node_config, convert_spec2_machine_config
+from agent.core.loadconfig import check_node_config, convert_spec2_machine_config
 from agent.ignition.translate2 import translate
 
 

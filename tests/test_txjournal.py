@@ -4,7 +4,7 @@ import os
 
 from agent.host import files
 from agent.host.root import Root
-from agent.txjournal import Journal, recover
+from agent.node.txjournal import Journal, recover
 
 
 def test_rollback_restores_files_links_dirs_and_removes_created_paths(tmp_path):

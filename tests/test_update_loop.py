@@ -4,8 +4,8 @@ import logging
 
 import pytest
 
-from agent import update
 from agent.errors import FetchError
+from agent.node import update
 
 
 class Stop(Exception):
@@ -30,7 +30,7 @@ def test_loop_logs_a_repeated_problem_once_and_its_end(monkeypatch, caplog):
 
     updater.once, updater.sleep = once, sleep
     updater.settings = None
-    with caplog.at_level(logging.DEBUG, logger="agent.update"), pytest.raises(Stop):
+    with caplog.at_level(logging.DEBUG, logger="agent.node.update"), pytest.raises(Stop):
         updater.run()
     infos = [r for r in caplog.records if r.levelno >= logging.INFO]
     assert [r.levelname for r in infos] == ["WARNING", "INFO"], [r.getMessage() for r in infos]

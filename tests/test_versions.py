@@ -1,4 +1,4 @@
-"""Boot image version parsing and ordering (agent.versions)."""
+"""Boot image version parsing and ordering (agent.core.versions)."""
 
 import datetime
 import itertools
@@ -7,14 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.errors import ConfigError
-from agent.versions import (
+from agent.core.versions import (
     OSVersion,
     VersionError,
     parse_ocp_version,
     parse_rhcos_minimum,
     parse_version,
 )
+from agent.errors import ConfigError
 
 # raw, scheme, rhel, ocp (exact), buildDate, buildTime, serial, fedora, stream
 PARSE = [

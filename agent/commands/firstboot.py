@@ -1,8 +1,8 @@
-"""``node-agent firstboot``: see agent/firstboot.py."""
+"""``node-agent firstboot``: see agent/node/firstboot.py."""
 
 
 def run(args) -> int:
-    from agent import firstboot
+    from agent.node import firstboot
 
     opts = firstboot.Options(root=args.root, pointer=args.pointer, settings=args.settings,
                              node_name=args.node_name, dry_run=args.dry_run)

@@ -25,7 +25,7 @@ def _read(path: str, what: str) -> bytes:
 
 
 def _policy(args: Any):
-    from agent.disruption import effective_policy, load_policy_text
+    from agent.core.disruption import effective_policy, load_policy_text
 
     path = getattr(args, "policy", None)
     if not path:
@@ -34,7 +34,7 @@ def _policy(args: Any):
 
 
 def _config(path: str, what: str):
-    from agent.ignition.load import load_node_config
+    from agent.core.loadconfig import load_node_config
 
     data = _read(path, what)
     try:
@@ -66,8 +66,8 @@ def run(args: Any) -> int:
     old = _config(args.from_file, "--from")
     new = _config(args.to_file, "--to")
 
-    from agent.disruption import plan_disruption
-    from agent.reconcilable import check
+    from agent.core.disruption import plan_disruption
+    from agent.core.reconcilable import check
 
     # What first boot and update refuse (a FIPS flip, day-2 storage), plan refuses too: exit 65.
     # The node's kernel is not here to ask, so --from's fips stands for it (update does the same

@@ -12,8 +12,8 @@ every problem prefixed with its JSON path, and exit 65 (nothing on stdout).
 import json
 import sys
 
+from agent.core.skew import REFUSE, booted_from_aleph, decide, load_rules_text, parse_rules
 from agent.errors import ConfigError, Problem
-from agent.skew import REFUSE, booted_from_aleph, decide, load_rules_text, parse_rules
 
 
 def _read_aleph(path: str):

@@ -18,7 +18,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from agent.host.root import Root
-from agent.status import STATE_DIR, read_status, status_path
+from agent.node.status import STATE_DIR, read_status, status_path
 
 EXIT_DONE = 0
 EXIT_FAILED = 1
@@ -58,7 +58,7 @@ def report_line(kept: Optional[Dict[str, Any]], error: Optional[str] = None) -> 
     """The ``report:`` line of the human output for a kept report, or None."""
     if not kept:
         return None
-    from agent.report import refusal_text
+    from agent.node.report import refusal_text
 
     if kept.get("refused"):
         text = refusal_text(kept["refused"])
@@ -123,7 +123,7 @@ def render(data: dict, result: str, firstboot: Optional[dict] = None,
 
 
 def _kept_report(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:
-    from agent.report import PENDING, read_kept
+    from agent.node.report import PENDING, read_kept
 
     return read_kept(root.path(os.path.join(state_dir, PENDING)))
 

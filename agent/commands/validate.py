@@ -8,8 +8,8 @@ import json
 import sys
 from typing import List
 
+from agent.core.loadconfig import check_node_config
 from agent.errors import ConfigError, Problem
-from agent.ignition.load import check_node_config
 
 EXIT_VALID = 0
 EXIT_INVALID = 1

@@ -10,7 +10,7 @@ one file, ``shouldExist: false``) raises ``NotExpressible`` naming every JSON pa
 server answers 500 as the MCS does for a failed conversion.
 
 Kernel arguments must be moved into the MachineConfig before calling this
-(``agent.server.content`` does, as upstream MigrateKernelArgsIfNecessary does).
+(``agent.server.cluster.content`` does, as upstream MigrateKernelArgsIfNecessary does).
 
 The reverse direction (2.2 -> 3.x, reading old MachineConfigs) lives in
 ``agent.ignition.translate2``.

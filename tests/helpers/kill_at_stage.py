@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 
-from agent import status
+from agent.node import status
 
 STAGE, WHEN = sys.argv[1], sys.argv[2]
 _original = status.RunRecorder.stage

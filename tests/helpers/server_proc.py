@@ -65,7 +65,7 @@ class ServerProcess:
 
     def node_session(self, node: str) -> requests.Session:
         """A session that is node ``node``: registered once with the bootstrap token, then its
-        own credential on every request (agent/server/identity.py)."""
+        own credential on every request (agent/server/rollout/identity.py)."""
         cred = self.credentials.get(node)
         if cred is None:
             r = self.session().post(self.url(f"/api/v1/nodes/{node}/register"))

@@ -1,0 +1,276 @@
+"""Planning the effects of a config on a node (pure: data in, operations out).
+
+Two steps, both pure functions so ``plan``, tests and the apply engine share them:
+
+``desired_operations(target, previous, contents, facts)``
+    What the node must look like: one ``Op`` per path or action, in a safe order (accounts,
+    day-2 removals, directories parents first, files, links after their targets, units after
+    their files, ssh keys, OS changes last).
+
+``diff_operations(ops, observed, facts)`` (in ``agent.core.applyplan.steps``, importable from here)
+    Compares each op with what is on disk (``observed``: config path -> ``Observed``) and
+    returns the concrete ``Step`` list that turns the disk into the target, plus the ops
+    already satisfied. An op already satisfied gives no step: applying twice changes nothing.
+
+Overwrite rule (Ignition spec 3, adapted to day 2): ``overwrite`` defaults to false. A file,
+link or directory the config asks for, where something different already exists, is an error
+when overwrite is false **unless the path is ours**: listed in the managed-paths record
+(``<state>/managed.json``, written by every apply) or in the previous config. Our own files are
+replaced on re-apply. Identical contents are never an error. A file with no ``contents.source``
+keeps existing contents (only mode and owner are set), as Ignition does. ``append`` fragments
+are added once: a file that already ends with them is left alone.
+"""
+
+import json
+import posixpath
+from dataclasses import dataclass, field, replace
+from typing import Dict, FrozenSet, List, Optional, Tuple
+
+from agent.core.applyplan.op import Op
+from agent.core.applyplan.osops import kernel_args, os_commands, os_operations  # noqa: F401 (re-exported: apply, tests)
+from agent.core.applyplan.steps import Step, cur_is_mask, diff_operations, observe_paths  # noqa: F401 (re-exported: apply, tests)
+from agent.core.nodeconfig import NodeConfig
+from agent.core.secretfiles import file_mode
+from agent.errors import ApplyError
+from agent.host.accounts import Accounts, add_group, add_user, home_of
+from agent.host.units import SYSTEM_DIR, also_units, install_links
+
+SSH_KEYS_FRAGMENT = "ignition"  # same fragment Ignition and the MCO write: day 2 replaces it
+DEFAULT_STATE_DIR = "/var/lib/node-agent"
+MANAGED_FILE = "managed.json"
+PENDING_OS_FILE = "pending-os.json"
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the planner needs to know about the node, read beforehand by the shell."""
+
+    accounts: Accounts = field(default_factory=Accounts)
+    live: bool = False
+    vendor_units: Dict[str, Tuple[str, str]] = field(default_factory=dict)  # name -> (path, text)
+    unit_links: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # name -> existing wants links
+    managed: FrozenSet[str] = frozenset()
+    booted: Optional[Tuple[str, Tuple[str, ...]]] = None  # (image, kargs) on a live host
+    days_since_epoch: int = 0
+    state_dir: str = DEFAULT_STATE_DIR
+
+
+def _owner_id(entry: dict, key: str, acc: Accounts, where: str) -> Optional[int]:
+    ref = entry.get(key) or {}
+    if ref.get("id") is not None:
+        return int(ref["id"])
+    name = ref.get("name")
+    if not name:
+        return None
+    found = acc.uid_of(name) if key == "user" else acc.gid_of(name)
+    if found is None:
+        db = "/etc/passwd" if key == "user" else "/etc/group"
+        raise ApplyError(f"{where}.{key}.name: {key} {name!r} does not exist in the root's {db}; "
+                         f"add it to passwd.{key}s or use an id")
+    return found
+
+
+def _depth(path: str) -> int:
+    return path.rstrip("/").count("/")
+
+
+def _config_paths(cfg: NodeConfig, acc: Accounts) -> List[str]:
+    """Paths a config manages (files, links, unit files, dropins, ssh key fragments)."""
+    paths = [f["path"] for f in cfg.files] + [ln["path"] for ln in cfg.links]
+    for u in cfg.units:
+        if u.get("contents") is not None and not u.get("mask"):
+            paths.append(f"{SYSTEM_DIR}/{u['name']}")
+        if u.get("mask"):
+            paths.append(f"{SYSTEM_DIR}/{u['name']}")
+        for d in u.get("dropins") or []:
+            if d.get("contents") is not None:
+                paths.append(f"{SYSTEM_DIR}/{u['name']}.d/{d['name']}")
+    for usr in cfg.users:
+        if usr.get("sshAuthorizedKeys"):
+            paths.append(f"{usr.get('homeDir') or home_of(acc, usr['name'])}/.ssh/authorized_keys.d/{SSH_KEYS_FRAGMENT}")
+    return paths
+
+
+def desired_operations(target: NodeConfig, previous: Optional[NodeConfig], contents: Dict[str, bytes],
+                       facts: Facts) -> List[Op]:
+    """The ordered operations that make a node match ``target`` (see module docstring).
+
+    ``contents`` maps JSON paths (``$.storage.files.3.contents``, ``$.storage.files.3.append.0``)
+    to the already fetched and decompressed bytes.
+    """
+    ops: List[Op] = []
+    acc = facts.accounts
+
+    # Accounts first: file owners may name users and groups this config creates.
+    acc_before = acc
+    for i, g in enumerate(target.ignition.get("passwd", {}).get("groups") or []):
+        acc = add_group(acc, g["name"], g.get("gid"), f"$.passwd.groups.{i}")
+    new_users = []
+    for i, u in enumerate(target.users):
+        if acc.user(u["name"]) is None:
+            acc, user = add_user(acc, u, facts.days_since_epoch, f"$.passwd.users.{i}")
+            if not u.get("noCreateHome"):
+                new_users.append((user, i))
+    if acc != acc_before:
+        for name, mode in (("passwd", 0o644), ("group", 0o644), ("shadow", 0), ("gshadow", 0)):
+            text = getattr(acc, name)
+            if text != getattr(acc_before, name):
+                ops.append(Op("file", f"/etc/{name}", data=text.encode(), mode=mode, uid=0, gid=0,
+                              overwrite=True, where="$.passwd"))
+
+    # Day 2: what the previous config (or the managed record) had and the target doesn't.
+    target_paths = set(_config_paths(target, acc))
+    old_paths = set(facts.managed)
+    if previous is not None:
+        old_paths |= set(_config_paths(previous, acc))
+    state_paths = {f"{facts.state_dir}/{MANAGED_FILE}", f"{facts.state_dir}/{PENDING_OS_FILE}"}
+    removals = sorted(old_paths - target_paths - state_paths, key=lambda p: (-_depth(p), p))
+    target_units = {u["name"] for u in target.units}
+    if previous is not None:
+        for u in previous.units:
+            if u["name"] in target_units:
+                continue
+            if u.get("enabled"):
+                ops.append(_unit_enable_op(u, False, facts))
+            if u.get("mask"):
+                ops.append(Op("unmask", u["name"], where="previous config"))
+    ops.extend(Op("remove", p, where="previous config") for p in removals)
+
+    # Directories, parents first.
+    for i, d in sorted(enumerate(target.directories), key=lambda e: (_depth(e[1]["path"]), e[0])):
+        w = f"$.storage.directories.{i}"
+        ops.append(Op("dir", d["path"], mode=d.get("mode") if d.get("mode") is not None else 0o755,
+                      uid=_owner_id(d, "user", acc, w), gid=_owner_id(d, "group", acc, w),
+                      overwrite=bool(d.get("overwrite")), where=w))
+    for user, i in new_users:
+        ops.append(Op("dir", user.home, mode=0o700, uid=user.uid, gid=user.gid, where=f"$.passwd.users.{i}"))
+
+    # Files.
+    for i, f in enumerate(target.files):
+        w = f"$.storage.files.{i}"
+        data = contents.get(f"{w}.contents")
+        fragments = [contents[f"{w}.append.{k}"] for k in range(len(f.get("append") or []))
+                     if f"{w}.append.{k}" in contents]
+        ops.append(Op("file", f["path"], data=data, append=b"".join(fragments) if fragments else None,
+                      mode=file_mode(f["path"], f.get("mode")),  # secrets 0600 whatever the config says
+                      uid=_owner_id(f, "user", acc, w), gid=_owner_id(f, "group", acc, w),
+                      overwrite=bool(f.get("overwrite")), where=w))
+
+    # Links: symbolic links before hard links (a hard link may name a file reached via a link),
+    # and a link whose target is another link of the config after it.
+    link_ops = []
+    for i, ln in enumerate(target.links):
+        w = f"$.storage.links.{i}"
+        link_ops.append(Op("hardlink" if ln.get("hard") else "symlink", ln["path"], target=ln["target"],
+                           uid=_owner_id(ln, "user", acc, w), gid=_owner_id(ln, "group", acc, w),
+                           overwrite=bool(ln.get("overwrite")), where=w))
+    ops.extend(_order_links(link_ops))
+
+    # Units: files and dropins, then masks, then enablement.
+    for i, u in enumerate(target.units):
+        w = f"$.systemd.units.{i}"
+        name = u["name"]
+        if u.get("mask"):
+            ops.append(Op("mask", name, where=w))
+        elif u.get("contents") is not None:
+            ops.append(Op("file", f"{SYSTEM_DIR}/{name}", data=u["contents"].encode(), mode=0o644, uid=0, gid=0,
+                          overwrite=True, where=w, unit_file=True))
+        elif u.get("mask") is False or (previous is not None and _was_masked(previous, name)):
+            ops.append(Op("unmask", name, where=w))
+        for k, d in enumerate(u.get("dropins") or []):
+            if d.get("contents") is not None:
+                ops.append(Op("file", f"{SYSTEM_DIR}/{name}.d/{d['name']}", data=d["contents"].encode(),
+                              mode=0o644, uid=0, gid=0, overwrite=True, where=f"{w}.dropins.{k}", unit_file=True))
+    for u in target.units:
+        if u.get("enabled") is not None and not u.get("mask"):
+            ops.append(_unit_enable_op(u, bool(u["enabled"]), facts))
+
+    # SSH keys: the same fragment Ignition writes, so day 2 replaces (not adds to) it.
+    for i, u in enumerate(target.users):
+        keys = u.get("sshAuthorizedKeys")
+        if not keys:
+            continue
+        user = acc.user(u["name"])
+        uid, gid = (user.uid, user.gid) if user else (None, None)
+        home = u.get("homeDir") or home_of(acc, u["name"])
+        w = f"$.passwd.users.{i}.sshAuthorizedKeys"
+        for d in (f"{home}/.ssh", f"{home}/.ssh/authorized_keys.d"):
+            ops.append(Op("dir", d, mode=0o700, uid=uid, gid=gid, overwrite=False, where=w))
+        text = "".join(k.strip() + "\n" for k in keys)
+        ops.append(Op("file", f"{home}/.ssh/authorized_keys.d/{SSH_KEYS_FRAGMENT}", data=text.encode(),
+                      mode=0o600, uid=uid, gid=gid, overwrite=True, where=w))
+
+    # OS level: live hosts stage with rpm-ostree; offline roots get a pending record.
+    os_ops = os_operations(target, previous, facts.booted)
+    append, delete = next((o.args for o in os_ops if o.kind == "kargs"), ((), ()))
+    if facts.live:
+        ops.extend(os_ops)
+
+    # The agent's own records, inside the same transaction.
+    managed = sorted(target_paths)
+    ops.append(Op("file", f"{facts.state_dir}/{MANAGED_FILE}", data=(json.dumps(managed, indent=1) + "\n").encode(),
+                  mode=0o644, uid=0, gid=0, overwrite=True, internal=True))
+    if not facts.live:
+        pending = {"kernelArguments": {"append": list(append), "delete": list(delete)},
+                   "osImageURL": next((o.target for o in os_ops if o.kind == "rebase"), ""),
+                   "config": target.name}
+        for o in os_ops:  # what a live host would run, recorded for the reboot to come
+            if o.kind == "kernel-type":
+                pending["kernelType"] = {"from": o.args[0][0], "to": o.args[1][0]}
+            elif o.kind == "extensions":
+                pending["extensions"] = {"install": list(o.args[0]), "uninstall": list(o.args[1])}
+        pending["commands"] = [["rpm-ostree", *args] for o in os_ops for args in os_commands(o)]
+        if os_ops:
+            ops.append(Op("file", f"{facts.state_dir}/{PENDING_OS_FILE}", data=(json.dumps(pending, indent=1) + "\n").encode(),
+                          mode=0o644, uid=0, gid=0, overwrite=True, internal=True))
+    return [replace(o, owned=True) if o.path in old_paths else o for o in ops]
+
+
+def _was_masked(cfg: NodeConfig, name: str) -> bool:
+    return any(u["name"] == name and u.get("mask") for u in cfg.units)
+
+
+def _unit_enable_op(u: dict, enable: bool, facts: Facts) -> Op:
+    name = u["name"]
+    links: List[Tuple[str, str]] = []
+    seen = set()
+
+    def add(unit: str, text: Optional[str], path: str) -> None:
+        if unit in seen or text is None:
+            return
+        seen.add(unit)
+        links.extend(install_links(unit, text, path))
+        for other in also_units(text):
+            vendor = facts.vendor_units.get(other)
+            if vendor:
+                add(other, vendor[1], vendor[0])
+
+    if u.get("contents") is not None:
+        add(name, u["contents"], f"{SYSTEM_DIR}/{name}")
+    elif name in facts.vendor_units:
+        add(name, facts.vendor_units[name][1], facts.vendor_units[name][0])
+    if not enable:
+        links.extend((p, "") for p in facts.unit_links.get(name, ()) if p not in {lp for lp, _ in links})
+    return Op("enable" if enable else "disable", name, links=tuple(links))
+
+
+def _order_links(link_ops: List[Op]) -> List[Op]:
+    """Symlinks (targets first when a target is another link), then hard links."""
+    sym = [o for o in link_ops if o.kind == "symlink"]
+    hard = [o for o in link_ops if o.kind == "hardlink"]
+    by_path = {o.path: o for o in sym}
+    out: List[Op] = []
+    placed = set()
+
+    def place(o: Op, depth: int = 0) -> None:
+        if o.path in placed or depth > len(sym):
+            return
+        tgt = o.target if o.target.startswith("/") else posixpath.normpath(posixpath.join(posixpath.dirname(o.path), o.target))
+        if tgt in by_path and tgt != o.path:
+            place(by_path[tgt], depth + 1)
+        placed.add(o.path)
+        out.append(o)
+
+    for o in sorted(sym, key=lambda o: _depth(o.path)):
+        place(o)
+    return out + hard

@@ -1,0 +1,385 @@
+"""The apply engine: make a node (a ``Root``) match a ``NodeConfig``, transactionally.
+
+Order of a run:
+
+1. ``recover``: an earlier run killed mid-apply is rolled back (or forward) first.
+2. Every file content is resolved **before** anything changes: data: URLs decoded, http(s)
+   sources fetched through the injected fetcher, gzip undone, ``verification.hash`` checked.
+   A failed fetch changes nothing.
+3. Known files are validated (the kubelet pull secret): invalid -> ConfigError, nothing written.
+4. Pure planning (``agent.core.applyplan.operations``): desired operations, compared with the disk -> steps.
+   An apply whose steps are empty changes nothing and says so.
+5. The journal backs up what the steps replace; steps run (atomic writes, links, removals),
+   then live systemd actions (live root only), then rpm-ostree staging (live root only).
+   Any failure rolls everything back and raises ApplyError (exit 75).
+
+On an offline root (``--root DIR``) systemd enablement is done with links, as
+``systemctl --root`` does; daemon-reload and OS changes are reported in
+``ApplyResult.not_performed``, the OS changes recorded in ``<state>/pending-os.json``.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from agent.core.applyplan.operations import (
+    DEFAULT_STATE_DIR,
+    MANAGED_FILE,
+    PENDING_OS_FILE,
+    Facts,
+    Step,
+    desired_operations,
+    diff_operations,
+    observe_paths,
+    os_operations,
+)
+from agent.core.nodeconfig import NodeConfig
+from agent.core.pullsecret import PULL_SECRET_PATH, check_pull_secret
+from agent.errors import ApplyError, ConfigError, FetchError, HostError, Problem
+from agent.host import files, units
+from agent.host.accounts import read_accounts
+from agent.host.root import PathEscapeError, Root
+from agent.node.txjournal import Journal, JournalError
+from agent.node.txjournal import recover as _recover
+
+log = logging.getLogger(__name__)
+_STAGE = {"NODE_AGENT_STAGE": "apply"}
+
+
+@dataclass
+class ApplyResult:
+    changed: List[str] = field(default_factory=list)  # one description per changed operation
+    changed_where: List[str] = field(default_factory=list)  # their config entries' JSON paths
+    unchanged: int = 0  # operations already satisfied
+    not_performed: List[str] = field(default_factory=list)  # live/OS actions skipped (offline root)
+    os_update_staged: bool = False  # kargs/rebase staged: the caller reboots once
+    changed_paths: List[str] = field(default_factory=list)  # config paths written or removed
+    live_actions: List[str] = field(default_factory=list)  # systemd actions performed
+    recovered: Optional[str] = None  # what recovery did before this apply
+    dry_run: bool = False
+
+    def to_dict(self) -> Dict:
+        return dict(self.__dict__)
+
+
+def recover(root: Root, state_dir: str = DEFAULT_STATE_DIR, systemd=None, rpmostree=None) -> Optional[str]:
+    """Finish or undo an interrupted apply: "rolled-forward", "rolled-back" or None (nothing to do)."""
+    try:
+        return _recover(root, state_dir, systemd=systemd, rpmostree=rpmostree)
+    except JournalError as e:
+        raise HostError(str(e))
+
+
+# ------------------------------------------------------------------------------------------
+# contents
+
+
+def _decode_data(url: str, where: str) -> bytes:
+    from agent.ignition.dataurl import decode_data_url
+
+    try:
+        return decode_data_url(url)
+    except ConfigError as e:
+        raise ConfigError(f"{where}.source: {e}", [Problem(f"{where}.source", str(e))])
+
+
+def _decompress(data: bytes, compression: str, where: str, limit: Optional[int] = None) -> bytes:
+    from agent.ignition.dataurl import decompress
+
+    try:
+        return decompress(data, compression, limit)
+    except ConfigError as e:
+        raise ConfigError(f"{where}.compression: {e}", [Problem(f"{where}.compression", str(e))])
+
+
+def _verify(data: bytes, verification: Optional[Dict], where: str) -> None:
+    spec = (verification or {}).get("hash")
+    if not spec:
+        return
+    algo, _, want = spec.partition("-")
+    if algo not in ("sha512", "sha256"):
+        raise ConfigError(f"{where}.verification.hash: unsupported hash {algo!r}",
+                          [Problem(f"{where}.verification.hash", f"unsupported hash type {algo!r}")])
+    got = hashlib.new(algo, data).hexdigest()
+    if got != want.lower():
+        raise FetchError(f"{where}: contents do not match verification.hash ({algo} {got}, expected {want})")
+
+
+def resolve_resource(res: Dict, where: str, fetcher, limit: Optional[int] = None) -> bytes:
+    """Bytes of an Ignition resource (``source``, ``compression``, ``verification``); a
+    compressed one expands to at most ``limit`` bytes."""
+    url = res.get("source") or ""
+    compression = res.get("compression") or ""
+    verification = res.get("verification")
+    scheme = url.split(":", 1)[0].lower()
+    if url == "":
+        raw = b""  # an empty source is an empty file (Ignition; spec 2.2 files without contents)
+    elif scheme == "data":
+        raw = _decode_data(url, where)
+    elif scheme in ("http", "https"):
+        if fetcher is None:
+            try:
+                from agent.resource.fetch import Fetcher
+            except ImportError:
+                raise HostError(f"{where}.source: no fetcher available for {url}")
+            fetcher = Fetcher()
+        # The hash covers the decompressed contents (as Ignition), so the fetcher verifies it
+        # only when there is nothing to decompress.
+        raw = fetcher.fetch(url, verification=None if compression else verification).body
+    else:
+        raise ConfigError(f"{where}.source: scheme {scheme!r} is not supported by node-agent (use data, http or https)",
+                          [Problem(f"{where}.source", f"unsupported scheme {scheme!r}", value=url)])
+    data = _decompress(raw, compression, where, limit)
+    if scheme in ("data", "") or compression:
+        _verify(data, verification, where)
+    return data
+
+
+def resolve_contents(cfg: NodeConfig, fetcher=None) -> Dict[str, bytes]:
+    """All file contents of ``cfg`` keyed by JSON path (``$.storage.files.N.contents`` / ``.append.K``)."""
+    from agent.ignition.dataurl import MAX_CONFIG_DECOMPRESSED
+
+    out: Dict[str, bytes] = {}
+    total = 0  # compressed contents of the whole config expand to at most MAX_CONFIG_DECOMPRESSED
+    for i, f in enumerate(cfg.files):
+        w = f"$.storage.files.{i}"
+        items = [(f"{w}.contents", f.get("contents") or {})]
+        items += [(f"{w}.append.{k}", a) for k, a in enumerate(f.get("append") or [])]
+        for where, res in items:
+            if res.get("source") is None:
+                continue
+            data = resolve_resource(res, where, fetcher, MAX_CONFIG_DECOMPRESSED - total)
+            if res.get("compression"):
+                total += len(data)
+            out[where] = data
+    return out
+
+
+def validate_known_files(cfg: NodeConfig, contents: Dict[str, bytes]) -> None:
+    for i, f in enumerate(cfg.files):
+        if f.get("path") == PULL_SECRET_PATH and f"$.storage.files.{i}.contents" in contents:
+            check_pull_secret(contents[f"$.storage.files.{i}.contents"], f"$.storage.files.{i}.contents")
+
+
+# ------------------------------------------------------------------------------------------
+# facts
+
+
+def _read_managed(root: Root, state_dir: str) -> frozenset:
+    try:
+        data = json.loads(root.read_text(f"{state_dir}/{MANAGED_FILE}"))
+        return frozenset(p for p in data if isinstance(p, str))
+    except (OSError, ValueError):
+        return frozenset()
+
+
+def gather_facts(root: Root, target: NodeConfig, previous: Optional[NodeConfig], state_dir: str,
+                 booted=None) -> Facts:
+    vendor: Dict = {}
+    links: Dict = {}
+    names = {u["name"] for u in target.units} | {u["name"] for u in (previous.units if previous else [])}
+    pending = list(names)
+    while pending:  # units named by Also= are looked up too
+        name = pending.pop()
+        if name in vendor:
+            continue
+        found = units.find_unit(root, name)
+        if found:
+            vendor[name] = found
+            pending.extend(u for u in units.also_units(found[1]) if u not in vendor)
+    for name in names:
+        links[name] = tuple(units.existing_links_to(root, name))
+    return Facts(accounts=read_accounts(root), live=root.is_live, vendor_units=vendor, unit_links=links,
+                 managed=_read_managed(root, state_dir), booted=booted,
+                 days_since_epoch=int(time.time() // 86400), state_dir=state_dir)
+
+
+def _check_inside(root: Root, ops) -> None:
+    """Refuse, before anything changes, any path (or link target) that resolves outside the root."""
+    for o in ops:
+        paths = [o.path] if o.path.startswith("/") else []
+        paths += [o.target] if o.kind == "hardlink" else []
+        paths += [p for p, _ in o.links]
+        for p in paths:
+            try:
+                root.path(p, follow_last=False)
+            except PathEscapeError as e:
+                raise PathEscapeError(f"{o.where + ': ' if o.where else ''}{p}: {e}; refusing to apply, "
+                                      "nothing was changed")
+
+
+def _observe(root: Root, paths: List[str], ops) -> Dict:
+    """Op paths as they are (a link is a link); mere parents through links (a link to a missing
+    directory is a missing directory, created where the link points)."""
+    own = {o.path for o in ops} | {o.target for o in ops if o.kind == "hardlink"}
+    own |= {p for o in ops for p, _ in o.links} | {f"{units.SYSTEM_DIR}/{o.path}" for o in ops}
+    return {p: files.observe(root.path(p, follow_last=p not in own)) for p in paths}
+
+
+# ------------------------------------------------------------------------------------------
+# the engine
+
+
+def apply_config(root: Root, target: NodeConfig, previous: Optional[NodeConfig] = None, *, fetcher=None,
+                 systemd=None, rpmostree=None, state_dir: str = DEFAULT_STATE_DIR,
+                 dry_run: bool = False, booted: Optional[Tuple[str, Tuple[str, ...]]] = None,
+                 contents: Optional[Dict[str, bytes]] = None) -> ApplyResult:
+    """Make ``root`` match ``target`` (see the module docstring). Raises ConfigError, FetchError,
+    PathEscapeError/HostError (nothing changed) or ApplyError (changed, then rolled back).
+
+    ``contents``: ``resolve_contents(target, fetcher)`` when the caller already has it (a first
+    boot previews the apply, then applies: each source is fetched and decompressed once)."""
+    result = ApplyResult(dry_run=dry_run)
+    if not dry_run:
+        result.recovered = recover(root, state_dir, systemd=systemd, rpmostree=rpmostree)
+
+    if contents is None:
+        contents = resolve_contents(target, fetcher)
+    validate_known_files(target, contents)
+
+    # ``booted`` (image, kernel arguments) may come from the caller: a first boot knows what its
+    # boot image runs even on another root; otherwise a live host asks rpm-ostree.
+    if booted is None and root.is_live and (target.os_image_url or target.kernel_arguments
+                         or target.ignition.get("kernelArguments")):
+        from agent.host.rpmostree import RpmOstree, booted_os
+        rpmostree = rpmostree or RpmOstree()
+        booted = booted_os(root, rpmostree)
+    facts = gather_facts(root, target, previous, state_dir, booted)
+    ops = desired_operations(target, previous, contents, facts)
+    with root.unchanged():  # nothing is written until the journal begins
+        _check_inside(root, ops)
+        observed = _observe(root, observe_paths(ops), ops)
+    steps, changed, unchanged = diff_operations(ops, observed, facts)
+
+    result.changed = [o.describe() for o in changed]
+    result.changed_where = sorted({o.where for o in changed if o.where})
+    result.unchanged = len(unchanged)
+    result.changed_paths = sorted({s.path for s in steps if s.touches_path and s.op is not None
+                                   and not s.op.internal and s.kind != "mkdir"})
+    if not root.is_live:
+        if any(s.op is not None and s.op.unit_file for s in steps) or any(
+                s.path.startswith(units.SYSTEM_DIR + "/") for s in steps if s.kind == "remove"):
+            result.not_performed.append("daemon-reload (offline root)")
+        for o in os_operations(target, previous, booted):
+            result.not_performed.append(f"{o.describe()} (offline root: recorded in {state_dir}/{PENDING_OS_FILE})")
+
+    if dry_run or not steps:
+        log.info("apply of %s: %d changed, %d unchanged%s", target.name or "config", len(result.changed),
+                 result.unchanged, " (dry run)" if dry_run else "", extra=_STAGE)
+        return result
+
+    if any(s.kind == "live" for s in steps) and systemd is None:
+        try:
+            from agent.host.systemd import Systemd
+        except ImportError:
+            raise HostError("unit changes on the live system need systemd over D-Bus (agent.host.systemd)")
+        systemd = Systemd()
+    if any(s.kind == "os" for s in steps):
+        from agent.host.rpmostree import RpmOstree
+        rpmostree = rpmostree or RpmOstree()
+        if not rpmostree.available():
+            raise HostError("this config changes kernel arguments or the OS image, which needs rpm-ostree, "
+                            "and rpm-ostree is not installed on this host; nothing was changed")
+
+    journal = Journal(root, state_dir)
+    touched = [(s.path, s.kind == "mkdir") for s in steps if s.touches_path]
+    journal.begin(touched, target.name)
+    current: Optional[Step] = None
+    try:
+        for batch in _batches(steps):
+            current = batch[0]  # a failed batch is named by its first file; the error names the file
+            if len(batch) > 1:
+                _write_batch(root, batch)
+            else:
+                _run_step(root, current, journal, systemd, rpmostree, result)
+        journal.commit()
+    except BaseException as e:  # KeyboardInterrupt too: never leave a half-applied config
+        problems = journal.rollback(systemd=systemd, rpmostree=rpmostree)
+        what = _step_text(current)
+        tail = "" if not problems else "; could not undo: " + "; ".join(problems)
+        log.error("apply of %s failed at %s: %s; rolled back%s", target.name or "config", what, e, tail, extra=_STAGE)
+        if not isinstance(e, Exception):
+            raise
+        failure = ApplyError(f"applying {target.name or 'the config'} failed at {what}: {e}; "
+                             f"all changes were rolled back{tail}")
+        failure.undone = not problems
+        raise failure from e
+    log.info("apply of %s: %d changed, %d unchanged", target.name or "config", len(result.changed),
+             result.unchanged, extra=_STAGE)
+    return result
+
+
+def _step_text(step: Optional[Step]) -> str:
+    if step is None:
+        return "start"
+    if step.kind == "live":
+        return f"systemd {step.action} {' '.join(step.units)}".strip()
+    if step.kind == "os":
+        return f"rpm-ostree {step.action}"
+    return f"{step.kind} {step.path}" + (f" ({step.op.where})" if step.op is not None and step.op.where else "")
+
+
+def _batches(steps: List[Step]) -> List[List[Step]]:
+    """The steps in order, consecutive file writes grouped (``files.write_many``: one fsync per
+    file and one per directory, not two per file); every other step alone."""
+    out: List[List[Step]] = []
+    for step in steps:
+        if step.kind == "write" and out and out[-1][0].kind == "write":
+            out[-1].append(step)
+        else:
+            out.append([step])
+    return out
+
+
+def _write_batch(root: Root, batch: List[Step]) -> None:
+    files.write_many([(root.path(s.path, follow_last=False), s.data or b"",
+                       s.mode if s.mode is not None else 0o644, s.uid, s.gid) for s in batch])
+
+
+def _run_step(root: Root, step: Step, journal: Journal, systemd, rpmostree, result: ApplyResult) -> None:
+    if step.kind == "live":
+        journal.note_live(step.action, list(step.units))
+        if step.action == "daemon-reload":
+            systemd.daemon_reload()
+        else:
+            getattr(systemd, f"{step.action}_unit_files")(list(step.units))
+        result.live_actions.append(f"{step.action} {' '.join(step.units)}".strip())
+        return
+    if step.kind == "os":
+        journal.note_os(step.action)
+        if step.action == "kargs":
+            append, delete = step.args
+            rpmostree.kargs(append, delete)
+        elif step.action == "kernel-type":
+            rpmostree.switch_kernel(step.args[0][0], step.args[1][0])
+        elif step.action == "extensions":
+            rpmostree.update_extensions(*step.args)
+        else:
+            rpmostree.rebase(step.target)
+        result.os_update_staged = True
+        return
+    host = root.path(step.path, follow_last=step.kind == "mkdir")
+    if step.kind == "write":
+        files.atomic_write(host, step.data or b"", step.mode if step.mode is not None else 0o644, step.uid, step.gid)
+    elif step.kind == "attrs":
+        files.set_attrs(host, step.mode, step.uid, step.gid)
+    elif step.kind == "mkdir":
+        if not os.path.isdir(host):
+            # Normally only the leaf is missing; through a link to a missing tree, more are.
+            files.makedirs(os.path.dirname(host), 0o755, 0, 0, stop=root.top)
+            os.mkdir(host, 0o700)
+        files.set_attrs(host, step.mode if step.mode is not None else 0o755, max(step.uid, 0), max(step.gid, 0))
+        files.fsync_dir(os.path.dirname(host))
+    elif step.kind == "symlink":
+        files.replace_symlink(host, step.target)
+    elif step.kind == "hardlink":
+        files.replace_hardlink(host, root.path(step.target, follow_last=False))
+    elif step.kind == "remove":
+        if not files.remove(host):
+            log.warning("%s is a non-empty directory; left in place", step.path, extra=_STAGE)
+    else:  # pragma: no cover
+        raise ValueError(step.kind)

@@ -1,0 +1,136 @@
+"""What the agent keeps about this node under its state directory (``/var/lib/node-agent``).
+
+- ``firstboot.done``: the stamp; ``node-agent-firstboot.service`` has a condition on it.
+- ``current-config.json``: the config the node is at (the day-2 loop plans against it).
+- ``<command>-progress.json``: what an interrupted run already did, so it resumes.
+Every write is atomic (temporary file, fsync, rename, fsync of the directory).
+"""
+
+import datetime
+import json
+import logging
+import os
+from typing import Any, Dict, Optional
+
+from agent.core.nodeconfig import NodeConfig
+from agent.host.root import Root
+
+log = logging.getLogger(__name__)
+
+FIRSTBOOT_STAMP = "firstboot.done"
+CURRENT = "current-config.json"
+REBOOT_PENDING = "reboot-pending.json"
+
+
+def _write_json(path: str, data: Any, mode: int = 0o600) -> None:
+    from agent.host.files import atomic_write
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write(path, (json.dumps(data, sort_keys=True, indent=1) + "\n").encode(), mode=mode)
+
+
+def _read_json(path: str) -> Optional[Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        log.warning("ignoring unreadable state file %s", path)
+        return None
+
+
+class Progress:
+    """What a previous, interrupted run already did."""
+
+    def __init__(self, root: Root, state_dir: str, command: str):
+        self.root = root
+        self.dir = root.path(state_dir)
+        self.path = os.path.join(self.dir, f"{command}-progress.json")
+        self.command = command
+        self.data: Dict[str, Any] = _read_json(self.path) or {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def mark(self, **fields: Any) -> None:
+        self.data.update(fields)
+        _write_json(self.path, self.data)
+
+    def save_json(self, name: str, data: Any) -> None:
+        _write_json(os.path.join(self.dir, f"{self.command}-{name}.json"), data)
+
+    def load_json(self, name: str) -> Optional[Any]:
+        return _read_json(os.path.join(self.dir, f"{self.command}-{name}.json"))
+
+    def forget_json(self, name: str) -> bool:
+        """Remove what save_json(name) kept; whether there was anything."""
+        try:
+            os.unlink(os.path.join(self.dir, f"{self.command}-{name}.json"))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def clear(self) -> None:
+        for name in os.listdir(self.dir) if os.path.isdir(self.dir) else []:
+            if name.startswith(f"{self.command}-") and name.endswith(".json"):
+                os.unlink(os.path.join(self.dir, name))
+        self.data = {}
+
+
+def write_stamp(root: Root, state_dir: str, config_name: str) -> None:
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    _write_json(root.path(os.path.join(state_dir, FIRSTBOOT_STAMP)), {"config": config_name, "at": now},
+                mode=0o644)
+
+
+def firstboot_done(root: Root, state_dir: str) -> bool:
+    return os.path.exists(root.path(os.path.join(state_dir, FIRSTBOOT_STAMP)))
+
+
+def save_current(root: Root, state_dir: str, config: NodeConfig, etag: Optional[str], url: str) -> None:
+    _write_json(root.path(os.path.join(state_dir, CURRENT)), {
+        "name": config.name, "etag": etag, "url": url, "ignition": config.ignition,
+        "osImageURL": config.os_image_url, "kernelArguments": list(config.kernel_arguments),
+        "kernelType": config.kernel_type, "extensions": list(config.extensions), "fips": config.fips,
+    })
+
+
+def load_current(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:
+    return _read_json(root.path(os.path.join(state_dir, CURRENT)))
+
+
+def current_config(record: Dict[str, Any]) -> NodeConfig:
+    return NodeConfig(ignition=record["ignition"], os_image_url=record.get("osImageURL", ""),
+                      kernel_arguments=tuple(record.get("kernelArguments", ())),
+                      kernel_type=record.get("kernelType", ""), extensions=tuple(record.get("extensions", ())),
+                      fips=bool(record.get("fips")), name=record.get("name", ""))
+
+
+def mark_reboot_pending(root: Root, state_dir: str, config: NodeConfig, boot_id: Optional[str]) -> None:
+    """The node asked for a reboot to finish ``config``: the day-2 loop reports it Done once the
+    node has booted again (another boot id), not before (it does not run the config yet)."""
+    _write_json(root.path(os.path.join(state_dir, REBOOT_PENDING)),
+                {"config": config.name, "osImageURL": config.os_image_url, "bootId": boot_id})
+
+
+def reboot_pending(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:
+    return _read_json(root.path(os.path.join(state_dir, REBOOT_PENDING)))
+
+
+def clear_reboot_pending(root: Root, state_dir: str) -> None:
+    try:
+        os.unlink(root.path(os.path.join(state_dir, REBOOT_PENDING)))
+    except FileNotFoundError:
+        pass
+
+
+def read_token(root: Root, settings: Any) -> Optional[str]:
+    path = settings.report.token_file
+    if not path:
+        return None
+    try:
+        return root.read_text(path).strip() or None
+    except FileNotFoundError:
+        log.warning("report token file %s does not exist; reporting without a token", root.path(path))
+        return None

@@ -1,0 +1,395 @@
+"""Reports to node-config-server. They never block provisioning.
+
+A report that cannot be delivered is kept (the newest one only: a report is the node's state,
+so a later one supersedes an earlier one) under the state directory and sent again by the next
+run of the agent or by the day-2 loop.
+
+Identity: before its first report the node registers once (``POST /api/v1/nodes/<node>/register``
+with the bootstrap token of ``report.tokenFile``) and keeps the credential the server returns in
+``<stateDir>/node-credential`` (0600, under ``--root``); reports, drain leases and member
+fetches then carry that credential, so only this node can act as itself
+(agent/server/rollout/identity.py). Like the bootstrap token, it is sent only over https.
+"""
+
+import datetime
+import hashlib
+import json
+import logging
+import os
+import urllib.parse
+from typing import Any, Dict, Optional, Tuple
+
+from agent.host.files import atomic_write
+from agent.host.root import Root
+
+log = logging.getLogger(__name__)
+
+PENDING = "pending-report.json"
+CREDENTIAL = "node-credential"  # {"server", "node", "credential"}: this node's own credential
+# Answers worth sending again later (as the fetcher retries them); any other 4xx is final.
+RETRIED_4XX = (408, 429)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _server_message(resp) -> str:
+    """The server's JSON error message (``{"error": {"message"}}``), else the start of the body."""
+    try:
+        data = resp.json()
+        err = data.get("error") if isinstance(data, dict) else None
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"][:300]
+    except ValueError:
+        pass
+    return (resp.text or "").strip()[:200]
+
+
+def refusal_hint(status: int) -> str:
+    """What to do about a report the server refused with ``status``."""
+    if status in (401, 403):
+        return ("the node registers with the bootstrap token of report.tokenFile (/etc/node-agent/agent.yaml; the "
+                "server's --token-file) and then uses its own credential (<stateDir>/node-credential); if the "
+                "server says the node is already registered (a reinstalled machine), an admin deletes it or "
+                "registers it again (DELETE /api/v1/nodes/<node> with the admin token)")
+    if status == 400:
+        return "check the node name (--node-name or nodeName in agent.yaml) and the server's log"
+    if status == 404:
+        return "check the server URL in the pointer config"
+    return "check the server's log for why it refused the report"
+
+
+def refusal_text(refused: Dict[str, Any]) -> str:
+    """One line: which server refused the report, why, and what to do."""
+    status = int(refused.get("status") or 0)
+    said = f": {refused['message']}" if refused.get("message") else ""
+    return (f"report refused by {refused.get('server', 'the server')} (HTTP {status}{said}); the server does not "
+            f"count this node: {refusal_hint(status)}")
+
+
+def _load_json(path: str) -> Tuple[Any, bool]:
+    """A state file's JSON: (data, True); (None, True) when there is no file; (None, False)
+    when it cannot be read or parsed."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f), True
+    except FileNotFoundError:
+        return None, True
+    except (OSError, ValueError):
+        return None, False
+
+
+def read_kept(path: str) -> Optional[Dict[str, Any]]:
+    """The kept report at ``path``; a report kept by an older version (the bare body) is wrapped."""
+    data, readable = _load_json(path)
+    if not readable:
+        log.warning("dropping unreadable kept report %s", path)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return None
+    if not isinstance(data, dict):
+        return None
+    if not isinstance(data.get("report"), dict):
+        data = {"report": data}
+    return data
+
+
+def server_base(config_url: str) -> str:
+    """``https://host:22623/config/worker`` -> ``https://host:22623``."""
+    parts = urllib.parse.urlsplit(config_url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def credential_path(root: Root, state_dir: str) -> str:
+    return root.path(os.path.join(state_dir, CREDENTIAL))
+
+
+def read_credential(root: Root, state_dir: str, quiet: bool = False) -> Optional[Dict[str, str]]:
+    """The credential record a run kept (``server``, ``node``, ``credential``), if any and whole."""
+    path = credential_path(root, state_dir)
+    data, readable = _load_json(path)
+    if not readable and not quiet:
+        log.warning("ignoring unreadable node credential %s; the node registers again", path)
+    if isinstance(data, dict) and all(isinstance(data.get(k), str) and data[k] for k in ("server", "node", "credential")):
+        return data
+    return None
+
+
+def remove_credential(root: Root, state_dir: str) -> None:
+    """Drop a credential the server no longer accepts (the node then registers again)."""
+    path = credential_path(root, state_dir)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.error("could not remove the stale node credential %s: %s", path, exc)
+
+
+class Reporter:
+    def __init__(self, base_url: str, node: str, root: Root, state_dir: str, *, session=None,
+                 token: Optional[str] = None, timeout: float = 10.0):
+        self.base_url = base_url.rstrip("/")
+        self.node = node
+        self.root = root
+        self.state_dir = state_dir
+        self.session = session
+        self.token = token
+        self.timeout = timeout
+        self.refused: Optional[Dict[str, Any]] = None  # set when the server refused a report
+        self._warned_clear = False
+        self.credential = self._load_credential()
+        self.register_refused = ""  # why the server refused to register this node (said once)
+
+    def _session(self):
+        if self.session is None:
+            import requests
+
+            self.session = requests.Session()
+        return self.session
+
+    def _headers(self, bootstrap: bool = False) -> Dict[str, str]:
+        from agent import __version__
+
+        headers = {"User-Agent": f"node-agent/{__version__}", "Content-Type": "application/json"}
+        headers.update(self.auth_headers(bootstrap))
+        return headers
+
+    def auth_headers(self, bootstrap: bool = False) -> Dict[str, str]:
+        """``Authorization`` with this node's credential (else the bootstrap token; ``bootstrap``:
+        always the token), only over https."""
+        secret = self.token if bootstrap else (self.credential or self.token)
+        if secret and self.base_url.lower().startswith("https://"):
+            return {"Authorization": f"Bearer {secret}"}
+        if secret and not self._warned_clear:
+            # Never in clear: a token sent over http is everyone's on the path (docs/security.md).
+            log.warning("not sending the node's token or credential to %s: it is not https", self.base_url)
+            self._warned_clear = True
+        return {}
+
+    def member_headers(self) -> Dict[str, str]:
+        """Headers of a day-2 config fetch: with its credential the node names itself (a member
+        gets the pool's target); naming itself without one is refused by a server with tokens,
+        so then it sends the bootstrap token alone (it gets what a new node gets). Over http
+        (an open lab server) it names itself and sends nothing secret."""
+        if self.credential or not self.base_url.lower().startswith("https://"):
+            return {"X-Node-Name": self.node, **self.auth_headers()}
+        return self.auth_headers(bootstrap=True)
+
+    # -- identity -------------------------------------------------------------------------------
+
+    def _credential_path(self) -> str:
+        return credential_path(self.root, self.state_dir)
+
+    def _load_credential(self) -> Optional[str]:
+        """The credential this node got from this server under this name (None otherwise)."""
+        kept = read_credential(self.root, self.state_dir)
+        if kept is None or kept["server"] != self.base_url or kept["node"] != self.node:
+            return None  # none, or another server or another name: it means nothing there
+        return kept["credential"]
+
+    def ensure_registered(self) -> bool:
+        """Register this node once (bootstrap token -> own credential, kept 0600). Returns
+        whether the node has a credential now. Never raises: a report is never blocked by it;
+        a refusal is said once and the next report says why the server refuses it."""
+        if self.credential or self.register_refused or not self.token:
+            return bool(self.credential)
+        if not self.base_url.lower().startswith("https://"):
+            self.auth_headers()  # warns once: nothing secret goes over http
+            return False
+        try:
+            resp = self._session().post(self._url("register"), data=b"", headers=self._headers(bootstrap=True),
+                                        timeout=self.timeout, allow_redirects=False)
+        except Exception as exc:  # the server is away: the next report tries again
+            log.warning("could not register node %s with %s: %s; will try again", self.node, self.base_url, exc)
+            return False
+        if resp.status_code in (200, 201):
+            try:
+                secret = resp.json()["credential"]
+            except (ValueError, KeyError, TypeError):
+                log.warning("%s answered the registration without a credential; will try again", self.base_url)
+                return False
+            self._save_credential(secret)
+            log.info("node %s registered with %s; its credential is in %s", self.node, self.base_url,
+                     os.path.join(self.state_dir, CREDENTIAL))
+            return True
+        said = _server_message(resp)
+        if resp.status_code >= 500 or resp.status_code in RETRIED_4XX:
+            log.warning("registering node %s with %s: HTTP %s: %s; will try again", self.node, self.base_url,
+                        resp.status_code, said)
+            return False
+        self.register_refused = f"HTTP {resp.status_code}: {said}"
+        log.error("%s refused to register node %s (%s): %s", self.base_url, self.node, self.register_refused,
+                  refusal_hint(resp.status_code))
+        return False
+
+    def forget_credential(self, why: str) -> None:
+        """The server no longer knows this node's credential (an admin deleted the node, or the
+        server's store was reset): drop it, so that the node registers again with the bootstrap
+        token (which may register any name without a credential anyway). Kept, it made every
+        report, lease and member fetch fail with 401 for ever."""
+        if not self.credential:
+            return
+        log.warning("%s no longer accepts node %s's credential (%s); the node registers again",
+                    self.base_url, self.node, why)
+        self.credential = None
+        remove_credential(self.root, self.state_dir)
+
+    def _save_credential(self, secret: str) -> None:
+        self.credential = secret
+        record = {"server": self.base_url, "node": self.node, "credential": secret}
+        try:
+            path = self._credential_path()
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_write(path, json.dumps(record, sort_keys=True).encode(), mode=0o600)
+        except OSError as exc:  # kept in memory for this run; the next run registers... and is refused
+            log.error("could not keep the node credential in %s: %s", self._credential_path(), exc)
+
+    def _url(self, what: str) -> str:
+        return f"{self.base_url}/api/v1/nodes/{urllib.parse.quote(self.node, safe='')}/{what}"
+
+    def _pending_path(self) -> str:
+        return self.root.path(os.path.join(self.state_dir, PENDING))
+
+    def _fingerprint(self) -> str:
+        """What a refusal depends on: the server, the node name and the token or credential sent."""
+        text = "\0".join((self.base_url, self.node, self.credential or self.token or ""))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    def send(self, payload: Dict[str, Any], _renewed: bool = False) -> bool:
+        """POST a report once; on failure keep it for later. Returns whether it was delivered.
+
+        A transport error, a 5xx, 408 or 429 leaves the report pending: the next run or the
+        day-2 loop sends it. Any other 4xx is the server's final word on this request (a
+        missing token, a name it does not accept): the report is kept as *refused* and not
+        sent again until the server, the node name or the token changes (``refused`` says
+        why; ``node-agent status`` shows it and reports degraded).
+        """
+        body = {k: v for k, v in payload.items() if v is not None}
+        self.ensure_registered()
+        kept = self.kept()
+        if kept and kept.get("refused", {}).get("fingerprint") == self._fingerprint():
+            # The same request would be refused again: keep the newest report, do not ask.
+            self.refused = kept["refused"]
+            self._keep(body, self.refused)
+            return False
+        try:
+            resp = self._session().post(self._url("report"), data=json.dumps(body), headers=self._headers(),
+                                        timeout=self.timeout, allow_redirects=False)
+        except Exception as exc:  # any transport failure: keep it, never block provisioning
+            self._pending(body, f"not delivered: {exc}")
+            return False
+        if resp.status_code < 300:
+            self._drop_pending()
+            self.refused = None
+            log.info("reported state %s to %s", body.get("state"), self.base_url)
+            return True
+        said = _server_message(resp)
+        what = f"HTTP {resp.status_code}" + (f": {said}" if said else "")
+        if resp.status_code == 401 and self.credential and not _renewed:
+            self.forget_credential(what)
+            if self.ensure_registered():
+                return self.send(payload, _renewed=True)
+        if resp.status_code >= 500 or resp.status_code in RETRIED_4XX:
+            self._pending(body, f"not delivered: {what}")
+            return False
+        self.refused = {"status": resp.status_code, "message": said, "at": _now(),
+                        "fingerprint": self._fingerprint(), "server": self.base_url, "node": self.node}
+        log.warning("report to %s refused (%s); not sending it again until the token, the node name or "
+                    "the server changes: %s", self.base_url, what, refusal_hint(resp.status_code))
+        self._keep(body, self.refused)
+        return False
+
+    def _pending(self, body: Dict[str, Any], error: str) -> None:
+        log.warning("report to %s %s; kept to send later", self.base_url, error)
+        self._keep(body, None, error)
+
+    def kept(self) -> Optional[Dict[str, Any]]:
+        """The kept report record (``{"report", "keptAt", "error"?, "refused"?}``), or None."""
+        return read_kept(self._pending_path())
+
+    def flush(self) -> Optional[bool]:
+        """Send a kept report, if any. None when there was nothing to send."""
+        kept = self.kept()
+        if kept is None:
+            return None
+        return self.send(kept["report"])
+
+    def acquire_drain(self, pool: str, config: str, *, sleep=None, timeout: float = 600.0,
+                      clock=None) -> bool:
+        """Ask the server for a drain lease and wait until it is granted (at most ``timeout`` s).
+
+        The server grants at most ``maxUnavailable`` nodes of a pool at once; a "wait" answer
+        carries Retry-After. A server that cannot be reached, or a wait past ``timeout``, is a
+        failure: a disruptive update never starts without the lease.
+        """
+        import time
+
+        from agent.errors import FetchError
+
+        sleep = sleep or time.sleep
+        clock = clock or time.monotonic
+        deadline = clock() + timeout
+        body = json.dumps({"pool": pool, "config": config})
+        self.ensure_registered()
+        while True:
+            try:
+                resp = self._session().post(self._url("drain"), data=body, headers=self._headers(),
+                                            timeout=self.timeout, allow_redirects=False)
+            except Exception as exc:
+                raise FetchError(f"could not ask {self.base_url} for a drain lease: {exc}", url=self._url("drain"))
+            if resp.status_code == 200:
+                log.info("drain lease granted by %s for pool %s", self.base_url, pool)
+                return True
+            # 429: maxUnavailable nodes hold a lease; 503: the server's shared store is away
+            # (a replica on etcd): both say when to ask again, and neither granted anything.
+            if resp.status_code not in (429, 503):
+                raise FetchError(f"drain lease refused by {self.base_url}: HTTP {resp.status_code}: "
+                                 f"{resp.text[:300]}", url=self._url("drain"), status=resp.status_code)
+            try:
+                wait = float(resp.headers.get("Retry-After", "10"))
+            except ValueError:
+                wait = 10.0
+            reason = ""
+            try:
+                answer = resp.json()
+                reason = answer.get("reason") or (answer.get("error") or {}).get("message", "")
+            except (ValueError, AttributeError):
+                pass
+            if clock() + wait > deadline:
+                raise FetchError(f"no drain lease from {self.base_url} within {timeout:.0f} s: {reason}",
+                                 url=self._url("drain"), status=429)
+            log.info("waiting %.0f s for a drain lease: %s", wait, reason)
+            sleep(wait)
+
+    def release_drain(self) -> None:
+        """Give the lease back (uncordon). A failure is logged: the lease expires on its own."""
+        try:
+            resp = self._session().delete(self._url("drain"), headers=self._headers(), timeout=self.timeout,
+                                          allow_redirects=False)
+            if resp.status_code >= 300 and resp.status_code != 404:
+                log.warning("drain lease release answered HTTP %s; it will expire", resp.status_code)
+        except Exception as exc:
+            log.warning("could not release the drain lease (%s); it will expire", exc)
+
+    def _keep(self, body: Dict[str, Any], refused: Optional[Dict[str, Any]] = None, error: str = "") -> None:
+        record: Dict[str, Any] = {"report": body, "keptAt": _now()}
+        if refused:
+            record["refused"] = refused
+        if error:
+            record["error"] = error
+        try:
+            path = self._pending_path()
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_write(path, json.dumps(record, sort_keys=True).encode(), mode=0o600)
+        except OSError as exc:
+            log.warning("could not keep the report for later: %s", exc)
+
+    def _drop_pending(self) -> None:
+        try:
+            os.unlink(self._pending_path())
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,248 @@
+"""``node-agent update``: the day-2 loop.
+
+Each pass: poll the pool's config (conditional GET with the last ETag), plan against the config
+the node is at, ask the server for a drain lease when the plan drains, apply, carry out the
+actions, report Done or Degraded with a reason, release the lease. One update at a time: a lock
+file under the state directory (flock, so a crashed run never leaves it held).
+"""
+
+import fcntl
+import logging
+import os
+import time
+from dataclasses import replace
+from typing import Any, Dict
+
+from agent.errors import EXIT_OK, FetchError, NodeAgentError, NotReady
+from agent.host import files, selinux
+from agent.host.root import Root
+from agent.node import nodestate
+
+log = logging.getLogger(__name__)
+
+LOCK = "update.lock"
+
+
+class UpdateBusy(NotReady):
+    """Another update holds the lock (exit 75: try again later)."""
+
+
+class Updater:
+    def __init__(self, opts: Any, *, systemd=None, logind=None, rpmostree=None, sleep=time.sleep):
+        from agent.core.settings import load_settings
+
+        self.opts = opts
+        self.root = Root(opts.root)
+        self.settings = load_settings(self.root, opts.settings)
+        files.use_labeller(selinux.labeller_for(self.root.top))  # SELinux labels on what we write
+        self.state_dir = self.settings.state_dir
+        from agent.node.firstboot import node_name
+
+        self.node = node_name(getattr(opts, "node_name", None), self.settings)
+        self.systemd, self.logind, self.rpmostree = systemd, logind, rpmostree
+        self.sleep = sleep
+        self.fetcher = None
+        self.reporter = None
+
+    def _lock(self):
+        path = self.root.path(os.path.join(self.state_dir, LOCK))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UpdateBusy(f"another node-agent update is running (lock {path} is held); try again later")
+        return fd
+
+    def _connect(self, record) -> None:
+        from agent.ignition.parse import parse_document
+        from agent.node.firstboot import DEFAULT_POINTER
+        from agent.node.report import Reporter, server_base
+        from agent.resource.fetch import Fetcher, trust_config_cas
+
+        if self.fetcher is not None:
+            return
+        self.fetcher = Fetcher(self.settings)
+        pointer_path = getattr(self.opts, "pointer", None) or DEFAULT_POINTER
+        if self.root.exists(pointer_path):
+            pointer = parse_document(self.root.read_bytes(pointer_path), source=self.root.path(pointer_path))
+            trust_config_cas(pointer, self.fetcher, source=self.root.path(pointer_path))
+        token = nodestate.read_token(self.root, self.settings)
+        self.reporter = Reporter(server_base(record["url"]), self.node, self.root, self.state_dir,
+                                 session=self.fetcher.session, token=token)
+        self.reporter.ensure_registered()  # a node that first booted before registration existed
+
+    def run(self) -> int:
+        if getattr(self.opts, "once", False):
+            self.once()
+            return EXIT_OK
+        interval = getattr(self.opts, "interval", None) or self.settings.update.interval
+        last_problem = ""
+        while True:
+            problem, said = "", False
+            try:
+                self.once()
+            except (FetchError, NotReady) as exc:
+                problem = f"update pass skipped: {exc}"
+            except NodeAgentError as exc:
+                problem = f"update pass failed: {exc}"
+                said = getattr(exc, "reported", False)  # the run's record and log said it once
+            # Quiet when nothing happens: a problem is logged when it starts or changes, and its
+            # end once; the same one pass after pass (a server down for hours) goes to debug.
+            if problem and problem != last_problem and not said:
+                log.warning("%s (said once; the loop keeps trying every %g s)", problem, interval)
+            elif problem:
+                log.debug("%s", problem)
+            elif last_problem:
+                log.info("update pass succeeded again")
+            last_problem = problem
+            self.sleep(interval)
+
+    def once(self) -> str:
+        """One pass; returns what happened: unchanged, updated, reboot."""
+        from agent.node.status import RunRecorder
+
+        if not nodestate.firstboot_done(self.root, self.state_dir):
+            raise NotReady("first boot has not completed on this node: run node-agent firstboot first "
+                           "(node-agent-firstboot.service); 'node-agent status --wait' waits for it")
+        fd = self._lock()
+        try:
+            record = nodestate.load_current(self.root, self.state_dir)
+            if record is None:
+                raise NotReady(f"no current config recorded in {self.state_dir}/{nodestate.CURRENT}; "
+                               "first boot did not finish: check node-agent status")
+            self._connect(record)
+            self.reporter.flush()
+            current = nodestate.current_config(record)
+            self._report_rebooted(record, current)
+            # Naming itself (with its credential) makes the server answer as to a member of the
+            # pool: the pool's target, not only what a new node may have.
+            result = self._fetch(record)
+            if result.status == 304:
+                log.debug("config unchanged (ETag %s)", record.get("etag"))
+                return "unchanged"
+            rec = RunRecorder(self.root, "update", state_dir=self.state_dir)
+            try:
+                return self._update(rec, record, current, result)
+            except NodeAgentError as exc:
+                rec.finish("failed", exc.exit_code, error=str(exc), exc=exc)
+                self.reporter.send({"pool": record.get("pool") or self._pool(current), "state": "Degraded",
+                                    "currentConfig": current.name, "reason": str(exc).splitlines()[0]})
+                raise
+        finally:
+            os.close(fd)
+
+    def _report_rebooted(self, record, current) -> None:
+        """After the reboot a first boot or an update asked for, say what the node now runs.
+
+        Until then the server has the node Working on a reboot: it must not count as running the
+        config (nor prove it or its image to new nodes), and without this report it never would.
+        """
+        from agent.node import planning
+
+        pending = nodestate.reboot_pending(self.root, self.state_dir)
+        if pending is None:
+            return
+        now_boot = planning.boot_id(self.root)
+        if now_boot is None or now_boot == pending.get("bootId"):
+            return  # the same boot: the reboot has not happened yet
+        booted = planning.booted_os(self.root, self.rpmostree)
+        pool = record.get("pool") or self._pool(current)
+        want = current.os_image_url
+        if booted.known and want and booted.image != want:
+            state, reason = "Degraded", (f"booted {booted.image} after the reboot, but {current.name} needs {want}; "
+                                         f"check rpm-ostree status")
+        else:
+            state, reason = "Done", None
+        sent = self.reporter.send({"pool": pool, "state": state, "currentConfig": current.name,
+                                   "desiredConfig": current.name, "reason": reason,
+                                   "currentImage": (booted.image if booted.known else want) or None})
+        log.info("node booted after its reboot for %s: reported %s%s", current.name, state,
+                 "" if sent else " (queued)")
+        nodestate.clear_reboot_pending(self.root, self.state_dir)
+
+    @staticmethod
+    def _pool(config) -> str:
+        from agent.core.served import read_served
+
+        return read_served(config.ignition).pool
+
+    def _fetch(self, record: Dict[str, Any]) -> Any:
+        def fetch() -> Any:
+            return self.fetcher.fetch(record["url"], ignition=True, etag=record.get("etag"),
+                                      headers=self.reporter.member_headers(),
+                                      budget=self.settings.fetch.total_timeout or 300.0)
+
+        try:
+            return fetch()
+        except FetchError as exc:
+            if exc.status != 401 or not self.reporter.credential:
+                raise
+            self.reporter.forget_credential(f"HTTP 401 on {record['url']}")  # deleted by an admin?
+            self.reporter.ensure_registered()
+            return fetch()
+
+    def _update(self, rec, record, current, result) -> str:
+        from agent.core.served import keep_first_boot_files
+        from agent.ignition.parse import parse_document
+        from agent.node import planning
+        from agent.node.apply import apply_config
+
+        url = record["url"]
+        with rec.stage("fetch"):
+            ignition = parse_document(result.body, source=url)
+            target, served = planning.target_from_served(ignition, source=url)
+            target = planning.with_pool_files(self.root, target, planning.identity_of(served))
+            # The node annotations (firstPivotConfig) and the MCS content file stay as first boot wrote them.
+            target = replace(target, ignition=keep_first_boot_files(target.ignition, current.ignition))
+            rec.set(pool=served.pool, config=target.name)
+        if target.name == current.name and target.ignition == current.ignition:
+            nodestate.save_current(self.root, self.state_dir, current, result.headers.get("ETag"), url)
+            rec.finish("done", EXIT_OK)
+            return "unchanged"
+        with rec.stage("plan"):
+            planning.check_reconcilable(self.root, current, target, firstboot=False)
+            plan = planning.make_plan(current, target, served.policy_text, firstboot=False)
+            log.info("plan:\n%s", plan.explain())
+        lease = False
+        if plan.drain:
+            with rec.stage("drain"):
+                lease = self.reporter.acquire_drain(served.pool, target.name, sleep=self.sleep,
+                                                    timeout=self.settings.update.drain_timeout)
+        try:
+            self.reporter.send({"pool": served.pool, "state": "Working", "currentConfig": current.name,
+                                "desiredConfig": target.name})
+            with rec.stage("apply"):
+                applied = apply_config(self.root, target, current, fetcher=self.fetcher, systemd=self.systemd,
+                                       rpmostree=self.rpmostree, state_dir=self.state_dir)
+                for line in applied.not_performed:
+                    log.info("not performed on %s: %s", self.root.top, line)
+            booted = planning.booted_os(self.root, self.rpmostree)
+            reboot = plan.reboot
+            with rec.stage("act"):
+                planning.carry_out(plan, self.root, self.systemd, self.logind, firstboot=False)
+                rec.set(reboot_pending=reboot)
+            nodestate.save_current(self.root, self.state_dir, target, result.headers.get("ETag"), url)
+            if reboot:
+                nodestate.mark_reboot_pending(self.root, self.state_dir, target, planning.boot_id(self.root))
+            with rec.stage("report"):
+                self.reporter.send({"pool": served.pool, "state": "Working" if reboot else "Done",
+                                    "currentConfig": target.name, "desiredConfig": target.name,
+                                    "currentImage": (booted.image if reboot else target.os_image_url) or None,
+                                    "reason": "reboot pending" if reboot else None})
+        finally:
+            if lease and not plan.reboot:
+                self.reporter.release_drain()
+        rec.finish("done", EXIT_OK)
+        if reboot:
+            planning.reboot(self.root, self.logind)
+            return "reboot"
+        return "updated"
+
+
+def run(opts: Any, **host) -> int:
+    return Updater(opts, **host).run()
+
+
+__all__ = ["Updater", "run"]

@@ -1,0 +1,351 @@
+"""``node-config-server`` command line: serve, render, status, get, describe.
+
+Imports stay lazy so ``node-config-server --version`` is fast. ``get``, ``describe`` and
+``status`` (without ``--state``) ask a running server: agent/server/cli/viewcmds.py.
+"""
+
+import argparse
+import json
+import os
+import sys
+from typing import List, Optional, Tuple
+
+from agent import __version__
+from agent.server.cli.storecmds import (
+    add_load_state_parser,
+    add_store_args,
+    check_serve_args,
+    cmd_load_state,
+    store_config,
+)
+from agent.server.cli.viewcmds import add_client_options, add_parsers
+
+EXIT_OK = 0
+EXIT_NOT_COMPLETE = 1
+EXIT_USAGE = 2
+EXIT_INVALID = 65
+TLS_PORT = 22623
+PLAIN_PORT = 22624
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="node-config-server",
+        description="Cluster side of node-agent: renders pool configs from MachineConfigs, serves them at "
+                    "/config/<pool>, gates what new nodes get, tracks node reports and update progress.",
+        allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"node-config-server {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = _sub(sub, "serve", help="serve configs and the API (gunicorn)")
+    p.add_argument("--state", metavar="DIR", help="state directory (MCO-shaped YAML; nodes.db); optional with "
+                                                   "--store etcd://... (then state objects come from etcd)")
+    p.add_argument("--listen", default=None, metavar="HOST:PORT",
+                   help=f"default 0.0.0.0:{TLS_PORT} with TLS; without TLS 127.0.0.1:{PLAIN_PORT} (plain HTTP "
+                        f"stays on loopback unless asked)")
+    p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate (chain) for TLS")
+    p.add_argument("--tls-key", metavar="FILE", help="PEM private key for TLS")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="the bootstrap token: registers new nodes (each then gets its own credential), fetches "
+                        "configs with secrets, reads the API")
+    p.add_argument("--admin-token-file", metavar="FILE",
+                   help="the admin token: deletes nodes, registers a node again, releases any drain lease")
+    p.add_argument("--serve-secrets-anonymously", action="store_true",
+                   help="serve configs that carry secrets (pull secret, kubeconfig) without a credential, as the "
+                        "MCS does (then only the network protects them)")
+    p.add_argument("--backend", choices=("dir", "kubernetes"), default="dir",
+                   help="where objects come from (default: dir)")
+    p.add_argument("--workers", type=int, default=None, help="gunicorn worker processes (default: one per CPU, 2..8)")
+    p.add_argument("--worker-class", choices=("gevent", "gthread"), default="gevent",
+                   help="gevent (default): one greenlet per connection, with the timeouts below; gthread: "
+                        "gunicorn's threads (--threads per worker), without them (docs/security.md)")
+    p.add_argument("--threads", type=int, default=32, help="threads per worker with --worker-class gthread "
+                                                           "(default: 32)")
+    _timeout_args(p)
+    p.add_argument("--lease-ttl", type=float, default=600.0, metavar="SECONDS",
+                   help="drain lease lifetime unless renewed (default: 600)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--access-log", default=None, metavar="FILE", help="gunicorn access log ('-' for stderr)")
+    p.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="with etcd state objects: where this replica keeps its copy of them "
+                        "(default /var/lib/node-config-server/etcd-state)")
+    add_store_args(p)
+    add_load_state_parser(sub)
+
+    p = _sub(sub, "render", help="render every pool and print its rendered config name")
+    p.add_argument("--state", required=True, metavar="DIR")
+    p.add_argument("--json", action="store_true", help="print {pool: {name, sources}} as JSON")
+
+    p = _sub(sub, "status", help="pools and cluster update progress (exit 0 complete, 1 not complete)",
+             description="Asks a running server; with --state DIR, reads a state directory instead "
+                         "(never creating nodes.db in it).")
+    p.add_argument("--state", metavar="DIR", help="read this state directory instead of asking a server")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_client_options(p)
+
+    add_parsers(sub, _sub)
+    from agent.server.cli import admincmds
+
+    admincmds.add_parsers(sub, _sub, add_client_options)
+    return parser
+
+
+def _timeout_args(p: argparse.ArgumentParser) -> None:
+    """The gevent worker's per-connection deadlines (agent/server/http/gevent_worker.py)."""
+    for flag, default, what in (
+            ("--tls-handshake-timeout", 10.0, "a TLS handshake must be done within this after the accept"),
+            ("--header-timeout", 10.0, "a request line and headers must be in within this after their first byte"),
+            ("--body-timeout", 30.0, "a request body must be in within this after the headers (else 408)"),
+            ("--write-timeout", 60.0, "a client must take each 256 KiB of a response within this"),
+            ("--idle-timeout", 30.0, "a kept-alive connection is closed after this without a request")):
+        p.add_argument(flag, type=_seconds, default=default, metavar="SECONDS", help=f"{what} (default: {default:g})")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds, more than 0 and at most 3600")
+    return value
+
+
+def _sub(sub, name: str, **kwargs) -> argparse.ArgumentParser:
+    # No abbreviations: `--stat` must not quietly mean `--state`.
+    return sub.add_parser(name, allow_abbrev=False, **kwargs)
+
+
+def _err(msg: str) -> None:
+    print(f"node-config-server: {msg}", file=sys.stderr)
+
+
+def parse_listen(text: str) -> Tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen {text!r}: expected HOST:PORT, e.g. 0.0.0.0:{TLS_PORT}")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def _check_state_dir(path: str) -> Optional[str]:
+    if not os.path.isdir(path):
+        return f"--state {path}: not a directory (it holds machineconfigpools/, machineconfigs/, ...)"
+    return None
+
+
+def _print_problems(problems) -> None:
+    for p in problems:
+        _err(f"state: {p}")
+
+
+def _read_token(flag: str, path: Optional[str]) -> Optional[str]:
+    """The token in ``path`` (None without one); ValueError names the flag and the problem."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{flag} {path}: not text (UTF-8)") from None
+    if not token:
+        raise ValueError(f"{flag} {path}: the file is empty")
+    return token
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if args.backend == "kubernetes":
+        _err("--backend kubernetes is not available in this build: only --backend dir (the state directory) "
+             "is implemented")
+        return EXIT_USAGE
+    store = store_config(args)
+    problem = check_serve_args(args, store) or (_check_state_dir(args.state) if args.state else None)
+    if problem:
+        _err(problem)
+        return EXIT_USAGE
+    if bool(args.tls_cert) != bool(args.tls_key):
+        _err("--tls-cert and --tls-key go together")
+        return EXIT_USAGE
+    for f in (args.tls_cert, args.tls_key):
+        if f and not os.path.isfile(f):
+            _err(f"{f}: no such file")
+            return EXIT_USAGE
+    try:
+        token = _read_token("--token-file", args.token_file)
+        admin_token = _read_token("--admin-token-file", args.admin_token_file)
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    if token and admin_token and token == admin_token:
+        _err("--admin-token-file holds the same token as --token-file: the admin token must differ from the "
+             "bootstrap token every node carries")
+        return EXIT_USAGE
+    default = f"0.0.0.0:{TLS_PORT}" if args.tls_cert else f"127.0.0.1:{PLAIN_PORT}"
+    try:
+        host, port = parse_listen(args.listen or default)
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    if args.lease_ttl <= 0:
+        _err("--lease-ttl must be positive")
+        return EXIT_USAGE
+    if args.worker_class == "gevent":
+        try:
+            import gevent  # noqa: F401
+        except ImportError:
+            _err("--worker-class gevent (the default) needs the gevent package (pip install gevent; RPM: "
+                 "python3-gevent): install it, or pass --worker-class gthread, which has no per-connection "
+                 "timeouts (docs/security.md, \"Timeouts\")")
+            return EXIT_USAGE
+
+    import logging
+    import shutil
+
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Render, migrate the database and report state problems once, before any worker starts.
+    from agent.server.cluster.backends import open_backends
+    from agent.server.cluster.service import Cluster
+    from agent.server.http.app import App
+    from agent.server.http.gunicorn_app import Limits, ServerApplication, options
+
+    node_store, source = open_backends(store, args.state, 1.0)
+    cluster = Cluster(args.state, lease_ttl=args.lease_ttl, store=node_store, watcher=source)
+    _print_problems(cluster.watcher.current().problems)
+    cluster.store.close()
+    for closable in (source, getattr(node_store, "client", None)):
+        if closable is not None:
+            closable.close()
+    del cluster
+
+    from agent.server.http.metrics import make_dir
+
+    metrics_dir = make_dir()  # prometheus-client's multiprocess directory, shared by the workers
+    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    import dataclasses
+
+    store = dataclasses.replace(store, replica=store.replica_name(f"{host}:{port}"))
+    app = App(args.state, token=token, lease_ttl=args.lease_ttl, metrics_dir=metrics_dir, store=store,
+              admin_token=admin_token, anonymous_secrets=args.serve_secrets_anonymously)
+    if not token and not admin_token:
+        logging.getLogger(__name__).warning(
+            "no --token-file or --admin-token-file: anyone who can reach the server may register nodes, report "
+            "for nodes that never registered and read the API; configs with secrets are withheld%s",
+            " (no: --serve-secrets-anonymously)" if args.serve_secrets_anonymously else "")
+    limits = Limits(handshake=args.tls_handshake_timeout, header=args.header_timeout, body=args.body_timeout,
+                    write=args.write_timeout, idle=args.idle_timeout)
+    opts = options(bind, args.tls_cert, args.tls_key, args.workers, args.threads, args.log_level, args.access_log,
+                   worker_class=args.worker_class, limits=limits)
+    logging.getLogger(__name__).info("node-config-server %s on %s://%s (state %s)", __version__,
+                                     "https" if args.tls_cert else "http", bind, args.state)
+    try:
+        ServerApplication(app, opts).run()
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    return EXIT_OK
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    problem = _check_state_dir(args.state)
+    if problem:
+        _err(problem)
+        return EXIT_USAGE
+    from agent.server.rollout.render import render_pool
+    from agent.server.store.statedir import load_state
+
+    st = load_state(args.state)
+    _print_problems(st.problems)
+    out = {name: render_pool(pool, st.machine_configs) for name, pool in sorted(st.pools.items())}
+    if args.json:
+        print(json.dumps({n: {"name": r.name, "sources": list(r.sources)} for n, r in out.items()}, indent=1))
+    else:
+        for name, r in out.items():
+            print(f"{name}\t{r.name}")
+    return EXIT_INVALID if st.problems else EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    if not args.state:
+        from agent.server.cli.viewcmds import cmd_status_remote
+
+        return cmd_status_remote(args)
+    problem = _check_state_dir(args.state)
+    if problem:
+        _err(problem)
+        return EXIT_USAGE
+    import tempfile
+
+    from agent.server.cluster.service import Cluster
+
+    db = os.path.join(args.state, "nodes.db")
+    with tempfile.TemporaryDirectory(prefix="node-config-server-status-") as scratch:
+        # No nodes.db: no server has run here. Judge from the objects alone, in a scratch database,
+        # rather than leave a database behind in a directory we were only asked to read.
+        cluster = Cluster(args.state, db_path=db if os.path.exists(db) else os.path.join(scratch, "nodes.db"))
+        try:
+            return _print_status(args, cluster)
+        finally:
+            cluster.db.close()
+
+
+def _print_status(args: argparse.Namespace, cluster) -> int:
+    import time
+
+    from agent.server.cli.viewcmds import render_status
+    from agent.server.rollout.nodes import rfc3339
+
+    progress = cluster.cluster()
+    views = cluster.pool_views()
+    for name, view in views.items():
+        history = cluster.store.history(name)
+        if history and not view["metadata"].get("creationTimestamp"):
+            view["metadata"]["creationTimestamp"] = rfc3339(history[0]["at"])
+    if args.json:
+        out = dict(progress)
+        out["items"] = list(views.values())
+        print(json.dumps(out, indent=1, sort_keys=True))
+    else:
+        sys.stdout.write(render_status(progress, list(views.values()), time.time()))
+    return EXIT_OK if progress["complete"] else EXIT_NOT_COMPLETE
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    from agent.server.cli.admincmds import cmd_delete
+    from agent.server.cli.client import ClientError
+    from agent.server.cli.viewcmds import cmd_describe, cmd_get
+    from agent.server.store.db import DatabaseUnusable
+
+    handler = {"serve": cmd_serve, "render": cmd_render, "status": cmd_status, "get": cmd_get,
+               "describe": cmd_describe, "load-state": cmd_load_state, "delete": cmd_delete}[args.command]
+    try:
+        code = handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, with the status a shell gives SIGPIPE.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 128 + 13
+    except (ClientError, DatabaseUnusable) as exc:
+        _err(f"{args.command}: {exc}")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if os.environ.get("NODE_AGENT_DEBUG"):
+            raise
+        _err(f"{args.command}: internal error: {type(exc).__name__}: {exc} (set NODE_AGENT_DEBUG=1 for a traceback)")
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+"""The server's imperative core: state directory + node store, tied together by ``reconcile``.
+
+``reconcile`` renders every pool, stores new rendered configs, and moves each pool's target
+and current per ``progress.rollout_step``. Node state lives in a ``nodestore.NodeStore`` whose
+counters and proofs are updated per report, so after a report only the pools it touches are
+stepped (O(1), not O(nodes)); each pool's step is an atomic read-modify-write, so several
+gunicorn workers doing it at once agree. A full reconcile runs when a worker sees a new state
+directory (and re-assigns every node's pool once when the pools' selectors changed).
+
+A config fetch costs one store round trip (``NodeStore.serving``); what it decides is memoised
+on its inputs (state, target, current, proof count, membership), shared by the worker's
+threads, so reports never invalidate the rendered bodies.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Dict, Optional, Tuple
+
+from agent.server.cluster.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
+from agent.server.cluster.serving import ConfigServing, Fetch, UnknownPool  # noqa: F401 - the API's names
+from agent.server.rollout import gating, identity, poolview, progress, skewpolicy
+from agent.server.rollout.drains import DEFAULT_TTL, parse_max_unavailable
+from agent.server.rollout.render import Rendered, inputs_key, render_pool
+from agent.server.store.db import Database
+from agent.server.store.nodestore import NodeStore, PoolRow, StoreUnavailable, counts_for
+from agent.server.store.nodestore_sqlite import SqliteNodeStore
+from agent.server.store.statedir import State, pool_forced
+from agent.server.store.watcher import StateWatcher
+
+log = logging.getLogger(__name__)
+
+STORE_RETRY = 2.0  # seconds between attempts to write to a shared store that is away
+VIEW_NODES = 100  # nodes listed in a pool view; all of them: /api/v1/nodes (paged)
+_UNSET = object()
+
+
+MEMBERSHIP_RULE = 2
+
+
+def membership_signature(st: State) -> str:
+    """What node membership depends on in the state: the pools and their node selectors."""
+    sel = {name: (pool.get("spec") or {}).get("nodeSelector") for name, pool in st.pools.items()}
+    # The rule's version is part of it: a store written before matchExpressions selected nodes
+    # (progress._selects) re-derives every node's pool once.
+    sel["//rule"] = MEMBERSHIP_RULE
+    return hashlib.sha256(json.dumps(sel, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+class Cluster(ConfigServing):
+    def __init__(self, state_dir: Optional[str], db_path: Optional[str] = None, lease_ttl: float = DEFAULT_TTL,
+                 reload_interval: float = 1.0, store: Optional[NodeStore] = None, watcher: Any = None):
+        """``store`` and ``watcher`` (a state source with ``current()``) default to SQLite in the
+        state directory and polling of that directory (backends.open_backends gives etcd's)."""
+        import os
+
+        self.state_dir = state_dir
+        self.db = Database(db_path or os.path.join(state_dir, "nodes.db")) if store is None else None
+        self.store: NodeStore = store or SqliteNodeStore(self.db)
+        self.watcher = watcher or StateWatcher(state_dir, reload_interval)
+        self._heartbeat: Any = None
+        self.store_error = ""  # why the last write to the shared store failed ("" = it did not)
+        self._store_retry_at = 0.0
+        self.lease_ttl = lease_ttl
+        self._reconciled_sig = None
+        self._lock = threading.Lock()
+        self._rendered: Dict[str, Rendered] = {}
+        self._by_name: Dict[str, Rendered] = {}
+        self._old_specs: Dict[str, Dict[str, Any]] = {}
+        self._cache: OrderedDict[Tuple, Tuple[bytes, str, str, Tuple[str, ...]]] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._flights: Dict[Tuple, threading.Lock] = {}
+        self._decisions: Dict[Tuple, Any] = {}  # shared by threads; keyed on every input
+        self.cache_size = 64
+        self.reconcile(force=True)
+
+    def store_health(self) -> Dict[str, Any]:
+        """The store as this process sees it (for /healthz, /api/v1/cluster and status)."""
+        kind = type(self.store).__name__
+        out: Dict[str, Any] = {"kind": "etcd" if "Etcd" in kind else "sqlite",
+                               "healthy": not (self.store_error or getattr(self.watcher, "store_error", ""))}
+        error = self.store_error or getattr(self.watcher, "store_error", "")
+        if error:
+            out["error"] = error
+        seen = getattr(self.store, "last_seen", None)
+        if seen:
+            out["lastContactSecondsAgo"] = round(max(0.0, time.time() - seen), 1)
+        return out
+
+    # -- state and reconcile -----------------------------------------------------------------
+
+    def state(self, seen: Any = _UNSET) -> State:
+        """The state this worker serves. ``seen``: the signature the store holds, when the
+        caller already read it (a fetch reads it in its one round trip)."""
+        st = self.watcher.current()
+        if seen is _UNSET:
+            seen = self.store.meta("state_signature")
+        if seen is not None and seen != st.signature:
+            # Another worker has seen different files: look now, so that every worker serves
+            # the same state as soon as one of them has noticed a change (no flip-flop).
+            st = self.watcher.current(check_now=True, settled=seen)
+        if st.signature != self._reconciled_sig:
+            self.reconcile()
+        return st
+
+    def render_all(self, st: State) -> Dict[str, Rendered]:
+        return {name: self._render_shared(name, pool, st) for name, pool in st.pools.items()}
+
+    def _render_shared(self, name: str, pool: Dict[str, Any], st: State, wait: float = 30.0) -> Rendered:
+        """One worker renders a pool's inputs, the others read its result from the store."""
+        key = inputs_key(pool, st.machine_configs)
+        deadline = time.monotonic() + wait
+        while True:
+            hit = self.store.rendered_for(key)
+            if hit is not None:
+                return Rendered(pool=name, name=hit[0], spec=hit[1], sources=tuple(hit[2]))
+            if self.store.claim_render(key, time.time(), stale_after=wait) or time.monotonic() > deadline:
+                r = render_pool(pool, st.machine_configs)
+                self.store.put_rendered(name, r.name, r.spec, list(r.sources), inputs=key)
+                return r
+            time.sleep(0.05)  # another worker is rendering these inputs
+
+    def reconcile(self, force: bool = False) -> None:
+        """Render and move the pools; while the shared store is away, keep serving what this
+        process has and try again at most every STORE_RETRY seconds (a fetch never waits on it)."""
+        if not force and time.monotonic() < self._store_retry_at:
+            return
+        try:
+            self._reconcile()
+        except StoreUnavailable as exc:
+            self.store_error = str(exc)
+            self._store_retry_at = time.monotonic() + STORE_RETRY
+            log.warning("store unavailable, serving what this replica has: %s", exc)
+            if self._reconciled_sig is None and not self._rendered:
+                raise
+        else:
+            self.store_error = ""
+
+    def _reconcile(self) -> None:
+        with self._lock:
+            st = self.watcher.current()
+            fresh = st.signature != self._reconciled_sig
+            if fresh:  # membership (firstPivotConfig) must know the new names before counting
+                rendered = self.render_all(st)
+                self._rendered = rendered
+                self._by_name = {r.name: r for r in rendered.values()}
+                self._decisions = {}
+            self.store.set_meta("state_signature", st.signature)
+            sig = membership_signature(st)
+            if self.store.membership_signature() != sig:
+                n = self.store.rebuild(sig, lambda report: progress.membership(report, st.pools,
+                                                                               self.pool_of_rendered))
+                log.info("node membership recomputed for %d node(s): the pools changed", n)
+            for name in sorted(self._rendered):
+                self._step_pool(st, name)
+            self._reconciled_sig = st.signature
+
+    def _step_pool(self, st: State, name: str) -> None:
+        """Move one pool's target/current (progress.rollout_step) from its counters: O(1)."""
+        r = self._rendered.get(name)
+        pool = st.pools.get(name)
+        if r is None or pool is None:
+            return
+        paused = bool((pool.get("spec") or {}).get("paused"))
+        forced = st.force_rollout or pool_forced(pool)
+
+        def decide(row: Optional[PoolRow]) -> Optional[PoolRow]:
+            target = row.target if row else r.name
+            counts = self._counts(st, name, target)
+            step = progress.rollout_step(r.name, row.as_dict() if row else None, paused, forced, counts)
+            new = PoolRow(name, step.target, step.current, step.held, r.name)
+            if new == row:
+                return None
+            if row is None or (step.target, step.current) != (row.target, row.current):
+                log.info("pool %s: target %s, current %s%s", name, step.target, step.current,
+                         f" ({step.held})" if step.held else "")
+            return new
+
+        self.store.update_pool(name, decide)
+
+    def _layered(self, st: State, pool: str, config: str) -> Optional[str]:
+        key = ("image", st.signature, pool, config)
+        if key not in self._decisions:
+            self._remember(key, gating.layered_image(pool, config, st.os_configs, st.os_builds))
+        return self._decisions[key]
+
+    def _remember(self, key: Tuple, value: Any) -> None:
+        if len(self._decisions) > 4096:  # bounded: inputs that no longer occur fall out
+            self._decisions = {}
+        self._decisions[key] = value
+
+    def _counts(self, st: State, pool: str, target: str) -> progress.Counts:
+        image = self._layered(st, pool, target)
+        return counts_for(self.store.counts(pool), self.store.proof(pool, target, image))
+
+    def pool_of_rendered(self, name: str) -> Optional[str]:
+        r = self._by_name.get(name)
+        return r.pool if r is not None else self.store.rendered_pool(name)
+
+    # -- views -----------------------------------------------------------------------------
+
+    def pool_views(self, only: Optional[str] = None, pending: bool = True,
+                   nodes: int = VIEW_NODES) -> Dict[str, Dict[str, Any]]:
+        """MachineConfigPool views, O(pools): counts come from the store's counters, and at
+        most ``nodes`` nodes are listed per pool (``status.nodesTruncated`` says when more)."""
+        st = self.state()
+        rows = self.store.pools()
+        views = {}
+        for name, pool in sorted(st.pools.items()):
+            row = rows.get(name)
+            if row is None or (only is not None and name != only):
+                continue
+            views[name] = self._view(st, name, pool, row, pending, nodes)
+        return views
+
+    def _base_images(self, *names: str) -> Dict[str, str]:
+        return {n: (self.spec_of(n) or {}).get("osImageURL", "") for n in names}
+
+    def is_empty_rendering(self, rendered_name: str) -> bool:
+        r = self._by_name.get(rendered_name)
+        return r is not None and not r.sources
+
+    def spec_of(self, rendered_name: str) -> Optional[Dict[str, Any]]:
+        r = self._by_name.get(rendered_name)
+        if r is not None:
+            return r.spec
+        # Rendered configs never change under a name: older ones are cached once read.
+        spec = self._old_specs.get(rendered_name)
+        if spec is None:
+            spec = self.store.rendered_spec(rendered_name)
+            if spec is not None:
+                if len(self._old_specs) > 16:
+                    self._old_specs.clear()
+                self._old_specs[rendered_name] = spec
+        return spec
+
+    def _view(self, st: State, name: str, pool: Dict[str, Any], row: PoolRow, pending: bool,
+              max_nodes: int) -> Dict[str, Any]:
+        target, current = row.target, row.current
+        image = self._layered(st, name, target)
+        pc = self.store.counts(name)
+        counts = counts_for(pc, self.store.proof(name, target, image))
+        served = gating.decide(name, target, current, counts.updated, self._base_images(target, current),
+                               st.os_configs, st.os_builds, self._current_proof(st, name, row, counts.updated))
+        spec = dict(pool.get("spec") or {})
+        spec["configuration"] = {"name": target}
+        limit = parse_max_unavailable(spec.get("maxUnavailable"), counts.machine)
+        listed = self.store.nodes(pool=name, limit=max_nodes) if max_nodes > 0 else []
+        status: Dict[str, Any] = {
+            "configuration": {"name": current},
+            "rendered": row.rendered or "",
+            "observedGeneration": 1,
+            **counts.to_status(),
+            "nodeStates": {"Done": pc.done, "Working": pc.working, "Degraded": pc.reported_degraded},
+            "served": served.to_dict(),
+            "held": row.held or "",
+            "layeredImage": image or "",
+            "nodes": {rec.node: poolview.node_entry(rec) for rec in listed},
+            "drain": {"maxUnavailable": limit,
+                      "holders": sorted(lease["node"] for lease in self.store.leases(pool=name))},
+        }
+        if counts.machine > len(listed):
+            status["nodesTruncated"] = True
+        disruption = poolview.pending_disruption(self.spec_of, st.cluster_spec, current, target) if pending else None
+        if disruption is not None:
+            status["pendingDisruption"] = disruption
+        status["conditions"] = poolview.conditions(counts, target, current, row.as_dict())
+        return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+                "metadata": dict(pool.get("metadata") or {}), "spec": spec, "status": status}
+
+    def cluster(self) -> Dict[str, Any]:
+        st = self.state()
+        warnings = [str(p) for p in st.problems]
+        if st.stale:
+            warnings.insert(0, "the state directory has invalid objects: the last good state keeps serving")
+        views = self.pool_views(pending=False, nodes=0)
+        out = progress.cluster_progress(views, warnings)
+        out["upgradeable"] = skewpolicy.upgradeable(st.cluster_spec)  # boot image skew (agent.server.rollout.skewpolicy)
+        out["store"] = self.store_health()
+        listed = getattr(self.store, "replicas", None)
+        out["replicas"] = listed() if listed else [dict(self.replica_view(st, views), replica=self.replica_name,
+                                                        pid=os.getpid(), at=time.time())]
+        return out
+
+    # -- replicas ---------------------------------------------------------------------------------
+
+    replica_name = ""
+
+    def replica_view(self, st: Optional[State] = None, views: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """What this process serves: the state it renders from and each pool's configs."""
+        st = st or self.state()
+        views = self.pool_views(pending=False, nodes=0) if views is None else views
+        return {"stateSignature": st.signature, "stale": st.stale, "store": self.store_health(),
+                "pools": {name: {"target": v["spec"]["configuration"]["name"],
+                                 "current": v["status"]["configuration"]["name"],
+                                 "served": v["status"]["served"]["config"]} for name, v in views.items()}}
+
+    def start_heartbeat(self, name: str) -> None:
+        """On a shared store, announce this process's view every few seconds (/api/v1/cluster)."""
+        self.replica_name = name
+        if getattr(self.store, "replicas", None) is not None and self._heartbeat is None:
+            from agent.server.store.etcd_heartbeat import Heartbeat
+
+            self._heartbeat = Heartbeat(self.store, name, self.replica_view)
+
+    # -- reports and drains ------------------------------------------------------------------------
+
+    def node_pool(self, node: str) -> Optional[progress.Membership]:
+        rec = self.store.node(node)
+        return rec.membership() if rec is not None else None
+
+    def record_report(self, node: str, body: Dict[str, Any]) -> Dict[str, Any]:
+        st = self.state()
+        member = progress.membership(body, st.pools, self.pool_of_rendered)
+        recorded = self.store.record_report(node, body, member, time.time())
+        # Only the pools this node left or joined can step (their counters moved): O(1).
+        for name in sorted({member.pool, recorded.previous_pool} - {None}):
+            self._step_pool(st, name)  # type: ignore[arg-type]
+        out = {"node": node, "pool": member.pool, "membership": member.why, "accepted": True,
+               "leaseReleased": recorded.released}
+        if member.degraded:
+            out["degradedReason"] = member.degraded
+        return out
+
+    def delete_node(self, node: str) -> Dict[str, Any]:
+        """Forget a node (admin): its report, counters, proofs, lease and credential; the pool it
+        counted in steps again (its counters moved)."""
+        deleted = self.store.delete_node(node, time.time())
+        if deleted.previous_pool is not None:
+            self._step_pool(self.state(), deleted.previous_pool)
+        return {"node": node, "deleted": deleted.existed, "pool": deleted.previous_pool or "",
+                "leaseReleased": deleted.lease_pool is not None}
+
+    def register(self, node: str, replace: bool) -> Optional[str]:
+        """A new credential for ``node`` (returned once; only its hash is kept), or None when
+        the node already has one and ``replace`` is False (someone registered it meanwhile)."""
+        secret = identity.new_credential()
+        if not self.store.put_credential(node, identity.credential_hash(secret), time.time(), replace):
+            return None
+        return secret
+
+    def drain_limit(self, pool: str) -> int:
+        st = self.state()
+        machine = self.store.counts(pool).machine
+        return parse_max_unavailable((st.pools[pool].get("spec") or {}).get("maxUnavailable"), machine)
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,161 @@
+"""Serving configs: the fetch path of ``service.Cluster`` (a mixin: it uses the cluster's store,
+state, decisions memo and body cache).
+
+A config fetch costs one store round trip (``NodeStore.serving``); what it decides is memoised
+on its inputs (state, target, current, proof count, membership), shared by the worker's
+threads, and bodies are cached per (pool, config, image, state, Accept) with a single flight,
+so a scale-up storm costs no re-rendering and reports never invalidate the rendered bodies.
+"""
+
+import hashlib
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
+
+from agent.core.secretfiles import SECRET_PATHS
+from agent.server.cluster import content
+from agent.server.cluster.accept import negotiate_version
+from agent.server.rollout import gating
+from agent.server.store.nodestore import NodeRecord, PoolRow
+from agent.server.store.statedir import State
+
+log = logging.getLogger(__name__)
+
+
+class UnknownPool(KeyError):
+    pass
+
+
+@dataclass(frozen=True)
+class Fetch:
+    body: bytes
+    etag: str
+    version: str
+    served: gating.Served
+    node: Optional[NodeRecord]  # the asking node as the store knows it (None: anonymous or unknown)
+    secrets: Tuple[str, ...] = ()  # paths of files in the body that hold credentials (secret_paths)
+
+
+def secret_paths(document: Dict[str, Any]) -> Tuple[str, ...]:
+    """The files of a served Ignition document that hold credentials (agent/core/secretfiles.py:
+    the pull secret, the bootstrap kubeconfig...): such a config is served only with a
+    credential (agent/server/rollout/identity.py). Works for spec 2.2 and 3.x (same storage.files)."""
+    files = ((document.get("storage") or {}).get("files") or []) if isinstance(document, dict) else []
+    return tuple(sorted({f.get("path") for f in files if isinstance(f, dict) and f.get("path") in SECRET_PATHS}))
+
+
+class ConfigServing:
+    # -- serving configs -------------------------------------------------------------------------
+
+    def fetch_generation(self) -> Any:
+        """Read before a new node's fetch: while it is the same, so is the answer
+        (agent/server/http/fetchmemo.py). None when the answer must be made afresh: the store has no
+        generation, the state served is not reconciled yet, or the store was away."""
+        gen = self.store.generation()
+        if gen is None or self.store_error:
+            return None
+        st = self.watcher.current()  # also looks at the state directory when it is due
+        if st.signature != self._reconciled_sig:
+            return None
+        return gen, st.signature
+
+    def fetch(self, pool_name: str, accept: Optional[str], node: Optional[str] = None) -> Fetch:
+        """A config fetch: one store round trip, then memoised decisions and cached bodies.
+
+        A node naming itself (``node``) that the store knows as a member of ``pool_name`` gets
+        the pool's target; anyone else what a new node may have (gating). Raises UnknownPool
+        and accept.UnsupportedVersion / content.ConversionFailed. Bodies are cached per (pool, config, image, state, Accept),
+        so a scale-up storm costs no re-rendering, and one thread renders while the others wait.
+        """
+        snap = self.store.serving(pool_name, node)
+        st = self.state(seen=snap.state_signature)
+        if pool_name not in st.pools:
+            raise UnknownPool(pool_name)
+        row = snap.pool
+        if row is None or snap.state_signature != st.signature:  # this worker reconciled just now
+            snap = self.store.serving(pool_name, node)
+            row = snap.pool
+            if row is None:
+                raise UnknownPool(pool_name)
+        member = snap.node is not None and snap.node.pool == pool_name
+        if member:
+            served = self._member_decision(st, pool_name, row.target)
+        else:
+            image = self._layered(st, pool_name, row.target)
+            updated = snap.target_proof(image).updated
+            served = self._new_node_decision(st, pool_name, row, updated, self._current_proof(st, pool_name, row, updated))
+        body, etag, version, secrets = self._body(pool_name, st, served, accept)
+        return Fetch(body, etag, version, served, snap.node, secrets)
+
+    def _current_proof(self, st: State, pool: str, row: PoolRow, updated: int) -> int:
+        """Nodes Done on the current config with its layered image: proof for what a new node is
+        served while the target is unproven (one more store query, only in that window)."""
+        if row.target == row.current or updated > 0:
+            return 0
+        image = self._layered(st, pool, row.current)
+        return self.store.proof(pool, row.current, image).updated if image else 0
+
+    def _new_node_decision(self, st: State, pool: str, row: PoolRow, updated: int,
+                           current_proof: int = 0) -> gating.Served:
+        key = ("new", st.signature, pool, row.target, row.current, updated, current_proof)
+        hit = self._decisions.get(key)
+        if hit is None:
+            hit = gating.decide(pool, row.target, row.current, updated, self._base_images(row.target, row.current),
+                                st.os_configs, st.os_builds, current_proof)
+            self._remember(key, hit)
+        return hit
+
+    def _member_decision(self, st: State, pool: str, target: str) -> gating.Served:
+        key = ("member", st.signature, pool, target)
+        hit = self._decisions.get(key)
+        if hit is None:
+            hit = gating.for_member(pool, target, self._base_images(target), st.os_configs, st.os_builds)
+            self._remember(key, hit)
+        return hit
+
+    def _body(self, pool_name: str, st: State, served: gating.Served,
+              accept: Optional[str]) -> Tuple[bytes, str, str, Tuple[str, ...]]:
+        key = (pool_name, served.config, served.image, st.signature, accept or "")
+        with self._cache_lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
+            # Single flight: in a storm, one thread renders and the others wait for its result.
+            flight = self._flights.setdefault(key, threading.Lock())
+        with flight:
+            with self._cache_lock:
+                hit = self._cache.get(key)
+            if hit is not None:
+                return hit
+            try:
+                return self._render_into_cache(key, pool_name, st, served, accept)
+            finally:
+                with self._cache_lock:
+                    self._flights.pop(key, None)
+
+    def prerender(self) -> None:
+        """Fill the cache for every pool with the usual Accept headers (a worker starts warm)."""
+        for name in self.state().pools:
+            for accept in (None, "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1"):
+                try:
+                    self.fetch(name, accept)
+                except Exception as exc:  # warming is an optimisation, never a failure
+                    log.debug("prerender of %s failed: %s", name, exc)
+
+    def _render_into_cache(self, key: Tuple, pool_name: str, st: State, served: gating.Served,
+                           accept: Optional[str]) -> Tuple[bytes, str, str, Tuple[str, ...]]:
+        spec = self.spec_of(served.config) or {}
+        version = negotiate_version(accept)
+        converted = content.build_document(st.pools[pool_name], served.config, spec, served.image, st.cluster_spec,
+                                           version=version, layered=served.layered, bootstrap=st.bootstrap)
+        body = content.render_bytes(converted)
+        etag = '"' + hashlib.sha256(body).hexdigest()[:40] + '"'
+        entry = (body, etag, version, secret_paths(converted))
+        with self._cache_lock:
+            self._cache[key] = entry
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return entry
+

@@ -1,0 +1,244 @@
+"""The WSGI application of node-config-server (no framework: a dozen routes do not need one).
+
+Every error is JSON: ``{"error": {"code": <HTTP status>, "message": "...", "field": "..."?}}``.
+Who may do what: agent/server/rollout/identity.py (the node routes: agent/server/http/noderoutes.py).
+"""
+
+import logging
+import threading
+import urllib.parse
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+from agent import __version__
+from agent.server.cluster import content
+from agent.server.cluster.accept import UnsupportedVersion
+from agent.server.cluster.backends import StoreConfig, open_backends
+from agent.server.cluster.service import Cluster, UnknownPool
+from agent.server.http.fetchmemo import FetchMemo
+from agent.server.http.httpio import (
+    HTTPError,
+    Response,
+    allow,
+    error_body,
+    json_response,
+    node_name,
+    pool_name,
+    reason_phrase,
+)
+from agent.server.http.metrics import RequestCounter, exposition
+from agent.server.http.noderoutes import NodeRoutes
+from agent.server.rollout import drains
+from agent.server.rollout.identity import NODE, Auth, Caller, Denied
+from agent.server.rollout.nodes import rfc3339
+from agent.server.store.nodestore import StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+NODE_HEADER = "HTTP_X_NODE_NAME"
+
+
+class App(NodeRoutes):
+    """``App(state_dir, token=..., admin_token=..., lease_ttl=..., metrics_dir=...)`` is a WSGI
+    callable. ``token`` is the bootstrap token (``--token-file``), ``admin_token`` the admin's;
+    ``anonymous_secrets`` serves configs with secrets to anyone (the MCS's behaviour).
+
+    The Cluster (SQLite connections, caches) is built per process on first use, never before a
+    fork; ``warm()`` builds it eagerly (gunicorn's post_worker_init calls it).
+    """
+
+    def __init__(self, state_dir: str, token: Optional[str] = None, lease_ttl: float = drains.DEFAULT_TTL,
+                 metrics_dir: Optional[str] = None, reload_interval: float = 1.0,
+                 store: Optional[StoreConfig] = None, admin_token: Optional[str] = None,
+                 anonymous_secrets: bool = False):
+        self.state_dir = state_dir
+        self.store_config = store or StoreConfig()
+        self.auth = Auth(token, admin_token, anonymous_secrets)
+        self.lease_ttl = lease_ttl
+        self.reload_interval = reload_interval
+        self.counter = RequestCounter(metrics_dir)
+        self.memo = FetchMemo()
+        self._cluster: Optional[Cluster] = None
+        self._lock = threading.Lock()
+
+    @property
+    def cluster(self) -> Cluster:
+        if self._cluster is None:
+            with self._lock:
+                if self._cluster is None:
+                    store, watcher = open_backends(self.store_config, self.state_dir, self.reload_interval)
+                    cluster = Cluster(self.state_dir, lease_ttl=self.lease_ttl, store=store,
+                                      watcher=watcher, reload_interval=self.reload_interval)
+                    if getattr(store, "client", None) is not None:
+                        store.client.observer = self.counter.observe_store
+                    cluster.start_heartbeat(self.store_config.replica_name())
+                    self._cluster = cluster
+        return self._cluster
+
+    def warm(self) -> None:
+        self.cluster.prerender()
+
+    # -- WSGI ------------------------------------------------------------------------------
+
+    def __call__(self, environ: Dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD", "GET")
+        try:
+            resp = self.dispatch(environ, method)
+        except HTTPError as exc:
+            resp = json_response(exc.code, error_body(exc.code, exc.message, exc.field), exc.headers)
+        except Denied as exc:
+            resp = json_response(exc.code, error_body(exc.code, exc.message, "Authorization"), exc.headers)
+        except StoreUnavailable as exc:  # nothing was written: the node retries (Retry-After)
+            log.warning("%s %s: store unavailable: %s", method, environ.get("PATH_INFO"), exc)
+            resp = json_response(503, error_body(503, f"the shared store is unavailable, nothing was recorded; "
+                                                      f"retry later ({exc})"), [("Retry-After", "5")])
+        except Exception:  # a bug: log it with the traceback, answer JSON, keep serving
+            log.exception("internal error on %s %s", method, environ.get("PATH_INFO"))
+            resp = json_response(500, error_body(500, "internal error; see the server log"))
+        self.counter.inc(resp.pool, resp.code, method)
+        headers = [("Content-Type", resp.ctype), ("Content-Length", str(len(resp.body)))] + resp.headers
+        start_response(f"{resp.code} {reason_phrase(resp.code)}".rstrip(), headers)
+        if method == "HEAD" or resp.code == 304:
+            return [b""]
+        return [resp.body]
+
+    def dispatch(self, environ: Dict[str, Any], method: str) -> Response:
+        path = environ.get("PATH_INFO", "") or "/"
+        parts = [urllib.parse.unquote(p) for p in path.split("/") if p]
+        # /healthz and /metrics stay open: probes (kubelet, load balancers) and Prometheus
+        # scrape without credentials, and neither says anything a node could misuse (pool
+        # names, counts, problems in the state directory; no config, no report).
+        if parts == ["healthz"]:
+            allow(method, ("GET", "HEAD"))
+            return self.healthz()
+        if parts == ["metrics"]:
+            allow(method, ("GET", "HEAD"))
+            st = self.cluster.state()
+            text = exposition(self.counter, self.cluster.pool_views(pending=False, nodes=0), len(st.problems), st.stale)
+            return Response(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+        if len(parts) == 2 and parts[0] == "config":
+            allow(method, ("GET", "HEAD"))
+            return self.config(environ, pool_name(parts[1]))
+        if parts[:2] == ["api", "v1"]:
+            resp = self.api(environ, method, parts[2:])
+            if resp is not None:
+                return resp
+        raise HTTPError(404, f"no such resource: {path}; see /config/<pool>, /healthz, /metrics, /api/v1/pools, "
+                             f"/api/v1/cluster, /api/v1/nodes, /api/v1/nodes/<node>[/register|report|drain]")
+
+    def caller(self, environ: Dict[str, Any]) -> Caller:
+        return self.auth.identify(environ, self.cluster.store)
+
+    def api(self, environ: Dict[str, Any], method: str, rest: List[str]) -> Optional[Response]:
+        if len(rest) >= 2 and rest[0] == "nodes":
+            return self.node_route(environ, method, node_name(rest[1]), rest[2:])
+        if rest not in (["pools"], ["nodes"], ["cluster"]) and not (len(rest) == 2 and rest[0] == "pools"):
+            return None
+        allow(method, ("GET", "HEAD"))
+        self.auth.require_reader(self.caller(environ))
+        if rest == ["pools"]:
+            views = self.cluster.pool_views()
+            for name, view in views.items():
+                self._created(name, view)
+            return json_response(200, {"apiVersion": "v1", "kind": "MachineConfigPoolList",
+                                       "items": [views[k] for k in sorted(views)]})
+        if rest == ["nodes"]:
+            return self.nodes(environ)
+        if rest == ["cluster"]:
+            return json_response(200, self.cluster.cluster())
+        name = pool_name(rest[1])
+        views = self.cluster.pool_views(only=name)
+        if name not in views:
+            raise HTTPError(404, f"unknown pool {name!r}; known pools: {self._known()}")
+        view = views[name]
+        view["status"]["history"] = self.cluster.store.history(name)
+        self._created(name, view, view["status"]["history"])
+        return json_response(200, view, pool=name)
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    def _known(self) -> str:
+        return ", ".join(sorted(self.cluster.state().pools)) or "none"
+
+    def _created(self, name: str, view: Dict[str, Any], history: Optional[List[Dict[str, Any]]] = None) -> None:
+        """metadata.creationTimestamp (oc's AGE): the YAML's, else when this server first saw the pool."""
+        meta = view.setdefault("metadata", {})
+        if meta.get("creationTimestamp"):
+            return
+        history = self.cluster.store.history(name) if history is None else history
+        if history:
+            meta["creationTimestamp"] = rfc3339(history[0]["at"])
+
+    def healthz(self) -> Response:
+        st = self.cluster.state()
+        body = {"status": "ok", "version": __version__,
+                "state": {"pools": sorted(st.pools), "machineConfigs": len(st.machine_configs),
+                          "stale": st.stale, "problems": [p.to_dict() for p in st.problems]},
+                "store": self.cluster.store_health()}
+        if self.cluster.db is not None:
+            body["schemaVersion"] = self.cluster.db.schema_version()
+        return json_response(200, body)
+
+    def config(self, environ: Dict[str, Any], pool: str) -> Response:
+        caller = self.caller(environ)
+        named = self._asking_node(environ)
+        accept = environ.get("HTTP_ACCEPT")
+        if named is None and caller.kind != NODE:  # a new node: kept answers (fetchmemo.py)
+            key = (pool, accept, caller.kind)
+            generation = self.cluster.fetch_generation()  # read before what it vouches for
+            answer = self.memo.get(key, generation)
+            if answer is None:
+                answer = self._config_answer(caller, None, pool, accept)
+                self.memo.put(key, generation, answer)
+        else:
+            answer = self._config_answer(caller, named, pool, accept)
+        resp, etag = answer
+        inm = environ.get("HTTP_IF_NONE_MATCH", "")
+        if inm and (inm.strip() == "*" or etag in [t.strip() for t in inm.split(",")]):
+            return Response(304, b"", headers=resp.headers, pool=pool)
+        return resp
+
+    def _config_answer(self, caller: Caller, named: Optional[str], pool: str,
+                       accept: Optional[str]) -> Tuple[Response, str]:
+        """The 200 answer to a config fetch and its ETag; refusals and errors are raised."""
+        cluster = self.cluster
+        # Only an open server (no tokens) asks: it takes an unregistered name at its word.
+        has_credential = named is not None and not self.auth.enabled and cluster.store.credential(named) is not None
+        node = self.auth.member_name(caller, named, has_credential)
+        try:  # one node-store round trip (service.Cluster.fetch)
+            fetched = cluster.fetch(pool, accept, node)
+        except UnknownPool:
+            raise HTTPError(404, f"unknown pool {pool!r}; known pools: {self._known()}")
+        except UnsupportedVersion as exc:  # upstream api.go answers 400 (detectSpecVersionFromAcceptHeader)
+            raise HTTPError(400, str(exc), field="Accept")
+        except content.ConversionFailed as exc:  # upstream answers 500 when conversion fails
+            raise HTTPError(500, f"the config of pool {pool} cannot be served at the Ignition spec asked for: {exc}")
+        self._refuse_other_custom(node, fetched.node, pool)
+        self.auth.may_get_secrets(caller, pool, fetched.secrets)
+        body, etag, version, served = fetched.body, fetched.etag, fetched.version, fetched.served
+        if cluster.is_empty_rendering(served.config):
+            # An empty config would boot a node that can never join: better to keep it waiting.
+            raise HTTPError(503, f"the config of pool {pool} is withheld: the pool selects no MachineConfigs "
+                                 f"(check its spec.machineConfigSelector)", [("Retry-After", "30")])
+        headers = [("ETag", etag), ("Cache-Control", "no-cache"), ("Vary", "Accept"),
+                   ("X-Served-Config", served.config), ("X-Served-Image", served.image)]
+        return Response(200, body, f"{content.MEDIA_TYPE};version={version}", headers, pool=pool), etag
+
+    @staticmethod
+    def _asking_node(environ: Dict[str, Any]) -> Optional[str]:
+        """The node a fetch names with ``?node=<name>`` or ``X-Node-Name`` (a member of the pool
+        gets the pool's target: only with that node's credential, identity.Auth.member_name);
+        None for fetches naming nobody (a real first boot: what a new node may have)."""
+        qs = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
+        node = (qs.get("node") or [""])[0] or environ.get(NODE_HEADER, "")
+        return node_name(node) if node else None
+
+    @staticmethod
+    def _refuse_other_custom(node: Optional[str], known: Any, pool: str) -> None:
+        """A node already in a custom pool never gets another pool's (the worker) config."""
+        if node is None or known is None or known.pool == pool:
+            return
+        from agent.server.rollout.progress import is_custom
+
+        if is_custom(known.pool):
+            raise HTTPError(409, f"node {node} belongs to custom pool {known.pool} ({known.why}); it must not "
+                                 f"get the {pool} config: fetch /config/{known.pool}")

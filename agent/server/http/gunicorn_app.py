@@ -1,0 +1,151 @@
+"""Running the WSGI app under gunicorn, programmatically (no gunicorn config file needed).
+
+Worker model (``--worker-class``): ``gevent`` by default (agent/server/http/gevent_worker.py: one
+greenlet per connection, with handshake/header/idle/body/write deadlines), so a slow or
+handshaking client costs no thread and a storm of hundreds of nodes fetching at once is served
+from the per-worker cache of rendered bodies; ``gthread`` (gunicorn's threads per worker, the
+earlier default) stays available, without those deadlines.
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+
+from gunicorn.app.base import BaseApplication
+from gunicorn.config import Config
+
+from agent.server.http.app import App
+
+
+def default_workers() -> int:
+    """One event-loop worker per CPU, 2..8. Two per CPU cost more CPU per request for nothing in
+    the config storm (docs/performance.md, "Worker count"); two at least, so a worker stalled in
+    a blocking call (an SQLite write waiting for the lock) never stops the whole server."""
+    return max(2, min(8, os.cpu_count() or 1))
+
+
+def default_threads() -> int:
+    return 32
+
+
+WORKER_CLASSES = ("gevent", "gthread")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-connection deadlines of the gevent worker, in seconds (docs/security.md, "Timeouts")."""
+
+    handshake: float = 10.0  # TLS handshake, from the accept
+    header: float = 10.0  # request line + headers, from their first byte
+    body: float = 30.0  # request body, from the end of the headers
+    write: float = 60.0  # each 256 KiB of a response
+    idle: float = 30.0  # a kept-alive connection waiting for its next request
+
+
+class _Config(Config):
+    @property
+    def worker_class_str(self) -> str:
+        # gunicorn < 22 (EPEL 9 ships 21.2) reads worker_class as a string here (``.endswith``);
+        # ours is a class carrying the deadlines, so the arbiter's start-up log line failed.
+        uri = self.settings["worker_class"].get()
+        return uri if isinstance(uri, str) else f"{uri.__module__}.{uri.__qualname__}"
+
+
+class ServerApplication(BaseApplication):
+    def __init__(self, app: App, options: Dict[str, Any]):
+        self.application = app
+        self.options = options
+        super().__init__()
+
+    def load_default_config(self) -> None:
+        self.cfg = _Config(self.usage, prog=self.prog)
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            if value is not None and key in self.cfg.settings:
+                self.cfg.set(key, value)
+
+    def load(self) -> App:
+        return self.application
+
+
+class FrozenConfig:
+    """gunicorn's Config as a worker reads it, each setting looked up once.
+
+    Config answers every attribute through ``__getattr__`` (a dict lookup and a call of the
+    setting's ``get``), and gunicorn reads about 21 settings per request: its request path took
+    110 µs in-process, 82 µs with this (docs/performance.md, "Config storm"). A worker's settings
+    never change after it starts (a reload starts new workers), so the first answer is kept as a
+    plain attribute.
+    """
+
+    def __init__(self, cfg: Any):
+        self._cfg = cfg
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._cfg, name)
+        self.__dict__[name] = value
+        return value
+
+
+_SSL_CONTEXTS: Dict[int, Any] = {}
+
+
+def _ssl_context(conf: Any, default_ssl_context_factory: Any) -> Any:
+    """gunicorn's server hook, called for every TLS connection: build the context once per
+    worker. gunicorn's default builds a new one per connection, loading the system CA store
+    each time (tens of ms of CPU per connection: a storm of 200 new TLS connections then
+    served almost nothing)."""
+    ctx = _SSL_CONTEXTS.get(os.getpid())
+    if ctx is None:
+        ctx = _SSL_CONTEXTS[os.getpid()] = default_ssl_context_factory()
+    return ctx
+
+
+def _post_worker_init(worker: Any) -> None:
+    # Open SQLite and render in the worker, after the fork (never share a connection across it).
+    worker.wsgi.warm()
+
+
+def options(bind: str, certfile: Optional[str], keyfile: Optional[str], workers: Optional[int],
+            threads: int, log_level: str = "info", access_log: Optional[str] = None,
+            worker_class: str = "gevent", limits: Any = None) -> Dict[str, Any]:
+    """gunicorn settings. ``limits``: the gevent worker's deadlines (gevent_worker.Limits);
+    its ``idle`` is also gunicorn's ``keepalive``."""
+    if worker_class == "gevent":
+        from agent.server.http.gevent_worker import worker_class as gevent_class
+
+        limits = limits or Limits()
+        klass: Any = gevent_class(limits)
+        keepalive = max(1, int(limits.idle))  # gunicorn wants whole seconds; TimedSocket enforces idle
+    elif worker_class == "gthread":
+        klass, keepalive = "gthread", 30
+    else:
+        raise ValueError(f"unknown worker class {worker_class!r}; one of {', '.join(WORKER_CLASSES)}")
+    return {
+        "bind": [bind],
+        "workers": workers or default_workers(),
+        "worker_class": klass,
+        "threads": threads,
+        "worker_connections": 2000,
+        "backlog": 2048,
+        "keepalive": keepalive,
+        "timeout": 60,
+        "graceful_timeout": 10,
+        "certfile": certfile,
+        "keyfile": keyfile,
+        "loglevel": log_level,
+        "errorlog": "-",
+        "accesslog": access_log,
+        "post_worker_init": _post_worker_init,
+        "ssl_context": _ssl_context,
+        "proc_name": "node-config-server",
+        "preload_app": False,
+        "reuse_port": False,
+        "forwarded_allow_ips": "127.0.0.1",
+        # gunicorn >= 25.1 opens a management socket by default ($XDG_RUNTIME_DIR/gunicorn.ctl,
+        # else $HOME/.gunicorn/gunicorn.ctl: change the worker count, reload, stop). We offer
+        # no such interface (systemctl does that), and every server of one user would share
+        # the path. Older gunicorn has no such setting; load_config skips unknown ones.
+        "control_socket_disable": True,
+    }

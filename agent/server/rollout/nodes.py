@@ -1,0 +1,46 @@
+"""The node list of ``GET /api/v1/nodes`` (and one node's entry), from the node store.
+
+Each item: ``{"name", "pool", "membership", "degradedReason"?, "updated", "reportedAt",
+"report"}``: ``updated`` as the pool counts it (its target config, and its layered image where
+the pool has one: agent/server/rollout/progress.py); ``reportedAt`` when the server received the last
+report (RFC 3339, UTC). The list is paged as Kubernetes lists are: ``?limit=N`` (default and
+maximum below) and ``metadata.continue`` to pass back as ``?continue=`` for the next page.
+"""
+
+import datetime
+from typing import Any, Dict, List, Optional, Tuple
+
+from agent.server.rollout import progress
+from agent.server.store.nodestore import NodeRecord
+
+DEFAULT_LIMIT = 500
+MAX_LIMIT = 5000
+
+
+def rfc3339(epoch: Optional[float]) -> str:
+    if epoch is None:
+        return ""
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def targets(views: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[str, Optional[str]]]:
+    """pool -> (target config, layered image or None), from Cluster.pool_views()."""
+    return {name: (v["spec"]["configuration"]["name"], v["status"].get("layeredImage") or None)
+            for name, v in views.items()}
+
+
+def node_item(rec: NodeRecord, pool_targets: Dict[str, Tuple[str, Optional[str]]]) -> Dict[str, Any]:
+    target = pool_targets.get(rec.pool)
+    item = {"name": rec.node, "pool": rec.pool, "membership": rec.why,
+            "updated": bool(target) and progress.is_updated(rec.report, target[0], target[1]),
+            "reportedAt": rfc3339(rec.received), "report": dict(rec.report)}
+    if rec.degraded:
+        item["degradedReason"] = rec.degraded
+    return item
+
+
+def node_list(records: List[NodeRecord], pool_targets: Dict[str, Tuple[str, Optional[str]]],
+              limit: int) -> Dict[str, Any]:
+    items = [node_item(r, pool_targets) for r in records]
+    meta = {"continue": items[-1]["name"]} if len(items) == limit and items else {}
+    return {"apiVersion": "v1", "kind": "NodeList", "metadata": meta, "items": items}

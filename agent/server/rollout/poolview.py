@@ -1,0 +1,59 @@
+"""Pieces of the MachineConfigPool view that need no store (pure): conditions, the pending
+disruption of the next update, one node's entry."""
+
+import logging
+from typing import Any, Callable, Dict, List, Optional
+
+from agent.server.rollout import progress
+from agent.server.store.nodestore import NodeRecord
+
+log = logging.getLogger(__name__)
+
+
+def conditions(counts: progress.Counts, target: str, current: str, row: Dict[str, Any]) -> List[Dict[str, str]]:
+    updating = target != current or counts.updated < counts.machine
+    return [
+        {"type": "Updated", "status": "False" if updating else "True"},
+        {"type": "Updating", "status": "True" if updating else "False"},
+        {"type": "Degraded", "status": "True" if counts.degraded else "False"},
+        {"type": "RenderHeld", "status": "True" if row.get("held") else "False",
+         "message": row.get("held") or ""},
+    ]
+
+
+def pending_disruption(spec_of: Callable[[str], Optional[Dict[str, Any]]], cluster_spec: Dict[str, Any],
+                       current: str, target: str) -> Optional[Dict[str, Any]]:
+    """Actions a node on ``current`` takes to reach ``target`` (agent.core.disruption), if available."""
+    if current == target:
+        return {"from": current, "to": target, "actions": [{"type": "None"}], "reboot": False, "drain": False}
+    try:
+        from agent.core.disruption import merge_policy, plan_disruption
+        from agent.core.nodeconfig import NodeConfig
+    except ImportError:
+        return None
+    a, b = spec_of(current), spec_of(target)
+    if a is None or b is None:
+        return None
+
+    def nc(spec: Dict[str, Any], name: str) -> NodeConfig:
+        return NodeConfig(ignition=spec.get("config") or {}, os_image_url=spec.get("osImageURL", ""),
+                          kernel_arguments=tuple(spec.get("kernelArguments") or ()),
+                          kernel_type=spec.get("kernelType", ""), extensions=tuple(spec.get("extensions") or ()),
+                          fips=bool(spec.get("fips")), name=name)
+    try:
+        policy = merge_policy(cluster_spec.get("nodeDisruptionPolicy"), source="machineconfiguration.yaml")
+        plan = plan_disruption(nc(a, current), nc(b, target), policy)
+    except Exception as exc:  # an optional view: never fail the pool object for it
+        log.warning("pending disruption of %s -> %s not computed: %s", current, target, exc)
+        return None
+    out = plan.to_dict()
+    out.pop("changes", None)  # the action list is the point; the full diff can be large
+    return {"from": current, "to": target, **out}
+
+
+def node_entry(rec: NodeRecord) -> Dict[str, Any]:
+    rep = rec.report
+    return {"state": rep.get("state"), "currentConfig": rep.get("currentConfig", ""),
+            "currentImage": rep.get("currentImage", ""), "skew": rep.get("skew", ""),
+            "membership": rec.why, **({"degradedReason": rec.degraded} if rec.degraded else {}),
+            **({"reason": rep["reason"]} if rep.get("reason") else {})}

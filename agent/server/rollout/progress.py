@@ -1,0 +1,200 @@
+"""Pool membership, counts, rollout steps and cluster-wide progress (pure).
+
+REFERENCE §3 (custom pools) and §6 (upgrades across pools): progress is judged over *all*
+pools, each blocking pool is named with its reason, and a new target does not start while the
+previous rollout of that pool is incomplete unless forced.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from agent.server.rollout.render import selector_matches
+
+ANN = "machineconfiguration.openshift.io/"
+STATES = ("Done", "Working", "Degraded")
+
+
+@dataclass(frozen=True)
+class Membership:
+    pool: str
+    why: str
+    degraded: str = ""  # non-empty: the node's pool is ambiguous (two custom pools)
+
+
+@dataclass
+class Counts:
+    machine: int = 0
+    updated: int = 0
+    ready: int = 0
+    degraded: int = 0
+    refused: int = 0
+    working: int = 0
+    nodes: List[str] = field(default_factory=list)
+
+    def to_status(self) -> Dict[str, int]:
+        return {"machineCount": self.machine, "updatedMachineCount": self.updated,
+                "readyMachineCount": self.ready, "degradedMachineCount": self.degraded,
+                "unavailableMachineCount": self.machine - self.ready,
+                "skewRefusedMachineCount": self.refused}
+
+
+def _selects(pool: Dict[str, Any], labels: Dict[str, str]) -> bool:
+    """Whether the pool's ``nodeSelector`` selects a node with ``labels``: the whole
+    LabelSelector, ``matchExpressions`` too, as upstream's getPoolsForNode does
+    (node_controller.go, ``selector.Matches(labels.Set(node.Labels))``). Matching
+    ``matchLabels`` only left a pool selected by expressions with no node at all."""
+    return selector_matches((pool.get("spec") or {}).get("nodeSelector"), labels)
+
+
+def is_custom(name: str) -> bool:
+    return name not in ("master", "worker")
+
+
+def membership(report: Dict[str, Any], pools: Dict[str, Dict[str, Any]],
+               pool_of_rendered: Callable[[str], Optional[str]]) -> Membership:
+    """Which pool a reporting node belongs to. Precedence: master > custom > worker.
+
+    - A node whose served ``firstPivotConfig`` is a custom pool's config belongs to it at once
+      (the upstream MCO-650 fix: it must never be handed the worker config).
+    - With ``labels`` in the report: pools whose ``nodeSelector`` selects them; master wins,
+      then the one custom pool; two custom pools is an error (Degraded, with the reason).
+    - Otherwise the pool the node says.
+    """
+    said = str(report.get("pool") or "")
+    labels = report.get("labels") if isinstance(report.get("labels"), dict) else None
+    matched: List[str] = []
+    if labels is not None:
+        labels = {str(k): str(v) for k, v in labels.items()}
+        for name in sorted(pools):
+            if _selects(pools[name], labels):
+                matched.append(name)
+    if "master" in matched:
+        return Membership("master", "labels match the master pool (master wins)")
+    customs = [p for p in matched if is_custom(p)]
+    if len(customs) > 1:
+        return Membership(said or customs[0], "labels match several custom pools",
+                          degraded=f"node matches more than one custom pool ({', '.join(customs)}); "
+                                   f"a node may belong to one custom pool only: fix its labels or the pools' "
+                                   f"nodeSelector")
+    pivot = str(report.get("firstPivotConfig") or "")
+    pivot_pool = pool_of_rendered(pivot) if pivot else None
+    if pivot_pool and is_custom(pivot_pool) and pivot_pool in pools:
+        return Membership(pivot_pool, f"first booted into {pivot} of custom pool {pivot_pool}")
+    if customs:
+        return Membership(customs[0], f"labels match custom pool {customs[0]} (custom wins over worker)")
+    if said and is_custom(said) and said in pools:
+        return Membership(said, "reported pool")
+    if matched:
+        return Membership(matched[0], "labels match")
+    return Membership(said, "reported pool")
+
+
+def is_updated(report: Dict[str, Any], target: str, image: Optional[str]) -> bool:
+    """Whether the node runs ``target`` (and ``image``): Done on it, as upstream's isNodeDone.
+    A node still Working on it (a reboot pending) does not run it yet, so it proves nothing to
+    new nodes (gating) and does not count as updated."""
+    if report.get("currentConfig") != target or report.get("state") != "Done":
+        return False
+    return image is None or report.get("currentImage") == image
+
+
+def count(members: Dict[str, Tuple[Dict[str, Any], Membership]], target: str, image: Optional[str]) -> Counts:
+    c = Counts()
+    for node in sorted(members):
+        report, member = members[node]
+        c.machine += 1
+        c.nodes.append(node)
+        updated = is_updated(report, target, image)
+        if updated:
+            c.updated += 1
+            if report.get("state") == "Done" and not member.degraded:
+                c.ready += 1
+        if report.get("state") == "Degraded" or member.degraded:
+            c.degraded += 1
+        if report.get("state") == "Working":
+            c.working += 1
+        if report.get("skew") == "refuse":
+            c.refused += 1
+    return c
+
+
+@dataclass(frozen=True)
+class Step:
+    target: str
+    current: str
+    held: str  # why the rendered config is not the target, or ""
+
+
+def rollout_step(rendered: str, row: Optional[Dict[str, Any]], paused: bool, forced: bool,
+                 counts: Counts) -> Step:
+    """The pool's next (target, current). ``counts`` are against the stored target.
+
+    - A brand-new pool: current = target = the rendered config.
+    - current moves to target once every node of the pool is Done on it (or there are none).
+    - A paused pool keeps its target.
+    - A new rendered config waits while the previous rollout is incomplete, unless forced.
+    """
+    if row is None:
+        return Step(rendered, rendered, "")
+    target, current = row["target"], row["current"]
+    if target != current and counts.ready == counts.machine:
+        current = target
+    held = ""
+    if rendered != target:
+        if paused:
+            held = f"pool is paused: the new rendered config {rendered} waits (target stays {target})"
+        elif target != current and not forced:
+            held = (f"the rollout of {target} is incomplete ({counts.ready} of {counts.machine} node(s) done): "
+                    f"the new rendered config {rendered} waits; set annotation node-agent.io/force-rollout: "
+                    f"\"true\" on the pool or machineconfiguration.yaml to force it")
+        else:
+            target = rendered
+            if counts.machine == 0:
+                current = target
+    return Step(target, current, held)
+
+
+def pool_blocking(name: str, view: Dict[str, Any]) -> List[str]:
+    """Reasons this pool keeps the cluster update from being complete (empty: the pool is done)."""
+    status = view["status"]
+    spec = view["spec"]
+    reasons = []
+    target, current = spec["configuration"]["name"], status["configuration"]["name"]
+    if status.get("held"):
+        reasons.append(status["held"] if not spec.get("paused") else f"paused: {status['held']}")
+    elif spec.get("paused") and target != current:
+        reasons.append(f"paused while updating to {target}")
+    if status["degradedMachineCount"]:
+        reasons.append(f"degraded: {status['degradedMachineCount']} node(s) degraded")
+    if status.get("skewRefusedMachineCount"):
+        reasons.append(f"skew: {status['skewRefusedMachineCount']} node(s) refused by boot image skew rules")
+    if target != current or status["updatedMachineCount"] < status["machineCount"] or \
+            status["readyMachineCount"] < status["machineCount"]:
+        reasons.append(f"updating: {status['readyMachineCount']} of {status['machineCount']} node(s) done on {target}")
+    return reasons
+
+
+def cluster_progress(views: Dict[str, Dict[str, Any]], warnings: Optional[List[str]] = None) -> Dict[str, Any]:
+    pools: Dict[str, Any] = {}
+    blocking: List[Dict[str, str]] = []
+    for name in sorted(views):
+        view = views[name]
+        reasons = pool_blocking(name, view)
+        st = view["status"]
+        pools[name] = {
+            "complete": not reasons,
+            "target": view["spec"]["configuration"]["name"],
+            "current": st["configuration"]["name"],
+            "rendered": st.get("rendered", ""),
+            "paused": bool(view["spec"].get("paused")),
+            "machineCount": st["machineCount"], "updatedMachineCount": st["updatedMachineCount"],
+            "readyMachineCount": st["readyMachineCount"], "degradedMachineCount": st["degradedMachineCount"],
+            "skewRefusedMachineCount": st.get("skewRefusedMachineCount", 0),
+        }
+        blocking.extend({"pool": name, "reason": r} for r in reasons)
+    out: Dict[str, Any] = {"complete": not blocking and bool(pools), "pools": pools, "blocking": blocking}
+    if not pools:
+        out["blocking"] = [{"pool": "", "reason": "no pools defined"}]
+    if warnings:
+        out["warnings"] = list(warnings)
+    return out

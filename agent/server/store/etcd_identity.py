@@ -1,0 +1,96 @@
+"""Node credentials and node deletion in the etcd node store (a mixin of ``EtcdNodeStore``).
+
+Keys under the store prefix: ``credentials/<node>`` = JSON ``{"hash", "created"}`` (the SHA-256
+of the node's credential, never the secret: agent/server/rollout/identity.py) and ``credhash/<hash>`` =
+the node's name, so a replica that has not yet seen a fresh registration through its watch can
+still find the owner of a credential with one read. Each process keeps both directions in memory
+(loaded with the nodes, followed by the watch), so checking a credential costs no round trip.
+"""
+
+import json
+from typing import Dict, Optional
+
+from agent.server.store import etcd_drains
+from agent.server.store.etcd_client import KV, cmp_absent, cmp_mod, op_delete, op_put
+from agent.server.store.nodestore import Deleted
+
+
+class EtcdIdentity:
+    """Needs ``self.client``, ``self.prefix``, ``self._k``, ``self._lock``, ``self._index``, ``self._leases``."""
+
+    _credentials: Dict[str, str]  # node -> hash
+    _owners: Dict[str, str]  # hash -> node
+
+    def _read_credentials(self, revision: int) -> Dict[str, str]:
+        """Every node's credential hash at ``revision`` (read before taking the lock)."""
+        kvs, _ = self.client.range(self._k("credentials/"), prefix=True, revision=revision)
+        return {kv.key.decode().rsplit("/", 1)[1]: json.loads(kv.value)["hash"] for kv in kvs}
+
+    def _set_credentials(self, creds: Dict[str, str]) -> None:
+        self._credentials, self._owners = creds, {h: n for n, h in creds.items()}
+
+    def _credential_event(self, node: str, kv: KV, deleted: bool) -> None:
+        old = self._credentials.pop(node, None)
+        if old is not None:
+            self._owners.pop(old, None)
+        if not deleted:
+            digest = json.loads(kv.value)["hash"]
+            self._credentials[node], self._owners[digest] = digest, node
+
+    def credential(self, node: str) -> Optional[str]:
+        with self._lock:
+            digest = self._credentials.get(node)
+        if digest is None:  # maybe registered through another replica a moment ago
+            kv = self.client.get(self._k("credentials", node))
+            digest = json.loads(kv.value)["hash"] if kv else None
+        return digest
+
+    def credential_owner(self, credential_hash: str) -> Optional[str]:
+        with self._lock:
+            node = self._owners.get(credential_hash)
+        if node is None:
+            kv = self.client.get(self._k("credhash", credential_hash))
+            if kv is not None and self.credential(kv.value.decode()) == credential_hash:
+                node = kv.value.decode()  # a rotated credential's old hash no longer matches
+        return node
+
+    def put_credential(self, node: str, credential_hash: str, now: float, replace: bool) -> bool:
+        key = self._k("credentials", node)
+        value = json.dumps({"hash": credential_hash, "created": now})
+        for _ in range(20):
+            kv = self.client.get(key)
+            if kv is not None and not replace:
+                return False
+            ops = [op_put(key, value), op_put(self._k("credhash", credential_hash), node)]
+            if kv is not None:
+                ops.append(op_delete(self._k("credhash", json.loads(kv.value)["hash"])))
+            guard = [cmp_absent(key)] if kv is None else [cmp_mod(key, kv.mod_revision)]
+            ok, revision = self.client.txn(guard, ops)
+            if ok:
+                with self._lock:
+                    self._credential_event(node, KV(key.encode(), value.encode(), revision, revision, 0), False)
+                return True
+        raise RuntimeError(f"node {node}: too many concurrent registrations in etcd; try again")
+
+    def delete_node(self, node: str, now: float) -> Deleted:
+        """One transaction: the report (the index drops its counters and proofs), the lease, the
+        credential and the drain log. The lease's etcd lease is revoked after."""
+        report = self.client.get(self._k("nodes", node))
+        cred = self.client.get(self._k("credentials", node))
+        held = [h for h in etcd_drains.holders(self.client, self.prefix) if h["node"] == node]
+        ops = [op_delete(self._k(*parts)) for parts in (("nodes", node), ("credentials", node), ("drainlog", node))]
+        if cred is not None:
+            ops.append(op_delete(self._k("credhash", json.loads(cred.value)["hash"])))
+        ops += [op_delete(self._k("leases", h["pool"], node)) for h in held]
+        _, revision = self.client.txn([], ops)
+        for h in held:
+            self.client.revoke(h["lease"])
+        previous = json.loads(report.value).get("pool") if report is not None else None
+        with self._lock:
+            self._index.apply(node, None, revision)
+            self._leases.pop(node, None)
+            digest = self._credentials.pop(node, None)
+            if digest is not None:
+                self._owners.pop(digest, None)
+        return Deleted(bool(report or cred or held), previous, held[0]["pool"] if held else None)
+

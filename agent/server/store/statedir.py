@@ -1,0 +1,228 @@
+"""The server's YAML state directory: load, validate, and notice changes.
+
+Layout (ARCHITECTURE, "Server state"): ``machineconfigpools/*.yaml``, ``machineconfigs/*.yaml``,
+``machineconfiguration.yaml``, ``machineosconfigs/*.yaml``, ``machineosbuilds/*.yaml``.
+
+A bad object never takes the server down: problems are reported with file and field, and the
+last good state keeps serving (on the very first load, the valid objects are used).
+Changes are noticed by polling names, mtimes and sizes (no inotify needed).
+"""
+
+import hashlib
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Tuple
+
+import yaml
+
+from agent.errors import Problem
+from agent.server.store.objects import (  # noqa: F401 - DNS1123_* and the check_* are imported from here too
+    _CHECKS,
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    KERNEL_TYPES,
+    check_api_version,
+    check_cluster,
+    check_machine_config,
+    check_os_config,
+    check_pool,
+)
+from agent.server.store.statefiles import StateFileError, load_yaml_docs, read_bounded, read_docs
+
+log = logging.getLogger(__name__)
+
+KINDS = {
+    "machineconfigpools": "MachineConfigPool",
+    "machineconfigs": "MachineConfig",
+    "machineosconfigs": "MachineOSConfig",
+    "machineosbuilds": "MachineOSBuild",
+}
+CLUSTER_FILE = "machineconfiguration.yaml"
+FORCE_ANNOTATION = "node-agent.io/force-rollout"
+BOOTSTRAP_DIR = "bootstrap"  # files served to new nodes as upstream does (agent.server.cluster.content)
+BOOTSTRAP_FILES = ("kubeconfig", "kubelet-ca.crt")
+MAX_BOOTSTRAP_BYTES = 1 << 20
+
+
+@dataclass
+class State:
+    pools: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    machine_configs: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    cluster: Dict[str, Any] = field(default_factory=dict)  # machineconfiguration.yaml
+    os_configs: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    os_builds: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    signature: str = ""  # hash of (name, mtime, size) of every file read
+    problems: List[Problem] = field(default_factory=list)  # of the newest load attempt
+    loaded_at: float = 0.0
+    stale: bool = False  # True when the newest files were invalid and an older state serves
+    bootstrap: Dict[str, bytes] = field(default_factory=dict)  # bootstrap/kubeconfig, bootstrap/kubelet-ca.crt
+
+    @property
+    def cluster_spec(self) -> Dict[str, Any]:
+        return (self.cluster or {}).get("spec") or {}
+
+    @property
+    def force_rollout(self) -> bool:
+        return _truthy(((self.cluster.get("metadata") or {}).get("annotations") or {}).get(FORCE_ANNOTATION)) or \
+            bool(self.cluster_spec.get("forceRollout"))
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).lower() in ("true", "1", "yes")
+
+
+def pool_forced(pool: Dict[str, Any]) -> bool:
+    return _truthy(((pool.get("metadata") or {}).get("annotations") or {}).get(FORCE_ANNOTATION))
+
+
+def _yaml_files(directory: str) -> List[str]:
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.endswith((".yaml", ".yml", ".json")) and not n.startswith("."))
+
+
+def signature(state_dir: str) -> str:
+    """Cheap fingerprint of the directory: changes whenever a file is added, removed or rewritten."""
+    return signature_and_newest(state_dir)[0]
+
+
+def signature_and_newest(state_dir: str) -> Tuple[str, float]:
+    """The fingerprint and the newest mtime (files and their directories: a removal counts)."""
+    h = hashlib.sha256()
+    newest = [0.0]
+    for sub in sorted(KINDS):
+        d = os.path.join(state_dir, sub)
+        _mtime_of(d, newest)
+        for name in _yaml_files(d):
+            _sig_one(h, os.path.join(d, name), newest)
+    _sig_one(h, os.path.join(state_dir, CLUSTER_FILE), newest)
+    for name in BOOTSTRAP_FILES:
+        _sig_one(h, os.path.join(state_dir, BOOTSTRAP_DIR, name), newest)
+    return h.hexdigest(), newest[0]
+
+
+def _mtime_of(path: str, newest: List[float]) -> None:
+    try:
+        newest[0] = max(newest[0], os.stat(path).st_mtime)
+    except OSError:
+        pass
+
+
+def _sig_one(h: Any, path: str, newest: List[float]) -> None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        h.update(f"{path}:-\n".encode())
+        return
+    newest[0] = max(newest[0], st.st_mtime)
+    h.update(f"{path}:{st.st_mtime_ns}:{st.st_size}:{st.st_ino}\n".encode())
+
+
+def _spec2_converted(doc: Dict[str, Any], where: str) -> Tuple[Dict[str, Any], List[Problem]]:
+    """Spec 2.2 MachineConfigs are converted to 3.2 first, as the MCO does (helpers.go:612-668)."""
+    from agent.core.loadconfig import convert_spec2_machine_config
+
+    doc, refused = convert_spec2_machine_config(doc, where)
+    found = _CHECKS["machineconfigs"](doc, where)
+    return doc, refused + [p for p in found if not (refused and p.path.startswith("$.spec.config"))]
+
+
+def load_state(state_dir: str) -> State:
+    """Read and validate everything. Invalid objects are left out and listed in ``problems``."""
+    state = State(loaded_at=time.time())
+    sig = signature(state_dir)
+    buckets = {
+        "machineconfigpools": state.pools,
+        "machineconfigs": state.machine_configs,
+        "machineosconfigs": state.os_configs,
+        "machineosbuilds": state.os_builds,
+    }
+    for sub, kind in KINDS.items():
+        d = os.path.join(state_dir, sub)
+        for fname in _yaml_files(d):
+            src = os.path.join(sub, fname)
+            for where, doc in read_docs(os.path.join(d, fname), src, state_dir, state.problems):
+                if doc.get("kind") not in (None, kind):
+                    state.problems.append(Problem("$.kind", f"expected {kind} in {sub}/", "kind",
+                                                  value=doc.get("kind"), source=where))
+                    continue
+                found = check_api_version(doc, kind, where)
+                if found:
+                    pass
+                elif sub == "machineconfigs":
+                    doc, found = _spec2_converted(doc, where)
+                else:
+                    found = _CHECKS[sub](doc, where)
+                if found:
+                    state.problems.extend(found)
+                    continue
+                name = doc["metadata"]["name"]
+                if name in buckets[sub]:
+                    state.problems.append(Problem("$.metadata.name", f"duplicate {kind} name", "duplicate",
+                                                  value=name, source=where))
+                    continue
+                buckets[sub][name] = doc
+    cpath = os.path.join(state_dir, CLUSTER_FILE)
+    if os.path.exists(cpath):
+        docs = read_docs(cpath, CLUSTER_FILE, state_dir, state.problems)
+        for where, doc in docs[:1]:
+            found = check_cluster(doc, where)
+            if found:
+                state.problems.extend(found)
+            else:
+                state.cluster = doc
+    state.bootstrap = load_bootstrap(state_dir, state.problems)
+    state.signature = sig
+    return state
+
+
+def load_bootstrap(state_dir: str, problems: List[Problem]) -> Dict[str, bytes]:
+    """``bootstrap/kubeconfig`` and ``bootstrap/kubelet-ca.crt`` when present and sane (a
+    kubeconfig with a cluster server, a PEM certificate), at most 1 MiB each."""
+    out: Dict[str, bytes] = {}
+    for name in BOOTSTRAP_FILES:
+        path = os.path.join(state_dir, BOOTSTRAP_DIR, name)
+        src = f"{BOOTSTRAP_DIR}/{name}"
+        try:  # a regular file inside the state directory, never a FIFO (agent.server.store.statefiles)
+            data = read_bounded(path, state_dir, MAX_BOOTSTRAP_BYTES)
+        except FileNotFoundError:
+            continue
+        except StateFileError as exc:
+            problems.append(Problem("$", str(exc), exc.rule, source=src))
+            continue
+        why = _bootstrap_problem(name, data)
+        if why:
+            problems.append(Problem("$", why, "bootstrap", source=src))
+        else:
+            out[name] = data
+    return out
+
+
+def _bootstrap_problem(name: str, data: bytes) -> str:
+    if len(data) > MAX_BOOTSTRAP_BYTES:
+        return f"too large (at most {MAX_BOOTSTRAP_BYTES} bytes)"
+    if name.endswith(".crt"):
+        return "" if b"-----BEGIN CERTIFICATE-----" in data else "not a PEM certificate bundle"
+    try:
+        docs = load_yaml_docs(data)
+        doc = docs[0] if docs else None
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        return f"not a valid kubeconfig: {exc}"
+    clusters = doc.get("clusters") if isinstance(doc, dict) else None
+    if not isinstance(clusters, list) or not clusters or not all(
+            isinstance(c, dict) and (c.get("cluster") or {}).get("server") for c in clusters):
+        return "not a kubeconfig: clusters[].cluster.server is required"
+    return ""
+
+
+def __getattr__(name: str) -> Any:
+    # StateWatcher moved to agent.server.store.watcher (it imports this module); old imports still work.
+    if name == "StateWatcher":
+        from agent.server.store.watcher import StateWatcher
+
+        return StateWatcher
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
