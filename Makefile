@@ -49,8 +49,11 @@ $(STAMP): pyproject.toml | sysdeps
 
 venv: sysdeps $(STAMP)
 
+# ruff, and the layout's import rules (import-linter; contracts in pyproject.toml, explained in
+# docs/architecture.md). --no-cache: nothing is written into the checkout.
 lint: venv
-	$(VENV)/bin/ruff check agent tests benchmarks examples
+	$(VENV)/bin/ruff check agent tests benchmarks examples tools
+	$(VENV)/bin/lint-imports --no-cache
 
 compat: venv
 	$(VENV)/bin/vermin -q --no-tips --violations --eval-annotations -t=3.9- agent

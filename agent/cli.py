@@ -10,8 +10,8 @@ import sys
 
 from agent import __version__
 
-DEFAULT_POINTER = "/etc/node-agent/pointer.ign"
 DEFAULT_SETTINGS = "/etc/node-agent/agent.yaml"
+DEFAULT_POINTER = "/etc/node-agent/pointer.ign"  # the same as agent.core.paths (not imported: start-up)
 
 
 def node_name_arg(text: str) -> str:

@@ -152,9 +152,9 @@ def test_refused_report_ends_first_boot_degraded_and_status_says_why(server, tmp
         f.write(TOKEN + "\n")
     with open(os.path.join(root, "etc/node-agent/agent.yaml"), "a") as f:
         f.write("report:\n  tokenFile: /etc/node-agent/token\n")
-    from agent.core.settings import load_settings
     from agent.host.root import Root
     from agent.node.report import Reporter
+    from agent.node.settingsfile import load_settings
 
     settings = load_settings(Root(root), None)
     rep = Reporter(server.base_url, "notoken-0", Root(root), settings.state_dir, token=TOKEN)

@@ -16,7 +16,8 @@ import pytest
 
 from agent.core.settings import FetchSettings, Settings
 from agent.errors import FetchError
-from agent.resource.fetch import Fetcher, resolve_pointer
+from agent.resource.fetch import Fetcher
+from agent.resource.pointer import resolve_pointer
 from tests.helpers.faultproxy import FAULTS, FaultProxy
 from tests.helpers.httpserver import Reply, ScriptedServer
 

@@ -10,7 +10,8 @@ import pytest
 
 from agent.core.settings import FetchSettings, Settings
 from agent.errors import ConfigError, FetchError
-from agent.resource.fetch import Fetcher, ResolvedConfig, resolve_pointer, trust_config_cas
+from agent.resource.fetch import Fetcher
+from agent.resource.pointer import ResolvedConfig, resolve_pointer, trust_config_cas
 from tests.helpers.certs import make_tls
 from tests.helpers.httpserver import Reply, ScriptedServer
 

@@ -9,7 +9,7 @@ from agent.core.nodeconfig import NodeConfig
 from agent.errors import ConfigError
 from agent.ignition import dataurl
 from agent.ignition.dataurl import decompress
-from agent.node.apply import resolve_contents
+from agent.resource.contents import resolve_contents
 
 
 def data_url(raw: bytes) -> str:

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
+from agent.core.applyplan.ospackages import extensions_command, kernel_switch_commands
 from agent.core.nodeconfig import NodeConfig
 from agent.core.reconcilable import check
 from agent.errors import ConfigError
-from agent.host.rpmostree import RpmOstree, extensions_command, kernel_switch_commands
+from agent.host.rpmostree import RpmOstree
 from agent.node.apply import apply_config
 from tests.test_apply import FakeSystemd, LiveRoot, root  # noqa: F401 (fixture)
 from tests.test_rpmostree import fake  # noqa: F401 (fixture)

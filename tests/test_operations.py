@@ -2,11 +2,11 @@
 
 import pytest
 
+from agent.core.applyplan.accounts import Accounts, add_user
+from agent.core.applyplan.op import Observed
 from agent.core.applyplan.operations import Facts, desired_operations, diff_operations, kernel_args
 from agent.core.nodeconfig import NodeConfig
 from agent.errors import ApplyError
-from agent.host.accounts import Accounts, add_user
-from agent.host.files import Observed
 
 ACC = Accounts(passwd="root:x:0:0::/root:/bin/bash\ncore:x:1000:1000::/var/home/core:/bin/bash\n",
                group="root:x:0:\ncore:x:1000:\n")

@@ -6,7 +6,8 @@ import pytest
 from agent.core.settings import FetchSettings, Settings, parse_settings
 from agent.errors import FetchError
 from agent.resource import proxy
-from agent.resource.fetch import Fetcher, resolve_pointer
+from agent.resource.fetch import Fetcher
+from agent.resource.pointer import resolve_pointer
 from agent.resource.proxy import ProxySettings, bypasses, proxy_for
 from tests.helpers.certs import make_tls
 from tests.helpers.httpserver import Reply, ScriptedServer

@@ -11,11 +11,11 @@ from agent.core.settings import (
     FetchSettings,
     Settings,
     default_node_name,
-    load_settings,
     parse_settings,
 )
 from agent.errors import EXIT_INVALID_CONFIG, ConfigError
 from agent.host.root import Root
+from agent.node.settingsfile import load_settings
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "agent.yaml")
 

@@ -9,7 +9,6 @@ logged as warnings (a typo must not pass unnoticed, but a newer file must not st
 
 import logging
 import math
-import posixpath
 import socket
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -17,9 +16,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import yaml
 
 from agent.core.names import NODE_NAME_RULE, is_node_name
+from agent.core.proxyrules import ProxySettings, check_proxy_url
 from agent.errors import ConfigError, Problem
-from agent.host.root import Root
-from agent.resource.proxy import ProxySettings, check_proxy_url
 
 log = logging.getLogger(__name__)
 
@@ -210,25 +208,8 @@ def _proxy(values: Dict[str, Any]) -> ProxySettings:
                          tuple(e.strip() for e in no_proxy))
 
 
-def load_settings(root: Root, path: Optional[str] = None) -> Settings:
-    """Load the agent settings at ``path`` (a path inside ``root``; default /etc/node-agent/agent.yaml).
-
-    The default file missing means all defaults; a file named explicitly must exist.
-    """
-    config_path = posixpath.normpath(path) if path else DEFAULT_PATH
-    if not config_path.startswith("/"):
-        config_path = "/" + config_path
-    host_path = root.path(config_path)
-    try:
-        with open(host_path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        if path and config_path != DEFAULT_PATH:
-            raise ConfigError(f"settings file {config_path} does not exist (under root {root.top}); "
-                              "create it or leave out --settings for the defaults", source=config_path)
-        return Settings()
-    except OSError as exc:
-        raise ConfigError(f"cannot read settings file {config_path}: {exc.strerror or exc}", source=config_path)
+def parse_settings_file(raw: bytes, config_path: str) -> Settings:
+    """The settings in the bytes of the file at ``config_path`` (named in every error)."""
     try:
         data = yaml.safe_load(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

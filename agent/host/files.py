@@ -16,8 +16,9 @@ import errno
 import os
 import secrets
 import stat
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from agent.core.applyplan.op import Observed
 
 TMP_PREFIX = ".node-agent-tmp."
 
@@ -35,20 +36,6 @@ def use_labeller(labeller: Optional[Any]) -> None:
 def _label(path: str) -> None:
     if _labeller is not None:
         _labeller.label([path])
-
-
-@dataclass(frozen=True)
-class Observed:
-    """What is at a path now (``lstat``, not following a final link)."""
-
-    kind: str  # "absent", "file", "dir", "symlink", "other"
-    mode: int = 0  # permission bits only (07777)
-    uid: int = 0
-    gid: int = 0
-    data: Optional[bytes] = None  # regular files only, when asked for
-    target: str = ""  # symlinks only
-    ino: int = 0
-    dev: int = 0
 
 
 def observe(path: str, read: bool = True) -> Observed:
@@ -120,12 +107,10 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644, uid: int = -1, gid: 
             os.fchmod(fd, mode)
         finally:
             os.close(fd)
-        os.rename(tmp, path)
     except BaseException:
         _unlink_quiet(tmp)
         raise
-    _label(path)
-    fsync_dir(os.path.dirname(path))
+    _rename_into_place(tmp, path)
 
 
 def write_many(items: Sequence[Tuple[str, bytes, int, int, int]]) -> None:

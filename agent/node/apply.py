@@ -18,7 +18,6 @@ On an offline root (``--root DIR``) systemd enablement is done with links, as
 ``ApplyResult.not_performed``, the OS changes recorded in ``<state>/pending-os.json``.
 """
 
-import hashlib
 import json
 import logging
 import os
@@ -26,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from agent.core.applyplan import unitfiles
 from agent.core.applyplan.operations import (
     DEFAULT_STATE_DIR,
     MANAGED_FILE,
@@ -39,12 +39,13 @@ from agent.core.applyplan.operations import (
 )
 from agent.core.nodeconfig import NodeConfig
 from agent.core.pullsecret import PULL_SECRET_PATH, check_pull_secret
-from agent.errors import ApplyError, ConfigError, FetchError, HostError, Problem
+from agent.errors import ApplyError, HostError
 from agent.host import files, units
 from agent.host.accounts import read_accounts
 from agent.host.root import PathEscapeError, Root
 from agent.node.txjournal import Journal, JournalError
 from agent.node.txjournal import recover as _recover
+from agent.resource.contents import resolve_contents
 
 log = logging.getLogger(__name__)
 _STAGE = {"NODE_AGENT_STAGE": "apply"}
@@ -72,91 +73,6 @@ def recover(root: Root, state_dir: str = DEFAULT_STATE_DIR, systemd=None, rpmost
         return _recover(root, state_dir, systemd=systemd, rpmostree=rpmostree)
     except JournalError as e:
         raise HostError(str(e))
-
-
-# ------------------------------------------------------------------------------------------
-# contents
-
-
-def _decode_data(url: str, where: str) -> bytes:
-    from agent.ignition.dataurl import decode_data_url
-
-    try:
-        return decode_data_url(url)
-    except ConfigError as e:
-        raise ConfigError(f"{where}.source: {e}", [Problem(f"{where}.source", str(e))])
-
-
-def _decompress(data: bytes, compression: str, where: str, limit: Optional[int] = None) -> bytes:
-    from agent.ignition.dataurl import decompress
-
-    try:
-        return decompress(data, compression, limit)
-    except ConfigError as e:
-        raise ConfigError(f"{where}.compression: {e}", [Problem(f"{where}.compression", str(e))])
-
-
-def _verify(data: bytes, verification: Optional[Dict], where: str) -> None:
-    spec = (verification or {}).get("hash")
-    if not spec:
-        return
-    algo, _, want = spec.partition("-")
-    if algo not in ("sha512", "sha256"):
-        raise ConfigError(f"{where}.verification.hash: unsupported hash {algo!r}",
-                          [Problem(f"{where}.verification.hash", f"unsupported hash type {algo!r}")])
-    got = hashlib.new(algo, data).hexdigest()
-    if got != want.lower():
-        raise FetchError(f"{where}: contents do not match verification.hash ({algo} {got}, expected {want})")
-
-
-def resolve_resource(res: Dict, where: str, fetcher, limit: Optional[int] = None) -> bytes:
-    """Bytes of an Ignition resource (``source``, ``compression``, ``verification``); a
-    compressed one expands to at most ``limit`` bytes."""
-    url = res.get("source") or ""
-    compression = res.get("compression") or ""
-    verification = res.get("verification")
-    scheme = url.split(":", 1)[0].lower()
-    if url == "":
-        raw = b""  # an empty source is an empty file (Ignition; spec 2.2 files without contents)
-    elif scheme == "data":
-        raw = _decode_data(url, where)
-    elif scheme in ("http", "https"):
-        if fetcher is None:
-            try:
-                from agent.resource.fetch import Fetcher
-            except ImportError:
-                raise HostError(f"{where}.source: no fetcher available for {url}")
-            fetcher = Fetcher()
-        # The hash covers the decompressed contents (as Ignition), so the fetcher verifies it
-        # only when there is nothing to decompress.
-        raw = fetcher.fetch(url, verification=None if compression else verification).body
-    else:
-        raise ConfigError(f"{where}.source: scheme {scheme!r} is not supported by node-agent (use data, http or https)",
-                          [Problem(f"{where}.source", f"unsupported scheme {scheme!r}", value=url)])
-    data = _decompress(raw, compression, where, limit)
-    if scheme in ("data", "") or compression:
-        _verify(data, verification, where)
-    return data
-
-
-def resolve_contents(cfg: NodeConfig, fetcher=None) -> Dict[str, bytes]:
-    """All file contents of ``cfg`` keyed by JSON path (``$.storage.files.N.contents`` / ``.append.K``)."""
-    from agent.ignition.dataurl import MAX_CONFIG_DECOMPRESSED
-
-    out: Dict[str, bytes] = {}
-    total = 0  # compressed contents of the whole config expand to at most MAX_CONFIG_DECOMPRESSED
-    for i, f in enumerate(cfg.files):
-        w = f"$.storage.files.{i}"
-        items = [(f"{w}.contents", f.get("contents") or {})]
-        items += [(f"{w}.append.{k}", a) for k, a in enumerate(f.get("append") or [])]
-        for where, res in items:
-            if res.get("source") is None:
-                continue
-            data = resolve_resource(res, where, fetcher, MAX_CONFIG_DECOMPRESSED - total)
-            if res.get("compression"):
-                total += len(data)
-            out[where] = data
-    return out
 
 
 def validate_known_files(cfg: NodeConfig, contents: Dict[str, bytes]) -> None:
@@ -190,7 +106,7 @@ def gather_facts(root: Root, target: NodeConfig, previous: Optional[NodeConfig],
         found = units.find_unit(root, name)
         if found:
             vendor[name] = found
-            pending.extend(u for u in units.also_units(found[1]) if u not in vendor)
+            pending.extend(u for u in unitfiles.also_units(found[1]) if u not in vendor)
     for name in names:
         links[name] = tuple(units.existing_links_to(root, name))
     return Facts(accounts=read_accounts(root), live=root.is_live, vendor_units=vendor, unit_links=links,
@@ -216,7 +132,7 @@ def _observe(root: Root, paths: List[str], ops) -> Dict:
     """Op paths as they are (a link is a link); mere parents through links (a link to a missing
     directory is a missing directory, created where the link points)."""
     own = {o.path for o in ops} | {o.target for o in ops if o.kind == "hardlink"}
-    own |= {p for o in ops for p, _ in o.links} | {f"{units.SYSTEM_DIR}/{o.path}" for o in ops}
+    own |= {p for o in ops for p, _ in o.links} | {f"{unitfiles.SYSTEM_DIR}/{o.path}" for o in ops}
     return {p: files.observe(root.path(p, follow_last=p not in own)) for p in paths}
 
 
@@ -262,7 +178,7 @@ def apply_config(root: Root, target: NodeConfig, previous: Optional[NodeConfig] 
                                    and not s.op.internal and s.kind != "mkdir"})
     if not root.is_live:
         if any(s.op is not None and s.op.unit_file for s in steps) or any(
-                s.path.startswith(units.SYSTEM_DIR + "/") for s in steps if s.kind == "remove"):
+                s.path.startswith(unitfiles.SYSTEM_DIR + "/") for s in steps if s.kind == "remove"):
             result.not_performed.append("daemon-reload (offline root)")
         for o in os_operations(target, previous, booted):
             result.not_performed.append(f"{o.describe()} (offline root: recorded in {state_dir}/{PENDING_OS_FILE})")

@@ -17,8 +17,8 @@ import os
 import socket
 from typing import Any, Dict, Optional, Tuple
 
-from agent.cli import DEFAULT_POINTER
 from agent.core.nodeconfig import NodeConfig
+from agent.core.paths import DEFAULT_POINTER
 from agent.errors import EXIT_OK, ConfigError, FetchError, NodeAgentError, SkewRefused
 from agent.host import files, selinux
 from agent.host.root import Root
@@ -44,7 +44,7 @@ def node_name(explicit: Optional[str], settings: Any) -> str:
 
 class FirstBoot:
     def __init__(self, opts: Options, *, systemd=None, logind=None, rpmostree=None):
-        from agent.core.settings import load_settings
+        from agent.node.settingsfile import load_settings
 
         self.opts = opts
         self.root = Root(opts.root)
@@ -80,7 +80,8 @@ class FirstBoot:
         return parse_document(data, source=self.root.path(path))
 
     def fetch(self) -> Dict[str, Any]:
-        from agent.resource.fetch import Fetcher, resolve_pointer, trust_config_cas
+        from agent.resource.fetch import Fetcher
+        from agent.resource.pointer import resolve_pointer, trust_config_cas
 
         pointer = self._pointer()
         self.fetcher = Fetcher(self.settings)
@@ -206,7 +207,7 @@ class FirstBoot:
     def contents(self, target: NodeConfig) -> Dict[str, bytes]:
         """The target's file contents, fetched and decompressed once per run (the apply preview
         and the apply share them; a second fetch could even see other bytes)."""
-        from agent.node.apply import resolve_contents
+        from agent.resource.contents import resolve_contents
 
         if self._contents is None or self._contents[0] is not target:
             self._contents = (target, resolve_contents(target, self.fetcher))

@@ -29,7 +29,7 @@ class UpdateBusy(NotReady):
 
 class Updater:
     def __init__(self, opts: Any, *, systemd=None, logind=None, rpmostree=None, sleep=time.sleep):
-        from agent.core.settings import load_settings
+        from agent.node.settingsfile import load_settings
 
         self.opts = opts
         self.root = Root(opts.root)
@@ -59,7 +59,8 @@ class Updater:
         from agent.ignition.parse import parse_document
         from agent.node.firstboot import DEFAULT_POINTER
         from agent.node.report import Reporter, server_base
-        from agent.resource.fetch import Fetcher, trust_config_cas
+        from agent.resource.fetch import Fetcher
+        from agent.resource.pointer import trust_config_cas
 
         if self.fetcher is not None:
             return

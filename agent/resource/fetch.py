@@ -30,13 +30,6 @@ from agent.core.backoff import Backoff, parse_retry_after
 from agent.core.settings import Settings
 from agent.errors import ConfigError, FetchError
 from agent.resource import proxy as proxies
-from agent.resource.pointer import (  # noqa: F401 (re-exported: callers import them from here)
-    MAX_DEPTH,
-    ResolvedConfig,
-    resolve_pointer,
-    served_config_name,
-    trust_config_cas,
-)
 from agent.resource.transport import (  # noqa: F401 (pool_from_url re-exported)
     TrustAdapter,
     Watchdog,

@@ -1,7 +1,11 @@
 """One desired operation of the apply planner (pure data): a file, a unit's enablement, an OS change."""
 
-from dataclasses import dataclass
-from typing import Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, Optional, Tuple
+
+from agent.core.applyplan.accounts import Accounts
+
+DEFAULT_STATE_DIR = "/var/lib/node-agent"
 
 
 @dataclass(frozen=True)
@@ -36,3 +40,31 @@ class Op:
             added, removed = self.args
             return "extensions" + "".join(f" +{a}" for a in added) + "".join(f" -{r}" for r in removed)
         return f"{self.kind} {self.path}"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What is at a path now (``lstat``, not following a final link)."""
+
+    kind: str  # "absent", "file", "dir", "symlink", "other"
+    mode: int = 0  # permission bits only (07777)
+    uid: int = 0
+    gid: int = 0
+    data: Optional[bytes] = None  # regular files only, when asked for
+    target: str = ""  # symlinks only
+    ino: int = 0
+    dev: int = 0
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the planner needs to know about the node, read beforehand by the shell."""
+
+    accounts: Accounts = field(default_factory=Accounts)
+    live: bool = False
+    vendor_units: Dict[str, Tuple[str, str]] = field(default_factory=dict)  # name -> (path, text)
+    unit_links: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # name -> existing wants links
+    managed: FrozenSet[str] = frozenset()
+    booted: Optional[Tuple[str, Tuple[str, ...]]] = None  # (image, kargs) on a live host
+    days_since_epoch: int = 0
+    state_dir: str = DEFAULT_STATE_DIR

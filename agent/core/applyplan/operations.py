@@ -23,36 +23,21 @@ are added once: a file that already ends with them is left alone.
 
 import json
 import posixpath
-from dataclasses import dataclass, field, replace
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from dataclasses import replace
+from typing import Any, Dict, List, Optional, Tuple
 
-from agent.core.applyplan.op import Op
+from agent.core.applyplan.accounts import Accounts, add_group, add_user, home_of
+from agent.core.applyplan.op import DEFAULT_STATE_DIR, Facts, Op  # noqa: F401 (DEFAULT_STATE_DIR re-exported)
 from agent.core.applyplan.osops import kernel_args, os_commands, os_operations  # noqa: F401 (re-exported: apply, tests)
 from agent.core.applyplan.steps import Step, cur_is_mask, diff_operations, observe_paths  # noqa: F401 (re-exported: apply, tests)
+from agent.core.applyplan.unitfiles import SYSTEM_DIR, also_units, install_links
 from agent.core.nodeconfig import NodeConfig
 from agent.core.secretfiles import file_mode
 from agent.errors import ApplyError
-from agent.host.accounts import Accounts, add_group, add_user, home_of
-from agent.host.units import SYSTEM_DIR, also_units, install_links
 
 SSH_KEYS_FRAGMENT = "ignition"  # same fragment Ignition and the MCO write: day 2 replaces it
-DEFAULT_STATE_DIR = "/var/lib/node-agent"
 MANAGED_FILE = "managed.json"
 PENDING_OS_FILE = "pending-os.json"
-
-
-@dataclass(frozen=True)
-class Facts:
-    """What the planner needs to know about the node, read beforehand by the shell."""
-
-    accounts: Accounts = field(default_factory=Accounts)
-    live: bool = False
-    vendor_units: Dict[str, Tuple[str, str]] = field(default_factory=dict)  # name -> (path, text)
-    unit_links: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # name -> existing wants links
-    managed: FrozenSet[str] = frozenset()
-    booted: Optional[Tuple[str, Tuple[str, ...]]] = None  # (image, kargs) on a live host
-    days_since_epoch: int = 0
-    state_dir: str = DEFAULT_STATE_DIR
 
 
 def _owner_id(entry: dict, key: str, acc: Accounts, where: str) -> Optional[int]:
@@ -98,11 +83,29 @@ def desired_operations(target: NodeConfig, previous: Optional[NodeConfig], conte
     ``contents`` maps JSON paths (``$.storage.files.3.contents``, ``$.storage.files.3.append.0``)
     to the already fetched and decompressed bytes.
     """
-    ops: List[Op] = []
-    acc = facts.accounts
-
     # Accounts first: file owners may name users and groups this config creates.
-    acc_before = acc
+    acc, ops, new_users = _account_ops(target, facts)
+    # Day 2: what the previous config (or the managed record) had and the target doesn't.
+    target_paths = set(_config_paths(target, acc))
+    old_paths = set(facts.managed)
+    if previous is not None:
+        old_paths |= set(_config_paths(previous, acc))
+    ops += _removal_ops(target, previous, facts, old_paths - target_paths)
+    ops += _storage_ops(target, contents, acc, new_users)
+    ops += _unit_ops(target, previous, facts)
+    ops += _ssh_key_ops(target, acc)
+    # OS level: live hosts stage with rpm-ostree; offline roots get a pending record.
+    os_ops = os_operations(target, previous, facts.booted)
+    if facts.live:
+        ops.extend(os_ops)
+    ops += _own_record_ops(target, facts, sorted(target_paths), os_ops)
+    return [replace(o, owned=True) if o.path in old_paths else o for o in ops]
+
+
+def _account_ops(target: NodeConfig, facts: Facts) -> Tuple[Accounts, List[Op], List[Tuple[Any, int]]]:
+    """The account databases after the config's groups and users are added, the file writes that
+    take them there, and the new users whose home directories are to be made."""
+    acc_before = acc = facts.accounts
     for i, g in enumerate(target.ignition.get("passwd", {}).get("groups") or []):
         acc = add_group(acc, g["name"], g.get("gid"), f"$.passwd.groups.{i}")
     new_users = []
@@ -111,32 +114,36 @@ def desired_operations(target: NodeConfig, previous: Optional[NodeConfig], conte
             acc, user = add_user(acc, u, facts.days_since_epoch, f"$.passwd.users.{i}")
             if not u.get("noCreateHome"):
                 new_users.append((user, i))
-    if acc != acc_before:
-        for name, mode in (("passwd", 0o644), ("group", 0o644), ("shadow", 0), ("gshadow", 0)):
-            text = getattr(acc, name)
-            if text != getattr(acc_before, name):
-                ops.append(Op("file", f"/etc/{name}", data=text.encode(), mode=mode, uid=0, gid=0,
-                              overwrite=True, where="$.passwd"))
+    ops = []
+    for name, mode in (("passwd", 0o644), ("group", 0o644), ("shadow", 0), ("gshadow", 0)):
+        text = getattr(acc, name)
+        if text != getattr(acc_before, name):
+            ops.append(Op("file", f"/etc/{name}", data=text.encode(), mode=mode, uid=0, gid=0,
+                          overwrite=True, where="$.passwd"))
+    return acc, ops, new_users
 
-    # Day 2: what the previous config (or the managed record) had and the target doesn't.
-    target_paths = set(_config_paths(target, acc))
-    old_paths = set(facts.managed)
-    if previous is not None:
-        old_paths |= set(_config_paths(previous, acc))
+
+def _removal_ops(target: NodeConfig, previous: Optional[NodeConfig], facts: Facts, gone) -> List[Op]:
+    """Units the previous config had and the target does not, disabled and unmasked; paths no
+    longer in any config removed, deepest first (the agent's own records are never removed)."""
+    ops = []
     state_paths = {f"{facts.state_dir}/{MANAGED_FILE}", f"{facts.state_dir}/{PENDING_OS_FILE}"}
-    removals = sorted(old_paths - target_paths - state_paths, key=lambda p: (-_depth(p), p))
+    removals = sorted(set(gone) - state_paths, key=lambda p: (-_depth(p), p))
     target_units = {u["name"] for u in target.units}
-    if previous is not None:
-        for u in previous.units:
-            if u["name"] in target_units:
-                continue
-            if u.get("enabled"):
-                ops.append(_unit_enable_op(u, False, facts))
-            if u.get("mask"):
-                ops.append(Op("unmask", u["name"], where="previous config"))
+    for u in previous.units if previous is not None else []:
+        if u["name"] in target_units:
+            continue
+        if u.get("enabled"):
+            ops.append(_unit_enable_op(u, False, facts))
+        if u.get("mask"):
+            ops.append(Op("unmask", u["name"], where="previous config"))
     ops.extend(Op("remove", p, where="previous config") for p in removals)
+    return ops
 
-    # Directories, parents first.
+
+def _storage_ops(target: NodeConfig, contents: Dict[str, bytes], acc: Accounts, new_users) -> List[Op]:
+    """Directories (parents first, then new users' homes), files, then links."""
+    ops = []
     for i, d in sorted(enumerate(target.directories), key=lambda e: (_depth(e[1]["path"]), e[0])):
         w = f"$.storage.directories.{i}"
         ops.append(Op("dir", d["path"], mode=d.get("mode") if d.get("mode") is not None else 0o755,
@@ -144,8 +151,6 @@ def desired_operations(target: NodeConfig, previous: Optional[NodeConfig], conte
                       overwrite=bool(d.get("overwrite")), where=w))
     for user, i in new_users:
         ops.append(Op("dir", user.home, mode=0o700, uid=user.uid, gid=user.gid, where=f"$.passwd.users.{i}"))
-
-    # Files.
     for i, f in enumerate(target.files):
         w = f"$.storage.files.{i}"
         data = contents.get(f"{w}.contents")
@@ -155,18 +160,20 @@ def desired_operations(target: NodeConfig, previous: Optional[NodeConfig], conte
                       mode=file_mode(f["path"], f.get("mode")),  # secrets 0600 whatever the config says
                       uid=_owner_id(f, "user", acc, w), gid=_owner_id(f, "group", acc, w),
                       overwrite=bool(f.get("overwrite")), where=w))
-
-    # Links: symbolic links before hard links (a hard link may name a file reached via a link),
-    # and a link whose target is another link of the config after it.
+    # Symbolic links before hard links (a hard link may name a file reached via a link), and a
+    # link whose target is another link of the config after it.
     link_ops = []
     for i, ln in enumerate(target.links):
         w = f"$.storage.links.{i}"
         link_ops.append(Op("hardlink" if ln.get("hard") else "symlink", ln["path"], target=ln["target"],
                            uid=_owner_id(ln, "user", acc, w), gid=_owner_id(ln, "group", acc, w),
                            overwrite=bool(ln.get("overwrite")), where=w))
-    ops.extend(_order_links(link_ops))
+    return ops + _order_links(link_ops)
 
-    # Units: files and dropins, then masks, then enablement.
+
+def _unit_ops(target: NodeConfig, previous: Optional[NodeConfig], facts: Facts) -> List[Op]:
+    """Unit files and dropins, then masks, then enablement."""
+    ops = []
     for i, u in enumerate(target.units):
         w = f"$.systemd.units.{i}"
         name = u["name"]
@@ -184,8 +191,12 @@ def desired_operations(target: NodeConfig, previous: Optional[NodeConfig], conte
     for u in target.units:
         if u.get("enabled") is not None and not u.get("mask"):
             ops.append(_unit_enable_op(u, bool(u["enabled"]), facts))
+    return ops
 
-    # SSH keys: the same fragment Ignition writes, so day 2 replaces (not adds to) it.
+
+def _ssh_key_ops(target: NodeConfig, acc: Accounts) -> List[Op]:
+    """The same fragment Ignition writes, so day 2 replaces (not adds to) it."""
+    ops = []
     for i, u in enumerate(target.users):
         keys = u.get("sshAuthorizedKeys")
         if not keys:
@@ -199,31 +210,29 @@ def desired_operations(target: NodeConfig, previous: Optional[NodeConfig], conte
         text = "".join(k.strip() + "\n" for k in keys)
         ops.append(Op("file", f"{home}/.ssh/authorized_keys.d/{SSH_KEYS_FRAGMENT}", data=text.encode(),
                       mode=0o600, uid=uid, gid=gid, overwrite=True, where=w))
+    return ops
 
-    # OS level: live hosts stage with rpm-ostree; offline roots get a pending record.
-    os_ops = os_operations(target, previous, facts.booted)
+
+def _own_record_ops(target: NodeConfig, facts: Facts, managed: List[str], os_ops: List[Op]) -> List[Op]:
+    """The agent's own records, inside the same transaction: the managed paths, and on an offline
+    root what a live host would have run for the OS (pending until the reboot)."""
+    ops = [Op("file", f"{facts.state_dir}/{MANAGED_FILE}", data=(json.dumps(managed, indent=1) + "\n").encode(),
+              mode=0o644, uid=0, gid=0, overwrite=True, internal=True)]
+    if facts.live or not os_ops:
+        return ops
     append, delete = next((o.args for o in os_ops if o.kind == "kargs"), ((), ()))
-    if facts.live:
-        ops.extend(os_ops)
-
-    # The agent's own records, inside the same transaction.
-    managed = sorted(target_paths)
-    ops.append(Op("file", f"{facts.state_dir}/{MANAGED_FILE}", data=(json.dumps(managed, indent=1) + "\n").encode(),
+    pending = {"kernelArguments": {"append": list(append), "delete": list(delete)},
+               "osImageURL": next((o.target for o in os_ops if o.kind == "rebase"), ""),
+               "config": target.name}
+    for o in os_ops:
+        if o.kind == "kernel-type":
+            pending["kernelType"] = {"from": o.args[0][0], "to": o.args[1][0]}
+        elif o.kind == "extensions":
+            pending["extensions"] = {"install": list(o.args[0]), "uninstall": list(o.args[1])}
+    pending["commands"] = [["rpm-ostree", *args] for o in os_ops for args in os_commands(o)]
+    ops.append(Op("file", f"{facts.state_dir}/{PENDING_OS_FILE}", data=(json.dumps(pending, indent=1) + "\n").encode(),
                   mode=0o644, uid=0, gid=0, overwrite=True, internal=True))
-    if not facts.live:
-        pending = {"kernelArguments": {"append": list(append), "delete": list(delete)},
-                   "osImageURL": next((o.target for o in os_ops if o.kind == "rebase"), ""),
-                   "config": target.name}
-        for o in os_ops:  # what a live host would run, recorded for the reboot to come
-            if o.kind == "kernel-type":
-                pending["kernelType"] = {"from": o.args[0][0], "to": o.args[1][0]}
-            elif o.kind == "extensions":
-                pending["extensions"] = {"install": list(o.args[0]), "uninstall": list(o.args[1])}
-        pending["commands"] = [["rpm-ostree", *args] for o in os_ops for args in os_commands(o)]
-        if os_ops:
-            ops.append(Op("file", f"{facts.state_dir}/{PENDING_OS_FILE}", data=(json.dumps(pending, indent=1) + "\n").encode(),
-                          mode=0o644, uid=0, gid=0, overwrite=True, internal=True))
-    return [replace(o, owned=True) if o.path in old_paths else o for o in ops]
+    return ops
 
 
 def _was_masked(cfg: NodeConfig, name: str) -> bool:

@@ -10,8 +10,8 @@ runs them, an offline root records them in ``pending-os.json``.
 from typing import List, Optional, Tuple
 
 from agent.core.applyplan.op import Op
+from agent.core.applyplan.ospackages import canonical_kernel_type, extensions_command, kernel_switch_commands
 from agent.core.nodeconfig import NodeConfig
-from agent.host.rpmostree import canonical_kernel_type, extensions_command, kernel_switch_commands
 
 
 def kernel_args(target: NodeConfig, previous: Optional[NodeConfig], booted: Optional[Tuple[str, Tuple[str, ...]]]

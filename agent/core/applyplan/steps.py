@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from agent.core.applyplan.op import Op
+from agent.core.applyplan.unitfiles import SYSTEM_DIR
 from agent.errors import ApplyError
-from agent.host.units import SYSTEM_DIR
 
 if TYPE_CHECKING:  # annotations only: agent.core.applyplan.operations imports this module
-    from agent.core.applyplan.operations import Facts
+    from agent.core.applyplan.op import Facts
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class _Differ:
     """The disk as the steps so far leave it (``state``), and the steps; one method per op kind."""
 
     def __init__(self, observed: Dict, facts: "Facts"):
-        from agent.host.files import Observed  # a dataclass only; keeps this module free of effects
+        from agent.core.applyplan.op import Observed
 
         self.Observed = Observed
         self.absent = Observed("absent")
@@ -205,12 +205,7 @@ class _Differ:
             if (uid != -1 and cur.uid != uid) or (gid != -1 and cur.gid != gid):
                 self.steps.append(Step("attrs", op.path, mode=None, uid=uid, gid=gid, op=op))
             return
-        if cur.kind == "dir":
-            raise ApplyError(f"{op.where}: {op.path} exists and is a directory; cannot replace it with a link")
-        if cur.kind != "absent" and not self.ours(op):
-            raise ApplyError(f"{op.where}: {op.path} already exists and overwrite is false; "
-                             "set overwrite: true to replace it")
-        self.ensure_parents(op.path, op)
+        self.make_room_for_link(op, cur, "; cannot replace it with a link")
         self.steps.append(Step("symlink", op.path, target=op.target, op=op))
         if uid != -1 or gid != -1:
             self.steps.append(Step("attrs", op.path, mode=None, uid=uid, gid=gid, op=op))
@@ -224,13 +219,18 @@ class _Differ:
         same = cur.kind != "absent" and cur.ino and cur.ino == tgt.ino and cur.dev == tgt.dev
         if same:
             return
+        self.make_room_for_link(op, cur)
+        self.steps.append(Step("hardlink", op.path, target=op.target, op=op))
+
+    def make_room_for_link(self, op: Op, cur, on_dir: str = "") -> None:
+        """A link may replace what is at its path only when that is not a directory and is ours
+        or overwrite is set; its parents are made first."""
         if cur.kind == "dir":
-            raise ApplyError(f"{op.where}: {op.path} exists and is a directory")
+            raise ApplyError(f"{op.where}: {op.path} exists and is a directory{on_dir}")
         if cur.kind != "absent" and not self.ours(op):
             raise ApplyError(f"{op.where}: {op.path} already exists and overwrite is false; "
                              "set overwrite: true to replace it")
         self.ensure_parents(op.path, op)
-        self.steps.append(Step("hardlink", op.path, target=op.target, op=op))
 
     def mask(self, op: Op) -> None:
         p = f"{SYSTEM_DIR}/{op.path}"

@@ -156,60 +156,56 @@ def _read_token(flag: str, path: Optional[str]) -> Optional[str]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    if args.backend == "kubernetes":
-        _err("--backend kubernetes is not available in this build: only --backend dir (the state directory) "
-             "is implemented")
-        return EXIT_USAGE
     store = store_config(args)
+    try:
+        token, admin_token, host, port = _checked_serve_args(args, store)
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    _first_render(args, store)
+    return _run_gunicorn(args, store, token, admin_token, host, port)
+
+
+def _checked_serve_args(args: argparse.Namespace, store) -> Tuple[str, str, str, int]:
+    """(bootstrap token, admin token, host, port) of a usable command line; ValueError(what is
+    wrong) otherwise (exit 2)."""
+    if args.backend == "kubernetes":
+        raise ValueError("--backend kubernetes is not available in this build: only --backend dir (the state "
+                         "directory) is implemented")
     problem = check_serve_args(args, store) or (_check_state_dir(args.state) if args.state else None)
     if problem:
-        _err(problem)
-        return EXIT_USAGE
+        raise ValueError(problem)
     if bool(args.tls_cert) != bool(args.tls_key):
-        _err("--tls-cert and --tls-key go together")
-        return EXIT_USAGE
+        raise ValueError("--tls-cert and --tls-key go together")
     for f in (args.tls_cert, args.tls_key):
         if f and not os.path.isfile(f):
-            _err(f"{f}: no such file")
-            return EXIT_USAGE
-    try:
-        token = _read_token("--token-file", args.token_file)
-        admin_token = _read_token("--admin-token-file", args.admin_token_file)
-    except ValueError as exc:
-        _err(str(exc))
-        return EXIT_USAGE
+            raise ValueError(f"{f}: no such file")
+    token = _read_token("--token-file", args.token_file)
+    admin_token = _read_token("--admin-token-file", args.admin_token_file)
     if token and admin_token and token == admin_token:
-        _err("--admin-token-file holds the same token as --token-file: the admin token must differ from the "
-             "bootstrap token every node carries")
-        return EXIT_USAGE
-    default = f"0.0.0.0:{TLS_PORT}" if args.tls_cert else f"127.0.0.1:{PLAIN_PORT}"
-    try:
-        host, port = parse_listen(args.listen or default)
-    except ValueError as exc:
-        _err(str(exc))
-        return EXIT_USAGE
+        raise ValueError("--admin-token-file holds the same token as --token-file: the admin token must differ "
+                         "from the bootstrap token every node carries")
+    host, port = parse_listen(args.listen or (f"0.0.0.0:{TLS_PORT}" if args.tls_cert else f"127.0.0.1:{PLAIN_PORT}"))
     if args.lease_ttl <= 0:
-        _err("--lease-ttl must be positive")
-        return EXIT_USAGE
+        raise ValueError("--lease-ttl must be positive")
     if args.worker_class == "gevent":
         try:
             import gevent  # noqa: F401
         except ImportError:
-            _err("--worker-class gevent (the default) needs the gevent package (pip install gevent; RPM: "
-                 "python3-gevent): install it, or pass --worker-class gthread, which has no per-connection "
-                 "timeouts (docs/security.md, \"Timeouts\")")
-            return EXIT_USAGE
+            raise ValueError("--worker-class gevent (the default) needs the gevent package (pip install gevent; "
+                             "RPM: python3-gevent): install it, or pass --worker-class gthread, which has no "
+                             "per-connection timeouts (docs/security.md, \"Timeouts\")")
+    return token, admin_token, host, port
 
+
+def _first_render(args: argparse.Namespace, store) -> None:
+    """Render, migrate the database and report state problems once, before any worker starts."""
     import logging
-    import shutil
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Render, migrate the database and report state problems once, before any worker starts.
     from agent.server.cluster.backends import open_backends
     from agent.server.cluster.service import Cluster
-    from agent.server.http.app import App
-    from agent.server.http.gunicorn_app import Limits, ServerApplication, options
 
     node_store, source = open_backends(store, args.state, 1.0)
     cluster = Cluster(args.state, lease_ttl=args.lease_ttl, store=node_store, watcher=source)
@@ -218,8 +214,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for closable in (source, getattr(node_store, "client", None)):
         if closable is not None:
             closable.close()
-    del cluster
 
+
+def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str, host: str, port: int) -> int:
+    import logging
+    import shutil
+
+    from agent.server.http.app import App
+    from agent.server.http.gunicorn_app import ServerApplication, options
+    from agent.server.http.limits import Limits
     from agent.server.http.metrics import make_dir
 
     metrics_dir = make_dir()  # prometheus-client's multiprocess directory, shared by the workers
@@ -294,7 +297,7 @@ def _print_status(args: argparse.Namespace, cluster) -> int:
     import time
 
     from agent.server.cli.viewcmds import render_status
-    from agent.server.rollout.nodes import rfc3339
+    from agent.server.cluster.nodes import rfc3339
 
     progress = cluster.cluster()
     views = cluster.pool_views()

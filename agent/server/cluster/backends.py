@@ -67,7 +67,7 @@ def open_backends(cfg: StoreConfig, state_dir: Optional[str], reload_interval: f
     client, prefix = etcd_client(cfg)
     store = EtcdNodeStore(client, prefix)
     if state_dir:
-        from agent.server.cluster.service import StateWatcher
+        from agent.server.store.watcher import StateWatcher
 
         return store, StateWatcher(state_dir, reload_interval)
     from agent.server.store.etcd_state import EtcdStateSource

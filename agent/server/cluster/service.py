@@ -21,9 +21,10 @@ import time
 from collections import OrderedDict
 from typing import Any, Dict, Optional, Tuple
 
+from agent.server.cluster import poolview
 from agent.server.cluster.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
 from agent.server.cluster.serving import ConfigServing, Fetch, UnknownPool  # noqa: F401 - the API's names
-from agent.server.rollout import gating, identity, poolview, progress, skewpolicy
+from agent.server.rollout import gating, identity, progress, skewpolicy
 from agent.server.rollout.drains import DEFAULT_TTL, parse_max_unavailable
 from agent.server.rollout.render import Rendered, inputs_key, render_pool
 from agent.server.store.db import Database

@@ -13,6 +13,7 @@ from agent import __version__
 from agent.server.cluster import content
 from agent.server.cluster.accept import UnsupportedVersion
 from agent.server.cluster.backends import StoreConfig, open_backends
+from agent.server.cluster.nodes import rfc3339
 from agent.server.cluster.service import Cluster, UnknownPool
 from agent.server.http.fetchmemo import FetchMemo
 from agent.server.http.httpio import (
@@ -29,7 +30,6 @@ from agent.server.http.metrics import RequestCounter, exposition
 from agent.server.http.noderoutes import NodeRoutes
 from agent.server.rollout import drains
 from agent.server.rollout.identity import NODE, Auth, Caller, Denied
-from agent.server.rollout.nodes import rfc3339
 from agent.server.store.nodestore import StoreUnavailable
 
 log = logging.getLogger(__name__)

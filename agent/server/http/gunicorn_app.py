@@ -8,13 +8,13 @@ earlier default) stays available, without those deadlines.
 """
 
 import os
-from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.config import Config
 
 from agent.server.http.app import App
+from agent.server.http.limits import Limits
 
 
 def default_workers() -> int:
@@ -29,17 +29,6 @@ def default_threads() -> int:
 
 
 WORKER_CLASSES = ("gevent", "gthread")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-connection deadlines of the gevent worker, in seconds (docs/security.md, "Timeouts")."""
-
-    handshake: float = 10.0  # TLS handshake, from the accept
-    header: float = 10.0  # request line + headers, from their first byte
-    body: float = 30.0  # request body, from the end of the headers
-    write: float = 60.0  # each 256 KiB of a response
-    idle: float = 30.0  # a kept-alive connection waiting for its next request
 
 
 class _Config(Config):
@@ -67,25 +56,6 @@ class ServerApplication(BaseApplication):
 
     def load(self) -> App:
         return self.application
-
-
-class FrozenConfig:
-    """gunicorn's Config as a worker reads it, each setting looked up once.
-
-    Config answers every attribute through ``__getattr__`` (a dict lookup and a call of the
-    setting's ``get``), and gunicorn reads about 21 settings per request: its request path took
-    110 µs in-process, 82 µs with this (docs/performance.md, "Config storm"). A worker's settings
-    never change after it starts (a reload starts new workers), so the first answer is kept as a
-    plain attribute.
-    """
-
-    def __init__(self, cfg: Any):
-        self._cfg = cfg
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._cfg, name)
-        self.__dict__[name] = value
-        return value
 
 
 _SSL_CONTEXTS: Dict[int, Any] = {}

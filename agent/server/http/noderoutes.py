@@ -15,10 +15,10 @@ import logging
 import urllib.parse
 from typing import Any, Dict, List
 
+from agent.server.cluster.nodes import DEFAULT_LIMIT, MAX_LIMIT, node_item, node_list, targets
 from agent.server.cluster.service import ReportInvalid, validate_report
 from agent.server.http.httpio import HTTPError, Response, allow, json_body, json_response
 from agent.server.rollout import drains
-from agent.server.rollout.nodes import DEFAULT_LIMIT, MAX_LIMIT, node_item, node_list, targets
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import gevent
 from gevent.socket import wait_read, wait_write
 
-from agent.server.http.gunicorn_app import Limits
+from agent.server.http.limits import Limits
 
 WRITE_CHUNK = 256 * 1024
 ZERO_COPY_MIN = 64 * 1024  # smaller bodies: one send() is cheaper than a sendfile set-up

@@ -217,12 +217,3 @@ def _bootstrap_problem(name: str, data: bytes) -> str:
             isinstance(c, dict) and (c.get("cluster") or {}).get("server") for c in clusters):
         return "not a kubeconfig: clusters[].cluster.server is required"
     return ""
-
-
-def __getattr__(name: str) -> Any:
-    # StateWatcher moved to agent.server.store.watcher (it imports this module); old imports still work.
-    if name == "StateWatcher":
-        from agent.server.store.watcher import StateWatcher
-
-        return StateWatcher
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

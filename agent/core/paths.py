@@ -1,0 +1,3 @@
+"""Where node-agent's own files are on a node (pure constants; imported by the CLI, so nothing else)."""
+
+DEFAULT_POINTER = "/etc/node-agent/pointer.ign"
