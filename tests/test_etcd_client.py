@@ -7,6 +7,8 @@ import pytest
 
 from agent.server.store.etcd_client import (
     EtcdClient,
+    EtcdError,
+    EtcdNoSpace,
     EtcdUnavailable,
     cmp_absent,
     cmp_unchanged_since,
@@ -14,7 +16,7 @@ from agent.server.store.etcd_client import (
     parse_store_url,
     prefix_end,
 )
-from tests.helpers.etcd_cluster import have_etcd
+from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
 
 pytestmark = pytest.mark.skipif(not have_etcd(), reason="etcd-server is not installed (make test installs it)")
 
@@ -168,3 +170,35 @@ def test_expired_drain_lease_frees_its_slot(client):
     while not etcd_drains.request_drain(client, prefix, "b", "infra", "c", 1, 1).granted:
         assert time.monotonic() < deadline, "an expired lease kept its slot"
         time.sleep(0.3)
+
+
+# -- maintenance: compaction and alarms (issue 28) --------------------------------------------------
+
+def test_compaction_makes_old_revisions_unreadable(client):
+    first = client.put("/compact-test/k", "v1")
+    last = client.put("/compact-test/k", "v2")
+    assert client.range("/compact-test/k", revision=first)[0][0].value == b"v1"
+    assert client.compact(last) is True
+    with pytest.raises(EtcdError, match="compacted"):
+        client.range("/compact-test/k", revision=first)
+    assert client.get("/compact-test/k").value == b"v2"  # the current value stays
+    assert client.compact(first) is False  # already compacted that far: said, not raised
+
+
+def test_a_full_database_raises_nospace_and_the_alarm_api_names_it(tmp_path):
+    """A one-member cluster with a 2 MiB quota, filled for real: the refused write says NOSPACE
+    at once (EtcdNoSpace, a kind of EtcdUnavailable: 503 for the caller), and the alarm API
+    names the alarm and its member."""
+    with EtcdCluster(str(tmp_path / "small"), size=1, quota_bytes=2 << 20) as small:
+        c = EtcdClient(parse_store_url(small.url).endpoints, timeout=5)
+        try:
+            assert c.alarms() == []
+            with pytest.raises(EtcdNoSpace, match="NOSPACE"):
+                for i in range(100):
+                    c.put(f"/fill/{i}", b"x" * (200 << 10))
+            assert [a["alarm"] for a in c.alarms_seen] == ["NOSPACE"]  # known before anyone asked
+            alarms = c.alarms()
+            assert [a["alarm"] for a in alarms] == ["NOSPACE"] and alarms[0]["member"] not in ("", "0", "?")
+            assert c.range("/fill/0")[0]  # reads still work
+        finally:
+            c.close()

@@ -384,9 +384,14 @@ def test_https_redirect_to_http_is_refused(tls_pair, fake):
     with ScriptedServer() as plain, ScriptedServer(tls=good) as secure:
         plain.always("/c", Reply(200, b"insecure"))
         secure.always("/c", Reply(302, headers={"Location": plain.url("/c")}))
-        with pytest.raises(FetchError, match="unencrypted"):
+        with pytest.raises(FetchError, match="unencrypted") as err:
             make(fake, ca_pems=[good.ca_pem()]).fetch(secure.url("/c"))
         assert not plain.requests_for("/c")  # refused before anything went out in clear
+    assert fake.sleeps == []  # final: retrying cannot make it secure
+    # exit 69, "could not fetch", documented as covering a fetch refused as insecure
+    # (README "Troubleshoot", docs/operations.md "Fetch deadlines and exit 69")
+    assert err.value.final and err.value.status == 302 and err.value.exit_code == EXIT_UNREACHABLE
+    assert "answer over https, or point the pointer config at the https URL" in str(err.value)  # what to do
 
 
 def test_credentials_are_not_carried_to_another_host(server, fake):

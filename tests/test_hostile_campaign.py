@@ -78,6 +78,17 @@ IDENTITY_CASES = (
     + [(m, "/api/v1/nodes/n1/register", AUTH, b"", "") for m in ("GET", "PUT", "DELETE", "PATCH")]
     + [("POST", "/api/v1/nodes/n1/register/x", AUTH, b"", ""), ("POST", "/api/v1/nodes/Bad_Name/register", AUTH,
                                                                 b"", "")]
+    # Approval (issue 28): a node's own credential that is no credential, bodies that are not one,
+    # approving without the admin token, listing registrations with a bad filter.
+    + [("POST", "/api/v1/nodes/n1/register", AUTH, b, "") for b in (
+        b'{"credential": "x"}', b'{"credential": 5}', b'{"credential": null, "more": 1}', b"[1]", b'"nac1_"',
+        b'{"credential": "nac1_' + b"A" * 42 + b'"}', b'{"credential": "nac1_' + b"A" * 600 + b'"}',
+        b'{"credential": "nac1_' + b"A" * 40 + b'===="}', b'{"credential": "bearer nac1_' + b"A" * 43 + b'"}', b"{")]
+    + [(m, "/api/v1/nodes/n1/approve", h, b, "") for m in ("POST", "GET", "DELETE") for h in [{}, AUTH] + FORGED[:4]
+       for b in (b"", b'{"labels": {"node-role.kubernetes.io/master": ""}}')]
+    + [("GET", "/api/v1/nodes", h, b"", q) for h in ({}, AUTH) for q in (
+        "approval=bogus", "approval=", "approval=pending&limit=0", "approval=pending&limit=x")]
+    + [("GET", "/api/v1/nodes/n1/registration", h, b"", "") for h in [{}, AUTH] + FORGED[:3]]
 )
 HTTP_CASES = (
     [(m, p, {}, b"", "") for m in ("GET", "HEAD", "DELETE", "PUT", "PATCH", "OPTIONS") for p in PATHS]

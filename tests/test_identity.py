@@ -76,10 +76,17 @@ def app(request, tmp_path):
         a.cluster.store.close()
 
 
-def register(app, node, token=BOOT):
+def register(app, node, token=BOOT, approve=True):
+    """Register ``node``; on a server with an admin token (which approves new names) the admin
+    approves it too, unless ``approve`` is False (tests/test_approval.py checks what a pending
+    name may not do)."""
     status, doc = call(app, "POST", f"/api/v1/nodes/{node}/register", token)
     assert status == 201, doc
     assert doc["credential"].startswith(CREDENTIAL_PREFIX)
+    if approve and app.auth.admin and token != ADMIN:
+        assert doc["approval"] == "Pending"
+        status, out = call(app, "POST", f"/api/v1/nodes/{node}/approve", ADMIN)
+        assert status == 200 and out["state"] == "Approved", out
     return doc["credential"]
 
 

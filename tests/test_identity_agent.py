@@ -70,7 +70,8 @@ def test_a_reinstalled_machine_needs_the_admin_to_delete_the_old_node(server, tm
     root, r = firstboot(server, tmp_path, "id-node-2", dirname="reinstalled")
     assert r.returncode == 0, r.stderr  # provisioning is never blocked by a report
     assert "already registered" in r.stderr
-    assert not os.path.exists(os.path.join(root, "var/lib/node-agent/node-credential"))
+    with open(os.path.join(root, "var/lib/node-agent/node-credential")) as f:
+        assert json.load(f)["registered"] is False  # made and kept, never taken by the server
     # node-config-server delete node NAME (the admin's client): 77 with the bootstrap token,
     # 0 with the admin token, 1 when there is nothing left to delete.
     tokens = {}
@@ -140,3 +141,58 @@ def test_a_node_the_admin_deleted_registers_again_on_its_next_run(server, tmp_pa
 
 def stale_mode_ok(path):
     return stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_registration_survives_a_kill_between_the_servers_answer_and_saving_it(server, tmp_path):
+    """Issue 28: a kill after the server's 201 and before the node kept its credential left every
+    later run with 403 "already registered". Now the node makes its credential and keeps it
+    (0600, marked unregistered) before it asks: the rerun registers again with the same one, the
+    server answers it as done, and the run completes without an admin."""
+    from agent.node.report import new_credential
+
+    name = "id-node-killed"
+    root = make_node_root(str(tmp_path / name), server.base_url, "worker", ca_pem=server.tls.ca_pem(),
+                          token=TOKEN, node_name=name, fetch_budget=10)
+    secret = new_credential()
+    path = os.path.join(root, "var/lib/node-agent/node-credential")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:  # what the killed run kept before it asked
+        json.dump({"server": server.base_url, "node": name, "credential": secret, "registered": False}, f)
+    os.chmod(path, 0o600)
+    # The server took it and answered; the answer was lost with the killed run.
+    first = server.session().post(server.url(f"/api/v1/nodes/{name}/register"), json={"credential": secret})
+    assert first.status_code == 201 and "credential" not in first.json(), first.text
+    # Registering again with the bootstrap token and another credential is still refused.
+    other = server.session().post(server.url(f"/api/v1/nodes/{name}/register"), json={"credential": new_credential()})
+    assert other.status_code == 403 and "already registered" in other.text
+
+    r = subprocess.run([sys.executable, "-m", "agent.cli", "firstboot", "--root", root], capture_output=True,
+                       text=True, timeout=120, cwd=REPO, env=dict(os.environ, NODE_AGENT_JOURNAL_SOCKET="/nonexistent/journal"))
+    assert r.returncode == 0, r.stderr
+    assert "already registered" not in r.stderr and "registered with" in r.stderr, r.stderr
+    with open(path) as f:
+        kept = json.load(f)
+    assert kept["credential"] == secret and kept["registered"] is True and stale_mode_ok(path)
+    node = server.session().get(server.url(f"/api/v1/nodes/{name}")).json()
+    assert node["report"]["state"] in ("Done", "Working")  # the report went through, as the node itself
+    st = subprocess.run([sys.executable, "-m", "agent.cli", "status", "--root", root, "--json"], capture_output=True,
+                        text=True, timeout=60, cwd=REPO)
+    assert "refused" not in st.stdout, st.stdout
+
+
+def test_a_kill_before_the_request_reached_the_server_registers_on_the_rerun(server, tmp_path):
+    from agent.node.report import new_credential
+
+    name = "id-node-killed-early"
+    root = make_node_root(str(tmp_path / name), server.base_url, "worker", ca_pem=server.tls.ca_pem(),
+                          token=TOKEN, node_name=name, fetch_budget=10)
+    secret = new_credential()
+    path = os.path.join(root, "var/lib/node-agent/node-credential")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"server": server.base_url, "node": name, "credential": secret, "registered": False}, f)
+    r = subprocess.run([sys.executable, "-m", "agent.cli", "firstboot", "--root", root], capture_output=True,
+                       text=True, timeout=120, cwd=REPO, env=dict(os.environ, NODE_AGENT_JOURNAL_SOCKET="/nonexistent/journal"))
+    assert r.returncode == 0 and "registered with" in r.stderr, r.stderr
+    with open(path) as f:
+        assert json.load(f) == {"server": server.base_url, "node": name, "credential": secret, "registered": True}

@@ -375,3 +375,98 @@ def test_fast_data_url_check_agrees_with_a_plain_statement_of_the_rules():
         payload = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12)))
         for url in ("data:;base64," + payload, "data:," + payload, "data:text/plain;base64," + payload):
             assert (data_url_error(url) is None) == _reference_data_url_ok(url), url
+
+
+# -- a link plus an odd path: validation ends, and reports what Ignition reports ---------------
+
+# The 338-byte config that made 'node-agent validate' loop forever (issue 28): a relative path
+# and a link ("usr".rsplit("/", 1)[0] is "usr", so walking up the parents never ended)
+HANG_338 = (b'{"ignition":{"version":"3.4.0"},"storage":{"files":[{"path":"usr/local/bin/x","mode":493,'
+            b'"overwrite":true,"contents":{"source":"data:,%23!%2Fbin%2Fsh%0Aecho%20hello!!!%0A"}}],'
+            b'"directories":[{"path":"/var/lib/x","mode":493}],"links":[{"path":"/usr/local/bin/y",'
+            b'"target":"/usr/local/bin/x"},{"path":"/etc/x.conf","target":"/var/lib/x/c"}]}}')
+
+
+def _within(seconds, fn, *args):
+    """fn(*args) run in a thread: its result, or a test failure when it takes longer (a hang
+    fails the test instead of blocking the run)."""
+    import threading
+
+    box = {}
+
+    def run():
+        try:
+            box["result"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, in the test's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"{fn.__name__} did not return within {seconds} s"
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def test_a_relative_path_beside_a_link_is_reported_without_hanging():
+    from agent.core.loadconfig import check_node_config
+
+    assert len(HANG_338) == 338
+    nc, problems = _within(5, check_node_config, HANG_338, "hang.ign")
+    assert nc is None
+    assert ("$.storage.files.0.path", "path-absolute") in [(p.path, p.rule) for p in problems if p.is_error]
+
+
+@pytest.mark.parametrize("node,link,through", [
+    ("usr/local/bin/x", "/usr/bin/y", False),
+    ("usr/local/bin/x", "usr", True),  # Go: strings.HasPrefix(node, link+"/"), relative or not
+    ("usr/local/bin/x", "usr/local", True),
+    ("x", "/y", False),
+    ("", "/y", False),
+    ("/", "/y", False),
+    ("//", "/", True),
+    ("//a", "/", True),
+    ("/a/", "/a", True),
+    ("/a//b", "/a/", True),
+    ("/a/b", "/a/", False),
+    ("/a/b/", "/a/b", True),
+    ("/ab/c", "/a", False),
+    ("/a/./b", "/a/.", True),
+    ("/a/b", "", True),  # a link without a path: Go's "" + "/" is a prefix of every absolute path
+    ("a/b", "", False),
+])
+def test_a_node_under_a_link_is_found_as_go_finds_it(node, link, through):
+    doc = cfg(storage={"files": [{"path": node}], "links": [{"path": link, "target": "/t"}]})
+    found = _within(5, errors, doc)
+    assert (("$.storage.files.0", "path-through-link") in found) == through, found
+    if not node.startswith("/"):
+        assert ("$.storage.files.0.path", "path-absolute" if node else "path-required") in found
+
+
+def test_many_links_and_nodes_under_them_stay_one_finding_per_node():
+    links = [{"path": f"/l{i}", "target": "/t"} for i in range(2000)] + [{"path": "/l0", "target": "/t"}] * 50
+    doc = cfg(storage={"files": [{"path": f"/l0/{'x/' * 500}f{i}"} for i in range(2000)], "links": links})
+    found = _within(5, errors, doc)
+    assert sum(rule == "path-through-link" for _, rule in found) == 2000
+
+
+def test_the_link_rule_is_gos_has_prefix_for_any_paths():
+    """Property: a node is reported under a link exactly when Go's strings.HasPrefix(node.Path,
+    link.Path+"/") holds for some link (storage.go), for any path strings at all."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    paths = st.text(alphabet="/a.", max_size=7)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(paths, max_size=5), st.lists(paths, max_size=4))
+    def check(nodes, links):
+        doc = cfg(storage={"files": [{"path": n} for n in nodes], "links": [{"path": ln, "target": "/t"}
+                                                                             for ln in links]})
+        found = {path for path, rule in _within(5, errors, doc) if rule == "path-through-link"}
+        want = {f"$.storage.files.{i}" for i, n in enumerate(nodes) if any(n.startswith(ln + "/") for ln in links)}
+        want |= {f"$.storage.links.{i}" for i, n in enumerate(links) if any(n.startswith(ln + "/") for ln in links)}
+        assert found == want
+
+    check()

@@ -13,7 +13,7 @@ import pytest
 
 from agent.server.rollout import progress
 from agent.server.store.db import Database
-from agent.server.store.nodestore import NodeStore, PoolRow, Proof
+from agent.server.store.nodestore import SERVER_KEY, NodeStore, PoolRow, Proof, TooManyPending
 from agent.server.store.nodestore_sqlite import SqliteNodeStore
 
 POOLS = ("master", "worker", "infra")
@@ -188,3 +188,93 @@ def test_workers_share_one_render(tmp_path, monkeypatch):
     assert len(calls) == rendered  # nothing rendered again
     assert {n: r.name for n, r in second._rendered.items()} == {n: r.name for n, r in first._rendered.items()}
     assert second._rendered["worker"].spec == first._rendered["worker"].spec
+
+
+# -- identity and approval (issue 28): also on etcd, below ------------------------------------------
+
+def test_registrations_and_approval(tmp_path):
+    store = make_store(tmp_path)
+    assert store.put_credential("a", "h-a", 1.0, False, approved=False, max_pending=2)
+    assert store.put_credential("b", "h-b", 2.0, False, approved=False, max_pending=2)
+    with pytest.raises(TooManyPending):
+        store.put_credential("c", "h-c", 3.0, False, approved=False, max_pending=2)
+    assert store.credential("c") is None and store.credential_owner("h-c") is None  # nothing stored
+    assert store.put_credential("c", "h-c", 3.0, False, approved=True, by="rule", max_pending=2)  # approved: no limit
+    assert not store.put_credential("c", "h-other", 3.5, False)  # registered: only a replace
+    assert store.pending_count() == 2
+    reg = store.registration("a")
+    assert reg.pending and reg.managed and reg.served == () and reg.labels is None and reg.created == 1.0
+    assert [r.node for r in store.registrations(pending=True)] == ["a", "b"]
+    assert [r.node for r in store.registrations(pending=False)] == ["c"]
+    assert [r.node for r in store.registrations(after="a", limit=1)] == ["b"]
+    c = store.registration("c")
+    assert c.by == "rule" and c.approved == 3.0 and c.managed
+    approved = store.approve("a", 5.0, "admin", {"x": "y"})
+    assert (approved.approved, approved.by, approved.labels, approved.pending) == (5.0, "admin", {"x": "y"}, False)
+    assert store.approve("a", 9.0, "admin").approved == 5.0  # approving again keeps the time and the labels
+    assert store.registration("a").labels == {"x": "y"}
+    assert store.approve("nope", 5.0, "admin") is None and store.pending_count() == 1
+    # A new credential (the admin registers the node again) keeps its approval.
+    assert store.put_credential("a", "h-a2", 6.0, True)
+    assert store.registration("a").approved == 5.0 and store.credential_owner("h-a2") == "a"
+    assert store.credential_owner("h-a") is None
+    for i in range(10):
+        store.note_served("a", f"cfg-{i}")
+    store.note_served("a", "cfg-9")  # already the newest: no change
+    assert store.registration("a").served == tuple(f"cfg-{i}" for i in range(2, 10))
+    store.note_served("nope", "x")  # no such node: nothing
+    # An open or bootstrap-only server's registrations are approved and carry no approval rules.
+    assert store.put_credential("d", "h-d", 7.0, False, approved=True, by="bootstrap")
+    assert not store.registration("d").managed
+    store.delete_node("b", 8.0)
+    assert store.registration("b") is None and store.pending_count() == 0
+
+
+def test_a_pending_report_counts_for_nothing_and_an_unproven_done_proves_nothing(tmp_path):
+    store = make_store(tmp_path)
+    member = progress.Membership("worker", "reported pool")
+    done = {"pool": "worker", "state": "Done", "currentConfig": "c"}
+    store.record_report("p", dict(done, **{SERVER_KEY: {"pending": True}}), member, 1.0)
+    assert store.counts("worker").machine == 0 and store.proof("worker", "c") == Proof()
+    assert store.node("p") is not None and [r.node for r in store.nodes(pool="worker")] == ["p"]  # listed, kept
+    store.record_report("u", dict(done, **{SERVER_KEY: {"approvedBy": "admin", "proof": False}}), member, 1.0)
+    pc = store.counts("worker")
+    assert (pc.machine, pc.done) == (1, 1) and store.proof("worker", "c") == Proof()
+    store.record_report("p", dict(done, **{SERVER_KEY: {"approvedBy": "admin"}}), member, 2.0)  # approved
+    assert store.counts("worker").machine == 2 and store.proof("worker", "c") == Proof(1, 1)
+    store.rebuild("sig", lambda rep: progress.Membership(rep["pool"], "reported pool"))
+    assert store.counts("worker").machine == 2 and store.proof("worker", "c") == Proof(1, 1)
+    store.delete_node("p", 3.0)
+    assert store.counts("worker").machine == 1 and store.proof("worker", "c") == Proof()
+    store.record_report("q", dict(done, **{SERVER_KEY: {"pending": True}}), member, 4.0)
+    store.delete_node("q", 5.0)  # a pending node's report took nothing: deleting it takes nothing
+    assert store.counts("worker").machine == 1
+
+
+def test_credentials_of_an_older_schema_stay_approved(tmp_path):
+    path = str(tmp_path / "nodes.db")
+    c = sqlite3.connect(path)
+    from agent.server.store import db as dbmod
+
+    for i in range(4):  # the schema before approval
+        for stmt in dbmod.MIGRATIONS[i].split(";"):
+            if stmt.strip():
+                c.execute(stmt)
+    c.execute("PRAGMA user_version = 4")
+    c.execute("INSERT INTO credentials (node, hash, created) VALUES ('old', 'h-old', 42.0)")
+    c.commit()
+    c.close()
+    store = SqliteNodeStore(Database(path))
+    reg = store.registration("old")
+    assert (reg.pending, reg.by, reg.approved, reg.managed) == (False, "upgrade", 42.0, False)
+
+
+IDENTITY_CONTRACT = ["test_registrations_and_approval",
+                     "test_a_pending_report_counts_for_nothing_and_an_unproven_done_proves_nothing"]
+
+
+@pytest.mark.parametrize("name", IDENTITY_CONTRACT)
+def test_identity_contract_holds_on_etcd(name, etcd_cluster, tmp_path, monkeypatch):
+    from tests import test_nodestore_etcd as on_etcd
+
+    on_etcd.test_contract_holds_on_etcd(name, etcd_cluster, tmp_path, monkeypatch)

@@ -6,10 +6,17 @@ import time
 import pytest
 
 from agent.server.rollout.progress import Membership
-from agent.server.store.etcd_client import EtcdClient, EtcdUnavailable, parse_store_url
+from agent.server.store.etcd_client import (
+    EtcdClient,
+    EtcdError,
+    EtcdNoSpace,
+    EtcdUnavailable,
+    parse_store_url,
+)
+from agent.server.store.etcd_heartbeat import Compactor, Heartbeat
 from agent.server.store.nodestore import PoolRow
 from agent.server.store.nodestore_etcd import EtcdNodeStore
-from tests.helpers.etcd_cluster import have_etcd
+from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
 
 pytestmark = pytest.mark.skipif(not have_etcd(), reason="etcd-server is not installed (make test installs it)")
 
@@ -144,3 +151,78 @@ def test_contract_holds_on_etcd(name, etcd_cluster, tmp_path, monkeypatch):
         for s in opened:
             s.close()
             s.client.close()
+
+
+# -- compaction (issue 28): etcd's history stays bounded ----------------------------------------------
+
+@pytest.fixture
+def small_etcd(tmp_path):
+    """A one-member cluster of its own (compaction is cluster-wide: the shared one is left alone)."""
+    with EtcdCluster(str(tmp_path / "etcd"), size=1, quota_bytes=4 << 20) as c:
+        yield c
+
+
+def test_one_process_compacts_per_interval_keeping_a_window(small_etcd):
+    url = parse_store_url(small_etcd.url)
+    client = EtcdClient(url.endpoints, timeout=5)
+    try:
+        compactors = [Compactor(client, "/c/compaction", interval=0.2, keep=10, who=f"p{i}") for i in range(3)]
+        first = client.put("/c/k", "0")
+        for i in range(30):
+            client.put("/c/k", str(i))
+        done = []
+        for _ in range(4):  # four rounds: every process ticks once per round
+            time.sleep(0.2)
+            done.append([c.tick() for c in compactors])
+        compacted = [r for rnd in done for r in rnd if r is not None]
+        assert compacted, done
+        # At most one process compacts per round (the others lost the turn to it).
+        assert all(sum(r is not None for r in rnd) <= 1 for rnd in done), done
+        _, current = client.range("/c/k")
+        assert max(compacted) >= current - 10 - 2  # the window: current revision minus keep
+        with pytest.raises(EtcdError, match="compacted"):
+            client.range("/c/k", revision=first)
+        assert client.range("/c/k", revision=current - 5)[0]  # inside the window: still readable
+    finally:
+        client.close()
+
+
+def test_history_no_longer_fills_the_quota_and_replicas_follow_compactions(small_etcd):
+    """A 4 MiB quota and 60 KiB reports (the largest a report may be is 64 KiB): 300 reports of
+    the same node are 18 MiB of history, which filled the quota (NOSPACE) when nothing compacted.
+    With the heartbeat's compaction (every 0.2 s, 20 revisions kept) they all go in, and the
+    other replica, whose watch may fall behind a compaction, still sees the last one."""
+    url = parse_store_url(small_etcd.url)
+    stores = [EtcdNodeStore(EtcdClient(url.endpoints, timeout=10), "/q/") for _ in range(2)]
+    beats = [Heartbeat(s, f"r{i}", lambda: {}, compact_interval=0.2, compact_keep=20) for i, s in enumerate(stores)]
+    try:
+        a, b = stores
+        for i in range(300):
+            a.record_report("n1", {"pool": "worker", "state": "Working", "reason": f"{i} " + "p" * (60 << 10)},
+                            worker(), float(i))
+            time.sleep(0.01)
+        _until(lambda: (b.node("n1").report["reason"] or "").startswith("299 "), "replica B sees the last report")
+        assert a.client.alarms() == []
+        assert max(h.compactor.compacted for h in beats) > 0
+    finally:
+        for s in stores:
+            s.close()
+            s.client.close()
+
+
+def test_compaction_goes_on_under_nospace_and_the_store_names_the_alarm(small_etcd):
+    url = parse_store_url(small_etcd.url)
+    store = EtcdNodeStore(EtcdClient(url.endpoints, timeout=10), "/ns/")
+    try:
+        compactor = Compactor(store.client, store._k("compaction"), interval=0.1, keep=5)
+        compactor.tick()  # the first look
+        with pytest.raises(EtcdNoSpace):
+            for i in range(200):
+                store.record_report("n1", {"pool": "worker", "state": "Working", "reason": "p" * (60 << 10)},
+                                    worker(), float(i))
+        assert [a["alarm"] for a in store.alarms] == ["NOSPACE"]
+        time.sleep(0.1)
+        assert compactor.tick() is not None  # the claim (a write) is refused; the compaction is not
+    finally:
+        store.close()
+        store.client.close()

@@ -18,3 +18,17 @@ def test_no_token_over_http_and_no_redirect(tmp_path):
         assert seen and seen[0].header("Authorization") is None  # http: the token stays home
         assert not elsewhere.requests_for("/x")  # the redirect was not followed
         assert rep.refused and rep.refused["status"] == 307
+
+
+def test_a_long_reason_is_cut_so_that_the_report_still_arrives(tmp_path):
+    # The server refuses a text field over 4096 characters (400, final): an update's Degraded
+    # reason is an exception's first line, of any length, and must not be lost for it.
+    import json
+
+    os.makedirs(tmp_path / "var/lib/node-agent")
+    with ScriptedServer() as srv:
+        srv.always("/api/v1/nodes/n1/report", Reply(200, b"{}"))
+        rep = Reporter(srv.url(""), "n1", Root(str(tmp_path)), "/var/lib/node-agent")
+        assert rep.send({"pool": "worker", "state": "Degraded", "reason": "x" * 20000}) is True
+        sent = json.loads(srv.requests_for("/api/v1/nodes/n1/report")[0].body)
+        assert len(sent["reason"]) == 1000 and sent["reason"].startswith("xxx") and sent["pool"] == "worker"

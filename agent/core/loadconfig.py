@@ -54,12 +54,21 @@ def check_node_config(data: Union[bytes, str, dict], source: str = "<input>"
         found = validate_ignition(doc)  # a bare spec 2 config is refused, as Ignition 3 refuses it
         nc = None
         if not any(p.is_error for p in found):
-            nc = NodeConfig(ignition=copy.deepcopy(doc), name=_name_from_source(source))
+            nc = NodeConfig(ignition=_copy(doc, source), name=_name_from_source(source))
     problems.extend(_with_source(p, source) for p in found)
     problems = with_positions(problems, data)  # line and column, as ignition-validate gives them
     if any(p.is_error for p in problems):
         return None, problems
     return nc, problems
+
+
+def _copy(doc: Any, source: str) -> Any:
+    """A deep copy of ``doc``; a document too deep for Python's recursion is a ConfigError
+    (parsed text never is: parse refuses more than MAX_DEPTH levels; a dict passed in may be)."""
+    try:
+        return copy.deepcopy(doc)
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply", source=source) from None
 
 
 def _starts_as_json_object(data: Union[bytes, str]) -> bool:
@@ -224,7 +233,7 @@ def _check_machineconfig(doc: dict, source: str) -> Tuple[Optional[NodeConfig], 
     if any(p.is_error for p in problems):
         return None, problems
     nc = NodeConfig(
-        ignition=copy.deepcopy(ignition),
+        ignition=_copy(ignition, source),
         os_image_url=os_image or "",
         kernel_arguments=tuple(kargs),
         kernel_type=kernel_type,

@@ -168,7 +168,7 @@ def _parse_actions(raw: Any, where: str, problems: List[Problem], source: str,
         if kind not in allowed:
             _problem(problems, f"{at}.type", f"unknown action type; use one of {', '.join(allowed)}", source, kind)
             continue
-        unknown = sorted(set(item) - {"type", "reload", "restart"})
+        unknown = sorted(set(item) - {"type", "reload", "restart"}, key=str)
         if unknown:
             _problem(problems, f"{at}.{unknown[0]}", f"unknown field {unknown[0]!r} in an action", source)
         for other in ("reload", "restart"):
@@ -194,7 +194,7 @@ def _parse_actions(raw: Any, where: str, problems: List[Problem], source: str,
                          "serviceName must be a systemd unit name ending in " + ", ".join(UNIT_SUFFIXES),
                          source, service)
                 continue
-            unknown = sorted(set(body) - {"serviceName"})
+            unknown = sorted(set(body) - {"serviceName"}, key=str)
             if unknown:
                 _problem(problems, f"{at}.{sub}.{unknown[0]}", f"unknown field {unknown[0]!r}", source)
         out.append(PolicyAction(kind, service))
@@ -219,7 +219,7 @@ def _parse_entries(raw: Any, where: str, key: str, limit: int, problems: List[Pr
         if not isinstance(item, dict):
             _problem(problems, at, f"an entry must be a mapping with {key!r} and 'actions'", source, item)
             continue
-        unknown = sorted(set(item) - {key, "actions"})
+        unknown = sorted(set(item) - {key, "actions"}, key=str)
         if unknown:
             _problem(problems, f"{at}.{unknown[0]}", f"unknown field {unknown[0]!r}", source)
         name = item.get(key)
@@ -262,7 +262,7 @@ def parse_policy(doc: Any, *, prefix: str = POLICY_PATH, source: str = "", origi
         raise ConfigError("invalid node disruption policy",
                           [Problem(prefix, "must be a mapping with files, units and sshkey",
                                    rule="node-disruption-policy", source=source)], source)
-    for extra in sorted(set(doc) - {"files", "units", "sshkey"}):
+    for extra in sorted(set(doc) - {"files", "units", "sshkey"}, key=str):
         _problem(problems, f"{prefix}.{extra}", f"unknown field {extra!r} (expected files, units, sshkey)", source)
     files = _parse_entries(doc.get("files"), f"{prefix}.files", "path", MAX_FILES, problems, source, allowed,
                            origin)
@@ -274,7 +274,7 @@ def parse_policy(doc: Any, *, prefix: str = POLICY_PATH, source: str = "", origi
         if not isinstance(raw_ssh, dict) or "actions" not in raw_ssh:
             _problem(problems, f"{prefix}.sshkey", "sshkey must be a mapping with 'actions'", source)
         else:
-            for extra in sorted(set(raw_ssh) - {"actions"}):
+            for extra in sorted(set(raw_ssh) - {"actions"}, key=str):
                 _problem(problems, f"{prefix}.sshkey.{extra}", f"unknown field {extra!r}", source)
             if raw_ssh["actions"] == []:
                 # An empty sshkey action list keeps the default (upstream apihelpers.go:499-503).
@@ -316,8 +316,10 @@ def load_policy_text(text: Union[str, bytes], source: str = "") -> Policy:
     """MachineConfiguration YAML/JSON text -> the user policy in it (not merged)."""
     import yaml
 
+    from agent.ignition.yamlsafe import safe_load
+
     try:
-        doc = yaml.safe_load(text)
+        doc = safe_load(text)  # only YAMLError, whatever the text
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -146,3 +146,24 @@ def node_config_from_served(ignition: Dict[str, Any], served: Optional[Served] =
         fips=bool(spec.get("fips") or False),
         name=served.config_name,
     )
+
+
+def unrenderable(served: Served) -> Optional[Problem]:
+    """Why the served rendered config is not one the MCO could have rendered, or None.
+
+    The MCO's render controller always sets ``osImageURL`` (from the release's ControllerConfig);
+    a served rendered config without one means the server rendered from an incomplete state (an
+    emptied or half-written MachineConfig). Applying it would remove the files of the missing
+    MachineConfig and record an empty OS image, so a node refuses it (exit 65, nothing written).
+    Only configs that carry an encapsulated MachineConfig (served by a config server) are judged."""
+    if served.encapsulated is None:
+        return None
+    spec = served.encapsulated.get("spec") if isinstance(served.encapsulated, dict) else None
+    if isinstance(spec, dict) and str(spec.get("osImageURL") or ""):
+        return None
+    name = served.config_name or "the served config"
+    return Problem(f"{ENCAPSULATED_PATH}: $.spec.osImageURL",
+                   f"{name} has no osImageURL: the MCO never renders a config without one, so the server "
+                   "rendered it from an incomplete state (an empty or half-written MachineConfig?); nothing "
+                   "was applied. What to do: check the server's /healthz and its state directory, then run again",
+                   "unrenderable")

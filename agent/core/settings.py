@@ -18,6 +18,7 @@ import yaml
 from agent.core.names import NODE_NAME_RULE, is_node_name
 from agent.core.proxyrules import ProxySettings, check_proxy_url
 from agent.errors import ConfigError, Problem
+from agent.ignition.yamlsafe import safe_load
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +74,13 @@ def _number(low: float, high: float = math.inf, low_open: bool = False) -> Calla
 
     def check(value: Any) -> Optional[str]:
         # YAML's true/false are ints to Python; a boolean here is always a mistake.
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             return expected
-        if value < low or (low_open and value == low) or value > high:
+        try:
+            seconds = float(value)  # what is kept; an integer past float's range is no number of seconds
+        except OverflowError:
+            return expected
+        if math.isnan(seconds) or seconds < low or (low_open and seconds == low) or seconds > high:
             return expected
         return None
 
@@ -97,6 +102,15 @@ def _abs_path(allow_empty: bool) -> Callable[[Any], Optional[str]]:
         return None
 
     return check
+
+
+def _proxy_url(value: Any) -> Optional[str]:
+    """check_proxy_url, for any value: urlsplit raises ValueError on some text ("http://[",
+    a host that NFKC normalisation changes), which is no proxy URL either."""
+    try:
+        return check_proxy_url(value)
+    except ValueError:
+        return "an http:// or https:// proxy URL (http://host:port), or empty"
 
 
 def _host_list(value: Any) -> Optional[str]:
@@ -124,8 +138,8 @@ _FIELDS: List[Tuple[str, Tuple[str, ...], Callable[[Any], Optional[str]]]] = [
     ("report.retryInterval", ("report", "retry_interval"), _number(0, 86400, low_open=True)),
     ("update.interval", ("update", "interval"), _number(0, 86400, low_open=True)),
     ("update.drainTimeout", ("update", "drain_timeout"), _number(0, 86400, low_open=True)),
-    ("proxy.httpProxy", ("proxy", "http_proxy"), check_proxy_url),
-    ("proxy.httpsProxy", ("proxy", "https_proxy"), check_proxy_url),
+    ("proxy.httpProxy", ("proxy", "http_proxy"), _proxy_url),
+    ("proxy.httpsProxy", ("proxy", "https_proxy"), _proxy_url),
     ("proxy.noProxy", ("proxy", "no_proxy"), _host_list),
 ]
 _SECTIONS = {"fetch", "report", "update", "proxy"}
@@ -211,7 +225,7 @@ def _proxy(values: Dict[str, Any]) -> ProxySettings:
 def parse_settings_file(raw: bytes, config_path: str) -> Settings:
     """The settings in the bytes of the file at ``config_path`` (named in every error)."""
     try:
-        data = yaml.safe_load(raw.decode("utf-8"))
+        data = safe_load(raw.decode("utf-8"))  # only YAMLError, whatever the text
     except UnicodeDecodeError as exc:
         raise ConfigError(f"settings file {config_path} is not UTF-8 text: {exc}", source=config_path)
     except yaml.YAMLError as exc:

@@ -11,6 +11,7 @@ import yaml
 
 from agent.core.versions import OcpVersion, RhcosMinimum, VersionError, parse_ocp_version, parse_rhcos_minimum
 from agent.errors import ConfigError, Problem
+from agent.ignition.yamlsafe import guard, safe_load
 
 MODE_ENFORCE = "Enforce"
 MODE_WARN = "Warn"
@@ -62,16 +63,17 @@ class _TextFloatLoader(yaml.SafeLoader):
 
 _TextFloatLoader.add_constructor(
     "tag:yaml.org,2002:float", lambda loader, node: loader.construct_scalar(node))
+guard(_TextFloatLoader)  # a scalar PyYAML cannot read (2001-13-45, !!int x) is a YAML error
 
 
 def load_rules_text(text: str, source: str = "") -> Any:
     """Parse a rules document (JSON, else YAML). Numbers with a fraction stay text (see above)."""
     try:
         return json.loads(text, parse_float=str)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or too deep for it: YAML says why
         pass
     try:
-        return yaml.load(text, Loader=_TextFloatLoader)  # noqa: S506 - a SafeLoader subclass
+        return safe_load(text, _TextFloatLoader)
     except yaml.YAMLError as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)

@@ -3,7 +3,7 @@
 import base64
 import binascii
 import zlib
-from typing import List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 from urllib.parse import unquote_to_bytes
 
 try:
@@ -16,6 +16,8 @@ from agent.errors import ConfigError
 MAX_DECOMPRESSED = 1 << 30  # refuse gzip bombs beyond 1 GiB
 MAX_CONFIG_DECOMPRESSED = 1 << 30  # and all compressed contents of one config together
 _GZIP_SLICE = 1 << 12  # small: what a member leaves over (unused_data) is copied once per member
+_GZIP_PIECE = 1 << 16  # output per zlib call (max_length): a bomb's slice cannot expand at once
+_GZIP_KEEP = 4 << 20  # output kept in the first pass; beyond it only counted (see decompress)
 # one translation table marks what the checks look for: ASCII control characters become 0x00
 # and hex digits 0x01 (other bytes stay), so "%" + two hex digits is b"%\x01\x01": counting
 # those against "%" finds a broken escape, and a 0x00 a control character, at C speed
@@ -119,10 +121,15 @@ def has_control_character(text: str) -> bool:
 
 def decode_data_url(url: str) -> bytes:
     """The bytes a ``data:`` URL carries (base64 or percent-encoded, any media type)."""
-    _, is_base64, payload = split_data_url(url)
+    _, is_base64, _ = split_data_url(url, payload=False)
     err = _payload_error(url, is_base64)  # one definition of "valid" for validation and decoding
     if err:
         raise ConfigError(err)
+    if is_base64:
+        data = _plain_base64(url)
+        if data is not None:
+            return data
+    _, _, payload = split_data_url(url)
     try:
         raw = unquote_valid(payload)
     except Exception as exc:  # pragma: no cover - unquote_to_bytes is lenient
@@ -139,6 +146,24 @@ def decode_data_url(url: str) -> bytes:
             return base64.b64decode(compact.replace(b"-", b"+").replace(b"_", b"/"), validate=True)
         except (binascii.Error, ValueError):
             raise ConfigError(f"invalid base64 in data URL: {_short(url)!r}") from None
+
+
+def _plain_base64(url: str) -> Optional[bytes]:
+    """The common case of ``decode_data_url`` (standard alphabet, no "%", padded, whitespace
+    allowed) with one copy of the payload (the URL's bytes) and the output, not four: binascii
+    reads the payload in place and skips whitespace. None for anything else (the exact path).
+    Only for a URL ``_payload_error`` accepted: its alphabet and padding are checked already."""
+    try:
+        raw = url.encode("ascii")
+    except UnicodeEncodeError:
+        return None
+    start = raw.index(b",") + 1
+    if raw.find(b"%", start) >= 0 or raw.find(b"-", start) >= 0 or raw.find(b"_", start) >= 0:
+        return None
+    try:
+        return binascii.a2b_base64(memoryview(raw)[start:])
+    except (binascii.Error, ValueError):  # padding left out: the exact path adds it
+        return None
 
 
 def unquote_valid(text: str) -> bytes:
@@ -160,38 +185,60 @@ def decompress(data: bytes, compression: Optional[str], limit: Optional[int] = N
     """Undo ``compression`` ("" / None: nothing; "gzip"); at most ``limit`` bytes out
     (MAX_DECOMPRESSED by default).
 
-    Linear in the input and output: the input is fed in slices and the output collected in a
-    list (concatenated gzip members, as gzip(1) may write them, used to copy the rest of the
-    input and the output so far once per member: 768 KB of tiny members took minutes).
+    Linear in the input and output: the input is fed in slices (concatenated gzip members, as
+    gzip(1) may write them, used to copy the rest of the input once per member: 768 KB of tiny
+    members took minutes). Bounded in memory: the output comes in pieces of at most 64 KiB, and
+    past _GZIP_KEEP bytes the pieces are no longer kept but only counted, so a gzip bomb is
+    refused as soon as its output passes ``limit`` having held at most _GZIP_KEEP bytes of it
+    (it held up to ``limit``, 1 GiB, before). Output that passed _GZIP_KEEP but stays within
+    ``limit`` is decompressed a second time, to keep it.
     """
     if not compression:
         return data
     if compression != "gzip":
         raise ConfigError(f"unsupported compression {compression!r}: only \"gzip\" (or none) is allowed")
     limit = MAX_DECOMPRESSED if limit is None else limit
+    kept: List[bytes] = []
+    size = 0
+    for piece in _gunzip(data, limit):
+        size += len(piece)
+        if size <= _GZIP_KEEP:
+            kept.append(piece)
+        elif kept:
+            kept = []  # large: count the rest, keep nothing until the size is known to be allowed
+    if size <= _GZIP_KEEP:
+        return b"".join(kept)
+    return b"".join(_gunzip(data, limit))
+
+
+def _gunzip(data: bytes, limit: int) -> Iterator[bytes]:
+    """The output of the gzip members in ``data`` in pieces of at most _GZIP_PIECE bytes; raises
+    ConfigError for invalid or truncated data, and as soon as the output passes ``limit``."""
     view = memoryview(data)
-    end = len(data.rstrip(b"\0"))  # NUL padding after the last member is allowed
-    out: List[bytes] = []
+    end = len(data.rstrip(b"\0")) if data.endswith(b"\0") else len(data)  # NUL padding after the last member
     total = 0
     pos = 0
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
         while True:
-            chunk = view[pos:pos + _GZIP_SLICE]
-            if not chunk:
-                raise ConfigError("invalid gzip data: truncated")
-            piece = d.decompress(chunk, limit - total + 1)
-            total += len(piece)
-            out.append(piece)
-            if total > limit or d.unconsumed_tail:
-                raise ConfigError(f"gzip data expands beyond {limit} bytes; refused")
-            if not d.eof:
+            if d.unconsumed_tail:  # the last call stopped at _GZIP_PIECE bytes out: its input goes on
+                chunk: Any = d.unconsumed_tail
+            else:
+                chunk = view[pos:pos + _GZIP_SLICE]
                 pos += len(chunk)
-                continue
-            pos += len(chunk) - len(d.unused_data)
-            if pos >= end:
-                return b"".join(out)
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # the next member
+            piece = d.decompress(chunk, _GZIP_PIECE)
+            total += len(piece)
+            if total > limit:
+                raise ConfigError(f"gzip data expands beyond {limit} bytes; refused")
+            if piece:
+                yield piece
+            if d.eof:
+                pos -= len(d.unused_data)  # what the member left over is the end of the last slice
+                if pos >= end:
+                    return
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # the next member
+            elif not chunk and not piece:  # no input left, and zlib has nothing more from it
+                raise ConfigError("invalid gzip data: truncated")
     except zlib.error as exc:
         raise ConfigError(f"invalid gzip data: {exc}") from None
 

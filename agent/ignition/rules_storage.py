@@ -23,7 +23,6 @@ class StorageRules(RuleBase):
         # entries with one path the later in that order is the duplicate
         # (config/validate/validate.go ValidateDups, Storage.MergedKeys in storage.go)
         nodes: Dict[str, str] = {}
-        linked: List[Tuple[str, dict]] = []
         for section in ("directories", "files", "links"):
             for i, node in entries_of(storage, section):
                 p = f"$.storage.{section}.{i}"
@@ -38,36 +37,42 @@ class StorageRules(RuleBase):
                         self.r.error(p, f"duplicate entry defined (also at {nodes[path]})", "duplicate", path)
                     else:
                         nodes[path] = p
-                    if section == "links":
-                        linked.append((path, node))
                 for owner in ("user", "group"):
                     o = value_of(node, owner, "dict") or {}
                     if o.get("id") is not None and o.get("name") is not None:
                         self.r.error(f"{p}.{owner}", "cannot set both id and name", "owner-id-and-name")
                 getattr(self, section[:-1] if section != "directories" else "directory")(node, p)
-        self.through_links(storage, [path for path, _ in linked])
+        self.through_links(storage)
         self.hard_links_to_directories(storage)
         self.filesystems(storage)
         self.disks(storage)
         self.raid(storage)
         self.luks(storage)
 
-    def through_links(self, storage: dict, link_paths: List[str]) -> None:
+    def through_links(self, storage: dict) -> None:
         """A node under a link's path (hard or symbolic) is an error at the node
-        (config/v3_*/types/storage.go validateDirectories/validateFiles/validateLinks)."""
-        if not link_paths:
+        (config/v3_*/types/storage.go validateDirectories/validateFiles/validateLinks: for every
+        link, ``strings.HasPrefix(node.Path, link.Path+"/")``, whatever the paths are: relative,
+        empty or not clean, which the path rule reports on its own). Go adds one error per
+        matching link; the first one is reported here (same verdict, same paths, and bounded: a
+        config of many links and many nodes under them must not make millions of findings).
+
+        Linear in the node's path: each "/" of it is looked at once, and the text before it is
+        looked up only when some link has that length."""
+        links = {value_of(link, "path", "str") or "" for _, link in entries_of(storage, "links")}
+        if not links:
             return
-        links = set(link_paths)
+        lengths = {len(link) for link in links}
         for section, what in (("directories", "directory"), ("files", "file"), ("links", "link")):
             for i, node in entries_of(storage, section):
                 path = value_of(node, "path", "str") or ""
-                parent = path.rsplit("/", 1)[0]
-                while parent:
-                    if parent in links:
+                slash = path.find("/")
+                while slash >= 0:
+                    if slash in lengths and path[:slash] in links:
                         self.r.error(f"$.storage.{section}.{i}", f"{what} path includes link in config "
-                                     f"(link at {parent})", "path-through-link", path)
+                                     f"(link at {path[:slash] or repr('')})", "path-through-link", path)
                         break
-                    parent = parent.rsplit("/", 1)[0]
+                    slash = path.find("/", slash + 1)
 
     def hard_links_to_directories(self, storage: dict) -> None:
         """A hard link whose target is a directory of this config (storage.go validateLinks: the

@@ -64,8 +64,9 @@ def walk(value: dict, spec_type: str, path: str, declared: spec.Version, strict:
 
     for n, (key, sub) in enumerate(value.items()):
         sub_path = f"{path}.{key}"
-        field = key if key in fields else _FOLDED[spec_type].get(_fold(key))
-        if field != key:
+        # a key that is no string (a YAML-loaded dict passed in) is no field: an unused key
+        field = key if key in fields else _FOLDED[spec_type].get(_fold(key)) if isinstance(key, str) else None
+        if field is None or field != key:
             r.warn(sub_path, f"unused key {key}" + (f" (Go's decoder reads it as {field!r})" if field else ""),
                    "unused-key")
             out = changed(n)

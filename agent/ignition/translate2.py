@@ -103,10 +103,44 @@ def _list(cfg: Dict[str, Any], section: str, key: str) -> List[Dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
+# The objects and arrays the conversion reads below a section: a wrong type there is a decode
+# error for the MCO (the 2.2 config is read into Go structs), so a refusal here, at its path.
+_RES = {"verification": {}}
+_NODE = {"user": {}, "group": {}}
+_SHAPES: Dict[str, Any] = {
+    "ignition": {"config": {"replace": _RES, "append": [_RES]}, "security": {"tls": {"certificateAuthorities": [_RES]}},
+                 "timeouts": {}},
+    "storage": {"disks": [{"partitions": [{}]}], "raid": [{"devices": [None], "options": [None]}],
+                "files": [dict(_NODE, contents=_RES)], "directories": [_NODE], "links": [_NODE],
+                "filesystems": [{}]},
+    "systemd": {"units": [{"dropins": [{}]}]},
+    "networkd": {"units": [{}]},
+    "passwd": {"users": [{"sshAuthorizedKeys": [None], "groups": [None]}], "groups": [{}]},
+}
+
+
+def _check_shape(value: Any, shape: Any, path: str, rep: _Report) -> None:
+    """Report the first value of a wrong JSON type under ``path`` (null is unset, as in Go)."""
+    if value is None or shape is None:
+        return
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            rep.error(path, "wrong type: expected array", "type")
+            return
+        for i, item in enumerate(value):
+            _check_shape(item, shape[0], f"{path}.{i}", rep)
+    elif not isinstance(value, dict):
+        rep.error(path, "wrong type: expected object", "type")
+    else:
+        for key, sub in shape.items():
+            _check_shape(value.get(key), sub, f"{path}.{key}", rep)
+
+
 def _check(cfg: Dict[str, Any], rep: _Report) -> None:
-    for section in ("ignition", "storage", "systemd", "networkd", "passwd"):
-        if section in cfg and not isinstance(cfg[section], dict):
-            rep.error(f"$.{section}", "wrong type: expected object", "type")
+    for section, shape in _SHAPES.items():
+        _check_shape(cfg.get(section), shape, f"$.{section}", rep)
+    if rep.problems:
+        return
     for section, key in (("storage", "files"), ("storage", "directories"), ("storage", "links"),
                          ("storage", "disks"), ("storage", "raid"), ("storage", "filesystems"),
                          ("systemd", "units"), ("passwd", "users"), ("passwd", "groups")):
@@ -179,11 +213,12 @@ def _check_duplicate_paths(cfg: Dict[str, Any], rep: _Report) -> None:
     seen: Dict[str, str] = {}
     for kind in ("files", "directories", "links"):
         entries = _list(cfg, "storage", kind)
+        last = {_join(str(e.get("path"))): i for i, e in enumerate(entries)} if kind == "files" else {}
         for i, node in enumerate(entries):
             if not isinstance(node.get("path"), str):
                 continue
             path = _join(node["path"])
-            if kind == "files" and any(_join(str(e.get("path"))) == path for e in entries[i + 1:]):
+            if last.get(path, i) > i:
                 continue  # a later file replaces this one
             if path in seen and not (kind == "files" and seen[path].startswith("$.storage.files.")):
                 rep.error(f"$.storage.{kind}.{i}.path", f"{path} is also written by {seen[path]}; spec 3 allows one "
@@ -196,21 +231,33 @@ def _check_units(cfg: Dict[str, Any], rep: _Report) -> None:
         if "enable" in unit:
             rep.error(f"$.systemd.units.{i}.enable", "deprecated in spec 2 and refused by the conversion (as "
                       "upstream); use enabled", "spec2-deprecated")
-        names = [d.get("name") for d in unit.get("dropins") or [] if isinstance(d, dict)]
-        for k, name in enumerate(names):
-            if name in names[:k]:
+        seen = set()
+        for k, dropin in enumerate(_dropins(unit)):
+            name = _key(dropin.get("name"))
+            if name in seen:
                 rep.error(f"$.systemd.units.{i}.dropins.{k}.name", "duplicate drop-in name", "spec2-duplicate",
-                          value=name)
+                          value=dropin.get("name"))
+            seen.add(name)
 
 
 # -- removeIgnDuplicateFilesUnitsUsers ------------------------------------------------------
+
+
+def _dropins(unit: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """A unit's drop-ins; a null entry is Go's zero value (an empty drop-in), as it decodes it."""
+    return [d if isinstance(d, dict) else {} for d in unit.get("dropins") or []]
+
+
+def _key(value: Any) -> Any:
+    """``value`` as a set member: a list or an object (a wrong type, refused elsewhere) by its text."""
+    return value if not isinstance(value, (list, dict)) else (type(value).__name__, repr(value))
 
 
 def _order(entries: List[Dict[str, Any]], key: Callable[[Dict[str, Any]], Any]) -> List[int]:
     """Indexes of the entries that survive, last first (the MCO walks from the end)."""
     seen, out = set(), []
     for i in range(len(entries) - 1, -1, -1):
-        k = key(entries[i])
+        k = _key(key(entries[i]))
         if k not in seen:
             seen.add(k)
             out.append(i)
@@ -222,14 +269,16 @@ def _dedupe(cfg: Dict[str, Any], rep: _Report):
     files = [files[i] for i in _order(files, lambda f: f.get("path"))]
     units_in = _list(cfg, "systemd", "units")
     units: List[Dict[str, Any]] = []
+    by_name: Dict[Any, Dict[str, Any]] = {}
     for i in range(len(units_in) - 1, -1, -1):
         unit = units_in[i]
-        winner = next((u for u in units if u.get("name") == unit.get("name")), None)
+        winner = by_name.get(_key(unit.get("name")))
         if winner is None:
-            units.append(dict(unit, dropins=list(unit.get("dropins") or [])))
+            units.append(dict(unit, dropins=_dropins(unit)))
+            by_name[_key(unit.get("name"))] = units[-1]
             continue
-        have = {d.get("name") for d in winner["dropins"]}
-        winner["dropins"].extend(d for d in unit.get("dropins") or [] if d.get("name") not in have)
+        have = {_key(d.get("name")) for d in winner["dropins"]}
+        winner["dropins"].extend(d for d in _dropins(unit) if _key(d.get("name")) not in have)
     users = _list(cfg, "passwd", "users")
     if users:
         keys: List[str] = []
@@ -301,7 +350,7 @@ def _unit(u: Dict[str, Any]) -> Dict[str, Any]:
     enabled = True if u.get("enabled") is True else (False if u.get("enabled") is False else None)
     return {"name": u.get("name"), "enabled": enabled, "mask": _boolp(u.get("mask")),
             "contents": _strp(u.get("contents")),
-            "dropins": [{"name": d.get("name"), "contents": _strp(d.get("contents"))} for d in u.get("dropins") or []]}
+            "dropins": [{"name": d.get("name"), "contents": _strp(d.get("contents"))} for d in _dropins(u)]}
 
 
 def _disk(d: Dict[str, Any]) -> Dict[str, Any]:

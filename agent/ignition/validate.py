@@ -55,7 +55,7 @@ def _go_get(d: dict, name: str) -> Any:
     """d[name] as Go's decoder finds it: the last key equal to ``name`` ignoring case."""
     found = d.get(name)
     for key, value in d.items():
-        if key != name and key.lower() == name:
+        if key != name and isinstance(key, str) and key.lower() == name:
             found = value
     return found
 

@@ -12,7 +12,8 @@ from typing import Optional, Tuple
 
 from agent.core.nodeconfig import NodeConfig
 from agent.core.pool import KUBELET_ENV_PATH, PoolIdentity, merge_kubelet_env, resolve_pool
-from agent.core.served import Served, node_config_from_served, read_served
+from agent.core.served import Served, node_config_from_served, read_served, unrenderable
+from agent.errors import ConfigError
 from agent.host.root import Root
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,9 @@ def target_from_served(ignition: dict, source: str, validated: bool = False) -> 
     # raises ConfigError with every problem's path
     load_node_config({"ignition": ignition.get("ignition")} if validated else ignition, source=source)
     served = read_served(ignition)
+    problem = unrenderable(served)
+    if problem is not None:
+        raise ConfigError(problem.message.split(". What to do")[0], [problem], source)
     return node_config_from_served(ignition, served), served
 
 

@@ -5,10 +5,17 @@ so a later one supersedes an earlier one) under the state directory and sent aga
 run of the agent or by the day-2 loop.
 
 Identity: before its first report the node registers once (``POST /api/v1/nodes/<node>/register``
-with the bootstrap token of ``report.tokenFile``) and keeps the credential the server returns in
-``<stateDir>/node-credential`` (0600, under ``--root``); reports, drain leases and member
-fetches then carry that credential, so only this node can act as itself
-(agent/server/rollout/identity.py). Like the bootstrap token, it is sent only over https.
+with the bootstrap token of ``report.tokenFile``); reports, drain leases and member fetches then
+carry its own credential, so only this node can act as itself (agent/server/rollout/identity.py).
+Like the bootstrap token, it is sent only over https.
+
+Registration survives a kill at any point: the node makes its credential first and keeps it in
+``<stateDir>/node-credential`` (0600, written atomically, under ``--root``) marked
+``"registered": false``, then registers sending it (the server keeps its hash), then marks it
+registered. A run that finds an unregistered credential registers again with the same one, which
+the server answers as done (idempotent): a kill between the server's answer and the mark costs a
+request, never an admin. A server that makes the credential itself (an older one) is still
+understood: the answer's credential is kept.
 """
 
 import datetime
@@ -17,15 +24,22 @@ import json
 import logging
 import os
 import urllib.parse
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 from agent.host.files import atomic_write
 from agent.host.root import Root
+from agent.node.credential import (  # noqa: F401 - read_credential, remove_credential: also the API's names
+    CREDENTIAL,
+    _load_json,
+    credential_path,
+    new_credential,
+    read_credential,
+    remove_credential,
+)
 
 log = logging.getLogger(__name__)
 
 PENDING = "pending-report.json"
-CREDENTIAL = "node-credential"  # {"server", "node", "credential"}: this node's own credential
 # Answers worth sending again later (as the fetcher retries them); any other 4xx is final.
 RETRIED_4XX = (408, 429)
 
@@ -68,18 +82,6 @@ def refusal_text(refused: Dict[str, Any]) -> str:
             f"count this node: {refusal_hint(status)}")
 
 
-def _load_json(path: str) -> Tuple[Any, bool]:
-    """A state file's JSON: (data, True); (None, True) when there is no file; (None, False)
-    when it cannot be read or parsed."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f), True
-    except FileNotFoundError:
-        return None, True
-    except (OSError, ValueError):
-        return None, False
-
-
 def read_kept(path: str) -> Optional[Dict[str, Any]]:
     """The kept report at ``path``; a report kept by an older version (the bare body) is wrapped."""
     data, readable = _load_json(path)
@@ -103,32 +105,6 @@ def server_base(config_url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def credential_path(root: Root, state_dir: str) -> str:
-    return root.path(os.path.join(state_dir, CREDENTIAL))
-
-
-def read_credential(root: Root, state_dir: str, quiet: bool = False) -> Optional[Dict[str, str]]:
-    """The credential record a run kept (``server``, ``node``, ``credential``), if any and whole."""
-    path = credential_path(root, state_dir)
-    data, readable = _load_json(path)
-    if not readable and not quiet:
-        log.warning("ignoring unreadable node credential %s; the node registers again", path)
-    if isinstance(data, dict) and all(isinstance(data.get(k), str) and data[k] for k in ("server", "node", "credential")):
-        return data
-    return None
-
-
-def remove_credential(root: Root, state_dir: str) -> None:
-    """Drop a credential the server no longer accepts (the node then registers again)."""
-    path = credential_path(root, state_dir)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        log.error("could not remove the stale node credential %s: %s", path, exc)
-
-
 class Reporter:
     def __init__(self, base_url: str, node: str, root: Root, state_dir: str, *, session=None,
                  token: Optional[str] = None, timeout: float = 10.0):
@@ -141,6 +117,7 @@ class Reporter:
         self.timeout = timeout
         self.refused: Optional[Dict[str, Any]] = None  # set when the server refused a report
         self._warned_clear = False
+        self._unregistered: Optional[str] = None  # made and kept, not yet taken by the server
         self.credential = self._load_credential()
         self.register_refused = ""  # why the server refused to register this node (said once)
 
@@ -185,10 +162,14 @@ class Reporter:
         return credential_path(self.root, self.state_dir)
 
     def _load_credential(self) -> Optional[str]:
-        """The credential this node got from this server under this name (None otherwise)."""
-        kept = read_credential(self.root, self.state_dir)
+        """The credential this node registered with this server under this name (None
+        otherwise; one made but not yet taken by the server is kept to register with)."""
+        kept = read_credential(self.root, self.state_dir, registered_only=False)
         if kept is None or kept["server"] != self.base_url or kept["node"] != self.node:
             return None  # none, or another server or another name: it means nothing there
+        if not kept["registered"]:
+            self._unregistered = kept["credential"]
+            return None
         return kept["credential"]
 
     def ensure_registered(self) -> bool:
@@ -200,21 +181,33 @@ class Reporter:
         if not self.base_url.lower().startswith("https://"):
             self.auth_headers()  # warns once: nothing secret goes over http
             return False
+        # Made and kept first (0600, atomically), then sent: whatever is cut off, the next run
+        # registers again with the same credential and the server answers it as done.
+        secret = self._unregistered
+        if secret is None:
+            secret = self._unregistered = new_credential()
+            self._save_credential(secret, registered=False)
         try:
-            resp = self._session().post(self._url("register"), data=b"", headers=self._headers(bootstrap=True),
-                                        timeout=self.timeout, allow_redirects=False)
+            resp = self._session().post(self._url("register"), data=json.dumps({"credential": secret}),
+                                        headers=self._headers(bootstrap=True), timeout=self.timeout,
+                                        allow_redirects=False)
         except Exception as exc:  # the server is away: the next report tries again
             log.warning("could not register node %s with %s: %s; will try again", self.node, self.base_url, exc)
             return False
         if resp.status_code in (200, 201):
             try:
-                secret = resp.json()["credential"]
-            except (ValueError, KeyError, TypeError):
-                log.warning("%s answered the registration without a credential; will try again", self.base_url)
-                return False
+                answer = resp.json()
+                issued = answer.get("credential") if isinstance(answer, dict) else None
+            except ValueError:
+                answer, issued = {}, None
+            if isinstance(issued, str) and issued:
+                secret = issued  # an older server made its own and ignored ours
             self._save_credential(secret)
-            log.info("node %s registered with %s; its credential is in %s", self.node, self.base_url,
-                     os.path.join(self.state_dir, CREDENTIAL))
+            self._unregistered = None
+            pending = isinstance(answer, dict) and answer.get("approval") == "Pending"
+            log.info("node %s registered with %s; its credential is in %s%s", self.node, self.base_url,
+                     os.path.join(self.state_dir, CREDENTIAL),
+                     "; it counts in its pool once the admin approves it" if pending else "")
             return True
         said = _server_message(resp)
         if resp.status_code >= 500 or resp.status_code in RETRIED_4XX:
@@ -236,11 +229,13 @@ class Reporter:
         log.warning("%s no longer accepts node %s's credential (%s); the node registers again",
                     self.base_url, self.node, why)
         self.credential = None
+        self._unregistered = None
         remove_credential(self.root, self.state_dir)
 
-    def _save_credential(self, secret: str) -> None:
-        self.credential = secret
-        record = {"server": self.base_url, "node": self.node, "credential": secret}
+    def _save_credential(self, secret: str, registered: bool = True) -> None:
+        if registered:
+            self.credential = secret
+        record = {"server": self.base_url, "node": self.node, "credential": secret, "registered": registered}
         try:
             path = self._credential_path()
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -268,7 +263,7 @@ class Reporter:
         sent again until the server, the node name or the token changes (``refused`` says
         why; ``node-agent status`` shows it and reports degraded).
         """
-        body = {k: v for k, v in payload.items() if v is not None}
+        body = {k: _bounded(v) for k, v in payload.items() if v is not None}
         self.ensure_registered()
         kept = self.kept()
         if kept and kept.get("refused", {}).get("fingerprint") == self._fingerprint():
@@ -393,3 +388,13 @@ class Reporter:
             os.unlink(self._pending_path())
         except FileNotFoundError:
             pass
+
+
+MAX_TEXT = 1000  # characters of a report's text field (the server refuses over 4096, for good)
+
+
+def _bounded(value: Any) -> Any:
+    """A text field cut to MAX_TEXT characters: a long error's reason must still arrive."""
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        return value[:MAX_TEXT - 1] + "\u2026"
+    return value

@@ -2,9 +2,9 @@
 
 What a node does at first boot when the server is slow, restarting, or withholding a config:
 it keeps trying (Ignition's backoff, no attempt limit, an optional overall budget from
-``fetch.totalTimeout``, a hard deadline for the body too), logs each failed attempt, and only
-stops early on answers that retrying cannot fix (404, 401/403, other 4xx, a hash mismatch, an
-insecure redirect). TLS verification is never turned off; CAs named by the pointer config are
+``fetch.totalTimeout``: a hard deadline, at every byte of status line, headers and body), logs
+each failed attempt, and only stops early on answers that retrying cannot fix (404, 401/403,
+other 4xx, a hash mismatch, an insecure redirect). TLS verification is never turned off; CAs named by the pointer config are
 *added* to the system trust store, as Ignition does.
 
 Beside it: ``agent.resource.transport`` (TLS adapter, watchdog, message texts),
@@ -33,6 +33,7 @@ from agent.resource import proxy as proxies
 from agent.resource.transport import (  # noqa: F401 (pool_from_url re-exported)
     TrustAdapter,
     Watchdog,
+    WatchedAdapter,
     pool_from_url,
     server_message,
     server_of,
@@ -103,7 +104,7 @@ class Fetcher:
         self.session.trust_env = False
         self.proxy = proxies.from_environment(os.environ).overridden_by(
             self.settings.proxy, tuple(k for k, v in vars(self.settings.proxy).items() if v))
-        self.session.mount("http://", proxies.RoutedAdapter(self._proxy_for))
+        self.session.mount("http://", WatchedAdapter(self._proxy_for))
         self._ssl: Optional[ssl.SSLContext] = None
         self._loaded: List[bytes] = []
         for pem in ca_pems:
@@ -250,7 +251,7 @@ class Fetcher:
             log.debug("fetching %s (attempt %d)", short_url(url), attempts[0],
                       extra={"NODE_AGENT_ATTEMPT": attempts[0], "NODE_AGENT_STAGE": "fetch"})
             deadline = start + limit if limit else None
-            result = self._attempt(url, request_headers, timeout, expected, etag, deadline)
+            result = self._attempt(url, request_headers, timeout, expected, etag, deadline, limit)
             return FetchResult(result.body, url, result.status, result.headers, attempts[0])
 
         retrying = tenacity.Retrying(sleep=self._sleep, stop=stop, wait=planned_delay,
@@ -273,13 +274,52 @@ class Fetcher:
 
     def _attempt(self, url: str, headers: Dict[str, str], timeout: float,
                  expected: Optional[Tuple[str, str]], etag: Optional[str],
-                 deadline: Optional[float] = None) -> FetchResult:
+                 deadline: Optional[float] = None, budget: float = 0.0) -> FetchResult:
+        """One attempt, held to its deadlines at every byte by a Watchdog (the sockets are shut
+        down when one passes): the response head (connecting, TLS, redirects, status line and
+        headers) must arrive within ``timeout`` (the attempt timeout, never past the budget), the
+        body by ``deadline`` (the end of the fetch budget, if any). requests' own (connect, read)
+        timeouts only bound each wait for data, which a server sending a byte at a time never
+        trips."""
         server = server_of(url)
-        try:
-            # (connect, read): the read timeout bounds the wait for the response headers and
-            # every later read of the body, so a stalled server cannot hang the node.
-            resp = self._get(url, headers, timeout)
-        except requests.exceptions.SSLError as exc:
+        now = self._clock()
+        head_end = now + timeout
+        head_what = "attempt"
+        if deadline is not None and deadline <= head_end:
+            head_end, head_what = deadline, "budget"
+        # a floor of 50 ms, as for ``timeout``: an attempt that started is given a moment
+        with Watchdog(max(0.05, head_end - now), head_what) as watchdog:
+            try:
+                resp = self._get(url, headers, timeout, head_end)
+            except Exception as exc:  # a read timeout can beat the watchdog to the same deadline
+                if watchdog.fired or (isinstance(exc, requests.exceptions.ReadTimeout) and watchdog.overdue()):
+                    raise _Retry(watchdog.reason(server, timeout, budget, head=True)) from None
+                raise self._failed_request(exc, url, server, timeout)
+            watchdog.watch(resp)  # a session whose adapters are not watched: at least the body
+            with resp:
+                if watchdog.fired:  # the headers were cut short: http.client took the cut for their end
+                    raise _Retry(watchdog.reason(server, timeout, budget, head=True))
+                status = resp.status_code
+                if status == 304 and etag:
+                    return FetchResult(b"", url, 304, {k.lower(): v for k, v in resp.headers.items()})
+                if not 200 <= status < 300:
+                    self._fail(url, resp)  # reads a little of the error body: still under the head deadline
+                # the body: until the end of the budget (none: each read bounded by the read timeout)
+                watchdog.arm(None if deadline is None else max(0.05, deadline - self._clock()), "budget")
+                try:
+                    body = self._read_body(resp, server)
+                except _Retry:
+                    if not watchdog.fired:
+                        raise
+                if watchdog.fired:
+                    raise _Retry(watchdog.reason(server, timeout, budget, head=False))
+                check_hash(body, expected, url)
+                return FetchResult(body, url, status, {k.lower(): v for k, v in resp.headers.items()})
+
+    @staticmethod
+    def _failed_request(exc: Exception, url: str, server: str, timeout: float) -> Exception:
+        """The error to raise for an exception out of ``_get`` (a request that got no response)."""
+        if isinstance(exc, requests.exceptions.SSLError):
             is_verify, reason = tls_reason(exc)
             if is_verify:
                 # Retried like a transport error within the budget: servers rotate certificates and a
@@ -287,54 +327,43 @@ class Fetcher:
                 # back to an unverified connection.
                 log.warning("TLS verification failed for %s: %s; not retrying insecurely", short_url(url), reason,
                             extra={"NODE_AGENT_STAGE": "fetch"})
-                raise _Retry(f"TLS verification failed for server {server}: {reason} "
-                             "(is the pointer config's certificateAuthorities right?)")
-            raise _Retry(f"TLS error with server {server}: {reason}")
-        except requests.exceptions.ConnectTimeout:
-            raise _Retry(f"connecting to server {server} timed out after {timeout:g}s")
-        except requests.exceptions.ReadTimeout:
-            raise _Retry(f"server {server} sent no response headers within {timeout:g}s")
-        except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema,
-                requests.exceptions.MissingSchema, requests.exceptions.InvalidHeader) as exc:
-            raise ConfigError(f"cannot fetch {short_url(url)!r}: {exc}", source=url)
-        except requests.exceptions.TooManyRedirects:
-            raise FetchError(f"too many redirects fetching {short_url(url)} from server {server}", url=url)
-        except requests.exceptions.RequestException as exc:
-            raise _Retry(f"cannot connect to server {server}: {transport_reason(exc)}")
+                return _Retry(f"TLS verification failed for server {server}: {reason} "
+                              "(is the pointer config's certificateAuthorities right?)")
+            return _Retry(f"TLS error with server {server}: {reason}")
+        if isinstance(exc, requests.exceptions.ConnectTimeout):
+            return _Retry(f"connecting to server {server} timed out after {timeout:g}s")
+        if isinstance(exc, requests.exceptions.ReadTimeout):
+            return _Retry(f"server {server} sent no response headers within {timeout:g}s")
+        if isinstance(exc, (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema,
+                            requests.exceptions.MissingSchema, requests.exceptions.InvalidHeader)):
+            return ConfigError(f"cannot fetch {short_url(url)!r}: {exc}", source=url)
+        if isinstance(exc, requests.exceptions.TooManyRedirects):
+            return FetchError(f"too many redirects fetching {short_url(url)} from server {server}", url=url)
+        if isinstance(exc, requests.exceptions.RequestException):
+            return _Retry(f"cannot connect to server {server}: {transport_reason(exc)}")
+        return exc  # ours (FetchError, ConfigError) or a bug: as it is
 
-        with resp:
-            status = resp.status_code
-            if status == 304 and etag:
-                return FetchResult(b"", url, 304, {k.lower(): v for k, v in resp.headers.items()})
-            if not 200 <= status < 300:
-                self._fail(url, resp)
-            with Watchdog(resp, None if deadline is None else max(0.05, deadline - self._clock())) as watchdog:
-                try:
-                    body = self._read_body(resp, server)
-                except _Retry:
-                    if not watchdog.fired:
-                        raise
-            if watchdog.fired:
-                raise _Retry(f"the response from server {server} did not finish within the fetch budget "
-                             f"(fetch.totalTimeout); it was cut off")
-            check_hash(body, expected, url)
-            return FetchResult(body, url, status, {k.lower(): v for k, v in resp.headers.items()})
-
-    def _get(self, url: str, headers: Dict[str, str], timeout: float) -> requests.Response:
+    def _get(self, url: str, headers: Dict[str, str], timeout: float,
+             head_end: Optional[float] = None) -> requests.Response:
         """GET ``url`` following redirects ourselves: a redirect from https to anything else is
         refused *before* any request goes out in clear (requests would send it first), and
-        credentials are not carried to another host (as Go's net/http, which Ignition uses)."""
+        credentials are not carried to another host (as Go's net/http, which Ignition uses).
+        Each hop's (connect, read) timeout is what is left until ``head_end``."""
         current = url
         for _ in range(MAX_REDIRECTS + 1):
-            resp = self.session.get(current, headers=headers, timeout=(timeout, timeout), stream=True,
+            hop = timeout if head_end is None else max(0.05, min(timeout, head_end - self._clock()))
+            resp = self.session.get(current, headers=headers, timeout=(hop, hop), stream=True,
                                     verify=True, allow_redirects=False)
             if not resp.is_redirect:
                 return resp
             target = urljoin(current, resp.headers["Location"])
             resp.close()
             if urlsplit(url).scheme.lower() == "https" and urlsplit(target).scheme.lower() != "https":
+                # Final (retrying cannot fix it) and exit 69 ("could not fetch"), never insecure.
                 raise FetchError(f"{short_url(url)} redirected to an unencrypted URL ({short_url(target)}); "
-                                 "refusing to fetch a config insecurely (nothing was sent there)",
+                                 "refusing to fetch a config insecurely (nothing was sent there): make server "
+                                 f"{server_of(url)} (or a proxy in front of it) answer over https, or point the "
+                                 "pointer config at the https URL that serves the config",
                                  url=url, status=resp.status_code, final=True)
             if urlsplit(target).netloc.lower() != urlsplit(current).netloc.lower():
                 headers = {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}

@@ -2,7 +2,8 @@
 
 Uses Debian's etcd-server (3.4), which the Makefile installs. Each member gets its own data
 directory under the test's tmp dir and free ports; ``kill(i)`` is SIGKILL, ``start(i)`` brings
-the same member back with its data.
+the same member back with its data. ``quota_bytes`` starts the members with that
+``--quota-backend-bytes`` (a small one fills in a second: etcd's NOSPACE alarm for real).
 """
 
 import os
@@ -35,8 +36,9 @@ def _free_ports(n: int) -> List[int]:
 
 
 class EtcdCluster:
-    def __init__(self, base_dir: str, size: int = 3):
+    def __init__(self, base_dir: str, size: int = 3, quota_bytes: Optional[int] = None):
         self.base_dir = base_dir
+        self.quota_bytes = quota_bytes
         os.makedirs(base_dir, exist_ok=True)
         self.size = size
         ports = _free_ports(2 * size)
@@ -56,7 +58,8 @@ class EtcdCluster:
     def _cmd(self, i: int) -> List[str]:
         client = f"http://127.0.0.1:{self.client_ports[i]}"
         peer = f"http://127.0.0.1:{self.peer_ports[i]}"
-        return [ETCD, "--name", f"m{i}", "--data-dir", os.path.join(self.base_dir, f"m{i}"),
+        quota = ["--quota-backend-bytes", str(self.quota_bytes)] if self.quota_bytes else []
+        return [ETCD, *quota, "--name", f"m{i}", "--data-dir", os.path.join(self.base_dir, f"m{i}"),
                 "--listen-client-urls", client, "--advertise-client-urls", client,
                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                 "--initial-cluster", self.initial, "--initial-cluster-state", "new",

@@ -29,13 +29,17 @@ def free_port() -> int:
 
 class ServerProcess:
     def __init__(self, state_dir: Optional[str], tls=None, token: Optional[str] = None, workers: int = 2,
-                 threads: int = 8, extra_args: Sequence[str] = (), port: Optional[int] = None):
+                 threads: int = 8, extra_args: Sequence[str] = (), port: Optional[int] = None,
+                 settle: Optional[float] = 0.5):
         self.state_dir = state_dir
         self.tls = tls
         self.token = token
         self.workers = workers
         self.threads = threads
         self.extra_args = list(extra_args)
+        # Tests that edit the state directory want it read within a second; serve's own default
+        # (10 s, the settle rule of docs/security.md) is kept by settle=None.
+        self.settle = settle
         self.port = port or free_port()
         self.proc: Optional[subprocess.Popen] = None
         self._logfile = tempfile.NamedTemporaryFile(prefix="node-config-server-", suffix=".log", delete=False)
@@ -80,6 +84,8 @@ class ServerProcess:
         if self.state_dir:  # None: state objects come from the store (--store etcd://...)
             cmd += ["--state", self.state_dir]
         cmd += ["--listen", f"127.0.0.1:{self.port}", "--workers", str(self.workers), "--threads", str(self.threads)]
+        if self.settle is not None and "--settle-seconds" not in self.extra_args:
+            cmd += ["--settle-seconds", str(self.settle)]
         if self.tls:
             cmd += ["--tls-cert", self.tls.cert, "--tls-key", self.tls.key]
         if self.token:

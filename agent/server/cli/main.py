@@ -50,6 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "configs with secrets, reads the API")
     p.add_argument("--admin-token-file", metavar="FILE",
                    help="the admin token: deletes nodes, registers a node again, releases any drain lease")
+    p.add_argument("--auto-approve", metavar="REGEX", default=None,
+                   help="with --admin-token-file: approve a newly registered name at once when the whole name "
+                        "matches REGEX (Python syntax), e.g. 'worker-[0-9]+'; other names wait for `approve node` "
+                        "(docs/security.md \"Identity\")")
+    p.add_argument("--max-pending", type=int, default=None, metavar="N",
+                   help="at most N registrations wait for approval; more answer 429 (default: 100)")
+    p.add_argument("--register-rate", type=float, default=None, metavar="PER_SECOND",
+                   help="registrations a second per server process, a token bucket (default: 20)")
+    p.add_argument("--register-burst", type=int, default=None, metavar="N",
+                   help="registrations at once before --register-rate applies (default: 200)")
     p.add_argument("--serve-secrets-anonymously", action="store_true",
                    help="serve configs that carry secrets (pull secret, kubeconfig) without a credential, as the "
                         "MCS does (then only the network protects them)")
@@ -64,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     _timeout_args(p)
     p.add_argument("--lease-ttl", type=float, default=600.0, metavar="SECONDS",
                    help="drain lease lifetime unless renewed (default: 600)")
+    p.add_argument("--settle-seconds", type=float, default=10.0, metavar="SECONDS",
+                   help="a change of the state directory is read only once no file has changed for this long, "
+                        "so a file rewritten in place (with pauses) is never read half-written (default: 10)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.add_argument("--access-log", default=None, metavar="FILE", help="gunicorn access log ('-' for stderr)")
     p.add_argument("--cache-dir", default=None, metavar="DIR",
@@ -188,6 +201,9 @@ def _checked_serve_args(args: argparse.Namespace, store) -> Tuple[str, str, str,
     host, port = parse_listen(args.listen or (f"0.0.0.0:{TLS_PORT}" if args.tls_cert else f"127.0.0.1:{PLAIN_PORT}"))
     if args.lease_ttl <= 0:
         raise ValueError("--lease-ttl must be positive")
+    admission(args)  # the approval flags are checked here (exit 2), used in _run_gunicorn
+    if args.settle_seconds < 0:
+        raise ValueError("--settle-seconds must be 0 or more")
     if args.worker_class == "gevent":
         try:
             import gevent  # noqa: F401
@@ -196,6 +212,33 @@ def _checked_serve_args(args: argparse.Namespace, store) -> Tuple[str, str, str,
                              "RPM: python3-gevent): install it, or pass --worker-class gthread, which has no "
                              "per-connection timeouts (docs/security.md, \"Timeouts\")")
     return token, admin_token, host, port
+
+
+def admission(args: argparse.Namespace):
+    """serve's approval rules (identity.Admission); ValueError names a bad flag."""
+    import re
+
+    from agent.server.rollout import identity
+
+    pattern = None
+    if args.auto_approve is not None:
+        if not args.admin_token_file:
+            raise ValueError("--auto-approve needs --admin-token-file: a server without an admin token approves every "
+                             "name as it registers (docs/security.md \"Identity\")")
+        try:
+            pattern = re.compile(args.auto_approve)
+        except re.error as exc:
+            raise ValueError(f"--auto-approve {args.auto_approve!r}: not a regular expression ({exc})") from None
+    max_pending = identity.DEFAULT_MAX_PENDING if args.max_pending is None else args.max_pending
+    rate = identity.DEFAULT_REGISTER_RATE if args.register_rate is None else args.register_rate
+    burst = identity.DEFAULT_REGISTER_BURST if args.register_burst is None else args.register_burst
+    if max_pending < 0:
+        raise ValueError("--max-pending must be 0 or more")
+    if not rate > 0:
+        raise ValueError("--register-rate must be more than 0")
+    if burst < 1:
+        raise ValueError("--register-burst must be at least 1")
+    return identity.Admission(pattern, max_pending, rate, burst)
 
 
 def _first_render(args: argparse.Namespace, store) -> None:
@@ -207,7 +250,7 @@ def _first_render(args: argparse.Namespace, store) -> None:
     from agent.server.cluster.backends import open_backends
     from agent.server.cluster.service import Cluster
 
-    node_store, source = open_backends(store, args.state, 1.0)
+    node_store, source = open_backends(store, args.state, 1.0, args.settle_seconds)
     cluster = Cluster(args.state, lease_ttl=args.lease_ttl, store=node_store, watcher=source)
     _print_problems(cluster.watcher.current().problems)
     cluster.store.close()
@@ -231,7 +274,13 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
 
     store = dataclasses.replace(store, replica=store.replica_name(f"{host}:{port}"))
     app = App(args.state, token=token, lease_ttl=args.lease_ttl, metrics_dir=metrics_dir, store=store,
-              admin_token=admin_token, anonymous_secrets=args.serve_secrets_anonymously)
+              admin_token=admin_token, anonymous_secrets=args.serve_secrets_anonymously, settle=args.settle_seconds)
+    app.auth.admission = admission(args)
+    if token and not admin_token:
+        logging.getLogger(__name__).warning(
+            "no --admin-token-file: every name registered with the bootstrap token is approved at once and counts "
+            "in its pool (rollout proof, maxUnavailable, drain leases); give the server an admin token to approve "
+            "new names (docs/security.md \"Identity\")")
     if not token and not admin_token:
         logging.getLogger(__name__).warning(
             "no --token-file or --admin-token-file: anyone who can reach the server may register nodes, report "
@@ -320,13 +369,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    from agent.server.cli.admincmds import cmd_delete
+    from agent.server.cli.admincmds import cmd_approve, cmd_delete
     from agent.server.cli.client import ClientError
     from agent.server.cli.viewcmds import cmd_describe, cmd_get
     from agent.server.store.db import DatabaseUnusable
 
     handler = {"serve": cmd_serve, "render": cmd_render, "status": cmd_status, "get": cmd_get,
-               "describe": cmd_describe, "load-state": cmd_load_state, "delete": cmd_delete}[args.command]
+               "describe": cmd_describe, "load-state": cmd_load_state, "delete": cmd_delete,
+               "approve": cmd_approve}[args.command]
     try:
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit

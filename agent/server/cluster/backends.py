@@ -58,7 +58,8 @@ def etcd_client(cfg: StoreConfig) -> Tuple[Any, str]:
     return EtcdClient(url.endpoints, ca=cfg.ca, cert=cfg.cert, key=cfg.key), url.prefix
 
 
-def open_backends(cfg: StoreConfig, state_dir: Optional[str], reload_interval: float) -> Tuple[Any, Any]:
+def open_backends(cfg: StoreConfig, state_dir: Optional[str], reload_interval: float,
+                  settle: Optional[float] = None) -> Tuple[Any, Any]:
     """(node store, state source) for a Cluster; (None, None) means the SQLite default."""
     if not cfg.is_etcd:
         return None, None
@@ -69,7 +70,7 @@ def open_backends(cfg: StoreConfig, state_dir: Optional[str], reload_interval: f
     if state_dir:
         from agent.server.store.watcher import StateWatcher
 
-        return store, StateWatcher(state_dir, reload_interval)
+        return store, StateWatcher(state_dir, reload_interval, settle)
     from agent.server.store.etcd_state import EtcdStateSource
 
     return store, EtcdStateSource(client, prefix, cfg.cache_dir)

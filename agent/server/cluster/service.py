@@ -22,13 +22,14 @@ from collections import OrderedDict
 from typing import Any, Dict, Optional, Tuple
 
 from agent.server.cluster import poolview
+from agent.server.cluster.approval import Approval
 from agent.server.cluster.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
 from agent.server.cluster.serving import ConfigServing, Fetch, UnknownPool  # noqa: F401 - the API's names
-from agent.server.rollout import gating, identity, progress, skewpolicy
+from agent.server.rollout import gating, progress, skewpolicy
 from agent.server.rollout.drains import DEFAULT_TTL, parse_max_unavailable
 from agent.server.rollout.render import Rendered, inputs_key, render_pool
 from agent.server.store.db import Database
-from agent.server.store.nodestore import NodeStore, PoolRow, StoreUnavailable, counts_for
+from agent.server.store.nodestore import SERVER_KEY, NodeStore, PoolRow, StoreUnavailable, counts_for
 from agent.server.store.nodestore_sqlite import SqliteNodeStore
 from agent.server.store.statedir import State, pool_forced
 from agent.server.store.watcher import StateWatcher
@@ -52,9 +53,10 @@ def membership_signature(st: State) -> str:
     return hashlib.sha256(json.dumps(sel, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-class Cluster(ConfigServing):
+class Cluster(Approval, ConfigServing):
     def __init__(self, state_dir: Optional[str], db_path: Optional[str] = None, lease_ttl: float = DEFAULT_TTL,
-                 reload_interval: float = 1.0, store: Optional[NodeStore] = None, watcher: Any = None):
+                 reload_interval: float = 1.0, store: Optional[NodeStore] = None, watcher: Any = None,
+                 settle: Optional[float] = None):
         """``store`` and ``watcher`` (a state source with ``current()``) default to SQLite in the
         state directory and polling of that directory (backends.open_backends gives etcd's)."""
         import os
@@ -62,12 +64,13 @@ class Cluster(ConfigServing):
         self.state_dir = state_dir
         self.db = Database(db_path or os.path.join(state_dir, "nodes.db")) if store is None else None
         self.store: NodeStore = store or SqliteNodeStore(self.db)
-        self.watcher = watcher or StateWatcher(state_dir, reload_interval)
+        self.watcher = watcher or StateWatcher(state_dir, reload_interval, settle)
         self._heartbeat: Any = None
         self.store_error = ""  # why the last write to the shared store failed ("" = it did not)
         self._store_retry_at = 0.0
         self.lease_ttl = lease_ttl
         self._reconciled_sig = None
+        self._reconciled_unsettled = False  # the last reconcile moved no target: its files had not settled
         self._lock = threading.Lock()
         self._rendered: Dict[str, Rendered] = {}
         self._by_name: Dict[str, Rendered] = {}
@@ -80,11 +83,20 @@ class Cluster(ConfigServing):
         self.reconcile(force=True)
 
     def store_health(self) -> Dict[str, Any]:
-        """The store as this process sees it (for /healthz, /api/v1/cluster and status)."""
+        """The store as this process sees it (for /healthz, /api/v1/cluster and status). An
+        etcd alarm (NOSPACE: the database is full, every write is refused; CORRUPT) makes it
+        unhealthy and is named (``alarms``; /healthz then answers 503)."""
         kind = type(self.store).__name__
-        out: Dict[str, Any] = {"kind": "etcd" if "Etcd" in kind else "sqlite",
-                               "healthy": not (self.store_error or getattr(self.watcher, "store_error", ""))}
+        alarms = list(getattr(self.store, "alarms", None) or [])
         error = self.store_error or getattr(self.watcher, "store_error", "")
+        if alarms:
+            names = ", ".join(sorted({a["alarm"] for a in alarms}))
+            error = (f"etcd alarm {names} raised: etcd refuses every write until an operator clears it "
+                     f"(NOSPACE: compact, defragment, then 'etcdctl alarm disarm'; docs/security.md, "
+                     f"\"Limits\")" + (f"; {error}" if error else ""))
+        out: Dict[str, Any] = {"kind": "etcd" if "Etcd" in kind else "sqlite", "healthy": not error}
+        if alarms:
+            out["alarms"] = alarms
         if error:
             out["error"] = error
         seen = getattr(self.store, "last_seen", None)
@@ -104,7 +116,8 @@ class Cluster(ConfigServing):
             # Another worker has seen different files: look now, so that every worker serves
             # the same state as soon as one of them has noticed a change (no flip-flop).
             st = self.watcher.current(check_now=True, settled=seen)
-        if st.signature != self._reconciled_sig:
+        if st.signature != self._reconciled_sig or (self._reconciled_unsettled
+                                                     and not unsettled_state(self.watcher, st)):
             self.reconcile()
         return st
 
@@ -150,7 +163,9 @@ class Cluster(ConfigServing):
                 self._rendered = rendered
                 self._by_name = {r.name: r for r in rendered.values()}
                 self._decisions = {}
-            self.store.set_meta("state_signature", st.signature)
+            unsettled = unsettled_state(self.watcher, st)
+            if not unsettled:  # other workers read a published signature at once: publish only settled ones
+                self.store.set_meta("state_signature", st.signature)
             sig = membership_signature(st)
             if self.store.membership_signature() != sig:
                 n = self.store.rebuild(sig, lambda report: progress.membership(report, st.pools,
@@ -159,6 +174,7 @@ class Cluster(ConfigServing):
             for name in sorted(self._rendered):
                 self._step_pool(st, name)
             self._reconciled_sig = st.signature
+            self._reconciled_unsettled = unsettled
 
     def _step_pool(self, st: State, name: str) -> None:
         """Move one pool's target/current (progress.rollout_step) from its counters: O(1)."""
@@ -169,7 +185,14 @@ class Cluster(ConfigServing):
         paused = bool((pool.get("spec") or {}).get("paused"))
         forced = st.force_rollout or pool_forced(pool)
 
+        unsettled = unsettled_state(self.watcher, st)
+
         def decide(row: Optional[PoolRow]) -> Optional[PoolRow]:
+            if st.problems or (unsettled and row is not None):
+                # A target moves only from a complete, settled, problem-free state: an empty,
+                # invalid or half-written file, or a process started on such a directory, never
+                # rewrites a pool (the last good objects serve meanwhile; /healthz names the files).
+                return None
             target = row.target if row else r.name
             counts = self._counts(st, name, target)
             step = progress.rollout_step(r.name, row.as_dict() if row else None, paused, forced, counts)
@@ -316,15 +339,27 @@ class Cluster(ConfigServing):
 
     def record_report(self, node: str, body: Dict[str, Any]) -> Dict[str, Any]:
         st = self.state()
+        reg = self.store.registration(node)
+        body = self._marked(st, node, body, reg)
         member = progress.membership(body, st.pools, self.pool_of_rendered)
         recorded = self.store.record_report(node, body, member, time.time())
         # Only the pools this node left or joined can step (their counters moved): O(1).
-        for name in sorted({member.pool, recorded.previous_pool} - {None}):
+        for name in sorted({member.pool, recorded.previous_pool} - {None, ""}):
             self._step_pool(st, name)  # type: ignore[arg-type]
         out = {"node": node, "pool": member.pool, "membership": member.why, "accepted": True,
                "leaseReleased": recorded.released}
         if member.degraded:
             out["degradedReason"] = member.degraded
+        mark = body.get(SERVER_KEY) or {}
+        if mark.get("pending"):
+            out["approval"] = "Pending"
+            out["counted"] = False
+            out["note"] = (f"node {node} waits for approval: its report is kept but counts for nothing until the "
+                           f"admin approves it (node-config-server approve node {node})")
+        elif mark.get("proof") is False:
+            out["proof"] = False
+            out["note"] = (f"{body.get('currentConfig')} was never served to node {node}: it counts as a node "
+                           f"but proves nothing for the rollout gate")
         return out
 
     def delete_node(self, node: str) -> Dict[str, Any]:
@@ -336,14 +371,6 @@ class Cluster(ConfigServing):
         return {"node": node, "deleted": deleted.existed, "pool": deleted.previous_pool or "",
                 "leaseReleased": deleted.lease_pool is not None}
 
-    def register(self, node: str, replace: bool) -> Optional[str]:
-        """A new credential for ``node`` (returned once; only its hash is kept), or None when
-        the node already has one and ``replace`` is False (someone registered it meanwhile)."""
-        secret = identity.new_credential()
-        if not self.store.put_credential(node, identity.credential_hash(secret), time.time(), replace):
-            return None
-        return secret
-
     def drain_limit(self, pool: str) -> int:
         st = self.state()
         machine = self.store.counts(pool).machine
@@ -352,3 +379,9 @@ class Cluster(ConfigServing):
 
 def now() -> float:
     return time.time()
+
+
+def unsettled_state(source: Any, st: State) -> bool:
+    """Whether ``st`` was read from files too recent to be settled (StateWatcher.unsettled; a state
+    from etcd is always settled)."""
+    return bool(getattr(source, "unsettled", lambda _st: False)(st))

@@ -49,12 +49,13 @@ class App(NodeRoutes):
     def __init__(self, state_dir: str, token: Optional[str] = None, lease_ttl: float = drains.DEFAULT_TTL,
                  metrics_dir: Optional[str] = None, reload_interval: float = 1.0,
                  store: Optional[StoreConfig] = None, admin_token: Optional[str] = None,
-                 anonymous_secrets: bool = False):
+                 anonymous_secrets: bool = False, settle: Optional[float] = None):
         self.state_dir = state_dir
         self.store_config = store or StoreConfig()
         self.auth = Auth(token, admin_token, anonymous_secrets)
         self.lease_ttl = lease_ttl
         self.reload_interval = reload_interval
+        self.settle = settle  # seconds a state directory change must rest before it is read
         self.counter = RequestCounter(metrics_dir)
         self.memo = FetchMemo()
         self._cluster: Optional[Cluster] = None
@@ -65,9 +66,10 @@ class App(NodeRoutes):
         if self._cluster is None:
             with self._lock:
                 if self._cluster is None:
-                    store, watcher = open_backends(self.store_config, self.state_dir, self.reload_interval)
+                    store, watcher = open_backends(self.store_config, self.state_dir, self.reload_interval,
+                                                   self.settle)
                     cluster = Cluster(self.state_dir, lease_ttl=self.lease_ttl, store=store,
-                                      watcher=watcher, reload_interval=self.reload_interval)
+                                      watcher=watcher, reload_interval=self.reload_interval, settle=self.settle)
                     if getattr(store, "client", None) is not None:
                         store.client.observer = self.counter.observe_store
                     cluster.start_heartbeat(self.store_config.replica_name())
@@ -169,14 +171,20 @@ class App(NodeRoutes):
             meta["creationTimestamp"] = rfc3339(history[0]["at"])
 
     def healthz(self) -> Response:
+        """200 while this replica can serve and record; 503 when its store raised an alarm
+        (etcd NOSPACE or CORRUPT: every write, so every report, would be refused), naming it."""
         st = self.cluster.state()
-        body = {"status": "ok", "version": __version__,
+        store = self.cluster.store_health()
+        alarmed = bool(store.get("alarms"))
+        body = {"status": "unhealthy" if alarmed else "ok", "version": __version__,
                 "state": {"pools": sorted(st.pools), "machineConfigs": len(st.machine_configs),
                           "stale": st.stale, "problems": [p.to_dict() for p in st.problems]},
-                "store": self.cluster.store_health()}
+                "store": store}
+        if alarmed:
+            body["reason"] = store["error"]
         if self.cluster.db is not None:
             body["schemaVersion"] = self.cluster.db.schema_version()
-        return json_response(200, body)
+        return json_response(503 if alarmed else 200, body, [("Retry-After", "30")] if alarmed else None)
 
     def config(self, environ: Dict[str, Any], pool: str) -> Response:
         caller = self.caller(environ)

@@ -20,7 +20,10 @@ net/http server does when its timeouts are set (``ReadHeaderTimeout``, ``ReadTim
 - ``idle``: a kept-alive connection waits this long for the next request's first byte
   (gunicorn's ``keepalive``);
 - ``body``: a request body must have arrived this many seconds after its head;
-- ``write``: the client must take each 256 KiB of the response within this many seconds.
+- ``write``: the client must take each 256 KiB of the response within this many seconds, and
+  the whole response within this many seconds per 4 MiB of it (at least this many: a client
+  reading 256 KiB a minute held a 22 MB answer 88 minutes; now at most 5.2). docs/security.md,
+  "Limits".
 
 A connection past a deadline is closed (a late body gets a 408 first: agent/server/http/app.py).
 

@@ -11,7 +11,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from agent.server.store.statedir import DNS1123_LABEL, DNS1123_SUBDOMAIN
 
-MAX_BODY = 1 << 20
+MAX_BODY = 1 << 20  # any request body but a report (docs/security.md, "Limits")
+MAX_REPORT = 64 << 10  # a node's report: the largest one the report rules accept is about 29 KiB
 MAX_JSON_DEPTH = 32  # a report nests 3 levels; deeper is hostile (and recursion is bounded)
 
 
@@ -75,22 +76,60 @@ def node_name(name: str) -> str:
     return name
 
 
+_REPORT_PATH = re.compile(r"^/api/v1/nodes/[^/]+/report/?$")
+
+
+def body_limit(environ: Dict[str, Any]) -> Tuple[int, str]:
+    """The most bytes this request's body may have, and what the body is (for the 413): a
+    node's report MAX_REPORT, any other body MAX_BODY (docs/security.md, "Limits")."""
+    if _REPORT_PATH.match(environ.get("PATH_INFO", "") or ""):
+        return MAX_REPORT, "a report"
+    return MAX_BODY, "a request body"
+
+
+def _too_large(what: str, limit: int, length: Optional[int]) -> HTTPError:
+    size = f"{length} bytes" if length is not None else f"more than {limit} bytes"
+    return HTTPError(413, f"{what} may have at most {limit} bytes ({limit // 1024} KiB); this one has {size}",
+                     field="$")
+
+
+def read_body(environ: Dict[str, Any]) -> bytes:
+    """The request body, whole, under its size limit (body_limit: 413 past it, nothing more is
+    read) and the worker's body deadline (408). With ``Content-Length`` the size is known
+    before reading; a chunked body (``Transfer-Encoding: chunked``, no length: gunicorn decodes
+    the chunks) is read up to one byte past the limit."""
+    limit, what = body_limit(environ)
+    declared = environ.get("CONTENT_LENGTH")
+    if declared not in (None, ""):
+        try:
+            length = int(declared)
+        except ValueError:
+            raise HTTPError(400, "invalid Content-Length")
+        if length < 0:
+            raise HTTPError(400, "invalid Content-Length")
+        if length > limit:
+            raise _too_large(what, limit, length)
+        want = length
+    else:  # chunked, or no body at all (gunicorn then reads nothing)
+        want = limit + 1
+    try:
+        raw = environ["wsgi.input"].read(want) if want else b""
+    except TimeoutError as exc:  # the gevent worker's body deadline (the connection then closes)
+        raise HTTPError(408, f"{exc}; send the whole body at once")
+    except Exception as exc:  # a malformed chunk, or the body cut short (gunicorn.http.errors)
+        if not isinstance(exc, OSError) and not type(exc).__module__.startswith("gunicorn.http"):
+            raise
+        raise HTTPError(400, f"the request body could not be read: {type(exc).__name__}: {exc}", field="$")
+    if len(raw) > limit:
+        raise _too_large(what, limit, None)
+    return raw
+
+
 def json_body(environ: Dict[str, Any]) -> Any:
     ctype = environ.get("CONTENT_TYPE", "") or ""
     if ctype and not re.match(r"^application/(json|[a-z.+-]*\+json)\b", ctype):
         raise HTTPError(415, f"the body must be JSON (Content-Type: application/json), got {ctype}")
-    try:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        raise HTTPError(400, "invalid Content-Length")
-    if length < 0:
-        raise HTTPError(400, "invalid Content-Length")
-    if length > MAX_BODY:
-        raise HTTPError(413, f"body too large (at most {MAX_BODY} bytes)")
-    try:
-        raw = environ["wsgi.input"].read(length) if length else b""
-    except TimeoutError as exc:  # the gevent worker's body deadline (the connection then closes)
-        raise HTTPError(408, f"{exc}; send the whole body at once")
+    raw = read_body(environ)
     if not raw:
         raise HTTPError(400, "a JSON body is required", field="$")
     try:

@@ -4,7 +4,10 @@ as it, hold or give back its drain lease, delete it. Who may: agent/server/rollo
 | route | who |
 |---|---|
 | ``GET /api/v1/nodes``, ``GET /api/v1/nodes/<node>`` | any credential |
-| ``POST /api/v1/nodes/<node>/register`` | bootstrap token (a new name) or admin (any name: rotates) |
+| ``GET /api/v1/nodes?approval=pending`` | any credential: registrations (pending, approved or all) |
+| ``POST /api/v1/nodes/<node>/register`` | bootstrap token (a new name; again with the same credential: idempotent) or admin (any name: rotates) |
+| ``GET /api/v1/nodes/<node>/registration`` | any credential |
+| ``POST /api/v1/nodes/<node>/approve`` | admin |
 | ``POST /api/v1/nodes/<node>/report`` | the node itself |
 | ``POST /api/v1/nodes/<node>/drain`` | the node itself |
 | ``DELETE /api/v1/nodes/<node>/drain`` | the node itself, or the admin (a stuck lease) |
@@ -13,12 +16,14 @@ as it, hold or give back its drain lease, delete it. Who may: agent/server/rollo
 
 import logging
 import urllib.parse
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from agent.server.cluster.nodes import DEFAULT_LIMIT, MAX_LIMIT, node_item, node_list, targets
 from agent.server.cluster.service import ReportInvalid, validate_report
 from agent.server.http.httpio import HTTPError, Response, allow, json_body, json_response
-from agent.server.rollout import drains
+from agent.server.rollout import drains, identity
+from agent.server.rollout.identity import Denied
+from agent.server.store.nodestore import TooManyPending
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +46,16 @@ class NodeRoutes:
         if rest == ["register"]:
             allow(method, ("POST",))
             return self.register(environ, node)
+        if rest == ["approve"]:
+            allow(method, ("POST",))
+            return self.approve(environ, node)
+        if rest == ["registration"]:
+            allow(method, ("GET", "HEAD"))
+            self.auth.require_reader(self.caller(environ))
+            reg = self.cluster.store.registration(node)
+            if reg is None:
+                raise HTTPError(404, f"node {node!r} is not registered")
+            return json_response(200, reg.to_dict())
         if rest not in (["report"], ["drain"]):
             raise HTTPError(404, f"no such resource under node {node}: {'/'.join(rest)}; see "
                                  f"/api/v1/nodes/<node>[/register|report|drain]")
@@ -57,23 +72,105 @@ class NodeRoutes:
             return json_response(200, {"node": node, "released": pool is not None, "pool": pool or "",
                                        "actions": ["uncordon"] if pool else []})
         self.auth.require_node(caller, node, registered, f"a drain lease for node {node}")
+        reg = self.cluster.store.registration(node) if caller.kind == identity.NODE else None
+        if reg is not None and reg.pending:
+            raise Denied(403, f"a drain lease for node {node}: node {node} waits for approval and counts for "
+                              f"nothing until the admin approves it (node-config-server approve node {node})")
         return self.drain(node, json_body(environ))
 
+    @staticmethod
+    def _offered_credential(environ: Dict[str, Any]) -> Optional[str]:
+        """The credential a node made itself and sends with its registration (``{"credential"}``),
+        or None (no body, or none in it: the server makes one)."""
+        length = (environ.get("CONTENT_LENGTH") or "").strip()
+        if length in ("", "0") and "chunked" not in (environ.get("HTTP_TRANSFER_ENCODING") or "").lower():
+            return None
+        body = json_body(environ)
+        if body is None or body == {}:
+            return None
+        if not isinstance(body, dict) or set(body) - {"credential"}:
+            raise HTTPError(400, "the body must be {\"credential\": \"nac1_...\"} (the node's own credential) or "
+                                 "empty (the server makes one)", field="$")
+        secret = body.get("credential")
+        if not identity.valid_credential(secret):
+            raise HTTPError(400, f"credential: must be {identity.CREDENTIAL_PREFIX} followed by at least "
+                                 f"{identity.MIN_CREDENTIAL_CHARS} URL-safe base64 characters (256 random bits)",
+                            field="$.credential")
+        return secret
+
     def register(self, environ: Dict[str, Any], node: str) -> Response:
-        """Issue the node its credential, once (as a bootstrap CSR gets one client certificate);
-        the admin may issue a new one (the old one stops working at once)."""
+        """Store the node's credential, once (as a bootstrap CSR gets one client certificate):
+        the one the node made and sends (``{"credential"}``: registering again with it is
+        idempotent, so a node cut off before it kept the answer completes on its next run), else
+        a new one shown only now. The admin may register a node again (the old credential stops
+        working at once). On a server that approves, a new name waits for approval."""
         caller = self.caller(environ)
-        registered = self.cluster.store.credential(node) is not None
+        offered = self._offered_credential(environ)
+        store = self.cluster.store
+        stored = store.credential(node)
+        if offered is not None and stored is not None and identity.same_secret(stored, identity.credential_hash(offered)):
+            if caller.anonymous and self.auth.enabled:
+                self.auth.may_register(caller, node, False)  # 401: the bootstrap token is needed
+            reg = store.registration(node)
+            log.info("node %s registered again with the credential it holds (by %s)", node, caller.describe())
+            return self._registered(node, None, False, reg, 200)
+        registered = stored is not None
         self.auth.may_register(caller, node, registered)
-        secret = self.cluster.register(node, replace=registered)
-        if secret is None:  # registered by someone else between our check and our write
-            self.auth.may_register(caller, node, True)
-            secret = self.cluster.register(node, replace=True)
-        log.info("node %s %s (by %s)", node, "credential rotated" if registered else "registered", caller.describe())
-        body = {"node": node, "credential": secret, "rotated": registered,
-                "use": "Authorization: Bearer <credential> on this node's reports, drain requests and config "
-                       "fetches; it is shown only now"}
-        return json_response(200 if registered else 201, body, [("Cache-Control", "no-store")])
+        if offered is not None and store.credential_owner(identity.credential_hash(offered)) is not None:
+            raise HTTPError(409, "credential: another node holds this credential; make a new one", field="$.credential")
+        self.auth.throttle(caller, node)
+        approved, by = self.auth.approval_of(caller, node)
+        limit = self.auth.admission.max_pending
+        try:
+            secret = self.cluster.register(node, replace=registered, secret=offered, approved=approved, by=by,
+                                           max_pending=limit)
+            if secret is None:  # registered by someone else between our check and our write
+                self.auth.may_register(caller, node, True)
+                secret = self.cluster.register(node, replace=True, secret=offered)
+        except TooManyPending:
+            raise Denied(429, f"{limit} registration(s) already wait for approval (serve --max-pending): node "
+                              f"{node} cannot register until the admin approves or deletes some (GET "
+                              f"/api/v1/nodes?approval=pending; node-config-server approve node NAME)",
+                         [("Retry-After", "60")])
+        reg = store.registration(node)
+        log.info("node %s %s (by %s)%s", node, "credential rotated" if registered else "registered",
+                 caller.describe(), "; it waits for approval" if reg is not None and reg.pending else "")
+        return self._registered(node, None if offered else secret, registered, reg, 200 if registered else 201)
+
+    @staticmethod
+    def _registered(node: str, secret: Optional[str], rotated: bool, reg: Any, code: int) -> Response:
+        body: Dict[str, Any] = {"node": node, "rotated": rotated,
+                                "approval": "Pending" if reg is not None and reg.pending else "Approved"}
+        if secret is not None:
+            body["credential"] = secret
+            body["use"] = ("Authorization: Bearer <credential> on this node's reports, drain requests and config "
+                           "fetches; it is shown only now")
+        if reg is not None and reg.pending:
+            body["note"] = (f"node {node} counts for nothing until the admin approves it (node-config-server approve "
+                            f"node {node}); its reports are kept meanwhile")
+        return json_response(code, body, [("Cache-Control", "no-store")])
+
+    def approve(self, environ: Dict[str, Any], node: str) -> Response:
+        """The admin approves a registered node (again: ``{"labels"}`` replaces the labels it
+        vouches for, which then decide the node's pool instead of the reported ones)."""
+        caller = self.caller(environ)
+        self.auth.require_admin(caller, f"approving node {node}")
+        labels = None
+        length = (environ.get("CONTENT_LENGTH") or "").strip()
+        if length not in ("", "0"):
+            body = json_body(environ)
+            if not isinstance(body, dict) or set(body) - {"labels"}:
+                raise HTTPError(400, "the body must be {\"labels\": {name: value}} or empty", field="$")
+            labels = body.get("labels")
+            if labels is not None and (not isinstance(labels, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in labels.items())):
+                raise HTTPError(400, "labels: must be a map of label name to string value", field="$.labels")
+        out = self.cluster.approve(node, labels)
+        if out is None:
+            raise HTTPError(404, f"node {node!r} is not registered: nothing to approve (it registers with the "
+                                 f"bootstrap token first)")
+        log.info("node %s approved by the admin%s", node, f" with labels {labels}" if labels is not None else "")
+        return json_response(200, out, pool=out.get("pool") or "")
 
     def node(self, node: str) -> Response:
         rec = self.cluster.store.node(node)
@@ -94,6 +191,16 @@ class NodeRoutes:
         if not 0 < limit <= MAX_LIMIT:
             raise HTTPError(400, f"limit must be a number from 1 to {MAX_LIMIT}", field="limit")
         after = (qs.get("continue") or [""])[0]
+        approval = (qs.get("approval") or [""])[0]
+        if approval:
+            if approval not in ("pending", "approved", "all"):
+                raise HTTPError(400, "approval must be pending, approved or all", field="approval")
+            regs = self.cluster.store.registrations({"pending": True, "approved": False}.get(approval), after, limit)
+            out: Dict[str, Any] = {"kind": "RegistrationList", "items": [r.to_dict() for r in regs],
+                                   "pending": self.cluster.store.pending_count()}
+            if len(regs) == limit:
+                out["continue"] = regs[-1].node
+            return json_response(200, out)
         records = self.cluster.store.nodes(after=after, limit=limit)
         return json_response(200, node_list(records, targets(self.cluster.pool_views(pending=False, nodes=0)), limit))
 

@@ -3,8 +3,11 @@ read and write of a connection under its phase's deadline, large bodies sent by 
 
 Deadlines (docs/security.md, "Timeouts"): ``header`` for a request head from its first byte,
 ``idle`` between kept-alive requests, ``body`` for a request body from the end of its head,
-``write`` for each 256 KiB of a response. A deadline that passes closes the connection (a late
-body gets a 408 first: agent/server/http/app.py).
+``write`` for each 256 KiB of a response and, for the whole response, ``write`` per 4 MiB of it
+(at least ``write``; from its first byte written: a client must take a response at about 68 KiB/s
+on average with the default 60 s, so a 22 MB answer is held at most 5.2 minutes, not the 88 a
+client reading 256 KiB a minute took). A deadline that passes closes the connection (a late body
+gets a 408 first: agent/server/http/app.py).
 
 A response goes out in as few segments as its parts allow (plain HTTP): gunicorn writes the head
 and then the body; the head is held until the body's first write, then goes out with it (a small
@@ -25,6 +28,7 @@ from gevent.socket import wait_read, wait_write
 from agent.server.http.limits import Limits
 
 WRITE_CHUNK = 256 * 1024
+WRITE_TOTAL_PER = 4 * 1024 * 1024  # a whole response gets ``write`` seconds per this many bytes
 ZERO_COPY_MIN = 64 * 1024  # smaller bodies: one send() is cheaper than a sendfile set-up
 
 
@@ -64,6 +68,8 @@ class TimedSocket:
         self._deadline = time.monotonic() + limits.header
         self._hold = False  # the next write is a response head, to be held (plain HTTP)
         self._head: Optional[bytes] = None  # a held response head
+        self._resp_start = 0.0  # when the response's first byte was handed over (0: not yet)
+        self._resp_bytes = 0  # bytes of the response handed over so far (head included)
 
     # -- phases (the worker calls these around each request) ----------------------------------
 
@@ -72,9 +78,11 @@ class TimedSocket:
         self.phase = "body"
         self._deadline = time.monotonic() + self.limits.body
         self._hold = self.fd >= 0
+        self._resp_start, self._resp_bytes = 0.0, 0
 
     def request_done(self) -> None:
         self._hold = False
+        self._resp_start, self._resp_bytes = 0.0, 0
         head, self._head = self._head, None
         if self.phase == "closed":
             return
@@ -159,6 +167,9 @@ class TimedSocket:
         return b""
 
     def sendall(self, data: Any) -> None:
+        if not self._resp_start:
+            self._resp_start = time.monotonic()
+        self._resp_bytes += len(data)
         if self._hold:  # gunicorn writes a response's head in one piece, before its body
             self._hold = False
             if len(data) < ZERO_COPY_MIN:
@@ -186,21 +197,37 @@ class TimedSocket:
         if sent < len(data):
             self._sendall_copy(memoryview(data)[sent:])
 
+    def _total_deadline(self) -> float:
+        """When the whole response must have been taken: ``write`` seconds per WRITE_TOTAL_PER
+        bytes handed over (at least ``write``), from the response's first write."""
+        start = self._resp_start or time.monotonic()
+        return start + self.limits.write * max(1.0, self._resp_bytes / WRITE_TOTAL_PER)
+
     def _sendall_copy(self, data: Any) -> None:
         view = memoryview(data).cast("B")
+        total = self._total_deadline()
         for start in range(0, len(view), WRITE_CHUNK):
+            left = total - time.monotonic()
+            if left <= 0:
+                raise self._too_slow(whole=True)
             try:
-                with gevent.Timeout(self.limits.write, Expired):
+                with gevent.Timeout(min(self.limits.write, left), Expired):
                     self._sock.sendall(view[start:start + WRITE_CHUNK])
             except Expired:
-                raise self._too_slow() from None
+                raise self._too_slow(whole=left <= self.limits.write) from None
 
-    def _too_slow(self) -> ConnectionResetError:
-        """The write deadline passed: close, and the error to raise. gunicorn logs ECONNRESET at
-        debug level and closes the socket: what is wanted."""
+    def _too_slow(self, whole: bool = False) -> ConnectionResetError:
+        """A write deadline passed (``whole``: the response's total one): close, and the error
+        to raise. gunicorn logs ECONNRESET at debug level and closes the socket: what is wanted."""
         self.phase = "closed"
-        self.log.info("%s: response not taken within %.0f s per %d KiB; closing", self.peer,
-                      self.limits.write, WRITE_CHUNK // 1024)
+        if whole:
+            took = time.monotonic() - (self._resp_start or time.monotonic())
+            self.log.info("%s: response of %d bytes not taken within its total deadline (%.0f s per %d MiB, "
+                          "at least %.0f s; %.1f s so far); closing", self.peer, self._resp_bytes,
+                          self.limits.write, WRITE_TOTAL_PER >> 20, self.limits.write, took)
+        else:
+            self.log.info("%s: response not taken within %.0f s per %d KiB; closing", self.peer,
+                          self.limits.write, WRITE_CHUNK // 1024)
         return ConnectionResetError(104, "client too slow to take the response")
 
     def _sendfile_bytes(self, data: bytes) -> None:
@@ -219,6 +246,7 @@ class TimedSocket:
     def _sendfile_fd(self, fd: int, total: int) -> None:
         out = self.fd  # zero copy: plain TCP only
         offset = 0
+        total_deadline = self._total_deadline()
         mark, deadline = 0, time.monotonic() + self.limits.write
         while offset < total:
             try:
@@ -232,16 +260,19 @@ class TimedSocket:
                 if offset - mark >= WRITE_CHUNK:
                     mark, deadline = offset, time.monotonic() + self.limits.write
                 continue
+            whole = total_deadline < deadline
             try:
-                wait_write(out, timeout=max(0.0, deadline - time.monotonic()), timeout_exc=Expired())
+                wait_write(out, timeout=max(0.0, min(deadline, total_deadline) - time.monotonic()),
+                           timeout_exc=Expired())
             except Expired:
-                raise self._too_slow() from None
+                raise self._too_slow(whole) from None
 
     def send(self, data: Any) -> int:
         # gunicorn sends "100 Continue" this way: at once, the client waits for it to send its body.
         hold, self._hold = self._hold, False
+        started, handed = self._resp_start, self._resp_bytes  # an interim answer: not the response
         self.sendall(data)
-        self._hold = hold
+        self._hold, self._resp_start, self._resp_bytes = hold, started, handed
         return len(data)
 
     def sendfile(self, file: Any, offset: int = 0, count: Optional[int] = None) -> int:

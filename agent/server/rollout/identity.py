@@ -20,13 +20,27 @@ and compares with ``hmac.compare_digest``.
 A server with neither token ("open": a lab on loopback) checks only what it can: a node that has
 registered must still use its credential, and configs with secrets are withheld unless
 ``--serve-secrets-anonymously``.
+
+Approval (``Admission``): upstream a node becomes a node only once its CSR is approved (the
+cluster-machine-approver checks that a Machine exists). On a server with an admin token a newly
+registered name is *pending*: it counts for nothing (no proof for the gate, no share of the
+pool's size or maxUnavailable, no drain lease) until the admin approves it (``POST
+/api/v1/nodes/<node>/approve``, ``node-config-server approve node NAME``) or a rule the admin set
+on ``serve`` does (``--auto-approve REGEX``). At most ``--max-pending`` names wait (429 beyond),
+and registrations are rate-limited per server process (``--register-rate``/``--register-burst``,
+a token bucket). A server with only a bootstrap token has no one to approve: it approves every
+name as it registers (what it did before), still rate-limited.
 """
 
 import hashlib
 import hmac
+import math
+import re
 import secrets
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Pattern, Tuple
 
 CREDENTIAL_PREFIX = "nac1_"  # names the kind (and version) of secret in logs and leak scanners
 ANONYMOUS, BOOTSTRAP, ADMIN, NODE = "anonymous", "bootstrap", "admin", "node"
@@ -41,6 +55,19 @@ class Denied(Exception):
         self.message = message
         self.headers = headers if headers is not None else (_CHALLENGE if code == 401 else [])
         super().__init__(message)
+
+
+MIN_CREDENTIAL_CHARS = 43  # 256 bits of URL-safe base64 after the prefix
+_CREDENTIAL_CHARS = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def valid_credential(secret: Any) -> bool:
+    """A credential a node made itself (sent when it registers): our prefix, then at least 256
+    bits of URL-safe base64 (what ``new_credential`` makes), at most 512 characters."""
+    if not isinstance(secret, str) or not secret.startswith(CREDENTIAL_PREFIX) or len(secret) > 512:
+        return False
+    rest = secret[len(CREDENTIAL_PREFIX):]
+    return len(rest) >= MIN_CREDENTIAL_CHARS and bool(_CREDENTIAL_CHARS.match(rest))
 
 
 def new_credential() -> str:
@@ -59,6 +86,49 @@ def same_secret(given: str, expected: str) -> bool:
 def bearer(environ: Dict[str, Any]) -> str:
     header = environ.get("HTTP_AUTHORIZATION", "") or ""
     return header[7:].strip() if header[:7].lower() == "bearer " else ""
+
+
+class TokenBucket:
+    """``rate`` registrations a second, ``burst`` at once; per server process (thread-safe)."""
+
+    def __init__(self, rate: float, burst: int, clock=time.monotonic):
+        self.rate, self.burst, self.clock = float(rate), max(1, int(burst)), clock
+        self.tokens = float(self.burst)
+        self.at = clock()
+        self._lock = threading.Lock()
+
+    def take(self) -> float:
+        """0 when a registration may go ahead (one token taken), else the seconds to wait."""
+        with self._lock:
+            now = self.clock()
+            self.tokens = min(float(self.burst), self.tokens + (now - self.at) * self.rate)
+            self.at = now
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return 0.0
+            return (1 - self.tokens) / self.rate if self.rate > 0 else 3600.0
+
+
+DEFAULT_MAX_PENDING = 100
+DEFAULT_REGISTER_RATE = 20.0  # a second, per server process
+DEFAULT_REGISTER_BURST = 200
+
+
+@dataclass
+class Admission:
+    """How a new name is approved (serve's flags): ``auto_approve`` names matching the pattern
+    (the whole name), at most ``max_pending`` waiting, registrations through a token bucket."""
+    auto_approve: Optional[Pattern[str]] = None
+    max_pending: int = DEFAULT_MAX_PENDING
+    rate: float = DEFAULT_REGISTER_RATE
+    burst: int = DEFAULT_REGISTER_BURST
+    bucket: TokenBucket = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.bucket = TokenBucket(self.rate, self.burst)
+
+    def rule_approves(self, node: str) -> bool:
+        return self.auto_approve is not None and self.auto_approve.fullmatch(node) is not None
 
 
 @dataclass(frozen=True)
@@ -84,10 +154,37 @@ class Auth:
     """The server's credentials and the rules above. ``store`` is a ``nodestore.NodeStore``."""
 
     def __init__(self, bootstrap: Optional[str] = None, admin: Optional[str] = None,
-                 anonymous_secrets: bool = False):
+                 anonymous_secrets: bool = False, admission: Optional[Admission] = None):
         self.bootstrap = bootstrap or None
         self.admin = admin or None
         self.anonymous_secrets = anonymous_secrets
+        self.admission = admission or Admission()
+
+    @property
+    def approves(self) -> bool:
+        """Whether new names wait for approval: only a server with an admin token has someone to
+        approve them; without one every name is approved as it registers (the default)."""
+        return bool(self.admin)
+
+    def approval_of(self, caller: "Caller", node: str) -> Tuple[bool, str]:
+        """(approved, by) for a name registering now."""
+        if caller.kind == ADMIN:
+            return True, "admin"
+        if not self.approves:
+            return True, "bootstrap" if self.bootstrap else "open"
+        if self.admission.rule_approves(node):
+            return True, "rule"
+        return False, ""
+
+    def throttle(self, caller: "Caller", node: str) -> None:
+        """The registration rate limit (the admin is not limited): 429 with Retry-After."""
+        if caller.kind == ADMIN:
+            return
+        wait = self.admission.bucket.take()
+        if wait > 0:
+            raise Denied(429, f"too many registrations: at most {self.admission.rate:g} a second (burst "
+                              f"{self.admission.burst}) per server process; node {node} may try again in "
+                              f"{math.ceil(wait)} s", [("Retry-After", str(max(1, math.ceil(wait))))])
 
     @property
     def enabled(self) -> bool:

@@ -50,8 +50,39 @@ def is_custom(name: str) -> bool:
     return name not in ("master", "worker")
 
 
+SERVER_KEY = "_server"  # the server's own mark on a stored report (nodestore.SERVER_KEY)
+ADMIN_APPROVED = ("admin", "upgrade")  # approvals that may put a node in the master pool
+
+
 def membership(report: Dict[str, Any], pools: Dict[str, Dict[str, Any]],
                pool_of_rendered: Callable[[str], Optional[str]]) -> Membership:
+    """Which pool a reporting node belongs to (``_membership``), checked against the server's
+    own record of the node when the report carries it (``SERVER_KEY``, on a server that
+    approves nodes: docs/security.md "Identity"):
+
+    - the labels the admin vouched for at approval replace the reported ones;
+    - only a node the admin approved may be in the master pool (as the NodeRestriction admission
+      plugin keeps a kubelet from giving itself a node-role label): any other node claiming it
+      by labels or by its ``pool`` is in no pool ("") and Degraded, so it holds none of the
+      master pool's drain leases and counts in none of its numbers.
+    """
+    mark = report.get(SERVER_KEY)
+    if not isinstance(mark, dict):
+        return _membership(report, pools, pool_of_rendered)
+    if isinstance(mark.get("labels"), dict):
+        report = dict(report, labels=mark["labels"])
+    m = _membership(report, pools, pool_of_rendered)
+    if m.pool == "master" and mark.get("approvedBy") not in ADMIN_APPROVED:
+        return Membership("", f"claims the master pool ({m.why})",
+                          degraded="only a node the admin approved may join the master pool: approve it with "
+                                   "`node-config-server approve node NAME` (the admin token)")
+    if isinstance(mark.get("labels"), dict):
+        return Membership(m.pool, f"{m.why}; labels as approved by the admin", m.degraded)
+    return m
+
+
+def _membership(report: Dict[str, Any], pools: Dict[str, Dict[str, Any]],
+                pool_of_rendered: Callable[[str], Optional[str]]) -> Membership:
     """Which pool a reporting node belongs to. Precedence: master > custom > worker.
 
     - A node whose served ``firstPivotConfig`` is a custom pool's config belongs to it at once

@@ -43,10 +43,10 @@ def check(skew: Any, src: str) -> List[Problem]:
     if not isinstance(skew, dict):
         bad(PATH, "must be a map with mode (Manual or None) and, for Manual, manual")
         return out
-    for key in sorted(set(skew) - {"mode", "manual"}):
+    for key in sorted(set(skew) - {"mode", "manual"}, key=str):  # YAML keys may be of any type
         bad(f"{PATH}.{key}", "unknown field: the API has mode and manual only")
     mode = skew.get("mode")
-    if mode not in SPEC_MODES:
+    if not isinstance(mode, str) or mode not in SPEC_MODES:
         bad(f"{PATH}.mode", "must be Manual or None (Automatic is what the cluster uses when "
                             "bootImageSkewEnforcement is left out; it cannot be set)", mode)
         return out
@@ -60,10 +60,10 @@ def check(skew: Any, src: str) -> List[Problem]:
         bad(f"{PATH}.manual", "required when mode is Manual: {mode: OCPVersion, ocpVersion: 4.13.0} or "
                               "{mode: RHCOSVersion, rhcosVersion: 9.2.20240101-0}")
         return out
-    for key in sorted(set(manual) - {"mode", "ocpVersion", "rhcosVersion"}):
+    for key in sorted(set(manual) - {"mode", "ocpVersion", "rhcosVersion"}, key=str):
         bad(f"{PATH}.manual.{key}", "unknown field: manual has mode, ocpVersion and rhcosVersion")
     kind = manual.get("mode")
-    if kind not in MANUAL_MODES:
+    if not isinstance(kind, str) or kind not in MANUAL_MODES:
         bad(f"{PATH}.manual.mode", "must be OCPVersion or RHCOSVersion (it says which version field is set)", kind)
         return out
     for mkind, key in MANUAL_MODES.items():

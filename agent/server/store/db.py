@@ -73,6 +73,17 @@ MIGRATIONS = [
     CREATE TABLE credentials (
         node TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, created REAL NOT NULL);
     """,
+    # 4 -> 5: approval (docs/security.md "Identity"): approved = when (0: pending), by whom or what
+    # rule; the labels the admin vouched for (JSON or NULL); the configs served to the node as
+    # itself (JSON list). Nodes registered before approval existed stay counted ("upgrade").
+    """
+    ALTER TABLE credentials ADD COLUMN approved REAL NOT NULL DEFAULT 0;
+    ALTER TABLE credentials ADD COLUMN approved_by TEXT NOT NULL DEFAULT '';
+    ALTER TABLE credentials ADD COLUMN labels TEXT;
+    ALTER TABLE credentials ADD COLUMN served TEXT NOT NULL DEFAULT '[]';
+    UPDATE credentials SET approved = created, approved_by = 'upgrade';
+    CREATE INDEX credentials_pending ON credentials (approved, node);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

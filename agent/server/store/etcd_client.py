@@ -38,6 +38,15 @@ class EtcdUnavailable(EtcdError, StoreUnavailable):
     """No endpoint answered in time: the store is away; callers answer 503 and retry later."""
 
 
+class EtcdNoSpace(EtcdUnavailable):
+    """etcd answered, but refuses every write: its database reached ``--quota-backend-bytes``
+    (the NOSPACE alarm). Writes stay refused until an operator compacts, defragments and
+    disarms the alarm (docs/security.md, "Limits"); callers answer 503 as for an outage."""
+
+
+NOSPACE_MESSAGE = "database space exceeded"  # etcd's ErrNoSpace, as the gateway says it (HTTP 429)
+
+
 @dataclass(frozen=True)
 class KV:
     key: bytes
@@ -162,6 +171,10 @@ class EtcdClient:
             self._session.cert = (cert, key) if key else cert
         self._lock = threading.Lock()
         self.last_ok = 0.0  # when an endpoint last answered (a call or a watch stream)
+        # The alarms etcd reported last ([{"alarm": "NOSPACE", "member": "<id>"}]): set by alarms(),
+        # and at once by a write refused for lack of space (before anyone asked for the list).
+        self.alarms_seen: List[Dict[str, str]] = []
+        self.alarms_checked = 0.0  # when alarms() last had an answer (0: never)
         # observer(api_path, seconds, ok) after every attempt: /metrics' store latency and errors
         self.observer: Callable[[str, float, bool], None] = lambda _p, _s, _ok: None
 
@@ -188,7 +201,13 @@ class EtcdClient:
                 continue
             self.observer(path, time.monotonic() - started, resp.status_code == 200)
             if resp.status_code >= 500 or resp.status_code == 429:
-                errors.append(f"{self.endpoints[i]}: HTTP {resp.status_code} {_message(resp)}")
+                said = _message(resp)
+                if NOSPACE_MESSAGE in said:  # every member says the same: asking another is no use
+                    self.last_ok = time.time()
+                    self._nospace()
+                    raise EtcdNoSpace(f"etcd refuses writes: {said} (alarm NOSPACE: the database reached its "
+                                      f"quota; {self.endpoints[i]})")
+                errors.append(f"{self.endpoints[i]}: HTTP {resp.status_code} {said}")
                 continue
             if resp.status_code != 200:
                 raise EtcdError(f"{url}: HTTP {resp.status_code}: {_message(resp)}")
@@ -246,6 +265,33 @@ class EtcdClient:
     def keepalive(self, lease: int) -> int:
         out = self.call("/v3/lease/keepalive", {"ID": str(lease)})
         return int((out.get("result") or {}).get("TTL", 0))
+
+    # -- maintenance --------------------------------------------------------------------------
+
+    def compact(self, revision: int) -> bool:
+        """Compact etcd's history up to ``revision`` (older revisions can no longer be read or
+        watched from; their space is reused). False when it was already compacted that far."""
+        try:
+            self.call("/v3/kv/compaction", {"revision": str(int(revision))})
+        except EtcdError as exc:
+            if "compacted" in str(exc):
+                return False
+            raise
+        return True
+
+    def alarms(self) -> List[Dict[str, str]]:
+        """The alarms raised in the cluster (``NOSPACE``, ``CORRUPT``), each with the member
+        that raised it; remembered in ``alarms_seen``."""
+        out = self.call("/v3/maintenance/alarm", {"action": "GET", "memberID": "0", "alarm": "NONE"})
+        raised = [{"alarm": str(a.get("alarm", "NONE")), "member": format(int(a.get("memberID", 0)), "x")}
+                  for a in out.get("alarms") or []]
+        raised = [a for a in raised if a["alarm"] not in ("NONE", "0")]
+        self.alarms_seen, self.alarms_checked = raised, time.time()
+        return raised
+
+    def _nospace(self) -> None:
+        if not any(a["alarm"] == "NOSPACE" for a in self.alarms_seen):
+            self.alarms_seen = self.alarms_seen + [{"alarm": "NOSPACE", "member": "?"}]
 
     # -- cluster ----------------------------------------------------------------------------
 

@@ -1,18 +1,20 @@
 """Node credentials and node deletion in the etcd node store (a mixin of ``EtcdNodeStore``).
 
-Keys under the store prefix: ``credentials/<node>`` = JSON ``{"hash", "created"}`` (the SHA-256
-of the node's credential, never the secret: agent/server/rollout/identity.py) and ``credhash/<hash>`` =
+Keys under the store prefix: ``credentials/<node>`` = JSON ``{"hash", "created", "approved", "by",
+"labels", "served"}`` (the SHA-256 of the node's credential, never the secret:
+agent/server/rollout/identity.py; its approval: ``approved`` 0 while pending, a record without it
+predates approval and counts as approved) and ``credhash/<hash>`` =
 the node's name, so a replica that has not yet seen a fresh registration through its watch can
 still find the owner of a credential with one read. Each process keeps both directions in memory
 (loaded with the nodes, followed by the watch), so checking a credential costs no round trip.
 """
 
 import json
-from typing import Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from agent.server.store import etcd_drains
 from agent.server.store.etcd_client import KV, cmp_absent, cmp_mod, op_delete, op_put
-from agent.server.store.nodestore import Deleted
+from agent.server.store.nodestore import SERVED_KEEP, Deleted, Registration, TooManyPending, registration_from
 
 
 class EtcdIdentity:
@@ -20,22 +22,28 @@ class EtcdIdentity:
 
     _credentials: Dict[str, str]  # node -> hash
     _owners: Dict[str, str]  # hash -> node
+    _regs: Dict[str, Registration]  # node -> its approval and what was served to it
 
-    def _read_credentials(self, revision: int) -> Dict[str, str]:
-        """Every node's credential hash at ``revision`` (read before taking the lock)."""
+    def _read_credentials(self, revision: int) -> Dict[str, Dict[str, Any]]:
+        """Every node's credential record at ``revision`` (read before taking the lock)."""
         kvs, _ = self.client.range(self._k("credentials/"), prefix=True, revision=revision)
-        return {kv.key.decode().rsplit("/", 1)[1]: json.loads(kv.value)["hash"] for kv in kvs}
+        return {kv.key.decode().rsplit("/", 1)[1]: json.loads(kv.value) for kv in kvs}
 
-    def _set_credentials(self, creds: Dict[str, str]) -> None:
-        self._credentials, self._owners = creds, {h: n for n, h in creds.items()}
+    def _set_credentials(self, creds: Dict[str, Dict[str, Any]]) -> None:
+        self._credentials = {n: d["hash"] for n, d in creds.items()}
+        self._owners = {h: n for n, h in self._credentials.items()}
+        self._regs = {n: registration_from(n, d) for n, d in creds.items()}
 
     def _credential_event(self, node: str, kv: KV, deleted: bool) -> None:
         old = self._credentials.pop(node, None)
         if old is not None:
             self._owners.pop(old, None)
+        self._regs.pop(node, None)
         if not deleted:
-            digest = json.loads(kv.value)["hash"]
+            doc = json.loads(kv.value)
+            digest = doc["hash"]
             self._credentials[node], self._owners[digest] = digest, node
+            self._regs[node] = registration_from(node, doc)
 
     def credential(self, node: str) -> Optional[str]:
         with self._lock:
@@ -54,13 +62,23 @@ class EtcdIdentity:
                 node = kv.value.decode()  # a rotated credential's old hash no longer matches
         return node
 
-    def put_credential(self, node: str, credential_hash: str, now: float, replace: bool) -> bool:
+    def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
+                       by: str = "", max_pending: Optional[int] = None) -> bool:
+        """``max_pending`` is checked against this replica's copy (followed by the watch): with
+        several replicas registering at once, a few more may be pending (docs/security.md)."""
         key = self._k("credentials", node)
-        value = json.dumps({"hash": credential_hash, "created": now})
         for _ in range(20):
             kv = self.client.get(key)
             if kv is not None and not replace:
                 return False
+            if kv is None:
+                if not approved and max_pending is not None and self.pending_count() >= max_pending:
+                    raise TooManyPending(node)
+                doc = {"hash": credential_hash, "created": now, "approved": now if approved else 0,
+                       "by": by if approved else ""}
+            else:  # a new credential, the same approval
+                doc = dict(json.loads(kv.value), hash=credential_hash, created=now)
+            value = json.dumps(doc, sort_keys=True)
             ops = [op_put(key, value), op_put(self._k("credhash", credential_hash), node)]
             if kv is not None:
                 ops.append(op_delete(self._k("credhash", json.loads(kv.value)["hash"])))
@@ -71,6 +89,64 @@ class EtcdIdentity:
                     self._credential_event(node, KV(key.encode(), value.encode(), revision, revision, 0), False)
                 return True
         raise RuntimeError(f"node {node}: too many concurrent registrations in etcd; try again")
+
+    def registration(self, node: str) -> Optional[Registration]:
+        with self._lock:
+            reg = self._regs.get(node)
+        if reg is None:  # maybe registered through another replica a moment ago
+            kv = self.client.get(self._k("credentials", node))
+            reg = registration_from(node, json.loads(kv.value)) if kv else None
+        return reg
+
+    def registrations(self, pending: Optional[bool] = None, after: str = "", limit: int = 500) -> List[Registration]:
+        with self._lock:
+            names = sorted(n for n, r in self._regs.items() if n > after and (pending is None or r.pending == pending))
+            return [self._regs[n] for n in names[:limit]]
+
+    def pending_count(self) -> int:
+        with self._lock:
+            return sum(1 for r in self._regs.values() if r.pending)
+
+    def _update_registration(self, node: str, change: Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]) -> bool:
+        """Compare-and-swap the node's credential record; ``change`` returns the new doc, or None
+        for no write. False: the node has no credential."""
+        key = self._k("credentials", node)
+        for _ in range(20):
+            kv = self.client.get(key)
+            if kv is None:
+                return False
+            doc = change(json.loads(kv.value))
+            if doc is None:
+                return True
+            ok, revision = self.client.txn([cmp_mod(key, kv.mod_revision)], [op_put(key, json.dumps(doc, sort_keys=True))])
+            if ok:
+                with self._lock:
+                    self._credential_event(node, KV(key.encode(), json.dumps(doc).encode(), revision, revision, 0),
+                                           False)
+                return True
+        raise RuntimeError(f"node {node}: too many concurrent updates of its registration in etcd; try again")
+
+    def approve(self, node: str, now: float, by: str, labels: Optional[Dict[str, str]] = None) -> Optional[Registration]:
+        def change(doc: Dict[str, Any]) -> Dict[str, Any]:
+            doc = dict(doc, approved=doc.get("approved") or now, by=by)
+            if labels is not None:
+                doc["labels"] = dict(labels)
+            return doc
+
+        return self.registration(node) if self._update_registration(node, change) else None
+
+    def note_served(self, node: str, config: str) -> None:
+        reg = self.registration(node)
+        if reg is None or config in reg.served:
+            return
+
+        def change(doc: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+            served = list(doc.get("served") or [])
+            if config in served:
+                return None
+            return dict(doc, served=(served + [config])[-SERVED_KEEP:])
+
+        self._update_registration(node, change)
 
     def delete_node(self, node: str, now: float) -> Deleted:
         """One transaction: the report (the index drops its counters and proofs), the lease, the
@@ -92,5 +168,6 @@ class EtcdIdentity:
             digest = self._credentials.pop(node, None)
             if digest is not None:
                 self._owners.pop(digest, None)
+            self._regs.pop(node, None)
         return Deleted(bool(report or cred or held), previous, held[0]["pool"] if held else None)
 

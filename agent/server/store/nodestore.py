@@ -41,6 +41,16 @@ store it is given):
   node whose credential hashes to it, or None), ``put_credential(node, hash, now, replace)``
   (atomic: without ``replace`` it stores nothing and returns False when the node already has
   one). Only hashes are stored (``identity.credential_hash``).
+- **Registrations (approval).** ``registration(node)`` -> ``Registration`` or None: the node's
+  credential row with its approval (``approved`` time, 0 while pending, ``by`` whom or what
+  rule), the ``labels`` the admin vouched for and the configs ``served`` to it as itself.
+  ``put_credential(..., approved, by, max_pending)`` stores a pending one only while fewer than
+  ``max_pending`` are pending (else ``TooManyPending``, nothing stored), atomically;
+  ``approve(node, now, by, labels)``, ``note_served(node, config)`` (the newest
+  ``SERVED_KEEP``), ``pending_count()``, ``registrations(pending, after, limit)`` (name order).
+  A report carries the server's own mark under ``SERVER_KEY`` (set by the service, never by a
+  node): a pending node's report counts for nothing, and a Done report marked ``proof: false``
+  counts as a node but proves nothing (``contribution``).
 - **Deleting a node.** ``delete_node(node, now)`` -> ``Deleted``: its report, its share of the
   counters and proofs, its lease and its credential go in one atomic step.
 - Meta: ``meta(key)`` / ``set_meta(key, value)`` for small shared strings (state signature).
@@ -49,12 +59,20 @@ Times are Unix seconds. Names are already validated by the caller (DNS-1123).
 """
 
 import abc
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.rollout.progress import Counts, Membership
 
 STATES = ("Done", "Working", "Degraded")
+SERVER_KEY = "_server"  # the server's own mark on a stored report (identity.py): nodes cannot send it
+SERVED_KEEP = 8  # configs remembered per node as served to it (newest last)
+APPROVERS_MANAGED = ("admin", "rule")  # approvals a server with an admin token gives ("" = pending)
+
+
+class TooManyPending(Exception):
+    """``max_pending`` registrations already wait for approval: nothing was stored."""
 
 
 class StoreUnavailable(Exception):
@@ -118,6 +136,53 @@ class Deleted:
 
 
 @dataclass(frozen=True)
+class Registration:
+    node: str
+    created: float
+    approved: float = 0.0  # when it was approved; 0: pending
+    by: str = ""  # "admin", "rule" (--auto-approve), "bootstrap"/"open" (a server without an admin token), "upgrade"
+    labels: Optional[Dict[str, str]] = None  # labels the admin vouched for (membership uses them)
+    served: Tuple[str, ...] = ()  # configs served to the node as itself, newest last
+
+    @property
+    def pending(self) -> bool:
+        return not self.approved
+
+    @property
+    def managed(self) -> bool:
+        """Registered on a server that approves (an admin token): the approval rules apply."""
+        return self.pending or self.by in APPROVERS_MANAGED
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"node": self.node, "state": "Pending" if self.pending else "Approved",
+                               "registered": self.created}
+        if not self.pending:
+            out.update(approved=self.approved, approvedBy=self.by)
+        if self.labels is not None:
+            out["labels"] = dict(self.labels)
+        if self.served:
+            out["served"] = list(self.served)
+        return out
+
+
+def registration_from(node: str, d: Dict[str, Any]) -> Registration:
+    """A Registration from its stored JSON fields (etcd) or row (SQLite, labels/served as JSON text).
+    A record without ``approved`` was written before approval existed: it counts as approved."""
+    labels, served = d.get("labels"), d.get("served") or ()
+    if isinstance(labels, str):
+        labels = json.loads(labels) if labels else None
+    if isinstance(served, str):
+        served = json.loads(served) if served else ()
+    approved = d.get("approved")
+    if approved is None:
+        approved, by = float(d.get("created") or 1.0) or 1.0, "upgrade"
+    else:
+        by = str(d.get("by") or d.get("approved_by") or "")
+    return Registration(node, float(d.get("created") or 0.0), float(approved or 0.0), by,
+                        dict(labels) if isinstance(labels, dict) else None, tuple(served))
+
+
+@dataclass(frozen=True)
 class Serving:
     """One round trip's worth of what a config fetch needs."""
     state_signature: Optional[str]
@@ -139,14 +204,21 @@ def counts_for(pc: PoolCounts, proof: Proof) -> Counts:
 
 
 def contribution(pool: str, member_degraded: str, report: Dict[str, Any]):
-    """What one node adds to the counters: (pool, counter deltas, proof key or None, ready)."""
+    """What one node adds to the counters: (pool, counter deltas, proof key or None, ready).
+    A pending node (the server's mark, ``SERVER_KEY``) adds nothing; a Done report the server
+    marked ``proof: false`` (a config never served to the node) counts the node but proves
+    nothing."""
+    mark = report.get(SERVER_KEY)
+    mark = mark if isinstance(mark, dict) else {}
     state = report.get("state")
+    if mark.get("pending"):
+        return dict.fromkeys(("machine", "done", "working", "reported_degraded", "degraded", "refused"), 0), None, 0
     deltas = {"machine": 1, "done": int(state == "Done"), "working": int(state == "Working"),
               "reported_degraded": int(state == "Degraded"),
               "degraded": int(state == "Degraded" or bool(member_degraded)),
               "refused": int(report.get("skew") == "refuse")}
     proof_key = None
-    if state == "Done" and report.get("currentConfig") is not None:  # as progress.is_updated
+    if state == "Done" and report.get("currentConfig") is not None and mark.get("proof", True) is not False:
         proof_key = (pool, str(report.get("currentConfig") or ""), str(report.get("currentImage") or ""))
     return deltas, proof_key, int(not member_degraded)
 
@@ -195,8 +267,32 @@ class NodeStore(abc.ABC):
         ...
 
     @abc.abstractmethod
-    def put_credential(self, node: str, credential_hash: str, now: float, replace: bool) -> bool:
-        """Store the node's credential hash; without ``replace``, only if it has none (-> False)."""
+    def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
+                       by: str = "", max_pending: Optional[int] = None) -> bool:
+        """Store the node's credential hash; without ``replace``, only if it has none (-> False).
+        A new record is approved (by ``by``) or pending; a pending one only while fewer than
+        ``max_pending`` are (else TooManyPending). ``replace`` keeps the approval as it is."""
+
+    @abc.abstractmethod
+    def registration(self, node: str) -> Optional[Registration]:
+        ...
+
+    @abc.abstractmethod
+    def registrations(self, pending: Optional[bool] = None, after: str = "", limit: int = 500) -> List[Registration]:
+        ...
+
+    @abc.abstractmethod
+    def pending_count(self) -> int:
+        ...
+
+    @abc.abstractmethod
+    def approve(self, node: str, now: float, by: str, labels: Optional[Dict[str, str]] = None) -> Optional[Registration]:
+        """Approve a registered node (again: ``labels`` replace the vouched ones when given);
+        None when the node has no credential."""
+
+    @abc.abstractmethod
+    def note_served(self, node: str, config: str) -> None:
+        """Remember that ``config`` was served to ``node`` as itself (the newest SERVED_KEEP)."""
 
     # -- leases -------------------------------------------------------------------------------
     @abc.abstractmethod

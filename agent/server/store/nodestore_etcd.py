@@ -32,6 +32,7 @@ from agent.server.store import etcd_drains
 from agent.server.store.etcd_client import (
     KV,
     EtcdClient,
+    EtcdError,
     Event,
     cmp_absent,
     cmp_mod,
@@ -75,6 +76,17 @@ class EtcdNodeStore(EtcdIdentity, NodeStore):
         return self.prefix + "/".join(parts)
 
     def _load(self) -> None:
+        """Read everything at one revision. etcd's history is compacted (etcd_heartbeat.Compactor):
+        when the revision read at is compacted away between two of the reads, read again."""
+        for attempt in range(5):
+            try:
+                return self._load_once()
+            except EtcdError as exc:
+                if "compacted" not in str(exc) or attempt == 4:
+                    raise
+                log.info("etcd history compacted while loading the node store; reading again")
+
+    def _load_once(self) -> None:
         nodes, rev = self.client.range(self._k("nodes/"), prefix=True)
         pools, _ = self.client.range(self._k("pools/"), prefix=True, revision=rev)
         meta, _ = self.client.range(self._k("meta/"), prefix=True, revision=rev)
@@ -144,6 +156,12 @@ class EtcdNodeStore(EtcdIdentity, NodeStore):
         else:
             config = json.loads(kv.value or b"{}").get("config", "")
             self._leases[node] = (pool, config, kv.mod_revision, kv.lease)
+
+    @property
+    def alarms(self) -> List[Dict[str, str]]:
+        """etcd's raised alarms as this process last saw them (etcd_heartbeat polls them; a write
+        refused for lack of space adds NOSPACE at once): [{"alarm": "NOSPACE", "member": id}]."""
+        return list(self.client.alarms_seen)
 
     @property
     def last_seen(self) -> float:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from agent.server.rollout.progress import Membership
 from agent.server.store.db import Database
 from agent.server.store.nodestore import (
+    SERVED_KEEP,
     Deleted,
     NodeRecord,
     NodeStore,
@@ -22,9 +23,14 @@ from agent.server.store.nodestore import (
     PoolRow,
     Proof,
     Recorded,
+    Registration,
     Serving,
+    TooManyPending,
     contribution,
+    registration_from,
 )
+
+_REG_COLUMNS = "node, created, approved, approved_by, labels, served"
 
 _COUNTERS = ("machine", "done", "working", "reported_degraded", "degraded", "refused")
 
@@ -142,13 +148,54 @@ class SqliteNodeStore(NodeStore):
         rows = self._q("SELECT node FROM credentials WHERE hash=?", (credential_hash,))
         return rows[0][0] if rows else None
 
-    def put_credential(self, node: str, credential_hash: str, now: float, replace: bool) -> bool:
+    def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
+                       by: str = "", max_pending: Optional[int] = None) -> bool:
         with self.db.write() as c:
-            if not replace and c.execute("SELECT 1 FROM credentials WHERE node=?", (node,)).fetchone():
+            exists = c.execute("SELECT 1 FROM credentials WHERE node=?", (node,)).fetchone() is not None
+            if exists and not replace:
                 return False
-            c.execute("INSERT INTO credentials (node, hash, created) VALUES (?,?,?) ON CONFLICT(node) "
-                      "DO UPDATE SET hash=excluded.hash, created=excluded.created", (node, credential_hash, now))
+            if not exists and not approved and max_pending is not None and \
+                    c.execute("SELECT COUNT(*) FROM credentials WHERE approved=0").fetchone()[0] >= max_pending:
+                raise TooManyPending(node)
+            c.execute("INSERT INTO credentials (node, hash, created, approved, approved_by) VALUES (?,?,?,?,?) "
+                      "ON CONFLICT(node) DO UPDATE SET hash=excluded.hash, created=excluded.created",
+                      (node, credential_hash, now, now if approved else 0, by if approved else ""))
             return True
+
+    def registration(self, node: str) -> Optional[Registration]:
+        rows = self._q(f"SELECT {_REG_COLUMNS} FROM credentials WHERE node=?", (node,))
+        return registration_from(node, dict(rows[0])) if rows else None
+
+    def registrations(self, pending: Optional[bool] = None, after: str = "", limit: int = 500) -> List[Registration]:
+        where = "" if pending is None else ("AND approved=0 " if pending else "AND approved>0 ")
+        rows = self._q(f"SELECT {_REG_COLUMNS} FROM credentials WHERE node > ? {where}ORDER BY node LIMIT ?",
+                       (after, limit))
+        return [registration_from(r["node"], dict(r)) for r in rows]
+
+    def pending_count(self) -> int:
+        return self._q("SELECT COUNT(*) FROM credentials WHERE approved=0")[0][0]
+
+    def approve(self, node: str, now: float, by: str, labels: Optional[Dict[str, str]] = None) -> Optional[Registration]:
+        with self.db.write() as c:
+            row = c.execute("SELECT approved FROM credentials WHERE node=?", (node,)).fetchone()
+            if row is None:
+                return None
+            c.execute("UPDATE credentials SET approved=?, approved_by=? WHERE node=?",
+                      (row["approved"] or now, by, node))
+            if labels is not None:
+                c.execute("UPDATE credentials SET labels=? WHERE node=?", (json.dumps(labels, sort_keys=True), node))
+        return self.registration(node)
+
+    def note_served(self, node: str, config: str) -> None:
+        rows = self._q("SELECT served FROM credentials WHERE node=?", (node,))
+        if not rows or config in json.loads(rows[0][0] or "[]"):
+            return  # nothing to remember, or remembered: no write
+        with self.db.write() as c:
+            row = c.execute("SELECT served FROM credentials WHERE node=?", (node,)).fetchone()
+            if row is None:
+                return
+            served = [s for s in json.loads(row[0] or "[]") if s != config] + [config]
+            c.execute("UPDATE credentials SET served=? WHERE node=?", (json.dumps(served[-SERVED_KEEP:]), node))
 
     # -- leases -------------------------------------------------------------------------------
 

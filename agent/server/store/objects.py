@@ -44,7 +44,12 @@ def _check_selector(sel: Any, path: str, src: str, problems: List[Problem]) -> N
     ml = sel.get("matchLabels", {})
     if not isinstance(ml, dict):
         problems.append(Problem(path + ".matchLabels", "must be a map of label to value", "selector", source=src))
-    for i, e in enumerate(sel.get("matchExpressions") or []):
+    expressions = sel.get("matchExpressions") or []
+    if not isinstance(expressions, list):
+        problems.append(Problem(path + ".matchExpressions", "must be a list of {key, operator, values}", "selector",
+                                value=expressions, source=src))
+        expressions = []
+    for i, e in enumerate(expressions):
         if not isinstance(e, dict) or e.get("operator") not in ("In", "NotIn", "Exists", "DoesNotExist"):
             problems.append(Problem(f"{path}.matchExpressions.{i}.operator",
                                     "must be In, NotIn, Exists or DoesNotExist", "selector",
@@ -111,7 +116,8 @@ def _check_ignition(cfg: Any, src: str, problems: List[Problem]) -> None:
 def check_machine_config(doc: Dict[str, Any], src: str) -> List[Problem]:
     problems: List[Problem] = []
     _meta_name(doc, src, problems, label=False)
-    labels = (doc.get("metadata") or {}).get("labels")
+    metadata = doc.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
     if labels is not None and not isinstance(labels, dict):
         problems.append(Problem("$.metadata.labels", "must be a map", "labels", source=src))
     spec = doc.get("spec")

@@ -20,13 +20,12 @@ import stat
 from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
-from yaml.constructor import SafeConstructor
 
 from agent.errors import Problem
+from agent.ignition.yamlsafe import MAX_ALIAS_NODES, Constructor, check_node_graph  # noqa: F401 (re-exported)
 
 MAX_FILE_BYTES = 8 << 20  # etcd refuses objects over 1.5 MiB; a MachineConfig is far smaller
-MAX_ALIAS_NODES = 100_000
-MAX_DEPTH = 100
+MAX_DEPTH = 100  # as agent.ignition.yamlsafe's, which check_node_graph also applies
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -97,7 +96,7 @@ def load_yaml_docs(data: bytes) -> List[Any]:
         if node is None:
             continue
         check_node_graph(node)
-        out.append(SafeConstructor().construct_document(node))
+        out.append(Constructor().construct_document(node))  # a bad scalar is a YAMLError too
     return out
 
 
@@ -112,52 +111,14 @@ def _check_depth(text: str) -> None:
             depth -= 1
 
 
-def check_node_graph(root: yaml.Node) -> None:
-    """Refuse a document whose aliases expand to more than MAX_ALIAS_NODES extra nodes, that nests
-    deeper than MAX_DEPTH, or that refers to itself. Linear: each distinct node is sized once."""
-    expanded: Dict[int, int] = {}
-    distinct = 0
-    stack: List[Tuple[yaml.Node, int, bool]] = [(root, 1, False)]
-    on_path = set()
-    while stack:
-        node, depth, done = stack.pop()
-        key = id(node)
-        if done:
-            on_path.discard(key)
-            expanded[key] = 1 + sum(expanded[id(c)] for c in _children(node))
-            continue
-        if key in expanded:
-            continue
-        if key in on_path:
-            raise yaml.YAMLError("a recursive alias (a node that contains itself): refused")
-        if depth > MAX_DEPTH:
-            raise yaml.YAMLError(f"nested deeper than {MAX_DEPTH} levels: refused")
-        distinct += 1
-        on_path.add(key)
-        stack.append((node, depth, True))
-        for child in _children(node):
-            if id(child) in on_path:
-                raise yaml.YAMLError("a recursive alias (a node that contains itself): refused")
-            if id(child) not in expanded:
-                stack.append((child, depth + 1, False))
-    extra = expanded[id(root)] - distinct
-    if extra > MAX_ALIAS_NODES:
-        raise yaml.YAMLError(f"aliases expand to {expanded[id(root)]} nodes from {distinct} written "
-                             f"(at most {MAX_ALIAS_NODES} more): refused; write the values out")
-
-
-def _children(node: yaml.Node) -> List[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    return []
-
-
 def read_docs(path: str, src: str, state_dir: str, problems: List[Problem]) -> List[Tuple[str, Dict[str, Any]]]:
     """The objects of one state file as (where, object); problems appended, never raised."""
     docs = _load(path, src, state_dir, problems)
     if docs is None:
+        return []
+    if not docs:  # emptied, or cut before its first document: never "the objects are gone"
+        problems.append(Problem("$", "holds no object (an empty file, or one being rewritten): the objects it "
+                                "held keep serving; to delete them, remove the file", "empty", source=src))
         return []
     out = []
     for i, doc in enumerate(docs):

@@ -3,8 +3,10 @@
 Rules (docs/security.md, "State directory"):
 
 - A change is read only after the directory has stayed unchanged for ``settle`` seconds
-  (0.5 s; never more than the poll interval), so a config written file by file is never
-  rendered half-written.
+  (``serve --settle-seconds``, 10 s by default; 0.5 s for a watcher made without it), so a
+  config written file by file, or rewritten in place with pauses, is never rendered half-written.
+- A state file that holds no object (emptied, or cut before its first document) is a problem,
+  like an invalid one: the last good objects keep serving (statefiles.read_docs).
 - A read during which the files changed again is thrown away (a torn view is never served).
 - The state's ``signature`` is always that of the files it was last checked against, also when
   those files were invalid and the last good objects keep serving: so the removal of a bad file
@@ -37,18 +39,23 @@ class StateWatcher:
     def __init__(self, state_dir: str, interval: float = 1.0, settle: Optional[float] = None):
         self.state_dir = state_dir
         self.interval = interval
-        self.settle = min(SETTLE_SECONDS, interval) if settle is None else settle
+        self.settle = min(SETTLE_SECONDS, interval) if settle is None else settle  # in-process default
         self._lock = threading.Lock()
         self._next = 0.0  # monotonic time of the next look
         self._pending: Optional[Tuple[str, float]] = None  # (signature, first seen) of a change settling
         self._partial = False  # serving the valid objects of a bad directory (no good state seen yet)
+        self._unsettled: Optional[Tuple[State, float]] = None  # (first state, when its files settle)
         self._state = self._first_load()
 
     def _first_load(self) -> State:
         state = load_state(self.state_dir)
-        if signature(self.state_dir) != state.signature:
+        after, newest = signature_and_newest(self.state_dir)
+        if after != state.signature:
             # Files changed while being read: serve this (nothing better exists yet), look again soon.
             state.signature = CHANGING + state.signature
+        # Files written less than ``settle`` ago (a process started while they were being written):
+        # this state serves, but no pool target moves from it until they have settled (unsettled()).
+        self._unsettled = (state, newest + self.settle) if time.time() - newest < self.settle else None
         if state.problems:
             state.stale = self._partial = True
         self._log_problems(state)
@@ -112,6 +119,18 @@ class StateWatcher:
         if seen_for >= self.settle:
             return 0.0
         return max(0.05, min(self.settle - seen_for, self.settle - max(quiet, 0.0)))
+
+    def unsettled(self, state: State) -> bool:
+        """Whether ``state`` is the first read of files that had not settled (a process started on
+        a directory being written), and they have not settled since: it may serve, but no pool
+        target moves from it. Its signature is the files' own, so the other workers are told
+        nothing different from what they read themselves."""
+        if self._unsettled is None or self._unsettled[0] is not state:
+            return False
+        if time.time() >= self._unsettled[1]:
+            self._unsettled = None
+            return False
+        return True
 
     def close(self) -> None:
         """Nothing to release (a look is a plain read); here so that every state source closes alike."""
