@@ -188,15 +188,19 @@ class Cluster(Approval, ConfigServing):
         unsettled = unsettled_state(self.watcher, st)
 
         def decide(row: Optional[PoolRow]) -> Optional[PoolRow]:
-            if st.problems or (unsettled and row is not None):
+            rendered = r.name
+            if row is not None and (st.problems or unsettled):
                 # A target moves only from a complete, settled, problem-free state: an empty,
                 # invalid or half-written file, or a process started on such a directory, never
-                # rewrites a pool (the last good objects serve meanwhile; /healthz names the files).
-                return None
-            target = row.target if row else r.name
+                # rewrites a pool. The rollout goes on (nodes still count) towards what the
+                # pool rendered from its last good state; /healthz names the files.
+                rendered = row.rendered or row.target
+            elif row is None and st.problems:
+                return None  # no first target from a directory with problems either
+            target = row.target if row else rendered
             counts = self._counts(st, name, target)
-            step = progress.rollout_step(r.name, row.as_dict() if row else None, paused, forced, counts)
-            new = PoolRow(name, step.target, step.current, step.held, r.name)
+            step = progress.rollout_step(rendered, row.as_dict() if row else None, paused, forced, counts)
+            new = PoolRow(name, step.target, step.current, step.held, rendered)
             if new == row:
                 return None
             if row is None or (step.target, step.current) != (row.target, row.current):
