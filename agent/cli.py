@@ -89,7 +89,10 @@ def _update_options(p: argparse.ArgumentParser) -> None:
 
 
 def _validate_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="Ignition JSON or MachineConfig YAML/JSON ('-' for stdin)")
+    p.add_argument("file", metavar="FILE", help="any document node-agent or node-config-server reads, JSON or YAML "
+                                                 "('-' for stdin); its kind is recognised (docs/operations.md)")
+    p.add_argument("--kind", metavar="KIND", help="the document's kind when its shape does not tell "
+                                                  "(docs/operations.md, \"Validating documents\")")
     p.add_argument("--json", action="store_true", help="print findings as JSON")
 
 
@@ -110,7 +113,11 @@ def _skew_options(p: argparse.ArgumentParser) -> None:
 
 def _status_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default="/", metavar="DIR")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--format", choices=("json", "yaml", "tabular"), default=None,
+                   help="output format, as cloud-init status (default: tabular)")
+    p.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
+    p.add_argument("-l", "--long", action="store_true",
+                   help="also each stage's start time, its fetch attempts and the record's file")
     p.add_argument("--wait", action="store_true",
                    help="block until the first boot has ended, then answer (as cloud-init status --wait)")
 
@@ -119,12 +126,14 @@ def _status_options(p: argparse.ArgumentParser) -> None:
 _COMMANDS = {
     "firstboot": ({"help": "provision this node from its pointer config (runs once)"}, _firstboot_options),
     "update": ({"help": "day-2 loop: poll the pool's config and apply updates"}, _update_options),
-    "validate": ({"help": "validate an Ignition config or a MachineConfig"}, _validate_options),
+    "validate": ({"help": "validate a document by its kind (Ignition, MachineConfig, pools, policy, agent.yaml, ...)"},
+                 _validate_options),
     "plan": ({"help": "what applying a config would change and do (reboot, drain, ...)"}, _plan_options),
     "skew": ({"help": "check a boot image (aleph file) against skew rules",
               "description": "Exit 0 ok/warn, 1 refuse, 65 rules file unreadable or not valid."}, _skew_options),
     "status": ({"help": "result and stage timings of the last run",
-                "description": "Exit 0 done (or running), 1 failed, interrupted or never run, 2 degraded."},
+                "description": "Exit 0 done (or running), 1 failed, interrupted or never run, 2 degraded "
+                               "(cloud-init status: 0, 1, 2; never run is 0 there)."},
                _status_options),
 }
 
@@ -192,17 +201,17 @@ def _only(argv):
     return words[0] if words[0] in _COMMANDS else None
 
 
-def _fatal(command: str, code: int, message: str, logged: bool, reported: bool) -> None:
+def _fatal(command: str, code: int, message: str, logged: bool, reported: bool, exc=None) -> None:
     """Say once, in one format, why a command ended with ``code`` and what to do.
 
     ``logged``: the command logs (firstboot, update); ``reported``: its run record already
     logged the error. The log is the one place, unless it goes to a journal this stderr is not
     (a person running the command by hand): then stderr gets it too.
     """
-    from agent.errors import hint_for
     from agent.host.log import StderrHandler, stderr_sees_the_log
 
-    hint = hint_for(code)
+    # agent.commands as main() imports each command (by name): its hint for this error
+    hint = __import__("agent.commands", fromlist=["hint_for_error"]).hint_for_error(exc, code)
     tail = f"\nwhat to do: {hint}" if hint else ""
     if logged and not reported:
         import logging
@@ -248,7 +257,7 @@ def main(argv=None) -> int:  # argv: a list of str, or None for sys.argv (no typ
     except BrokenPipeError:
         return _quiet_broken_pipe()
     except NodeAgentError as exc:
-        _fatal(args.command, exc.exit_code, str(exc), logged, getattr(exc, "reported", False))
+        _fatal(args.command, exc.exit_code, str(exc), logged, getattr(exc, "reported", False), exc)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

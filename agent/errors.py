@@ -146,7 +146,7 @@ HINTS = {
     EXIT_USAGE: "see --help",
     EXIT_INVALID_CONFIG: "fix the file or setting named above ('node-agent validate FILE' checks a config "
                          "offline), then run again",
-    EXIT_UNREACHABLE: "check DNS, routing, port 22623, the CA in the pointer config and that "
+    EXIT_UNREACHABLE: "check DNS, routing, the server's port (22623 by default), the CA in the pointer config and that "
                       "node-config-server runs; 'journalctl NODE_AGENT_STAGE=fetch' shows each attempt",
     EXIT_INTERNAL: "a bug: run again with NODE_AGENT_DEBUG=1 for a traceback and report it with "
                    "'node-agent status --json'",

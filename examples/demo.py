@@ -10,11 +10,17 @@
    `node-agent update --once` applies it under the policy (a restart, no drain, no reboot).
 5. The pools' status and the cluster's progress over all pools.
 
-Everything lives under ./demo-run (removed and made again at each run; $NODE_AGENT_DEMO_DIR
-elsewhere).
+It ends with the commands that start the server again on the demo's state and data and look at
+its pools and nodes (get, describe, get --watch), as printed they work from the checkout.
+
+Everything lives under ./demo-run, ignored by git (removed and made again at each run;
+$NODE_AGENT_DEMO_DIR elsewhere): state/ (the YAML), data/ (nodes.db), tls/, token, client.yaml.
+The server printed at the end listens on 127.0.0.1:22623 ($NODE_AGENT_DEMO_PORT another port).
 """
 
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -30,6 +36,7 @@ from tests.helpers.server_proc import ServerProcess  # noqa: E402
 
 RUN = os.environ.get("NODE_AGENT_DEMO_DIR") or os.path.join(REPO, "demo-run")  # tests run it elsewhere
 TOKEN = "demo-token"
+PORT = int(os.environ.get("NODE_AGENT_DEMO_PORT") or 22623)  # of the server the demo's last words start
 BIN = os.path.dirname(sys.executable)
 
 
@@ -54,14 +61,18 @@ def show(cmd, check_codes=(0,), quiet_stderr=False):
     return proc
 
 
+_STAGE_STARTED = re.compile(r"(?:[a-z]+: )?stage \S+ started")
+
+
 def _plain_log(text: str) -> str:
     # The agent writes sd-daemon priority prefixes (<6>...) when not on a terminal; the demo
-    # drops them and the "stage ... started" lines (each stage's end line says the same).
+    # drops them and the "stage ... started" lines, "info: stage fetch started" (each stage's
+    # end line says the same).
     lines = []
     for line in text.splitlines():
         if line[:1] == "<" and line[2:3] == ">":
             line = line[3:]
-        if line.startswith("stage ") and line.endswith(" started"):
+        if _STAGE_STARTED.fullmatch(line):
             continue
         lines.append(line)
     return "\n".join(lines)
@@ -77,10 +88,11 @@ def main() -> int:
     os.makedirs(RUN)
     state = os.path.join(RUN, "state")
     shutil.copytree(os.path.join(REPO, "examples", "state"), state)
+    data = os.path.join(RUN, "data")  # nodes.db: kept for the commands printed at the end
     tls = make_tls(os.path.join(RUN, "tls"))
 
     title("1. node-config-server on loopback (TLS, bearer token), state from examples/state")
-    with ServerProcess(state, tls=tls, token=TOKEN, workers=2, threads=4) as srv:
+    with ServerProcess(state, tls=tls, token=TOKEN, workers=2, threads=4, data_dir=data) as srv:
         api = srv.session()
         print(f"  listening on {srv.base_url}")
         for pool in api.get(srv.url("/api/v1/pools")).json()["items"]:
@@ -141,14 +153,52 @@ def main() -> int:
 
         title("5. pools and the cluster's progress over all pools")
         # exit 1: the cluster update is not complete (worker-0 is held back by its boot image)
-        show([os.path.join(BIN, "node-config-server"), "status", "--state", state], check_codes=(0, 1),
-             quiet_stderr=True)
+        show([os.path.join(BIN, "node-config-server"), "status", "--state", state, "--data-dir", data],
+             check_codes=(0, 1), quiet_stderr=True)
         cluster = api.get(srv.url("/api/v1/cluster")).json()
         print(f"  /api/v1/cluster: complete={cluster['complete']}")
         for block in cluster.get("blocking", []):
             print(f"    held back by {block['pool']}: {block['reason']}")
-    print(f"\ndemo finished in {time.monotonic() - started:.1f} s; everything is under {os.path.relpath(RUN)}/")
+    print(f"\ndemo finished in {time.monotonic() - started:.1f} s; everything is under {_shown(RUN)}/")
+    print_look_again(state, data, tls)
     return 0
+
+
+def _shown(path: str) -> str:
+    """``path`` as the printed commands name it: relative to the checkout when inside it."""
+    path = os.path.abspath(path)
+    return os.path.relpath(path, REPO) if path.startswith(REPO + os.sep) else path
+
+
+def look_again_commands(state: str, data: str, tls) -> list:
+    """[(what, argv)]: start the server on the demo's state and data, then look at it. Writes the
+    token file and a client config (server, CA, token) under RUN."""
+    token_file = os.path.join(RUN, "token")
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(TOKEN + "\n")
+    client = os.path.join(RUN, "client.yaml")
+    with open(client, "w") as f:
+        f.write(f"server: https://127.0.0.1:{PORT}\ncertificateAuthority: {tls.ca_cert}\n"
+                f"tokenFile: {os.path.abspath(token_file)}\n")
+    ncs = _shown(os.path.join(BIN, "node-config-server"))
+    serve = [ncs, "serve", "--state", _shown(state), "--data-dir", _shown(data), "--listen", f"127.0.0.1:{PORT}",
+             "--tls-cert", _shown(tls.cert), "--tls-key", _shown(tls.key), "--token-file", _shown(token_file)]
+    conf = ["--config", _shown(client)]
+    return [("serve", serve), ("look", [ncs, "get", "pools", *conf]),
+            ("look", [ncs, "describe", "pool", "worker", *conf]),
+            ("look", [ncs, "describe", "node", "infra-0", *conf]),
+            ("watch", [ncs, "get", "pools", "--watch", *conf])]
+
+
+def print_look_again(state: str, data: str, tls) -> None:
+    title(f"to look at this cluster again (from {_shown(REPO) if os.getcwd() != REPO else 'the checkout'})")
+    commands = look_again_commands(state, data, tls)
+    print("  start its server (TLS and the token, on the demo's state and data; Ctrl-C stops it):")
+    print("    " + shlex.join(commands[0][1]))
+    print("  then, in another terminal:")
+    for _, argv in commands[1:]:
+        print("    " + shlex.join(argv))
 
 
 def _node_credential(root: str) -> str:

@@ -5,8 +5,9 @@
 # TARGET el9: for RHEL 9 / RHCOS 9 (python3.9 sitelib /usr/lib/python3.9/site-packages, release
 # suffix .el9, python3-tomli), built on any host; its bytecode is compiled by a CPython 3.9 when
 # one is found (PY39, pyenv's 3.9, python3.9 on PATH), else none is shipped.
-# Makes Source0 from the working tree (tracked and untracked files git does not ignore, so what
-# you test is what you package), runs rpmbuild -bb with _topdir under OUTDIR and prints the path
+# Makes Source0 from the files git tracks, as they are in the working tree (so what you test is
+# what you package, and nothing a run left behind, an examples/state/nodes.db say, is packed; a new
+# file is packed once `git add`ed), runs rpmbuild -bb with _topdir under OUTDIR and prints the path
 # of every RPM built, one per line, on stdout (rpmbuild's log goes to OUTDIR/rpmbuild.log).
 set -euo pipefail
 
@@ -29,10 +30,11 @@ name=node-agent-$version
 rm -rf "$topdir/BUILD" "$topdir/BUILDROOT" "$topdir/RPMS" "$topdir/SOURCES"
 mkdir -p "$topdir"/{BUILD,BUILDROOT,RPMS,SOURCES,SPECS,SRPMS}
 
-# The file list: git's view of the working tree when there is one, else everything but build output.
+# The file list: the files git tracks when there is a git checkout, else (an unpacked tarball)
+# everything but build output.
 cd "$repo"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    list() { git ls-files -z --cached --others --exclude-standard; }
+    list() { git ls-files -z --cached; }
 else
     list() { find . -path ./.venv -prune -o -path ./build -prune -o -path ./.git -prune -o -type f -printf '%P\0'; }
 fi

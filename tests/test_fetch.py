@@ -189,20 +189,56 @@ def test_budget_exhaustion_names_attempts_duration_and_last_reason(server, fake,
     server.always("/config/worker", Reply(500, '{"error": "render failed"}'))
     with pytest.raises(FetchError) as err:
         make(fake, total=10).fetch(server.url("/config/worker"))
-    # 0.2+0.4+0.8+1.6+3.2 = 6.2 s; the next wait (5 s) would end past the 10 s budget.
-    assert fake.sleeps == [0.2, 0.4, 0.8, 1.6, 3.2]
+    # 0.2+0.4+0.8+1.6+3.2 = 6.2 s; the next wait (5 s) would end past the 10 s budget, so it is
+    # cut to 2.8 s: one last attempt 1 s (the last-attempt window) before the deadline.
+    assert fake.sleeps == pytest.approx([0.2, 0.4, 0.8, 1.6, 3.2, 2.8])
     msg = str(err.value)
-    assert "gave up after 6 attempts over 6.2s" in msg
+    assert "gave up after 7 attempts over 9.0s" in msg
     assert "fetch budget 10s" in msg
     assert "HTTP 500" in msg and "render failed" in msg
     assert err.value.exit_code == EXIT_UNREACHABLE == 69
     assert err.value.status == 500 and err.value.final is False
-    assert len(server.requests_for("/config/worker")) == 6
+    assert len(server.requests_for("/config/worker")) == 7
+
+
+def test_last_attempt_is_made_at_the_end_of_the_budget_never_past_it(fake):
+    """Issue 31: the fetch gave up when the next backoff would pass the deadline (after 11.6 s of a
+    15 s budget). A server that refuses connections until late in the budget is now reached by one
+    last attempt just before the deadline, and no attempt or wait goes past it."""
+    port = free_port()
+    srv = ScriptedServer(port=port)
+    srv.always("/config/worker", Reply(200, BODY))
+    start = fake.now
+
+    def sleep(seconds):
+        fake.sleep(seconds)
+        if not srv.running and fake.now - start >= 13.5:  # the server comes up 13.5 s into 15
+            srv.start()
+
+    try:
+        fetcher = Fetcher(Settings(node_name="n", fetch=FetchSettings(total_timeout=15, attempt_timeout=5)),
+                          sleep=sleep, clock=fake.clock, jitter=0)
+        result = fetcher.fetch(f"http://127.0.0.1:{port}/config/worker")
+    finally:
+        srv.stop()
+    assert result.body == BODY
+    # 0.2 .. 5 s doubling: attempts at 0, 0.2, 0.6, 1.4, 3.0, 6.2, 11.2; the next wait (5 s) is cut
+    # to end 1 s before the deadline (14.0), where the last attempt finds the server up.
+    assert fake.sleeps == pytest.approx([0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 2.8])
+    assert result.attempts == 8
+    assert fake.now - start <= 15
+
+
+def test_no_wait_or_attempt_passes_the_deadline(server, fake):
+    server.always("/c", Reply(503, headers={"Retry-After": "30"}))
+    with pytest.raises(FetchError, match="gave up after 2 attempts over 4.5s"):
+        make(fake, total=5).fetch(server.url("/c"))
+    assert fake.sleeps == pytest.approx([4.5])  # Retry-After 30 cut to the last attempt's start
 
 
 def test_budget_argument_overrides_settings(server, fake):
     server.always("/c", Reply(500))
-    with pytest.raises(FetchError, match="gave up after 3 attempts"):
+    with pytest.raises(FetchError, match="gave up after 4 attempts over 0.9s"):
         make(fake, total=0).fetch(server.url("/c"), budget=1.0)
 
 

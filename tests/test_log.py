@@ -272,3 +272,75 @@ def test_setup_replaces_its_own_handler_only(journal, logging_reset):
                                          (logging.INFO, 6), (logging.DEBUG, 7), (5, 7)])
 def test_syslog_priorities(level, prio):
     assert log.syslog_priority(level) == prio
+
+
+# -- issue 31: progress on a terminal while the log goes to the journal ----------------------------------
+
+def _progress_records():
+    import tempfile
+
+    from agent.host.root import Root
+    from agent.node.status import RunRecorder  # logs "stage ... started/ok" as progress records
+
+    fetch = logging.getLogger("agent.resource.fetch")
+    with tempfile.TemporaryDirectory() as top:
+        rec = RunRecorder(Root(top), "firstboot")
+        with rec.stage("fetch"):
+            fetch.warning("attempt 1 to fetch x failed: refused; retrying in 0.20s",
+                          extra={"NODE_AGENT_ATTEMPT": 1, "NODE_AGENT_DELAY": 0.2})
+            logging.getLogger("agent.test").info("a detail that stays in the journal")
+        rec.finish("done", 0)
+
+
+def test_a_terminal_gets_one_progress_line_per_stage_event_and_retry(journal, logging_reset):
+    import pty
+
+    master, slave = pty.openpty()
+    stream = os.fdopen(slave, "w")
+    try:
+        log.setup_logging("firstboot", socket_path=journal.path, stream=stream)
+        assert any(isinstance(h, log.ProgressHandler) for h in logging.getLogger().handlers)
+        _progress_records()
+        stream.flush()
+        out = b""
+        while True:
+            ready = __import__("select").select([master], [], [], 0.2)[0]
+            if not ready:
+                break
+            out += os.read(master, 65536)
+    finally:
+        for h in list(logging.getLogger().handlers):
+            if getattr(h, "_node_agent_progress", False):
+                logging.getLogger().removeHandler(h)
+        stream.close()
+        os.close(master)
+    lines = [x for x in out.decode().replace("\r", "").splitlines() if x]
+    assert len(lines) == 3, lines
+    assert lines[0].endswith("stage fetch started") and "attempt 1 to fetch x failed" in lines[1]
+    assert "stage fetch ok in" in lines[2]
+    assert "a detail" not in out.decode() and "firstboot done" not in out.decode()
+    assert journal.recv()  # the journal still gets everything
+
+
+def test_no_progress_lines_when_stderr_is_not_a_terminal(journal, logging_reset, tmp_path):
+    with open(tmp_path / "err", "w") as stream:
+        log.setup_logging("firstboot", socket_path=journal.path, stream=stream)
+        assert not any(isinstance(h, log.ProgressHandler) for h in logging.getLogger().handlers)
+        _progress_records()
+    assert (tmp_path / "err").read_text() == ""
+
+
+def test_progress_handler_with_a_monkeypatched_isatty(journal, logging_reset, monkeypatch):
+    stream = io.StringIO()
+    monkeypatch.setattr(stream, "isatty", lambda: True, raising=False)
+    log.setup_logging("update", socket_path=journal.path, stream=stream)
+    try:
+        _progress_records()
+    finally:
+        for h in list(logging.getLogger().handlers):
+            if getattr(h, "_node_agent_progress", False):
+                logging.getLogger().removeHandler(h)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3, lines
+    assert lines[0].endswith("stage fetch started") and "attempt 1 to fetch x failed" in lines[1]
+    assert "stage fetch ok in" in lines[2]

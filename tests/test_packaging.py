@@ -156,3 +156,33 @@ def test_installed_commands_run(installed, rpms, tmp_path):
     proc = subprocess.run([python, script, "status", "--root", installed], capture_output=True, text=True,
                           env=env, cwd=str(tmp_path), timeout=60)
     assert proc.returncode == 1 and "node-agent has not run" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_source0_holds_tracked_files_only(tmp_path):
+    """Source0 is what git tracks, as the working tree has it: a node database a `serve --state
+    examples/state` of an older version left there, or any other untracked file, is not packed
+    (issue 31). rpmbuild is stubbed: only the tarball is looked at."""
+    import tarfile
+
+    clone = tmp_path / "clone"
+    run("git", "clone", "-q", "--no-hardlinks", REPO, str(clone))
+    shutil.copy2(os.path.join(REPO, "packaging", "build-rpm.sh"), clone / "packaging" / "build-rpm.sh")
+    (clone / "examples" / "state" / "nodes.db").write_bytes(b"SQLite format 3\0")
+    (clone / "examples" / "state" / "nodes.db-wal").write_bytes(b"")
+    (clone / "scratch-notes.txt").write_text("not tracked\n")
+    with open(clone / "README.md", "a") as f:
+        f.write("\nedited, not committed\n")
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name in ("rpmbuild", "rpm"):
+        (stubs / name).write_text("#!/bin/sh\nexit 0\n")
+        (stubs / name).chmod(0o755)
+    env = dict(os.environ, PATH=f"{stubs}{os.pathsep}{os.environ['PATH']}")
+    run("bash", str(clone / "packaging" / "build-rpm.sh"), str(tmp_path / "out"), cwd=str(clone), env=env)
+    name = f"node-agent-{VERSION}"
+    with tarfile.open(tmp_path / "out" / "SOURCES" / f"{name}.tar.gz") as tar:
+        packed = {m.name[len(name) + 1:] for m in tar.getmembers() if m.isfile()}
+        readme = tar.extractfile(f"{name}/README.md").read().decode()
+    tracked = set(run("git", "ls-files", cwd=str(clone)).stdout.splitlines())
+    assert packed == tracked
+    assert "edited, not committed" in readme  # the working tree's content, not HEAD's

@@ -5,10 +5,10 @@ import os
 
 import pytest
 
+from agent.core.objectchecks import parse_max_unavailable
 from agent.server.cluster import content
 from agent.server.cluster.service import ReportInvalid, validate_report
 from agent.server.rollout import gating, progress
-from agent.server.rollout.drains import parse_max_unavailable
 from agent.server.rollout.render import merge_machine_configs, render_pool, selector_matches
 from agent.server.store.statedir import load_state
 

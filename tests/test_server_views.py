@@ -134,6 +134,11 @@ def test_describe_pool_and_node(server):
     r = ncs("describe", "pool", "worker", *server.client_args)
     assert r.returncode == 0, r.stderr
     assert "Served to new nodes:" in r.stdout and "Conditions:" in r.stdout and "w1" in r.stdout
+    assert "RolloutInProgress" in r.stdout  # w1 has a reboot pending: the reason, not an empty cell
+    r = ncs("describe", "pool", "worker", "-o", "json", *server.client_args)
+    conditions = {c["type"]: c for c in json.loads(r.stdout)["status"]["conditions"]}
+    assert conditions["Updating"]["status"] == "True" and conditions["Updating"]["reason"] == "RolloutInProgress"
+    assert all({"type", "status", "reason", "message"} <= set(c) for c in conditions.values())
     r = ncs("describe", "node", "w1", *server.client_args)
     assert r.returncode == 0, r.stderr
     assert "Pool:                worker" in r.stdout and "Why:" in r.stdout

@@ -271,3 +271,64 @@ def test_a_kept_report_is_shown_and_a_refused_one_degrades(root, capsys):
                    "refused": {"status": 400, "message": "invalid report", "server": "https://s"}}, f)
     code, out, _ = run_cli(capsys, "--root", root.top)
     assert code == 2 and out.startswith("status: degraded\n") and "HTTP 400: invalid report" in out
+
+
+# -- issue 31: --long, --format, and a retrying fetch shown while it runs -------------------------------
+
+def test_status_long_and_format_as_cloud_init(root, capsys):
+    rec = RunRecorder(root, "firstboot", run_id="r9")
+    with rec.stage("fetch"):
+        pass
+    rec.finish("done", 0)
+    code, out, _ = run_cli(capsys, "--root", root.top, "--long")
+    assert code == 0 and out.startswith("status: done\n")
+    assert "record: " + os.path.join(root.top, "var/lib/node-agent/status.json") in out
+    assert "[started " in out  # each stage's start
+    code, out, _ = run_cli(capsys, "--root", root.top, "--format", "json")
+    assert code == 0 and json.loads(out)["runId"] == "r9"
+    code, alias, _ = run_cli(capsys, "--root", root.top, "--json")
+    assert json.loads(alias) == json.loads(out)
+    import yaml
+
+    code, out, _ = run_cli(capsys, "--root", root.top, "--format", "yaml")
+    assert code == 0 and yaml.safe_load(out)["result"] == "done"
+    code, out, _ = run_cli(capsys, "--root", root.top, "--format", "tabular")
+    assert code == 0 and out.startswith("status: done\n")
+    code, out, _ = run_cli(capsys, "--root", root.top, "--format", "yaml", "--long")
+    assert code == 0
+    code, out, _ = run_cli(capsys, "--root", root.top + "/none", "--format", "yaml")
+    assert code == 1 and yaml.safe_load(out)["result"] == "not-run"
+    with pytest.raises(SystemExit) as exit_:
+        main(["status", "--format", "xml"])
+    assert exit_.value.code == 2
+
+
+def test_a_retrying_fetch_is_recorded_and_shown_while_it_runs(root, capsys):
+    """While first boot runs, status showed "- fetch running": now the time so far, the attempt
+    that failed and when the next one starts, from the fetcher's retry log records."""
+    rec = RunRecorder(root, "firstboot")
+    fetch_log = logging.getLogger("agent.resource.fetch")
+    with rec.stage("fetch"):
+        fetch_log.warning("attempt %d to fetch %s failed: %s; retrying in %.2fs", 3, "https://s:22623/config/w",
+                          "cannot connect to server s:22623: Connection refused", 1.6,
+                          extra={"NODE_AGENT_ATTEMPT": 3, "NODE_AGENT_DELAY": 1.6})
+        stage = on_disk(root)["stages"][0]
+        assert stage["attempt"] == 3 and stage["nextRetryAt"].endswith("Z")
+        assert stage["lastError"] == "cannot connect to server s:22623: Connection refused"
+        code, out, _ = run_cli(capsys, "--root", root.top)
+        assert code == 0 and out.startswith("status: running\n")
+        line = next(x for x in out.splitlines() if " fetch " in x)
+        assert "running" in line and "s so far" in line and "s.." in line
+        assert "attempt 3 failed: cannot connect to server s:22623" in line
+        assert f"next retry at {stage['nextRetryAt']}" in line
+    # the watcher ends with the stage: later records are not the fetch's
+    fetch_log.warning("late", extra={"NODE_AGENT_ATTEMPT": 9, "NODE_AGENT_DELAY": 1})
+    assert on_disk(root)["stages"][0]["attempt"] == 3
+
+
+@pytest.mark.parametrize("result,expected", [("done", 0), ("running", 0), ("degraded", 2), ("failed", 1),
+                                             ("interrupted", 1), (None, 1)])
+def test_exit_codes_beside_cloud_init(result, expected):
+    # cloud-init status: 0 done/running (and not run), 1 error, 2 degraded (recoverable error);
+    # RHEL's cloud-init maps 2 back to 0 (RHEL-28549). Never run (None) is 1 here, knowingly.
+    assert status_cmd.exit_code_for(result) == expected

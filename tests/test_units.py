@@ -216,7 +216,8 @@ def test_firstboot_runs_before_crio():
 def test_server_unit_is_hardened():
     u = parse_unit(os.path.join(UNITS_SRC, "node-config-server.service"))
     exec_start = one(u, "Service", "ExecStart").split()
-    assert exec_start[:4] == ["/usr/bin/node-config-server", "serve", "--state", "/var/lib/node-config-server"]
+    assert exec_start[:6] == ["/usr/bin/node-config-server", "serve", "--state", "/var/lib/node-config-server",
+                              "--data-dir", "/var/lib/node-config-server"]  # nodes.db where it always was
     s = {k: v[-1] for k, v in u["Service"].items()}
     assert s["DynamicUser"] == "yes" and s["StateDirectory"] == "node-config-server"
     assert s["ProtectSystem"] == "strict" and s["NoNewPrivileges"] == "yes"

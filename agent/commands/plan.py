@@ -21,7 +21,8 @@ def _read(path: str, what: str) -> bytes:
             return f.read()
     except OSError as exc:
         reason = "no such file" if isinstance(exc, FileNotFoundError) else f"cannot read: {exc.strerror or exc}"
-        raise ConfigError(f"{what} {path}: {reason}", [Problem("$", reason, source=path)], source=path)
+        # Said once: the headline names the option, the problem line the reason and the file.
+        raise ConfigError(f"cannot read {what}", [Problem("$", reason, source=path)])
 
 
 def _policy(args: Any):

@@ -32,13 +32,13 @@ def _read_rules(path: str):
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as exc:
-        raise ConfigError(f"cannot read the skew rules file: {exc.strerror or exc}",
-                          [Problem("$", f"cannot read: {exc.strerror or exc}", source=path)], source=path)
+        # Said once: the headline says what, the problem line the reason and the file.
+        raise ConfigError("cannot use the skew rules file",
+                          [Problem("$", f"cannot read: {exc.strerror or exc}", source=path)])
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ConfigError("the skew rules file is not UTF-8 text", [Problem("$", "not UTF-8", source=path)],
-                          source=path)
+        raise ConfigError("cannot use the skew rules file", [Problem("$", "not UTF-8 text", source=path)])
     return parse_rules(load_rules_text(text, source=path), source=path)
 
 

@@ -1,8 +1,13 @@
-"""``node-agent status [--root DIR] [--json]``: result and stage timings of the last run.
+"""``node-agent status [--root DIR] [--format json|yaml|tabular] [--long] [--wait]``: result and
+stage timings of the last run (``--json`` is ``--format json``; the options are cloud-init
+``status``'s).
 
-Exit codes follow ``cloud-init status``: 0 done (or still running), 1 failed, interrupted or
-never run, 2 degraded. "Never run" is 1, not cloud-init's 0: on a node that node-agent is
-meant to provision, no record means it did not run, and a health check should notice.
+Exit codes follow upstream ``cloud-init status`` (cloudinit/cmd/status.py since 23.4, "Cloud-init
+error codes": 0 success, also while running; 1 unrecoverable error; 2 recoverable error, its
+"degraded done"): 0 done (or still running), 1 failed or interrupted, 2 degraded. Two differences,
+chosen knowingly: "never run" is 1, where cloud-init's "not run" is 0 (on a node node-agent is
+meant to provision, no record means it did not run, and a health check must notice); and 2
+stays 2, where RHEL's cloud-init maps it back to 0 (RHEL-28549).
 
 A report kept for later (``pending-report.json``) is shown; one the server *refused* makes the
 result degraded (the node works, but the server does not count it) until it is delivered.
@@ -81,9 +86,59 @@ def _seconds(value: object) -> str:
     return f"{value:.3f}s" if isinstance(value, (int, float)) else "-"
 
 
+def _since(started: object, now: Optional[float] = None) -> Optional[float]:
+    """Seconds from an RFC 3339 ``...Z`` timestamp of ours to now (None when unreadable)."""
+    import datetime
+
+    try:
+        when = datetime.datetime.strptime(str(started), "%Y-%m-%dT%H:%M:%S.%fZ")
+    except ValueError:
+        return None
+    when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, (now if now is not None else time.time()) - when.timestamp())
+
+
+def _running_detail(stage: dict, now: Optional[float] = None) -> str:
+    """A running stage: how long so far, and for a retrying fetch the attempt and the next retry."""
+    parts = []
+    elapsed = _since(stage.get("startedAt"), now)
+    if elapsed is not None:
+        parts.append(f"{elapsed:.1f}s so far")
+    if stage.get("attempt"):
+        failed = f"attempt {stage['attempt']} failed"
+        if stage.get("lastError"):
+            failed += f": {stage['lastError']}"
+        parts.append(failed)
+    if stage.get("nextRetryAt"):
+        parts.append(f"next retry at {stage['nextRetryAt']}")
+    return "; ".join(parts)
+
+
+def _stage_line(s: dict, width: int, long: bool, now: Optional[float]) -> str:
+    seconds = _seconds(s.get("seconds"))
+    if s.get("result") == "running":
+        elapsed = _since(s.get("startedAt"), now)
+        seconds = f"{elapsed:.1f}s.." if elapsed is not None else seconds
+    line = f"  {seconds:>10}  {str(s.get('name', '')):<{width}}  {s.get('result', '')}"
+    detail = _running_detail(s, now) if s.get("result") == "running" else s.get("detail")
+    if s.get("result") == "running" and s.get("detail"):
+        detail = f"{s['detail']}; {detail}" if detail else s["detail"]
+    if detail:
+        line += f"  ({detail})"
+    if long:
+        line += f"  [started {s.get('startedAt')}"
+        if s.get("attempt") and s.get("result") != "running":
+            line += f", {s['attempt']} failed attempt(s)"
+        line += "]"
+    return line.rstrip()
+
+
 def render(data: dict, result: str, firstboot: Optional[dict] = None,
-           kept: Optional[Dict[str, Any]] = None) -> str:
-    """Human output: a ``cloud-init status --long`` header, then the stages with their timings."""
+           kept: Optional[Dict[str, Any]] = None, long: bool = False, now: Optional[float] = None,
+           where: Optional[str] = None) -> str:
+    """Human output: a ``cloud-init status --long`` header, then the stages with their timings
+    (a running one with its time so far, fetch attempt and next retry); ``long``: also each
+    stage's start and the record's file."""
     lines: List[str] = [f"status: {result}"]
     if result == "interrupted":
         lines.append("detail: the run stopped without finishing (crash, kill or power loss) "
@@ -100,6 +155,7 @@ def render(data: dict, result: str, firstboot: Optional[dict] = None,
         ("reboot pending", "yes" if data.get("rebootPending") else "no"),
         ("error", data.get("error")),
         ("report", report_line(kept, data.get("error"))),
+        ("record", where if long else None),
     ]
     for name, value in rows:
         if value is not None and value != "":
@@ -108,11 +164,7 @@ def render(data: dict, result: str, firstboot: Optional[dict] = None,
     if stages:
         lines.append("stages:")
         width = max(len(str(s.get("name", ""))) for s in stages)
-        for s in stages:
-            line = f"  {_seconds(s.get('seconds')):>10}  {str(s.get('name', '')):<{width}}  {s.get('result', '')}"
-            if s.get("detail"):
-                line += f"  ({s['detail']})"
-            lines.append(line.rstrip())
+        lines.extend(_stage_line(s, width, long, now) for s in stages)
     if data.get("rebootPending"):
         lines.append("A reboot is pending: the applied changes take effect after the next boot.")
     if firstboot is not None and data.get("command") != "firstboot":
@@ -149,30 +201,42 @@ def wait_for_first_boot(root: Root, state_dir: str, interval: float = 1.0, sleep
         print(flush=True)
 
 
+def _dump(doc: Any, fmt: str) -> str:
+    if fmt == "yaml":
+        import yaml
+
+        return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def _where(root: Root, state_dir: str) -> str:
+    where = status_path(state_dir)
+    return where if root.is_live else os.path.join(root.top, where.lstrip("/"))
+
+
 def run(args) -> int:
     root = Root(getattr(args, "root", "/") or "/")
     state_dir = getattr(args, "state_dir", None) or STATE_DIR
-    json_out = getattr(args, "json", False)
+    fmt = getattr(args, "format", None) or ("json" if getattr(args, "json", False) else "tabular")
+    long = bool(getattr(args, "long", False))
     if getattr(args, "wait", False):
-        wait_for_first_boot(root, state_dir, dots=not json_out and sys.stdout.isatty())
+        wait_for_first_boot(root, state_dir, dots=fmt == "tabular" and sys.stdout.isatty())
     data = read_status(root, state_dir)
     kept = _kept_report(root, state_dir)
+    where = _where(root, state_dir)
     if data is None:
-        where = status_path(state_dir)
-        if not root.is_live:
-            where = os.path.join(root.top, where.lstrip("/"))
-        if json_out:
-            print(json.dumps({"result": "not-run", "statusFile": where}))
+        if fmt != "tabular":
+            sys.stdout.write(_dump({"result": "not-run", "statusFile": where}, fmt))
         else:
             print(f"status: not run\ndetail: node-agent has not run on this node (no {where})")
         return EXIT_FAILED
     result = effective_result(data, root, kept)
-    if json_out:
+    if fmt != "tabular":
         out = dict(data)
         out["result"] = result
         if kept:
             out["keptReport"] = kept
-        print(json.dumps(out, indent=2))
+        sys.stdout.write(_dump(out, fmt))
     else:
         firstboot = None
         if data.get("command") != "firstboot":
@@ -180,5 +244,5 @@ def run(args) -> int:
                 firstboot = read_status(root, state_dir, "firstboot")
             except Exception:  # an unreadable old record must not hide the current one
                 firstboot = None
-        print(render(data, result, firstboot, kept), end="")
+        print(render(data, result, firstboot, kept, long=long, where=where), end="")
     return exit_code_for(result)

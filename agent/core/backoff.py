@@ -11,7 +11,13 @@ import email.utils
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
+
+# With a budget (fetch.totalTimeout), a wait that would end too near or past the deadline is cut
+# so that one last attempt starts this long before it (at most the attempt timeout and a tenth of
+# the budget), bounded by the time left: the budget is spent to its end, never overrun.
+LAST_ATTEMPT_WINDOW = 1.0
+MIN_ATTEMPT = 0.05  # seconds: with less left, no attempt can succeed; give up
 
 
 @dataclass
@@ -42,6 +48,16 @@ class Backoff:
         if self.jitter <= 0:
             return base
         return base * self.rng.uniform(1 - self.jitter, 1 + self.jitter)
+
+
+def fit_to_deadline(delay: float, left: float, budget: float, attempt_timeout: float) -> Tuple[float, bool]:
+    """The wait before the next attempt with ``left`` seconds of the ``budget`` to go, and whether
+    that attempt is the last: a ``delay`` ending within the last-attempt window (or past the
+    deadline) is cut to the window's start."""
+    window = min(LAST_ATTEMPT_WINDOW, attempt_timeout, budget / 10)
+    if delay > left - window:
+        return max(0.0, left - window), True
+    return delay, False
 
 
 def parse_retry_after(value: Optional[str], now: Callable[[], float] = time.time) -> Optional[float]:

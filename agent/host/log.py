@@ -52,6 +52,8 @@ RUN_FIELDS = (
     "NODE_AGENT_COMMAND",
 )
 
+PROGRESS = "node_agent_progress"  # extra={PROGRESS: True}: a stage started/ended (ProgressHandler)
+
 _FIELD_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")  # journald's rule for user field names
 
 _context: Dict[str, str] = {}
@@ -62,8 +64,7 @@ _context_lock = threading.Lock()
 
 def _field_name(key: str) -> str:
     name = key if key.startswith(FIELD_PREFIX) else FIELD_PREFIX + key
-    name = re.sub(r"[^A-Z0-9_]", "_", name.upper())[:64]
-    return name
+    return re.sub(r"[^A-Z0-9_]", "_", name.upper())[:64]
 
 
 def _value(value: object) -> str:
@@ -121,16 +122,11 @@ def _record_fields(record: logging.LogRecord) -> Dict[str, str]:
 # ---------------------------------------------------------------------------- priorities
 
 def syslog_priority(levelno: int) -> int:
-    """Python level -> syslog priority (journald's PRIORITY=)."""
-    if levelno >= logging.CRITICAL:
-        return 2  # crit
-    if levelno >= logging.ERROR:
-        return 3  # err
-    if levelno >= logging.WARNING:
-        return 4  # warning
-    if levelno >= logging.INFO:
-        return 6  # info
-    return 7  # debug
+    """Python level -> syslog priority (journald's PRIORITY=): crit, err, warning, info, debug."""
+    for level, prio in ((logging.CRITICAL, 2), (logging.ERROR, 3), (logging.WARNING, 4), (logging.INFO, 6)):
+        if levelno >= level:
+            return prio
+    return 7
 
 
 def _message(record: logging.LogRecord) -> str:
@@ -345,6 +341,22 @@ class StderrHandler(logging.Handler):
             pass
 
 
+class ProgressHandler(StderrHandler):
+    """Progress records on a terminal while the log goes to the journal (a person running
+    ``firstboot`` by hand saw nothing until the end); the final error is the command line's."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return bool(getattr(record, PROGRESS, False) or hasattr(record, FIELD_PREFIX + "DELAY"))
+
+
+def wants_progress(stream=None) -> bool:
+    """Whether ``stream`` (stderr) is a terminal that is not the journal."""
+    try:
+        return bool((stream or sys.stderr).isatty()) and not stderr_is_journal(stream)
+    except (AttributeError, ValueError):
+        return False
+
+
 # ---------------------------------------------------------------------------- set-up
 
 def journal_socket_path(socket_path: Optional[str] = None) -> str:
@@ -378,7 +390,8 @@ def new_run_id() -> str:
 
 def setup_logging(command: str, verbose: bool = False, socket_path: Optional[str] = None,
                   stream=None, run_id: Optional[str] = None) -> logging.Handler:
-    """Install node-agent's handler on the root logger and start a run context.
+    """Install node-agent's handler on the root logger and start a run context (and, when the
+    log goes to the journal and stderr is a terminal, a ProgressHandler for progress lines).
 
     ``command`` is the subcommand (``firstboot``, ``update``...). Sets NODE_AGENT_COMMAND and a
     fresh NODE_AGENT_RUN (or ``run_id``). Calling it again replaces the handler it installed
@@ -386,16 +399,19 @@ def setup_logging(command: str, verbose: bool = False, socket_path: Optional[str
     """
     path = journal_socket_path(socket_path)
     fallback = StderrHandler(stream)
-    handler: logging.Handler
-    handler = JournalHandler(path, fallback=fallback) if _is_socket(path) else fallback
+    handler: logging.Handler = JournalHandler(path, fallback=fallback) if _is_socket(path) else fallback
     handler._node_agent = True  # type: ignore[attr-defined]
 
     root = logging.getLogger()
     for old in list(root.handlers):
-        if getattr(old, "_node_agent", False):
+        if getattr(old, "_node_agent", False) or getattr(old, "_node_agent_progress", False):
             root.removeHandler(old)
             old.close()
     root.addHandler(handler)
+    if isinstance(handler, JournalHandler) and wants_progress(stream):
+        progress = ProgressHandler(stream)
+        progress._node_agent_progress = True  # type: ignore[attr-defined]
+        root.addHandler(progress)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
 
     clear_context()

@@ -157,7 +157,8 @@ class FirstBoot:
 
         stamp = self.root.path(os.path.join(self.state_dir, nodestate.FIRSTBOOT_STAMP))
         if os.path.exists(stamp):
-            log.info("first boot already done (%s); nothing to do", stamp)
+            # Said once, on stdout (under systemd that is the journal too); the log has it at debug.
+            log.debug("first boot already done (%s); nothing to do", stamp)
             print(f"first boot already done ({stamp}); nothing to do")
             return EXIT_OK
 
@@ -233,12 +234,13 @@ class FirstBoot:
             rec.set(pool=identity.pool)
             target = planning.with_pool_files(self.root, target, identity)
 
-        with rec.stage("plan"):
+        with rec.stage("plan") as plan_stage:
             planning.check_reconcilable(self.root, None, target, firstboot=True)
             booted = planning.booted_os(self.root, self.rpmostree)
             plan = planning.make_plan(planning.firstboot_baseline(target, booted, self.laid_by_ignition(target, booted)),
                                        target, served.policy_text, firstboot=True)
-            log.info("plan:\n%s", plan.explain())
+            plan_stage.note(plan_summary(plan))
+            log.info("plan: %s\n%s", plan_summary(plan), plan.explain())
             if self.opts.dry_run:
                 print(plan.explain())
 
@@ -302,15 +304,25 @@ class FirstBoot:
 
         if self.progress.get("appliedBootId") or Journal(self.root, self.state_dir).exists():
             return None
-        preview = apply_config(self.root, target, None, fetcher=self.fetcher, state_dir=self.state_dir,
-                               dry_run=True, booted=(booted.image, booted.kargs) if booted.known else None,
-                               contents=self.contents(target))
+        # The preview's own "N changed" line counts apply operations (a unit is two, its file and its
+        # enablement; OS changes none: rpm-ostree's), not the plan's changes, and stood above a plan
+        # listing another number; the plan stage says the plan's count (plan_summary).
+        quiet = _BelowWarning()
+        logging.getLogger("agent.node.apply").addFilter(quiet)
+        try:
+            preview = apply_config(self.root, target, None, fetcher=self.fetcher, state_dir=self.state_dir,
+                                   dry_run=True, booted=(booted.image, booted.kargs) if booted.known else None,
+                                   contents=self.contents(target))
+        finally:
+            logging.getLogger("agent.node.apply").removeFilter(quiet)
         return preview.changed_where
 
     def check_skew(self, served, target: NodeConfig) -> None:
         from agent.node.skewcheck import (
             check_boot_image,
             clear_console_message,
+            refusal_facts,
+            refusal_fix,
             report_fields,
             write_console_message,
         )
@@ -320,12 +332,17 @@ class FirstBoot:
         self.boot_image = fields.get("bootImage")
         self.skew_decision = fields.get("skew")
         if fields.get("skew") == "refuse":
+            # The error says what and where; the one fix goes in "what to do" (and the console).
+            what = f"boot image refused: {outcome.code}: {refusal_facts(outcome)}"
             if self.opts.dry_run:
-                raise SkewRefused(f"{fields.get('reason')} (dry run: no console message written)")
-            path = write_console_message(self.root, outcome)
-            self.report(dict(fields, pool=served.pool or "unknown", state="Degraded",
-                             desiredConfig=target.name))
-            raise SkewRefused(f"{fields.get('reason')} (kubelet will not start; see {path})")
+                refused = SkewRefused(f"{what} (dry run: no console message written)")
+            else:
+                path = write_console_message(self.root, outcome)
+                self.report(dict(fields, pool=served.pool or "unknown", state="Degraded",
+                                 desiredConfig=target.name))
+                refused = SkewRefused(f"{what} (kubelet will not start; console message {path})")
+            refused.hint = refusal_fix(outcome)  # type: ignore[attr-defined]
+            raise refused
         if not self.opts.dry_run:
             clear_console_message(self.root)
         if fields.get("skew") == "warn":
@@ -343,6 +360,18 @@ class FirstBoot:
         self.report(joined)
         self._joined = joined
         return identity
+
+
+class _BelowWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+
+def plan_summary(plan) -> str:
+    """``N change(s)``, counted as the plan lists them (the lines under "Changes:")."""
+    changes = plan.changes
+    n = sum(len(group) for group in (changes.os, changes.files, changes.units, changes.ssh_keys, changes.users))
+    return f"{n} change{'s' if n != 1 else ''}, {'reboot' if plan.reboot else 'no reboot'}"
 
 
 def run(opts: Options, **host) -> int:

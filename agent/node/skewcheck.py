@@ -78,17 +78,31 @@ def load_rules_file(root: Root, path: str = RULES_PATH) -> Optional[Dict[str, An
 # Console message (/etc/issue.d), report fields, enforcement
 
 
-def console_message(outcome: SkewOutcome) -> str:
-    """A plain text message for the console login prompt explaining a refusal and the ways out."""
+def refusal_fix(outcome: SkewOutcome) -> str:
+    """The one fix for a refusal, said alike by the error, its ``what to do`` and the console."""
     rules = outcome.rules
     if outcome.code == CODE_MAJOR and rules is not None and rules.target_rhel_major is not None:
-        way1 = f"use a RHEL {rules.target_rhel_major} boot image for this pool"
+        fix = f"use a RHEL {rules.target_rhel_major} boot image for this pool"
         if rules.has_minimum:
-            way1 += f" (at least {rules.describe_minimum()})"
+            fix += f" (at least {rules.describe_minimum()})"
     elif rules is not None and rules.has_minimum:
-        way1 = f"update the boot image to at least {rules.describe_minimum()}"
+        fix = f"update the boot image to at least {rules.describe_minimum()}"
     else:
-        way1 = "update the boot image used for new nodes"
+        fix = "update the boot image used for new nodes"
+    return (f"{fix}, then re-provision this node; or, to accept the skew, set the cluster's "
+            "bootImageSkewEnforcement mode to None, then reboot this node")
+
+
+def refusal_facts(outcome: SkewOutcome) -> str:
+    """The refusal's reason without the core's own advice sentence (refusal_fix says what to do)."""
+    reason = outcome.reason
+    cut = max(reason.rfind(". Boot "), reason.rfind(". Update "))
+    return reason[:cut + 1] if cut > 0 else reason
+
+
+def console_message(outcome: SkewOutcome) -> str:
+    """A plain text message for the console login prompt explaining a refusal and what to do."""
+    rules = outcome.rules
     lines = [
         "",
         "node-agent: this node was NOT set up: its boot image does not fit the cluster.",
@@ -100,11 +114,9 @@ def console_message(outcome: SkewOutcome) -> str:
     if rules is not None and rules.target_os_image_url:
         lines.append(f"  Target: {rules.target_os_image_url}")
     lines += [
-        f"  Why:    {outcome.reason}",
+        f"  Why:    {refusal_facts(outcome)}",
         "",
-        "Two ways out:",
-        f"  1. {way1}, then re-provision this node;",
-        "  2. or set the cluster's bootImageSkewEnforcement mode to None, then reboot this node.",
+        f"What to do: {refusal_fix(outcome)}.",
         "",
     ]
     return "\n".join(lines) + "\n"

@@ -31,6 +31,7 @@ FINAL_RESULTS = ("done", "failed", "degraded")
 STAGE_RESULTS = ("running", "ok", "failed", "skipped")
 
 _UNSET: Any = object()
+_PROGRESS = {log.PROGRESS: True}  # a progress line on a terminal (agent/host/log.py)
 _claimed = set()  # run ids already used by a RunRecorder in this process
 
 
@@ -69,6 +70,52 @@ class Stage:
 
     def note(self, detail: str) -> None:
         self.record["detail"] = detail
+
+
+class _RetryWatcher(logging.Handler):
+    """While a stage runs: each fetch retry the fetcher logs (a record with NODE_AGENT_ATTEMPT and
+    NODE_AGENT_DELAY) goes into the stage's record as ``attempt`` (failed so far), ``nextRetryAt``
+    and ``lastError``, so that ``node-agent status`` shows a retrying fetch as it goes."""
+
+    def __init__(self, recorder: "RunRecorder", record: Dict[str, Any]):
+        super().__init__(logging.DEBUG)
+        self.recorder, self.record = recorder, record
+
+    def emit(self, record: logging.LogRecord) -> None:
+        attempt, delay = getattr(record, "NODE_AGENT_ATTEMPT", None), getattr(record, "NODE_AGENT_DELAY", None)
+        if attempt is None or delay is None:
+            return
+        try:
+            at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=float(delay))
+            text = record.getMessage()
+            error = text.partition(" failed: ")[2].rpartition("; retrying in ")[0] or text
+            self.record.update(attempt=int(attempt), lastError=error,
+                               nextRetryAt=at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z")
+            self.recorder.persist()
+        except Exception:  # the record is best effort; the fetch goes on
+            pass
+
+
+def hint_for_error(exc: Optional[BaseException], exit_code: int) -> str:
+    """What to do about ``exc``: its own ``hint`` when it carries one, for a fetch that could not
+    reach its server the server the pointer config names (host:port), else the exit code's."""
+    from urllib.parse import urlsplit
+
+    from agent.errors import EXIT_UNREACHABLE, FetchError, hint_for
+
+    own = getattr(exc, "hint", None)
+    if own:
+        return str(own)
+    url = getattr(exc, "url", None) if isinstance(exc, FetchError) else None
+    if exit_code == EXIT_UNREACHABLE and url:
+        parts = urlsplit(url)
+        if parts.scheme in ("http", "https") and parts.hostname:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+            return (f"check that {host}:{port} (from the pointer config's URL) resolves and is reachable, that "
+                    "node-config-server runs there and that the pointer config's CA is its CA; "
+                    "'journalctl NODE_AGENT_STAGE=fetch' shows each attempt")
+    return hint_for(exit_code)
 
 
 class RunRecorder:
@@ -146,25 +193,31 @@ class RunRecorder:
         self.data["stages"].append(record)
         handle = Stage(record)
         start = self._monotonic()
+        watcher = _RetryWatcher(self, record)
+        agent_logger = logging.getLogger("agent")
         with log.log_context(NODE_AGENT_STAGE=name):
             self.persist()
-            logger.info("stage %s started", name)
+            logger.info("stage %s started", name, extra=_PROGRESS)
+            agent_logger.addHandler(watcher)
             try:
                 yield handle
             except BaseException as exc:
+                agent_logger.removeHandler(watcher)
                 record["seconds"] = round(self._monotonic() - start, 3)
                 record["result"] = "failed"
                 if record["detail"] is None:
                     record["detail"] = str(exc) or type(exc).__name__
                 self.persist()
                 # The why goes out once, with what to do, when the run finishes (finish()).
-                logger.info("stage %s failed after %.3fs", name, record["seconds"])
+                logger.info("stage %s failed after %.3fs", name, record["seconds"], extra=_PROGRESS)
                 raise
+            agent_logger.removeHandler(watcher)
             record["seconds"] = round(self._monotonic() - start, 3)
             record["result"] = "skipped" if handle._skipped else "ok"
             self.persist()
             suffix = f": {record['detail']}" if record["detail"] else ""
-            logger.info("stage %s %s in %.3fs%s", name, record["result"], record["seconds"], suffix)
+            logger.info("stage %s %s in %.3fs%s", name, record["result"], record["seconds"], suffix,
+                        extra=_PROGRESS)
 
     def set(self, pool: Any = _UNSET, config: Any = _UNSET, reboot_pending: Any = _UNSET) -> None:
         """Record what the run learned; pool and config also go on every later log entry."""
@@ -185,15 +238,13 @@ class RunRecorder:
         ``exc``, the exception that ends the run, is marked ``reported`` so that the command line
         does not print it a second time.
         """
-        from agent.errors import hint_for
-
         if result not in FINAL_RESULTS:
             raise ValueError(f"finish(result={result!r}): must be one of {', '.join(FINAL_RESULTS)}")
         self.data.update(result=result, exitCode=int(exit_code), error=error,
                          finishedAt=self._now(), seconds=round(self._monotonic() - self._started, 3))
         self.persist()
         level = logging.INFO if result == "done" else logging.WARNING if result == "degraded" else logging.ERROR
-        hint = hint_for(exit_code) if result == "failed" else ""
+        hint = hint_for_error(exc, exit_code) if result == "failed" else ""
         logger.log(level, "%s %s (exit %d) in %.3fs%s%s", self.command, result, exit_code,
                    self.data["seconds"], f": {error}" if error else "", f"\nwhat to do: {hint}" if hint else "")
         if exc is not None:

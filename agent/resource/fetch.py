@@ -26,7 +26,7 @@ import tenacity
 import urllib3
 
 from agent import __version__
-from agent.core.backoff import Backoff, parse_retry_after
+from agent.core.backoff import MIN_ATTEMPT, Backoff, fit_to_deadline, parse_retry_after
 from agent.core.settings import Settings
 from agent.errors import ConfigError, FetchError
 from agent.resource import proxy as proxies
@@ -222,6 +222,7 @@ class Fetcher:
         start = self._clock()
         attempts = [0]
         planned: Dict[int, float] = {}
+        final_after = set()  # attempt numbers after which one last attempt is left (fit_to_deadline)
 
         def planned_delay(state: tenacity.RetryCallState) -> float:
             # Computed once per attempt: tenacity's stop and wait both ask, in either order by version.
@@ -229,11 +230,16 @@ class Fetcher:
             if n not in planned:
                 exc = state.outcome.exception() if state.outcome else None
                 planned[n] = self.backoff.delay(n, getattr(exc, "retry_after", None))
+                if limit:  # a wait past the deadline is cut: one last attempt just before it
+                    planned[n], final = fit_to_deadline(planned[n], start + limit - self._clock(), limit,
+                                                        self.settings.fetch.attempt_timeout)
+                    final_after.update([n] if final else [])
             return planned[n]
 
         def stop(state: tenacity.RetryCallState) -> bool:
-            # Never sleep past the budget: give up now if the next attempt could not start in time.
-            return bool(limit) and (self._clock() - start) + planned_delay(state) > limit
+            # Never past the budget: stop after the last attempt, or when no time is left for one.
+            return bool(limit) and (state.attempt_number - 1 in final_after
+                                    or start + limit - self._clock() <= MIN_ATTEMPT)
 
         def before_sleep(state: tenacity.RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
@@ -245,9 +251,8 @@ class Fetcher:
 
         def attempt() -> FetchResult:
             attempts[0] += 1
-            timeout = self.settings.fetch.attempt_timeout
-            if limit:
-                timeout = max(0.05, min(timeout, limit - (self._clock() - start)))
+            timeout = self.settings.fetch.attempt_timeout  # the last attempt's: what is left of the budget
+            timeout = max(MIN_ATTEMPT, min(timeout, start + limit - self._clock())) if limit else timeout
             log.debug("fetching %s (attempt %d)", short_url(url), attempts[0],
                       extra={"NODE_AGENT_ATTEMPT": attempts[0], "NODE_AGENT_STAGE": "fetch"})
             deadline = start + limit if limit else None
@@ -260,12 +265,9 @@ class Fetcher:
             result = retrying(attempt)
         except tenacity.RetryError as err:
             last = err.last_attempt.exception()
-            elapsed = self._clock() - start
-            reason = getattr(last, "reason", str(last))
             message = (f"could not fetch {short_url(url)} from server {server_of(url)}: gave up after "
-                       f"{attempts[0]} attempt{'s' if attempts[0] != 1 else ''} over {elapsed:.1f}s "
-                       f"(fetch budget {limit:g}s); last error: {reason}")
-            log.error(message, extra={"NODE_AGENT_ATTEMPT": attempts[0], "NODE_AGENT_STAGE": "fetch"})
+                       f"{attempts[0]} attempt{'s' if attempts[0] != 1 else ''} over {self._clock() - start:.1f}s "
+                       f"(fetch budget {limit:g}s); last error: {getattr(last, 'reason', last)}")
             raise FetchError(message, url=url, status=getattr(last, "status", None), final=False)
         if result.attempts > 1:
             log.info("fetched %s on attempt %d", short_url(url), result.attempts,

@@ -5,15 +5,20 @@
 
 Reusable by end-to-end tests: ``base_url``, ``verify`` (the CA file, or True), ``token``,
 ``url(path)``, ``session()`` (a requests.Session with verify and the token set), ``log_text()``.
+``data_dir`` (serve --data-dir: nodes.db) is a temporary directory of this object's own (kept
+across stop() and start(), removed on leaving the ``with`` or when the object goes), unless one is
+given: a test never writes to /var/lib/node-config-server, serve's default.
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from typing import Dict, List, Optional, Sequence
 
 import requests
@@ -30,8 +35,13 @@ def free_port() -> int:
 class ServerProcess:
     def __init__(self, state_dir: Optional[str], tls=None, token: Optional[str] = None, workers: int = 2,
                  threads: int = 8, extra_args: Sequence[str] = (), port: Optional[int] = None,
-                 settle: Optional[float] = 0.5):
+                 settle: Optional[float] = 0.5, data_dir: Optional[str] = None):
         self.state_dir = state_dir
+        self._data_dir_cleanup = None
+        if data_dir is None:
+            data_dir = tempfile.mkdtemp(prefix="node-config-server-data-")
+            self._data_dir_cleanup = weakref.finalize(self, shutil.rmtree, data_dir, True)
+        self.data_dir = data_dir
         self.tls = tls
         self.token = token
         self.workers = workers
@@ -83,6 +93,8 @@ class ServerProcess:
         cmd = [sys.executable, "-m", "agent.server.cli", "serve"]
         if self.state_dir:  # None: state objects come from the store (--store etcd://...)
             cmd += ["--state", self.state_dir]
+        if "--data-dir" not in self.extra_args:
+            cmd += ["--data-dir", self.data_dir]
         cmd += ["--listen", f"127.0.0.1:{self.port}", "--workers", str(self.workers), "--threads", str(self.threads)]
         if self.settle is not None and "--settle-seconds" not in self.extra_args:
             cmd += ["--settle-seconds", str(self.settle)]
@@ -165,3 +177,5 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+        if self._data_dir_cleanup is not None:
+            self._data_dir_cleanup()  # our own temporary data directory, nodes.db with it

@@ -1,12 +1,12 @@
 """``node-config-server delete node NAME`` and ``approve node NAME``: on a running server (admin token).
 
 Removes the node's report, its share of the pool counters and proofs, its drain lease and its
-credential (``DELETE /api/v1/nodes/<node>``; docs/security.md "Identity"): for a machine that is
+credential (DELETE /api/v1/nodes/<node>; docs/security.md "Identity"): for a machine that is
 gone, or one reinstalled under the same name, which then registers again at first boot.
 
 Exit codes: 0 deleted; 1 no such node (nothing to delete); 2 bad command line; 65 invalid client
-config file; 69 server unreachable; 77 the server wants the admin token (--token-file FILE
-holding the server's --admin-token-file).
+config file; 69 server unreachable; 77 the server wants the admin token (pass --token-file FILE
+holding the admin token).
 """
 
 import argparse
@@ -21,7 +21,8 @@ EXIT_OK = 0
 
 def add_parsers(sub, make, add_client_options) -> None:
     p = make(sub, "delete", help="forget a node on a running server (admin token): report, lease, credential",
-             description=__doc__.split("\n\n")[1])
+             description="\n\n".join(__doc__.split("\n\n")[1:3]),
+             formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("kind", choices=("node",))
     p.add_argument("name")
     add_client_options(p)

@@ -121,8 +121,23 @@ class Client:
         if resp.status_code == 404:
             raise ClientError(message, EXIT_NOT_FOUND)
         if resp.status_code in (401, 403):
-            raise ClientError(f"{message} (pass --token-file FILE, or tokenFile: in the client config)", EXIT_NOPERM)
+            raise ClientError(for_client(message), EXIT_NOPERM)
         raise ClientError(f"{url}: HTTP {resp.status_code}: {message}", EXIT_UNREACHABLE)
+
+
+SERVER_FLAGS = (" (--admin-token-file)", " (--token-file)")  # the server's own flags, in its answers
+
+
+def for_client(message: str) -> str:
+    """A 401/403 answer in the client's words: the server names the flags it was started with
+    (``--admin-token-file``); a client passes any token with its own ``--token-file``."""
+    admin = "needs the admin token" in message
+    for flag in SERVER_FLAGS:
+        message = message.replace(flag, "")
+    if "start it with --admin-token-file" in message:  # the server itself has no admin token
+        return message
+    what = "FILE holding the admin token" if admin else "FILE"
+    return f"{message} (pass --token-file {what}, or tokenFile: in the client config)"
 
 
 def _why(exc: Exception) -> str:

@@ -19,6 +19,7 @@ from agent.server.cli.storecmds import (
     store_config,
 )
 from agent.server.cli.viewcmds import add_client_options, add_parsers
+from agent.server.cluster.backends import DEFAULT_DATA_DIR, NODES_DB, serve_nodes_dir, status_nodes_db
 
 EXIT_OK = 0
 EXIT_NOT_COMPLETE = 1
@@ -38,8 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = _sub(sub, "serve", help="serve configs and the API (gunicorn)")
-    p.add_argument("--state", metavar="DIR", help="state directory (MCO-shaped YAML; nodes.db); optional with "
+    p.add_argument("--state", metavar="DIR", help="state directory (MCO-shaped YAML); optional with "
                                                    "--store etcd://... (then state objects come from etcd)")
+    p.add_argument("--data-dir", metavar="DIR", help=f"node state (nodes.db), made if missing; may be the --state "
+                                                      f"directory (default: {DEFAULT_DATA_DIR}; unused with etcd)")
     p.add_argument("--listen", default=None, metavar="HOST:PORT",
                    help=f"default 0.0.0.0:{TLS_PORT} with TLS; without TLS 127.0.0.1:{PLAIN_PORT} (plain HTTP "
                         f"stays on loopback unless asked)")
@@ -63,8 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--serve-secrets-anonymously", action="store_true",
                    help="serve configs that carry secrets (pull secret, kubeconfig) without a credential, as the "
                         "MCS does (then only the network protects them)")
-    p.add_argument("--backend", choices=("dir", "kubernetes"), default="dir",
-                   help="where objects come from (default: dir)")
+    p.add_argument("--backend", choices=("dir",), default="dir", type=_backend,
+                   help="where objects come from: dir (the default), the state directory (--state), or etcd "
+                        "with --store etcd://...; the Kubernetes backend is not in this build")
     p.add_argument("--workers", type=int, default=None, help="gunicorn worker processes (default: one per CPU, 2..8)")
     p.add_argument("--worker-class", choices=("gevent", "gthread"), default="gevent",
                    help="gevent (default): one greenlet per connection, with the timeouts below; gthread: "
@@ -93,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
              description="Asks a running server; with --state DIR, reads a state directory instead "
                          "(never creating nodes.db in it).")
     p.add_argument("--state", metavar="DIR", help="read this state directory instead of asking a server")
+    p.add_argument("--data-dir", metavar="DIR", help=f"with --state: the server's data directory, whose nodes.db "
+                                                      f"is read, never made (default: {DEFAULT_DATA_DIR})")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_client_options(p)
 
@@ -101,6 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     admincmds.add_parsers(sub, _sub, add_client_options)
     return parser
+
+
+def _backend(text: str) -> str:
+    if text == "kubernetes":
+        raise argparse.ArgumentTypeError("kubernetes is not available in this build: only dir (the state "
+                                         "directory, or etcd with --store)")
+    return text
 
 
 def _timeout_args(p: argparse.ArgumentParser) -> None:
@@ -211,6 +224,7 @@ def _checked_serve_args(args: argparse.Namespace, store) -> Tuple[str, str, str,
             raise ValueError("--worker-class gevent (the default) needs the gevent package (pip install gevent; "
                              "RPM: python3-gevent): install it, or pass --worker-class gthread, which has no "
                              "per-connection timeouts (docs/security.md, \"Timeouts\")")
+    args.nodes_dir = serve_nodes_dir(args.data_dir, args.state, store.is_etcd)  # checked last: made if missing
     return token, admin_token, host, port
 
 
@@ -251,7 +265,8 @@ def _first_render(args: argparse.Namespace, store) -> None:
     from agent.server.cluster.service import Cluster
 
     node_store, source = open_backends(store, args.state, 1.0, args.settle_seconds)
-    cluster = Cluster(args.state, lease_ttl=args.lease_ttl, store=node_store, watcher=source)
+    db_path = os.path.join(args.nodes_dir, NODES_DB) if args.nodes_dir else None
+    cluster = Cluster(args.state, db_path=db_path, lease_ttl=args.lease_ttl, store=node_store, watcher=source)
     _print_problems(cluster.watcher.current().problems)
     cluster.store.close()
     for closable in (source, getattr(node_store, "client", None)):
@@ -274,7 +289,8 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
 
     store = dataclasses.replace(store, replica=store.replica_name(f"{host}:{port}"))
     app = App(args.state, token=token, lease_ttl=args.lease_ttl, metrics_dir=metrics_dir, store=store,
-              admin_token=admin_token, anonymous_secrets=args.serve_secrets_anonymously, settle=args.settle_seconds)
+              admin_token=admin_token, anonymous_secrets=args.serve_secrets_anonymously, settle=args.settle_seconds,
+              data_dir=args.nodes_dir)
     app.auth.admission = admission(args)
     if token and not admin_token:
         logging.getLogger(__name__).warning(
@@ -319,11 +335,12 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    if not args.state:
+    if not args.state and not args.data_dir:
         from agent.server.cli.viewcmds import cmd_status_remote
 
         return cmd_status_remote(args)
-    problem = _check_state_dir(args.state)
+    problem, db = status_nodes_db(args.state, args.data_dir)
+    problem = problem or _check_state_dir(args.state)
     if problem:
         _err(problem)
         return EXIT_USAGE
@@ -331,11 +348,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from agent.server.cluster.service import Cluster
 
-    db = os.path.join(args.state, "nodes.db")
     with tempfile.TemporaryDirectory(prefix="node-config-server-status-") as scratch:
-        # No nodes.db: no server has run here. Judge from the objects alone, in a scratch database,
-        # rather than leave a database behind in a directory we were only asked to read.
-        cluster = Cluster(args.state, db_path=db if os.path.exists(db) else os.path.join(scratch, "nodes.db"))
+        # No nodes.db: judge from the objects alone, in a scratch database (status writes nothing).
+        cluster = Cluster(args.state, db_path=db or os.path.join(scratch, NODES_DB))
         try:
             return _print_status(args, cluster)
         finally:

@@ -10,7 +10,7 @@ from agent.server.cluster.backends import DEFAULT_CACHE_DIR, StoreConfig
 def add_store_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("shared store (several replicas)")
     g.add_argument("--store", default="sqlite", metavar="URL",
-                   help="sqlite (default: nodes.db in --state, one server) or etcd://HOST:PORT[,HOST:PORT...]"
+                   help="sqlite (default: nodes.db in --data-dir, one server) or etcd://HOST:PORT[,HOST:PORT...]"
                         "[/PREFIX] (etcd+https:// for TLS): node reports, proofs and drain leases shared by "
                         "every replica")
     g.add_argument("--etcd-ca", metavar="FILE", help="CA bundle that signed the etcd members' certificates")

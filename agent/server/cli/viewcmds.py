@@ -27,24 +27,48 @@ def add_client_options(p: argparse.ArgumentParser) -> None:
                         "(default: ~/.config/node-config-server/client.yaml when it exists)")
 
 
+EXITS = ("Exit codes: 0 shown; 1 no such pool or node; 2 bad command line or client config flag; 65 client "
+         "config file invalid; 69 server unreachable or not a node-config-server; 77 the server wants a token.")
+GET_DOC = ("List the pools (as oc get mcp) or the nodes of a running server. A table fits in 100 columns: "
+           "long names and reasons are cut (…); -o wide prints every value whole, -o json|yaml the API's "
+           "objects. --watch refreshes the table until Ctrl-C.")
+DESCRIBE_DOC = ("One pool or node of a running server in detail: its conditions (status, reason, message, last "
+                "transition), what new nodes get and why, its nodes, history and drain events; every value whole.")
+
+
+def plain(text: str) -> str:
+    """Help text without reStructuredText's literal markup (````name```` -> ``name``)."""
+    return text.replace("``", "")
+
+
 def add_parsers(sub, make) -> None:
     """``make(sub, name, **kw)`` builds a subparser (no abbreviations)."""
     p = make(sub, "get", help="list pools or nodes of a running server (as oc get mcp / oc get nodes)",
-             description=__doc__.split("\n\n")[1])
+             description=f"{GET_DOC}\n\n{EXITS}", formatter_class=_Paragraphs)
     p.add_argument("kind", choices=("pools", "pool", "mcp", "nodes", "node"), help="what to list")
     p.add_argument("name", nargs="?", help="only this pool or node")
-    p.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
+    p.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table",
+                   help="table (default), wide (whole values), json or yaml (the API's objects)")
     p.add_argument("-w", "--watch", action="store_true",
-                   help="pools: redraw live, with a progress bar per pool, until interrupted (Ctrl-C)")
+                   help="refresh until interrupted (Ctrl-C): pools with a progress bar each, nodes as a table; "
+                        "without a terminal, a line each time a pool or node changes")
     p.add_argument("--interval", type=_positive, default=2.0, metavar="SECONDS", help="--watch refresh (default: 2)")
     add_client_options(p)
 
     p = make(sub, "describe", help="one pool or node in detail: conditions, served config/image and why",
-             description=__doc__.split("\n\n")[1])
+             description=f"{DESCRIBE_DOC}\n\n{EXITS}", formatter_class=_Paragraphs)
     p.add_argument("kind", choices=("pool", "mcp", "node"))
     p.add_argument("name")
     p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
     add_client_options(p)
+
+
+class _Paragraphs(argparse.HelpFormatter):
+    """Wraps each paragraph of a description on its own (argparse's default joins them)."""
+
+    def _fill_text(self, text, width, indent):
+        fill = super()._fill_text
+        return "\n\n".join(fill(para, width, indent) for para in plain(text).split("\n\n"))
 
 
 def _positive(text: str) -> float:
@@ -87,11 +111,11 @@ def cmd_get(args: argparse.Namespace) -> int:
     client = Client.from_args(args)
     pools = args.kind in ("pools", "pool", "mcp")
     if args.watch:
-        if not pools:
-            raise ClientError("--watch shows pools: use 'get pools --watch'", 2)
-        from agent.server.cli.watch import watch_pools
+        from agent.server.cli.watch import watch_nodes, watch_pools
 
-        return watch_pools(lambda: _pools(client, args.name), args.interval)
+        if pools:
+            return watch_pools(lambda: _pools(client, args.name), args.interval)
+        return watch_nodes(lambda: _nodes(client, args.name), args.interval)
     items = _pools(client, args.name) if pools else _nodes(client, args.name)
     if args.output in ("json", "yaml"):
         obj: Any = items[0] if args.name and items else {"items": items}

@@ -19,7 +19,8 @@ ELLIPSIS = "…"
 
 POOL_COLUMNS = ("NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINES", "READY", "UPDATED-M",
                 "DEGRADED-M", "AGE")
-NODE_COLUMNS = ("NAME", "POOL", "STATE", "UPDATED", "CONFIG", "SKEW", "REPORTED")
+NODE_COLUMNS = ("NAME", "POOL", "STATE", "UPDATED", "CONFIG", "SKEW", "REPORTED", "REASON")
+MIN_CELL = 12  # a cut cell keeps at least this many characters (its header's, when longer)
 
 
 # -- small helpers ------------------------------------------------------------------------------
@@ -86,14 +87,33 @@ SHORTER = ((64, ""), (12, ""), (8, ""), (8, "prefix"), (8, "name"))
 
 
 def fit(build: Callable[[Callable[[str], str]], List[List[str]]], width: int = WIDTH, wide: bool = False) -> str:
-    """The table ``build(short)`` whose config names are as long as fits in ``width``."""
+    """The table ``build(short)`` whose config names are as long as fits in ``width``; when even
+    the shortest names do not fit, the widest cells (a long node name, a reason) are cut with an
+    ellipsis. ``wide``: every value whole."""
     if wide:
         return table(build(lambda name: name))
     for keep, drop in SHORTER:
-        text = table(build(lambda name, keep=keep, drop=drop: shorten_config(name, keep, drop)))
+        rows = build(lambda name, keep=keep, drop=drop: shorten_config(name, keep, drop))
+        text = table(rows)
         if max(len(line) for line in text.splitlines()) <= width:
             return text
-    return text
+    return table(cut_rows(rows, width))
+
+
+def cut(value: str, limit: int) -> str:
+    return value if len(value) <= limit else value[:max(limit - 1, 0)] + ELLIPSIS
+
+
+def cut_rows(rows: List[List[str]], width: int) -> List[List[str]]:
+    """``rows`` (a header first) with the widest columns' cells cut until a line fits ``width``."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    floors = [max(MIN_CELL, len(h)) for h in rows[0]]
+    while sum(widths) + len(GAP) * (len(widths) - 1) > width:
+        cuttable = [i for i, w in enumerate(widths) if w > floors[i]]
+        if not cuttable:
+            break
+        widths[max(cuttable, key=lambda k: (widths[k], k))] -= 1  # the widest; of equals, the rightmost
+    return [rows[0]] + [[cut(c, w) for c, w in zip(r, widths)] for r in rows[1:]]
 
 
 # -- pools --------------------------------------------------------------------------------------
@@ -173,9 +193,11 @@ def _action(a: Dict[str, Any]) -> str:
 
 
 def _conditions_table(conditions: List[Dict[str, Any]]) -> str:
-    rows = [["TYPE", "STATUS", "MESSAGE"]]
+    """As ``oc describe mcp`` lists them: every field of each condition, values whole."""
+    rows = [["TYPE", "STATUS", "LAST TRANSITION", "REASON", "MESSAGE"]]
     for c in conditions:
-        rows.append([str(c.get("type", "")), str(c.get("status", "")), str(c.get("message") or "")])
+        rows.append([str(c.get("type", "")), str(c.get("status", "")), _when(c.get("lastTransitionTime")) or "-",
+                     str(c.get("reason") or "-"), str(c.get("message") or "-")])
     return table(rows)
 
 
@@ -200,10 +222,16 @@ def nodes_table(nodes: List[Dict[str, Any]], now: float, wide: bool = False, wid
             reported = parse_time(n.get("reportedAt"))
             rows.append([n.get("name", ""), n.get("pool", "") or "<none>", str(rep.get("state", "")),
                          str(bool(n.get("updated"))), short(rep.get("currentConfig", "") or "-"),
-                         rep.get("skew", "") or "-", age(None if reported is None else now - reported)])
+                         rep.get("skew", "") or "-", age(None if reported is None else now - reported),
+                         node_reason(n)])
         return rows
 
     return fit(build, width, wide)
+
+
+def node_reason(node: Dict[str, Any]) -> str:
+    """Why a node is not simply Done: the server's degraded reason, else the node's own."""
+    return str(node.get("degradedReason") or (node.get("report") or {}).get("reason") or "")
 
 
 def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: float) -> str:

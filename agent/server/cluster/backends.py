@@ -1,5 +1,13 @@
 """Where a server keeps node state and reads its state objects: the embedded default (SQLite in
-the state directory, one process group) or etcd (several replicas behind one address).
+the data directory, one process group) or etcd (several replicas behind one address).
+
+Node state (``nodes.db``: reports, credentials, proofs, history) lives in ``--data-dir``
+(default /var/lib/node-config-server), never in the state directory as such: that one holds
+the MCO-shaped YAML an admin edits (or a checkout's examples/state). An admin may give the same
+directory to both (the shipped unit does: /var/lib/node-config-server). A ``nodes.db`` that a
+version before ``--data-dir`` left in the state directory is used where it is, with a warning
+saying how to move it (``nodes_db_dir``): it holds the nodes' credentials, so starting afresh
+beside it would lock every node out.
 
 ``--store`` selects it: ``sqlite`` (default) or ``etcd://HOST:PORT[,HOST:PORT...][/PREFIX]``
 (``etcd+https://`` with ``--etcd-ca``/``--etcd-cert``/``--etcd-key`` for TLS and client
@@ -8,12 +16,15 @@ reads its own copy of the same files), else from etcd itself (published with
 ``node-config-server load-state``).
 """
 
+import logging
 import os
 import socket
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
-DEFAULT_CACHE_DIR = "/var/lib/node-config-server/etcd-state"
+DEFAULT_DATA_DIR = "/var/lib/node-config-server"
+DEFAULT_CACHE_DIR = DEFAULT_DATA_DIR + "/etcd-state"
+NODES_DB = "nodes.db"
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,49 @@ class StoreConfig:
 
     def replica_name(self, listen: str = "") -> str:
         return self.replica or f"{socket.gethostname()}{':' + listen.rsplit(':', 1)[-1] if listen else ''}"
+
+
+def nodes_db_dir(data_dir: str, state_dir: Optional[str]) -> str:
+    """The directory whose nodes.db a SQLite server uses: ``data_dir``, unless only ``state_dir``
+    holds a nodes.db (kept there by a version before --data-dir): that one, with a warning."""
+    legacy = os.path.join(state_dir, NODES_DB) if state_dir else ""
+    if (not legacy or os.path.exists(os.path.join(data_dir, NODES_DB)) or not os.path.isfile(legacy)
+            or os.path.realpath(state_dir or "") == os.path.realpath(data_dir)):
+        return data_dir
+    logging.getLogger(__name__).warning(
+        "%s: node state kept in the state directory by an older version, and none in --data-dir %s: using it "
+        "where it is. To move it: stop the server, `mv %s* %s/` (nodes.db with its -wal, -shm and -gen files), "
+        "start it again; or pass --data-dir %s", legacy, data_dir, legacy, data_dir, state_dir)
+    return state_dir or data_dir
+
+
+def serve_nodes_dir(data_dir: Optional[str], state_dir: Optional[str], etcd: bool) -> Optional[str]:
+    """serve's directory of nodes.db (None with etcd), made (0700) when missing; ValueError names
+    a data directory it cannot use."""
+    if etcd:
+        return None
+    data_dir = data_dir or DEFAULT_DATA_DIR
+    where = nodes_db_dir(data_dir, state_dir)
+    if where != data_dir:
+        return where
+    try:
+        os.makedirs(data_dir, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--data-dir {data_dir}: cannot make it ({exc.strerror}); pass --data-dir DIR, a "
+                         f"directory of its own for node state (nodes.db)") from None
+    if not os.path.isdir(data_dir) or not os.access(data_dir, os.W_OK | os.X_OK):
+        raise ValueError(f"--data-dir {data_dir}: not a directory this user may write (nodes.db is kept there)")
+    return data_dir
+
+
+def status_nodes_db(state_dir: Optional[str], data_dir: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    """(a usage problem or None, the nodes.db ``status --state`` reads or None: there is none)."""
+    if not state_dir:
+        return "--data-dir goes with --state DIR (without them, status asks a running server)", None
+    if data_dir and not os.path.isdir(data_dir):
+        return f"--data-dir {data_dir}: not a directory", None
+    db = os.path.join(nodes_db_dir(data_dir or DEFAULT_DATA_DIR, state_dir), NODES_DB)
+    return None, db if os.path.exists(db) else None
 
 
 def etcd_client(cfg: StoreConfig) -> Tuple[Any, str]:

@@ -7,7 +7,6 @@ report (RFC 3339, UTC). The list is paged as Kubernetes lists are: ``?limit=N`` 
 maximum below) and ``metadata.continue`` to pass back as ``?continue=`` for the next page.
 """
 
-import datetime
 from typing import Any, Dict, List, Optional, Tuple
 
 from agent.server.rollout import progress
@@ -17,10 +16,10 @@ DEFAULT_LIMIT = 500
 MAX_LIMIT = 5000
 
 
-def rfc3339(epoch: Optional[float]) -> str:
-    if epoch is None:
-        return ""
-    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def rfc3339(epoch: Any) -> str:
+    """``2026-11-22T20:30:00Z`` from epoch seconds, or from an RFC 3339 time already (idempotent:
+    the store's times were epoch floats, and old ones stay so)."""
+    return "" if epoch is None else progress.iso8601(epoch)
 
 
 def targets(views: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[str, Optional[str]]]:

@@ -10,15 +10,11 @@ from agent.server.store.nodestore import NodeRecord
 log = logging.getLogger(__name__)
 
 
-def conditions(counts: progress.Counts, target: str, current: str, row: Dict[str, Any]) -> List[Dict[str, str]]:
-    updating = target != current or counts.updated < counts.machine
-    return [
-        {"type": "Updated", "status": "False" if updating else "True"},
-        {"type": "Updating", "status": "True" if updating else "False"},
-        {"type": "Degraded", "status": "True" if counts.degraded else "False"},
-        {"type": "RenderHeld", "status": "True" if row.get("held") else "False",
-         "message": row.get("held") or ""},
-    ]
+def conditions(counts: progress.Counts, target: str, current: str, row: Dict[str, Any],
+               history: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, str]]:
+    """status.conditions (agent.server.rollout.progress.conditions); ``history``: the pool's
+    target/current changes in the store, which give each condition its lastTransitionTime."""
+    return progress.conditions(counts, target, current, str(row.get("held") or ""), history)
 
 
 def pending_disruption(spec_of: Callable[[str], Optional[Dict[str, Any]]], cluster_spec: Dict[str, Any],

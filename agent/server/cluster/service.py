@@ -21,12 +21,13 @@ import time
 from collections import OrderedDict
 from typing import Any, Dict, Optional, Tuple
 
+from agent.core.objectchecks import parse_max_unavailable
 from agent.server.cluster import poolview
 from agent.server.cluster.approval import Approval
 from agent.server.cluster.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
 from agent.server.cluster.serving import ConfigServing, Fetch, UnknownPool  # noqa: F401 - the API's names
 from agent.server.rollout import gating, progress, skewpolicy
-from agent.server.rollout.drains import DEFAULT_TTL, parse_max_unavailable
+from agent.server.rollout.drains import DEFAULT_TTL
 from agent.server.rollout.render import Rendered, inputs_key, render_pool
 from agent.server.store.db import Database
 from agent.server.store.nodestore import SERVER_KEY, NodeStore, PoolRow, StoreUnavailable, counts_for
@@ -57,8 +58,10 @@ class Cluster(Approval, ConfigServing):
     def __init__(self, state_dir: Optional[str], db_path: Optional[str] = None, lease_ttl: float = DEFAULT_TTL,
                  reload_interval: float = 1.0, store: Optional[NodeStore] = None, watcher: Any = None,
                  settle: Optional[float] = None):
-        """``store`` and ``watcher`` (a state source with ``current()``) default to SQLite in the
-        state directory and polling of that directory (backends.open_backends gives etcd's)."""
+        """``store`` and ``watcher`` (a state source with ``current()``) default to SQLite at
+        ``db_path`` and polling of the state directory (backends.open_backends gives etcd's).
+        ``db_path`` defaults to nodes.db in the state directory, for library use and tests on a
+        scratch copy; the command line always passes its data directory's (serve --data-dir)."""
         import os
 
         self.state_dir = state_dir

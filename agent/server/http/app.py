@@ -5,6 +5,7 @@ Who may do what: agent/server/rollout/identity.py (the node routes: agent/server
 """
 
 import logging
+import os
 import threading
 import urllib.parse
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
@@ -12,7 +13,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from agent import __version__
 from agent.server.cluster import content
 from agent.server.cluster.accept import UnsupportedVersion
-from agent.server.cluster.backends import StoreConfig, open_backends
+from agent.server.cluster.backends import NODES_DB, StoreConfig, open_backends
 from agent.server.cluster.nodes import rfc3339
 from agent.server.cluster.service import Cluster, UnknownPool
 from agent.server.http.fetchmemo import FetchMemo
@@ -49,8 +50,9 @@ class App(NodeRoutes):
     def __init__(self, state_dir: str, token: Optional[str] = None, lease_ttl: float = drains.DEFAULT_TTL,
                  metrics_dir: Optional[str] = None, reload_interval: float = 1.0,
                  store: Optional[StoreConfig] = None, admin_token: Optional[str] = None,
-                 anonymous_secrets: bool = False, settle: Optional[float] = None):
+                 anonymous_secrets: bool = False, settle: Optional[float] = None, data_dir: Optional[str] = None):
         self.state_dir = state_dir
+        self.data_dir = data_dir  # where nodes.db is (serve --data-dir); None: the state directory (tests)
         self.store_config = store or StoreConfig()
         self.auth = Auth(token, admin_token, anonymous_secrets)
         self.lease_ttl = lease_ttl
@@ -68,7 +70,8 @@ class App(NodeRoutes):
                 if self._cluster is None:
                     store, watcher = open_backends(self.store_config, self.state_dir, self.reload_interval,
                                                    self.settle)
-                    cluster = Cluster(self.state_dir, lease_ttl=self.lease_ttl, store=store,
+                    db_path = os.path.join(self.data_dir, NODES_DB) if self.data_dir and store is None else None
+                    cluster = Cluster(self.state_dir, db_path=db_path, lease_ttl=self.lease_ttl, store=store,
                                       watcher=watcher, reload_interval=self.reload_interval, settle=self.settle)
                     if getattr(store, "client", None) is not None:
                         store.client.observer = self.counter.observe_store

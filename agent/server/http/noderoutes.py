@@ -38,8 +38,12 @@ class NodeRoutes:
             if method == "DELETE":
                 self.auth.require_admin(caller, f"deleting node {node}")
                 out = self.cluster.delete_node(node)
-                log.info("node %s deleted by the admin (it was %s)", node,
-                         f"in pool {out['pool']}" if out["pool"] else "not counted in any pool")
+                if out["deleted"]:
+                    log.info("node %s deleted by the admin (it was %s)", node,
+                             f"in pool {out['pool']}" if out["pool"] else "not counted in any pool")
+                else:
+                    log.info("node %s: the admin asked to delete it; nothing to delete (no report, drain lease "
+                             "or credential)", node)
                 return json_response(200, out, pool=out["pool"])
             self.auth.require_reader(caller)
             return self.node(node)

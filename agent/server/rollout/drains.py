@@ -6,38 +6,11 @@ slot for ever), and ends on DELETE (uncordon) or on a Done report. With the dire
 there are no pods to evict: cordon, drain and uncordon are recorded in SQLite and granted.
 """
 
-import math
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 DEFAULT_TTL = 600.0
-
-
-def parse_max_unavailable(value: Any, machine_count: int) -> int:
-    """``spec.maxUnavailable`` (int or "N%") for a pool of ``machine_count`` nodes; at least 1.
-
-    Percentages round down, as the MCO does, but never to 0 (the pool would never update).
-    """
-    if value is None:
-        return 1
-    if isinstance(value, bool):
-        raise ValueError("must be a whole number or a percentage like \"10%\"")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError("must not be negative")
-        return max(1, value)
-    text = str(value).strip()
-    m = re.match(r"^(\d+)%$", text)
-    if m:
-        pct = int(m.group(1))
-        if pct > 100:
-            raise ValueError("a percentage must be at most 100%")
-        return max(1, math.floor(machine_count * pct / 100))
-    if re.match(r"^\d+$", text):
-        return max(1, int(text))
-    raise ValueError("must be a whole number or a percentage like \"10%\"")
 
 
 @dataclass

@@ -149,6 +149,58 @@ def count(members: Dict[str, Tuple[Dict[str, Any], Membership]], target: str, im
     return c
 
 
+def iso8601(at: Any) -> str:
+    """``2026-11-22T20:30:00Z`` from epoch seconds or an ISO 8601 string (old stores kept floats)."""
+    import datetime
+
+    if isinstance(at, str):
+        try:
+            at = datetime.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return ""
+    if not isinstance(at, (int, float)) or isinstance(at, bool):
+        return ""
+    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _changed(history: List[Dict[str, Any]], field_name: str) -> str:
+    """When ``field_name`` (target or current) last changed, from the pool history ("" unknown)."""
+    times = [h.get("at") for h in history if h.get("field") == field_name]
+    return iso8601(times[-1]) if times else ""
+
+
+def conditions(counts: Counts, target: str, current: str, held: str,
+               history: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, str]]:
+    """The pool's conditions as the MCO writes them: type, status, reason, message and
+    lastTransitionTime. Updated and Updating change with the pool's target and current, whose
+    changes the pool history records: their lastTransitionTime is when that happened, the same
+    while the status stays. Degraded and RenderHeld are not recorded there, so they carry no
+    time rather than a made-up one (nor do any without a history)."""
+    updating = target != current or counts.updated < counts.machine
+    behind = f"{counts.updated} of {counts.machine} node(s) updated to {target}" + \
+        (f" (current {current})" if target != current else "")
+    out = [
+        {"type": "Updated", "status": "False" if updating else "True",
+         "reason": "Updating" if updating else "AllNodesUpdated",
+         "message": behind if updating else f"All nodes are updated with MachineConfig {target}"},
+        {"type": "Updating", "status": "True" if updating else "False",
+         "reason": "RolloutInProgress" if updating else "AllNodesUpdated",
+         "message": f"All nodes are updating to MachineConfig {target}" if updating else ""},
+        {"type": "Degraded", "status": "True" if counts.degraded else "False",
+         "reason": "NodesDegraded" if counts.degraded else "",
+         "message": f"{counts.degraded} of {counts.machine} node(s) degraded (their reasons: status.nodes, "
+                    f"`node-config-server get nodes`)" if counts.degraded else ""},
+        {"type": "RenderHeld", "status": "True" if held else "False",
+         "reason": ("PoolPaused" if held.startswith("pool is paused") else "RolloutIncomplete") if held else "",
+         "message": held},
+    ]
+    since = _changed(history or [], "target" if target != current else "current")
+    if since:
+        for c in out[:2]:
+            c["lastTransitionTime"] = since
+    return out
+
+
 @dataclass(frozen=True)
 class Step:
     target: str

@@ -1,4 +1,4 @@
-"""The server's memory: SQLite (WAL) at ``<state>/nodes.db``.
+"""The server's memory: SQLite (WAL) at ``<data-dir>/nodes.db`` (serve --data-dir).
 
 What survives a restart: every rendered config ever made (so a node on an old config can still
 be served and diffed), each pool's target and current config with their history, the newest

@@ -1,0 +1,244 @@
+"""Checks of the MachineConfig-family objects, as the API admits them (pure).
+
+Each ``check_*`` returns the problems of one document with their JSON paths. Two consumers, one
+set of rules: the server's state loader (``agent.server.store.objects``/``statedir`` leaves an
+object with problems out; the last good state keeps serving) and ``node-agent validate``
+(``agent.core.documents``). Sources:
+openshift/api machineconfiguration/v1 (MachineConfigPool, MachineConfig, MachineOSConfig) and
+operator/v1 MachineConfiguration; ``agent.core.skewenforcement`` for bootImageSkewEnforcement.
+"""
+
+import logging
+import math
+import re
+from typing import Any, Dict, List, Optional
+
+from agent.errors import Problem
+from agent.ignition.spec import SUPPORTED_VERSIONS
+
+log = logging.getLogger(__name__)
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+KERNEL_TYPES = ("", "default", "realtime", "64k-pages")
+
+
+def parse_max_unavailable(value: Any, machine_count: int) -> int:
+    """``spec.maxUnavailable`` (int or "N%") for a pool of ``machine_count`` nodes; at least 1.
+
+    Percentages round down, as the MCO does, but never to 0 (the pool would never update).
+    """
+    if value is None:
+        return 1
+    if isinstance(value, bool):
+        raise ValueError("must be a whole number or a percentage like \"10%\"")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("must not be negative")
+        return max(1, value)
+    text = str(value).strip()
+    m = re.match(r"^(\d+)%$", text)
+    if m:
+        pct = int(m.group(1))
+        if pct > 100:
+            raise ValueError("a percentage must be at most 100%")
+        return max(1, math.floor(machine_count * pct / 100))
+    if re.match(r"^\d+$", text):
+        return max(1, int(text))
+    raise ValueError("must be a whole number or a percentage like \"10%\"")
+
+
+def _meta_name(doc: Dict[str, Any], src: str, problems: List[Problem], label: bool) -> Optional[str]:
+    name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
+    if not isinstance(name, str) or not name:
+        problems.append(Problem("$.metadata.name", "missing: every object needs a name", "name", source=src))
+        return None
+    pattern = DNS1123_LABEL if label else DNS1123_SUBDOMAIN
+    if not pattern.match(name):
+        what = "a DNS-1123 label (lower case letters, digits, '-', at most 63)" if label else "a DNS-1123 subdomain"
+        problems.append(Problem("$.metadata.name", f"must be {what}", "name", value=name, source=src))
+        return None
+    return name
+
+
+def _check_selector(sel: Any, path: str, src: str, problems: List[Problem]) -> None:
+    if sel is None:
+        problems.append(Problem(path, "missing", "selector", source=src))
+        return
+    if not isinstance(sel, dict):
+        problems.append(Problem(path, "must be a label selector (matchLabels / matchExpressions)", "selector",
+                                value=sel, source=src))
+        return
+    ml = sel.get("matchLabels", {})
+    if not isinstance(ml, dict):
+        problems.append(Problem(path + ".matchLabels", "must be a map of label to value", "selector", source=src))
+    expressions = sel.get("matchExpressions") or []
+    if not isinstance(expressions, list):
+        problems.append(Problem(path + ".matchExpressions", "must be a list of {key, operator, values}", "selector",
+                                value=expressions, source=src))
+        expressions = []
+    for i, e in enumerate(expressions):
+        if not isinstance(e, dict) or e.get("operator") not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            problems.append(Problem(f"{path}.matchExpressions.{i}.operator",
+                                    "must be In, NotIn, Exists or DoesNotExist", "selector",
+                                    value=e.get("operator") if isinstance(e, dict) else e, source=src))
+        elif not isinstance(e.get("key"), str):
+            problems.append(Problem(f"{path}.matchExpressions.{i}.key", "missing", "selector", source=src))
+
+
+def check_pool(doc: Dict[str, Any], src: str) -> List[Problem]:
+    problems: List[Problem] = []
+    _meta_name(doc, src, problems, label=True)
+    spec = doc.get("spec")
+    if spec is None:  # "No spec is required for a MachineConfigPool" (openshift/api MCP tests)
+        spec = {}
+    if not isinstance(spec, dict):
+        return problems + [Problem("$.spec", "must be a map", "pool", source=src)]
+    if spec.get("machineConfigSelector") is not None:  # absent: the pool selects no MachineConfigs
+        _check_selector(spec.get("machineConfigSelector"), "$.spec.machineConfigSelector", src, problems)
+    if "nodeSelector" in spec:
+        _check_selector(spec.get("nodeSelector"), "$.spec.nodeSelector", src, problems)
+    if "paused" in spec and not isinstance(spec["paused"], bool):
+        problems.append(Problem("$.spec.paused", "must be true or false", "pool", value=spec["paused"], source=src))
+    mu = spec.get("maxUnavailable")
+    if mu is not None:
+        try:
+            parse_max_unavailable(mu, 10)
+        except ValueError as exc:
+            problems.append(Problem("$.spec.maxUnavailable", str(exc), "pool", value=mu, source=src))
+    return problems
+
+
+def _check_ignition(cfg: Any, src: str, problems: List[Problem]) -> None:
+    if cfg is None:
+        return
+    if not isinstance(cfg, dict):
+        problems.append(Problem("$.spec.config", "must be an Ignition config object", "ignition", source=src))
+        return
+    version = (cfg.get("ignition") or {}).get("version") if isinstance(cfg.get("ignition"), dict) else None
+    if version not in SUPPORTED_VERSIONS:
+        problems.append(Problem("$.spec.config.ignition.version",
+                                f"must be an Ignition spec {SUPPORTED_VERSIONS[0]} .. {SUPPORTED_VERSIONS[-1]}",
+                                "ignition", value=version, source=src))
+        return
+    try:  # the full validation of a teammate's module, when present
+        from agent.core.loadconfig import check_node_config  # type: ignore
+    except ImportError:
+        check_node_config = None
+    if check_node_config is not None:
+        try:
+            _nc, found = check_node_config({"apiVersion": "machineconfiguration.openshift.io/v1",
+                                            "kind": "MachineConfig", "metadata": {"name": "x"},
+                                            "spec": {"config": cfg}}, src)
+        except Exception as exc:  # never let a validator bug take the server down
+            log.warning("validator failed on %s: %s", src, exc)
+            found = []
+        for p in found:
+            if p.is_error:
+                path = p.path if p.path.startswith("$.spec") else "$.spec.config" + p.path[1:]
+                problems.append(Problem(path, p.message, p.rule, source=src))
+
+
+def check_machine_config(doc: Dict[str, Any], src: str) -> List[Problem]:
+    problems: List[Problem] = []
+    _meta_name(doc, src, problems, label=False)
+    metadata = doc.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    if labels is not None and not isinstance(labels, dict):
+        problems.append(Problem("$.metadata.labels", "must be a map", "labels", source=src))
+    spec = doc.get("spec")
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        return problems + [Problem("$.spec", "must be a map", "machineconfig", source=src)]
+    _check_ignition(spec.get("config"), src, problems)
+    for key in ("kernelArguments", "extensions"):
+        v = spec.get(key)
+        if v is not None and (not isinstance(v, list) or not all(isinstance(a, str) for a in v)):
+            problems.append(Problem(f"$.spec.{key}", "must be a list of strings", "machineconfig", value=v, source=src))
+    if "fips" in spec and not isinstance(spec["fips"], bool):
+        problems.append(Problem("$.spec.fips", "must be true or false", "machineconfig", value=spec["fips"], source=src))
+    if spec.get("kernelType") not in KERNEL_TYPES and spec.get("kernelType") is not None:
+        problems.append(Problem("$.spec.kernelType", "must be default, realtime or 64k-pages", "machineconfig",
+                                value=spec.get("kernelType"), source=src))
+    if spec.get("osImageURL") is not None and not isinstance(spec.get("osImageURL"), str):
+        problems.append(Problem("$.spec.osImageURL", "must be a string", "machineconfig", source=src))
+    return problems
+
+
+def check_cluster(doc: Dict[str, Any], src: str) -> List[Problem]:
+    problems: List[Problem] = []
+    spec = doc.get("spec") or {}
+    if not isinstance(spec, dict):
+        return [Problem("$.spec", "must be a map", "machineconfiguration", source=src)]
+    if "bootImageSkewEnforcement" in spec:  # as the API admits it (agent.server.rollout.skewpolicy)
+        from agent.core.skewenforcement import check as check_skew
+
+        problems.extend(check_skew(spec.get("bootImageSkewEnforcement"), src))
+    policy = spec.get("nodeDisruptionPolicy")
+    if policy is not None:
+        if not isinstance(policy, dict):
+            problems.append(Problem("$.spec.nodeDisruptionPolicy", "must be a map", "policy", source=src))
+        else:
+            try:
+                from agent.core.disruption import merge_policy
+            except ImportError:
+                merge_policy = None
+            if merge_policy is not None:
+                from agent.errors import ConfigError
+
+                try:
+                    merge_policy(policy, source=src)
+                except ConfigError as exc:
+                    found = [p for p in exc.problems if p.is_error] or [Problem("$.spec.nodeDisruptionPolicy",
+                                                                                str(exc), "policy")]
+                    for p in found:
+                        path = p.path if p.path.startswith("$.spec") else "$.spec.nodeDisruptionPolicy" + p.path[1:]
+                        problems.append(Problem(path, p.message, p.rule, source=src))
+                except Exception as exc:  # never let a validator bug take the server down
+                    log.warning("policy validator failed on %s: %s", src, exc)
+    return problems
+
+
+def _check_named(doc: Dict[str, Any], src: str) -> List[Problem]:
+    problems: List[Problem] = []
+    _meta_name(doc, src, problems, label=False)
+    if not isinstance(doc.get("spec", {}), dict):
+        problems.append(Problem("$.spec", "must be a map", "object", source=src))
+    return problems
+
+
+def check_os_config(doc: Dict[str, Any], src: str) -> List[Problem]:
+    """A MachineOSConfig names its pool, and its own name is the pool's (openshift/api#2399,
+    OCPBUGS-54287: XValidation self.metadata.name == self.spec.machineConfigPool.name)."""
+    problems = _check_named(doc, src)
+    name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
+    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+    pool = (spec.get("machineConfigPool") or {}).get("name") if isinstance(spec.get("machineConfigPool"), dict) \
+        else None
+    if not isinstance(pool, str) or not pool:
+        problems.append(Problem("$.spec.machineConfigPool.name", "required: the pool this MachineOSConfig builds for",
+                                "machineosconfig", source=src))
+    elif isinstance(name, str) and name and name != pool:
+        problems.append(Problem("$.metadata.name", f"must equal spec.machineConfigPool.name ({pool!r}): a "
+                                                   f"MachineOSConfig is named after its pool", "machineosconfig",
+                                value=name, source=src))
+    return problems
+
+
+API_GROUP = "machineconfiguration.openshift.io"
+
+
+def check_api_version(doc: Dict[str, Any], kind: str, src: str) -> List[Problem]:
+    """Only ``machineconfiguration.openshift.io/v1`` (or no apiVersion) is read; v1alpha1 objects
+    (MachineOSConfig/MachineOSBuild before they reached v1) are refused naming v1."""
+    version = doc.get("apiVersion")
+    if version is None or version == f"{API_GROUP}/v1":
+        return []
+    if isinstance(version, str) and version.startswith(f"{API_GROUP}/"):
+        why = (f"{version} is no longer served: write it as apiVersion {API_GROUP}/v1 (the v1 {kind} has the "
+               f"same spec fields)" if version.endswith(("/v1alpha1", "/v1beta1")) else
+               f"unknown version {version}: use {API_GROUP}/v1")
+    else:
+        why = f"a {kind} is apiVersion {API_GROUP}/v1"
+    return [Problem("$.apiVersion", why, "apiversion", value=version, source=src)]

@@ -1,0 +1,237 @@
+"""The operator views against ``oc get mcp`` / ``oc describe mcp`` (issue 31): conditions as the
+MCO writes them, tables cut to 100 columns, ISO 8601 times, ``get nodes --watch``, plain help,
+the client's own words for a token, a no-op delete logged as one, no ``--backend`` that is not
+there."""
+
+import argparse
+import io
+import json
+import logging
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from agent.server.cli import client as client_mod
+from agent.server.cli import viewcmds, views, watch
+from agent.server.cluster import nodes as node_list
+from agent.server.cluster import poolview
+from agent.server.rollout import progress
+from tests.helpers.server_proc import REPO
+
+HASH = "c7f50b7fa4545f0bbd8222ee6d0f9201"
+TARGET, OLD = f"rendered-worker-{HASH}", "rendered-worker-00000000000000000000000000000000"
+NOW = views.parse_time("2026-11-22T10:00:00Z")
+LONG_NAME = "worker-" + "n" * 46  # 53 characters
+LONG_REASON = "rpm-ostree failed: " + "x" * 380
+
+
+def ncs(*args):
+    return subprocess.run([sys.executable, "-m", "agent.server.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=60)
+
+
+def counts(machine=3, updated=1, degraded=0):
+    return progress.Counts(machine=machine, updated=updated, ready=updated, degraded=degraded)
+
+
+# -- 1. conditions: type, status, reason, message, lastTransitionTime ---------------------------------
+
+HISTORY = [{"field": "target", "config": OLD, "at": 1763805600.0},  # old stores kept epoch floats
+           {"field": "current", "config": OLD, "at": 1763805600.0},
+           {"field": "target", "config": TARGET, "at": "2026-11-22T09:00:00Z"}]
+
+
+def test_conditions_carry_reason_message_and_last_transition_time():
+    conds = {c["type"]: c for c in poolview.conditions(counts(degraded=1), TARGET, OLD, {"held": ""}, HISTORY)}
+    assert set(conds) == {"Updated", "Updating", "Degraded", "RenderHeld"}
+    for c in conds.values():
+        assert {"type", "status", "reason", "message"} <= set(c), c
+    assert conds["Updating"]["status"] == "True" and conds["Updating"]["reason"] == "RolloutInProgress"
+    assert conds["Updating"]["message"] == f"All nodes are updating to MachineConfig {TARGET}"
+    assert conds["Updated"]["message"] == f"1 of 3 node(s) updated to {TARGET} (current {OLD})"
+    assert conds["Degraded"]["status"] == "True" and conds["Degraded"]["message"].startswith("1 of 3 node(s) degraded")
+    # Updating since the target changed (09:00), whatever the time now: stable while it stays so.
+    assert conds["Updating"]["lastTransitionTime"] == conds["Updated"]["lastTransitionTime"] == "2026-11-22T09:00:00Z"
+    again = poolview.conditions(counts(updated=2, degraded=1), TARGET, OLD, {"held": ""}, HISTORY)
+    assert [c.get("lastTransitionTime") for c in again] == [c.get("lastTransitionTime") for c in conds.values()]
+    # The history does not record when a pool became degraded: no time rather than a wrong one.
+    assert "lastTransitionTime" not in conds["Degraded"] and "lastTransitionTime" not in conds["RenderHeld"]
+
+
+def test_conditions_when_the_rollout_is_done_and_when_held():
+    done = HISTORY + [{"field": "current", "config": TARGET, "at": "2026-11-22T09:30:00Z"}]
+    conds = {c["type"]: c for c in progress.conditions(counts(updated=3), TARGET, TARGET, "", done)}
+    assert conds["Updated"] == {"type": "Updated", "status": "True", "reason": "AllNodesUpdated",
+                                "message": f"All nodes are updated with MachineConfig {TARGET}",
+                                "lastTransitionTime": "2026-11-22T09:30:00Z"}
+    assert conds["Degraded"]["status"] == "False" and conds["Degraded"]["reason"] == ""
+    held = progress.conditions(counts(updated=3), TARGET, TARGET, "pool is paused: the new rendered config x waits")
+    assert held[3]["reason"] == "PoolPaused" and held[3]["message"].startswith("pool is paused")
+    assert all("lastTransitionTime" not in c for c in held)  # no history: no time made up
+
+
+def test_describe_pool_shows_every_field_of_a_condition():
+    pool = {"metadata": {"name": "worker", "creationTimestamp": "2026-11-20T10:00:00Z"},
+            "spec": {"configuration": {"name": TARGET}},
+            "status": {"configuration": {"name": OLD}, "machineCount": 3, "degradedMachineCount": 1,
+                       "conditions": progress.conditions(counts(degraded=1), TARGET, OLD, "", HISTORY),
+                       "history": HISTORY}}
+    text = views.describe_pool(pool, NOW)
+    head = next(line for line in text.splitlines() if "TYPE" in line)
+    assert head.split() == ["TYPE", "STATUS", "LAST", "TRANSITION", "REASON", "MESSAGE"]
+    row = next(line for line in text.splitlines() if line.strip().startswith("Degraded"))
+    assert "True" in row and "NodesDegraded" in row and "1 of 3 node(s)" in row
+    row = next(line for line in text.splitlines() if line.strip().startswith("Updating"))
+    assert "2026-11-22T09:00:00Z" in row and "RolloutInProgress" in row
+    assert "2025-11-22T10:00:00Z" in text  # the history's old epoch float, shown as ISO 8601
+
+
+# -- 2. cells cut to fit; whole values elsewhere --------------------------------------------------------
+
+def node(name, reason="", state="Degraded"):
+    item = {"name": name, "pool": "worker", "updated": False, "reportedAt": "2026-11-22T09:59:00Z",
+            "report": {"state": state, "currentConfig": TARGET, "skew": "ok"}}
+    if reason:
+        item["degradedReason"] = reason
+    return item
+
+
+def test_get_nodes_fits_100_columns_with_a_long_name_and_reason():
+    text = views.nodes_table([node(LONG_NAME, LONG_REASON), node("w1", state="Done")], NOW)
+    lines = text.splitlines()
+    assert lines[0].split() == ["NAME", "POOL", "STATE", "UPDATED", "CONFIG", "SKEW", "REPORTED", "REASON"]
+    assert max(map(len, lines)) <= 100, text
+    assert "…" in lines[1] and lines[1].split()[0].startswith("worker-nnn") and "rpm-ostree failed" in lines[1]
+    assert lines[2].split()[:3] == ["w1", "worker", "Done"]
+    wide = views.nodes_table([node(LONG_NAME, LONG_REASON)], NOW, wide=True)
+    assert LONG_NAME in wide and LONG_REASON in wide and TARGET in wide
+    described = views.describe_node(node(LONG_NAME, LONG_REASON), None, NOW)
+    assert LONG_NAME in described and LONG_REASON in described
+
+
+def test_a_long_pool_name_is_cut_too():
+    pool = {"metadata": {"name": "p" * 120, "creationTimestamp": "2026-11-20T10:00:00Z"},
+            "spec": {"configuration": {"name": TARGET}},
+            "status": {"configuration": {"name": TARGET}, "conditions": progress.conditions(counts(), TARGET, OLD, "")}}
+    text = views.pools_table([pool], NOW)
+    assert max(map(len, text.splitlines())) <= 100 and "…" in text
+    assert "p" * 120 in views.pools_table([pool], NOW, wide=True)
+
+
+# -- 4. ISO 8601 times, old floats still read ---------------------------------------------------------
+
+@pytest.mark.parametrize("value", [1763805600.0, 1763805600, "2025-11-22T10:00:00Z", "2025-11-22T10:00:00+00:00"])
+def test_times_are_iso_8601_from_floats_or_strings(value):
+    assert progress.iso8601(value) == node_list.rfc3339(value) == "2025-11-22T10:00:00Z"
+    assert views._when(value) == "2025-11-22T10:00:00Z"
+
+
+def test_no_time_is_no_time():
+    assert node_list.rfc3339(None) == "" and progress.iso8601("not a time") == "" and progress.iso8601(True) == ""
+
+
+# -- 5. get nodes --watch --------------------------------------------------------------------------------
+
+def test_watch_nodes_without_a_terminal_prints_a_line_when_a_node_changes():
+    rounds = [[node("w1", state="Working")], [node("w1", state="Working")], [node("w1", "disk full")]]
+    out = io.StringIO()
+    assert watch.watch_nodes(lambda: rounds.pop(0), 0.01, sleep=lambda _s: None, out=out, rounds=2) == 0
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and "Working" in lines[0] and lines[1].endswith("disk full")
+
+
+class Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_watch_nodes_on_a_terminal_refreshes_the_table():
+    fetched = []
+
+    def fetch():
+        fetched.append(1)
+        return [node(f"w{len(fetched)}", state="Done")]
+
+    out = Tty()
+    assert watch.watch_nodes(fetch, 0.01, sleep=lambda _s: None, out=out, rounds=2) == 0
+    text = out.getvalue()
+    assert len(fetched) == 3 and "NAME" in text and "REASON" in text and "w3" in text
+
+
+def test_get_nodes_watch_is_not_refused(monkeypatch):
+    class FakeClient:
+        def get(self, path):
+            assert path.startswith("/api/v1/nodes")
+            return {"items": [node("w1", state="Done")], "metadata": {}}
+
+    seen = {}
+
+    def bounded(fetch, interval):
+        seen["items"] = fetch()
+        return watch.watch(fetch, interval, watch.NODES, sleep=lambda _s: None, out=io.StringIO(), rounds=1)
+
+    monkeypatch.setattr(viewcmds.Client, "from_args", classmethod(lambda cls, args: FakeClient()))
+    monkeypatch.setattr(watch, "watch_nodes", bounded)
+    args = argparse.Namespace(kind="nodes", name=None, watch=True, interval=0.01, output="table")
+    assert viewcmds.cmd_get(args) == 0 and seen["items"][0]["name"] == "w1"
+
+
+# -- 6. plain help ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["get", "describe", "delete"])
+def test_help_is_plain_text(command):
+    r = ncs(command, "--help")
+    assert r.returncode == 0 and "Exit codes:" in r.stdout
+    assert "``" not in r.stdout, r.stdout
+
+
+# -- 7. the client's own option; a no-op delete logged as one --------------------------------------------
+
+def test_a_403_names_the_clients_option_not_the_servers():
+    message = client_mod.for_client("deleting node w1 needs the admin token (--admin-token-file); the bootstrap "
+                                     "token is not enough")
+    assert "--admin-token-file" not in message
+    assert "pass --token-file FILE holding the admin token" in message
+    plain = client_mod.for_client("this API needs a credential (Authorization: Bearer <token>)")
+    assert plain.endswith("(pass --token-file FILE, or tokenFile: in the client config)")
+    none = "deleting node w1 needs the admin token, and this server has none: start it with --admin-token-file FILE"
+    assert client_mod.for_client(none) == none  # that one is about how the server was started
+
+
+def test_delete_node_exit_77_names_token_file(tmp_path):
+    from tests.helpers.httpserver import Reply, ScriptedServer
+
+    body = {"error": {"code": 403, "message": "deleting node w1 needs the admin token (--admin-token-file); "
+                                              "the bootstrap token is not enough"}}
+    with ScriptedServer() as srv:
+        srv.always("/api/v1/nodes/w1", Reply(403, body=json.dumps(body), headers={"Content-Type": "application/json"}))
+        r = ncs("delete", "node", "w1", "--server", srv.url("").rstrip("/"))
+    assert r.returncode == 77, r.stderr
+    assert "--admin-token-file" not in r.stderr and "--token-file FILE holding the admin token" in r.stderr
+
+
+def test_a_delete_with_nothing_to_delete_is_not_logged_as_a_deletion(tmp_path, caplog):
+    from agent.server.http.app import App
+    from tests.test_identity import ADMIN, BOOT, EXAMPLE, call
+
+    state = tmp_path / "state"
+    shutil.copytree(EXAMPLE, state)
+    app = App(str(state), token=BOOT, admin_token=ADMIN, reload_interval=0.0)
+    with caplog.at_level(logging.INFO, logger="agent.server.http.noderoutes"):
+        status, doc = call(app, "DELETE", "/api/v1/nodes/never-seen", ADMIN)
+    assert status == 200 and doc["deleted"] is False
+    logged = [r.getMessage() for r in caplog.records if "never-seen" in r.getMessage()]
+    assert logged and all("deleted by" not in m for m in logged) and "nothing to delete" in logged[0]
+
+
+# -- 8. --backend offers only what there is ---------------------------------------------------------------
+
+def test_serve_backend_offers_only_dir():
+    r = ncs("serve", "--help")
+    assert r.returncode == 0
+    assert "{dir}" in r.stdout and "kubernetes," not in r.stdout and "{dir,kubernetes}" not in r.stdout
+    assert "Kubernetes backend is not in this build" in " ".join(r.stdout.split())
+    r = ncs("serve", "--backend", "kubernetes", "--state", str(REPO))
+    assert r.returncode == 2 and "not available in this build" in r.stderr
