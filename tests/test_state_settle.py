@@ -2,8 +2,8 @@
 
 The issue's probes against a real SQLite store and the real watcher, 50 rounds each: an emptied
 file, a rewrite in place that pauses up to 5 s half-way, a file cut at a line boundary (valid
-YAML, fewer entries), a worker that starts while a file is bad, a server killed and started again
-while a file is bad. The target never changes. Time is a fake clock (the watcher reads
+YAML, fewer entries), a worker that starts while a file is bad (empty or invalid), a server killed
+and started again while a file is bad. The target never changes. Time is a fake clock (the watcher reads
 ``time.monotonic``/``time.time`` and file mtimes set to it), so a 5 s pause costs nothing.
 One more test does the empty window end to end through ``node-config-server serve`` with its
 default settle period, in real time.
@@ -115,7 +115,7 @@ def test_a_worker_started_while_a_file_is_bad_commits_nothing(state, tmp_path, c
     mc = state / "machineconfigs" / "00-worker.yaml"
     text = mc.read_text()
     for i in range(ROUNDS):
-        write(clock, mc, "" if i % 2 else text.split("spec:")[0])  # empty, or cut before spec
+        write(clock, mc, "" if i % 2 else text.split("spec:")[0] + "spec: {config: [\n")  # empty, or cut mid-value
         late = cluster(state, tmp_path)  # a gunicorn worker booted late, or a server restarted
         assert targets(late) == before and look(late, clock, 2.0) == [before] * 4
         assert targets(first) == before

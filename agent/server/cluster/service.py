@@ -73,7 +73,6 @@ class Cluster(Approval, ConfigServing):
         self._store_retry_at = 0.0
         self.lease_ttl = lease_ttl
         self._reconciled_sig = None
-        self._reconciled_unsettled = False  # the last reconcile moved no target: its files had not settled
         self._lock = threading.Lock()
         self._rendered: Dict[str, Rendered] = {}
         self._by_name: Dict[str, Rendered] = {}
@@ -119,8 +118,7 @@ class Cluster(Approval, ConfigServing):
             # Another worker has seen different files: look now, so that every worker serves
             # the same state as soon as one of them has noticed a change (no flip-flop).
             st = self.watcher.current(check_now=True, settled=seen)
-        if st.signature != self._reconciled_sig or (self._reconciled_unsettled
-                                                     and not unsettled_state(self.watcher, st)):
+        if st.signature != self._reconciled_sig:
             self.reconcile()
         return st
 
@@ -166,9 +164,7 @@ class Cluster(Approval, ConfigServing):
                 self._rendered = rendered
                 self._by_name = {r.name: r for r in rendered.values()}
                 self._decisions = {}
-            unsettled = unsettled_state(self.watcher, st)
-            if not unsettled:  # other workers read a published signature at once: publish only settled ones
-                self.store.set_meta("state_signature", st.signature)
+            self.store.set_meta("state_signature", st.signature)
             sig = membership_signature(st)
             if self.store.membership_signature() != sig:
                 n = self.store.rebuild(sig, lambda report: progress.membership(report, st.pools,
@@ -177,7 +173,6 @@ class Cluster(Approval, ConfigServing):
             for name in sorted(self._rendered):
                 self._step_pool(st, name)
             self._reconciled_sig = st.signature
-            self._reconciled_unsettled = unsettled
 
     def _step_pool(self, st: State, name: str) -> None:
         """Move one pool's target/current (progress.rollout_step) from its counters: O(1)."""
@@ -188,15 +183,13 @@ class Cluster(Approval, ConfigServing):
         paused = bool((pool.get("spec") or {}).get("paused"))
         forced = st.force_rollout or pool_forced(pool)
 
-        unsettled = unsettled_state(self.watcher, st)
-
         def decide(row: Optional[PoolRow]) -> Optional[PoolRow]:
             rendered = r.name
-            if row is not None and (st.problems or unsettled):
-                # A target moves only from a complete, settled, problem-free state: an empty,
-                # invalid or half-written file, or a process started on such a directory, never
-                # rewrites a pool. The rollout goes on (nodes still count) towards what the
-                # pool rendered from its last good state; /healthz names the files.
+            if row is not None and st.problems:
+                # A target moves only from a problem-free state: an empty or invalid file, or a
+                # process started on a directory holding one, never rewrites a pool. The rollout
+                # goes on (nodes still count) towards what the pool rendered from its last good
+                # state; /healthz names the files.
                 rendered = row.rendered or row.target
             elif row is None and st.problems:
                 return None  # no first target from a directory with problems either
@@ -386,9 +379,3 @@ class Cluster(Approval, ConfigServing):
 
 def now() -> float:
     return time.time()
-
-
-def unsettled_state(source: Any, st: State) -> bool:
-    """Whether ``st`` was read from files too recent to be settled (StateWatcher.unsettled; a state
-    from etcd is always settled)."""
-    return bool(getattr(source, "unsettled", lambda _st: False)(st))

@@ -44,18 +44,13 @@ class StateWatcher:
         self._next = 0.0  # monotonic time of the next look
         self._pending: Optional[Tuple[str, float]] = None  # (signature, first seen) of a change settling
         self._partial = False  # serving the valid objects of a bad directory (no good state seen yet)
-        self._unsettled: Optional[Tuple[State, float]] = None  # (first state, when its files settle)
         self._state = self._first_load()
 
     def _first_load(self) -> State:
         state = load_state(self.state_dir)
-        after, newest = signature_and_newest(self.state_dir)
-        if after != state.signature:
+        if signature(self.state_dir) != state.signature:
             # Files changed while being read: serve this (nothing better exists yet), look again soon.
             state.signature = CHANGING + state.signature
-        # Files written less than ``settle`` ago (a process started while they were being written):
-        # this state serves, but no pool target moves from it until they have settled (unsettled()).
-        self._unsettled = (state, newest + self.settle) if time.time() - newest < self.settle else None
         if state.problems:
             state.stale = self._partial = True
         self._log_problems(state)
@@ -119,18 +114,6 @@ class StateWatcher:
         if seen_for >= self.settle:
             return 0.0
         return max(0.05, min(self.settle - seen_for, self.settle - max(quiet, 0.0)))
-
-    def unsettled(self, state: State) -> bool:
-        """Whether ``state`` is the first read of files that had not settled (a process started on
-        a directory being written), and they have not settled since: it may serve, but no pool
-        target moves from it. Its signature is the files' own, so the other workers are told
-        nothing different from what they read themselves."""
-        if self._unsettled is None or self._unsettled[0] is not state:
-            return False
-        if time.time() >= self._unsettled[1]:
-            self._unsettled = None
-            return False
-        return True
 
     def close(self) -> None:
         """Nothing to release (a look is a plain read); here so that every state source closes alike."""
