@@ -1,19 +1,8 @@
-"""``spec.bootImageSkewEnforcement``: what the cluster makes of it (pure); its API checks are
-``agent.core.skewenforcement``.
-
-The API (openshift/api machineconfiguration/v1 types_machineconfiguration.go,
-BootImageSkewEnforcementConfig and ClusterBootImageManual):
-
-- ``mode`` is required and only ``Manual`` or ``None`` (``Automatic`` is a status-only mode the
-  operator picks when the field is omitted);
-- ``manual`` is required when mode is Manual and forbidden otherwise;
-- ``manual.mode`` (``OCPVersion`` | ``RHCOSVersion``) discriminates: ``ocpVersion`` is required
-  with OCPVersion and forbidden otherwise (``^[0-9]+\\.[0-9]+\\.[0-9]+$``, 5-10 characters);
-  ``rhcosVersion`` is required with RHCOSVersion and forbidden otherwise
-  (``^[0-9]+\\.[0-9]+\\.([0-9]{8}|[0-9]{12})-[0-9]+$``, 14-21 characters).
-
-A Manual ``rhcosVersion`` states the oldest boot image in use; like the MCO's skew check
-(pkg/operator/status.go:796-856) only its RHEL major.minor is compared, never its build date.
+"""``spec.bootImageSkewEnforcement``: what the cluster makes of it (pure): the oldest boot image
+in use and what it means for the rules served to nodes. What the API admits (modes, manual,
+version formats) is checked in ``agent.core.skewenforcement``, where the API's rules are cited.
+A Manual ``rhcosVersion`` is compared by its RHEL major.minor only, never its build date, like
+the MCO's skew check (pkg/operator/status.go:796-856).
 """
 
 import re
