@@ -6,11 +6,13 @@ something can never pass by running less. A bare ``pytest`` still skips, and say
 """
 
 import os
+import shutil
 
 import pytest
 
 from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
 
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "state")
 NO_SKIP = os.environ.get("NODE_AGENT_NO_SKIP") == "1"
 
 
@@ -35,3 +37,13 @@ def etcd_cluster(tmp_path_factory):
         pytest.skip("etcd-server is not installed (make test installs it)")
     with EtcdCluster(str(tmp_path_factory.mktemp("etcd"))) as c:
         yield c
+
+
+@pytest.fixture
+def state(tmp_path):
+    """A scratch copy of examples/state (without a node database an older run may have left)."""
+    d = tmp_path / "state"
+    shutil.copytree(EXAMPLES, d)
+    for leftover in d.glob("nodes.db*"):
+        leftover.unlink()
+    return str(d)

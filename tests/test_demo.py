@@ -15,7 +15,7 @@ import time
 import pytest
 import requests
 
-from tests.helpers.server_proc import free_port
+from tests.helpers.server_proc import free_port, terminate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,10 +92,5 @@ def test_the_printed_commands_reopen_the_cluster(demo):
         wout, werr = w.communicate(timeout=20)
         assert "infra" in wout and "Traceback" not in werr, (wout, werr)
     finally:
-        srv.send_signal(signal.SIGTERM)
-        try:
-            srv.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(srv.pid, signal.SIGKILL)
-            srv.wait()
+        terminate(srv, 20)
         log.close()

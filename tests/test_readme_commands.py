@@ -9,7 +9,6 @@ commands run the clone's code (``python -m``), in a HOME of their own."""
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import time
 import pytest
 import requests
 
-from tests.helpers.server_proc import free_port
+from tests.helpers.server_proc import free_port, terminate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -107,12 +106,7 @@ def test_readme_commands_leave_the_checkout_clean(tmp_path):
         assert "worker" in sh(GET + server, clone, env).stdout
         assert "worker" in sh(f"node-config-server {DESCRIBE}{server}", clone, env).stdout
     finally:
-        srv.send_signal(signal.SIGTERM)
-        try:
-            srv.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(srv.pid, signal.SIGKILL)
-            srv.wait()
+        terminate(srv, 30)
         log.close()
     data = tmp_path / "home" / ".local" / "share" / "node-config-server"
     assert (data / "nodes.db").is_file(), (tmp_path / "serve.log").read_text()

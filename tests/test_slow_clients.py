@@ -13,7 +13,6 @@ of 5 normal requests time out, and a held socket lived for good.
 
 import os
 import select
-import shutil
 import socket
 import ssl
 import subprocess
@@ -34,15 +33,6 @@ SLOW = 500
 NORMAL = 20
 REQUEST_TIMEOUT = (10, 30)  # connect, read: seconds; the requests would hang for good otherwise
 CLOSE_WAIT = 90.0  # bound on waiting for the server to close held sockets (deadlines here are 1 s)
-
-
-@pytest.fixture
-def state(tmp_path):
-    d = tmp_path / "state"
-    shutil.copytree(EXAMPLES, d)
-    for leftover in d.glob("nodes.db*"):
-        leftover.unlink()
-    return str(d)
 
 
 def _connect(port: int) -> socket.socket:

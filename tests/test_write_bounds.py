@@ -27,13 +27,6 @@ EXAMPLES = os.path.join(REPO, "examples", "state")
 REPORT = "/api/v1/nodes/n1/report"
 
 
-@pytest.fixture
-def state(tmp_path):
-    d = tmp_path / "state"
-    shutil.copytree(EXAMPLES, d)
-    for leftover in d.glob("nodes.db*"):
-        leftover.unlink()
-    return str(d)
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def terminate(proc: subprocess.Popen, timeout: float) -> None:
+    """Stop a server started in a session of its own: SIGTERM (gunicorn's master stops its workers
+    gracefully), then SIGKILL to that session if it is still there after ``timeout`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # our own session only
+            proc.wait()
+
+
 class ServerProcess:
     def __init__(self, state_dir: Optional[str], tls=None, token: Optional[str] = None, workers: int = 2,
                  threads: int = 8, extra_args: Sequence[str] = (), port: Optional[int] = None,
@@ -153,13 +165,7 @@ class ServerProcess:
     def _stop(self, timeout: float) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # gunicorn master: graceful stop of its workers
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # our own session only
-                self.proc.wait()
+        terminate(self.proc, timeout)
         self.proc = None
         if self._token_file:
             os.unlink(self._token_file)
