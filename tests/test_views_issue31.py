@@ -7,9 +7,12 @@ import argparse
 import io
 import json
 import logging
+import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -235,3 +238,108 @@ def test_serve_backend_offers_only_dir():
     assert "Kubernetes backend is not in this build" in " ".join(r.stdout.split())
     r = ncs("serve", "--backend", "kubernetes", "--state", str(REPO))
     assert r.returncode == 2 and "not available in this build" in r.stderr
+
+
+# -- 9. pool conditions' times, the pool's age, ISO 8601 times in the API ---------------------------------
+
+ISO = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$"
+
+
+@pytest.fixture
+def example_app(tmp_path):
+    from agent.server.http.app import App
+    from tests.test_identity import ADMIN, BOOT, EXAMPLE
+
+    state = tmp_path / "state"
+    shutil.copytree(EXAMPLE, state)
+    os.utime(state / "machineconfigpools" / "worker.yaml", (1700000000, 1700000000))
+    infra = state / "machineconfigpools" / "infra.yaml"
+    text = infra.read_text()
+    assert "\nmetadata:\n" in text
+    infra.write_text(text.replace("\nmetadata:\n", "\nmetadata:\n  creationTimestamp: \"2026-01-02T03:04:05Z\"\n", 1))
+    return App(str(state), token=BOOT, admin_token=ADMIN, reload_interval=0.0), state
+
+
+def test_get_pool_gives_updated_and_updating_a_stable_last_transition_time(example_app):
+    from tests.test_identity import ADMIN, call
+
+    app, _ = example_app
+    status, first = call(app, "GET", "/api/v1/pools/worker", ADMIN)
+    assert status == 200, first
+    history = first["status"]["history"]
+    assert history and all(re.match(ISO, h["at"]) for h in history)
+    conds = {c["type"]: c for c in first["status"]["conditions"]}
+    for kind in ("Updated", "Updating"):
+        assert re.match(ISO, conds[kind]["lastTransitionTime"]), conds[kind]
+    assert conds["Updated"]["lastTransitionTime"] in [h["at"] for h in history]
+    for kind in ("Degraded", "RenderHeld"):  # the store records no time for these: none is made up
+        assert "lastTransitionTime" not in conds[kind]
+    time.sleep(1.1)
+    _, again = call(app, "GET", "/api/v1/pools/worker", ADMIN)
+    assert again["status"]["conditions"] == first["status"]["conditions"]
+    out = views.describe_pool(again, NOW)
+    assert conds["Updated"]["lastTransitionTime"] in out
+
+
+def test_pool_age_is_the_objects_creation_time_else_its_files_mtime(example_app):
+    from tests.test_identity import ADMIN, call
+
+    app, state = example_app
+    _, listed = call(app, "GET", "/api/v1/pools", ADMIN)
+    created = {p["metadata"]["name"]: p["metadata"].get("creationTimestamp") for p in listed["items"]}
+    assert created["worker"] == "2023-11-14T22:13:20Z"  # the file's mtime, not when the server started
+    assert created["infra"] == "2026-01-02T03:04:05Z"  # the object's own
+    assert call(app, "GET", "/api/v1/pools/worker", ADMIN)[1]["metadata"]["creationTimestamp"] == created["worker"]
+    (state.parent / "data").mkdir()
+    r = ncs("status", "--state", str(state), "--data-dir", str(state.parent / "data"), "--json")
+    assert r.returncode in (0, 3), r.stderr
+    items = {p["metadata"]["name"]: p["metadata"].get("creationTimestamp") for p in json.loads(r.stdout)["items"]}
+    assert items["worker"] == created["worker"] and items["infra"] == created["infra"]
+
+
+def test_pool_metadata_without_a_file_falls_back_to_the_stores_first_record():
+    meta = poolview.metadata({"metadata": {"name": "w"}}, None, [{"field": "target", "at": 1700000000.0}])
+    assert meta["creationTimestamp"] == "2023-11-14T22:13:20Z"
+    assert "creationTimestamp" not in poolview.metadata({"metadata": {"name": "w"}}, None, [])
+
+
+def test_api_times_are_iso_8601(example_app):
+    from tests.test_identity import ADMIN, call, register, report
+
+    app, _ = example_app
+    cred = register(app, "w1")
+    status, reg = call(app, "GET", "/api/v1/nodes/w1/registration", cred)
+    assert status == 200, reg
+    assert re.match(ISO, reg["registered"]) and re.match(ISO, reg["approved"]), reg
+    _, regs = call(app, "GET", "/api/v1/nodes", ADMIN, query="approval=all")
+    assert all(re.match(ISO, r["registered"]) for r in regs["items"])
+    target = call(app, "GET", "/api/v1/pools/worker", ADMIN)[1]["spec"]["configuration"]["name"]
+    assert report(app, "w1", cred, currentConfig=target, desiredConfig=target)[0] == 200
+    body = {"pool": "worker", "config": target}
+    assert call(app, "POST", "/api/v1/nodes/w1/drain", cred, body)[0] == 200
+    assert call(app, "DELETE", "/api/v1/nodes/w1/drain", cred, body)[0] == 200
+    _, node = call(app, "GET", "/api/v1/nodes/w1", ADMIN)
+    assert node["drainEvents"] and all(re.match(ISO, e["at"]) for e in node["drainEvents"]), node
+    assert views.describe_node(node, None, NOW).count("T") >= 1
+    _, cluster = call(app, "GET", "/api/v1/cluster", ADMIN)
+    assert cluster["replicas"] and all(re.match(ISO, r["at"]) for r in cluster["replicas"])
+
+
+@pytest.mark.parametrize("at", [1763805600.0, "2025-11-22T10:00:00Z"])
+def test_views_show_old_epoch_and_new_iso_times_alike(at):
+    pool = {"metadata": {"name": "worker", "creationTimestamp": "2026-11-20T10:00:00Z"},
+            "spec": {"configuration": {"name": TARGET}},
+            "status": {"configuration": {"name": TARGET}, "history": [{"field": "target", "config": TARGET, "at": at}]}}
+    assert "2025-11-22T10:00:00Z" in views.describe_pool(pool, NOW)
+    node = {"node": "w1", "name": "w1", "report": {}, "pool": "worker", "drainEvents": [
+        {"action": "granted", "at": at}]}
+    assert "2025-11-22T10:00:00Z" in views.describe_node(node, None, NOW)
+
+
+def test_pool_age_survives_an_edit_of_its_file():
+    """An edit moves the file's mtime, not the pool's age: the store's first record is older."""
+    history = [{"field": "target", "at": "2023-11-14T22:13:20Z"}]
+    meta = poolview.metadata({"metadata": {"name": "w"}}, 1800000000.0, history)
+    assert meta["creationTimestamp"] == "2023-11-14T22:13:20Z"
+    assert poolview.metadata({"metadata": {"name": "w"}}, 1600000000.0, history)["creationTimestamp"] \
+        == "2020-09-13T12:26:40Z"

@@ -361,14 +361,9 @@ def _print_status(args: argparse.Namespace, cluster) -> int:
     import time
 
     from agent.server.cli.viewcmds import render_status
-    from agent.server.cluster.nodes import rfc3339
 
     progress = cluster.cluster()
-    views = cluster.pool_views()
-    for name, view in views.items():
-        history = cluster.store.history(name)
-        if history and not view["metadata"].get("creationTimestamp"):
-            view["metadata"]["creationTimestamp"] = rfc3339(history[0]["at"])
+    views = cluster.pool_views()  # metadata.creationTimestamp: the object's, else its file's mtime
     if args.json:
         out = dict(progress)
         out["items"] = list(views.values())

@@ -292,9 +292,10 @@ class Cluster(Approval, ConfigServing):
         disruption = poolview.pending_disruption(self.spec_of, st.cluster_spec, current, target) if pending else None
         if disruption is not None:
             status["pendingDisruption"] = disruption
-        status["conditions"] = poolview.conditions(counts, target, current, row.as_dict())
+        history = self.store.history(name)
+        status["conditions"] = poolview.conditions(counts, target, current, row.as_dict(), history)
         return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
-                "metadata": dict(pool.get("metadata") or {}), "spec": spec, "status": status}
+                "metadata": poolview.metadata(pool, st.pool_mtimes.get(name), history), "spec": spec, "status": status}
 
     def cluster(self) -> Dict[str, Any]:
         st = self.state()
@@ -306,8 +307,9 @@ class Cluster(Approval, ConfigServing):
         out["upgradeable"] = skewpolicy.upgradeable(st.cluster_spec)  # boot image skew (agent.server.rollout.skewpolicy)
         out["store"] = self.store_health()
         listed = getattr(self.store, "replicas", None)
-        out["replicas"] = listed() if listed else [dict(self.replica_view(st, views), replica=self.replica_name,
-                                                        pid=os.getpid(), at=time.time())]
+        mine = [dict(self.replica_view(st, views), replica=self.replica_name, pid=os.getpid(), at=time.time())]
+        out["replicas"] = [dict(r, at=poolview.rfc3339(r["at"])) if "at" in r else r
+                           for r in (listed() if listed else mine)]
         return out
 
     # -- replicas ---------------------------------------------------------------------------------

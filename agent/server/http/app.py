@@ -142,8 +142,6 @@ class App(NodeRoutes):
         self.auth.require_reader(self.caller(environ))
         if rest == ["pools"]:
             views = self.cluster.pool_views()
-            for name, view in views.items():
-                self._created(name, view)
             return json_response(200, {"apiVersion": "v1", "kind": "MachineConfigPoolList",
                                        "items": [views[k] for k in sorted(views)]})
         if rest == ["nodes"]:
@@ -155,23 +153,13 @@ class App(NodeRoutes):
         if name not in views:
             raise HTTPError(404, f"unknown pool {name!r}; known pools: {self._known()}")
         view = views[name]
-        view["status"]["history"] = self.cluster.store.history(name)
-        self._created(name, view, view["status"]["history"])
+        view["status"]["history"] = [dict(h, at=rfc3339(h.get("at"))) for h in self.cluster.store.history(name)]
         return json_response(200, view, pool=name)
 
     # -- handlers ----------------------------------------------------------------------------
 
     def _known(self) -> str:
         return ", ".join(sorted(self.cluster.state().pools)) or "none"
-
-    def _created(self, name: str, view: Dict[str, Any], history: Optional[List[Dict[str, Any]]] = None) -> None:
-        """metadata.creationTimestamp (oc's AGE): the YAML's, else when this server first saw the pool."""
-        meta = view.setdefault("metadata", {})
-        if meta.get("creationTimestamp"):
-            return
-        history = self.cluster.store.history(name) if history is None else history
-        if history:
-            meta["creationTimestamp"] = rfc3339(history[0]["at"])
 
     def healthz(self) -> Response:
         """200 while this replica can serve and record; 503 when its store raised an alarm

@@ -18,7 +18,7 @@ import logging
 import urllib.parse
 from typing import Any, Dict, List, Optional
 
-from agent.server.cluster.nodes import DEFAULT_LIMIT, MAX_LIMIT, node_item, node_list, targets
+from agent.server.cluster.nodes import DEFAULT_LIMIT, MAX_LIMIT, node_item, node_list, rfc3339, targets
 from agent.server.cluster.service import ReportInvalid, validate_report
 from agent.server.http.httpio import HTTPError, Response, allow, json_body, json_response
 from agent.server.rollout import drains, identity
@@ -184,7 +184,8 @@ class NodeRoutes:
         return json_response(200, {"node": node, "name": node, "report": rec.report, "pool": rec.pool,
                                    "membership": rec.why, "degradedReason": rec.degraded,
                                    "updated": item["updated"], "reportedAt": item["reportedAt"],
-                                   "drainEvents": self.cluster.store.drain_events(node)})
+                                   "drainEvents": [dict(e, at=rfc3339(e.get("at")))
+                                                   for e in self.cluster.store.drain_events(node)]})
 
     def nodes(self, environ: Dict[str, Any]) -> Response:
         qs = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))

@@ -63,7 +63,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from agent.server.rollout.progress import Counts, Membership
+from agent.server.rollout.progress import Counts, Membership, iso8601
 
 STATES = ("Done", "Working", "Degraded")
 SERVER_KEY = "_server"  # the server's own mark on a stored report (identity.py): nodes cannot send it
@@ -155,9 +155,9 @@ class Registration:
 
     def to_dict(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"node": self.node, "state": "Pending" if self.pending else "Approved",
-                               "registered": self.created}
+                               "registered": iso8601(self.created)}
         if not self.pending:
-            out.update(approved=self.approved, approvedBy=self.by)
+            out.update(approved=iso8601(self.approved), approvedBy=self.by)
         if self.labels is not None:
             out["labels"] = dict(self.labels)
         if self.served:

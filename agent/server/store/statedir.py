@@ -58,6 +58,7 @@ class State:
     loaded_at: float = 0.0
     stale: bool = False  # True when the newest files were invalid and an older state serves
     bootstrap: Dict[str, bytes] = field(default_factory=dict)  # bootstrap/kubeconfig, bootstrap/kubelet-ca.crt
+    pool_mtimes: Dict[str, float] = field(default_factory=dict)  # pool -> its file's mtime (the pool's age)
 
     @property
     def cluster_spec(self) -> Dict[str, Any]:
@@ -103,6 +104,13 @@ def signature_and_newest(state_dir: str) -> Tuple[str, float]:
     for name in BOOTSTRAP_FILES:
         _sig_one(h, os.path.join(state_dir, BOOTSTRAP_DIR, name), newest)
     return h.hexdigest(), newest[0]
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
 
 
 def _mtime_of(path: str, newest: List[float]) -> None:
@@ -166,6 +174,8 @@ def load_state(state_dir: str) -> State:
                                                   value=name, source=where))
                     continue
                 buckets[sub][name] = doc
+                if sub == "machineconfigpools":
+                    state.pool_mtimes[name] = _mtime(os.path.join(d, fname))
     cpath = os.path.join(state_dir, CLUSTER_FILE)
     if os.path.exists(cpath):
         docs = read_docs(cpath, CLUSTER_FILE, state_dir, state.problems)
