@@ -15,7 +15,7 @@ DEB_PACKAGES := dbus-daemon libdbus-1-dev libgirepository1.0-dev libcairo2-dev p
                 gir1.2-glib-2.0 rpm systemd python3-dev gcc man-db $(VM_DEB_PACKAGES)
 BENCH_DEB_PACKAGES := nginx-light cloud-init etcd-server haproxy wrk
 
-.PHONY: all demo test lint compat unit py39 venv39 rpm bench sysdeps clean help vm-test
+.PHONY: all demo test lint compat unit py39 venv39 rpm bench sysdeps clean help vm-test kube-bin
 
 all: test
 
@@ -25,6 +25,8 @@ help:
 	@echo "              then the whole suite again on CPython 3.9 with RHEL 9's library versions (make py39)"
 	@echo "make rpm    - build the RPMs into build/rpm, and the RHEL 9 ones into build/rpm-el9"
 	@echo "make vm-test - only the VM test: boot a Debian guest under QEMU against a real node-config-server"
+	@echo "make kube-bin - build (once, cached) or find kube-apiserver/kube-controller-manager 1.20.2 for the"
+	@echo "              tests' Kubernetes control plane; prints their directory as the last line"
 	@echo "make bench  - run every benchmark under benchmarks/ and print the table"
 
 # Installs only what is missing; needs root (as on CI) and apt-get. Elsewhere it says what to install.
@@ -62,7 +64,7 @@ compat: venv
 # NODE_AGENT_NO_SKIP=1: a test that would skip (a missing tool, file or venv) fails instead
 # (tests/conftest.py); a bare pytest may still skip, and says why.
 # venv39 first: the RHEL 9 RPM tests run the agent on CPython 3.9 from .venv39.
-unit: venv venv39
+unit: venv venv39 kube-bin
 	NODE_AGENT_VM_TEST=1 NODE_AGENT_NO_SKIP=1 $(VENV)/bin/pytest -q -p no:cacheprovider
 
 test: lint compat unit py39
@@ -76,6 +78,8 @@ STAMP39    := $(VENV39)/.installed
 RHEL9_CONSTRAINTS := tests/rhel9-constraints.txt
 DEB_PACKAGES += cpio  # rpm2cpio | cpio: tests unpack the RHEL 9 RPM's payload
 DEB_PACKAGES += etcd-server haproxy  # the replica tests: a real three-member etcd behind a real load balancer
+# make kube-bin: Kubernetes 1.20.2 built from Debian's source package (tools/kube/build-kube-bin.sh)
+DEB_PACKAGES += golang-go rsync jq dpkg-dev patch golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev
 
 $(STAMP39): pyproject.toml $(RHEL9_CONSTRAINTS) | sysdeps
 	@test -x $(VENV39)/bin/python || $(PY39) -m venv $(VENV39)
@@ -93,13 +97,20 @@ venv39:
 	@$(MAKE) --no-print-directory $(STAMP39) PY39="$(PY39)"
 
 # The VM boot runs once, in `unit`; here it is deselected (not skipped).
-py39: venv39
+py39: venv39 kube-bin
 	@$(VENV39)/bin/python -c 'import sys, importlib.metadata as m; print("py39: Python", sys.version.split()[0] + ",", ", ".join("%s %s" % (p, m.version(p)) for p in ("requests", "urllib3", "PyYAML", "gevent", "gunicorn", "tenacity", "rich", "prometheus_client", "tomli")))'
 	NODE_AGENT_NO_SKIP=1 $(VENV39)/bin/pytest -q -p no:cacheprovider -m "not vm"
 
 # The guest image is cached outside the tree (~/.cache/node-agent-vm, or NODE_AGENT_VM_CACHE).
 vm-test: venv
 	NODE_AGENT_VM_TEST=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m vm tests/vm
+
+# kube-apiserver and kube-controller-manager for the tests' control plane (tests/helpers/kube_cluster.py):
+# built once from Debian 12's source package `kubernetes` with tools/kube's fixes, then cached in
+# ~/.cache/node-agent-kube (NODE_AGENT_KUBE_CACHE); a cache hit downloads and builds nothing. The
+# last line printed is the directory (the tests find it by the same script, `--find`).
+kube-bin: sysdeps
+	@bash tools/kube/build-kube-bin.sh
 
 demo: venv
 	$(PY) examples/demo.py

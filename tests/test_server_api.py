@@ -357,7 +357,7 @@ def run_cli(*args):
 def test_cli(tmp_path):
     state = copy_state(tmp_path)
     r = run_cli("serve", "--state", str(state), "--backend", "kubernetes")
-    assert r.returncode == 2 and "not available in this build" in r.stderr
+    assert r.returncode == 2 and "--state and --backend kubernetes exclude each other" in r.stderr
     r = run_cli("--version")
     assert r.returncode == 0 and "node-config-server" in r.stdout
     r = run_cli("render", "--state", str(state))

@@ -48,19 +48,31 @@ HISTORY = [{"field": "target", "config": OLD, "at": 1763805600.0},  # old stores
 
 def test_conditions_carry_reason_message_and_last_transition_time():
     conds = {c["type"]: c for c in poolview.conditions(counts(degraded=1), TARGET, OLD, {"held": ""}, HISTORY)}
-    assert set(conds) == {"Updated", "Updating", "Degraded", "RenderHeld"}
+    assert set(conds) == {"Updated", "Updating", "NodeDegraded", "RenderDegraded", "Degraded", "RenderHeld"}
     for c in conds.values():
         assert {"type", "status", "reason", "message"} <= set(c), c
     assert conds["Updating"]["status"] == "True" and conds["Updating"]["reason"] == "RolloutInProgress"
     assert conds["Updating"]["message"] == f"All nodes are updating to MachineConfig {TARGET}"
     assert conds["Updated"]["message"] == f"1 of 3 node(s) updated to {TARGET} (current {OLD})"
-    assert conds["Degraded"]["status"] == "True" and conds["Degraded"]["message"].startswith("1 of 3 node(s) degraded")
+    assert conds["Degraded"]["status"] == "True" and conds["Degraded"]["message"].startswith(
+        "1 nodes are reporting degraded status on sync")  # the MCO's words (pkg/controller/node/status.go)
+    assert conds["NodeDegraded"]["status"] == "True" and conds["RenderDegraded"]["status"] == "False"
     # Updating since the target changed (09:00), whatever the time now: stable while it stays so.
     assert conds["Updating"]["lastTransitionTime"] == conds["Updated"]["lastTransitionTime"] == "2026-11-22T09:00:00Z"
     again = poolview.conditions(counts(updated=2, degraded=1), TARGET, OLD, {"held": ""}, HISTORY)
     assert [c.get("lastTransitionTime") for c in again] == [c.get("lastTransitionTime") for c in conds.values()]
     # The history does not record when a pool became degraded: no time rather than a wrong one.
     assert "lastTransitionTime" not in conds["Degraded"] and "lastTransitionTime" not in conds["RenderHeld"]
+
+
+def test_an_invalid_object_makes_the_pool_render_degraded_and_degraded():
+    """As the MCO: Degraded = NodeDegraded or RenderDegraded; the message names the object."""
+    problems = ["machineconfigs/99-bad (API): $.spec.config: not an Ignition config", "second"]
+    conds = {c["type"]: c for c in poolview.conditions(counts(updated=3), TARGET, TARGET, {"held": ""}, [],
+                                                         problems)}
+    assert conds["RenderDegraded"]["status"] == "True" and conds["NodeDegraded"]["status"] == "False"
+    assert "99-bad" in conds["RenderDegraded"]["message"] and "1 more problem" in conds["RenderDegraded"]["message"]
+    assert conds["Degraded"]["status"] == "True" and conds["Degraded"]["reason"] == "RenderDegraded"
 
 
 def test_conditions_when_the_rollout_is_done_and_when_held():
@@ -71,7 +83,8 @@ def test_conditions_when_the_rollout_is_done_and_when_held():
                                 "lastTransitionTime": "2026-11-22T09:30:00Z"}
     assert conds["Degraded"]["status"] == "False" and conds["Degraded"]["reason"] == ""
     held = progress.conditions(counts(updated=3), TARGET, TARGET, "pool is paused: the new rendered config x waits")
-    assert held[3]["reason"] == "PoolPaused" and held[3]["message"].startswith("pool is paused")
+    held_cond = {c["type"]: c for c in held}["RenderHeld"]
+    assert held_cond["reason"] == "PoolPaused" and held_cond["message"].startswith("pool is paused")
     assert all("lastTransitionTime" not in c for c in held)  # no history: no time made up
 
 
@@ -85,7 +98,7 @@ def test_describe_pool_shows_every_field_of_a_condition():
     head = next(line for line in text.splitlines() if "TYPE" in line)
     assert head.split() == ["TYPE", "STATUS", "LAST", "TRANSITION", "REASON", "MESSAGE"]
     row = next(line for line in text.splitlines() if line.strip().startswith("Degraded"))
-    assert "True" in row and "NodesDegraded" in row and "1 of 3 node(s)" in row
+    assert "True" in row and "NodesDegraded" in row and "1 nodes are reporting degraded" in row
     row = next(line for line in text.splitlines() if line.strip().startswith("Updating"))
     assert "2026-11-22T09:00:00Z" in row and "RolloutInProgress" in row
     assert "2025-11-22T10:00:00Z" in text  # the history's old epoch float, shown as ISO 8601
@@ -229,15 +242,19 @@ def test_a_delete_with_nothing_to_delete_is_not_logged_as_a_deletion(tmp_path, c
     assert logged and all("deleted by" not in m for m in logged) and "nothing to delete" in logged[0]
 
 
-# -- 8. --backend offers only what there is ---------------------------------------------------------------
+# -- 8. --backend offers what there is, and refuses what does not go together ------------------------------
 
-def test_serve_backend_offers_only_dir():
+def test_serve_backend_choices_and_their_usage_errors(tmp_path):
     r = ncs("serve", "--help")
-    assert r.returncode == 0
-    assert "{dir}" in r.stdout and "kubernetes," not in r.stdout and "{dir,kubernetes}" not in r.stdout
-    assert "Kubernetes backend is not in this build" in " ".join(r.stdout.split())
-    r = ncs("serve", "--backend", "kubernetes", "--state", str(REPO))
-    assert r.returncode == 2 and "not available in this build" in r.stderr
+    assert r.returncode == 0 and "{dir,kubernetes}" in r.stdout and "--kubeconfig" in r.stdout
+    r = ncs("serve", "--backend", "kubernetes", "--state", os.path.join(REPO, "examples", "state"))
+    assert r.returncode == 2 and "--state and --backend kubernetes" in r.stderr
+    r = ncs("serve", "--state", os.path.join(REPO, "examples", "state"), "--kubeconfig", str(tmp_path / "kc"))
+    assert r.returncode == 2 and "--kubeconfig goes with --backend kubernetes" in r.stderr
+    r = ncs("serve", "--backend", "kubernetes", "--kubeconfig", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "no such file" in r.stderr
+    for line in (r.stderr.strip().splitlines()):
+        assert line.startswith("node-config-server: ")
 
 
 # -- 9. pool conditions' times, the pool's age, ISO 8601 times in the API ---------------------------------

@@ -8,25 +8,30 @@ import argparse
 import json
 import os
 import sys
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 from agent import __version__
+from agent.server.cli.serveargs import (
+    BACKENDS,
+    PLAIN_PORT,
+    TLS_PORT,
+    admission,
+    check_state_dir,
+    checked_serve_args,
+)
 from agent.server.cli.storecmds import (
     add_load_state_parser,
     add_store_args,
-    check_serve_args,
     cmd_load_state,
     store_config,
 )
 from agent.server.cli.viewcmds import add_client_options, add_parsers
-from agent.server.cluster.backends import DEFAULT_DATA_DIR, NODES_DB, serve_nodes_dir, status_nodes_db
+from agent.server.cluster.backends import DEFAULT_DATA_DIR, NODES_DB, status_nodes_db
 
 EXIT_OK = 0
 EXIT_NOT_COMPLETE = 1
 EXIT_USAGE = 2
 EXIT_INVALID = 65
-TLS_PORT = 22623
-PLAIN_PORT = 22624
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,9 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--serve-secrets-anonymously", action="store_true",
                    help="serve configs that carry secrets (pull secret, kubeconfig) without a credential, as the "
                         "MCS does (then only the network protects them)")
-    p.add_argument("--backend", choices=("dir",), default="dir", type=_backend,
+    p.add_argument("--backend", choices=BACKENDS, default="dir",
                    help="where objects come from: dir (the default), the state directory (--state), or etcd "
-                        "with --store etcd://...; the Kubernetes backend is not in this build")
+                        "with --store etcd://...; kubernetes: MachineConfigs, pools and the MachineConfiguration "
+                        "from the Kubernetes API, with pool status, rendered configs and Node annotations written "
+                        "back (docs/kubernetes.md)")
+    p.add_argument("--kubeconfig", metavar="FILE", default=None,
+                   help="with --backend kubernetes: the kubeconfig to use (its current context); without it, the "
+                        "pod's service account (in-cluster)")
     p.add_argument("--workers", type=int, default=None, help="gunicorn worker processes (default: one per CPU, 2..8)")
     p.add_argument("--worker-class", choices=("gevent", "gthread"), default="gevent",
                    help="gevent (default): one greenlet per connection, with the timeouts below; gthread: "
@@ -109,13 +119,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _backend(text: str) -> str:
-    if text == "kubernetes":
-        raise argparse.ArgumentTypeError("kubernetes is not available in this build: only dir (the state "
-                                         "directory, or etcd with --store)")
-    return text
-
-
 def _timeout_args(p: argparse.ArgumentParser) -> None:
     """The gevent worker's per-connection deadlines (agent/server/http/gevent_worker.py)."""
     for flag, default, what in (
@@ -146,113 +149,20 @@ def _err(msg: str) -> None:
     print(f"node-config-server: {msg}", file=sys.stderr)
 
 
-def parse_listen(text: str) -> Tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--listen {text!r}: expected HOST:PORT, e.g. 0.0.0.0:{TLS_PORT}")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, int(port)
-
-
-def _check_state_dir(path: str) -> Optional[str]:
-    if not os.path.isdir(path):
-        return f"--state {path}: not a directory (it holds machineconfigpools/, machineconfigs/, ...)"
-    return None
-
-
 def _print_problems(problems) -> None:
     for p in problems:
         _err(f"state: {p}")
 
 
-def _read_token(flag: str, path: Optional[str]) -> Optional[str]:
-    """The token in ``path`` (None without one); ValueError names the flag and the problem."""
-    if not path:
-        return None
-    try:
-        with open(path, encoding="utf-8") as fh:
-            token = fh.read().strip()
-    except OSError as exc:
-        raise ValueError(f"{flag} {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{flag} {path}: not text (UTF-8)") from None
-    if not token:
-        raise ValueError(f"{flag} {path}: the file is empty")
-    return token
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     store = store_config(args)
     try:
-        token, admin_token, host, port = _checked_serve_args(args, store)
+        token, admin_token, host, port = checked_serve_args(args, store)
     except ValueError as exc:
         _err(str(exc))
         return EXIT_USAGE
     _first_render(args, store)
     return _run_gunicorn(args, store, token, admin_token, host, port)
-
-
-def _checked_serve_args(args: argparse.Namespace, store) -> Tuple[str, str, str, int]:
-    """(bootstrap token, admin token, host, port) of a usable command line; ValueError(what is
-    wrong) otherwise (exit 2)."""
-    if args.backend == "kubernetes":
-        raise ValueError("--backend kubernetes is not available in this build: only --backend dir (the state "
-                         "directory) is implemented")
-    problem = check_serve_args(args, store) or (_check_state_dir(args.state) if args.state else None)
-    if problem:
-        raise ValueError(problem)
-    if bool(args.tls_cert) != bool(args.tls_key):
-        raise ValueError("--tls-cert and --tls-key go together")
-    for f in (args.tls_cert, args.tls_key):
-        if f and not os.path.isfile(f):
-            raise ValueError(f"{f}: no such file")
-    token = _read_token("--token-file", args.token_file)
-    admin_token = _read_token("--admin-token-file", args.admin_token_file)
-    if token and admin_token and token == admin_token:
-        raise ValueError("--admin-token-file holds the same token as --token-file: the admin token must differ "
-                         "from the bootstrap token every node carries")
-    host, port = parse_listen(args.listen or (f"0.0.0.0:{TLS_PORT}" if args.tls_cert else f"127.0.0.1:{PLAIN_PORT}"))
-    if args.lease_ttl <= 0:
-        raise ValueError("--lease-ttl must be positive")
-    admission(args)  # the approval flags are checked here (exit 2), used in _run_gunicorn
-    if args.settle_seconds < 0:
-        raise ValueError("--settle-seconds must be 0 or more")
-    if args.worker_class == "gevent":
-        try:
-            import gevent  # noqa: F401
-        except ImportError:
-            raise ValueError("--worker-class gevent (the default) needs the gevent package (pip install gevent; "
-                             "RPM: python3-gevent): install it, or pass --worker-class gthread, which has no "
-                             "per-connection timeouts (docs/security.md, \"Timeouts\")")
-    args.nodes_dir = serve_nodes_dir(args.data_dir, args.state, store.is_etcd)  # checked last: made if missing
-    return token, admin_token, host, port
-
-
-def admission(args: argparse.Namespace):
-    """serve's approval rules (identity.Admission); ValueError names a bad flag."""
-    import re
-
-    from agent.server.rollout import identity
-
-    pattern = None
-    if args.auto_approve is not None:
-        if not args.admin_token_file:
-            raise ValueError("--auto-approve needs --admin-token-file: a server without an admin token approves every "
-                             "name as it registers (docs/security.md \"Identity\")")
-        try:
-            pattern = re.compile(args.auto_approve)
-        except re.error as exc:
-            raise ValueError(f"--auto-approve {args.auto_approve!r}: not a regular expression ({exc})") from None
-    max_pending = identity.DEFAULT_MAX_PENDING if args.max_pending is None else args.max_pending
-    rate = identity.DEFAULT_REGISTER_RATE if args.register_rate is None else args.register_rate
-    burst = identity.DEFAULT_REGISTER_BURST if args.register_burst is None else args.register_burst
-    if max_pending < 0:
-        raise ValueError("--max-pending must be 0 or more")
-    if not rate > 0:
-        raise ValueError("--register-rate must be more than 0")
-    if burst < 1:
-        raise ValueError("--register-burst must be at least 1")
-    return identity.Admission(pattern, max_pending, rate, burst)
 
 
 def _first_render(args: argparse.Namespace, store) -> None:
@@ -316,7 +226,7 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    problem = _check_state_dir(args.state)
+    problem = check_state_dir(args.state)
     if problem:
         _err(problem)
         return EXIT_USAGE
@@ -340,7 +250,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
         return cmd_status_remote(args)
     problem, db = status_nodes_db(args.state, args.data_dir)
-    problem = problem or _check_state_dir(args.state)
+    problem = problem or check_state_dir(args.state)
     if problem:
         _err(problem)
         return EXIT_USAGE

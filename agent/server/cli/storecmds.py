@@ -28,14 +28,19 @@ def add_load_state_parser(sub: argparse._SubParsersAction) -> None:
 
 def store_config(args: argparse.Namespace) -> StoreConfig:
     return StoreConfig(url=args.store, ca=args.etcd_ca, cert=args.etcd_cert, key=args.etcd_key,
-                       cache_dir=getattr(args, "cache_dir", None) or DEFAULT_CACHE_DIR)
+                       cache_dir=getattr(args, "cache_dir", None) or DEFAULT_CACHE_DIR,
+                       backend=getattr(args, "backend", "dir"), kubeconfig=getattr(args, "kubeconfig", None))
 
 
 def check_serve_args(args: argparse.Namespace, cfg: StoreConfig) -> Optional[str]:
     problem = cfg.check()
     if problem:
         return problem
-    if not cfg.is_etcd and not args.state:
+    if cfg.is_kubernetes:
+        if args.state:
+            return ("--state and --backend kubernetes exclude each other: with the Kubernetes backend, objects come "
+                    "from the API (kubectl apply them)")
+    elif not cfg.is_etcd and not args.state:
         return "--state DIR is required (with --store etcd://..., state objects may come from etcd instead)"
     return None
 

@@ -35,6 +35,12 @@ class StoreConfig:
     key: Optional[str] = None
     cache_dir: str = DEFAULT_CACHE_DIR
     replica: str = ""  # this replica's name in views (default: host name and listen port)
+    backend: str = "dir"  # dir (state directory or etcd) or kubernetes (objects from the API)
+    kubeconfig: Optional[str] = None  # with kubernetes: None = in-cluster
+
+    @property
+    def is_kubernetes(self) -> bool:
+        return self.backend == "kubernetes"
 
     @property
     def is_etcd(self) -> bool:
@@ -56,6 +62,10 @@ class StoreConfig:
                 return f"{flag} {path}: no such file"
         if bool(self.cert) != bool(self.key):
             return "--etcd-cert and --etcd-key go together"
+        if self.kubeconfig and not self.is_kubernetes:
+            return "--kubeconfig goes with --backend kubernetes"
+        if self.kubeconfig and not os.path.isfile(self.kubeconfig):
+            return f"--kubeconfig {self.kubeconfig}: no such file"
         return None
 
     def replica_name(self, listen: str = "") -> str:
@@ -114,17 +124,41 @@ def etcd_client(cfg: StoreConfig) -> Tuple[Any, str]:
 
 def open_backends(cfg: StoreConfig, state_dir: Optional[str], reload_interval: float,
                   settle: Optional[float] = None) -> Tuple[Any, Any]:
-    """(node store, state source) for a Cluster; (None, None) means the SQLite default."""
+    """(node store, state source) for a Cluster; (None, None) means the SQLite default. With the
+    Kubernetes backend the state source is the API's (kube_state.KubeStateSource) and node state
+    stays in the store chosen by --store (SQLite in --data-dir, or etcd)."""
+    if cfg.is_kubernetes:
+        from agent.server.store.kube_client import open_client
+        from agent.server.store.kube_state import KubeStateSource
+
+        store = _etcd_store(cfg) if cfg.is_etcd else None
+        return store, KubeStateSource(open_client(cfg.kubeconfig))
     if not cfg.is_etcd:
         return None, None
-    from agent.server.store.nodestore_etcd import EtcdNodeStore
-
-    client, prefix = etcd_client(cfg)
-    store = EtcdNodeStore(client, prefix)
+    store = _etcd_store(cfg)
     if state_dir:
         from agent.server.store.watcher import StateWatcher
 
         return store, StateWatcher(state_dir, reload_interval, settle)
     from agent.server.store.etcd_state import EtcdStateSource
 
-    return store, EtcdStateSource(client, prefix, cfg.cache_dir)
+    return store, EtcdStateSource(store.client, store.prefix, cfg.cache_dir)
+
+
+def _etcd_store(cfg: StoreConfig) -> Any:
+    from agent.server.store.nodestore_etcd import EtcdNodeStore
+
+    client, prefix = etcd_client(cfg)
+    return EtcdNodeStore(client, prefix)
+
+
+def start_writers(cluster: Any, source: Any) -> Any:
+    """With the Kubernetes backend: start writing pool status, rendered configs and Node
+    annotations back to the API (kube_sync.KubeSync); None for the other backends."""
+    from agent.server.store.kube_state import KubeStateSource
+
+    if not isinstance(source, KubeStateSource):
+        return None
+    from agent.server.cluster.kube_sync import KubeSync
+
+    return KubeSync(cluster, source, source.client).start()

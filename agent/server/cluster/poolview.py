@@ -2,7 +2,7 @@
 disruption of the next update, one node's entry."""
 
 import logging
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from agent.server.rollout import progress
 from agent.server.store.nodestore import NodeRecord
@@ -11,10 +11,16 @@ log = logging.getLogger(__name__)
 
 
 def conditions(counts: progress.Counts, target: str, current: str, row: Dict[str, Any],
-               history: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, str]]:
+               history: Optional[List[Dict[str, Any]]] = None, problems: Sequence[Any] = ()) -> List[Dict[str, str]]:
     """status.conditions (agent.server.rollout.progress.conditions); ``history``: the pool's
-    target/current changes in the store, which give each condition its lastTransitionTime."""
-    return progress.conditions(counts, target, current, str(row.get("held") or ""), history)
+    target/current changes in the store, which give each condition its lastTransitionTime;
+    ``problems``: the state's invalid objects (while there are any, every pool's target holds on
+    its last good rendering: RenderDegraded)."""
+    render = ""
+    if problems:
+        render = str(problems[0]) + (f" (and {len(problems) - 1} more problem(s): node-config-server status)"
+                                     if len(problems) > 1 else "")
+    return progress.conditions(counts, target, current, str(row.get("held") or ""), history, render)
 
 
 def rfc3339(at: Any) -> str:

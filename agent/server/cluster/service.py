@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
 from agent.server.cluster import poolview
@@ -82,6 +82,8 @@ class Cluster(Approval, ConfigServing):
         self._flights: Dict[Tuple, threading.Lock] = {}
         self._decisions: Dict[Tuple, Any] = {}  # shared by threads; keyed on every input
         self.cache_size = 64
+        # called with (node, report, pool) after a report is recorded (kube_sync writes the Node)
+        self.report_listeners: List[Callable[[str, Dict[str, Any], Optional[str]], None]] = []
         self.reconcile(force=True)
 
     def store_health(self) -> Dict[str, Any]:
@@ -293,7 +295,8 @@ class Cluster(Approval, ConfigServing):
         if disruption is not None:
             status["pendingDisruption"] = disruption
         history = self.store.history(name)
-        status["conditions"] = poolview.conditions(counts, target, current, row.as_dict(), history)
+        status["conditions"] = poolview.conditions(counts, target, current, row.as_dict(), history,
+                                                  st.problems)
         return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
                 "metadata": poolview.metadata(pool, st.pool_mtimes.get(name), history), "spec": spec, "status": status}
 
@@ -348,6 +351,8 @@ class Cluster(Approval, ConfigServing):
         # Only the pools this node left or joined can step (their counters moved): O(1).
         for name in sorted({member.pool, recorded.previous_pool} - {None, ""}):
             self._step_pool(st, name)  # type: ignore[arg-type]
+        for listener in self.report_listeners:
+            listener(node, body, member.pool)
         out = {"node": node, "pool": member.pool, "membership": member.why, "accepted": True,
                "leaseReleased": recorded.released}
         if member.degraded:

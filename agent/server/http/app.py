@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from agent import __version__
 from agent.server.cluster import content
 from agent.server.cluster.accept import UnsupportedVersion
-from agent.server.cluster.backends import NODES_DB, StoreConfig, open_backends
+from agent.server.cluster.backends import NODES_DB, StoreConfig, open_backends, start_writers
 from agent.server.cluster.nodes import rfc3339
 from agent.server.cluster.service import Cluster, UnknownPool
 from agent.server.http.fetchmemo import FetchMemo
@@ -61,6 +61,7 @@ class App(NodeRoutes):
         self.counter = RequestCounter(metrics_dir)
         self.memo = FetchMemo()
         self._cluster: Optional[Cluster] = None
+        self.writer: Any = None
         self._lock = threading.Lock()
 
     @property
@@ -76,6 +77,7 @@ class App(NodeRoutes):
                     if getattr(store, "client", None) is not None:
                         store.client.observer = self.counter.observe_store
                     cluster.start_heartbeat(self.store_config.replica_name())
+                    self.writer = start_writers(cluster, watcher)  # the Kubernetes backend's status writes
                     self._cluster = cluster
         return self._cluster
 

@@ -34,6 +34,7 @@ cooperative; ``agent/server/store/db.py`` keeps one SQLite connection per OS thr
 
 import signal
 import socket
+import sys
 import time
 from functools import partial
 from typing import Any, Set
@@ -91,7 +92,14 @@ class Worker(AsyncWorker):
         signal.signal(signal.SIGTERM, self.handle_exit)
         # After the fork and before the app is loaded: everything the app builds (locks, thread
         # locals, the etcd watch and heartbeat threads, requests' sockets) is cooperative.
-        monkey.patch_all()
+        import ssl
+        import warnings
+
+        unpatched = ssl.SSLContext
+        with warnings.catch_warnings():  # the hazard it warns of is undone just below
+            warnings.simplefilter("ignore", monkey.MonkeyPatchWarning)
+            monkey.patch_all()
+        _repoint_ssl_context(unpatched)
         self.sockets = [socket.socket(s.FAMILY, socket.SOCK_STREAM, fileno=s.sock.detach()) for s in self.sockets]
         gevent.get_hub()  # this process's own hub (the arbiter never started one)
         super().init_process()
@@ -233,3 +241,19 @@ def _peer(addr: Any) -> str:
 def worker_class(limits: Limits) -> type:
     """A Worker subclass carrying these limits (gunicorn takes a class as ``worker_class``)."""
     return type("GeventWorkerWithDeadlines", (Worker,), {"limits": limits, "__module__": __name__})
+
+
+def _repoint_ssl_context(unpatched: type) -> None:
+    """Modules imported before the patching that keep their own ``SSLContext`` name (urllib3's
+    ``from ssl import SSLContext``: serve's master reads the Kubernetes API or etcd over TLS
+    before it forks) would make contexts of the standard library's class, whose property setters
+    then reach gevent's patched ``ssl.SSLContext`` and recurse (RecursionError on the first TLS
+    connection; gevent issue 1016). Point each at the patched class, as an import after the
+    patching would have."""
+    import ssl
+
+    if ssl.SSLContext is unpatched:
+        return
+    for module in list(sys.modules.values()):
+        if getattr(module, "SSLContext", None) is unpatched and module is not ssl:
+            module.SSLContext = ssl.SSLContext

@@ -170,15 +170,24 @@ def _changed(history: List[Dict[str, Any]], field_name: str) -> str:
 
 
 def conditions(counts: Counts, target: str, current: str, held: str,
-               history: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, str]]:
+               history: Optional[List[Dict[str, Any]]] = None, render_problem: str = "") -> List[Dict[str, str]]:
     """The pool's conditions as the MCO writes them: type, status, reason, message and
     lastTransitionTime. Updated and Updating change with the pool's target and current, whose
     changes the pool history records: their lastTransitionTime is when that happened, the same
-    while the status stays. Degraded and RenderHeld are not recorded there, so they carry no
-    time rather than a made-up one (nor do any without a history)."""
+    while the status stays. The others are not recorded there, so they carry no time rather
+    than a made-up one (nor do any without a history).
+
+    As the MCO's node controller (pkg/controller/node/status.go, calculateStatus): NodeDegraded
+    when any node is degraded ("%d nodes are reporting degraded status on sync"; the MCO puts that
+    text in the reason and the nodes' reasons in the message; here the reason is a word and the
+    text the message), RenderDegraded when the pool's inputs cannot be rendered (an invalid
+    object: ``render_problem``), and Degraded = NodeDegraded or RenderDegraded."""
     updating = target != current or counts.updated < counts.machine
     behind = f"{counts.updated} of {counts.machine} node(s) updated to {target}" + \
         (f" (current {current})" if target != current else "")
+    nodes_msg = (f"{counts.degraded} nodes are reporting degraded status on sync (their reasons: status.nodes, "
+                 f"`node-config-server get nodes`)" if counts.degraded else "")
+    render_msg = f"Failed to render configuration: {render_problem}" if render_problem else ""
     out = [
         {"type": "Updated", "status": "False" if updating else "True",
          "reason": "Updating" if updating else "AllNodesUpdated",
@@ -186,11 +195,14 @@ def conditions(counts: Counts, target: str, current: str, held: str,
         {"type": "Updating", "status": "True" if updating else "False",
          "reason": "RolloutInProgress" if updating else "AllNodesUpdated",
          "message": f"All nodes are updating to MachineConfig {target}" if updating else ""},
-        {"type": "Degraded", "status": "True" if counts.degraded else "False",
-         "reason": "NodesDegraded" if counts.degraded else "",
-         "message": f"{counts.degraded} of {counts.machine} node(s) degraded (their reasons: status.nodes, "
-                    f"`node-config-server get nodes`)" if counts.degraded else ""},
-        {"type": "RenderHeld", "status": "True" if held else "False",
+        {"type": "NodeDegraded", "status": _bool(counts.degraded), "reason": "NodesDegraded" if counts.degraded else "",
+         "message": nodes_msg},
+        {"type": "RenderDegraded", "status": _bool(render_problem), "reason": "InvalidObject" if render_problem else "",
+         "message": render_msg},
+        {"type": "Degraded", "status": _bool(counts.degraded or render_problem),
+         "reason": "NodesDegraded" if counts.degraded else ("RenderDegraded" if render_problem else ""),
+         "message": "; ".join(m for m in (nodes_msg, render_msg) if m)},
+        {"type": "RenderHeld", "status": _bool(held),
          "reason": ("PoolPaused" if held.startswith("pool is paused") else "RolloutIncomplete") if held else "",
          "message": held},
     ]
@@ -199,6 +211,10 @@ def conditions(counts: Counts, target: str, current: str, held: str,
         for c in out[:2]:
             c["lastTransitionTime"] = since
     return out
+
+
+def _bool(value: Any) -> str:
+    return "True" if value else "False"
 
 
 @dataclass(frozen=True)

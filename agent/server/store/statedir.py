@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
@@ -59,6 +59,11 @@ class State:
     stale: bool = False  # True when the newest files were invalid and an older state serves
     bootstrap: Dict[str, bytes] = field(default_factory=dict)  # bootstrap/kubeconfig, bootstrap/kubelet-ca.crt
     pool_mtimes: Dict[str, float] = field(default_factory=dict)  # pool -> its file's mtime (the pool's age)
+
+    def bucket(self, sub: str) -> Dict[str, Dict[str, Any]]:
+        """The objects of one ``KINDS`` folder by name."""
+        return {"machineconfigpools": self.pools, "machineconfigs": self.machine_configs,
+                "machineosconfigs": self.os_configs, "machineosbuilds": self.os_builds}[sub]
 
     @property
     def cluster_spec(self) -> Dict[str, Any]:
@@ -139,42 +144,46 @@ def _spec2_converted(doc: Dict[str, Any], where: str) -> Tuple[Dict[str, Any], L
     return doc, refused + [p for p in found if not (refused and p.path.startswith("$.spec.config"))]
 
 
+def admit(state: State, sub: str, doc: Dict[str, Any], where: str) -> Optional[str]:
+    """Check one object of kind ``KINDS[sub]`` as the API admits it and add it to ``state``
+    (its name), or record its problems and leave it out (None). The state directory and the
+    Kubernetes backend (agent.server.store.kube_state) admit objects with this one rule."""
+    kind = KINDS[sub]
+    if doc.get("kind") not in (None, kind):
+        state.problems.append(Problem("$.kind", f"expected {kind} in {sub}/", "kind", value=doc.get("kind"),
+                                      source=where))
+        return None
+    found = check_api_version(doc, kind, where)
+    if found:
+        pass
+    elif sub == "machineconfigs":
+        doc, found = _spec2_converted(doc, where)
+    else:
+        found = _CHECKS[sub](doc, where)
+    if found:
+        state.problems.extend(found)
+        return None
+    bucket = state.bucket(sub)
+    name = doc["metadata"]["name"]
+    if name in bucket:
+        state.problems.append(Problem("$.metadata.name", f"duplicate {kind} name", "duplicate", value=name,
+                                      source=where))
+        return None
+    bucket[name] = doc
+    return name
+
+
 def load_state(state_dir: str) -> State:
     """Read and validate everything. Invalid objects are left out and listed in ``problems``."""
     state = State(loaded_at=time.time())
     sig = signature(state_dir)
-    buckets = {
-        "machineconfigpools": state.pools,
-        "machineconfigs": state.machine_configs,
-        "machineosconfigs": state.os_configs,
-        "machineosbuilds": state.os_builds,
-    }
-    for sub, kind in KINDS.items():
+    for sub in KINDS:
         d = os.path.join(state_dir, sub)
         for fname in _yaml_files(d):
             src = os.path.join(sub, fname)
             for where, doc in read_docs(os.path.join(d, fname), src, state_dir, state.problems):
-                if doc.get("kind") not in (None, kind):
-                    state.problems.append(Problem("$.kind", f"expected {kind} in {sub}/", "kind",
-                                                  value=doc.get("kind"), source=where))
-                    continue
-                found = check_api_version(doc, kind, where)
-                if found:
-                    pass
-                elif sub == "machineconfigs":
-                    doc, found = _spec2_converted(doc, where)
-                else:
-                    found = _CHECKS[sub](doc, where)
-                if found:
-                    state.problems.extend(found)
-                    continue
-                name = doc["metadata"]["name"]
-                if name in buckets[sub]:
-                    state.problems.append(Problem("$.metadata.name", f"duplicate {kind} name", "duplicate",
-                                                  value=name, source=where))
-                    continue
-                buckets[sub][name] = doc
-                if sub == "machineconfigpools":
+                name = admit(state, sub, doc, where)
+                if name and sub == "machineconfigpools":
                     state.pool_mtimes[name] = _mtime(os.path.join(d, fname))
     cpath = os.path.join(state_dir, CLUSTER_FILE)
     if os.path.exists(cpath):

@@ -1,0 +1,105 @@
+"""``serve``'s command line checked before anything starts: every problem is a ValueError naming
+the flag (exit 2). Kept apart from main.py, which parses and dispatches."""
+
+import argparse
+import os
+from typing import Optional, Tuple
+
+from agent.server.cli.storecmds import check_serve_args
+from agent.server.cluster.backends import serve_nodes_dir
+
+TLS_PORT = 22623
+PLAIN_PORT = 22624
+BACKENDS = ("dir", "kubernetes")
+
+
+def parse_listen(text: str) -> Tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen {text!r}: expected HOST:PORT, e.g. 0.0.0.0:{TLS_PORT}")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def check_state_dir(path: str) -> Optional[str]:
+    if not os.path.isdir(path):
+        return f"--state {path}: not a directory (it holds machineconfigpools/, machineconfigs/, ...)"
+    return None
+
+
+def read_token(flag: str, path: Optional[str]) -> Optional[str]:
+    """The token in ``path`` (None without one); ValueError names the flag and the problem."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{flag} {path}: not text (UTF-8)") from None
+    if not token:
+        raise ValueError(f"{flag} {path}: the file is empty")
+    return token
+
+
+def checked_serve_args(args: argparse.Namespace, store) -> Tuple[str, str, str, int]:
+    """(bootstrap token, admin token, host, port) of a usable command line; ValueError(what is
+    wrong) otherwise (exit 2)."""
+    problem = check_serve_args(args, store) or (check_state_dir(args.state) if args.state else None)
+    if problem:
+        raise ValueError(problem)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    for f in (args.tls_cert, args.tls_key):
+        if f and not os.path.isfile(f):
+            raise ValueError(f"{f}: no such file")
+    token = read_token("--token-file", args.token_file)
+    admin_token = read_token("--admin-token-file", args.admin_token_file)
+    if token and admin_token and token == admin_token:
+        raise ValueError("--admin-token-file holds the same token as --token-file: the admin token must differ "
+                         "from the bootstrap token every node carries")
+    host, port = parse_listen(args.listen or (f"0.0.0.0:{TLS_PORT}" if args.tls_cert else f"127.0.0.1:{PLAIN_PORT}"))
+    if args.lease_ttl <= 0:
+        raise ValueError("--lease-ttl must be positive")
+    admission(args)  # the approval flags are checked here (exit 2), used in _run_gunicorn
+    if args.settle_seconds < 0:
+        raise ValueError("--settle-seconds must be 0 or more")
+    if args.worker_class == "gevent":
+        try:
+            import gevent  # noqa: F401
+        except ImportError:
+            raise ValueError("--worker-class gevent (the default) needs the gevent package (pip install gevent; "
+                             "RPM: python3-gevent): install it, or pass --worker-class gthread, which has no "
+                             "per-connection timeouts (docs/security.md, \"Timeouts\")")
+    args.nodes_dir = serve_nodes_dir(args.data_dir, args.state, store.is_etcd)  # checked last: made if missing
+    return token, admin_token, host, port
+
+
+def admission(args: argparse.Namespace):
+    """serve's approval rules (identity.Admission); ValueError names a bad flag."""
+    import re
+
+    from agent.server.rollout import identity
+
+    pattern = None
+    if args.auto_approve is not None:
+        if not args.admin_token_file:
+            raise ValueError("--auto-approve needs --admin-token-file: a server without an admin token approves every "
+                             "name as it registers (docs/security.md \"Identity\")")
+        try:
+            pattern = re.compile(args.auto_approve)
+        except re.error as exc:
+            raise ValueError(f"--auto-approve {args.auto_approve!r}: not a regular expression ({exc})") from None
+    max_pending = identity.DEFAULT_MAX_PENDING if args.max_pending is None else args.max_pending
+    rate = identity.DEFAULT_REGISTER_RATE if args.register_rate is None else args.register_rate
+    burst = identity.DEFAULT_REGISTER_BURST if args.register_burst is None else args.register_burst
+    if max_pending < 0:
+        raise ValueError("--max-pending must be 0 or more")
+    if not rate > 0:
+        raise ValueError("--register-rate must be more than 0")
+    if burst < 1:
+        raise ValueError("--register-burst must be at least 1")
+    return identity.Admission(pattern, max_pending, rate, burst)
+
+

@@ -1,0 +1,263 @@
+"""What node-config-server writes back to the Kubernetes API (``serve --backend kubernetes``),
+where the MCO writes the same things, so that ``kubectl get mcp``/``oc get mcp`` show our numbers:
+
+- rendered configs as MachineConfigs ``rendered-<pool>-<hash>`` owned by their pool
+  (``controller: true``, as the MCO's render controller makes them; deleting the pool deletes
+  them), created once: a rendered config never changes under its name;
+- each pool's ``status`` (configuration, the machine counts, observedGeneration, conditions with
+  reason, message and lastTransitionTime): computed from the same view as ``get pools``, written
+  by a JSON merge patch of the status subresource only when it differs from what the API holds,
+  at most once per pool per ``interval`` however many reports arrive (coalesced);
+- each reporting node's MCD annotations on its Node object
+  (``machineconfiguration.openshift.io/currentConfig``, ``desiredConfig``, ``state``,
+  ``reason``; ``currentImage``/``desiredImage`` on layered pools), and the role label of a
+  custom pool it joined (the MCO node controller's labelling for ``firstPivotConfig``, MCO-650).
+  A Node not registered yet gets them when it appears.
+
+A merge patch carries no resourceVersion, so a status write never conflicts (409) with another
+replica's: every replica computes the same status from the same shared node state, and the last
+write wins. Writes failing because the API server is away are retried on the next round; the
+node reports themselves are kept by the node store meanwhile, so nothing is lost.
+"""
+
+import logging
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from agent.server.rollout.progress import iso8601
+from agent.server.store.kube_client import (
+    MACHINE_CONFIG_NODES,
+    MACHINE_CONFIG_POOLS,
+    MACHINE_CONFIGS,
+    NODES,
+    KubeClient,
+    KubeError,
+    KubeUnavailable,
+)
+from agent.server.store.kube_watch import Reflector
+
+log = logging.getLogger(__name__)
+
+ANNOTATION = "machineconfiguration.openshift.io/"
+NODE_FIELDS = ("currentConfig", "desiredConfig", "state", "reason", "currentImage", "desiredImage")
+STATUS_FIELDS = ("configuration", "machineCount", "readyMachineCount", "updatedMachineCount",
+                 "unavailableMachineCount", "degradedMachineCount", "observedGeneration", "conditions")
+CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
+BASE_ROLES = ("master", "worker")
+
+
+def pool_status(view: Dict[str, Any], generation: Optional[int]) -> Dict[str, Any]:
+    """The CRD's status fields of a pool view (pure); the view's other fields stay in our API
+    (the API server would prune them: the CRD's schema is structural)."""
+    status = view.get("status") or {}
+    out = {k: status[k] for k in STATUS_FIELDS if k in status}
+    out["configuration"] = {"name": (status.get("configuration") or {}).get("name", "")}
+    out["observedGeneration"] = int(generation or 1)
+    out["conditions"] = [{k: str(c.get(k) or "") for k in CONDITION_FIELDS if c.get(k) is not None}
+                         for c in status.get("conditions") or []]
+    return out
+
+
+def node_patch(body: Dict[str, Any], pool: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The merge patch of a Node for a report (pure): the MCD's annotations, and the custom
+    pool's selector labels when the node is in a custom pool."""
+    annotations = {ANNOTATION + k: str(body.get(k) or "") for k in NODE_FIELDS[:4]}
+    for k in NODE_FIELDS[4:]:
+        if body.get(k):
+            annotations[ANNOTATION + k] = str(body[k])
+    meta: Dict[str, Any] = {"annotations": annotations}
+    labels = pool_labels(pool)
+    if labels:
+        meta["labels"] = labels
+    return {"metadata": meta}
+
+
+def pool_labels(pool: Optional[Dict[str, Any]]) -> Dict[str, str]:
+    """A custom pool's nodeSelector.matchLabels (what puts a Node in it); none for master/worker."""
+    if not pool or (pool.get("metadata") or {}).get("name") in BASE_ROLES:
+        return {}
+    match = ((pool.get("spec") or {}).get("nodeSelector") or {}).get("matchLabels") or {}
+    return {str(k): str(v) for k, v in match.items()}
+
+
+def node_conditions(body: Dict[str, Any], at: str) -> List[Dict[str, str]]:
+    """A MachineConfigNode's conditions from a report (pure): Updated (Done on its desired
+    config), UpdateExecuted (working on it) and NodeDegraded (with the node's reason), each with
+    the time the report was recorded (the CRD requires all five fields)."""
+    state, desired = body.get("state"), str(body.get("desiredConfig") or "")
+    done = state == "Done" and body.get("currentConfig") == desired
+    reason = str(body.get("reason") or "")
+
+    def cond(kind: str, on: bool, why: str, message: str) -> Dict[str, str]:
+        return {"type": kind, "status": "True" if on else "False", "reason": why if on else "NotYet",
+                "message": message if on else "", "lastTransitionTime": at}
+
+    return [cond("Updated", done, "NodeUpdated", f"Node is on {desired}"),
+            cond("UpdateExecuted", state == "Working", "Updating", f"Node is applying {desired}"),
+            cond("NodeDegraded", state == "Degraded", "NodeDegraded", reason or "the node reported Degraded")]
+
+
+def node_object(node: str, body: Dict[str, Any], pool: str) -> Dict[str, Any]:
+    """A MachineConfigNode (one per node, named after it) with its spec (pure)."""
+    return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigNode",
+            "metadata": {"name": node},
+            "spec": {"node": {"name": node}, "pool": {"name": pool},
+                     "configVersion": {"desired": str(body.get("desiredConfig") or "")}}}
+
+
+def rendered_object(name: str, pool: str, pool_uid: str, spec: Dict[str, Any], version: str) -> Dict[str, Any]:
+    """A rendered config as the MCO's render controller creates it (pure)."""
+    return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+            "metadata": {"name": name,
+                         "annotations": {ANNOTATION + "generated-by-controller-version": version},
+                         "ownerReferences": [{"apiVersion": "machineconfiguration.openshift.io/v1",
+                                              "kind": "MachineConfigPool", "name": pool, "uid": pool_uid,
+                                              "controller": True, "blockOwnerDeletion": True}]},
+            "spec": spec}
+
+
+class KubeSync:
+    """Writes rendered configs, pool status and Node annotations, in one daemon thread."""
+
+    def __init__(self, cluster: Any, source: Any, client: KubeClient, interval: float = 1.0):
+        self.cluster = cluster
+        self.source = source  # kube_state.KubeStateSource: its caches hold the objects as the API has them
+        self.client = client
+        self.interval = interval
+        self.writes = {"status": 0, "rendered": 0, "node": 0}
+        self._created: set = set()
+        self._written: Dict[str, Dict[str, Any]] = {}
+        self._nodes: Dict[str, Tuple[Dict[str, Any], str]] = {}  # node -> (report, pool) not written yet
+        self._nodes_changed = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self.node_cache = Reflector(client, NODES, self._node_seen)
+        self._thread = threading.Thread(target=self._run, name="kube-sync", daemon=True)
+
+    def start(self) -> "KubeSync":
+        self.cluster.report_listeners.append(self.note_report)
+        self.node_cache.start()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self.node_cache.stop()
+
+    def note_report(self, node: str, body: Dict[str, Any], pool: Optional[str]) -> None:
+        with self._lock:
+            self._nodes[node] = (dict(body, _at=time.time()), pool or "")
+        self._wake.set()
+
+    def _node_seen(self) -> None:
+        self._nodes_changed = True
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            try:
+                self.sync_once()
+            except (KubeUnavailable, KubeError) as exc:
+                log.warning("writing to the Kubernetes API: %s (retrying)", exc)
+            except Exception:  # keep writing whatever one round hit
+                log.exception("kube sync")
+            self._stop.wait(self.interval)  # coalesce: at most one round per interval
+
+    def sync_once(self) -> None:
+        pools = self.source.reflectors["machineconfigpools"].snapshot()
+        self._sync_rendered(pools)
+        self._sync_pools(pools)
+        self._sync_nodes(pools)
+
+    def _sync_rendered(self, pools: Dict[str, Dict[str, Any]]) -> None:
+        from agent import __version__
+
+        existing = self.source.reflectors["machineconfigs"].snapshot()
+        for pool, row in self.cluster.store.pools().items():
+            obj = pools.get(pool)
+            for name in {row.target, row.current, row.rendered} - {"", None}:
+                if name in self._created or name in existing or obj is None:
+                    continue
+                spec = self.cluster.spec_of(name)
+                if spec is None:
+                    continue
+                body = rendered_object(name, pool, obj["metadata"].get("uid", ""), spec,
+                                       f"node-config-server {__version__}")
+                try:
+                    self.client.create(MACHINE_CONFIGS.path(), body)
+                    self.writes["rendered"] += 1
+                except KubeError as exc:
+                    if exc.status != 409:  # 409: another replica made it (same name, same content)
+                        raise
+                self._created.add(name)
+
+    def _sync_pools(self, pools: Dict[str, Dict[str, Any]]) -> None:
+        views = self.cluster.pool_views(pending=False, nodes=0)
+        for name, view in views.items():
+            obj = pools.get(name)
+            if obj is None:
+                continue
+            status = pool_status(view, obj["metadata"].get("generation"))
+            have = {k: v for k, v in (obj.get("status") or {}).items() if k in STATUS_FIELDS}
+            if status in (have, self._written.get(name)):
+                continue
+            self.client.merge_patch(MACHINE_CONFIG_POOLS.path(name, sub="status"), {"status": status})
+            self._written[name] = status
+            self.writes["status"] += 1
+
+    def _sync_nodes(self, pools: Dict[str, Dict[str, Any]]) -> None:
+        with self._lock:
+            pending, self._nodes = self._nodes, {}
+        present = self.node_cache.snapshot()
+        if self._nodes_changed:
+            self._nodes_changed = False
+            pending.update(self._unwritten(present, pending))
+        failed: Dict[str, Tuple[Dict[str, Any], str]] = {}
+        for node, (body, pool) in pending.items():
+            if node not in present:
+                failed[node] = (body, pool)  # written when the Node appears (its kubelet registers it)
+                continue
+            try:
+                self.client.merge_patch(NODES.path(node), node_patch(body, pools.get(pool)))
+                self._write_node_object(node, body, pool)
+                self.writes["node"] += 1
+            except (KubeUnavailable, KubeError) as exc:
+                log.warning("Node %s: %s (retrying)", node, exc)
+                failed[node] = (body, pool)
+        with self._lock:
+            for node, item in failed.items():
+                self._nodes.setdefault(node, item)
+
+    def _write_node_object(self, node: str, body: Dict[str, Any], pool: str) -> None:
+        """The node's MachineConfigNode: made once, its spec and status patched after."""
+        obj = node_object(node, body, pool)
+        try:
+            self.client.create(MACHINE_CONFIG_NODES.path(), obj)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), {"spec": obj["spec"]})
+        status = {"observedGeneration": 1,
+                  "configVersion": {"desired": obj["spec"]["configVersion"]["desired"],
+                                    "current": str(body.get("currentConfig") or "")},
+                  "conditions": node_conditions(body, iso8601(body.get("_at") or time.time()))}
+        self.client.merge_patch(MACHINE_CONFIG_NODES.path(node, sub="status"), {"status": status})
+
+    def _unwritten(self, present: Dict[str, Dict[str, Any]], pending: Dict[str, Any]) -> Dict[str, Any]:
+        """Nodes that appeared (or lost our annotations) since their report was recorded: a Node
+        made by a kubelet after first boot, or a server restarted since. O(nodes) only when the
+        Node cache changed."""
+        out = {}
+        for name, obj in present.items():
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            if name in pending or ANNOTATION + "state" in annotations:
+                continue
+            rec = self.cluster.store.node(name)
+            if rec is not None:
+                out[name] = (dict(rec.report, _at=rec.received), rec.pool or "")
+        return out

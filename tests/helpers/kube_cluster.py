@@ -1,0 +1,340 @@
+"""A real Kubernetes control plane on loopback for the tests: etcd, kube-apiserver (RBAC on) and
+kube-controller-manager 1.20.2, with OpenShift's CRDs (deploy/crds/) installed.
+
+The binaries come from ``make kube-bin`` (tools/kube/build-kube-bin.sh, cached outside the tree);
+etcd is Debian's etcd-server, kubectl is /usr/bin/kubectl. Everything listens on 127.0.0.1 on free
+ports and speaks TLS with certificates made here by one throw-away CA (etcd's clients, the API
+server's clients and serving certificates); the API server has no insecure port, and neither
+has the controller manager. No kubelet or scheduler runs: pods stay Pending unless a test writes
+their status.
+
+    with KubeCluster(tmp_dir) as kc:
+        kc.kubectl("get", "mcp")                             # as admin (system:masters)
+        cfg = kc.kubeconfig_for("alice", ["some-group"])     # another user, for RBAC tests
+
+``kube_cluster`` is the session fixture (import it into a test module); it skips, naming
+``make kube-bin``, when the binaries are not built (a failure under ``make test``).
+"""
+
+import datetime
+import glob
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import pytest
+import requests
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tests.helpers.etcd_cluster import ETCD, _free_ports
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD_SCRIPT = os.path.join(REPO, "tools", "kube", "build-kube-bin.sh")
+CRDS = os.path.join(REPO, "deploy", "crds")
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+SERVICE_CIDR = "10.0.0.0/24"
+BINARIES = ("kube-apiserver", "kube-controller-manager")
+
+
+def find_kube_bin() -> Optional[str]:
+    """The directory holding the binaries: $NODE_AGENT_KUBE_BIN, else the build script's cache
+    (``build-kube-bin.sh --find`` looks, never builds); None when there is none."""
+    d = os.environ.get("NODE_AGENT_KUBE_BIN")
+    if not d:
+        out = subprocess.run(["bash", BUILD_SCRIPT, "--find"], capture_output=True, text=True, timeout=60)
+        lines = out.stdout.strip().splitlines()
+        d = lines[-1] if out.returncode == 0 and lines else ""
+    if d and all(os.access(os.path.join(d, b), os.X_OK) for b in BINARIES):
+        return d
+    return None
+
+
+class _CA:
+    """One CA signing every certificate of the cluster (serving and client), EC P-256."""
+
+    def __init__(self, directory: str):
+        self.dir = directory
+        self.now = datetime.datetime.now(datetime.timezone.utc)
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "node-agent test kube CA")])
+        self.cert = (self._builder(name, self.key.public_key(), days=7).issuer_name(name)
+                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                     .add_extension(x509.KeyUsage(
+                         digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+                         key_encipherment=False, data_encipherment=False, key_agreement=False,
+                         encipher_only=False, decipher_only=False), critical=True)
+                     .sign(self.key, hashes.SHA256()))
+        self.path = self._write("ca.pem", self.cert.public_bytes(serialization.Encoding.PEM))
+
+    def _builder(self, subject: x509.Name, public_key, days: int) -> x509.CertificateBuilder:
+        return (x509.CertificateBuilder().subject_name(subject).public_key(public_key)
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(self.now - datetime.timedelta(minutes=5))
+                .not_valid_after(self.now + datetime.timedelta(days=days)))
+
+    def _write(self, name: str, data: bytes, mode: int = 0o644) -> str:
+        path = os.path.join(self.dir, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chmod(path, mode)
+        return path
+
+    def issue(self, name: str, cn: str, orgs: Sequence[str] = (), hosts: Sequence[str] = (),
+              client: bool = True, server: bool = False) -> Tuple[str, str]:
+        """A certificate for ``cn`` (the user) in ``orgs`` (its groups), serving ``hosts`` when
+        ``server``; returns (cert path, key path)."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+                            + [x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+        usages = ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else []) + \
+                 ([ExtendedKeyUsageOID.SERVER_AUTH] if server else [])
+        b = (self._builder(subject, key.public_key(), days=2).issuer_name(self.cert.subject)
+             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+             .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
+        if hosts:
+            sans: List[x509.GeneralName] = []
+            for h in hosts:
+                try:
+                    sans.append(x509.IPAddress(ipaddress.ip_address(h)))
+                except ValueError:
+                    sans.append(x509.DNSName(h))
+            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        cert = b.sign(self.key, hashes.SHA256())
+        return (self._write(f"{name}.pem", cert.public_bytes(serialization.Encoding.PEM)),
+                self._write(f"{name}-key.pem", key.private_bytes(
+                    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption()), 0o600))
+
+
+class KubeCluster:
+    def __init__(self, base_dir: str, bin_dir: Optional[str] = None, crds: Optional[str] = CRDS):
+        self.base_dir = base_dir
+        self.bin_dir = bin_dir or find_kube_bin()
+        if not self.bin_dir:
+            raise FileNotFoundError("kube-apiserver/kube-controller-manager not built: run make kube-bin")
+        self.crds = crds
+        os.makedirs(base_dir, exist_ok=True)
+        self.etcd_port, self.etcd_peer_port, self.port, self.cm_port = _free_ports(4)
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.procs: Dict[str, subprocess.Popen] = {}
+        self._minted = 0
+        self.start_seconds = 0.0  # how long start() took (etcd to CRDs established)
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.base_dir, name)
+
+    # --- certificates and kubeconfigs
+    def _make_pki(self) -> None:
+        self.ca = _CA(self.base_dir)
+        self.ca_path = self.ca.path
+        lo = ("127.0.0.1", "localhost")
+        self.etcd_serving = self.ca.issue("etcd", "etcd", hosts=lo, server=True)  # peer TLS: both usages
+        self.etcd_client = self.ca.issue("apiserver-etcd-client", "kube-apiserver-etcd-client")
+        self.serving = self.ca.issue("apiserver", "kube-apiserver", client=False, server=True, hosts=(
+            *lo, "10.0.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc"))
+        self.cm_serving = self.ca.issue("controller-manager-serving", "kube-controller-manager",
+                                        hosts=lo, client=False, server=True)
+        sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.sa_key = self.ca._write("sa-key.pem", sa_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), 0o600)
+        self.sa_pub = self.ca._write("sa.pem", sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        self.admin_cert = self.ca.issue("admin", "admin", orgs=["system:masters"])
+        self.admin_kubeconfig = self._kubeconfig("admin", *self.admin_cert)
+        self.cm_kubeconfig = self._kubeconfig(
+            "controller-manager", *self.ca.issue("controller-manager", "system:kube-controller-manager"))
+
+    def _kubeconfig(self, name: str, cert: str, key: str) -> str:
+        cfg = {"apiVersion": "v1", "kind": "Config", "current-context": name,
+               "clusters": [{"name": "test", "cluster": {"server": self.url, "certificate-authority": self.ca_path}}],
+               "users": [{"name": name, "user": {"client-certificate": cert, "client-key": key}}],
+               "contexts": [{"name": name, "context": {"cluster": "test", "user": name}}]}
+        path = self._path(f"{name}.kubeconfig")
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=1)  # JSON is YAML: kubectl and client libraries read it
+        return path
+
+    def kubeconfig_for(self, user: str, groups: Sequence[str] = ()) -> str:
+        """A kubeconfig authenticating as ``user`` in ``groups`` (x509 client certificate: the CN
+        and O of a certificate this cluster's CA signs). It has no rights until a test binds some."""
+        self._minted += 1
+        name = f"user{self._minted}"
+        return self._kubeconfig(name, *self.ca.issue(name, user, orgs=groups))
+
+    # --- processes
+    def _spawn(self, name: str, cmd: List[str]) -> None:
+        with open(self._path(f"{name}.log"), "ab") as log:
+            self.procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def _etcd_cmd(self) -> List[str]:
+        client, peer = f"https://127.0.0.1:{self.etcd_port}", f"https://127.0.0.1:{self.etcd_peer_port}"
+        cert, key = self.etcd_serving
+        return [ETCD, "--name", "kube", "--data-dir", self._path("etcd-data"),
+                "--listen-client-urls", client, "--advertise-client-urls", client,
+                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                "--initial-cluster", f"kube={peer}", "--initial-cluster-state", "new",
+                "--cert-file", cert, "--key-file", key, "--client-cert-auth", "--trusted-ca-file", self.ca_path,
+                "--peer-cert-file", cert, "--peer-key-file", key, "--peer-client-cert-auth",
+                "--peer-trusted-ca-file", self.ca_path,
+                "--logger", "zap", "--log-outputs", "stderr"]
+
+    def _apiserver_cmd(self) -> List[str]:
+        cert, key = self.serving
+        etcd_cert, etcd_key = self.etcd_client
+        return [os.path.join(self.bin_dir, "kube-apiserver"),
+                f"--etcd-servers=https://127.0.0.1:{self.etcd_port}", f"--etcd-cafile={self.ca_path}",
+                f"--etcd-certfile={etcd_cert}", f"--etcd-keyfile={etcd_key}",
+                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
+                "--insecure-port=0",  # 1.20 would otherwise also serve plain HTTP on 127.0.0.1:8080
+                f"--tls-cert-file={cert}", f"--tls-private-key-file={key}", f"--client-ca-file={self.ca_path}",
+                "--authorization-mode=Node,RBAC", f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--service-account-key-file={self.sa_pub}", f"--service-account-signing-key-file={self.sa_key}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                # 127.0.0.1 is no valid endpoint for the kubernetes Service; nothing here needs it
+                "--endpoint-reconciler-type=none", f"--cert-dir={self._path('apiserver-certs')}"]
+
+    def _controller_manager_cmd(self) -> List[str]:
+        cert, key = self.cm_serving
+        cfg = self.cm_kubeconfig
+        return [os.path.join(self.bin_dir, "kube-controller-manager"),
+                f"--kubeconfig={cfg}", f"--authentication-kubeconfig={cfg}", f"--authorization-kubeconfig={cfg}",
+                "--bind-address=127.0.0.1", f"--secure-port={self.cm_port}",
+                "--port=0",  # no insecure port (1.20's default is 10252)
+                f"--tls-cert-file={cert}", f"--tls-private-key-file={key}",
+                "--controllers=*", "--use-service-account-credentials", "--leader-elect=false",
+                f"--service-account-private-key-file={self.sa_key}", f"--root-ca-file={self.ca_path}",
+                f"--cert-dir={self._path('controller-manager-certs')}"]
+
+    def _check_running(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited ({proc.returncode}): {self.log_tail(name)}")
+
+    def log_tail(self, name: str, lines: int = 15) -> str:
+        try:
+            with open(self._path(f"{name}.log"), errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return ""
+
+    def _wait(self, what: str, check, timeout: float) -> None:
+        """Poll ``check`` (true when done) until ``timeout``; a process that exits ends the wait."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_running()
+            try:
+                if check():
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                logs = "; ".join(f"{n}: {self.log_tail(n, 5)}" for n in self.procs)
+                raise TimeoutError(f"{what} not within {timeout:.0f}s (logs in {self.base_dir}): {logs}")
+            time.sleep(0.2)
+
+    def _healthy(self, base: str, path: str) -> bool:
+        r = requests.get(base + path, verify=self.ca_path, cert=self.admin_cert, timeout=5)
+        return r.status_code == 200 and r.text.strip() == "ok"
+
+    def start(self) -> "KubeCluster":
+        t0 = time.monotonic()
+        try:
+            self._make_pki()
+            self._spawn("etcd", self._etcd_cmd())
+            self._spawn("kube-apiserver", self._apiserver_cmd())
+            self._wait("kube-apiserver /readyz", lambda: self._healthy(self.url, "/readyz"), 90)
+            self._spawn("kube-controller-manager", self._controller_manager_cmd())
+            self._wait("kube-controller-manager /healthz",
+                       lambda: self._healthy(f"https://127.0.0.1:{self.cm_port}", "/healthz"), 60)
+            if self.crds:
+                self.install_crds(self.crds)
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - t0
+        return self
+
+    def install_crds(self, directory: str, timeout: float = 60) -> List[str]:
+        """kubectl apply --validate=false the *.yaml of ``directory`` (1.20's CRD schema lacks
+        x-kubernetes-validations: the API server drops those rules) and wait until every CRD is
+        Established; returns their names."""
+        files = sorted(glob.glob(os.path.join(directory, "*.yaml")))
+        out = self.kubectl("apply", "--validate=false", "-o", "name", *[a for f in files for a in ("-f", f)])
+        names = [line.split("/", 1)[1] for line in out.stdout.split() if "/" in line]
+        self._wait("CRDs Established", lambda: all(self._established(n) for n in names), timeout)
+        return names
+
+    def _established(self, name: str) -> bool:
+        r = self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        conds = r.json().get("status", {}).get("conditions", []) if r.status_code == 200 else []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conds)
+
+    def kubectl(self, *args: str, kubeconfig: Optional[str] = None, check: bool = True,
+                input: Optional[str] = None, timeout: float = 60) -> subprocess.CompletedProcess:
+        """Run kubectl against this cluster (as admin unless ``kubeconfig``)."""
+        cmd = [KUBECTL, f"--kubeconfig={kubeconfig or self.admin_kubeconfig}", *args]
+        out = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=timeout)
+        if check and out.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} exited {out.returncode}: {out.stderr.strip()}")
+        return out
+
+    def session(self, cert: Optional[Tuple[str, str]] = None) -> requests.Session:
+        """A requests session to the API server (CA verified), as admin unless ``cert``."""
+        s = requests.Session()
+        s.trust_env = False  # else REQUESTS_CA_BUNDLE (or a proxy) from the environment wins
+        s.verify = self.ca_path
+        s.cert = cert or self.admin_cert
+        return s
+
+    def get(self, path: str, **kw) -> requests.Response:
+        return requests.get(self.url + path, verify=self.ca_path, cert=self.admin_cert, timeout=10, **kw)
+
+    def stop(self, timeout: float = 15) -> None:
+        """SIGTERM each component's process group (controller manager first, etcd last), SIGKILL
+        what is still there after ``timeout``; every process is reaped."""
+        for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+            proc = self.procs.pop(name, None)
+            if proc is None:
+                continue
+            for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, None)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+                try:
+                    proc.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            try:  # the group's other members, if a component left any
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def __enter__(self) -> "KubeCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(tmp_path_factory):
+    """One control plane for the session (tests keep to namespaces or names of their own)."""
+    bin_dir = find_kube_bin()
+    if not bin_dir:
+        pytest.skip("kube-apiserver/kube-controller-manager 1.20.2 are not built: run make kube-bin "
+                    "(make test does; about 4-5 minutes once, then cached)")
+    if not os.access(ETCD, os.X_OK) or not os.access(KUBECTL, os.X_OK):
+        pytest.skip("etcd (etcd-server) or kubectl is not installed (make sysdeps installs etcd-server)")
+    with KubeCluster(str(tmp_path_factory.mktemp("kube")), bin_dir) as kc:
+        yield kc

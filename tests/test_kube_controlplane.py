@@ -1,0 +1,197 @@
+"""The tests' real Kubernetes control plane (tests/helpers/kube_cluster.py) behaves the way
+node-config-server will rely on: OpenShift's CRDs served and validated (with the kube-openapi fix
+of tools/kube: "" and false are values, not null), `kubectl get mcp` printing the MCO's columns,
+the controller manager writing PodDisruptionBudget status, the Eviction API honouring it, and RBAC
+refusing a user nobody granted anything."""
+
+import json
+import time
+import uuid
+
+import pytest
+
+from tests.helpers.kube_cluster import kube_cluster  # noqa: F401  (the session fixture)
+
+MCO = "/apis/machineconfiguration.openshift.io/v1"
+CRD_NAMES = {
+    "machineconfigs.machineconfiguration.openshift.io",
+    "machineconfigpools.machineconfiguration.openshift.io",
+    "machineconfignodes.machineconfiguration.openshift.io",
+    "machineosconfigs.machineconfiguration.openshift.io",
+    "machineosbuilds.machineconfiguration.openshift.io",
+    "pinnedimagesets.machineconfiguration.openshift.io",
+    "machineconfigurations.operator.openshift.io",
+}
+
+
+def wait_for(check, what, timeout=30.0):
+    """Poll ``check`` until it returns something true (returned), or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout:.0f}s")
+        time.sleep(0.1)
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def pool(name, **spec):
+    return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+            "metadata": {"name": name},
+            "spec": {"machineConfigSelector": {"matchLabels": {
+                         "machineconfiguration.openshift.io/role": name}},
+                     "nodeSelector": {"matchLabels": {f"node-role.kubernetes.io/{name}": ""}}, **spec}}
+
+
+def test_the_crds_are_established(kube_cluster):  # noqa: F811
+    r = kube_cluster.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+    assert r.status_code == 200, r.text
+    established = {c["metadata"]["name"] for c in r.json()["items"]
+                   if any(x["type"] == "Established" and x["status"] == "True"
+                          for x in c.get("status", {}).get("conditions", []))}
+    assert CRD_NAMES <= established
+    assert kube_cluster.get(MCO + "/machineconfigpools").json()["items"] is not None
+
+
+def test_an_infra_pool_with_empty_label_value_and_paused_false_is_accepted(kube_cluster):  # noqa: F811
+    # Refused with "Invalid value: \"null\"" by a 1.20 apiserver built with Go >= 1.18 unpatched.
+    s = kube_cluster.session()
+    body = pool("infra", paused=False)
+    body["spec"]["nodeSelector"]["matchLabels"] = {"node-role.kubernetes.io/infra": ""}
+    r = s.post(kube_cluster.url + MCO + "/machineconfigpools", json=body, timeout=10)
+    assert r.status_code == 201, r.text
+    got = s.get(kube_cluster.url + MCO + "/machineconfigpools/infra", timeout=10).json()
+    assert got["spec"]["nodeSelector"]["matchLabels"] == {"node-role.kubernetes.io/infra": ""}
+    assert got["spec"]["paused"] is False
+    # ... and the schema is still enforced: a string is no boolean.
+    bad = pool(unique("bad"), paused="no")
+    r = s.post(kube_cluster.url + MCO + "/machineconfigpools", json=bad, timeout=10)
+    assert r.status_code == 422 and "spec.paused" in r.text, r.text
+
+
+def test_a_machineconfig_is_stored_as_written(kube_cluster):  # noqa: F811
+    name = unique("99-worker-test")
+    mc = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+          "metadata": {"name": name, "labels": {"machineconfiguration.openshift.io/role": "worker"}},
+          "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [{
+                       "path": "/etc/test.conf", "mode": 420, "overwrite": True,
+                       "contents": {"source": "data:,hello%0A"}}]}},
+                   "kernelArguments": ["quiet"]}}
+    s = kube_cluster.session()
+    r = s.post(kube_cluster.url + MCO + "/machineconfigs", json=mc, timeout=10)
+    assert r.status_code == 201, r.text
+    got = s.get(kube_cluster.url + MCO + f"/machineconfigs/{name}", timeout=10).json()
+    assert got["spec"]["config"] == mc["spec"]["config"]  # preserved, unknown fields and all
+    assert got["spec"]["kernelArguments"] == ["quiet"]
+
+
+def test_kubectl_get_mcp_prints_the_mco_columns(kube_cluster):  # noqa: F811
+    name = unique("cols")
+    kube_cluster.kubectl("create", "-f", "-", input=json.dumps(pool(name)))
+    out = kube_cluster.kubectl("get", "mcp", name).stdout.splitlines()
+    assert out[0].split() == ["NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINECOUNT",
+                              "READYMACHINECOUNT", "UPDATEDMACHINECOUNT", "DEGRADEDMACHINECOUNT", "AGE"]
+    assert out[1].split()[0] == name  # status is empty: nothing writes it yet
+
+
+@pytest.fixture
+def namespace(kube_cluster):  # noqa: F811
+    """A namespace of the test's own, once its default ServiceAccount exists (the controller
+    manager creates it; pods are refused until then)."""
+    ns = unique("t")
+    kube_cluster.kubectl("create", "namespace", ns)
+    wait_for(lambda: kube_cluster.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default").status_code == 200,
+             "the default ServiceAccount (controller manager)")
+    yield ns
+    kube_cluster.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def make_pod(kc, ns, name, running):
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "guarded"}},
+           "spec": {"automountServiceAccountToken": False,
+                    "containers": [{"name": "c", "image": "registry.invalid/pause:1"}]}}
+    s = kc.session()
+    r = s.post(f"{kc.url}/api/v1/namespaces/{ns}/pods", json=pod, timeout=10)
+    assert r.status_code == 201, r.text
+    if running:  # what a kubelet would report; none runs here
+        status = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+        r = s.patch(f"{kc.url}/api/v1/namespaces/{ns}/pods/{name}/status", json=status, timeout=10,
+                    headers={"Content-Type": "application/merge-patch+json"})
+        assert r.status_code == 200, r.text
+
+
+def make_pdb(kc, ns, min_available=1):
+    pdb = {"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "guard"},
+           "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "guarded"}}}}
+    r = kc.session().post(f"{kc.url}/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets",
+                          json=pdb, timeout=10)
+    assert r.status_code == 201, r.text
+
+
+def pdb_status(kc, ns, **want):
+    """The PDB's status once the controller has observed its generation and it has ``want``."""
+    def check():
+        got = kc.get(f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets/guard").json()
+        status = got.get("status", {})
+        if status.get("observedGeneration") != got["metadata"]["generation"]:
+            return None
+        return status if all(status.get(k) == v for k, v in want.items()) else None
+    return wait_for(check, f"PodDisruptionBudget status {want}")
+
+
+def test_the_controller_manager_writes_pdb_status(kube_cluster, namespace):  # noqa: F811
+    make_pod(kube_cluster, namespace, "pending", running=False)  # no kubelet: it stays Pending
+    make_pdb(kube_cluster, namespace)
+    status = pdb_status(kube_cluster, namespace, expectedPods=1)
+    assert status["observedGeneration"] == 1
+    assert (status["currentHealthy"], status["desiredHealthy"], status["disruptionsAllowed"]) == (0, 1, 0)
+
+
+def eviction_version(kc):
+    """The group/version of pods/eviction, from discovery (policy/v1beta1 on 1.20)."""
+    resources = kc.get("/api/v1").json()["resources"]
+    sub = [r for r in resources if r["name"] == "pods/eviction"]
+    assert sub, "no pods/eviction in discovery"
+    return f"{sub[0]['group']}/{sub[0]['version']}"
+
+
+def test_an_eviction_the_pdb_forbids_answers_429(kube_cluster, namespace):  # noqa: F811
+    kc = kube_cluster
+    for name in ("a", "b"):
+        make_pod(kc, namespace, name, running=True)
+    make_pdb(kc, namespace, min_available=1)
+    pdb_status(kc, namespace, currentHealthy=2, disruptionsAllowed=1)
+    version = eviction_version(kc)
+    assert version == "policy/v1beta1"
+
+    def evict(name):
+        body = {"apiVersion": version, "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        return kc.session().post(f"{kc.url}/api/v1/namespaces/{namespace}/pods/{name}/eviction",
+                                 json=body, timeout=10)
+    r = evict("a")
+    assert r.status_code == 201, r.text
+    r = evict("b")
+    assert r.status_code == 429, r.text
+    assert "disruption budget" in r.json()["message"]
+    assert kc.get(f"/api/v1/namespaces/{namespace}/pods/b").status_code == 200
+
+
+def test_a_user_without_a_binding_is_forbidden(kube_cluster):  # noqa: F811
+    user = unique("nobody")
+    cfg = kube_cluster.kubeconfig_for(user, ["testers"])
+    out = kube_cluster.kubectl("get", "mcp", kubeconfig=cfg, check=False)
+    assert out.returncode != 0 and "forbidden" in out.stderr.lower(), out.stderr
+    assert f'User "{user}"' in out.stderr  # authenticated by its certificate, refused by RBAC
+    # Granted list on pools, the same user can; nothing else.
+    kube_cluster.kubectl("create", "clusterrole", user, "--verb=get,list",
+                         "--resource=machineconfigpools.machineconfiguration.openshift.io")
+    kube_cluster.kubectl("create", "clusterrolebinding", user, f"--clusterrole={user}", f"--user={user}")
+    wait_for(lambda: kube_cluster.kubectl("get", "mcp", kubeconfig=cfg, check=False).returncode == 0,
+             "list allowed by the new binding")
+    out = kube_cluster.kubectl("get", "mc", kubeconfig=cfg, check=False)
+    assert out.returncode != 0 and "forbidden" in out.stderr.lower(), out.stderr
