@@ -86,6 +86,9 @@ def _update_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--once", action="store_true", help="one pass, then exit")
     p.add_argument("--interval", type=interval_arg, default=None, metavar="SECONDS",
                    help="poll interval, > 0 (default: update.interval of agent.yaml, 60)")
+    p.add_argument("--force", action="store_true",
+                   help="skip the on-disk validation once and re-apply the config (as the force file "
+                        "/run/node-agent-force, the MCD's /run/machine-config-daemon-force)")
 
 
 def _validate_options(p: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ EXIT_UNREACHABLE = 69  # EX_UNAVAILABLE
 EXIT_INTERNAL = 70  # EX_SOFTWARE
 EXIT_ROLLED_BACK = 75  # EX_TEMPFAIL: retry is safe
 EXIT_SKEW_REFUSED = 78  # EX_CONFIG
+EXIT_DRIFTED = 79  # not a sysexits code: the node's disk differs from its config (update refuses to apply over it)
 
 
 _MISSING = object()
@@ -152,6 +153,8 @@ HINTS = {
                    "'node-agent status --json'",
     EXIT_ROLLED_BACK: "the node is as before; trying again is safe once the cause is fixed",
     EXIT_SKEW_REFUSED: "boot a newer boot image, or change the cluster's bootImageSkewEnforcement",
+    EXIT_DRIFTED: "restore the paths 'node-agent status' lists, or re-apply the config: 'node-agent update --force' "
+                  "(or touch /run/node-agent-force)",
 }
 
 

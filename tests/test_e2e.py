@@ -201,7 +201,7 @@ def test_update_waits_for_the_drain_lease_then_applies_and_reports(tmp_path):
         assert seen["report"]["desiredConfig"] == new_target
         st = json.loads(agent("status", "--root", a, "--json").stdout)
         assert st["command"] == "update" and st["rebootPending"] is True
-        assert [s["name"] for s in st["stages"]] == ["fetch", "plan", "drain", "apply", "act", "report"]
+        assert [s["name"] for s in st["stages"]] == ["fetch", "validate", "plan", "drain", "apply", "act", "report"]
 
 
 def test_no_reboot_and_no_os_update_when_the_boot_image_already_is_the_target(server, tmp_path):

@@ -34,6 +34,13 @@ def _policy(args: Any):
     return effective_policy(load_policy_text(_read(path, "--policy"), source=path))
 
 
+def _overrides(args: Any) -> tuple:
+    from agent.core.reconcilable import storage_overrides_text
+
+    path = getattr(args, "policy", None)
+    return storage_overrides_text(_read(path, "--policy")) if path else ()
+
+
 def _config(path: str, what: str):
     from agent.core.loadconfig import load_node_config
 
@@ -73,7 +80,11 @@ def run(args: Any) -> int:
     # What first boot and update refuse (a FIPS flip, day-2 storage), plan refuses too: exit 65.
     # The node's kernel is not here to ask, so --from's fips stands for it (update does the same
     # where /proc says nothing).
-    check(old, new, None, firstboot=bool(args.firstboot))
+    # The --policy MachineConfiguration's irreconcilableValidationOverrides.storage lets storage through.
+    kept = check(old, new, None, firstboot=bool(args.firstboot), overrides=_overrides(args))
+    for section in kept:
+        sys.stderr.write(f"note: storage.{section} changed: allowed by irreconcilableValidationOverrides.storage; "
+                         "a running node keeps what it was installed with and reports the difference\n")
     plan = plan_disruption(old, new, policy, firstboot=bool(args.firstboot))
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))

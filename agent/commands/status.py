@@ -12,6 +12,11 @@ stays 2, where RHEL's cloud-init maps it back to 0 (RHEL-28549).
 A report kept for later (``pending-report.json``) is shown; one the server *refused* makes the
 result degraded (the node works, but the server does not count it) until it is delivered.
 
+On-disk drift the day-2 loop found (``drift.json``, agent/node/drift.py) makes the result
+degraded as well, each drifted path listed with what differs, until a check finds none (the
+file restored, or ``node-agent update --force``); storage changes kept as installed under
+``irreconcilableValidationOverrides.storage`` (``irreconcilable.json``) are listed, not degrading.
+
 ``--wait`` blocks until the first boot has ended (as ``cloud-init status --wait``), printing a
 dot per second on a terminal, then answers as without it.
 """
@@ -42,16 +47,23 @@ def _alive(pid: object) -> bool:
         return False
 
 
-def effective_result(data: dict, root: Root, kept: Optional[Dict[str, Any]] = None) -> str:
+def effective_result(data: dict, root: Root, kept: Optional[Dict[str, Any]] = None,
+                     drifted: bool = False) -> str:
     """done | failed | degraded | running | interrupted (running, but its process is gone).
 
     ``kept``: the kept report, if any. A refused one degrades a done run; a run degraded only by
     a refused report is done again once no refused report is kept (it was delivered since).
+    ``drifted``: on-disk drift of the current config is recorded: a done run, or one that
+    refused to apply over the drift (exit 79), is degraded.
     """
+    from agent.errors import EXIT_DRIFTED
+
     result = data.get("result")
     if result == "running" and root.is_live and not _alive(data.get("pid")):
         return "interrupted"
     refused = bool(kept and kept.get("refused"))
+    if drifted and (result == "done" or (result == "failed" and data.get("exitCode") == EXIT_DRIFTED)):
+        return "degraded"
     if result == "done" and refused:
         return "degraded"
     if result == "degraded" and data.get("degradedBy") == "report" and not refused:
@@ -72,6 +84,35 @@ def report_line(kept: Optional[Dict[str, Any]], error: Optional[str] = None) -> 
         return f"refused, kept since {kept.get('keptAt', '?')}: {text}"
     return (f"pending since {kept.get('keptAt', '?')} ({kept.get('error') or 'not delivered'}); "
             f"node-agent.service sends it again")
+
+
+def drift_lines(drift: Optional[Dict[str, Any]], irreconcilable: Optional[Dict[str, Any]]) -> List[str]:
+    """The ``drift:`` block (each drifted path and what differs) and the ``irreconcilable:`` line."""
+    lines: List[str] = []
+    drifted = (drift or {}).get("drifted") or []
+    if drifted:
+        lines.append(f"drift: {len(drifted)} path{' differs' if len(drifted) == 1 else 's differ'} from "
+                     f"{drift.get('config')} on disk (checked {drift.get('checkedAt')}):")
+        lines.extend(f"  {d.get('path')}: {'; '.join(d.get('differences') or [])}" for d in drifted)
+        lines.append("  what to do: restore them, or re-apply the config: node-agent update --force "
+                     "(or touch /run/node-agent-force)")
+    if irreconcilable and irreconcilable.get("differences"):
+        lines.append(f"irreconcilable: {', '.join(irreconcilable['differences'])} of {irreconcilable.get('config')} "
+                     "differ from the install-time config; kept as installed (irreconcilableValidationOverrides"
+                     ".storage): new nodes get them")
+    return lines
+
+
+def _drift_records(root: Root, state_dir: str):
+    """The drift record when it is about the config the node is at, and the irreconcilable record."""
+    from agent.node import nodestate
+    from agent.node.drift import read_record
+
+    drift = read_record(root, state_dir)
+    current = nodestate.load_current(root, state_dir) or {}
+    if drift and current.get("name") and drift.get("config") != current.get("name"):
+        drift = None  # about a config the node has left since
+    return drift, nodestate.load_irreconcilable(root, state_dir)
 
 
 def exit_code_for(result: Optional[str]) -> int:
@@ -135,7 +176,7 @@ def _stage_line(s: dict, width: int, long: bool, now: Optional[float]) -> str:
 
 def render(data: dict, result: str, firstboot: Optional[dict] = None,
            kept: Optional[Dict[str, Any]] = None, long: bool = False, now: Optional[float] = None,
-           where: Optional[str] = None) -> str:
+           where: Optional[str] = None, extra: Optional[List[str]] = None) -> str:
     """Human output: a ``cloud-init status --long`` header, then the stages with their timings
     (a running one with its time so far, fetch attempt and next retry); ``long``: also each
     stage's start and the record's file."""
@@ -165,6 +206,7 @@ def render(data: dict, result: str, firstboot: Optional[dict] = None,
         lines.append("stages:")
         width = max(len(str(s.get("name", ""))) for s in stages)
         lines.extend(_stage_line(s, width, long, now) for s in stages)
+    lines.extend(extra or [])
     if data.get("rebootPending"):
         lines.append("A reboot is pending: the applied changes take effect after the next boot.")
     if firstboot is not None and data.get("command") != "firstboot":
@@ -230,12 +272,17 @@ def run(args) -> int:
         else:
             print(f"status: not run\ndetail: node-agent has not run on this node (no {where})")
         return EXIT_FAILED
-    result = effective_result(data, root, kept)
+    drift, irreconcilable = _drift_records(root, state_dir)
+    result = effective_result(data, root, kept, drifted=bool((drift or {}).get("drifted")))
     if fmt != "tabular":
         out = dict(data)
         out["result"] = result
         if kept:
             out["keptReport"] = kept
+        if drift:
+            out["drift"] = drift
+        if irreconcilable:
+            out["irreconcilable"] = irreconcilable
         sys.stdout.write(_dump(out, fmt))
     else:
         firstboot = None
@@ -244,5 +291,6 @@ def run(args) -> int:
                 firstboot = read_status(root, state_dir, "firstboot")
             except Exception:  # an unreadable old record must not hide the current one
                 firstboot = None
-        print(render(data, result, firstboot, kept, long=long, where=where), end="")
+        print(render(data, result, firstboot, kept, long=long, where=where,
+                     extra=drift_lines(drift, irreconcilable)), end="")
     return exit_code_for(result)

@@ -197,6 +197,12 @@ def check_cluster(doc: Dict[str, Any], src: str) -> List[Problem]:
                         problems.append(Problem(path, p.message, p.rule, source=src))
                 except Exception as exc:  # never let a validator bug take the server down
                     log.warning("policy validator failed on %s: %s", src, exc)
+    if "irreconcilableValidationOverrides" in spec:  # as the CRD admits it (agent.core.reconcilable)
+        from dataclasses import replace
+
+        from agent.core.reconcilable import override_problems
+
+        problems.extend(replace(p, source=src) for p in override_problems(spec["irreconcilableValidationOverrides"]))
     return problems
 
 

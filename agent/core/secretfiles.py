@@ -19,3 +19,12 @@ SECRET_PATHS = frozenset({
 def file_mode(path: str, mode: Optional[int]) -> Optional[int]:
     """The mode to write ``path`` with: 0600 for a secret, else ``mode`` (None: the default)."""
     return SECRET_MODE if path in SECRET_PATHS else mode
+
+
+def is_secret(path: str, mode: Optional[int] = None) -> bool:
+    """Whether a file's content (or any digest of it) must never appear in a report or a log:
+    one of SECRET_PATHS, or a file the config keeps from other users (no read bit for others:
+    a key, a token). A drift of it says only "content differs"."""
+    if path in SECRET_PATHS:
+        return True
+    return mode is not None and not mode & 0o004

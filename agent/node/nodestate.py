@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 FIRSTBOOT_STAMP = "firstboot.done"
 CURRENT = "current-config.json"
 REBOOT_PENDING = "reboot-pending.json"
+IRRECONCILABLE = "irreconcilable.json"
 
 
 def _write_json(path: str, data: Any, mode: int = 0o600) -> None:
@@ -123,6 +124,23 @@ def clear_reboot_pending(root: Root, state_dir: str) -> None:
         os.unlink(root.path(os.path.join(state_dir, REBOOT_PENDING)))
     except FileNotFoundError:
         pass
+
+
+def save_irreconcilable(root: Root, state_dir: str, config_name: str, differences: list) -> None:
+    """The storage sections the config differs in from the install-time one (kept, not applied:
+    irreconcilableValidationOverrides.storage); nothing recorded when there are none."""
+    path = root.path(os.path.join(state_dir, IRRECONCILABLE))
+    if not differences:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return
+    _write_json(path, {"config": config_name, "differences": list(differences)}, mode=0o644)
+
+
+def load_irreconcilable(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:
+    return _read_json(root.path(os.path.join(state_dir, IRRECONCILABLE)))
 
 
 def read_token(root: Root, settings: Any) -> Optional[str]:

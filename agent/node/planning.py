@@ -110,12 +110,31 @@ def node_fips(root: Root) -> Optional[bool]:
         return None
 
 
-def check_reconcilable(root: Root, current: Optional[NodeConfig], target: NodeConfig, *, firstboot: bool) -> None:
+def check_reconcilable(root: Root, current: Optional[NodeConfig], target: NodeConfig, *, firstboot: bool,
+                       policy_text: Optional[str] = None) -> list:
     """Refuse, before anything is written, what a running node cannot take (FIPS flip, day-2
-    storage): ConfigError, exit 65."""
-    from agent.core.reconcilable import check
+    storage): ConfigError, exit 65. ``policy_text``: the served MachineConfiguration, whose
+    ``irreconcilableValidationOverrides.storage`` lets storage changes through; returns those
+    (the sections changed and kept as installed)."""
+    from agent.core.reconcilable import check, storage_overrides_text
 
-    check(current, target, node_fips(root), firstboot=firstboot)
+    overrides = storage_overrides_text(policy_text) if policy_text and not firstboot else ()
+    return check(current, target, node_fips(root), firstboot=firstboot, overrides=overrides)
+
+
+def installed_ignition(config: NodeConfig) -> dict:
+    """The Ignition the node was installed with: the MachineConfig the server served at first
+    boot (/etc/mcs-machine-config-content.json, kept on day 2; the MCD reads the same file for
+    its irreconcilable differences), else ``config``'s own."""
+    from agent.core.served import MCS_CONTENT_PATH, file_bytes
+
+    try:
+        raw = file_bytes(config.ignition, MCS_CONTENT_PATH)
+        mc = json.loads(raw.decode("utf-8")) if raw else None
+        found = ((mc or {}).get("spec") or {}).get("config")
+    except (ConfigError, ValueError, UnicodeDecodeError, AttributeError):
+        found = None
+    return found if isinstance(found, dict) else config.ignition
 
 
 _ENTRY_LISTS = (("storage", "files"), ("storage", "directories"), ("storage", "links"),

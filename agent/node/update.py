@@ -1,9 +1,13 @@
 """``node-agent update``: the day-2 loop.
 
-Each pass: poll the pool's config (conditional GET with the last ETag), plan against the config
-the node is at, ask the server for a drain lease when the plan drains, apply, carry out the
-actions, report Done or Degraded with a reason, release the lease. One update at a time: a lock
-file under the state directory (flock, so a crashed run never leaves it held).
+Each pass: check the node's disk against the config it is at (agent/node/drift.py: on start, then
+on change), poll the pool's config (conditional GET with the last ETag), validate the disk again
+and refuse to apply over drift (the MCD's rule), plan against the config the node is at, ask the
+server for a drain lease when the plan drains, apply, carry out the actions, report Done or
+Degraded with a reason, release the lease. ``--force`` (or the force file
+``/run/node-agent-force``) skips the validation once and re-applies the config through the same
+apply and policy. One update at a time: a lock file under the state directory (flock, so a
+crashed run never leaves it held).
 """
 
 import fcntl
@@ -11,7 +15,7 @@ import logging
 import os
 import time
 from dataclasses import replace
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from agent.errors import EXIT_OK, FetchError, NodeAgentError, NotReady
 from agent.host import files, selinux
@@ -43,6 +47,8 @@ class Updater:
         self.sleep = sleep
         self.fetcher = None
         self.reporter = None
+        self.force = bool(getattr(opts, "force", False))
+        self.drift = None
 
     def _lock(self):
         path = self.root.path(os.path.join(self.state_dir, LOCK))
@@ -98,7 +104,11 @@ class Updater:
             elif last_problem:
                 log.info("update pass succeeded again")
             last_problem = problem
-            self.sleep(interval)
+            monitor = getattr(self, "drift", None)
+            if monitor is not None:
+                monitor.idle(interval)  # re-checks what changes on disk meanwhile
+            else:
+                self.sleep(interval)
 
     def once(self) -> str:
         """One pass; returns what happened: unchanged, updated, reboot."""
@@ -117,22 +127,56 @@ class Updater:
             self.reporter.flush()
             current = nodestate.current_config(record)
             self._report_rebooted(record, current)
+            forced = self._forced()
+            monitor = self._monitor(record, current)
+            if not forced and (monitor.config is None or monitor.config.name != current.name or not monitor.watching):
+                monitor.check(current)  # on start, then on change (inotify) or at every pass
             # Naming itself (with its credential) makes the server answer as to a member of the
             # pool: the pool's target, not only what a new node may have.
             result = self._fetch(record)
-            if result.status == 304:
+            if forced:
+                self._take_force()
+            if result.status == 304 and not forced:
                 log.debug("config unchanged (ETag %s)", record.get("etag"))
                 return "unchanged"
             rec = RunRecorder(self.root, "update", state_dir=self.state_dir)
             try:
-                return self._update(rec, record, current, result)
+                return self._update(rec, record, current, result, forced)
             except NodeAgentError as exc:
                 rec.finish("failed", exc.exit_code, error=str(exc), exc=exc)
                 self.reporter.send({"pool": record.get("pool") or self._pool(current), "state": "Degraded",
-                                    "currentConfig": current.name, "reason": str(exc).splitlines()[0]})
+                                    "currentConfig": current.name,
+                                    "reason": getattr(exc, "reason", None) or str(exc).splitlines()[0]})
                 raise
         finally:
             os.close(fd)
+
+    def _forced(self) -> bool:
+        """``--force`` or the force file (the MCD's /run/machine-config-daemon-force): the
+        on-disk validation is skipped once and the config re-applied. Only asked here; taken
+        (the file removed, the flag spent) by _take_force once the config is fetched, so a pass
+        that cannot reach the server leaves it for the next one."""
+        from agent.node.drift import force_requested
+
+        return self.force or force_requested(self.root)
+
+    def _take_force(self) -> None:
+        from agent.node.drift import FORCE_FILE, take_force_file
+
+        flag, self.force = self.force, False
+        if take_force_file(self.root):
+            log.warning("force file %s found and removed: on-disk validation skipped once, the config is "
+                        "re-applied", self.root.path(FORCE_FILE, follow_last=False))
+        elif flag:
+            log.warning("--force: on-disk validation skipped once, the config is re-applied")
+
+    def _monitor(self, record, current):
+        from agent.node.drift import DriftMonitor
+
+        if self.drift is None:
+            self.drift = DriftMonitor(self.root, self.state_dir, send=self.reporter.send, sleep=self.sleep,
+                                      pool=record.get("pool") or self._pool(current))
+        return self.drift
 
     def _report_rebooted(self, record, current) -> None:
         """After the reboot a first boot or an update asked for, say what the node now runs.
@@ -184,28 +228,87 @@ class Updater:
             self.reporter.ensure_registered()
             return fetch()
 
-    def _update(self, rec, record, current, result) -> str:
-        from agent.core.served import keep_first_boot_files
-        from agent.ignition.parse import parse_document
+    def _update(self, rec, record, current, result, forced: bool = False) -> str:
         from agent.node import planning
-        from agent.node.apply import apply_config
 
         url = record["url"]
         with rec.stage("fetch"):
-            ignition = parse_document(result.body, source=url)
-            target, served = planning.target_from_served(ignition, source=url)
-            target = planning.with_pool_files(self.root, target, planning.identity_of(served))
-            # The node annotations (firstPivotConfig) and the MCS content file stay as first boot wrote them.
-            target = replace(target, ignition=keep_first_boot_files(target.ignition, current.ignition))
+            target, served = self._target(record, current, result)
             rec.set(pool=served.pool, config=target.name)
-        if target.name == current.name and target.ignition == current.ignition:
-            nodestate.save_current(self.root, self.state_dir, current, result.headers.get("ETag"), url)
+        etag = result.headers.get("ETag") if result.status != 304 else record.get("etag")
+        same = target.name == current.name and target.ignition == current.ignition
+        if same and not forced:
+            nodestate.save_current(self.root, self.state_dir, current, etag, url)
             rec.finish("done", EXIT_OK)
             return "unchanged"
+        with rec.stage("validate") as stage:
+            if forced:
+                stage.skip("forced: on-disk validation skipped once")
+            else:  # the MCD validates the disk against the config it is at before every update
+                self.drift.check(current)
+                refused = self.drift.refusal(target.name)
+                if refused is not None:
+                    raise refused
         with rec.stage("plan"):
-            planning.check_reconcilable(self.root, current, target, firstboot=False)
-            plan = planning.make_plan(current, target, served.policy_text, firstboot=False)
+            kept = planning.check_reconcilable(self.root, current, target, firstboot=False,
+                                               policy_text=served.policy_text)
+            self._irreconcilable = self._record_irreconcilable(target, kept)
+            # Forced: what differs on disk is planned as a change too (the policy decides its actions).
+            baseline = self._on_disk_baseline(current) if forced else current
+            plan = planning.make_plan(baseline, target, served.policy_text, firstboot=False)
             log.info("plan:\n%s", plan.explain())
+        return self._carry_out(rec, current, target, served, plan, etag, url)
+
+    def _record_irreconcilable(self, target, kept) -> Optional[str]:
+        """Storage changes an override let through: recorded (``irreconcilable.json``, shown by
+        ``node-agent status``) and reported with Done; the node keeps what it was installed with."""
+        from agent.core.reconcilable import irreconcilable_differences
+        from agent.node import planning
+
+        diffs = irreconcilable_differences(planning.installed_ignition(target), target.ignition)
+        nodestate.save_irreconcilable(self.root, self.state_dir, target.name, diffs)
+        if not diffs:
+            return None
+        text = (f"irreconcilable differences kept ({', '.join(diffs)} differ from the install-time config; "
+                "allowed by irreconcilableValidationOverrides.storage): new nodes get them, this node keeps "
+                "what it was installed with")
+        for section in kept:
+            log.warning("storage.%s changed in %s: not applied to this running node (allowed by "
+                        "irreconcilableValidationOverrides.storage); recorded and reported", section, target.name)
+        return text
+
+    def _target(self, record, current, result):
+        """The served target (the current config itself for a forced pass that got no new one)."""
+        from agent.core.served import keep_first_boot_files, read_served
+        from agent.ignition.parse import parse_document
+        from agent.node import planning
+
+        if result.status == 304:
+            return current, read_served(current.ignition)
+        url = record["url"]
+        ignition = parse_document(result.body, source=url)
+        target, served = planning.target_from_served(ignition, source=url)
+        target = planning.with_pool_files(self.root, target, planning.identity_of(served))
+        # The node annotations (firstPivotConfig) and the MCS content file stay as first boot wrote them.
+        target = replace(target, ignition=keep_first_boot_files(target.ignition, current.ignition))
+        return target, served
+
+    def _on_disk_baseline(self, current):
+        """``current`` without the entries that differ on disk (a dry run of its apply): the plan
+        from it to the target covers the drifted paths, as first boot plans from what is laid."""
+        from agent.node import planning
+        from agent.node.apply import apply_config
+
+        preview = apply_config(self.root, current, current, fetcher=self.fetcher, state_dir=self.state_dir,
+                               dry_run=True)
+        if preview.changed_where:
+            log.warning("re-applying %s where the disk differs: %s", current.name, ", ".join(preview.changed_where))
+        return replace(current, ignition=planning.already_on_disk(current, preview.changed_where))
+
+    def _carry_out(self, rec, current, target, served, plan, etag, url) -> str:
+        from agent.node import planning
+        from agent.node.apply import apply_config
+
         lease = False
         if plan.drain:
             with rec.stage("drain"):
@@ -224,14 +327,15 @@ class Updater:
             with rec.stage("act"):
                 planning.carry_out(plan, self.root, self.systemd, self.logind, firstboot=False)
                 rec.set(reboot_pending=reboot)
-            nodestate.save_current(self.root, self.state_dir, target, result.headers.get("ETag"), url)
+            nodestate.save_current(self.root, self.state_dir, target, etag, url)
+            self.drift.forget()  # checked again from the new config (after the reboot, if one is due)
             if reboot:
                 nodestate.mark_reboot_pending(self.root, self.state_dir, target, planning.boot_id(self.root))
             with rec.stage("report"):
                 self.reporter.send({"pool": served.pool, "state": "Working" if reboot else "Done",
                                     "currentConfig": target.name, "desiredConfig": target.name,
                                     "currentImage": (booted.image if reboot else target.os_image_url) or None,
-                                    "reason": "reboot pending" if reboot else None})
+                                    "reason": "reboot pending" if reboot else getattr(self, "_irreconcilable", None)})
         finally:
             if lease and not plan.reboot:
                 self.reporter.release_drain()
@@ -239,6 +343,7 @@ class Updater:
         if reboot:
             planning.reboot(self.root, self.logind)
             return "reboot"
+        self.drift.check(target)
         return "updated"
 
 

@@ -176,7 +176,7 @@ def describe_pool(pool: Dict[str, Any], now: float) -> str:
         rows = [["NAME", "STATE", "CONFIG", "SKEW", "REASON"]]
         for name, n in sorted(nodes.items()):
             rows.append([name, str(n.get("state", "")), n.get("currentConfig", ""), n.get("skew", "") or "-",
-                         n.get("reason") or n.get("degradedReason") or ""])
+                         str(n.get("reason") or n.get("degradedReason") or "").split("\n", 1)[0]])
         lines += _indent(table(rows))
     history = st.get("history") or []
     if history:
@@ -230,8 +230,19 @@ def nodes_table(nodes: List[Dict[str, Any]], now: float, wide: bool = False, wid
 
 
 def node_reason(node: Dict[str, Any]) -> str:
-    """Why a node is not simply Done: the server's degraded reason, else the node's own."""
-    return str(node.get("degradedReason") or (node.get("report") or {}).get("reason") or "")
+    """Why a node is not simply Done: the server's degraded reason, else the node's own; its
+    first line in a table (a node's on-disk drift names each path on a line of its own:
+    ``describe node`` shows them all)."""
+    text = str(node.get("degradedReason") or (node.get("report") or {}).get("reason") or "")
+    return text.split("\n", 1)[0]
+
+
+def _state_lines(rep: Dict[str, Any]) -> List[str]:
+    """``State:`` with the node's reason; a reason of several lines (the paths of an on-disk
+    drift, agent/core/drift.py ``reason``) continues indented, one line each."""
+    lines = str(rep.get("reason") or "").split("\n")
+    head = f"State:               {rep.get('state', '')}" + (f" ({lines[0]})" if lines[0] else "")
+    return [head] + [f"                       {line}" for line in lines[1:] if line]
 
 
 def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: float) -> str:
@@ -242,7 +253,7 @@ def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: flo
         f"Name:                {node.get('name') or node.get('node', '')}",
         f"Pool:                {node.get('pool') or '<none>'}",
         f"Membership:          {node.get('membership') or ''}",
-        f"State:               {rep.get('state', '')}" + (f" ({rep['reason']})" if rep.get("reason") else ""),
+        *_state_lines(rep),
         f"Last report:         {age(None if reported is None else now - reported)} ago",
         f"Current config:      {rep.get('currentConfig') or '<none>'}",
         f"Desired config:      {rep.get('desiredConfig') or '<none>'}",

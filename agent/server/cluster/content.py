@@ -11,7 +11,8 @@ cluster_server.go GetConfig; read back by ``agent.core.served``), in this order:
 - ``/etc/mcs-machine-config-content.json``: the full served MachineConfig, Ignition included;
 - ``/etc/node-agent/boot-image-skew.json``: the skew rules (from ``bootImageSkewEnforcement``);
 - ``/etc/node-agent/pool.json``: the pool's name, ``nodeSelector`` (matchLabels, matchExpressions) and what was served;
-- ``/etc/node-agent/disruption-policy.yaml``: the cluster's ``nodeDisruptionPolicy`` as given;
+- ``/etc/node-agent/disruption-policy.yaml``: the cluster's ``nodeDisruptionPolicy`` and
+  ``irreconcilableValidationOverrides`` as given;
 - ``/etc/ignition-machine-config-encapsulated.json`` (last): the full MachineConfig with its
   Ignition emptied at the negotiated version (osImageURL is the *served* image; below spec 3.3
   it carries the Ignition kernel arguments too).
@@ -181,11 +182,13 @@ def build_document(pool: Dict[str, Any], config_name: str, spec: Dict[str, Any],
     added.append(_file(MC_CONTENT_PATH, json.dumps(mc, indent=4, sort_keys=True).encode()))
     added.append(_file(SKEW_RULES_PATH, json.dumps(skew_rules(cluster_spec, pool, image), sort_keys=True).encode()))
     added.append(_file(POOL_INFO_PATH, json.dumps(pool_info, sort_keys=True).encode()))
-    policy = cluster_spec.get("nodeDisruptionPolicy")
-    if policy:
+    # The node reads its disruption policy and its irreconcilable validation overrides here.
+    served_spec = {k: cluster_spec[k] for k in ("nodeDisruptionPolicy", "irreconcilableValidationOverrides")
+                   if cluster_spec.get(k)}
+    if served_spec:
         added.append(_file(POLICY_PATH, yaml.safe_dump(
             {"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
-             "spec": {"nodeDisruptionPolicy": policy}}, sort_keys=True).encode()))
+             "spec": served_spec}, sort_keys=True).encode()))
     encapsulated = copy.deepcopy(mc)
     # Emptied Ignition at the negotiated version: an old first-boot daemon parses what it asked for.
     encapsulated["spec"]["config"] = {"ignition": {"version": version}}
