@@ -303,3 +303,35 @@ def test_the_documents_the_mco_refuses_are_reported_and_never_served(kube, serve
             kube.kubectl("delete", ref)
     wait_for("the problems gone", lambda: not server.session().get(server.url("/healthz"), timeout=10)
              .json()["state"]["problems"])
+
+
+SA = "system:serviceaccount:node-config-server:node-config-server"
+
+
+def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_uses(kube):
+    """deploy/ as a user applies it: the API server itself validates the Deployment, Service and
+    volume claim (a server-side dry run), and the service account may do what the server does
+    (docs/kubernetes.md, "What it reads/writes") and nothing else asked here."""
+    out = kube.kubectl("apply", "--dry-run=server", "-f", os.path.join(REPO, "deploy", "deployment.yaml"))
+    assert "deployment.apps/node-config-server created (server dry run)" in out.stdout
+    allowed = [("list", "machineconfigpools.machineconfiguration.openshift.io"),
+               ("watch", "machineconfigs.machineconfiguration.openshift.io"),
+               ("create", "machineconfigs.machineconfiguration.openshift.io"),
+               ("patch", "machineconfigpools.machineconfiguration.openshift.io", "status"),
+               ("watch", "machineconfigurations.operator.openshift.io"),
+               ("watch", "machineosbuilds.machineconfiguration.openshift.io"),
+               ("create", "machineconfignodes.machineconfiguration.openshift.io"),
+               ("patch", "machineconfignodes.machineconfiguration.openshift.io", "status"),
+               ("patch", "nodes"), ("watch", "nodes")]
+    denied = [("delete", "machineconfigs.machineconfiguration.openshift.io"),
+              ("update", "machineconfigs.machineconfiguration.openshift.io"),
+              ("patch", "machineconfigpools.machineconfiguration.openshift.io"),  # the spec: the admin's
+              ("patch", "machineconfigurations.operator.openshift.io"),
+              ("get", "secrets"), ("delete", "nodes"), ("create", "pods"), ("create", "clusterrolebindings")]
+
+    def can(verb, resource, sub=None):
+        args = ["auth", "can-i", verb, resource, f"--as={SA}"] + ([f"--subresource={sub}"] if sub else [])
+        return kube.kubectl(*args, check=False).stdout.strip() == "yes"
+
+    assert [a for a in allowed if not can(*a)] == []
+    assert [d for d in denied if can(*d)] == []

@@ -220,10 +220,10 @@ class _Events:
     def __init__(self, events):
         self.events = events
 
-    def list(self, path, params):
+    def list(self, path, params, metadata_only=False):
         return [dict(MC, metadata=dict(MC["metadata"], resourceVersion="5"))], "5"
 
-    def watch(self, path, version, timeout, params):
+    def watch(self, path, version, timeout, params, metadata_only=False):
         yield from self.events
 
 
@@ -265,3 +265,10 @@ def test_any_kubeconfig_shape_is_read_or_refused_clearly(tmp_path_factory, doc):
     else:
         assert creds.server.startswith("https://")
         kube_client.KubeClient(creds).close()
+
+
+def test_a_metadata_only_cache_keeps_no_managed_fields():
+    r = kube_watch.Reflector(_Events([]), kube_client.NODES, metadata_only=True)
+    r._apply({"type": "ADDED", "object": {"kind": "PartialObjectMetadata", "metadata": {
+        "name": "n1", "resourceVersion": "3", "labels": {"a": "b"}, "managedFields": [{"manager": "kubelet"}]}}})
+    assert r.snapshot()["n1"]["metadata"] == {"name": "n1", "resourceVersion": "3", "labels": {"a": "b"}}

@@ -7,7 +7,8 @@ where the MCO writes the same things, so that ``kubectl get mcp``/``oc get mcp``
 - each pool's ``status`` (configuration, the machine counts, observedGeneration, conditions with
   reason, message and lastTransitionTime): computed from the same view as ``get pools``, written
   by a JSON merge patch of the status subresource only when it differs from what the API holds,
-  at most once per pool per ``interval`` however many reports arrive (coalesced);
+  at most once per pool per ``interval`` however many reports arrive (coalesced), in a loop of
+  its own so that writing thousands of Nodes never holds it back;
 - each reporting node's MCD annotations on its Node object
   (``machineconfiguration.openshift.io/currentConfig``, ``desiredConfig``, ``state``,
   ``reason``; ``currentImage``/``desiredImage`` on layered pools), and the role label of a
@@ -23,7 +24,7 @@ node reports themselves are kept by the node store meanwhile, so nothing is lost
 import logging
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.rollout.progress import iso8601
 from agent.server.store.kube_client import (
@@ -133,13 +134,18 @@ class KubeSync:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self.node_cache = Reflector(client, NODES, self._node_seen)
-        self._thread = threading.Thread(target=self._run, name="kube-sync", daemon=True)
+        self.node_cache = Reflector(client, NODES, self._node_seen, metadata_only=True)
+        # Two loops, so that a burst of node writes never delays a pool's status (nor the reverse).
+        self._threads = [threading.Thread(target=self._loop, args=(self.sync_pools, None), name="kube-sync-pools",
+                                          daemon=True),
+                         threading.Thread(target=self._loop, args=(self.sync_nodes, self._wake),
+                                          name="kube-sync-nodes", daemon=True)]
 
     def start(self) -> "KubeSync":
         self.cluster.report_listeners.append(self.note_report)
         self.node_cache.start()
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def stop(self) -> None:
@@ -156,23 +162,30 @@ class KubeSync:
         self._nodes_changed = True
         self._wake.set()
 
-    def _run(self) -> None:
+    def _loop(self, step: Callable[[], None], wake: Optional[threading.Event]) -> None:
+        """``step`` every ``interval`` (pools: coalesced, one status write per pool at most), or
+        as soon as ``wake`` is set (nodes: a report, a Node that appeared)."""
         while not self._stop.is_set():
-            self._wake.wait(self.interval)
-            self._wake.clear()
+            if wake is None:
+                self._stop.wait(self.interval)
+            else:
+                wake.wait(self.interval)
+                wake.clear()
             try:
-                self.sync_once()
+                step()
             except (KubeUnavailable, KubeError) as exc:
                 log.warning("writing to the Kubernetes API: %s (retrying)", exc)
             except Exception:  # keep writing whatever one round hit
                 log.exception("kube sync")
-            self._stop.wait(self.interval)  # coalesce: at most one round per interval
 
-    def sync_once(self) -> None:
+    def sync_pools(self) -> None:
+        """Rendered configs, then each pool's status."""
         pools = self.source.reflectors["machineconfigpools"].snapshot()
         self._sync_rendered(pools)
         self._sync_pools(pools)
-        self._sync_nodes(pools)
+
+    def sync_nodes(self) -> None:
+        self._sync_nodes(self.source.reflectors["machineconfigpools"].snapshot())
 
     def _sync_rendered(self, pools: Dict[str, Dict[str, Any]]) -> None:
         from agent import __version__

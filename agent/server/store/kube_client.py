@@ -34,6 +34,10 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 MAX_KUBECONFIG_BYTES = 1 << 20
 MAX_EVENT_BYTES = 8 << 20  # one watch event: an object is at most ~1.5 MiB in etcd
 PAGE = 500
+# Only the objects' metadata (labels, annotations): a Node's status (images, conditions) is most
+# of its size and the server reads none of it (meta.k8s.io/v1, served since Kubernetes 1.15).
+METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
 
 class KubeConfigError(ValueError):
@@ -217,9 +221,12 @@ class KubeClient:
             return self._token[1]
 
     def request(self, method: str, path: str, body: Any = None, params: Optional[Dict[str, Any]] = None,
-                content_type: str = "application/json", timeout: Optional[float] = None) -> Dict[str, Any]:
+                content_type: str = "application/json", timeout: Optional[float] = None,
+                accept: Optional[str] = None) -> Dict[str, Any]:
         what = f"{method} {path}"
         headers = dict(self._auth())
+        if accept:
+            headers["Accept"] = accept
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
@@ -231,15 +238,18 @@ class KubeClient:
             raise KubeUnavailable(f"{what}: API server {self.server} unreachable: {_why(exc)}") from None
         return _answer(resp, what)
 
-    def get(self, path: str, params: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-        return self.request("GET", path, params=params)
+    def get(self, path: str, params: Optional[Dict[str, Any]] = None, accept: Optional[str] = None) -> Dict[str, Any]:
+        return self.request("GET", path, params=params, accept=accept)
 
-    def list(self, path: str, params: Optional[Dict[str, Any]] = None) -> Tuple[list, str]:
-        """Every item (paged, ``PAGE`` at a time) and the list's resourceVersion."""
+    def list(self, path: str, params: Optional[Dict[str, Any]] = None,
+             metadata_only: bool = False) -> Tuple[list, str]:
+        """Every item (paged, ``PAGE`` at a time) and the list's resourceVersion; with
+        ``metadata_only``, each item's metadata alone (PartialObjectMetadata)."""
         items: list = []
         query = dict(params or {}, limit=PAGE)
+        accept = METADATA_LIST if metadata_only else None
         while True:
-            page = self.get(path, query)
+            page = self.get(path, query, accept)
             items.extend(page.get("items") or [])
             meta = page.get("metadata") or {}
             if not meta.get("continue"):
@@ -262,14 +272,15 @@ class KubeClient:
         return self.request("DELETE", path, body)
 
     def watch(self, path: str, resource_version: str, timeout_seconds: int = 300,
-              params: Optional[Dict[str, Any]] = None) -> Iterator[Dict[str, Any]]:
+              params: Optional[Dict[str, Any]] = None, metadata_only: bool = False) -> Iterator[Dict[str, Any]]:
         """Events after ``resource_version`` until the server ends the watch (``timeout_seconds``)
         or the connection drops. An ``ERROR`` event (410 Gone: too old) is yielded as is."""
         params = dict(params or {}, watch="1", resourceVersion=resource_version, allowWatchBookmarks="true",
                       timeoutSeconds=str(timeout_seconds))
         what = f"WATCH {path}"
         try:
-            resp = self._session.get(self.server + path, params=params, headers=self._auth(), stream=True,
+            headers = dict(self._auth(), **({"Accept": METADATA} if metadata_only else {}))
+            resp = self._session.get(self.server + path, params=params, headers=headers, stream=True,
                                      timeout=(self.timeout, timeout_seconds + 30), verify=self._verify)
         except requests.RequestException as exc:
             raise KubeUnavailable(f"{what}: API server {self.server} unreachable: {_why(exc)}") from None

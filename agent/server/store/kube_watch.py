@@ -29,12 +29,13 @@ class Reflector:
     """Objects of ``resource`` by name, kept current in a daemon thread until ``stop()``."""
 
     def __init__(self, client: KubeClient, resource: Resource, on_change: Optional[Callable[[], None]] = None,
-                 label_selector: str = "", namespace: str = ""):
+                 label_selector: str = "", namespace: str = "", metadata_only: bool = False):
         self.client = client
         self.resource = resource
         self.path = resource.path(namespace=namespace)
         self.params = {"labelSelector": label_selector} if label_selector else {}
         self.on_change = on_change or (lambda: None)
+        self.metadata_only = metadata_only  # cache PartialObjectMetadata: labels and annotations only
         self.error = ""
         self.synced = threading.Event()
         self._objects: Dict[str, Dict[str, Any]] = {}
@@ -92,8 +93,8 @@ class Reflector:
         self.error = why
 
     def _relist(self) -> None:
-        items, version = self.client.list(self.path, self.params)
-        objects = {obj["metadata"]["name"]: obj for obj in items}
+        items, version = self.client.list(self.path, self.params, metadata_only=self.metadata_only)
+        objects = {obj["metadata"]["name"]: self._trim(obj) for obj in items}
         with self._lock:
             changed = objects != self._objects
             self._objects = objects
@@ -103,9 +104,17 @@ class Reflector:
         if changed:
             self.on_change()
 
+    def _trim(self, obj: Dict[str, Any]) -> Dict[str, Any]:
+        """A metadata-only cache keeps no managedFields either (most of what is left: who wrote
+        which field when; the server never reads it)."""
+        if self.metadata_only and "managedFields" in (obj.get("metadata") or {}):
+            obj = dict(obj, metadata={k: v for k, v in obj["metadata"].items() if k != "managedFields"})
+        return obj
+
     def _watch_once(self) -> None:
         params = dict(self.params)
-        for event in self.client.watch(self.path, self._version, WATCH_SECONDS, params):
+        for event in self.client.watch(self.path, self._version, WATCH_SECONDS, params,
+                                       metadata_only=self.metadata_only):
             if self._stop.is_set():
                 return
             self._apply(event)
@@ -121,7 +130,7 @@ class Reflector:
         version = str(meta.get("resourceVersion", ""))
         with self._lock:
             if kind in ("ADDED", "MODIFIED"):
-                self._objects[meta["name"]] = obj
+                self._objects[meta["name"]] = self._trim(obj)
             elif kind == "DELETED":
                 self._objects.pop(meta.get("name", ""), None)
             if version:

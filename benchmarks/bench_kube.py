@@ -1,0 +1,390 @@
+"""``serve --backend kubernetes`` at scale (issue 29): a report's cost at 100 and at 5,000 Node
+objects, the pool status writes a burst of reports makes, and the Node watch cache's memory.
+
+    .venv/bin/python benchmarks/bench_kube.py [--quick] [--json FILE]
+
+Design. Two real control planes (tests/helpers/kube_cluster.py: etcd, kube-apiserver 1.20.2,
+OpenShift's CRDs) run side by side, one with 100 Node objects and one with 5,000 (1,000 with
+``--quick``), each with its own node-config-server (one gunicorn worker, SQLite node store, run as
+a user bound only to deploy/rbac.yaml's ClusterRole) and the examples' pools and MachineConfigs.
+Growing one cluster from 100 to 5,000 could not be interleaved; two set-ups that differ only in
+the fleet size can: each round sends a block of reports to one server, then a block to the other,
+and so on, so that machine noise falls on both alike. The ratio of the table is the 5,000-Node
+median over the 100-Node one, round by round.
+
+- **A report** is timed client-side, one request at a time over a kept-alive HTTP connection
+  (no TLS), from a client that is otherwise idle: the figure is the server's latency for one
+  report, not a load generator's throughput. Every node has registered and reported once before
+  (the store and the Node cache both hold the whole fleet), and each timed report changes the
+  node's state (Done <-> Working), so each one makes the server write back (Node annotations, a
+  MachineConfigNode, the pool's counts change).
+- **Pool status writes** are counted on the API's side: a watch on machineconfigpools, from
+  before the first report until the server has written back every node, counts MODIFIED events
+  (the server is the only writer of pools here). Set against the number of reports.
+- **Memory** is the VmRSS of the server's gunicorn worker(s) (/proc/PID/status), in each set-up,
+  with the Node objects listed into the watch cache and no report yet, then after every node
+  reported; the difference between the set-ups over the difference in Nodes is the cost of a
+  Node. The Node objects carry a status as a kubelet writes it (conditions, addresses, nodeInfo,
+  capacity, 20 images): the cache keeps whole objects, so their size is what a Node costs.
+
+kube-controller-manager is stopped once the control plane is up: with no kubelet heartbeating,
+its node lifecycle controller would mark every Node unreachable after 40 s (a write storm of its
+own that a real cluster does not have), and nothing here needs it.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.common import REPO, Row, save_json  # noqa: E402
+
+SMALL, LARGE, QUICK_LARGE = 100, 5000, 1000
+TOKEN = "bench-kube"
+MCO = "/apis/machineconfiguration.openshift.io/v1"
+ROLE = "node-role.kubernetes.io/worker"
+EXAMPLES = os.path.join(REPO, "examples", "state")
+GROUP = "kubernetes backend"
+
+
+def node_object(name: str) -> Dict[str, Any]:
+    """A Node as a kubelet registers it (the size of the cached object is what memory measures)."""
+    digest = hashlib.sha256(name.encode()).hexdigest()
+    images = [{"names": [f"quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:{(digest * 2)[i:i + 64]}",
+                         f"quay.io/openshift-release-dev/ocp-v4.0-art-dev:component-{i}"],
+               "sizeBytes": 400000000 + i} for i in range(20)]
+    conds = [{"type": t, "status": s, "reason": r, "message": m, "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+              "lastTransitionTime": "2026-01-01T00:00:00Z"} for t, s, r, m in (
+        ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+        ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        ("Ready", "True", "KubeletReady", "kubelet is posting ready status"))]
+    res = {"cpu": "8", "memory": "32766572Ki", "ephemeral-storage": "125293548Ki", "pods": "250"}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {
+                ROLE: "", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64",
+                "node.openshift.io/os_id": "rhcos"}},
+            "spec": {"providerID": f"baremetal://{name}"},
+            "status": {"capacity": res, "allocatable": res, "conditions": conds,
+                       "addresses": [{"type": "InternalIP", "address": "10.0.0.1"},
+                                     {"type": "Hostname", "address": name}],
+                       "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                       "nodeInfo": {"machineID": digest[:32], "systemUUID": digest[32:], "bootID": digest[:36],
+                                    "kernelVersion": "5.14.0-427.el9_4.x86_64", "architecture": "amd64",
+                                    "osImage": "Red Hat Enterprise Linux CoreOS 416.94 (Plow)",
+                                    "containerRuntimeVersion": "cri-o://1.29.1", "kubeletVersion": "v1.29.5",
+                                    "kubeProxyVersion": "v1.29.5", "operatingSystem": "linux"},
+                       "images": images}}
+
+
+def _pool(workers: int, fn, items) -> list:
+    with ThreadPoolExecutor(workers) as ex:
+        return list(ex.map(fn, items))
+
+
+def create_nodes(kc: Any, names: List[str]) -> float:
+    """POST every Node (16 at a time); returns Nodes created a second."""
+    local = threading.local()
+
+    def one(name: str) -> None:
+        s = getattr(local, "s", None) or kc.session()
+        local.s = s
+        r = s.post(kc.url + "/api/v1/nodes", json=node_object(name), timeout=60)
+        if r.status_code != 201:
+            raise RuntimeError(f"creating Node {name}: {r.status_code} {r.text[:200]}")
+
+    start = time.monotonic()
+    _pool(16, one, names)
+    return len(names) / (time.monotonic() - start)
+
+
+class PoolWrites(threading.Thread):
+    """MODIFIED events of machineconfigpools, as the API records them, with their times: watches
+    of a second each, one after the other from the last version seen, until ``close()``."""
+
+    def __init__(self, kc: Any):
+        super().__init__(daemon=True)
+        self.s, self.url = kc.session(), kc.url + MCO + "/machineconfigpools"
+        self.version = self.s.get(self.url, timeout=10).json()["metadata"]["resourceVersion"]
+        self.events: List[Tuple[float, str]] = []
+        self.stopping = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            params = {"watch": "1", "resourceVersion": self.version, "timeoutSeconds": "1",
+                      "allowWatchBookmarks": "true"}
+            with self.s.get(self.url, params=params, stream=True, timeout=30) as resp:
+                for line in resp.iter_lines():
+                    event = json.loads(line) if line else {}
+                    meta = (event.get("object") or {}).get("metadata") or {}
+                    if event.get("type") == "ERROR":
+                        raise RuntimeError(f"watching machineconfigpools: {event}")
+                    if event.get("type") == "MODIFIED":
+                        self.events.append((time.monotonic(), meta["name"]))
+                    self.version = meta.get("resourceVersion") or self.version
+
+    def between(self, t0: float, t1: float, pool: str = "") -> int:
+        return sum(1 for t, name in list(self.events) if t0 <= t <= t1 and (not pool or name == pool))
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.join(30)
+        self.s.close()
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of the server's workers (children of the gunicorn master ``pid``), KiB."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != pid:
+                continue
+            with open(f"/proc/{entry}/status") as f:
+                total += next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:"))
+        except (OSError, ValueError, IndexError, StopIteration):
+            continue
+    return total
+
+
+def settled_rss(pid: int, timeout: float = 60.0) -> int:
+    """RSS once it stops growing (the Node cache listed): equal within 0.5% over 2 s."""
+    deadline = time.monotonic() + timeout
+    last = rss_kib(pid)
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        now = rss_kib(pid)
+        if abs(now - last) <= 0.005 * max(last, 1):
+            return now
+        last = now
+    return last
+
+
+class Fleet:
+    """One control plane with ``n`` Nodes and its own server."""
+
+    def __init__(self, top: str, n: int, tag: str):
+        from tests.helpers.kube_cluster import KubeCluster
+        from tests.helpers.server_proc import ServerProcess
+
+        self.n, self.tag = n, tag
+        self.names = [f"{tag}-{i:05d}" for i in range(n)]
+        self.kc = KubeCluster(os.path.join(top, tag)).start()
+        self.srv = None
+        cm = self.kc.procs.pop("kube-controller-manager")
+        os.killpg(cm.pid, signal.SIGTERM)
+        cm.wait(15)
+        for sub in ("machineconfigpools", "machineconfigs"):
+            self.kc.kubectl("apply", "-f", os.path.join(EXAMPLES, sub))
+        self.kc.kubectl("apply", "-f", os.path.join(EXAMPLES, "machineconfiguration.yaml"))
+        self.kc.kubectl("apply", "-f", os.path.join(REPO, "deploy", "rbac.yaml"))
+        self.kc.kubectl("create", "clusterrolebinding", "ncs-bench", "--clusterrole=node-config-server",
+                        "--user=node-config-server-bench")
+        self.create_rate = create_nodes(self.kc, self.names)
+        self.node_bytes = len(self.kc.get(f"/api/v1/nodes/{self.names[0]}").content)
+        self.srv = ServerProcess(None, token=TOKEN, workers=1, extra_args=[
+            "--backend", "kubernetes", "--kubeconfig", self.kc.kubeconfig_for("node-config-server-bench"),
+            "--register-rate", "100000", "--register-burst", "100000"])
+        started = time.monotonic()
+        self.srv.start(timeout=120)
+        self.server_start = time.monotonic() - started
+        self.session = self.srv.session()
+        self.rss_nodes_only = settled_rss(self.srv.proc.pid)
+        self.target = self.session.get(self.srv.url("/api/v1/pools/worker"), timeout=10).json()["spec"][
+            "configuration"]["name"]
+        self.creds: Dict[str, str] = {}
+        self.state: Dict[str, str] = {}
+
+    def body(self, node: str) -> str:
+        state = self.state[node] = "Working" if self.state.get(node) == "Done" else "Done"
+        return json.dumps({"pool": "worker", "state": state, "currentConfig": self.target,
+                           "desiredConfig": self.target, "labels": {ROLE: ""}})
+
+    def report(self, node: str, session: Any = None) -> float:
+        """One report as ``node``; returns its latency (client-side, seconds)."""
+        s = session or self.session
+        headers = {"Authorization": f"Bearer {self.creds[node]}", "Content-Type": "application/json"}
+        body = self.body(node)
+        start = time.perf_counter()
+        r = s.post(self.srv.url(f"/api/v1/nodes/{node}/report"), data=body, headers=headers, timeout=60)
+        took = time.perf_counter() - start
+        if r.status_code != 200:
+            raise RuntimeError(f"report {node}: {r.status_code} {r.text[:200]}")
+        return took
+
+    def register_all(self) -> None:
+        local = threading.local()
+
+        def one(node: str) -> None:
+            s = getattr(local, "s", None) or self.srv.session()
+            local.s = s
+            r = s.post(self.srv.url(f"/api/v1/nodes/{node}/register"), timeout=60)
+            if r.status_code != 201:
+                raise RuntimeError(f"register {node}: {r.status_code} {r.text[:200]}")
+            self.creds[node] = r.json()["credential"]
+
+        _pool(4, one, self.names)
+
+    def report_all(self) -> Dict[str, float]:
+        """Every node reports once (4 clients); the API's pool writes are counted until the server
+        has written every node back (its MachineConfigNode exists)."""
+        watch = PoolWrites(self.kc)
+        local = threading.local()
+
+        def one(node: str) -> None:
+            s = getattr(local, "s", None) or self.srv.session(token=False)
+            local.s = s
+            self.report(node, s)
+
+        t0 = time.monotonic()
+        _pool(4, one, self.names)
+        sent = time.monotonic()
+        while self.written() < self.n:
+            if time.monotonic() - sent > 900:
+                raise RuntimeError(f"{self.tag}: only {self.written()} of {self.n} nodes written back in 900 s")
+            time.sleep(0.5)
+        drained = time.monotonic()
+        time.sleep(2.5)  # the last coalesced round
+        watch.close()
+        self.rss_reported = settled_rss(self.srv.proc.pid)
+        self.node_bytes_reported = len(self.kc.get(f"/api/v1/nodes/{self.names[0]}").content)
+        return {"reports": self.n, "send_s": sent - t0, "written_s": drained - t0,
+                "worker_writes_at_s": [round(t - t0, 2) for t, name in watch.events if name == "worker"],
+                "worker_writes": watch.between(t0, drained + 2.5, "worker"),
+                "all_pool_writes": watch.between(t0, drained + 2.5)}
+
+    def written(self) -> int:
+        r = self.kc.get(MCO + "/machineconfignodes", params={"limit": "1"})
+        doc = r.json()
+        return len(doc.get("items") or []) + int(doc["metadata"].get("remainingItemCount") or 0)
+
+    def close(self) -> None:
+        if self.srv is not None:
+            self.srv.stop()
+            if self.srv._data_dir_cleanup is not None:
+                self.srv._data_dir_cleanup()
+        self.kc.stop()
+
+
+def timed_rounds(fleets: List[Fleet], rounds: int, per_round: int) -> Dict[str, Any]:
+    """Blocks of ``per_round`` sequential reports, alternating between the fleets; the median
+    latency of each block is one sample. Pool writes of the larger fleet counted meanwhile."""
+    import random
+
+    rng = random.Random(29)
+    samples: Dict[str, List[float]] = {f.tag: [] for f in fleets}
+    watch = PoolWrites(fleets[-1].kc)
+    t0 = time.monotonic()
+    for i in range(rounds + 1):  # round 0 warms up
+        for fleet in (fleets if i % 2 else fleets[::-1]):
+            got = [fleet.report(rng.choice(fleet.names)) for _ in range(per_round)]
+            if i:
+                samples[fleet.tag].append(statistics.median(got))
+    t1 = time.monotonic()
+    time.sleep(2.5)
+    watch.close()
+    return {"samples": samples, "seconds": t1 - t0, "reports": (rounds + 1) * per_round,
+            "worker_writes": watch.between(t0, t1 + 2.5, "worker")}
+
+
+def measure(quick: bool) -> Dict[str, Any]:
+    large = QUICK_LARGE if quick else LARGE
+    top = tempfile.mkdtemp(prefix="bench-kube-")
+    fleets: List[Fleet] = []
+    started = time.monotonic()
+    try:
+        for n, tag in ((SMALL, "small"), (large, "large")):
+            fleets.append(Fleet(top, n, tag))
+        burst = {}
+        for f in fleets:
+            f.register_all()
+            burst[f.tag] = f.report_all()
+        rounds = timed_rounds(fleets, rounds=6 if quick else 20, per_round=50)
+        small, big = fleets
+        return {"sizes": {"small": small.n, "large": big.n}, "burst": burst, "rounds": rounds,
+                "node_bytes": big.node_bytes, "node_bytes_reported": big.node_bytes_reported, "create_rate": big.create_rate, "server_start_s": big.server_start,
+                "rss_kib": {f.tag: {"nodes_only": f.rss_nodes_only, "reported": f.rss_reported} for f in fleets},
+                "load": os.getloadavg(), "quick": quick, "seconds": time.monotonic() - started}
+    finally:
+        for f in fleets:
+            f.close()
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def rows_from(doc: Dict[str, Any]) -> List[Row]:
+    small, large = doc["sizes"]["small"], doc["sizes"]["large"]
+    s = doc["rounds"]["samples"]
+    floor = f"report, {small} Nodes"
+    rows = [Row(GROUP, floor, statistics.median(s["small"]), is_floor=True, samples=s["small"],
+                note="client-side latency of one report, sequential, keep-alive HTTP; median of each block of 50"),
+            Row(GROUP, f"report, {large} Nodes", statistics.median(s["large"]), floor=floor, samples=s["large"],
+                note=f"target <= 1.5x; {len(s['large'])} interleaved rounds")]
+    for tag, n in (("small", small), ("large", large)):
+        b = doc["burst"][tag]
+        rows.append(Row(GROUP, f"{n} reports at {n} Nodes (burst, 4 clients)", b["written_s"],
+                        note=f"sent in {b['send_s']:.1f} s, all written back in {b['written_s']:.1f} s "
+                             f"({n / b['written_s']:.0f} nodes/s): {b['worker_writes']} status write(s) of pool "
+                             f"worker ({b['all_pool_writes']} of all pools), not {n}; at "
+                             f"{', '.join(str(t) for t in b.get('worker_writes_at_s', [])[:8])} s"))
+    r = doc["rounds"]
+    rows.append(Row(GROUP, f"{r['reports']} reports (timed rounds)", r["seconds"],
+                    note=f"{r['worker_writes']} status write(s) of pool worker at {large} Nodes over {r['seconds']:.1f} s"))
+    rss = doc["rss_kib"]
+    for key, what in (("nodes_only", "Node watch cache, per Node"), ("reported", "per reporting node, all told")):
+        per = (rss["large"][key] - rss["small"][key]) / float(large - small)
+        size = doc["node_bytes" if key == "nodes_only" else "node_bytes_reported"]
+        rows.append(Row(GROUP, what, per, unit="KiB",
+                        note=f"worker RSS {rss['small'][key] / 1024:.0f} MiB at {small}, "
+                             f"{rss['large'][key] / 1024:.0f} MiB at {large} Nodes; a Node is {size} bytes of JSON"
+                             + (f" (created at {doc['create_rate']:.0f}/s; the server was healthy "
+                                f"{doc['server_start_s']:.1f} s after its start)"
+                                if key == "nodes_only" else "")))
+    return rows
+
+
+def run(quick: bool = False) -> List[Row]:
+    from tests.helpers.etcd_cluster import ETCD
+    from tests.helpers.kube_cluster import KUBECTL, find_kube_bin
+
+    if not (find_kube_bin() and os.access(ETCD, os.X_OK) and os.access(KUBECTL, os.X_OK)):
+        return [Row(GROUP, "scale", None, note="kube-apiserver not built (make kube-bin), or etcd/kubectl missing")]
+    doc = measure(quick)
+    save_json("kube.json", doc)
+    return rows_from(doc)
+
+
+def main() -> int:
+    from benchmarks.common import table
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=f"{SMALL} vs {QUICK_LARGE} Nodes, fewer rounds")
+    ap.add_argument("--json", metavar="FILE", help="also write the measurements to FILE")
+    args = ap.parse_args()
+    load = os.getloadavg()[0]
+    start = time.monotonic()
+    doc = measure(args.quick)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+    print(table(rows_from(doc)))
+    print(f"\n{time.monotonic() - start:.0f} s in all; load average (1 min) {load:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
