@@ -1,0 +1,224 @@
+"""Cordon, evict and uncordon a Node through the Kubernetes API, as ``kubectl drain`` does.
+
+Upstream: k8s.io/kubectl/pkg/drain (drain.go, cordon.go, filters.go), which the MCO's drain
+controller (machine-config-operator pkg/controller/drain/drain_controller.go) runs with Force,
+IgnoreAllDaemonSets and DeleteEmptyDirData, GracePeriodSeconds -1 (each pod's own), a 90 s
+timeout per attempt, and on failure a new attempt every minute, every 5 minutes once a drain has
+failed for 10 minutes; after an hour it emits a ``DrainFailed`` event on the Node and sets the
+``mcc_drain_err`` metric (alert MCCDrainError), still retrying; a single-node pool never drains.
+
+This module does one *round* per call and never waits, so that the server can call it from each
+lease request or a timer and keep the cadence above itself (the wiring is not here yet):
+
+- ``cordon(node)``: a merge patch ``spec.unschedulable: true``, skipped when already set;
+  ``uncordon(node)`` removes it.
+- ``drain_once(node)``: lists the node's pods (``fieldSelector=spec.nodeName=<node>``, paged),
+  classifies them with ``agent.server.rollout.drainplan`` (kubectl's filters), and, unless a pod
+  is refused (then nothing is evicted, as kubectl), evicts each evictable pod through the
+  Eviction subresource (policy/v1 when discovery lists it, else policy/v1beta1, plain DELETE when
+  the API has no eviction) with the pod's own grace period. A 429 blocks that pod this round (a
+  PodDisruptionBudget, named by looking up the namespace's PDBs whose selector matches the pod,
+  or rate limiting); 404 means gone; a 500 (several PDBs on one pod) or any other refusal fails
+  that pod. A pod evicted in an earlier round is not evicted again while it is terminating.
+  The drain is ``done`` when no evictable pod is on the node any more: every pod evicted is gone
+  (404, or a pod of the same name with a different UID), which is kubectl's waitForDelete.
+"""
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from agent.server.rollout.drainplan import (
+    EVICT,
+    DrainPlan,
+    DrainSettings,
+    PodPlan,
+    plan_drain,
+    selector_matches,
+)
+from agent.server.store.kube_client import NODES, KubeClient, KubeError, KubeUnavailable
+
+log = logging.getLogger(__name__)
+
+# The MCO drain controller's cadence (drain_controller.go), for the wiring that calls drain_once.
+MCO_DRAIN_TIMEOUT = 90.0  # seconds per attempt
+MCO_RETRY_INTERVAL = 60.0  # a failed attempt is retried after a minute ...
+MCO_LONG_RETRY_AFTER = 600.0  # ... and every 5 minutes once it has failed for 10 minutes
+MCO_LONG_RETRY_INTERVAL = 300.0
+MCO_FAILURE_ALERT_AFTER = 3600.0  # DrainFailed event + mcc_drain_err metric
+
+PodKey = Tuple[str, str]  # (namespace, name)
+
+
+@dataclass
+class DrainResult:
+    node: str
+    done: bool
+    evicted: List[str] = field(default_factory=list)  # "ns/name" evicted (or deleted) this round
+    blocked: List[Tuple[str, str]] = field(default_factory=list)  # ("ns/name", why): 429 this round
+    failed: List[Tuple[str, str]] = field(default_factory=list)  # ("ns/name", error)
+    refused: List[PodPlan] = field(default_factory=list)  # the drain cannot proceed while any
+    skipped: List[PodPlan] = field(default_factory=list)  # DaemonSet, mirror, long-deleting pods
+    still_running: List[str] = field(default_factory=list)  # evictable pods still on the node
+    errors: List[str] = field(default_factory=list)  # kubectl's error text for the refusals
+    warnings: str = ""  # kubectl's warning text
+    too_many_requests: int = 0  # 429 answers this round
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"node": self.node, "done": self.done, "evicted": self.evicted,
+                "blocked": [{"pod": p, "message": m} for p, m in self.blocked],
+                "failed": [{"pod": p, "message": m} for p, m in self.failed],
+                "refused": [f"{p.namespace}/{p.name}" for p in self.refused],
+                "skipped": [f"{p.namespace}/{p.name}" for p in self.skipped],
+                "stillRunning": self.still_running, "errors": self.errors, "warnings": self.warnings,
+                "tooManyRequests": self.too_many_requests}
+
+
+class Drainer:
+    """Drains Nodes through ``client``; keeps, per node, the pods it has evicted (by UID)."""
+
+    def __init__(self, client: KubeClient, settings: Optional[DrainSettings] = None):
+        self.client = client
+        self.settings = settings or DrainSettings()
+        self._eviction_version: Optional[str] = None  # "" = the API has no eviction
+        self._evicted: Dict[str, Dict[PodKey, str]] = {}  # node -> pod -> uid evicted
+
+    # --- cordon
+    def cordon(self, node: str) -> bool:
+        """Mark ``node`` unschedulable; False when it already was (no write)."""
+        got = self.client.get(NODES.path(node))
+        if (got.get("spec") or {}).get("unschedulable") is True:
+            return False
+        self.client.merge_patch(NODES.path(node), {"spec": {"unschedulable": True}})
+        return True
+
+    def uncordon(self, node: str) -> bool:
+        """Make ``node`` schedulable again; False when it was not cordoned (no write)."""
+        got = self.client.get(NODES.path(node))
+        if not (got.get("spec") or {}).get("unschedulable"):
+            return False
+        self.client.merge_patch(NODES.path(node), {"spec": {"unschedulable": None}})
+        self._evicted.pop(node, None)
+        return True
+
+    # --- one round
+    def pods_on(self, node: str) -> List[Dict[str, Any]]:
+        items, _ = self.client.list("/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"})
+        return items
+
+    def plan(self, node: str, pods: Optional[List[Dict[str, Any]]] = None) -> DrainPlan:
+        pods = self.pods_on(node) if pods is None else pods
+        known: Dict[PodKey, bool] = {}
+
+        def daemonset_exists(namespace: str, name: str) -> bool:
+            if (namespace, name) not in known:
+                known[(namespace, name)] = self._exists(
+                    f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}")
+            return known[(namespace, name)]
+        return plan_drain(pods, self.settings, daemonset_exists)
+
+    def drain_once(self, node: str) -> DrainResult:
+        """One round: list, classify, evict what may be evicted, report what is left. Each
+        eviction's answer is the pod's (evicted, blocked, gone, failed); a failure to list the
+        pods or to look up a DaemonSet raises (KubeError, KubeUnavailable) before anything is
+        evicted: the caller tries again on its next round."""
+        pods = self.pods_on(node)
+        plan = self.plan(node, pods)
+        uid_of = {_key(p): str((p.get("metadata") or {}).get("uid", "")) for p in pods}
+        labels_of = {_key(p): (p.get("metadata") or {}).get("labels") or {} for p in pods}
+        evicted = self._evicted.setdefault(node, {})
+        for key, uid in list(evicted.items()):  # gone: 404 or another pod of that name
+            if uid_of.get(key) != uid:
+                del evicted[key]
+        result = DrainResult(node=node, done=False, refused=plan.with_action("refuse"),
+                             skipped=plan.with_action("skip"), errors=plan.errors(), warnings=plan.warnings(),
+                             still_running=[f"{p.namespace}/{p.name}" for p in plan.with_action(EVICT)])
+        if result.refused:
+            return result  # as kubectl: nothing is evicted while any pod is refused
+        for pod in plan.with_action(EVICT):
+            if evicted.get(pod.key) == pod.uid:
+                continue  # evicted in an earlier round; the kubelet is stopping it
+            self._evict_one(pod, result, evicted, labels_of.get(pod.key, {}))
+        result.done = not result.still_running
+        return result
+
+    def _evict_one(self, pod: PodPlan, result: DrainResult, evicted: Dict[PodKey, str],
+                   labels: Dict[str, str]) -> None:
+        name = f"{pod.namespace}/{pod.name}"
+        try:
+            self._evict(pod)
+        except KubeError as exc:
+            if exc.status == 404:
+                result.still_running.remove(name)
+                return
+            if exc.status == 429:
+                result.too_many_requests += 1
+                result.blocked.append((name, self._blocked_by(pod, exc.message, labels)))
+                return
+            result.failed.append((name, f"{exc.status} {exc.reason}: {exc.message}"))
+            return
+        except KubeUnavailable as exc:  # 5xx, e.g. 500: the pod has more than one PDB
+            result.failed.append((name, str(exc)))
+            return
+        evicted[pod.key] = pod.uid
+        result.evicted.append(name)
+
+    # --- the API
+    def eviction_version(self) -> str:
+        """The group/version of pods/eviction in discovery ("" = none), as kubectl's
+        CheckEvictionSupport reads /api/v1."""
+        if self._eviction_version is None:
+            version = ""
+            for res in self.client.get("/api/v1").get("resources") or []:
+                if res.get("name") == "pods/eviction" and res.get("group") and res.get("version"):
+                    version = f"{res['group']}/{res['version']}"
+                    break
+            self._eviction_version = version
+        return self._eviction_version
+
+    def _evict(self, pod: PodPlan) -> None:
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+        version = self.eviction_version()
+        # No gracePeriodSeconds: the pod's own (kubectl's GracePeriodSeconds -1). The UID
+        # precondition keeps a newer pod of the same name from being evicted by an older plan.
+        options = {"preconditions": {"uid": pod.uid}} if pod.uid else {}
+        if not version:
+            self.client.delete(path, {"apiVersion": "v1", "kind": "DeleteOptions", **options})
+            return
+        body = {"apiVersion": version, "kind": "Eviction",
+                "metadata": {"name": pod.name, "namespace": pod.namespace},
+                "deleteOptions": {"apiVersion": "v1", "kind": "DeleteOptions", **options}}
+        self.client.create(path + "/eviction", body)
+
+    def _exists(self, path: str) -> bool:
+        try:
+            self.client.get(path)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def _blocked_by(self, pod: PodPlan, message: str, labels: Dict[str, str]) -> str:
+        """The API's 429 message, with the PodDisruptionBudgets selecting the pod named."""
+        if "disruption budget" not in message.lower():
+            return message
+        version = self.eviction_version() or "policy/v1beta1"
+        try:
+            pdbs, _ = self.client.list(f"/apis/{version}/namespaces/{pod.namespace}/poddisruptionbudgets")
+        except (KubeError, KubeUnavailable) as exc:
+            log.info("drain: cannot name the PodDisruptionBudget of %s/%s: %s", pod.namespace, pod.name, exc)
+            return message
+        parts = []
+        for pdb in pdbs:
+            if selector_matches((pdb.get("spec") or {}).get("selector"), labels, version != "policy/v1beta1"):
+                meta, status = pdb.get("metadata") or {}, pdb.get("status") or {}
+                parts.append(f"PodDisruptionBudget {pod.namespace}/{meta.get('name')}: "
+                             f"{status.get('currentHealthy', 0)} healthy, {status.get('desiredHealthy', 0)} "
+                             f"needed, {status.get('disruptionsAllowed', 0)} disruptions allowed")
+        return f"{message} ({'; '.join(parts)})" if parts else message
+
+
+def _key(pod: Dict[str, Any]) -> PodKey:
+    meta = pod.get("metadata") or {}
+    return (str(meta.get("namespace", "")), str(meta.get("name", "")))
