@@ -335,3 +335,53 @@ def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_use
 
     assert [a for a in allowed if not can(*a)] == []
     assert [d for d in denied if can(*d)] == []
+
+
+def _kubelet_finishes_deletions(kube, ns):
+    """The kubelet's part (none runs here): a pod marked for deletion is stopped and removed."""
+    for p in api(kube, f"/api/v1/namespaces/{ns}/pods")["items"]:
+        if p["metadata"].get("deletionTimestamp"):
+            kube.session().delete(f"{kube.url}/api/v1/namespaces/{ns}/pods/{p['metadata']['name']}",
+                                  json={"gracePeriodSeconds": 0}, timeout=10)
+
+
+def test_a_drain_lease_cordons_and_evicts_before_it_is_granted_and_done_uncordons(kube, server):
+    """The node asks for its drain lease; the server cordons its Node and evicts its pod, and
+    grants the lease only once the pod is gone (the test plays the kubelet: it binds the pod,
+    marks it Running and Ready, and finishes its deletion). The node's Done report on the config
+    it drained for uncordons the Node."""
+    ns, node = "drain-lease", "w-drain"
+    kube.kubectl("create", "namespace", ns)
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(_node(node, {"node-role.kubernetes.io/worker": ""})))
+    s = kube.session()
+    r = s.post(f"{kube.url}/api/v1/namespaces/{ns}/pods", timeout=10, json={
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": ns},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.example/app:1"}]}})
+    assert r.status_code == 201, r.text
+    status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    r = s.patch(f"{kube.url}/api/v1/namespaces/{ns}/pods/app/status", json={"status": status}, timeout=10,
+                headers={"Content-Type": "application/merge-patch+json"})
+    assert r.status_code == 200, r.text
+    target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
+    _report(server, node, {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target})
+    ask = server.node_session(node)
+    first = ask.post(server.url(f"/api/v1/nodes/{node}/drain"), json={"pool": "worker", "config": "rendered-next"},
+                     timeout=30)
+    assert first.status_code == 429 and first.json()["status"] == "draining", first.text
+    assert first.headers["Retry-After"] == "5" and "1 pod(s) still on it" in first.json()["reason"]
+    assert api(kube, f"/api/v1/nodes/{node}")["spec"]["unschedulable"] is True
+    assert api(kube, f"/api/v1/namespaces/{ns}/pods/app")["metadata"].get("deletionTimestamp")  # evicted
+    _kubelet_finishes_deletions(kube, ns)
+
+    def granted():
+        r = ask.post(server.url(f"/api/v1/nodes/{node}/drain"), json={"pool": "worker", "config": "rendered-next"},
+                     timeout=30)
+        return r.status_code == 200 and r.json()
+    answer = wait_for("the lease, once drained", granted)
+    assert answer["granted"] and answer["drain"]["done"]
+    assert kube.get(f"/api/v1/namespaces/{ns}/pods/app").status_code == 404  # gone before the lease
+    _report(server, node, {"pool": "worker", "state": "Done", "currentConfig": "rendered-next",
+                           "desiredConfig": "rendered-next"})
+    wait_for("uncordoned after Done", lambda: not api(kube, f"/api/v1/nodes/{node}")["spec"].get("unschedulable"))
+    assert "node-config-server.openshift.io/drained-for" not in api(kube, f"/api/v1/nodes/{node}")["metadata"].get(
+        "annotations", {})

@@ -272,3 +272,14 @@ def test_a_metadata_only_cache_keeps_no_managed_fields():
     r._apply({"type": "ADDED", "object": {"kind": "PartialObjectMetadata", "metadata": {
         "name": "n1", "resourceVersion": "3", "labels": {"a": "b"}, "managedFields": [{"manager": "kubelet"}]}}})
     assert r.snapshot()["n1"]["metadata"] == {"name": "n1", "resourceVersion": "3", "labels": {"a": "b"}}
+
+
+def test_done_on_the_drained_for_config_ends_our_cordon_only():
+    from agent.server.cluster.kube_drain import DRAINED_FOR, uncordon_patch
+
+    done = {"state": "Done", "currentConfig": "rendered-b"}
+    assert uncordon_patch({DRAINED_FOR: "rendered-b"}, done) == {
+        "spec": {"unschedulable": None}, "metadata": {"annotations": {DRAINED_FOR: None}}}
+    assert uncordon_patch({DRAINED_FOR: "rendered-b"}, dict(done, currentConfig="rendered-a")) == {}
+    assert uncordon_patch({DRAINED_FOR: "rendered-b"}, dict(done, state="Working")) == {}
+    assert uncordon_patch({}, done) == {}  # cordoned by someone else, or not at all: left as it is

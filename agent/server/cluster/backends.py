@@ -159,6 +159,8 @@ def start_writers(cluster: Any, source: Any) -> Any:
 
     if not isinstance(source, KubeStateSource):
         return None
+    from agent.server.cluster.kube_drain import Drainer
     from agent.server.cluster.kube_sync import KubeSync
 
+    cluster.drainer = Drainer(source.client)
     return KubeSync(cluster, source, source.client).start()

@@ -222,3 +222,32 @@ class Drainer:
 def _key(pod: Dict[str, Any]) -> PodKey:
     meta = pod.get("metadata") or {}
     return (str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+
+DRAINED_FOR = "node-config-server.openshift.io/drained-for"  # our cordon's mark: the config drained for
+RETRY_SECONDS = 5  # kubectl's wait after a 429, and what a node is told while its drain goes on
+
+
+def drain_for_lease(drainer: "Drainer", node: str, config: str) -> Optional[DrainResult]:
+    """A node holding its drain lease asks again: cordon its Node (again, if someone uncordoned it
+    meanwhile: MCO PR #5305), mark it drained for ``config``, and run one drain round. None when
+    there is no Node object of that name (nothing runs there to drain)."""
+    try:
+        drainer.cordon(node)
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    drainer.client.merge_patch(NODES.path(node), {"metadata": {"annotations": {DRAINED_FOR: config or "-"}}})
+    return drainer.drain_once(node)
+
+
+def uncordon_patch(annotations: Dict[str, str], report: Dict[str, Any]) -> Dict[str, Any]:
+    """The merge patch that ends our cordon once the node reports Done on the config it was
+    drained for (pure; empty when it does not apply): a node cordoned by someone else stays so."""
+    drained_for = annotations.get(DRAINED_FOR)
+    if not drained_for or report.get("state") != "Done":
+        return {}
+    if drained_for not in ("-", report.get("currentConfig")):
+        return {}
+    return {"spec": {"unschedulable": None}, "metadata": {"annotations": {DRAINED_FOR: None}}}

@@ -26,6 +26,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from agent.server.cluster.kube_drain import uncordon_patch
 from agent.server.rollout.progress import iso8601
 from agent.server.store.kube_client import (
     MACHINE_CONFIG_NODES,
@@ -236,7 +237,13 @@ class KubeSync:
                 failed[node] = (body, pool)  # written when the Node appears (its kubelet registers it)
                 continue
             try:
-                self.client.merge_patch(NODES.path(node), node_patch(body, pools.get(pool)))
+                patch = node_patch(body, pools.get(pool))
+                ours = ((present[node].get("metadata") or {}).get("annotations") or {})
+                end = uncordon_patch(ours, body)  # Done on the config it was drained for
+                if end:
+                    patch = {"spec": end["spec"], "metadata": dict(patch["metadata"], annotations=dict(
+                        patch["metadata"]["annotations"], **end["metadata"]["annotations"]))}
+                self.client.merge_patch(NODES.path(node), patch)
                 self._write_node_object(node, body, pool)
                 self.writes["node"] += 1
             except (KubeUnavailable, KubeError) as exc:

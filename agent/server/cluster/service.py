@@ -84,6 +84,7 @@ class Cluster(Approval, ConfigServing):
         self.cache_size = 64
         # called with (node, report, pool) after a report is recorded (kube_sync writes the Node)
         self.report_listeners: List[Callable[[str, Dict[str, Any], Optional[str]], None]] = []
+        self.drainer: Any = None  # the Kubernetes backend's (kube_drain.Drainer): a lease drains the Node
         self.reconcile(force=True)
 
     def store_health(self) -> Dict[str, Any]:

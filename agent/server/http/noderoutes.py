@@ -234,6 +234,35 @@ class NodeRoutes:
             raise HTTPError(409, f"node {node} belongs to pool {member.pool} ({member.why}), not {pool}",
                             field="$.pool")
         answer = drains.request_drain(cluster.store, node, pool, config, cluster.drain_limit(pool), cluster.lease_ttl)
+        if answer.granted and cluster.drainer is not None:
+            return self._drained(cluster.drainer, node, pool, config, answer)
         if answer.granted:
             return json_response(200, answer.to_dict(), pool=pool)
         return json_response(429, answer.to_dict(), [("Retry-After", str(answer.retry_after))], pool=pool)
+
+    def _drained(self, drainer: Any, node: str, pool: str, config: str, answer: Any) -> Response:
+        """The Kubernetes backend: the lease is granted only once the Node is cordoned and its
+        pods are evicted (agent/server/cluster/kube_drain.py). Until then the node keeps its
+        slot and is told to ask again; what holds the drain (a PodDisruptionBudget, a pod that
+        cannot be evicted) is in the answer."""
+        from agent.server.cluster.kube_drain import RETRY_SECONDS, drain_for_lease
+        from agent.server.store.kube_client import KubeUnavailable
+        from agent.server.store.nodestore import StoreUnavailable
+
+        try:
+            result = drain_for_lease(drainer, node, config)
+        except KubeUnavailable as exc:
+            raise StoreUnavailable(f"draining node {node}: {exc}") from None
+        out = answer.to_dict()
+        if result is None:
+            log.info("node %s: no Node object: nothing to drain, the lease is granted", node)
+            return json_response(200, out, pool=pool)
+        out["drain"] = result.to_dict()
+        if result.done:
+            log.info("node %s: cordoned and drained (%d pod(s) evicted this round)", node, len(result.evicted))
+            return json_response(200, out, pool=pool)
+        held = [f"{b['pod']}: {b['message']}" for b in out["drain"]["blocked"]] + result.errors
+        out.update(status="draining", granted=False, retryAfter=RETRY_SECONDS,
+                   reason=f"node {node} is cordoned and draining: {len(result.still_running)} pod(s) still on it"
+                          + (f"; {'; '.join(held)}" if held else ""))
+        return json_response(429, out, [("Retry-After", str(RETRY_SECONDS))], pool=pool)
