@@ -232,9 +232,10 @@ class KubeSync:
             self._nodes_changed = False
             pending.update(self._unwritten(present, pending))
         failed: Dict[str, Tuple[Dict[str, Any], str]] = {}
+        away = ""
         for node, (body, pool) in pending.items():
-            if node not in present:
-                failed[node] = (body, pool)  # written when the Node appears (its kubelet registers it)
+            if away or node not in present:  # next round; or when the Node appears (its kubelet registers it)
+                failed[node] = (body, pool)
                 continue
             try:
                 patch = node_patch(body, pools.get(pool))
@@ -246,9 +247,14 @@ class KubeSync:
                 self.client.merge_patch(NODES.path(node), patch)
                 self._write_node_object(node, body, pool)
                 self.writes["node"] += 1
-            except (KubeUnavailable, KubeError) as exc:
+            except KubeUnavailable as exc:  # the API server is away: the rest waits for the next round
+                away = str(exc)
+                failed[node] = (body, pool)
+            except KubeError as exc:
                 log.warning("Node %s: %s (retrying)", node, exc)
                 failed[node] = (body, pool)
+        if away:
+            log.warning("writing %d node(s) back: %s (retrying)", len(failed), away)
         with self._lock:
             for node, item in failed.items():
                 self._nodes.setdefault(node, item)

@@ -246,13 +246,16 @@ class NodeRoutes:
         slot and is told to ask again; what holds the drain (a PodDisruptionBudget, a pod that
         cannot be evicted) is in the answer."""
         from agent.server.cluster.kube_drain import RETRY_SECONDS, drain_for_lease
-        from agent.server.store.kube_client import KubeUnavailable
+        from agent.server.store.kube_client import KubeError, KubeUnavailable
         from agent.server.store.nodestore import StoreUnavailable
 
         try:
             result = drain_for_lease(drainer, node, config)
         except KubeUnavailable as exc:
             raise StoreUnavailable(f"draining node {node}: {exc}") from None
+        except KubeError as exc:  # refused by the API (RBAC, a conflict): nothing granted, ask again
+            log.error("draining node %s: %s (the server's role needs deploy/rbac.yaml's rules)", node, exc)
+            raise StoreUnavailable(f"draining node {node}: the Kubernetes API refused: {exc}") from None
         out = answer.to_dict()
         if result is None:
             log.info("node %s: no Node object: nothing to drain, the lease is granted", node)
