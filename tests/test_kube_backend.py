@@ -351,7 +351,7 @@ def test_a_drain_lease_cordons_and_evicts_before_it_is_granted_and_done_uncordon
     marks it Running and Ready, and finishes its deletion). The node's Done report on the config
     it drained for uncordons the Node."""
     ns, node = "drain-lease", "w-drain"
-    kube.kubectl("create", "namespace", ns)
+    kube.create_namespace(ns)
     kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(_node(node, {"node-role.kubernetes.io/worker": ""})))
     s = kube.session()
     r = s.post(f"{kube.url}/api/v1/namespaces/{ns}/pods", timeout=10, json={

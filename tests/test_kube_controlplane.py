@@ -104,9 +104,7 @@ def namespace(kube_cluster):  # noqa: F811
     """A namespace of the test's own, once its default ServiceAccount exists (the controller
     manager creates it; pods are refused until then)."""
     ns = unique("t")
-    kube_cluster.kubectl("create", "namespace", ns)
-    wait_for(lambda: kube_cluster.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default").status_code == 200,
-             "the default ServiceAccount (controller manager)")
+    kube_cluster.create_namespace(ns)
     yield ns
     kube_cluster.kubectl("delete", "namespace", ns, "--wait=false")
 

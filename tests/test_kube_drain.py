@@ -267,10 +267,7 @@ def new_node(kc, kubelet, tag):
     node, ns = unique(f"{tag}-node"), unique(tag)
     kc.kubectl("create", "-f", "-", input=node_doc(node))
     kubelet.made["nodes"].append(node)
-    kc.kubectl("create", "namespace", ns)
-    kubelet.made["namespaces"].append(ns)
-    wait_for(lambda: kc.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default").status_code == 200,
-             "the default ServiceAccount (controller manager)")
+    kubelet.made["namespaces"].append(kc.create_namespace(ns))
     kubelet.nodes[ns] = node
     return ns, node
 

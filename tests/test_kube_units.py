@@ -178,6 +178,19 @@ def test_pool_status_keeps_only_the_crds_fields():
     assert status["conditions"][0]["lastTransitionTime"] == "2026-11-22T09:00:00Z"
 
 
+def test_every_condition_written_has_a_transition_time_kept_while_its_status_stays():
+    view = {"status": {"conditions": [{"type": "Updated", "status": "True", "lastTransitionTime": "2026-11-22T09:00:00Z"},
+                                      {"type": "Degraded", "status": "False"}, {"type": "RenderHeld", "status": "True"}]}}
+    first = {c["type"]: c for c in kube_sync.pool_status(view, 1, None, "2026-11-25T10:00:00Z")["conditions"]}
+    assert first["Updated"]["lastTransitionTime"] == "2026-11-22T09:00:00Z"  # dated by our history
+    assert first["Degraded"]["lastTransitionTime"] == "2026-11-25T10:00:00Z"
+    held = [{"type": "Degraded", "status": "False", "lastTransitionTime": "2026-11-25T10:00:00Z"},
+            {"type": "RenderHeld", "status": "False", "lastTransitionTime": "2026-11-25T10:00:00Z"}]
+    later = {c["type"]: c for c in kube_sync.pool_status(view, 1, held, "2026-11-25T11:00:00Z")["conditions"]}
+    assert later["Degraded"]["lastTransitionTime"] == "2026-11-25T10:00:00Z"  # same status: kept
+    assert later["RenderHeld"]["lastTransitionTime"] == "2026-11-25T11:00:00Z"  # changed: now
+
+
 def test_node_patch_carries_the_mcd_annotations_and_the_custom_pools_labels():
     body = {"pool": "infra", "state": "Degraded", "currentConfig": "rendered-infra-a",
             "desiredConfig": "rendered-infra-b", "reason": "disk full", "desiredImage": "quay.io/x@sha256:1"}

@@ -278,6 +278,18 @@ class KubeCluster:
         conds = r.json().get("status", {}).get("conditions", []) if r.status_code == 200 else []
         return any(c.get("type") == "Established" and c.get("status") == "True" for c in conds)
 
+    def create_namespace(self, name: str, timeout: float = 60) -> str:
+        """A new namespace, once pods can be created in it: the controller manager has made its
+        default ServiceAccount and that account's token (1.20's ServiceAccount admission refuses
+        a pod that mounts the token until then: "No API token found for service account")."""
+        self.kubectl("create", "namespace", name)
+
+        def ready() -> bool:
+            r = self.get(f"/api/v1/namespaces/{name}/serviceaccounts/default")
+            return r.status_code == 200 and bool(r.json().get("secrets"))
+        self._wait(f"namespace {name}'s default ServiceAccount and its token", ready, timeout)
+        return name
+
     def kubectl(self, *args: str, kubeconfig: Optional[str] = None, check: bool = True,
                 input: Optional[str] = None, timeout: float = 60) -> subprocess.CompletedProcess:
         """Run kubectl against this cluster (as admin unless ``kubeconfig``)."""

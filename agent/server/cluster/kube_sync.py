@@ -49,15 +49,27 @@ CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
 BASE_ROLES = ("master", "worker")
 
 
-def pool_status(view: Dict[str, Any], generation: Optional[int]) -> Dict[str, Any]:
+def pool_status(view: Dict[str, Any], generation: Optional[int], previous: Optional[List[Dict[str, Any]]] = None,
+                now: str = "") -> Dict[str, Any]:
     """The CRD's status fields of a pool view (pure); the view's other fields stay in our API
-    (the API server would prune them: the CRD's schema is structural)."""
+    (the API server would prune them: the CRD's schema is structural). A condition whose change
+    our history does not date gets its time as the MCO's SetMachineConfigPoolCondition gives it:
+    the one the API holds while the status stays the same, else ``now``."""
     status = view.get("status") or {}
     out = {k: status[k] for k in STATUS_FIELDS if k in status}
     out["configuration"] = {"name": (status.get("configuration") or {}).get("name", "")}
     out["observedGeneration"] = int(generation or 1)
-    out["conditions"] = [{k: str(c.get(k) or "") for k in CONDITION_FIELDS if c.get(k) is not None}
-                         for c in status.get("conditions") or []]
+    before = {c.get("type"): c for c in previous or [] if isinstance(c, dict)}
+    out["conditions"] = []
+    for c in status.get("conditions") or []:
+        cond = {k: str(c.get(k) or "") for k in CONDITION_FIELDS if c.get(k) is not None}
+        if not cond.get("lastTransitionTime"):
+            old = before.get(cond.get("type")) or {}
+            same = old.get("status") == cond.get("status") and old.get("lastTransitionTime")
+            cond["lastTransitionTime"] = str(old["lastTransitionTime"]) if same else now
+            if not cond["lastTransitionTime"]:
+                del cond["lastTransitionTime"]
+        out["conditions"].append(cond)
     return out
 
 
@@ -216,7 +228,8 @@ class KubeSync:
             obj = pools.get(name)
             if obj is None:
                 continue
-            status = pool_status(view, obj["metadata"].get("generation"))
+            status = pool_status(view, obj["metadata"].get("generation"), (obj.get("status") or {}).get("conditions"),
+                                 iso8601(time.time()))
             have = {k: v for k, v in (obj.get("status") or {}).items() if k in STATUS_FIELDS}
             if status in (have, self._written.get(name)):
                 continue
