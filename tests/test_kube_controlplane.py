@@ -5,12 +5,14 @@ the controller manager writing PodDisruptionBudget status, the Eviction API hono
 refusing a user nobody granted anything."""
 
 import json
-import time
-import uuid
 
 import pytest
 
-from tests.helpers.kube_cluster import kube_cluster  # noqa: F401  (the session fixture)
+from tests.helpers.kube_cluster import (
+    kube_cluster,  # noqa: F401  (the session fixture)
+    unique,
+    wait_for,
+)
 
 MCO = "/apis/machineconfiguration.openshift.io/v1"
 CRD_NAMES = {
@@ -22,22 +24,6 @@ CRD_NAMES = {
     "pinnedimagesets.machineconfiguration.openshift.io",
     "machineconfigurations.operator.openshift.io",
 }
-
-
-def wait_for(check, what, timeout=30.0):
-    """Poll ``check`` until it returns something true (returned), or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout:.0f}s")
-        time.sleep(0.1)
-
-
-def unique(prefix):
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def pool(name, **spec):

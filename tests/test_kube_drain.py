@@ -17,7 +17,6 @@ import os
 import re
 import threading
 import time
-import uuid
 
 import pytest
 import requests
@@ -26,26 +25,15 @@ from agent.server.cluster.kube_drain import Drainer
 from agent.server.rollout import drainplan
 from agent.server.rollout.drainplan import DrainSettings
 from agent.server.store.kube_client import KubeClient, KubeError, KubeUnavailable, load_kubeconfig
-from tests.helpers.kube_cluster import kube_cluster  # noqa: F401  (the session fixture)
+from tests.helpers.kube_cluster import (
+    kube_cluster,  # noqa: F401  (the session fixture)
+    unique,
+    wait_for,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_FLAGS = DrainSettings(force=False, ignore_all_daemonsets=False, delete_emptydir_data=False)
 KUBECTL_FLAGS = ["--ignore-daemonsets", "--delete-emptydir-data", "--force"]
-
-
-def wait_for(check, what, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout:.0f}s")
-        time.sleep(0.2)
-
-
-def unique(prefix):
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
 def now():

@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import time
+import uuid
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
@@ -55,6 +56,23 @@ def find_kube_bin() -> Optional[str]:
     if d and all(os.access(os.path.join(d, b), os.X_OK) for b in BINARIES):
         return d
     return None
+
+
+def wait_for(check, what: str, timeout: float = 60.0):
+    """Poll ``check`` until it returns something true (returned), or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout:.0f}s")
+        time.sleep(0.1)
+
+
+def unique(prefix: str) -> str:
+    """A name of the test's own in the session's shared cluster."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 class _CA:
