@@ -16,7 +16,6 @@ differ from the MCD: agent/core/drift.py).
   the config; it is removed when taken (the MCD removes its own).
 """
 
-import datetime
 import json
 import logging
 import os
@@ -28,6 +27,7 @@ from agent.core.nodeconfig import NodeConfig
 from agent.errors import EXIT_DRIFTED, NodeAgentError
 from agent.host import ondisk
 from agent.host.root import Root
+from agent.node.status import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +45,6 @@ class DriftRefused(NodeAgentError):
         super().__init__(message)
         self.reason = reason
         self.hint = hint  # what to do (agent.node.status.hint_for_error)
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def build_expectation(root: Root, config: NodeConfig) -> core.Expectation:
@@ -176,7 +172,7 @@ class DriftMonitor:
         order = {p: i for i, p in enumerate(self.expect.paths)}
         ordered = sorted(now.values(), key=lambda d: (order.get(d.path, len(order)), d.path))
         before = read_record(self.root, self.state_dir) or {}
-        state = core.DriftState(config.name, _now(), ordered, self.expect.unchecked_content)
+        state = core.DriftState(config.name, utc_now(), ordered, self.expect.unchecked_content)
         was = [(d.get("path"), d.get("differences")) for d in before.get("drifted") or []]
         # Reported when drift appears or changes, and when it is gone: a clean check after a
         # clean one (or the first one) says nothing (the update's own reports say Done).

@@ -252,11 +252,11 @@ class KubeSync:
                 continue
             try:
                 patch = node_patch(body, pools.get(pool))
-                ours = ((present[node].get("metadata") or {}).get("annotations") or {})
+                ours = (present[node].get("metadata") or {}).get("annotations") or {}
                 end = uncordon_patch(ours, body)  # Done on the config it was drained for
                 if end:
-                    patch = {"spec": end["spec"], "metadata": dict(patch["metadata"], annotations=dict(
-                        patch["metadata"]["annotations"], **end["metadata"]["annotations"]))}
+                    patch["spec"] = end["spec"]
+                    patch["metadata"]["annotations"].update(end["metadata"]["annotations"])
                 self.client.merge_patch(NODES.path(node), patch)
                 self._write_node_object(node, body, pool)
                 self.writes["node"] += 1

@@ -23,11 +23,6 @@ def conditions(counts: progress.Counts, target: str, current: str, row: Dict[str
     return progress.conditions(counts, target, current, str(row.get("held") or ""), history, render)
 
 
-def rfc3339(at: Any) -> str:
-    """``2026-11-22T20:30:00Z`` from epoch seconds or an ISO 8601 string ("" for neither)."""
-    return progress.iso8601(at)
-
-
 def metadata(pool: Dict[str, Any], mtime: Optional[float],
              history: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
     """The pool's metadata; ``creationTimestamp`` (oc's AGE): the object's own, else the earlier
@@ -35,32 +30,13 @@ def metadata(pool: Dict[str, Any], mtime: Optional[float],
     keeps its age; a state without files, etcd, has only the store's record)."""
     meta = dict(pool.get("metadata") or {})
     if not meta.get("creationTimestamp"):
-        first = history[0].get("at") if history else None
-        known = [t for t in (mtime, _epoch(first)) if t]
+        first = progress.epoch_of(history[0].get("at")) if history else None
+        known = [t for t in (mtime, first) if t]
         if known:
-            meta["creationTimestamp"] = rfc3339(min(known))
+            meta["creationTimestamp"] = progress.iso8601(min(known))
     elif not isinstance(meta["creationTimestamp"], str):  # YAML reads an unquoted time as a datetime
-        meta["creationTimestamp"] = _datetime_text(meta["creationTimestamp"])
+        meta["creationTimestamp"] = progress.iso8601(meta["creationTimestamp"]) or str(meta["creationTimestamp"])
     return meta
-
-
-def _epoch(at: Any) -> Optional[float]:
-    """Epoch seconds from a history record's ``at`` (a number, or ISO 8601 text), or None."""
-    import datetime
-
-    text = progress.iso8601(at)
-    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
-        tzinfo=datetime.timezone.utc).timestamp() if text else None
-
-
-def _datetime_text(value: Any) -> str:
-    import datetime
-
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=datetime.timezone.utc)
-        return rfc3339(value.timestamp())
-    return str(value)
 
 
 def pending_disruption(spec_of: Callable[[str], Optional[Dict[str, Any]]], cluster_spec: Dict[str, Any],

@@ -312,7 +312,7 @@ class Cluster(Approval, ConfigServing):
         out["store"] = self.store_health()
         listed = getattr(self.store, "replicas", None)
         mine = [dict(self.replica_view(st, views), replica=self.replica_name, pid=os.getpid(), at=time.time())]
-        out["replicas"] = [dict(r, at=poolview.rfc3339(r["at"])) if "at" in r else r
+        out["replicas"] = [dict(r, at=progress.iso8601(r["at"])) if "at" in r else r
                            for r in (listed() if listed else mine)]
         return out
 

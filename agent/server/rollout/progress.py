@@ -149,18 +149,31 @@ def count(members: Dict[str, Tuple[Dict[str, Any], Membership]], target: str, im
     return c
 
 
-def iso8601(at: Any) -> str:
-    """``2026-11-22T20:30:00Z`` from epoch seconds or an ISO 8601 string (old stores kept floats)."""
+def epoch_of(at: Any) -> Optional[float]:
+    """Epoch seconds from epoch seconds, an ISO 8601 string or a datetime (naive: UTC, as YAML
+    reads an unquoted time); None for anything else. Old stores kept floats, newer ones text."""
     import datetime
 
     if isinstance(at, str):
         try:
-            at = datetime.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+            return datetime.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
         except ValueError:
-            return ""
+            return None
+    if isinstance(at, datetime.datetime):
+        return (at if at.tzinfo else at.replace(tzinfo=datetime.timezone.utc)).timestamp()
     if not isinstance(at, (int, float)) or isinstance(at, bool):
+        return None
+    return float(at)
+
+
+def iso8601(at: Any) -> str:
+    """``2026-11-22T20:30:00Z`` from what ``epoch_of`` reads ("" for anything else)."""
+    import datetime
+
+    epoch = epoch_of(at)
+    if epoch is None:
         return ""
-    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _changed(history: List[Dict[str, Any]], field_name: str) -> str:
