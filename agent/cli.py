@@ -104,6 +104,10 @@ def _plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--to", dest="to_file", metavar="FILE", help="the config to apply")
     p.add_argument("--policy", metavar="FILE", help="MachineConfiguration YAML with spec.nodeDisruptionPolicy")
     p.add_argument("--firstboot", action="store_true", help="plan as at first boot (nothing runs yet)")
+    p.add_argument("--control-plane-topology", metavar="MODE", default=None,
+                   choices=("HighlyAvailable", "HighlyAvailableArbiter", "DualReplica", "SingleReplica", "External"),
+                   help="the cluster's Infrastructure status.controlPlaneTopology: SingleReplica (a single-node "
+                        "cluster) never drains, as the MCD (default: a cluster that drains)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--show-policy", action="store_true", help="print the effective merged policy and exit")
 

@@ -5,8 +5,9 @@ objects, the pool status writes a burst of reports makes, and the Node watch cac
 
 Design. Two real control planes (tests/helpers/kube_cluster.py: etcd, kube-apiserver 1.20.2,
 OpenShift's CRDs) run side by side, one with 100 Node objects and one with 5,000 (1,000 with
-``--quick``), each with its own node-config-server (one gunicorn worker, SQLite node store, run as
-a user bound only to deploy/rbac.yaml's ClusterRole) and the examples' pools and MachineConfigs.
+``--quick``), each with its own node-config-server (one gunicorn worker, node state in the API:
+``--store kubernetes``, the default with this backend; run as a user bound only to deploy/rbac.yaml's
+ClusterRole and namespaced Role) and the examples' pools and MachineConfigs.
 Growing one cluster from 100 to 5,000 could not be interleaved; two set-ups that differ only in
 the fleet size can: each round sends a block of reports to one server, then a block to the other,
 and so on, so that machine noise falls on both alike. The ratio of the table is the 5,000-Node
@@ -193,6 +194,8 @@ class Fleet:
         self.kc.kubectl("apply", "-f", os.path.join(EXAMPLES, "machineconfiguration.yaml"))
         self.kc.kubectl("apply", "-f", os.path.join(REPO, "deploy", "rbac.yaml"))
         self.kc.kubectl("create", "clusterrolebinding", "ncs-bench", "--clusterrole=node-config-server",
+                        "--user=node-config-server-bench")
+        self.kc.kubectl("create", "rolebinding", "ncs-bench", "-n", "node-config-server", "--role=node-config-server",
                         "--user=node-config-server-bench")
         self.create_rate = create_nodes(self.kc, self.names)
         self.node_bytes = len(self.kc.get(f"/api/v1/nodes/{self.names[0]}").content)

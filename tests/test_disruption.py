@@ -330,7 +330,8 @@ def test_explain_names_change_and_policy_entry():
     assert text.rstrip().endswith("No reboot. No drain.")
     reboot = d.compute_actions(Changes(files=(fc("/etc/x"),))).explain()
     assert "no policy entry covers it" in reboot and reboot.rstrip().endswith(
-        "Reboot (drain first: a drain lease and a cordon record on the config server; no pods are evicted).")
+        "Reboot (drain first: node-config-server cordons the Node and evicts its pods as kubectl drain does "
+        "(Kubernetes backend; other backends have no pods: a drain lease only)).")
 
 
 # --- validation ------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Per-node identity and secrets behind credentials (issue 16), in process on the WSGI app, on
-both node stores (SQLite and a real etcd cluster: the session fixture of tests/conftest.py).
+all three node stores (SQLite, a real etcd cluster: the session fixture of tests/conftest.py, and the
+Kubernetes API: tests/helpers/kube_cluster.py).
 
 Every forgery the issue lists is refused with 401/403 and a JSON error naming what and what to
 do: a report, a drain lease or its release as another node, moving a node between pools, a
@@ -19,6 +20,8 @@ import pytest
 from agent.server.cluster.backends import StoreConfig
 from agent.server.http.app import App
 from agent.server.rollout.identity import CREDENTIAL_PREFIX, credential_hash
+from agent.server.store.kube_nodestore import STORE_LABEL
+from tests.helpers.kube_cluster import kube_cluster, unique  # noqa: F401 - the session fixture
 from tests.helpers.server_proc import REPO
 
 EXAMPLE = REPO + "/examples/state"
@@ -60,8 +63,11 @@ def refused(answer, code, *words):
     return message
 
 
-@pytest.fixture(params=["sqlite", "etcd"])
+@pytest.fixture(params=["sqlite", "etcd", "kube"])
 def app(request, tmp_path):
+    """The app on each node store. "kube": state objects from the examples directory (the
+    directory backend), node state in the Kubernetes API (--store kubernetes) in a namespace of
+    the test's own."""
     state = tmp_path / "state"
     shutil.copytree(EXAMPLE, state)
     (state / "machineconfigs" / "99-worker-pull-secret.yaml").write_text(PULL_SECRET)
@@ -69,11 +75,21 @@ def app(request, tmp_path):
     if request.param == "etcd":
         cluster = request.getfixturevalue("etcd_cluster")
         store = StoreConfig(url=f"{cluster.url}/ident-{request.node.name.replace('[', '-').rstrip(']')}/")
+    elif request.param == "kube":
+        kc = request.getfixturevalue("kube_cluster")
+        namespace = unique("ident")
+        kc.kubectl("create", "namespace", namespace)
+        store = StoreConfig(url="kubernetes", kubeconfig=kc.admin_kubeconfig, namespace=namespace)
     a = App(str(state), token=BOOT, admin_token=ADMIN, reload_interval=0.0, store=store)
     yield a
-    if store is not None:
+    if store is not None and store.is_etcd:
         a.cluster.store.client.delete(a.cluster.store.prefix, prefix=True)
         a.cluster.store.close()
+    elif store is not None:
+        a.cluster.store.close()
+        a.cluster.store.client.close()
+        kc.kubectl("delete", "machineconfignodes", "-l", f"{STORE_LABEL}={namespace}", "--wait=false", check=False)
+        kc.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def register(app, node, token=BOOT, approve=True):

@@ -47,6 +47,10 @@ def kube(tmp_path_factory):
         kc.kubectl("apply", "-f", os.path.join(REPO, "deploy", "rbac.yaml"))
         kc.kubectl("create", "clusterrolebinding", "ncs-test-user", "--clusterrole=node-config-server",
                    "--user=node-config-server-test")
+        # Node state is in the API by default with this backend (--store kubernetes): the
+        # namespaced Role of deploy/rbac.yaml, for the same user.
+        kc.kubectl("create", "rolebinding", "ncs-test-user", "--role=node-config-server",
+                   "--user=node-config-server-test", "--namespace=node-config-server")
         yield kc
 
 
@@ -233,27 +237,33 @@ def _start_apiserver(kube):
 
 
 def test_an_api_server_outage_loses_nothing(kube, server):
-    """The API server stops under reports: configs keep being served from the watch caches,
-    reports are recorded (the node store is the server's own), and once the API server is back
-    the Node gets what was reported meanwhile; the watches resume; nothing is rendered twice."""
+    """The API server stops under reports: configs keep being served from the watch caches; a
+    report cannot be stored (node state is in the API: --store kubernetes, the default with this
+    backend), so it is answered 503 with Retry-After, nothing acknowledged; once the API server
+    is back the node's retry lands on its Node; the watches resume; nothing is rendered twice."""
     kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(_node("w-outage", {"node-role.kubernetes.io/worker": ""})))
     before = server.session().get(server.url("/config/worker"), headers=IGNITION, timeout=10)
     target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
     rendered_before = sorted(m["metadata"]["name"] for m in api(kube, f"{MCO}/machineconfigs")["items"]
                              if m["metadata"]["name"].startswith("rendered-"))
+    node = server.node_session("w-outage")  # registered before: its credential is a Secret in the API
+    done = {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target}
     _stop_apiserver(kube)
     try:
         during = server.session().get(server.url("/config/worker"), headers=IGNITION, timeout=10)
         assert during.status_code == 200 and during.content == before.content
-        for i in range(5):
-            _report(server, "w-outage", {"pool": "worker", "state": "Working" if i < 4 else "Done",
-                                         "currentConfig": target, "desiredConfig": target})
+        r = node.post(server.url("/api/v1/nodes/w-outage/report"), data=json.dumps(done), timeout=10)
+        assert r.status_code == 503 and r.headers.get("Retry-After"), r.text
+        assert "nothing was recorded" in r.json()["error"]["message"]
         health = wait_for("the outage seen", lambda: (lambda h: h if h["store"].get("error") else None)(
             server.session().get(server.url("/healthz"), timeout=10).json()))
         assert "Kubernetes API" in health["store"]["error"]
     finally:
         _start_apiserver(kube)
-    ann = wait_for("the report made during the outage", lambda: (api(kube, "/api/v1/nodes/w-outage")["metadata"]
+    wait_for("the node's retry is stored", lambda: node.post(server.url("/api/v1/nodes/w-outage/report"),
+                                                             data=json.dumps(done), timeout=10).status_code == 200,
+             timeout=30)
+    ann = wait_for("the report retried after the outage", lambda: (api(kube, "/api/v1/nodes/w-outage")["metadata"]
                                                                  .get("annotations") or {}).get(
         "machineconfiguration.openshift.io/state") == "Done", timeout=30)
     assert ann
@@ -310,10 +320,12 @@ SA = "system:serviceaccount:node-config-server:node-config-server"
 
 def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_uses(kube):
     """deploy/ as a user applies it: the API server itself validates the Deployment, Service and
-    volume claim (a server-side dry run), and the service account may do what the server does
+    PodDisruptionBudget (a server-side dry run; no volume: the replicas keep no state), and the service account may do what the server does
     (docs/kubernetes.md, "What it reads/writes") and nothing else asked here."""
     out = kube.kubectl("apply", "--dry-run=server", "-f", os.path.join(REPO, "deploy", "deployment.yaml"))
     assert "deployment.apps/node-config-server created (server dry run)" in out.stdout
+    assert "poddisruptionbudget.policy/node-config-server created (server dry run)" in out.stdout
+    assert "persistentvolumeclaim" not in out.stdout
     allowed = [("list", "machineconfigpools.machineconfiguration.openshift.io"),
                ("watch", "machineconfigs.machineconfiguration.openshift.io"),
                ("create", "machineconfigs.machineconfiguration.openshift.io"),
@@ -329,10 +341,25 @@ def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_use
               ("patch", "machineconfigurations.operator.openshift.io"),
               ("get", "secrets"), ("delete", "nodes"), ("create", "pods"), ("create", "clusterrolebindings")]
 
-    def can(verb, resource, sub=None):
+    def can(verb, resource, sub=None, namespace=None):
         args = ["auth", "can-i", verb, resource, f"--as={SA}"] + ([f"--subresource={sub}"] if sub else [])
-        return kube.kubectl(*args, check=False).stdout.strip() == "yes"
+        return kube.kubectl(*args, *([f"--namespace={namespace}"] if namespace else []), check=False) \
+            .stdout.strip() == "yes"
 
+    assert [a for a in allowed if not can(*a)] == []
+    assert [d for d in denied if can(*d)] == []
+    # Node state (--store kubernetes): ConfigMaps, Secrets and Leases of its own namespace only
+    # (the Role), never deleting a ConfigMap or a Lease; reports on MachineConfigNodes (above).
+    ns = "node-config-server"
+    allowed = [(v, r, None, ns) for v, r in (
+        ("watch", "configmaps"), ("create", "configmaps"), ("update", "configmaps"), ("patch", "configmaps"),
+        ("watch", "secrets"), ("create", "secrets"), ("update", "secrets"), ("delete", "secrets"),
+        ("watch", "leases.coordination.k8s.io"), ("create", "leases.coordination.k8s.io"),
+        ("update", "leases.coordination.k8s.io"))] + [("patch", "machineconfignodes.machineconfiguration.openshift.io")]
+    denied = [("delete", "configmaps", None, ns), ("delete", "leases.coordination.k8s.io", None, ns),
+              ("list", "secrets", None, "kube-system"), ("create", "configmaps", None, "default"),
+              ("update", "leases.coordination.k8s.io", None, "kube-system"),
+              ("delete", "machineconfignodes.machineconfiguration.openshift.io")]
     assert [a for a in allowed if not can(*a)] == []
     assert [d for d in denied if can(*d)] == []
 

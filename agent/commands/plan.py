@@ -1,6 +1,7 @@
 """``node-agent plan``: what applying ``--to`` on a node at ``--from`` would change and do.
 
-``--json`` prints ``{"actions": [...], "drain": bool, "reboot": bool, "changes": {...}}``; each
+``--json`` prints ``{"actions": [...], "drain": bool, "reboot": bool, "changes": {...}}`` (and
+``drainSkipped``, why, when ``--control-plane-topology SingleReplica`` drops a drain); each
 action has ``type`` and, for Reload/Restart, ``unit``, plus ``causes`` (why). ``Special``
 (registries.conf) appears as itself, with ``reload: crio.service`` and whether it drains
 (also reflected in the top-level ``drain``). ``--show-policy`` prints the merged policy.
@@ -74,7 +75,7 @@ def run(args: Any) -> int:
     old = _config(args.from_file, "--from")
     new = _config(args.to_file, "--to")
 
-    from agent.core.disruption import plan_disruption
+    from agent.core.disruption import for_topology, plan_disruption
     from agent.core.reconcilable import check
 
     # What first boot and update refuse (a FIPS flip, day-2 storage), plan refuses too: exit 65.
@@ -86,6 +87,7 @@ def run(args: Any) -> int:
         sys.stderr.write(f"note: storage.{section} changed: allowed by irreconcilableValidationOverrides.storage; "
                          "a running node keeps what it was installed with and reports the difference\n")
     plan = plan_disruption(old, new, policy, firstboot=bool(args.firstboot))
+    plan = for_topology(plan, getattr(args, "control_plane_topology", None))
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:

@@ -15,6 +15,7 @@ adds digest-only mirrors. The plan's ``drain`` flag carries that decision; no se
 action is added (as a Reboot does not add one either).
 """
 
+import dataclasses
 import gc
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -115,14 +116,18 @@ class Plan:
     reboot: bool
     changes: Changes = field(default_factory=Changes)
     firstboot: bool = False
+    drain_skipped: str = ""  # why a drain the actions call for does not happen (single-node cluster)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {
+        out = {
             "actions": [a.to_dict() for a in self.actions],
             "drain": self.drain,
             "reboot": self.reboot,
             "changes": self.changes.to_dict(),
         }
+        if self.drain_skipped:
+            out["drainSkipped"] = self.drain_skipped
+        return out
 
     def explain(self) -> str:
         lines = []
@@ -134,15 +139,32 @@ class Plan:
             lines.append(f"  {action.describe()}")
             for cause in action.causes:
                 lines.append(f"    because {cause}")
-        # What a drain is today: a lease from node-config-server and a cordon record, no eviction.
-        drain = "drain first: a drain lease and a cordon record on the config server; no pods are evicted"
+        # What a drain is: docs/drain.md. Only the Kubernetes backend has pods to evict.
+        drain = ("drain first: node-config-server cordons the Node and evicts its pods as kubectl drain does "
+                 "(Kubernetes backend; other backends have no pods: a drain lease only)")
         if self.reboot:
-            lines.append("Reboot (no drain at first boot)." if self.firstboot else f"Reboot ({drain}).")
+            lines.append("Reboot (no drain at first boot)." if self.firstboot else
+                         f"Reboot (no drain: {self.drain_skipped})." if self.drain_skipped else f"Reboot ({drain}).")
         elif self.drain:
             lines.append(f"No reboot. {drain[0].upper()}{drain[1:]}.")
+        elif self.drain_skipped:
+            lines.append(f"No reboot. No drain: {self.drain_skipped}.")
         else:
             lines.append("No reboot. No drain." + (" (first boot: nothing runs yet)" if self.firstboot else ""))
         return "\n".join(lines)
+
+
+SINGLE_NODE = ("single-node cluster (controlPlaneTopology SingleReplica): the pods have nowhere else to run, so "
+               "nothing is cordoned or evicted, as the MCD's drainRequired (pkg/daemon/drain.go)")
+
+
+def for_topology(plan: Plan, topology: Optional[str]) -> Plan:
+    """The plan on a cluster of ``topology`` (the Infrastructure object's
+    status.controlPlaneTopology): a single-node cluster never drains (the MCD's drainRequired is
+    ``!isSingleNodeTopology``); node-config-server's lease answer says the same."""
+    if topology != "SingleReplica" or not plan.drain:
+        return plan
+    return dataclasses.replace(plan, drain=False, drain_skipped=SINGLE_NODE)
 
 
 def _change_lines(changes: Changes) -> List[str]:

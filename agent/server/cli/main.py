@@ -15,9 +15,11 @@ from agent.server.cli.serveargs import (
     BACKENDS,
     PLAIN_PORT,
     TLS_PORT,
+    add_drain_args,
     admission,
     check_state_dir,
     checked_serve_args,
+    drain_cadence,
 )
 from agent.server.cli.storecmds import (
     add_load_state_parser,
@@ -77,8 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "from the Kubernetes API, with pool status, rendered configs and Node annotations written "
                         "back (docs/kubernetes.md)")
     p.add_argument("--kubeconfig", metavar="FILE", default=None,
-                   help="with --backend kubernetes: the kubeconfig to use (its current context); without it, the "
-                        "pod's service account (in-cluster)")
+                   help="with --backend kubernetes or --store kubernetes: the kubeconfig to use (its current "
+                        "context); without it, the pod's service account (in-cluster)")
+    p.add_argument("--namespace", metavar="NS", default=None,
+                   help="with --store kubernetes: the namespace of the node state's ConfigMaps, Secrets and Leases "
+                        "(default: the pod's own namespace, else node-config-server)")
     p.add_argument("--workers", type=int, default=None, help="gunicorn worker processes (default: one per CPU, 2..8)")
     p.add_argument("--worker-class", choices=("gevent", "gthread"), default="gevent",
                    help="gevent (default): one greenlet per connection, with the timeouts below; gthread: "
@@ -86,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=32, help="threads per worker with --worker-class gthread "
                                                            "(default: 32)")
     _timeout_args(p)
+    add_drain_args(p)
     p.add_argument("--lease-ttl", type=float, default=600.0, metavar="SECONDS",
                    help="drain lease lifetime unless renewed (default: 600)")
     p.add_argument("--settle-seconds", type=float, default=10.0, metavar="SECONDS",
@@ -158,6 +164,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     store = store_config(args)
     try:
         token, admin_token, host, port = checked_serve_args(args, store)
+        import dataclasses
+
+        store = dataclasses.replace(store, drain=drain_cadence(args))
     except ValueError as exc:
         _err(str(exc))
         return EXIT_USAGE

@@ -72,7 +72,7 @@ def checked_serve_args(args: argparse.Namespace, store) -> Tuple[str, str, str, 
             raise ValueError("--worker-class gevent (the default) needs the gevent package (pip install gevent; "
                              "RPM: python3-gevent): install it, or pass --worker-class gthread, which has no "
                              "per-connection timeouts (docs/security.md, \"Timeouts\")")
-    args.nodes_dir = serve_nodes_dir(args.data_dir, args.state, store.is_etcd)  # checked last: made if missing
+    args.nodes_dir = serve_nodes_dir(args.data_dir, args.state, store.shared)  # checked last: made if missing
     return token, admin_token, host, port
 
 
@@ -103,3 +103,37 @@ def admission(args: argparse.Namespace):
     return identity.Admission(pattern, max_pending, rate, burst)
 
 
+
+
+# The MCO drain controller's cadence (draincadence.Cadence, drain_controller.go's DefaultConfig()).
+DRAIN_FLAGS = (("--drain-attempt-timeout", "attempt_timeout", "one drain attempt's time; a round still evicting "
+                "after it counts as a failed attempt (the MCO's DrainHelperTimeout)"),
+               ("--drain-retry", "retry", "wait after a failed attempt (DrainRequeueDelay)"),
+               ("--drain-slow-retry", "slow_retry", "wait after a failed attempt once the drain has gone on for "
+                "--drain-slow-after (DrainRequeueFailingDelay)"),
+               ("--drain-slow-after", "slow_after", "drain time after which retries slow down "
+                "(DrainRequeueFailingThreshold)"),
+               ("--drain-fail-after", "fail_after", "drain time after which each attempt emits a DrainFailed Event "
+                "on the Node and mcc_drain_err{node} is 1 (DrainTimeoutDuration)"))
+
+
+def add_drain_args(p: argparse.ArgumentParser) -> None:
+    """--drain-*: with --backend kubernetes, how a node's drain is paced (docs/drain.md)."""
+    from agent.server.rollout.draincadence import Cadence
+
+    default = Cadence()
+    for flag, attr, what in DRAIN_FLAGS:
+        p.add_argument(flag, type=float, default=None, metavar="SECONDS",
+                       help=f"with --backend kubernetes: {what} (default: {getattr(default, attr):g}, the MCO's)")
+
+
+def drain_cadence(args: argparse.Namespace):
+    """The drain cadence of serve's command line; ValueError names a bad flag."""
+    from agent.server.rollout.draincadence import Cadence
+
+    given = {attr: getattr(args, flag[2:].replace("-", "_"), None) for flag, attr, _ in DRAIN_FLAGS}
+    cadence = Cadence(**{k: v for k, v in given.items() if v is not None})
+    problem = cadence.check()
+    if problem:
+        raise ValueError(f"{problem} (docs/drain.md, \"Cadence\")")
+    return cadence

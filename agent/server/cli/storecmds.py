@@ -4,15 +4,16 @@ import argparse
 import sys
 from typing import Optional
 
-from agent.server.cluster.backends import DEFAULT_CACHE_DIR, StoreConfig
+from agent.server.cluster.backends import DEFAULT_CACHE_DIR, KUBE_STORE, StoreConfig
 
 
 def add_store_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("shared store (several replicas)")
-    g.add_argument("--store", default="sqlite", metavar="URL",
-                   help="sqlite (default: nodes.db in --data-dir, one server) or etcd://HOST:PORT[,HOST:PORT...]"
-                        "[/PREFIX] (etcd+https:// for TLS): node reports, proofs and drain leases shared by "
-                        "every replica")
+    g.add_argument("--store", default=None, metavar="URL",
+                   help="sqlite (the default: nodes.db in --data-dir, one server), etcd://HOST:PORT[,HOST:PORT...]"
+                        "[/PREFIX] (etcd+https:// for TLS) or kubernetes (the default with --backend kubernetes: "
+                        "MachineConfigNodes, ConfigMaps, Secrets and Leases in --namespace): node reports, proofs "
+                        "and drain leases shared by every replica")
     g.add_argument("--etcd-ca", metavar="FILE", help="CA bundle that signed the etcd members' certificates")
     g.add_argument("--etcd-cert", metavar="FILE", help="client certificate for etcd")
     g.add_argument("--etcd-key", metavar="FILE", help="client key for etcd")
@@ -27,9 +28,14 @@ def add_load_state_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def store_config(args: argparse.Namespace) -> StoreConfig:
-    return StoreConfig(url=args.store, ca=args.etcd_ca, cert=args.etcd_cert, key=args.etcd_key,
+    backend = getattr(args, "backend", "dir")
+    # With the API as the source, node state goes there too unless asked otherwise: replicas
+    # then keep nothing of their own (issue 29).
+    url = args.store or (KUBE_STORE if backend == "kubernetes" else "sqlite")
+    return StoreConfig(url=url, ca=args.etcd_ca, cert=args.etcd_cert, key=args.etcd_key,
                        cache_dir=getattr(args, "cache_dir", None) or DEFAULT_CACHE_DIR,
-                       backend=getattr(args, "backend", "dir"), kubeconfig=getattr(args, "kubeconfig", None))
+                       backend=backend, kubeconfig=getattr(args, "kubeconfig", None),
+                       namespace=getattr(args, "namespace", None))
 
 
 def check_serve_args(args: argparse.Namespace, cfg: StoreConfig) -> Optional[str]:

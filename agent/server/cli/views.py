@@ -138,7 +138,27 @@ def pools_table(pools: List[Dict[str, Any]], now: float, wide: bool = False, wid
             ])
         return rows
 
-    return fit(build, width, wide)
+    return fit(build, width, wide) + "".join(line + "\n" for line in draining_lines(pools, now))
+
+
+def draining_lines(pools: List[Dict[str, Any]], now: float) -> List[str]:
+    """Under ``get pools``: each node whose drain is under way (Kubernetes backend), since when and
+    what blocks it, so that a drain that cannot finish is never out of sight."""
+    out = []
+    for p in pools:
+        name = (p.get("metadata") or {}).get("name", "")
+        for node, d in sorted((((p.get("status") or {}).get("drain") or {}).get("nodes") or {}).items()):
+            out.append(f"{name}: node {node} {_drain_text(d, now)}")
+    return out
+
+
+def _drain_text(d: Dict[str, Any], now: float) -> str:
+    since = parse_time(d.get("since"))
+    text = (f"draining for {age(None if since is None else now - since)} (since {d.get('since', '')}, "
+            f"attempt {d.get('attempts', 0)})")
+    if d.get("failing"):
+        text += ", FAILING past the threshold (DrainFailed events, mcc_drain_err 1)"
+    return text + (f": blocked by {d['blockedBy']}" if d.get("blockedBy") else "")
 
 
 def describe_pool(pool: Dict[str, Any], now: float) -> str:
@@ -158,6 +178,7 @@ def describe_pool(pool: Dict[str, Any], now: float) -> str:
         f"{st.get('skewRefusedMachineCount', 0)})",
         f"Max unavailable:     {drain.get('maxUnavailable', '')} (draining: "
         f"{', '.join(drain.get('holders') or []) or 'none'})",
+        *(f"  {node}: {_drain_text(d, now)}" for node, d in sorted((drain.get("nodes") or {}).items())),
         "Served to new nodes:",
         f"  Config:            {served.get('config', '')}",
         f"  Image:             {served.get('image') or '<none>'}",
@@ -276,6 +297,11 @@ def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: flo
             f"  Image:             {served.get('image') or '<none>'}",
             f"  Why:               {served.get('reason', '')}",
         ]
+    if node.get("drain"):
+        d = node["drain"]
+        lines.append(f"Drain:               {_drain_text(d, now)}")
+        if d.get("nextAttempt"):
+            lines.append(f"  Next attempt:      {d['nextAttempt']}")
     events = node.get("drainEvents") or []
     if events:
         rows = [["AT", "ACTION", "DETAIL"]]

@@ -13,7 +13,10 @@ beside it would lock every node out.
 (``etcd+https://`` with ``--etcd-ca``/``--etcd-cert``/``--etcd-key`` for TLS and client
 certificates). With etcd, state objects come from ``--state DIR`` when given (every replica
 reads its own copy of the same files), else from etcd itself (published with
-``node-config-server load-state``).
+``node-config-server load-state``). ``kubernetes`` keeps node state in the Kubernetes API
+(``kube_nodestore.KubeNodeStore``: MachineConfigNodes, ConfigMaps, Secrets and Leases in
+``--namespace``), found by ``--kubeconfig`` or in-cluster; it is the default with ``--backend
+kubernetes``, so that replicas are stateless, and may also go with the directory backend.
 """
 
 import logging
@@ -25,11 +28,14 @@ from typing import Any, Optional, Tuple
 DEFAULT_DATA_DIR = "/var/lib/node-config-server"
 DEFAULT_CACHE_DIR = DEFAULT_DATA_DIR + "/etcd-state"
 NODES_DB = "nodes.db"
+KUBE_STORE = "kubernetes"
+DEFAULT_NAMESPACE = "node-config-server"
+NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 @dataclass(frozen=True)
 class StoreConfig:
-    url: str = "sqlite"
+    url: str = "sqlite"  # sqlite, etcd://..., or kubernetes (node state in the API)
     ca: Optional[str] = None
     cert: Optional[str] = None
     key: Optional[str] = None
@@ -37,10 +43,33 @@ class StoreConfig:
     replica: str = ""  # this replica's name in views (default: host name and listen port)
     backend: str = "dir"  # dir (state directory or etcd) or kubernetes (objects from the API)
     kubeconfig: Optional[str] = None  # with kubernetes: None = in-cluster
+    namespace: Optional[str] = None  # the kubernetes store's (None: the pod's, else DEFAULT_NAMESPACE)
+    drain: Any = None  # with --backend kubernetes: draincadence.Cadence (None: the MCO's; serve --drain-*)
 
     @property
     def is_kubernetes(self) -> bool:
         return self.backend == "kubernetes"
+
+    @property
+    def is_kube_store(self) -> bool:
+        return self.url == KUBE_STORE
+
+    @property
+    def shared(self) -> bool:
+        """Node state outside this host (etcd or the API): no nodes.db, no --data-dir."""
+        return self.is_etcd or self.is_kube_store
+
+    def kube_namespace(self, namespace_file: str = NAMESPACE_FILE) -> str:
+        """--namespace, else the pod's own namespace (as client-go's in-cluster config reads it),
+        else DEFAULT_NAMESPACE."""
+        if self.namespace:
+            return self.namespace
+        try:
+            with open(namespace_file, encoding="utf-8") as f:
+                found = f.read(256).strip()
+        except OSError:
+            found = ""
+        return found or DEFAULT_NAMESPACE
 
     @property
     def is_etcd(self) -> bool:
@@ -48,8 +77,8 @@ class StoreConfig:
 
     def check(self) -> Optional[str]:
         """A usage problem, or None."""
-        if self.url != "sqlite" and not self.is_etcd:
-            return f"--store {self.url}: expected sqlite or etcd://HOST:PORT[,HOST:PORT...]"
+        if self.url != "sqlite" and not self.is_etcd and not self.is_kube_store:
+            return f"--store {self.url}: expected sqlite, kubernetes or etcd://HOST:PORT[,HOST:PORT...]"
         if self.is_etcd:
             from agent.server.store.etcd_client import parse_store_url
 
@@ -62,14 +91,25 @@ class StoreConfig:
                 return f"{flag} {path}: no such file"
         if bool(self.cert) != bool(self.key):
             return "--etcd-cert and --etcd-key go together"
-        if self.kubeconfig and not self.is_kubernetes:
-            return "--kubeconfig goes with --backend kubernetes"
+        if self.kubeconfig and not self.is_kubernetes and not self.is_kube_store:
+            return "--kubeconfig goes with --backend kubernetes or --store kubernetes"
+        if self.namespace and not self.is_kube_store:
+            return "--namespace goes with --store kubernetes (the default with --backend kubernetes)"
+        if self.namespace and not _dns_label(self.namespace):
+            return (f"--namespace {self.namespace!r}: not a namespace name (lower-case letters, digits and '-', "
+                    f"at most 63)")
         if self.kubeconfig and not os.path.isfile(self.kubeconfig):
             return f"--kubeconfig {self.kubeconfig}: no such file"
         return None
 
     def replica_name(self, listen: str = "") -> str:
         return self.replica or f"{socket.gethostname()}{':' + listen.rsplit(':', 1)[-1] if listen else ''}"
+
+
+def _dns_label(name: str) -> bool:
+    import re
+
+    return bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name))
 
 
 def nodes_db_dir(data_dir: str, state_dir: Optional[str]) -> str:
@@ -87,8 +127,8 @@ def nodes_db_dir(data_dir: str, state_dir: Optional[str]) -> str:
 
 
 def serve_nodes_dir(data_dir: Optional[str], state_dir: Optional[str], etcd: bool) -> Optional[str]:
-    """serve's directory of nodes.db (None with etcd), made (0700) when missing; ValueError names
-    a data directory it cannot use."""
+    """serve's directory of nodes.db (None with etcd or the API store: ``etcd`` is
+    StoreConfig.shared), made (0700) when missing; ValueError names a data directory it cannot use."""
     if etcd:
         return None
     data_dir = data_dir or DEFAULT_DATA_DIR
@@ -126,23 +166,31 @@ def open_backends(cfg: StoreConfig, state_dir: Optional[str], reload_interval: f
                   settle: Optional[float] = None) -> Tuple[Any, Any]:
     """(node store, state source) for a Cluster; (None, None) means the SQLite default. With the
     Kubernetes backend the state source is the API's (kube_state.KubeStateSource) and node state
-    stays in the store chosen by --store (SQLite in --data-dir, or etcd)."""
+    is in the store chosen by --store (the API by default, SQLite in --data-dir, or etcd)."""
     if cfg.is_kubernetes:
         from agent.server.store.kube_client import open_client
         from agent.server.store.kube_state import KubeStateSource
 
-        store = _etcd_store(cfg) if cfg.is_etcd else None
+        store = _etcd_store(cfg) if cfg.is_etcd else _kube_store(cfg) if cfg.is_kube_store else None
         return store, KubeStateSource(open_client(cfg.kubeconfig))
-    if not cfg.is_etcd:
+    if not cfg.shared:
         return None, None
-    store = _etcd_store(cfg)
-    if state_dir:
+    store = _kube_store(cfg) if cfg.is_kube_store else _etcd_store(cfg)
+    if state_dir or cfg.is_kube_store:
         from agent.server.store.watcher import StateWatcher
 
         return store, StateWatcher(state_dir, reload_interval, settle)
     from agent.server.store.etcd_state import EtcdStateSource
 
     return store, EtcdStateSource(store.client, store.prefix, cfg.cache_dir)
+
+
+def _kube_store(cfg: StoreConfig) -> Any:
+    """Node state in the API; its own client (the state source closes its client with it)."""
+    from agent.server.store.kube_client import open_client
+    from agent.server.store.kube_nodestore import KubeNodeStore
+
+    return KubeNodeStore(open_client(cfg.kubeconfig), cfg.kube_namespace())
 
 
 def _etcd_store(cfg: StoreConfig) -> Any:
@@ -152,9 +200,10 @@ def _etcd_store(cfg: StoreConfig) -> Any:
     return EtcdNodeStore(client, prefix)
 
 
-def start_writers(cluster: Any, source: Any) -> Any:
+def start_writers(cluster: Any, source: Any, drain: Any = None) -> Any:
     """With the Kubernetes backend: start writing pool status, rendered configs and Node
-    annotations back to the API (kube_sync.KubeSync); None for the other backends."""
+    annotations back to the API (kube_sync.KubeSync), and drain through it (``drain``: the
+    drain cadence, draincadence.Cadence); None for the other backends."""
     from agent.server.store.kube_state import KubeStateSource
 
     if not isinstance(source, KubeStateSource):
@@ -162,5 +211,7 @@ def start_writers(cluster: Any, source: Any) -> Any:
     from agent.server.cluster.kube_drain import Drainer
     from agent.server.cluster.kube_sync import KubeSync
 
-    cluster.drainer = Drainer(source.client)
-    return KubeSync(cluster, source, source.client).start()
+    cluster.drainer = Drainer(source.client, cadence=drain)
+    sync = KubeSync(cluster, source, source.client)
+    cluster.drainer.node_cache = sync.node_cache  # the views read each drain's state from the Nodes
+    return sync.start()

@@ -7,8 +7,9 @@ timeout per attempt, and on failure a new attempt every minute, every 5 minutes 
 failed for 10 minutes; after an hour it emits a ``DrainFailed`` event on the Node and sets the
 ``mcc_drain_err`` metric (alert MCCDrainError), still retrying; a single-node pool never drains.
 
-This module does one *round* per call and never waits, so that the server can call it from each
-lease request or a timer and keep the cadence above itself (the wiring is not here yet):
+This module does one *round* per call and never waits: the server calls it from each lease
+request, paced by the MCO's cadence (agent/server/cluster/drainpacer.py, the cadence itself in
+agent/server/rollout/draincadence.py):
 
 - ``cordon(node)``: a merge patch ``spec.unschedulable: true``, skipped when already set;
   ``uncordon(node)`` removes it.
@@ -40,12 +41,7 @@ from agent.server.store.kube_client import NODES, KubeClient, KubeError, KubeUna
 
 log = logging.getLogger(__name__)
 
-# The MCO drain controller's cadence (drain_controller.go), for the wiring that calls drain_once.
-MCO_DRAIN_TIMEOUT = 90.0  # seconds per attempt
-MCO_RETRY_INTERVAL = 60.0  # a failed attempt is retried after a minute ...
-MCO_LONG_RETRY_AFTER = 600.0  # ... and every 5 minutes once it has failed for 10 minutes
-MCO_LONG_RETRY_INTERVAL = 300.0
-MCO_FAILURE_ALERT_AFTER = 3600.0  # DrainFailed event + mcc_drain_err metric
+# The MCO drain controller's cadence (drain_controller.go) is draincadence.Cadence's defaults.
 
 PodKey = Tuple[str, str]  # (namespace, name)
 
@@ -77,9 +73,11 @@ class DrainResult:
 class Drainer:
     """Drains Nodes through ``client``; keeps, per node, the pods it has evicted (by UID)."""
 
-    def __init__(self, client: KubeClient, settings: Optional[DrainSettings] = None):
+    def __init__(self, client: KubeClient, settings: Optional[DrainSettings] = None, cadence: Any = None):
         self.client = client
         self.settings = settings or DrainSettings()
+        self.cadence = cadence  # draincadence.Cadence (None: the MCO's), read by drainpacer
+        self.node_cache: Any = None  # kube_watch.Reflector of Nodes (kube_sync's): the views' drain state
         self._eviction_version: Optional[str] = None  # "" = the API has no eviction
         self._evicted: Dict[str, Dict[PodKey, str]] = {}  # node -> pod -> uid evicted
 

@@ -27,6 +27,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.cluster.kube_drain import uncordon_patch
+from agent.server.rollout import draincadence
 from agent.server.rollout.progress import iso8601
 from agent.server.store.kube_client import (
     MACHINE_CONFIG_NODES,
@@ -37,6 +38,7 @@ from agent.server.store.kube_client import (
     KubeError,
     KubeUnavailable,
 )
+from agent.server.store.kube_nodestore import node_object
 from agent.server.store.kube_watch import Reflector
 
 log = logging.getLogger(__name__)
@@ -95,10 +97,13 @@ def pool_labels(pool: Optional[Dict[str, Any]]) -> Dict[str, str]:
     return {str(k): str(v) for k, v in match.items()}
 
 
-def node_conditions(body: Dict[str, Any], at: str) -> List[Dict[str, str]]:
+def node_conditions(body: Dict[str, Any], at: str, annotations: Optional[Dict[str, Any]] = None) -> List[Dict[str, str]]:
     """A MachineConfigNode's conditions from a report (pure): Updated (Done on its desired
     config), UpdateExecuted (working on it) and NodeDegraded (with the node's reason), each with
-    the time the report was recorded (the CRD requires all five fields)."""
+    the time the report was recorded (the CRD requires all five fields); and, while the Node's
+    ``annotations`` say a drain is under way, the MCO's Drained child condition naming what blocks
+    it (agent/server/rollout/draincadence.py ``drain_condition``), so that a report written during
+    a drain keeps it."""
     state, desired = body.get("state"), str(body.get("desiredConfig") or "")
     done = state == "Done" and body.get("currentConfig") == desired
     reason = str(body.get("reason") or "")
@@ -107,17 +112,11 @@ def node_conditions(body: Dict[str, Any], at: str) -> List[Dict[str, str]]:
         return {"type": kind, "status": "True" if on else "False", "reason": why if on else "NotYet",
                 "message": message if on else "", "lastTransitionTime": at}
 
-    return [cond("Updated", done, "NodeUpdated", f"Node is on {desired}"),
-            cond("UpdateExecuted", state == "Working", "Updating", f"Node is applying {desired}"),
-            cond("NodeDegraded", state == "Degraded", "NodeDegraded", reason or "the node reported Degraded")]
-
-
-def node_object(node: str, body: Dict[str, Any], pool: str) -> Dict[str, Any]:
-    """A MachineConfigNode (one per node, named after it) with its spec (pure)."""
-    return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigNode",
-            "metadata": {"name": node},
-            "spec": {"node": {"name": node}, "pool": {"name": pool},
-                     "configVersion": {"desired": str(body.get("desiredConfig") or "")}}}
+    out = [cond("Updated", done, "NodeUpdated", f"Node is on {desired}"),
+           cond("UpdateExecuted", state == "Working", "Updating", f"Node is applying {desired}"),
+           cond("NodeDegraded", state == "Degraded", "NodeDegraded", reason or "the node reported Degraded")]
+    drained = draincadence.drain_condition(draincadence.from_annotations(annotations or {}), at)
+    return out + [drained] if drained else out
 
 
 def rendered_object(name: str, pool: str, pool_uid: str, spec: Dict[str, Any], version: str) -> Dict[str, Any]:
@@ -284,7 +283,9 @@ class KubeSync:
         status = {"observedGeneration": 1,
                   "configVersion": {"desired": obj["spec"]["configVersion"]["desired"],
                                     "current": str(body.get("currentConfig") or "")},
-                  "conditions": node_conditions(body, iso8601(body.get("_at") or time.time()))}
+                  "conditions": node_conditions(body, iso8601(body.get("_at") or time.time()),
+                                                ((self.node_cache.snapshot().get(node) or {}).get("metadata") or {})
+                                                .get("annotations"))}
         self.client.merge_patch(MACHINE_CONFIG_NODES.path(node, sub="status"), {"status": status})
 
     def _unwritten(self, present: Dict[str, Dict[str, Any]], pending: Dict[str, Any]) -> Dict[str, Any]:

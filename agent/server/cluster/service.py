@@ -99,7 +99,8 @@ class Cluster(Approval, ConfigServing):
             error = (f"etcd alarm {names} raised: etcd refuses every write until an operator clears it "
                      f"(NOSPACE: compact, defragment, then 'etcdctl alarm disarm'; docs/security.md, "
                      f"\"Limits\")" + (f"; {error}" if error else ""))
-        out: Dict[str, Any] = {"kind": "etcd" if "Etcd" in kind else "sqlite", "healthy": not error}
+        named = "etcd" if "Etcd" in kind else "kubernetes" if "Kube" in kind else "sqlite"
+        out: Dict[str, Any] = {"kind": named, "healthy": not error}
         if alarms:
             out["alarms"] = alarms
         if error:
@@ -290,6 +291,11 @@ class Cluster(Approval, ConfigServing):
             "drain": {"maxUnavailable": limit,
                       "holders": sorted(lease["node"] for lease in self.store.leases(pool=name))},
         }
+        if self.drainer is not None:  # the Kubernetes backend: each drain under way in the pool, blocker named
+            from agent.server.cluster.drainpacer import drain_view
+
+            status["drain"].update(drain_view(self.drainer, status["drain"]["holders"], name,
+                                              lambda n: getattr(self.store.node(n), "pool", None)))
         if counts.machine > len(listed):
             status["nodesTruncated"] = True
         disruption = poolview.pending_disruption(self.spec_of, st.cluster_spec, current, target) if pending else None

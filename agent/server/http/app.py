@@ -77,7 +77,7 @@ class App(NodeRoutes):
                     if getattr(store, "client", None) is not None:
                         store.client.observer = self.counter.observe_store
                     cluster.start_heartbeat(self.store_config.replica_name())
-                    self.writer = start_writers(cluster, watcher)  # the Kubernetes backend's status writes
+                    self.writer = start_writers(cluster, watcher, self.store_config.drain)  # the Kubernetes backend's status writes
                     self._cluster = cluster
         return self._cluster
 

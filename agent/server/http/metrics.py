@@ -156,6 +156,13 @@ class StateCollector:
                  "Nodes refused by boot image skew rules.")):
             yield family(metric, help_text, ["pool"],
                          lambda key=key: (([n], v["status"].get(key, 0)) for n, v in views))
+        # The MCO's own name, help and label (pkg/controller/common/metrics.go, MCCDrainErr), so that
+        # its alert MCCDrainError (mcc_drain_err > 0) fires on ours: 1 per node whose drain has gone
+        # on past --drain-fail-after; no series once the drain is over (upstream DeleteLabelValues).
+        yield family("mcc_drain_err", "logs failed drain", ["node"],
+                     lambda: (([node], 1) for _, v in views
+                              for node, d in sorted(((v["status"].get("drain") or {}).get("nodes") or {}).items())
+                              if d.get("failing")))
         yield GaugeMetricFamily("node_config_server_state_problems",
                                 "Problems found in the state directory's newest files.", value=self.state_problems)
         yield GaugeMetricFamily("node_config_server_state_stale",

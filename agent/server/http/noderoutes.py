@@ -181,11 +181,17 @@ class NodeRoutes:
         if rec is None:
             raise HTTPError(404, f"node {node!r} has not reported")
         item = node_item(rec, targets(self.cluster.pool_views(only=rec.pool, pending=False, nodes=0)))
-        return json_response(200, {"node": node, "name": node, "report": rec.report, "pool": rec.pool,
-                                   "membership": rec.why, "degradedReason": rec.degraded,
-                                   "updated": item["updated"], "reportedAt": item["reportedAt"],
-                                   "drainEvents": [dict(e, at=rfc3339(e.get("at")))
-                                                   for e in self.cluster.store.drain_events(node)]})
+        out = {"node": node, "name": node, "report": rec.report, "pool": rec.pool,
+               "membership": rec.why, "degradedReason": rec.degraded,
+               "updated": item["updated"], "reportedAt": item["reportedAt"],
+               "drainEvents": [dict(e, at=rfc3339(e.get("at"))) for e in self.cluster.store.drain_events(node)]}
+        if self.cluster.drainer is not None:  # the Kubernetes backend: a drain under way, from the Node
+            from agent.server.cluster.drainpacer import node_drain
+
+            drain = node_drain(self.cluster.drainer, node)
+            if drain:
+                out["drain"] = drain
+        return json_response(200, out)
 
     def nodes(self, environ: Dict[str, Any]) -> Response:
         qs = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
@@ -242,30 +248,42 @@ class NodeRoutes:
 
     def _drained(self, drainer: Any, node: str, pool: str, config: str, answer: Any) -> Response:
         """The Kubernetes backend: the lease is granted only once the Node is cordoned and its
-        pods are evicted (agent/server/cluster/kube_drain.py). Until then the node keeps its
-        slot and is told to ask again; what holds the drain (a PodDisruptionBudget, a pod that
-        cannot be evicted) is in the answer."""
-        from agent.server.cluster.kube_drain import RETRY_SECONDS, drain_for_lease
+        pods are evicted (agent/server/cluster/kube_drain.py), attempts paced as the MCO's drain
+        controller paces them (agent/server/cluster/drainpacer.py). Until then the node keeps its
+        slot and is told when to ask again; what holds the drain (a PodDisruptionBudget, a pod
+        that cannot be evicted) and since when is in the answer. A single-node cluster never
+        drains: granted at once, the answer says why."""
+        from agent.server.cluster.drainpacer import paced_drain
         from agent.server.store.kube_client import KubeError, KubeUnavailable
         from agent.server.store.nodestore import StoreUnavailable
 
         try:
-            result = drain_for_lease(drainer, node, config)
+            paced = paced_drain(drainer, node, config)
         except KubeUnavailable as exc:
             raise StoreUnavailable(f"draining node {node}: {exc}") from None
         except KubeError as exc:  # refused by the API (RBAC, a conflict): nothing granted, ask again
             log.error("draining node %s: %s (the server's role needs deploy/rbac.yaml's rules)", node, exc)
             raise StoreUnavailable(f"draining node {node}: the Kubernetes API refused: {exc}") from None
         out = answer.to_dict()
-        if result is None:
+        if paced is None:
             log.info("node %s: no Node object: nothing to drain, the lease is granted", node)
             return json_response(200, out, pool=pool)
-        out["drain"] = result.to_dict()
-        if result.done:
-            log.info("node %s: cordoned and drained (%d pod(s) evicted this round)", node, len(result.evicted))
+        out["drain"] = paced.to_dict()
+        if paced.skipped:
+            log.info("node %s: %s; the lease is granted", node, paced.skipped)
             return json_response(200, out, pool=pool)
-        held = [f"{b['pod']}: {b['message']}" for b in out["drain"]["blocked"]] + result.errors
-        out.update(status="draining", granted=False, retryAfter=RETRY_SECONDS,
-                   reason=f"node {node} is cordoned and draining: {len(result.still_running)} pod(s) still on it"
-                          + (f"; {'; '.join(held)}" if held else ""))
-        return json_response(429, out, [("Retry-After", str(RETRY_SECONDS))], pool=pool)
+        if paced.done:
+            log.info("node %s: cordoned and drained (%d pod(s) evicted this round)", node,
+                     len(paced.result.evicted) if paced.result else 0)
+            return json_response(200, out, pool=pool)
+        state = paced.state
+        held = state.last_error or "the drain is under way"
+        if paced.result is not None:
+            where = f"{len(paced.result.still_running)} pod(s) still on it"
+        else:
+            where = f"attempt {state.attempts} failed; the next in {paced.wait} s (the MCO's cadence)"
+        out.update(status="draining", granted=False, retryAfter=paced.wait,
+                   reason=f"node {node} is cordoned and draining since {out['drain']['state']['since']}: {where}; "
+                          f"{held}" + ("; past the failure threshold: DrainFailed events, mcc_drain_err 1"
+                                       if state.failed is not None else ""))
+        return json_response(429, out, [("Retry-After", str(paced.wait))], pool=pool)

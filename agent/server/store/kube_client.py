@@ -89,6 +89,8 @@ MACHINE_CONFIGURATIONS = Resource("operator.openshift.io", "v1", "machineconfigu
 NODES = Resource("", "v1", "nodes")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", namespaced=True)
 EVENTS = Resource("", "v1", "events", namespaced=True)
+SECRETS = Resource("", "v1", "secrets", namespaced=True)
+CONFIGMAPS = Resource("", "v1", "configmaps", namespaced=True)
 
 
 @dataclass

@@ -4,13 +4,18 @@ connection resumes the watch from the last version seen, with a growing back-off
 
 The cache is what the server serves from while the API server is away: ``snapshot()`` keeps
 answering with the last objects seen, and ``error`` says why it is not current.
+
+A store that keeps an index of its own passes ``on_event`` (and ``keep_objects=False`` to hold
+each object once): it is called in the watch thread with every change and every re-list, and
+``NewestObjects`` merges those with the process's own writes.
 """
 
+import contextlib
 import logging
 import random
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from agent.server.store.kube_client import KubeClient, KubeError, KubeUnavailable, Resource
 
@@ -29,13 +34,18 @@ class Reflector:
     """Objects of ``resource`` by name, kept current in a daemon thread until ``stop()``."""
 
     def __init__(self, client: KubeClient, resource: Resource, on_change: Optional[Callable[[], None]] = None,
-                 label_selector: str = "", namespace: str = "", metadata_only: bool = False):
+                 label_selector: str = "", namespace: str = "", metadata_only: bool = False,
+                 on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None, keep_objects: bool = True):
         self.client = client
         self.resource = resource
         self.path = resource.path(namespace=namespace)
         self.params = {"labelSelector": label_selector} if label_selector else {}
         self.on_change = on_change or (lambda: None)
         self.metadata_only = metadata_only  # cache PartialObjectMetadata: labels and annotations only
+        # ``on_event(kind, obj)``: ADDED/MODIFIED/DELETED with the object, and RELIST with the
+        # list itself ({"items", "metadata": {"resourceVersion"}}) before ``synced`` is set.
+        self.on_event = on_event or (lambda kind, obj: None)
+        self.keep_objects = keep_objects  # False: snapshot() stays empty (the on_event consumer keeps them)
         self.error = ""
         self.synced = threading.Event()
         self._objects: Dict[str, Dict[str, Any]] = {}
@@ -88,15 +98,18 @@ class Reflector:
             delay = min(delay * 2, BACKOFF_MAX)
 
     def _failed(self, why: str) -> None:
+        if self._stop.is_set():
+            return  # stopped: the connection closed under the watch is no news
         if why != self.error:
             log.warning("%s: %s (serving the last objects seen; retrying)", self.path, why)
         self.error = why
 
     def _relist(self) -> None:
         items, version = self.client.list(self.path, self.params, metadata_only=self.metadata_only)
-        objects = {obj["metadata"]["name"]: self._trim(obj) for obj in items}
+        objects = {obj["metadata"]["name"]: self._trim(obj) for obj in items} if self.keep_objects else {}
+        self.on_event("RELIST", {"items": [self._trim(obj) for obj in items], "metadata": {"resourceVersion": version}})
         with self._lock:
-            changed = objects != self._objects
+            changed = objects != self._objects or not self.keep_objects
             self._objects = objects
             self._version = version
         self.error = ""
@@ -129,12 +142,14 @@ class Reflector:
         meta = obj.get("metadata") or {}
         version = str(meta.get("resourceVersion", ""))
         with self._lock:
-            if kind in ("ADDED", "MODIFIED"):
+            if kind in ("ADDED", "MODIFIED") and self.keep_objects:
                 self._objects[meta["name"]] = self._trim(obj)
             elif kind == "DELETED":
                 self._objects.pop(meta.get("name", ""), None)
             if version:
                 self._version = version
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            self.on_event(str(kind), self._trim(obj))
         self.error = ""
         if kind != "BOOKMARK":
             self.on_change()
@@ -144,3 +159,91 @@ def wait_all_synced(reflectors: Any, timeout: float) -> bool:
     """True when every reflector listed once within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     return all(r.wait_synced(max(0.0, deadline - time.monotonic())) for r in reflectors)
+
+
+def resource_version(obj: Optional[Dict[str, Any]]) -> int:
+    """An object's resourceVersion as a number, 0 when it has none. The API calls it opaque, but
+    an API server on etcd 3 hands out etcd's revision and compares it as a number itself
+    (k8s.io/apiserver/pkg/storage/etcd3/api_object_versioner.go, ParseResourceVersion)."""
+    try:
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+Change = Tuple[Optional[Dict[str, Any]], Optional[Dict[str, Any]]]  # (before, after); None: absent
+
+
+class NewestObjects:
+    """Objects by name, each the newest version seen through the watch or written by this process.
+
+    Why: a replica answers from its own write at once (read-your-writes), and a watch event older
+    than that write, still on its way, must not undo it; nor may an event from before this
+    process deleted an object bring it back. Not locked: the owner holds its own lock around
+    each call and the index it derives from the changes returned.
+    """
+
+    def __init__(self) -> None:
+        self.objects: Dict[str, Dict[str, Any]] = {}
+        self._gone: Dict[str, int] = {}  # name -> version this process deleted, until the watch passes it
+
+    def _newest(self, name: str) -> int:
+        obj = self.objects.get(name)
+        return resource_version(obj) if obj is not None else self._gone.get(name, 0)
+
+    def put(self, obj: Dict[str, Any], deleted: bool = False) -> Optional[Change]:
+        """Take ``obj`` (``deleted``: its removal) unless this version is not newer than the one
+        here; returns (before, after), or None when nothing changed."""
+        meta = obj["metadata"]
+        name, version = meta["name"], resource_version(obj)
+        if version and version <= self._newest(name):
+            return None
+        if "managedFields" in meta:  # who wrote which field when: most of a small object, never read
+            obj = dict(obj, metadata={k: v for k, v in meta.items() if k != "managedFields"})
+        before = self.objects.get(name)
+        if deleted:
+            self.objects.pop(name, None)
+            self._gone[name] = version
+            return (before, None) if before is not None else None
+        self._gone.pop(name, None)
+        self.objects[name] = obj
+        return before, obj
+
+    def event(self, kind: str, obj: Dict[str, Any]) -> Optional[Change]:
+        """A watch event: the watch is ordered, so deletions it has passed need no guard any more."""
+        version = resource_version(obj)
+        if self._gone and version:
+            self._gone = {n: v for n, v in self._gone.items() if v > version}
+        return self.put(obj, deleted=kind == "DELETED")
+
+    def resync(self, listed: List[Dict[str, Any]], list_version: str) -> None:
+        """A re-list: what it holds, except this process's writes made after the list was read."""
+        at = resource_version({"metadata": {"resourceVersion": list_version}})
+        fresh = {obj["metadata"]["name"]: obj for obj in listed}
+        merged = {n: o for n, o in self.objects.items() if n not in fresh and at and resource_version(o) > at}
+        for name, obj in fresh.items():
+            mine = self._newest(name)
+            if not (at and mine > resource_version(obj)):
+                merged[name] = obj
+            elif name in self.objects:
+                merged[name] = self.objects[name]
+        self.objects = merged
+        self._gone = {n: v for n, v in self._gone.items() if at and v > at and n not in merged}
+
+
+class KubeForbidden(KubeError):
+    """403: the server's account lacks a permission (RBAC); the message names it and the fix."""
+
+
+@contextlib.contextmanager
+def permission(verb: str, resource: Resource, namespace: str) -> Iterator[None]:
+    """Turns a 403 into a message naming the verb, the resource and deploy/rbac.yaml."""
+    try:
+        yield
+    except KubeError as exc:
+        if exc.status != 403 or isinstance(exc, KubeForbidden):
+            raise
+        where = f"{resource.plural}.{resource.group or 'core'} in namespace {namespace}"
+        raise KubeForbidden(403, exc.reason, f"node-config-server may not {verb} {where} ({exc.message}); "
+                            f"apply deploy/rbac.yaml and bind its Role to the server's account",
+                            f"{verb} {where}") from None

@@ -203,6 +203,19 @@ def counts_for(pc: PoolCounts, proof: Proof) -> Counts:
                   refused=pc.refused, working=pc.working)
 
 
+# The "drain" entry of a node's drain log, written when its lease is granted: the store cannot
+# tell the backend, and with --backend kubernetes the evictions happen after it, before the
+# node's lease request is answered (the Node's drain state has them: agent/server/cluster/drainpacer.py).
+DRAIN_GRANTED = ("lease granted; --backend kubernetes drains the Node before answering the node, "
+                 "the directory backend has no pods to evict")
+
+
+def lease_ends(lease_config: str, body: Dict[str, Any]) -> bool:
+    """A Done report ends the lease taken for its config (or for no particular config)."""
+    current = str(body.get("currentConfig") or "")
+    return not (lease_config and current and lease_config != current)
+
+
 def contribution(pool: str, member_degraded: str, report: Dict[str, Any]):
     """What one node adds to the counters: (pool, counter deltas, proof key or None, ready).
     A pending node (the server's mark, ``SERVER_KEY``) adds nothing; a Done report the server

@@ -41,7 +41,17 @@ from agent.server.store.etcd_client import (
 )
 from agent.server.store.etcd_identity import EtcdIdentity
 from agent.server.store.nodeindex import NodeIndex
-from agent.server.store.nodestore import NodeRecord, NodeStore, PoolCounts, PoolRow, Proof, Recorded, Serving
+from agent.server.store.nodestore import (
+    DRAIN_GRANTED,
+    NodeRecord,
+    NodeStore,
+    PoolCounts,
+    PoolRow,
+    Proof,
+    Recorded,
+    Serving,
+    lease_ends,
+)
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +200,7 @@ class EtcdNodeStore(EtcdIdentity, NodeStore):
             lease = self._leases.get(node)
         for attempt in range(2):
             ops, guard, ending = [op_put(self._k("nodes", node), value)], [], None
-            if body.get("state") == "Done" and lease is not None and _ends(lease[1], body):
+            if body.get("state") == "Done" and lease is not None and lease_ends(lease[1], body):
                 key = self._k("leases", lease[0], node)
                 ops.append(op_delete(key))
                 guard = [cmp_mod(key, lease[2])]
@@ -253,7 +263,7 @@ class EtcdNodeStore(EtcdIdentity, NodeStore):
                     self._note_lease(f"{pool}/{node}", kv, False)
         if answer.granted and not answer.renewed:
             self._log_drain(node, pool, "cordon", config)
-            self._log_drain(node, pool, "drain", "no pods to evict with the directory backend")
+            self._log_drain(node, pool, "drain", DRAIN_GRANTED)
         return answer
 
     def release_lease(self, node: str, why: str) -> Optional[str]:
@@ -376,12 +386,6 @@ class EtcdNodeStore(EtcdIdentity, NodeStore):
             proofs = self._index.proofs_of(pool, row.target) if row is not None else {}
             rec = self._index.records.get(node) if node else None
             return Serving(self._meta.get("state_signature"), row, proofs, rec)
-
-
-def _ends(lease_config: str, body: Dict[str, Any]) -> bool:
-    """A Done report ends the lease taken for its config (or for no particular config)."""
-    current = str(body.get("currentConfig") or "")
-    return not (lease_config and current and lease_config != current)
 
 
 def _tail(key: bytes) -> str:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from agent.server.rollout.progress import Membership
 from agent.server.store.db import Database
 from agent.server.store.nodestore import (
+    DRAIN_GRANTED,
     SERVED_KEEP,
     Deleted,
     NodeRecord,
@@ -222,7 +223,7 @@ class SqliteNodeStore(NodeStore):
             c.execute("INSERT INTO leases (node, pool, config, granted, expires) VALUES (?,?,?,?,?)",
                       (node, pool, config, now, now + ttl))
             Database.record_drain(c, node, pool, "cordon", config)
-            Database.record_drain(c, node, pool, "drain", "no pods to evict with the directory backend")
+            Database.record_drain(c, node, pool, "drain", DRAIN_GRANTED)
             return DrainAnswer(True, node, pool, limit, now + ttl, holders=holders + [node])
 
     def release_lease(self, node: str, why: str) -> Optional[str]:

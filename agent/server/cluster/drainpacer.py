@@ -1,0 +1,222 @@
+"""A node's drain paced as the MCO's drain controller paces it, its state on the Node for every
+replica, its Events, and its MachineConfigNode ``Drained`` condition.
+
+The cadence itself (when to attempt, when it has failed) is pure: agent/server/rollout/
+draincadence.py. This module reads the Node, asks draincadence what this ask of the node leads
+to, writes the new state as annotations with the Node's resourceVersion as a precondition (two
+replicas answering the same node at once: one starts the attempt and emits its Event, the other
+gets 409, reads again and follows), runs the round (kube_drain.drain_for_lease) when an attempt
+is under way, and says how long the node should wait otherwise.
+
+No drain at all on a single-node cluster (Infrastructure ``cluster``,
+status.controlPlaneTopology SingleReplica: the MCD's drainRequired, pkg/daemon/drain.go).
+"""
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from agent.server.cluster.kube_drain import DRAINED_FOR, RETRY_SECONDS, DrainResult, drain_for_lease
+from agent.server.rollout import draincadence
+from agent.server.rollout.draincadence import Cadence, DrainState
+from agent.server.store.kube_client import MACHINE_CONFIG_NODES, NODES, KubeError, KubeUnavailable
+
+log = logging.getLogger(__name__)
+
+INFRASTRUCTURE = "/apis/config.openshift.io/v1/infrastructures/cluster"
+EVENT_NAMESPACE = "default"  # where core/v1 Events of cluster-scoped objects (Nodes) go
+COMPONENT = "node-config-server"
+MAX_WAIT = 60  # a node told to wait longer still asks within a minute (its lease is renewed on each ask)
+
+
+@dataclass
+class Paced:
+    """One ask's outcome: ``result`` of the round run (None: none ran), ``wait`` seconds before the
+    next ask while not done, ``skipped`` why no drain happens at all, ``state`` as written."""
+    done: bool
+    result: Optional[DrainResult] = None
+    wait: int = RETRY_SECONDS
+    skipped: str = ""
+    state: DrainState = field(default_factory=DrainState)
+    events: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"required": not self.skipped}
+        if self.skipped:
+            out["reason"] = self.skipped
+        if self.result is not None:
+            out.update(self.result.to_dict())
+        if self.state.active:
+            out["state"] = self.state.to_dict()
+        return out
+
+
+def control_plane_topology(drainer: Any) -> Optional[str]:
+    """The Infrastructure object's status.controlPlaneTopology, read once per Drainer (a cluster's
+    topology does not change); None when the API has no such object or may not read it."""
+    if getattr(drainer, "_topology_read", False):
+        return drainer._topology
+    topology = None
+    try:
+        topology = str((drainer.client.get(INFRASTRUCTURE).get("status") or {}).get("controlPlaneTopology") or "")
+    except KubeError as exc:
+        if exc.status != 404:
+            log.warning("reading %s: %s; draining as on a cluster of several nodes (deploy/rbac.yaml grants "
+                        "get infrastructures)", INFRASTRUCTURE, exc)
+    drainer._topology, drainer._topology_read = topology or None, True
+    return drainer._topology
+
+
+def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = None) -> Optional[Paced]:
+    """The node holding its lease asks again. None: no Node of that name (nothing to drain)."""
+    required, why = draincadence.drain_required(control_plane_topology(drainer))
+    if not required:
+        return Paced(done=True, skipped=why)
+    cadence: Cadence = getattr(drainer, "cadence", None) or Cadence()
+    now = time.time() if now is None else now
+    for _ in range(3):  # 409: another replica moved the state meanwhile; read it again
+        try:
+            obj = drainer.client.get(NODES.path(node))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        meta = obj.get("metadata") or {}
+        state = draincadence.from_annotations(meta.get("annotations") or {})
+        step = draincadence.begin(state, cadence, node, now)
+        if step.changed:
+            try:
+                _write_state(drainer, node, step.state, meta.get("resourceVersion"), config)
+            except KubeError as exc:
+                if exc.status == 409:
+                    continue
+                raise
+            _emit(drainer, obj, step.events, now)
+            _write_condition(drainer, node, step.state, now)
+        break
+    else:
+        raise KubeUnavailable(f"node {node}: its drain state kept changing under three reads (other replicas); "
+                              f"the node asks again")
+    out = Paced(done=False, state=step.state, events=[reason for reason, _ in step.events])
+    if not step.run:
+        if not (obj.get("spec") or {}).get("unschedulable"):
+            drainer.cordon(node)  # uncordoned by someone between attempts: cordoned again (MCO PR #5305)
+        out.wait = max(1, min(MAX_WAIT, int(step.wait + 0.999)))
+        return out
+    result = drain_for_lease(drainer, node, config)
+    if result is None:
+        return None
+    state, changed = draincadence.after_round(step.state, result.done, blocker(result))
+    if changed:
+        if state.active:  # only the blocker: another replica may have moved the attempt meanwhile
+            drainer.client.merge_patch(NODES.path(node), {"metadata": {"annotations": {
+                draincadence.LAST_ERROR: draincadence.annotations(state)[draincadence.LAST_ERROR]}}})
+        else:
+            _write_state(drainer, node, state, None, config)
+        _write_condition(drainer, node, state, now)
+    out.done, out.result, out.state = result.done, result, state
+    return out
+
+
+def blocker(result: DrainResult) -> str:
+    """What holds a round: the PDB behind a 429 (named), a failed or refused pod, else the pods
+    still there (evicted, terminating)."""
+    held = [f"{p}: {m}" for p, m in result.blocked] + [f"{p}: {m}" for p, m in result.failed] + result.errors
+    if held:
+        return "; ".join(held)
+    if result.still_running:
+        return f"{len(result.still_running)} pod(s) still on the node: {', '.join(result.still_running[:5])}"
+    return ""
+
+
+def _write_state(drainer: Any, node: str, state: DrainState, version: Optional[str], config: str) -> None:
+    meta: Dict[str, Any] = {"annotations": draincadence.annotations(state)}
+    if state.active and version:
+        meta["resourceVersion"] = version  # a precondition: 409 when another replica wrote first
+    if state.active:
+        meta["annotations"][DRAINED_FOR] = config or "-"
+    drainer.client.merge_patch(NODES.path(node), {"metadata": meta})
+
+
+def _emit(drainer: Any, node_obj: Dict[str, Any], events: Any, now: float) -> None:
+    """core/v1 Warning Events on the Node, as the MCO's recorder makes them (involvedObject the
+    Node, in the default namespace), our component as the source. A refused write is logged: the
+    state annotations and the metric still say it."""
+    meta = node_obj.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    stamp = draincadence.iso(now)
+    for reason, message in events:
+        body = {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{name}.",
+                                                                     "namespace": EVENT_NAMESPACE},
+                "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, "uid": meta.get("uid", "")},
+                "reason": reason, "message": message, "type": "Warning", "count": 1,
+                "firstTimestamp": stamp, "lastTimestamp": stamp, "source": {"component": COMPONENT},
+                "reportingComponent": COMPONENT, "reportingInstance": COMPONENT}
+        log.warning("node %s: %s: %s", name, reason, message)
+        try:
+            drainer.client.create(f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body)
+        except (KubeError, KubeUnavailable) as exc:
+            log.error("node %s: the %s Event was not written: %s (deploy/rbac.yaml grants create events)",
+                      name, reason, exc)
+
+
+def merged_conditions(conditions: List[Dict[str, Any]], state: DrainState, at: str) -> List[Dict[str, Any]]:
+    """A MachineConfigNode's conditions with ``Drained`` as ``state`` says (pure): replaced while
+    a drain is under way, removed once it is over (the next report writes the rest)."""
+    kept = [c for c in conditions if isinstance(c, dict) and c.get("type") != "Drained"]
+    cond = draincadence.drain_condition(state, at)
+    return kept + [cond] if cond else kept
+
+
+def _write_condition(drainer: Any, node: str, state: DrainState, now: float) -> None:
+    """The node's MachineConfigNode, when it exists (kube_sync makes it on the node's first
+    report, with the same condition from the Node's annotations)."""
+    path = MACHINE_CONFIG_NODES.path(node)
+    try:
+        mcn = drainer.client.get(path)
+        conditions = merged_conditions((mcn.get("status") or {}).get("conditions") or [], state,
+                                       draincadence.iso(now))
+        drainer.client.merge_patch(MACHINE_CONFIG_NODES.path(node, sub="status"),
+                                   {"status": {"conditions": conditions}})
+    except KubeError as exc:
+        if exc.status != 404:
+            log.warning("node %s: its MachineConfigNode's Drained condition not written: %s", node, exc)
+
+
+def active_drains(drainer: Any) -> Dict[str, DrainState]:
+    """Every Node with a drain under way, from the Node cache (no API call), worked out again only
+    when the cache has changed; empty without the Kubernetes backend."""
+    cache = getattr(drainer, "node_cache", None)
+    if cache is None:
+        return {}
+    version = cache.version
+    memo = getattr(drainer, "_active_memo", None)
+    if memo is not None and memo[0] == version and version:
+        return memo[1]
+    out = {}
+    for name, obj in cache.snapshot().items():
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if draincadence.STARTED in annotations:
+            state = draincadence.from_annotations(annotations)
+            if state.active:
+                out[name] = state
+    drainer._active_memo = (version, out)
+    return out
+
+
+def drain_view(drainer: Any, holders: List[str], pool: str = "",
+               pool_of: Optional[Callable[[str], Optional[str]]] = None) -> Dict[str, Any]:
+    """``status.drain.nodes`` of a pool view: each node of the pool with a drain under way: its
+    lease holders, and (``pool_of``) a node that gave its lease up while its Node stays cordoned
+    and draining (node-agent's update.drainTimeout ran out), so that no drain is out of sight."""
+    active = active_drains(drainer)
+    out = {name: state.to_dict() for name, state in active.items()
+           if name in holders or (pool_of is not None and pool_of(name) == pool)}
+    return {"nodes": dict(sorted(out.items()))} if out else {}
+
+
+def node_drain(drainer: Any, node: str) -> Optional[Dict[str, Any]]:
+    """One node's drain under way (``GET /api/v1/nodes/<node>``'s ``drain``), None otherwise."""
+    state = active_drains(drainer).get(node)
+    return state.to_dict() if state is not None else None

@@ -1,0 +1,329 @@
+"""Node credentials as Secrets in the server's namespace: the Kubernetes node store's identity
+part (composed by ``kube_nodestore.KubeNodeStore``; the etcd version is ``etcd_identity``).
+
+One Secret per node, type ``node-agent.openshift.io/credential``, named
+``node-credential-<node>`` (or ``node-credential-<sha256(node)[:40]>`` when that is longer than a
+name may be), the node in the annotation ``node-agent.openshift.io/node``. ``data.record`` is the
+JSON record etcd keeps (``hash``, ``created``, ``approved``, ``by``, ``labels``, ``served``): the
+SHA-256 of the node's credential, never the credential. The label
+``node-agent.openshift.io/credential-hash`` (the hash's first 63 hex digits: a label value's
+limit) finds a credential's owner with one list when this replica has not seen it yet.
+
+Every replica follows the Secrets with one watch and answers from memory; a write is a
+compare-and-swap on the Secret's resourceVersion (create: 409 AlreadyExists when another replica
+registered the node first; update: 409 Conflict when it changed since read).
+"""
+
+import base64
+import hashlib
+import json
+import re
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from agent.server.store.kube_client import SECRETS, KubeClient, KubeError
+from agent.server.store.kube_watch import NewestObjects, Reflector, permission
+from agent.server.store.nodestore import SERVED_KEEP, Registration, TooManyPending, registration_from
+
+SECRET_TYPE = "node-agent.openshift.io/credential"
+NODE_ANNOTATION = "node-agent.openshift.io/node"
+APP_LABEL, APP = "app.kubernetes.io/name", "node-config-server"
+KIND_LABEL, KIND = "node-agent.openshift.io/kind", "credential"
+HASH_LABEL = "node-agent.openshift.io/credential-hash"
+NAME_PREFIX = "node-credential-"
+MAX_NAME = 253  # a Secret's name is a DNS subdomain
+MAX_TRIES = 20  # compare-and-swap rounds lost to other replicas before giving up
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# An owner lookup that misses memory lists by label, and the API server reads every Secret of
+# the namespace from etcd to filter them: a stream of made-up credentials (no authentication
+# needed to send one) would cost O(nodes) each. So misses are rationed per process; past the
+# ration an unknown credential is unknown (401) until the watch brings it, within moments.
+LOOKUPS_PER_SECOND = 10.0
+LOOKUP_BURST = 20
+
+Doc = Dict[str, Any]
+
+
+def secret_name(node: str) -> str:
+    name = NAME_PREFIX + node
+    return name if len(name) <= MAX_NAME else NAME_PREFIX + hashlib.sha256(node.encode()).hexdigest()[:40]
+
+
+def hash_label(digest: str) -> str:
+    """A label value for ``digest``: its first 63 hex digits (a value's limit); any other form of
+    hash (tests use short strings) is hashed first, so the value is always valid."""
+    if not SHA256_HEX.fullmatch(digest):
+        digest = hashlib.sha256(digest.encode()).hexdigest()
+    return digest[:63]
+
+
+def secret_for(node: str, namespace: str, doc: Doc, version: str = "") -> Dict[str, Any]:
+    meta: Dict[str, Any] = {
+        "name": secret_name(node), "namespace": namespace, "annotations": {NODE_ANNOTATION: node},
+        "labels": {APP_LABEL: APP, KIND_LABEL: KIND, HASH_LABEL: hash_label(doc["hash"])}}
+    if version:
+        meta["resourceVersion"] = version
+    record = base64.b64encode(json.dumps(doc, sort_keys=True).encode()).decode()
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": SECRET_TYPE, "data": {"record": record}}
+
+
+def record_of(obj: Optional[Dict[str, Any]]) -> Optional[Tuple[str, Doc]]:
+    """(node, record) of one of our Secrets; None for anything else or an unreadable record
+    (somebody edited it: the node registers again, as with no record)."""
+    if not obj or obj.get("type") != SECRET_TYPE:
+        return None
+    node = ((obj.get("metadata") or {}).get("annotations") or {}).get(NODE_ANNOTATION)
+    try:
+        doc = json.loads(base64.b64decode((obj.get("data") or {}).get("record") or ""))
+    except ValueError:
+        return None
+    if not node or not isinstance(doc, dict) or not isinstance(doc.get("hash"), str):
+        return None
+    return node, doc
+
+
+class KubeCredentials:
+    """The NodeStore identity methods, on Secrets in ``namespace``. With ``watch`` (a server) the
+    Secrets are followed and read from memory; without (one-shot tools, tests), listings read
+    the API each time."""
+
+    def __init__(self, client: KubeClient, namespace: str, watch: bool = True):
+        self.client = client
+        self.namespace = namespace
+        self._lock = threading.Lock()
+        self._secrets = NewestObjects()
+        self._credentials: Dict[str, str] = {}  # node -> hash
+        self._owners: Dict[str, str] = {}  # hash -> node
+        self._regs: Dict[str, Registration] = {}
+        self.lookup_rate, self.lookup_burst = LOOKUPS_PER_SECOND, LOOKUP_BURST
+        self._lookups = (float(LOOKUP_BURST), time.monotonic())  # (tokens, when counted)
+        self.reflector: Optional[Reflector] = None
+        if watch:
+            self.reflector = Reflector(client, SECRETS, label_selector=f"{KIND_LABEL}={KIND}", namespace=namespace,
+                                       on_event=self._event, keep_objects=False).start()
+
+    def close(self) -> None:
+        if self.reflector is not None:
+            self.reflector.stop()
+
+    def wait_synced(self, timeout: float) -> bool:
+        """True once the first list of the Secrets is in memory (at once without a watch)."""
+        return self.reflector is None or self.reflector.wait_synced(timeout)
+
+    # -- the in-memory index, fed by the watch and by this process's writes ------------------
+
+    def _event(self, kind: str, obj: Dict[str, Any]) -> None:
+        with self._lock:
+            if kind == "RELIST":
+                self._secrets.resync([_slim(o) for o in obj["items"]], obj["metadata"]["resourceVersion"])
+                self._reindex()
+            else:
+                self._index(self._secrets.event(kind, _slim(obj)))
+
+    def _note(self, obj: Dict[str, Any], deleted: bool = False) -> None:
+        with self._lock:
+            self._index(self._secrets.put(_slim(obj), deleted))
+
+    def _index(self, change: Optional[Tuple[Optional[Dict[str, Any]], Optional[Dict[str, Any]]]]) -> None:
+        if change is None:
+            return
+        before, after = record_of(change[0]), record_of(change[1])
+        if before is not None:
+            node = before[0]
+            old = self._credentials.pop(node, None)
+            if old is not None and self._owners.get(old) == node:
+                del self._owners[old]  # a rotated credential's old hash no longer owns the node
+            self._regs.pop(node, None)
+        if after is not None:
+            node, doc = after
+            self._credentials[node], self._owners[doc["hash"]] = doc["hash"], node
+            self._regs[node] = registration_from(node, doc)
+
+    def _reindex(self) -> None:
+        records = [r for r in map(record_of, self._secrets.objects.values()) if r is not None]
+        self._credentials = {n: d["hash"] for n, d in records}
+        self._owners = {d["hash"]: n for n, d in records}
+        self._regs = {n: registration_from(n, d) for n, d in records}
+
+    def _refresh(self) -> None:
+        """Without a watch, listings read the API (one list)."""
+        if self.reflector is None:
+            with permission("list", SECRETS, self.namespace):
+                items, version = self.client.list(SECRETS.path(namespace=self.namespace),
+                                                  {"labelSelector": f"{KIND_LABEL}={KIND}"})
+            self._event("RELIST", {"items": items, "metadata": {"resourceVersion": version}})
+
+    # -- API calls --------------------------------------------------------------------------
+
+    def _read(self, node: str) -> Optional[Dict[str, Any]]:
+        """The node's Secret from the API (None: none), noted in memory."""
+        try:
+            with permission("get", SECRETS, self.namespace):
+                obj = self.client.get(SECRETS.path(secret_name(node), self.namespace))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        rec = record_of(obj)
+        if rec is None or rec[0] != node:
+            return None
+        self._note(obj)
+        return obj
+
+    def _write(self, node: str, doc: Doc, version: str) -> bool:
+        """Create (no ``version``) or compare-and-swap update; False: another replica was first."""
+        body = secret_for(node, self.namespace, doc, version)
+        try:
+            if version:
+                with permission("update", SECRETS, self.namespace):
+                    obj = self.client.replace(SECRETS.path(body["metadata"]["name"], self.namespace), body)
+            else:
+                with permission("create", SECRETS, self.namespace):
+                    obj = self.client.create(SECRETS.path(namespace=self.namespace), body)
+        except KubeError as exc:
+            if exc.status in (404, 409):  # 409: written meanwhile; 404: deleted meanwhile
+                return False
+            raise
+        self._note(obj)
+        return True
+
+    # -- the NodeStore identity methods ------------------------------------------------------
+
+    def credential(self, node: str) -> Optional[str]:
+        with self._lock:
+            digest = self._credentials.get(node)
+        if digest is None:  # maybe registered through another replica a moment ago
+            rec = record_of(self._read(node))
+            digest = rec[1]["hash"] if rec else None
+        return digest
+
+    def credential_owner(self, credential_hash: str) -> Optional[str]:
+        with self._lock:
+            node = self._owners.get(credential_hash)
+        if node is not None or not self._may_look_up():
+            return node
+        selector = f"{KIND_LABEL}={KIND},{HASH_LABEL}={hash_label(credential_hash)}"
+        with permission("list", SECRETS, self.namespace):
+            items, _ = self.client.list(SECRETS.path(namespace=self.namespace), {"labelSelector": selector})
+        for obj in items:
+            rec = record_of(obj)
+            if rec is not None and rec[1]["hash"] == credential_hash:  # the label is only 63 of 64 digits
+                self._note(obj)
+                return rec[0]
+        return None
+
+    def _may_look_up(self) -> bool:
+        """A token bucket: ``lookup_rate`` a second, ``lookup_burst`` at once."""
+        with self._lock:
+            tokens, then = self._lookups
+            now = time.monotonic()
+            tokens = min(float(self.lookup_burst), tokens + (now - then) * self.lookup_rate)
+            self._lookups = (tokens - 1, now) if tokens >= 1 else (tokens, now)
+            return tokens >= 1
+
+    def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
+                       by: str = "", max_pending: Optional[int] = None) -> bool:
+        """``max_pending`` is checked against this replica's copy (followed by the watch): with
+        several replicas registering at once, a few more may be pending (docs/security.md)."""
+        for _ in range(MAX_TRIES):
+            obj = self._read(node)
+            rec = record_of(obj)
+            if rec is not None and not replace:
+                return False
+            if rec is None:
+                if not approved and max_pending is not None and self.pending_count() >= max_pending:
+                    raise TooManyPending(node)
+                doc = {"hash": credential_hash, "created": now, "approved": now if approved else 0,
+                       "by": by if approved else ""}
+                if self._write(node, doc, ""):
+                    return True
+                if not replace:
+                    return False  # registered through another replica a moment ago
+            elif self._write(node, dict(rec[1], hash=credential_hash, created=now), _version(obj)):
+                return True  # a new credential, the same approval
+        raise RuntimeError(f"node {node}: lost {MAX_TRIES} races with other replicas registering it "
+                           f"(Secret {self.namespace}/{secret_name(node)}); try again")
+
+    def registration(self, node: str) -> Optional[Registration]:
+        with self._lock:
+            reg = self._regs.get(node)
+        if reg is None:  # maybe registered through another replica a moment ago
+            rec = record_of(self._read(node))
+            reg = registration_from(node, rec[1]) if rec else None
+        return reg
+
+    def registrations(self, pending: Optional[bool] = None, after: str = "", limit: int = 500) -> List[Registration]:
+        self._refresh()
+        with self._lock:
+            names = sorted(n for n, r in self._regs.items() if n > after and (pending is None or r.pending == pending))
+            return [self._regs[n] for n in names[:limit]]
+
+    def pending_count(self) -> int:
+        self._refresh()
+        with self._lock:
+            return sum(1 for r in self._regs.values() if r.pending)
+
+    def _update_registration(self, node: str, change: Callable[[Doc], Optional[Doc]]) -> bool:
+        """Compare-and-swap the node's record; ``change`` returns the new record, or None for no
+        write. False: the node has no credential."""
+        for _ in range(MAX_TRIES):
+            obj = self._read(node)
+            rec = record_of(obj)
+            if rec is None:
+                return False
+            doc = change(dict(rec[1]))
+            if doc is None or self._write(node, doc, _version(obj)):
+                return True
+        raise RuntimeError(f"node {node}: lost {MAX_TRIES} races with other replicas updating its registration "
+                           f"(Secret {self.namespace}/{secret_name(node)}); try again")
+
+    def approve(self, node: str, now: float, by: str, labels: Optional[Dict[str, str]] = None) -> Optional[Registration]:
+        def change(doc: Doc) -> Doc:
+            doc = dict(doc, approved=doc.get("approved") or now, by=by)
+            if labels is not None:
+                doc["labels"] = dict(labels)
+            return doc
+
+        return self.registration(node) if self._update_registration(node, change) else None
+
+    def note_served(self, node: str, config: str) -> None:
+        reg = self.registration(node)
+        if reg is None or config in reg.served:
+            return
+
+        def change(doc: Doc) -> Optional[Doc]:
+            served = list(doc.get("served") or [])
+            if config in served:
+                return None
+            return dict(doc, served=(served + [config])[-SERVED_KEEP:])
+
+        self._update_registration(node, change)
+
+    def forget(self, node: str) -> bool:
+        """Delete the node's credential record; True if there was one."""
+        name = secret_name(node)
+        try:
+            with permission("delete", SECRETS, self.namespace):
+                obj = self.client.delete(SECRETS.path(name, self.namespace))
+        except KubeError as exc:
+            if exc.status == 404:
+                with self._lock:  # gone already (another replica): drop it here too
+                    self._index(self._secrets.put({"metadata": {"name": name}}, deleted=True))
+                return False
+            raise
+        gone = obj if (obj.get("metadata") or {}).get("name") == name else {"metadata": {"name": name}}
+        self._note(gone, deleted=True)
+        return True
+
+
+def _slim(obj: Dict[str, Any]) -> Dict[str, Any]:
+    """What memory keeps of a Secret: what record_of() and the version merge read (a third of
+    the object the API sends: no uid, labels, timestamps or managedFields)."""
+    meta = obj.get("metadata") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "resourceVersion", "annotations") if k in meta},
+            "type": obj.get("type"), "data": obj.get("data")}
+
+
+def _version(obj: Optional[Dict[str, Any]]) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")

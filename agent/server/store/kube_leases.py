@@ -1,0 +1,300 @@
+"""Drain leases as coordination.k8s.io/v1 Leases: at most ``maxUnavailable`` nodes of a pool
+drain at once, across replicas that keep no state of their own (the etcd version is
+``etcd_drains``).
+
+A pool's leases are a counting semaphore of ``limit`` slots: Lease objects ``drain-<pool>-<i>``,
+``i`` in ``0..limit-1`` (the pool's name hashed when the name would be too long), each held by
+at most one node (``spec.holderIdentity``) until ``renewTime + leaseDurationSeconds``. Taking a
+slot is a compare-and-swap on the API: create (409 AlreadyExists: another replica took it) or
+update carrying the resourceVersion read (409 Conflict). Since only slots below ``limit`` are
+ever granted, two replicas cannot grant more than ``limit`` at once however they interleave.
+One case is not covered by the slots alone: slots at or above a *lowered* limit may still be
+held. So every grant is checked after it is made with a fresh list of the pool, and undone
+before it is answered when more than ``limit`` are live: a grant is answered only when a read
+made after its write saw at most ``limit`` holders, so no ``limit + 1`` answered grants can ever
+be live together (the last of them would have seen all the others).
+
+Expiry compares ``renewTime`` (written with the granting replica's clock) with this replica's
+clock: replicas' clocks must agree within the TTL, as Kubernetes' leader election assumes of its
+Lease holders. (client-go's leaderelection.go, tryAcquireOrRenew, measures a foreign lease from
+when it saw it change, which needs a memory of its own; a stateless replica cannot.) A release
+clears the holder as client-go's ``release()`` does (the Lease stays for the next grant).
+"""
+
+import datetime
+import hashlib
+import math
+import re
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from agent.server.rollout.drains import DrainAnswer
+from agent.server.store.kube_client import LEASES, KubeClient, KubeError
+from agent.server.store.kube_watch import NewestObjects, Reflector, permission
+
+APP_LABEL, APP = "app.kubernetes.io/name", "node-config-server"
+KIND_LABEL, KIND = "node-agent.openshift.io/kind", "drain-lease"
+POOL_LABEL = "node-agent.openshift.io/pool"
+POOL, CONFIG = "node-agent.openshift.io/pool", "node-agent.openshift.io/config"
+GRANTED, EXPIRES = "node-agent.openshift.io/granted", "node-agent.openshift.io/expires"
+MAX_NAME = 253  # a Lease's name is a DNS subdomain
+MAX_RACES = 20  # a grant that loses this many races in a row answers "wait" (Retry-After 1)
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"  # metav1.MicroTime's RFC 3339 form (apimachinery micro_time.go, RFC3339Micro)
+
+Lease = Dict[str, Any]
+Holder = Dict[str, Any]
+
+
+def _digest(text: str, n: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def slot_name(pool: str, i: int) -> str:
+    name = f"drain-{pool}-{i}"
+    return name if len(name) <= MAX_NAME else f"drain-{_digest(pool, 40)}-{i}"
+
+
+def pool_label(pool: str) -> str:
+    return pool if LABEL_VALUE.fullmatch(pool) else _digest(pool, 40)
+
+
+def micro_time(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime(MICRO)
+
+
+def parse_time(text: Any) -> float:
+    """A MicroTime (or a plain RFC 3339 Time) as Unix seconds; 0.0 when absent or unreadable."""
+    if not isinstance(text, str) or not text:
+        return 0.0
+    for form in (MICRO, "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return datetime.datetime.strptime(text, form).replace(tzinfo=datetime.timezone.utc).timestamp()
+        except ValueError:
+            continue
+    return 0.0
+
+
+def _float(text: Any, default: float) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return default
+
+
+def holder_of(obj: Lease) -> Optional[Holder]:
+    """The lease's holder: {"node", "pool", "config", "granted", "expires"} plus "until" (when the
+    slot frees: renewTime + leaseDurationSeconds), "name", "version"; None when nobody holds it."""
+    spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
+    node = spec.get("holderIdentity")
+    if not node:
+        return None
+    ann = meta.get("annotations") or {}
+    until = parse_time(spec.get("renewTime")) + float(spec.get("leaseDurationSeconds") or 0)
+    return {"node": node, "pool": ann.get(POOL, ""), "config": ann.get(CONFIG, ""),
+            "granted": _float(ann.get(GRANTED), parse_time(spec.get("acquireTime"))),
+            "expires": _float(ann.get(EXPIRES), until), "until": until,
+            "name": meta.get("name", ""), "version": str(meta.get("resourceVersion") or "")}
+
+
+def live(h: Optional[Holder], now: float) -> bool:
+    """A slot is free when nobody holds it or renewTime + leaseDurationSeconds < now."""
+    return h is not None and h["until"] >= now
+
+
+def public(h: Holder) -> Holder:
+    return {k: h[k] for k in ("node", "pool", "config", "granted", "expires")}
+
+
+def lease_body(name: str, namespace: str, pool: str, node: str, config: str, granted: float, now: float,
+               ttl_s: int, version: str = "") -> Lease:
+    meta: Dict[str, Any] = {
+        "name": name, "namespace": namespace,
+        "labels": {APP_LABEL: APP, KIND_LABEL: KIND, POOL_LABEL: pool_label(pool)},
+        "annotations": {POOL: pool, CONFIG: config, GRANTED: repr(granted), EXPIRES: repr(now + ttl_s)}}
+    if version:
+        meta["resourceVersion"] = version
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+            "spec": {"holderIdentity": node, "leaseDurationSeconds": ttl_s, "acquireTime": micro_time(granted),
+                     "renewTime": micro_time(now)}}
+
+
+def cleared_body(obj: Lease, pool: str) -> Lease:
+    """The slot with nobody holding it (client-go's release() writes an empty holder too)."""
+    meta = obj["metadata"]
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": meta["name"], "namespace": meta.get("namespace", ""),
+                         "resourceVersion": meta.get("resourceVersion", ""),
+                         "labels": {APP_LABEL: APP, KIND_LABEL: KIND, POOL_LABEL: pool_label(pool)},
+                         "annotations": {POOL: pool}},
+            "spec": {}}
+
+
+def in_pool(holders: List[Holder], pool: str, now: float) -> List[Holder]:
+    """The pool's live holders, oldest grant first."""
+    return sorted((h for h in holders if h["pool"] == pool and live(h, now)), key=lambda h: (h["granted"], h["node"]))
+
+
+def free_slot(objects: Dict[str, Lease], pool: str, limit: int, now: float) -> Tuple[int, Optional[Lease]]:
+    """The first slot below ``limit`` nobody holds live: (index, its Lease or None if absent)."""
+    for i in range(limit):
+        obj = objects.get(slot_name(pool, i))
+        if obj is None or not live(holder_of(obj), now):
+            return i, obj
+    return -1, None
+
+
+class KubeLeases:
+    """Drain leases on the API in ``namespace``; ``holders``/``held_by`` answer from a watch."""
+
+    def __init__(self, client: KubeClient, namespace: str, watch: bool = True):
+        self.client = client
+        self.namespace = namespace
+        self._lock = threading.Lock()
+        self._leases = NewestObjects()
+        self.reflector: Optional[Reflector] = None
+        if watch:
+            self.reflector = Reflector(client, LEASES, label_selector=f"{KIND_LABEL}={KIND}", namespace=namespace,
+                                       on_event=self._event, keep_objects=False).start()
+
+    def close(self) -> None:
+        if self.reflector is not None:
+            self.reflector.stop()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self.reflector is None or self.reflector.wait_synced(timeout)
+
+    def _event(self, kind: str, obj: Lease) -> None:
+        with self._lock:
+            if kind == "RELIST":
+                self._leases.resync(obj["items"], obj["metadata"]["resourceVersion"])
+            else:
+                self._leases.event(kind, obj)
+
+    def _note(self, obj: Lease) -> None:
+        with self._lock:
+            self._leases.put(obj)
+
+    # -- API calls --------------------------------------------------------------------------
+
+    def _list(self, pool: Optional[str] = None) -> Dict[str, Lease]:
+        """The drain Leases (of one pool, or all) read from the API now: what a grant counts."""
+        selector = f"{KIND_LABEL}={KIND}" + (f",{POOL_LABEL}={pool_label(pool)}" if pool is not None else "")
+        with permission("list", LEASES, self.namespace):
+            items, _ = self.client.list(LEASES.path(namespace=self.namespace), {"labelSelector": selector})
+        for obj in items:
+            self._note(obj)
+        return {obj["metadata"]["name"]: obj for obj in items}
+
+    def _write(self, body: Lease) -> bool:
+        """Create (no resourceVersion) or compare-and-swap update; False: another replica was first."""
+        name = body["metadata"]["name"]
+        try:
+            if body["metadata"].get("resourceVersion"):
+                with permission("update", LEASES, self.namespace):
+                    obj = self.client.replace(LEASES.path(name, self.namespace), body)
+            else:
+                with permission("create", LEASES, self.namespace):
+                    obj = self.client.create(LEASES.path(namespace=self.namespace), body)
+        except KubeError as exc:
+            if exc.status in (404, 409):  # 409: taken or changed meanwhile; 404: deleted meanwhile
+                return False
+            raise
+        self._note(obj)
+        return True
+
+    def _clear(self, obj: Lease, pool: str) -> bool:
+        return self._write(cleared_body(obj, pool))
+
+    # -- the drain lease methods ------------------------------------------------------------
+
+    def acquire(self, node: str, pool: str, config: str, limit: int, ttl: float, now: float) -> DrainAnswer:
+        """Grant, renew or refuse ``node`` a drain slot in ``pool`` (etcd_drains.request_drain)."""
+        ttl_s = max(1, int(math.ceil(ttl)))
+        for _ in range(MAX_RACES):
+            objects = self._list()
+            held = [h for h in map(holder_of, objects.values()) if h is not None]
+            mine = [h for h in held if h["node"] == node and live(h, now)]
+            here = sorted((h for h in mine if h["pool"] == pool), key=lambda h: h["granted"])
+            holders = in_pool(held, pool, now)
+            if here:
+                if self._renew(objects[here[0]["name"]], here[0], config, now, ttl_s):
+                    for extra in here[1:]:  # two replicas granted one node at once: keep one slot
+                        self._clear(objects[extra["name"]], pool)
+                    names = [h["node"] for h in holders if h["name"] not in {e["name"] for e in here[1:]}]
+                    return DrainAnswer(True, node, pool, limit, now + ttl_s, holders=names, renewed=True)
+                continue  # changed meanwhile: read again
+            i, slot = free_slot(objects, pool, limit, now)
+            if len(holders) >= limit or i < 0:  # (i < 0: a slot's annotations were edited by hand)
+                soonest = min((h["until"] for h in holders), default=now + ttl_s) - now
+                return DrainAnswer(False, node, pool, limit, retry_after=int(max(1, min(30, math.ceil(soonest)))),
+                                   holders=[h["node"] for h in holders])
+            body = lease_body(slot_name(pool, i), self.namespace, pool, node, config, now, now, ttl_s,
+                              slot["metadata"]["resourceVersion"] if slot is not None else "")
+            if not self._write(body):
+                continue  # another replica took the slot: count again
+            after = in_pool([h for h in map(holder_of, self._list(pool).values()) if h is not None], pool, now)
+            if len(after) > limit:  # slots above a lowered limit are held: undo before answering
+                self._take_back(body["metadata"]["name"], node, pool)
+                continue
+            for old in mine:  # moved pools: the old pool's slot goes (read again if it changed)
+                if not self._clear(objects[old["name"]], old["pool"]):
+                    self._take_back(old["name"], node, old["pool"])
+            return DrainAnswer(True, node, pool, limit, now + ttl_s, holders=[h["node"] for h in after])
+        return DrainAnswer(False, node, pool, limit, retry_after=1, holders=[])
+
+    def _renew(self, obj: Lease, h: Holder, config: str, now: float, ttl_s: int) -> bool:
+        body = lease_body(h["name"], self.namespace, h["pool"], h["node"], config, h["granted"], now, ttl_s,
+                          obj["metadata"]["resourceVersion"])
+        return self._write(body)
+
+    def _take_back(self, name: str, node: str, pool: str) -> None:
+        """Clear slot ``name`` if ``node`` still holds it (read afresh: compare-and-swap)."""
+        for _ in range(MAX_RACES):
+            obj = self._list(pool).get(name)
+            h = holder_of(obj) if obj is not None else None
+            if h is None or h["node"] != node or self._clear(obj, pool):  # type: ignore[arg-type]
+                return
+        raise RuntimeError(f"drain lease {self.namespace}/{name}: lost {MAX_RACES} races taking back the slot of "
+                           f"{node} (it expires by itself after its TTL); try again")
+
+    def release(self, node: str, current_config: Optional[str] = None) -> Optional[str]:
+        """End the node's lease (uncordon); with ``current_config``, only if that is the leased
+        config (a Done report on the config it drained for). Returns the pool it held a lease
+        in, or None."""
+        now = time.time()
+        for _ in range(MAX_RACES):
+            objects = self._list()
+            mine = sorted((h for h in map(holder_of, objects.values()) if h is not None and h["node"] == node
+                           and live(h, now)), key=lambda h: h["granted"])
+            if not mine:
+                return None
+            first = mine[0]
+            if current_config is not None and first["config"] and current_config and first["config"] != current_config:
+                return None
+            if all([self._clear(objects[h["name"]], h["pool"]) for h in mine]):
+                return first["pool"]
+        raise RuntimeError(f"node {node}: lost {MAX_RACES} races releasing its drain lease in namespace "
+                           f"{self.namespace}; try again")
+
+    def holders(self, pool: str = "") -> List[Holder]:
+        """Every live lease (of one pool, or all), oldest grant first: from the watch (a fresh
+        list without one)."""
+        now = time.time()
+        if self.reflector is None:
+            objects = list(self._list(pool or None).values())
+        else:
+            with self._lock:
+                objects = list(self._leases.objects.values())
+        held = [h for h in map(holder_of, objects) if h is not None]
+        return [public(h) for h in sorted(held, key=lambda h: (h["granted"], h["node"]))
+                if live(h, now) and (not pool or h["pool"] == pool)]
+
+    def held_by(self, node: str) -> Optional[Holder]:
+        """The node's live lease from memory (no round trip), or None."""
+        now = time.time()
+        with self._lock:
+            held = [h for h in map(holder_of, self._leases.objects.values())
+                    if h is not None and h["node"] == node and live(h, now)]
+        return public(min(held, key=lambda h: h["granted"])) if held else None

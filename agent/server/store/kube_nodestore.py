@@ -1,0 +1,416 @@
+"""The Kubernetes node store (``nodestore.NodeStore`` on the API server): node state where the
+cluster keeps it, so replicas are stateless (``serve --store kubernetes``; issue 29).
+
+| what | where |
+|---|---|
+| a node's report, pool and membership | its MachineConfigNode (cluster-scoped, named after the node): annotation ``node-agent.openshift.io/report`` (JSON: pool, why, degraded, report, received) |
+| its cordon/drain/uncordon log | the same MachineConfigNode: annotation ``node-agent.openshift.io/drain-log`` (JSON list, newest 50) |
+| pool rows, history, meta, rendered configs | ConfigMaps in the namespace (``kube_nodestate``) |
+| credentials and registrations | Secrets in the namespace (``kube_identity.KubeCredentials``) |
+| drain leases | coordination.k8s.io/v1 Leases in the namespace (``kube_leases.KubeLeases``) |
+
+Why the MachineConfigNode and not only the Node: a node reports from its first boot, before its
+kubelet registers the Node object (and after the Node is deleted, until the admin deletes the
+node here), and the MCN is the MCO's own per-node state object; the Node's MCD annotations and
+the MCN's status stay kube_sync's (what ``oc`` shows). The MCNs this store writes carry the label
+``node-agent.openshift.io/store=<namespace>``: the store follows those only, so two servers in
+one cluster (two namespaces) keep apart, and an MCN without the report annotation (made by the
+MCO or kube_sync) is no node record.
+
+Reads come from memory, as in EtcdNodeStore: each process lists the MCNs and ConfigMaps once and
+follows them with a watch into a ``NodeIndex`` (revision = the object's resourceVersion), so
+counts, proofs and a config fetch cost no round trip and keep answering while the API server is
+away. A write is acknowledged once the API server stored it; when it cannot be reached, it
+raises ``KubeUnavailable`` (a ``StoreUnavailable``: 503 with Retry-After).
+"""
+
+import json
+import logging
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from agent.server.rollout.progress import Membership
+from agent.server.store.kube_client import (
+    CONFIGMAPS,
+    MACHINE_CONFIG_NODES,
+    KubeClient,
+    KubeError,
+    KubeUnavailable,
+)
+from agent.server.store.kube_identity import KubeCredentials
+from agent.server.store.kube_leases import KubeLeases
+from agent.server.store.kube_nodestate import ConfigMapState
+from agent.server.store.kube_watch import Reflector, wait_all_synced
+from agent.server.store.kube_watch import resource_version as rv
+from agent.server.store.nodeindex import NodeIndex
+from agent.server.store.nodestore import (
+    DRAIN_GRANTED,
+    Deleted,
+    NodeRecord,
+    NodeStore,
+    PoolCounts,
+    PoolRow,
+    Proof,
+    Recorded,
+    Registration,
+    Serving,
+    lease_ends,
+)
+
+
+def node_object(node: str, body: Dict[str, Any], pool: str) -> Dict[str, Any]:
+    """A MachineConfigNode (one per node, named after it) with its spec (pure)."""
+    return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigNode",
+            "metadata": {"name": node},
+            "spec": {"node": {"name": node}, "pool": {"name": pool},
+                     "configVersion": {"desired": str(body.get("desiredConfig") or "")}}}
+
+
+log = logging.getLogger(__name__)
+
+REPORT = "node-agent.openshift.io/report"
+DRAIN_LOG = "node-agent.openshift.io/drain-log"
+STORE_LABEL = "node-agent.openshift.io/store"
+DRAINLOG_KEEP = 50
+CAS_TRIES = 50
+SYNC_TIMEOUT = 30.0
+# The API server refuses an object whose annotations pass 256 KiB (TotalAnnotationSizeLimitB,
+# apimachinery/pkg/api/validation/objectmeta.go); a report is at most 64 KiB (httpio.MAX_REPORT).
+ANNOTATIONS_MAX = 256 << 10
+
+
+class KubeNodeStore(NodeStore):
+    def __init__(self, client: KubeClient, namespace: str, watch: bool = True, sync_timeout: float = SYNC_TIMEOUT):
+        self.client = client
+        self.namespace = namespace
+        self._lock = threading.RLock()
+        self._index = NodeIndex()
+        self._drainlogs: Dict[str, List[Dict[str, Any]]] = {}
+        self.revision = 0
+        self._last_ok = 0.0
+        self.cm = ConfigMapState(client, namespace, self._lock, self._wrote)
+        self._feeds = [
+            Reflector(client, MACHINE_CONFIG_NODES, label_selector=f"{STORE_LABEL}={namespace}", metadata_only=True,
+                      on_event=self._mcn_event, keep_objects=False),
+            Reflector(client, CONFIGMAPS, label_selector=self.cm.selector(), namespace=namespace,
+                      on_event=self._cm_event, keep_objects=False)]
+        self.credentials = KubeCredentials(client, namespace, watch)
+        self.drain_leases = KubeLeases(client, namespace, watch)
+        for f in self._feeds:
+            f.start()
+        helpers = [h for h in (self.credentials, self.drain_leases) if hasattr(h, "wait_synced")]
+        if not wait_all_synced(self._feeds + helpers, sync_timeout):
+            self.close()
+            why = "; ".join(f.error for f in self._feeds if f.error) or f"no answer within {sync_timeout:.0f}s"
+            raise KubeUnavailable(f"node store in namespace {namespace}: could not list its MachineConfigNodes, "
+                                  f"ConfigMaps, Secrets and Leases: {why}")
+
+    # -- following -------------------------------------------------------------------------------
+
+    def _wrote(self, revision: int) -> None:
+        with self._lock:
+            self.revision = max(self.revision, revision)
+            self._last_ok = time.time()
+
+    def _mcn_event(self, kind: str, obj: Dict[str, Any]) -> None:
+        """A watch event, or (RELIST) a list: what it holds, but this process's writes made after."""
+        if kind != "RELIST":
+            with self._lock:
+                self._mcn_note(obj, kind == "DELETED")
+            self._wrote(rv(obj))
+            return
+        at = rv(obj)
+        with self._lock:
+            mine = {n: (self._index.records.get(n), v) for n, v in self._index.revisions.items() if at and v > at}
+            self._index.clear()
+            self._drainlogs = {n: log for n, log in self._drainlogs.items() if n in mine}
+            for item in obj["items"]:
+                if item["metadata"]["name"] not in mine:
+                    self._mcn_note(item, False)
+            for name, (record, version) in mine.items():
+                self._index.apply(name, record, version)
+            if self._index.assign is not None:
+                self._index.rebuild(self._index.signature or "", self._index.assign)
+        self._wrote(at)
+
+    def _mcn_note(self, obj: Dict[str, Any], deleted: bool) -> None:
+        meta = obj.get("metadata") or {}
+        name, annotations = meta["name"], (meta.get("annotations") or {}) if not deleted else {}
+        if not self._index.apply(name, _node_record(name, annotations.get(REPORT)), rv(obj)):
+            return  # older than what this process wrote itself: the drain log too
+        drain_log = _json_list(annotations.get(DRAIN_LOG))
+        if drain_log:
+            self._drainlogs[name] = drain_log
+        else:
+            self._drainlogs.pop(name, None)
+
+    def _cm_event(self, kind: str, obj: Dict[str, Any]) -> None:
+        if kind == "RELIST":
+            self._wrote(self.cm.on_list(obj["items"], rv(obj)))
+        else:
+            self._wrote(self.cm.on_event(kind, obj))
+
+    @property
+    def last_seen(self) -> float:
+        """When the API server last answered this process (a write or a watch): /healthz, status."""
+        return self._last_ok
+
+    def generation(self) -> Any:
+        """The newest resourceVersion this process has seen of its MCNs and ConfigMaps, with the
+        helpers' (credentials, leases) when they keep one: it grows with every change."""
+        parts = [self.revision]
+        for helper in (self.credentials, self.drain_leases):
+            gen = getattr(helper, "generation", None)
+            parts.append(gen() if callable(gen) else None)
+        return tuple(parts)
+
+    def close(self) -> None:
+        for f in self._feeds:
+            f.stop()
+        for helper in (self.credentials, self.drain_leases):
+            helper.close()
+
+    # -- nodes -----------------------------------------------------------------------------------
+
+    def _patch_mcn(self, node: str, patch: Dict[str, Any], pool: str, body: Dict[str, Any]) -> Dict[str, Any]:
+        """Merge-patch the node's MCN, making it first when there is none. A patch carrying
+        metadata.resourceVersion is a compare-and-swap: a 404 or 409 goes to the caller."""
+        patch = dict(patch, metadata=dict(patch.get("metadata") or {}, labels={STORE_LABEL: self.namespace}))
+        cas = "resourceVersion" in patch["metadata"]
+        for _ in range(3):
+            try:
+                return self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), patch)
+            except KubeError as exc:
+                if exc.status != 404 or cas:
+                    raise
+            try:
+                return self._create_mcn(node, patch["metadata"], pool, body)
+            except KubeError as exc:
+                if exc.status != 409:  # 409: kube_sync or the MCO made it meanwhile: patch it
+                    raise
+        raise RuntimeError(f"MachineConfigNode {node}: made and deleted concurrently; try again")
+
+    def _create_mcn(self, node: str, metadata: Dict[str, Any], pool: str, body: Dict[str, Any]) -> Dict[str, Any]:
+        """The MCN with the spec kube_sync makes (the CRD requires node, pool and
+        configVersion.desired), our labels and annotations."""
+        obj = node_object(node, body, pool)
+        obj["metadata"].update(metadata, labels={STORE_LABEL: self.namespace})
+        return self.client.create(MACHINE_CONFIG_NODES.path(), obj)
+
+    def record_report(self, node: str, body: Dict[str, Any], member: Membership, now: float) -> Recorded:
+        """The report on the node's MCN; then, when it is Done on the leased config, the end of
+        its drain lease (a second write: a replica dying between the two leaves the lease to
+        expire, or to the node's next Done report)."""
+        rec = NodeRecord(node, member.pool, member.why, member.degraded, dict(body), now)
+        value = json.dumps({"pool": rec.pool, "why": rec.why, "degraded": rec.degraded, "report": rec.report,
+                            "received": now}, sort_keys=True)
+        if len(value) > ANNOTATIONS_MAX // 2:
+            raise ValueError(f"node {node}: a report of {len(value)} bytes does not fit the MachineConfigNode's "
+                             f"annotations (at most {ANNOTATIONS_MAX} bytes in all); send a smaller report")
+        with self._lock:
+            old = self._index.records.get(node)
+        obj = self._patch_mcn(node, {"metadata": {"annotations": {REPORT: value}}}, member.pool, body)
+        with self._lock:  # read-your-writes: the object as stored (its drain log too)
+            self._mcn_note(obj, False)
+        self._wrote(rv(obj))
+        released = False
+        lease = self.drain_leases.held_by(node) if body.get("state") == "Done" else None
+        if lease is not None and lease_ends(str(lease.get("config") or ""), body):
+            pool = self.drain_leases.release(node, str(body.get("currentConfig") or "") or None)
+            if pool is not None:
+                released = True
+                self._log_drain(node, pool, "uncordon", "node reported Done")
+        return Recorded(released, old.pool if old is not None else None)
+
+    def node(self, node: str) -> Optional[NodeRecord]:
+        with self._lock:
+            return self._index.records.get(node)
+
+    def nodes(self, pool: Optional[str] = None, after: str = "", limit: int = 500) -> List[NodeRecord]:
+        with self._lock:
+            names = sorted(n for n, r in self._index.records.items()
+                           if n > after and (pool is None or r.pool == pool))[:limit]
+            return [self._index.records[n] for n in names]
+
+    def counts(self, pool: str) -> PoolCounts:
+        with self._lock:
+            return self._index.pool_counts(pool)
+
+    def proof(self, pool: str, config: str, image: Optional[str] = None) -> Proof:
+        with self._lock:
+            return self._index.proof(pool, config, image)
+
+    def membership_signature(self) -> Optional[str]:
+        return self._index.signature
+
+    def rebuild(self, signature: str, assign: Callable[[Dict[str, Any]], Membership]) -> int:
+        # As on etcd: membership is a function of the report and the pools every replica
+        # reads alike, so each process re-derives it in memory and rewrites nothing.
+        with self._lock:
+            return self._index.rebuild(signature, assign)
+
+    def delete_node(self, node: str, now: float) -> Deleted:
+        """The report and drain log leave the MCN (the object stays: its status is kube_sync's and
+        the MCO's), then the credential and the lease. Three writes: one failing raises, and the
+        admin's retry finishes the rest."""
+        with self._lock:
+            old = self._index.records.get(node)
+            had_log = node in self._drainlogs
+        held = self.drain_leases.held_by(node)
+        if old is not None or had_log:
+            try:
+                obj = self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), {"metadata": {
+                    "annotations": {REPORT: None, DRAIN_LOG: None}, "labels": {STORE_LABEL: None}}})
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+                obj = {}
+            with self._lock:
+                self._index.apply(node, None, rv(obj))
+                self._drainlogs.pop(node, None)
+            self._wrote(rv(obj))
+        had_credential = self.credentials.forget(node)
+        lease_pool = self.drain_leases.release(node) if held is not None else None
+        return Deleted(bool(old is not None or had_credential or held is not None),
+                       old.pool if old is not None else None, lease_pool or (held or {}).get("pool"))
+
+    # -- identity (KubeCredentials) -------------------------------------------------------------
+
+    def credential(self, node: str) -> Optional[str]:
+        return self.credentials.credential(node)
+
+    def credential_owner(self, credential_hash: str) -> Optional[str]:
+        return self.credentials.credential_owner(credential_hash)
+
+    def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
+                       by: str = "", max_pending: Optional[int] = None) -> bool:
+        return self.credentials.put_credential(node, credential_hash, now, replace, approved, by, max_pending)
+
+    def registration(self, node: str) -> Optional[Registration]:
+        return self.credentials.registration(node)
+
+    def registrations(self, pending: Optional[bool] = None, after: str = "", limit: int = 500) -> List[Registration]:
+        return self.credentials.registrations(pending, after, limit)
+
+    def pending_count(self) -> int:
+        return self.credentials.pending_count()
+
+    def approve(self, node: str, now: float, by: str, labels: Optional[Dict[str, str]] = None) -> Optional[Registration]:
+        return self.credentials.approve(node, now, by, labels)
+
+    def note_served(self, node: str, config: str) -> None:
+        self.credentials.note_served(node, config)
+
+    # -- leases (KubeLeases) and the drain log ----------------------------------------------------
+
+    def acquire_lease(self, node: str, pool: str, config: str, limit: int, ttl: float, now: float):
+        answer = self.drain_leases.acquire(node, pool, config, limit, ttl, now)
+        if answer.granted and not answer.renewed:
+            self._log_drain(node, pool, "cordon", config)
+            self._log_drain(node, pool, "drain", DRAIN_GRANTED)
+        return answer
+
+    def release_lease(self, node: str, why: str) -> Optional[str]:
+        pool = self.drain_leases.release(node)
+        if pool is not None:
+            self._log_drain(node, pool, "uncordon", why)
+        return pool
+
+    def leases(self, pool: Optional[str] = None, now: Optional[float] = None) -> List[Dict[str, Any]]:
+        return [{k: h[k] for k in ("node", "pool", "config", "granted", "expires")}
+                for h in self.drain_leases.holders(pool or "")]
+
+    def drain_events(self, node: Optional[str] = None) -> List[Dict[str, Any]]:
+        with self._lock:
+            if node is not None:
+                return list(self._drainlogs.get(node) or [])
+            return sorted((e for log in self._drainlogs.values() for e in log), key=lambda e: e.get("at", 0))
+
+    def _log_drain(self, node: str, pool: str, action: str, detail: str) -> None:
+        """Append to the MCN's drain log with a compare-and-swap on its resourceVersion (a merge
+        patch carrying metadata.resourceVersion is refused with 409 when another wrote first)."""
+        event = {"node": node, "pool": pool, "action": action, "detail": detail, "at": time.time()}
+        for _ in range(CAS_TRIES):
+            try:
+                cur = self.client.get(MACHINE_CONFIG_NODES.path(node))
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+                cur = {}
+            meta = cur.get("metadata") or {}
+            items = _json_list((meta.get("annotations") or {}).get(DRAIN_LOG))
+            annotations = {DRAIN_LOG: json.dumps((items + [event])[-DRAINLOG_KEEP:])}
+            try:
+                if cur:
+                    obj = self._patch_mcn(node, {"metadata": {"annotations": annotations,
+                                                              "resourceVersion": meta["resourceVersion"]}}, pool, {})
+                else:
+                    obj = self._create_mcn(node, {"annotations": annotations}, pool, {})
+            except KubeError as exc:
+                if exc.status in (404, 409):  # changed, made or deleted since read: read again
+                    continue
+                raise
+            with self._lock:
+                self._mcn_note(obj, False)
+            self._wrote(rv(obj))
+            return
+        raise RuntimeError(f"MachineConfigNode {node}: {CAS_TRIES} concurrent changes of its drain log; try again")
+
+    # -- pools, rendered configs, meta (kube_nodestate.ConfigMapState) ------------------------------
+
+    def pools(self) -> Dict[str, PoolRow]:
+        return self.cm.pools()
+
+    def update_pool(self, name: str, decide: Callable[[Optional[PoolRow]], Optional[PoolRow]]) -> PoolRow:
+        return self.cm.update_pool(name, decide)
+
+    def history(self, pool: str) -> List[Dict[str, Any]]:
+        return self.cm.history(pool)
+
+    def put_rendered(self, pool: str, name: str, spec: Dict[str, Any], sources: List[str], inputs: str = "") -> None:
+        self.cm.put_rendered(pool, name, spec, sources)
+
+    def rendered_spec(self, name: str) -> Optional[Dict[str, Any]]:
+        doc = self.cm.rendered(name)
+        return doc["spec"] if doc else None
+
+    def rendered_pool(self, name: str) -> Optional[str]:
+        doc = self.cm.rendered(name)
+        return doc["pool"] if doc else None
+
+    def meta(self, key: str) -> Optional[str]:
+        return self.cm.meta(key)
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.cm.set_meta(key, value)
+
+    def serving(self, pool: str, node: Optional[str] = None) -> Serving:
+        with self._lock:
+            row = self.cm.pool(pool)
+            proofs = self._index.proofs_of(pool, row.target) if row is not None else {}
+            rec = self._index.records.get(node) if node else None
+            return Serving(self.cm.meta("state_signature"), row, proofs, rec)
+
+
+def _json_list(value: Optional[str]) -> List[Dict[str, Any]]:
+    try:
+        items = json.loads(value or "[]")
+    except ValueError:
+        return []
+    return items if isinstance(items, list) else []
+
+
+def _node_record(node: str, value: Optional[str]) -> Optional[NodeRecord]:
+    """The record in an MCN's annotation; an unreadable one (edited by hand) is no record, so the
+    watch goes on and the node's next report replaces it."""
+    if not value:
+        return None
+    try:
+        d = json.loads(value)
+        return NodeRecord(node=node, pool=str(d["pool"]), why=d.get("why", ""), degraded=d.get("degraded", ""),
+                          report=dict(d.get("report") or {}), received=float(d.get("received", 0.0)))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        log.warning("MachineConfigNode %s: unreadable annotation %s (%s); ignored until the node reports again",
+                    node, REPORT, exc)
+        return None

@@ -1,0 +1,266 @@
+"""A drain that cannot finish, against the real control plane (kube-apiserver 1.20.2 with RBAC,
+kube-controller-manager's disruption controller for the PDB's status, OpenShift's CRDs): paced
+as the MCO's drain controller paces it (small thresholds: ``serve --drain-*``), a DrainFailed
+Event on the Node and ``mcc_drain_err`` past the threshold, visible in the pool view, the node
+view, ``get pools`` and the MachineConfigNode, never dropped; it completes once the PDB goes.
+Two replicas start one attempt between them; a single-node cluster never drains.
+
+No kubelet runs: the test plays its part (the pod is bound at creation, marked Running/Ready
+through the status subresource, and a graceful deletion is finished with gracePeriodSeconds 0).
+The module has a control plane of its own: the Infrastructure object it makes is cluster-wide.
+"""
+
+import json
+import os
+import time
+
+import pytest
+import yaml
+
+from agent.server.cli import views
+from agent.server.cluster.drainpacer import paced_drain
+from agent.server.cluster.kube_drain import Drainer
+from agent.server.rollout import draincadence as dc
+from agent.server.rollout.draincadence import Cadence
+from agent.server.store.kube_client import KubeClient, load_kubeconfig
+from tests.helpers.kube_cluster import KubeCluster, find_kube_bin, wait_for
+from tests.helpers.server_proc import REPO, ServerProcess
+
+EXAMPLES = os.path.join(REPO, "examples", "state")
+USER = "node-config-server-cadence"
+TINY = ["--drain-attempt-timeout", "2", "--drain-retry", "1", "--drain-slow-retry", "1", "--drain-slow-after", "3",
+        "--drain-fail-after", "4"]
+INFRA_CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+             "metadata": {"name": "infrastructures.config.openshift.io"},
+             "spec": {"group": "config.openshift.io", "scope": "Cluster",
+                      "names": {"plural": "infrastructures", "singular": "infrastructure", "kind": "Infrastructure",
+                                "listKind": "InfrastructureList"},
+                      "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                          "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory):
+    if not find_kube_bin():
+        pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
+    with KubeCluster(str(tmp_path_factory.mktemp("kube-cadence"))) as kc:
+        for sub in ("machineconfigpools", "machineconfigs"):
+            kc.kubectl("apply", "-f", os.path.join(EXAMPLES, sub))
+        kc.kubectl("apply", "-f", os.path.join(EXAMPLES, "machineconfiguration.yaml"))
+        kc.kubectl("apply", "-f", os.path.join(REPO, "deploy", "rbac.yaml"))
+        kc.kubectl("create", "clusterrolebinding", "ncs-cadence", "--clusterrole=node-config-server", f"--user={USER}")
+        yield kc
+
+
+def start_server(kube, *extra):
+    # --store sqlite: node state in the data directory, whatever the Kubernetes backend's default
+    # store; the drain works the same with every store (it is the Node's, on the API).
+    return ServerProcess(None, token="b00tstrap", workers=1,
+                         extra_args=["--backend", "kubernetes", "--store", "sqlite", "--kubeconfig",
+                                     kube.kubeconfig_for(USER), *extra])
+
+
+@pytest.fixture(scope="module")
+def server(kube):
+    with start_server(kube, *TINY) as srv:
+        yield srv
+
+
+def api(kube, path):
+    r = kube.get(path)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def call(kube, method, path, body, merge=False):
+    headers = {"Content-Type": "application/merge-patch+json"} if merge else {}
+    r = kube.session().request(method, kube.url + path, data=json.dumps(body), headers=headers, timeout=10)
+    assert r.status_code in (200, 201), r.text
+    return r.json()
+
+
+def blocked_node(kube, ns, node):
+    """A worker Node running one Ready pod under a PDB that allows no disruption (minAvailable 1):
+    no eviction can ever pass it."""
+    kube.create_namespace(ns)
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": node, "labels": {"node-role.kubernetes.io/worker": ""}}}))
+    call(kube, "POST", f"/api/v1/namespaces/{ns}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": ns, "labels": {"role": "app"}},
+        "spec": {"nodeName": node, "automountServiceAccountToken": False,
+                 "containers": [{"name": "c", "image": "registry.invalid/app:1"}]}})
+    call(kube, "PATCH", f"/api/v1/namespaces/{ns}/pods/app/status",  # the kubelet's part: Running, Ready
+         {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}, merge=True)
+    call(kube, "POST", f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets", {
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "app"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"role": "app"}}}})
+
+    def observed():  # the real disruption controller has counted the pod
+        pdb = api(kube, f"/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets/app")
+        st = pdb.get("status") or {}
+        return st.get("observedGeneration") == pdb["metadata"]["generation"] and st.get("currentHealthy") == 1
+    wait_for(observed, "the PDB's status from the disruption controller")
+
+
+def report(server, node, body):
+    r = server.node_session(node).post(server.url(f"/api/v1/nodes/{node}/report"), data=json.dumps(body), timeout=10)
+    assert r.status_code == 200, r.text
+
+
+def events(kube, node, reason):
+    items = api(kube, "/api/v1/namespaces/default/events")["items"]
+    return [e for e in items if e["involvedObject"].get("name") == node and e["reason"] == reason]
+
+
+def drain_annotations(kube, node):
+    ann = api(kube, f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}
+    return {k: v for k, v in ann.items() if k in dc.KEYS}
+
+
+def test_a_drain_that_cannot_finish_is_paced_visible_and_alerted_and_completes_once_unblocked(kube, server):
+    ns, node = "blocked", "w-blocked"
+    blocked_node(kube, ns, node)
+    pools = server.session().get(server.url("/api/v1/pools"), timeout=10).json()["items"]
+    target = next(p for p in pools if p["metadata"]["name"] == "worker")["spec"]["configuration"]["name"]
+    report(server, node, {"pool": "worker", "state": "Working", "currentConfig": target, "desiredConfig": target})
+    ask = server.node_session(node)
+    answers = []
+
+    def failed():
+        r = ask.post(server.url(f"/api/v1/nodes/{node}/drain"), json={"pool": "worker", "config": "rendered-next"},
+                     timeout=30)
+        answers.append(r)
+        return events(kube, node, "DrainThresholdExceeded") and events(kube, node, "DrainFailed")
+    # --drain-fail-after 4: the attempt at 6 s (attempts at 0, 3 and 6 s: 2 s each, then 1 s apart)
+    # emits DrainFailed; it fails at 8 s, begun past --drain-slow-after 3: DrainThresholdExceeded.
+    failed_events = wait_for(failed, "DrainFailed and DrainThresholdExceeded Events", timeout=90)
+    assert all(r.status_code == 429 and r.json()["status"] == "draining" for r in answers)
+    assert all(int(r.headers["Retry-After"]) >= 1 for r in answers)
+    assert "PodDisruptionBudget blocked/app" in answers[-1].json()["reason"]
+    ev = failed_events[0]
+    assert ev["type"] == "Warning" and ev["source"]["component"] == "node-config-server"
+    assert ev["involvedObject"]["kind"] == "Node" and ev["involvedObject"]["uid"]
+    assert ev["message"].startswith(f"node {node}: drain exceeded timeout: 4s. Will continue to retry.")
+    assert "PodDisruptionBudget blocked/app" in ev["message"]
+    ann = drain_annotations(kube, node)
+    assert ann[dc.FAILED] and int(ann[dc.ATTEMPTS]) >= 3 and "PodDisruptionBudget blocked/app" in ann[dc.LAST_ERROR]
+    assert api(kube, f"/api/v1/nodes/{node}")["spec"]["unschedulable"] is True
+    assert not api(kube, f"/api/v1/namespaces/{ns}/pods/app")["metadata"].get("deletionTimestamp")  # held by the PDB
+
+    def pool_shows():
+        items = server.session().get(server.url("/api/v1/pools"), timeout=10).json()["items"]
+        worker = next(p for p in items if p["metadata"]["name"] == "worker")
+        d = ((worker["status"]["drain"].get("nodes") or {}).get(node) or {})
+        return worker if d.get("failing") else None
+    worker = wait_for(pool_shows, "the pool view's drain of the node")
+    line = views.pools_table([worker], time.time()).splitlines()[-1]
+    assert line.startswith(f"worker: node {node} draining for ") and "FAILING" in line and "blocked/app" in line
+    node_view = server.session().get(server.url(f"/api/v1/nodes/{node}"), timeout=10).json()
+    assert "PodDisruptionBudget blocked/app" in node_view["drain"]["blockedBy"]
+    assert "PodDisruptionBudget blocked/app" in views.describe_node(node_view, worker, time.time())
+    metric = f'mcc_drain_err{{node="{node}"}} 1.0'
+    wait_for(lambda: metric in server.session().get(server.url("/metrics"), timeout=10).text, "mcc_drain_err 1")
+
+    def drained_condition():
+        conds = (api(kube, f"/apis/machineconfiguration.openshift.io/v1/machineconfignodes/{node}").get("status")
+                 or {}).get("conditions") or []
+        return next((c for c in conds if c["type"] == "Drained" and "blocked/app" in c["message"]), None)
+    cond = wait_for(drained_condition, "the MachineConfigNode's Drained condition")
+    assert cond["status"] == "Unknown" and cond["reason"] == "UpdateExecutedDrained"
+
+    # node-agent gives up after its update.drainTimeout: the lease goes, the drain stays in sight
+    r = ask.delete(server.url(f"/api/v1/nodes/{node}/drain"), timeout=10)
+    assert r.status_code == 200 and r.json()["released"], r.text
+    items = server.session().get(server.url("/api/v1/pools"), timeout=10).json()["items"]
+    worker = next(p for p in items if p["metadata"]["name"] == "worker")["status"]["drain"]
+    assert node not in worker["holders"] and worker["nodes"][node]["failing"]
+
+    kube.kubectl("delete", "pdb", "app", "-n", ns)  # unblocked: the next attempt evicts
+
+    def granted():
+        r = ask.post(server.url(f"/api/v1/nodes/{node}/drain"), json={"pool": "worker", "config": "rendered-next"},
+                     timeout=30)
+        pod = kube.get(f"/api/v1/namespaces/{ns}/pods/app")
+        if pod.status_code == 200 and pod.json()["metadata"].get("deletionTimestamp"):  # the kubelet's part
+            kube.session().delete(f"{kube.url}/api/v1/namespaces/{ns}/pods/app", json={"gracePeriodSeconds": 0},
+                                  timeout=10)
+        return r.status_code == 200 and r.json()
+    answer = wait_for(granted, "the lease once the PDB is gone", timeout=60)
+    assert answer["granted"] and answer["drain"]["done"]
+    assert kube.get(f"/api/v1/namespaces/{ns}/pods/app").status_code == 404
+    assert drain_annotations(kube, node) == {}  # the drain and its failure are over
+    conds = api(kube, f"/apis/machineconfiguration.openshift.io/v1/machineconfignodes/{node}")["status"]["conditions"]
+    assert "Drained" not in [c["type"] for c in conds] and "UpdateExecuted" in [c["type"] for c in conds]
+    wait_for(lambda: "mcc_drain_err{" not in server.session().get(server.url("/metrics"), timeout=10).text,
+             "mcc_drain_err gone once drained")
+    report(server, node, {"pool": "worker", "state": "Done", "currentConfig": "rendered-next",
+                          "desiredConfig": "rendered-next"})
+    wait_for(lambda: not api(kube, f"/api/v1/nodes/{node}")["spec"].get("unschedulable"), "uncordoned after Done")
+
+
+class StaleOnce:
+    """A replica that read the Node just before another replica wrote it: its first GET of the
+    Node answers the older object."""
+
+    def __init__(self, client, node, stale):
+        self.client, self.path, self.stale = client, f"/api/v1/nodes/{node}", stale
+
+    def get(self, path, *a, **kw):
+        if path == self.path and self.stale is not None:
+            stale, self.stale = self.stale, None
+            return stale
+        return self.client.get(path, *a, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+
+def test_two_replicas_start_one_attempt_and_emit_one_event(kube):
+    ns, node = "replicas", "w-replicas"
+    blocked_node(kube, ns, node)
+    client = KubeClient(load_kubeconfig(kube.kubeconfig_for(USER)))
+    cadence = Cadence(attempt_timeout=2, retry=1, slow_retry=1, slow_after=3, fail_after=4)
+    a = Drainer(client, cadence=cadence)
+    t0 = float(int(time.time()))
+    first = paced_drain(a, node, "rendered-x", now=t0)
+    assert first is not None and not first.done and first.state.attempts == 1 and first.result is not None
+    assert "PodDisruptionBudget replicas/app" in first.state.last_error
+    # The attempt's 2 s are up: it failed, no round runs, the node waits for the next one at 3 s.
+    between = paced_drain(a, node, "rendered-x", now=t0 + 2)
+    assert between.result is None and not between.done and between.wait == 1
+    assert between.state.next_attempt == t0 + 3 and between.state.attempt_started is None
+    assert drain_annotations(kube, node)[dc.NEXT_ATTEMPT] == dc.iso(t0 + 3)
+    # Well past the hour of this cadence, with the attempt timed out: the next attempt is due and
+    # starts with a DrainFailed. Replica B read the Node before replica A wrote the new attempt.
+    stale = client.get(f"/api/v1/nodes/{node}")
+    by_a = paced_drain(a, node, "rendered-x", now=t0 + 10)
+    b = Drainer(StaleOnce(client, node, stale), cadence=cadence)
+    by_b = paced_drain(b, node, "rendered-x", now=t0 + 10)
+    assert by_a.events == ["DrainFailed"] and by_b.events == []  # B got 409, read again, followed A's attempt
+    assert by_b.state.attempts == by_a.state.attempts == 2
+    assert len(events(kube, node, "DrainFailed")) == 1
+    client.close()
+
+
+def test_a_single_node_cluster_never_drains(kube):
+    ns, node = "single", "w-single"
+    blocked_node(kube, ns, node)
+    call(kube, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", INFRA_CRD)
+    wait_for(lambda: kube.get("/apis/config.openshift.io/v1/infrastructures").status_code == 200,
+             "the Infrastructure CRD served")
+    call(kube, "POST", "/apis/config.openshift.io/v1/infrastructures", {
+        "apiVersion": "config.openshift.io/v1", "kind": "Infrastructure", "metadata": {"name": "cluster"},
+        "status": {"controlPlaneTopology": "SingleReplica", "infrastructureTopology": "SingleReplica"}})
+    try:
+        with start_server(kube, *TINY) as srv:  # a new server: the topology is read once per process
+            r = srv.node_session(node).post(srv.url(f"/api/v1/nodes/{node}/drain"),
+                                            json={"pool": "worker", "config": "rendered-next"}, timeout=30)
+        assert r.status_code == 200 and r.json()["granted"], r.text
+        drain = r.json()["drain"]
+        assert drain["required"] is False and "controlPlaneTopology SingleReplica" in drain["reason"]
+        assert "drainRequired" in drain["reason"]
+        assert not api(kube, f"/api/v1/nodes/{node}")["spec"].get("unschedulable")  # not even cordoned
+        assert not api(kube, f"/api/v1/namespaces/{ns}/pods/app")["metadata"].get("deletionTimestamp")
+        assert drain_annotations(kube, node) == {}
+    finally:
+        kube.kubectl("delete", "infrastructure", "cluster", check=False)

@@ -1,0 +1,200 @@
+"""Three stateless node-config-server replicas on one Kubernetes API (``serve --backend
+kubernetes``, node state in the API: ``--store kubernetes``, the default there): no data
+directory, no etcd of their own. What the etcd fleet of tests/test_replicas.py shows, shown
+here on the API: one rendered config everywhere, a report through one replica counted and
+gating on the others, ``maxUnavailable`` held together through coordination.k8s.io Leases,
+and a replica started afresh knowing every node.
+
+Every replica runs as a user bound only to what deploy/rbac.yaml grants. No kubelet runs and no
+Node objects exist here: a drain finds no Node and so nothing to evict (tests/test_kube_drain.py
+has the real drain).
+"""
+
+import json
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from agent.server.rollout.progress import epoch_of
+from tests.helpers.certs import make_tls
+from tests.helpers.kube_cluster import KubeCluster, find_kube_bin, wait_for
+from tests.helpers.server_proc import REPO, ServerProcess
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = os.path.join(REPO, "examples", "state")
+TOKEN = "kube-replica-token"
+NAMESPACE = "node-config-server"  # deploy/rbac.yaml's
+USER = "node-config-server-replica"
+LEASE_TTL = 4
+MCO = "/apis/machineconfiguration.openshift.io/v1"
+
+
+class Fleet:
+    def __init__(self, top, kube):
+        self.top, self.kube = top, kube
+        self.tls = make_tls(str(top / "tls"))
+        self.kubeconfig = kube.kubeconfig_for(USER)
+        self.replicas = []
+        self.credentials = {}
+
+    def replica(self, port=None):
+        return ServerProcess(None, tls=self.tls, token=TOKEN, workers=1, threads=8, port=port,
+                             extra_args=["--backend", "kubernetes", "--kubeconfig", self.kubeconfig,
+                                         "--namespace", NAMESPACE, "--lease-ttl", str(LEASE_TTL)])
+
+    def start(self):
+        self.replicas = [self.replica().start() for _ in range(3)]
+        return self
+
+    def stop(self):
+        for r in self.replicas:
+            r.stop()
+
+    def session(self, node=None):
+        s = self.replicas[0].session()
+        if node is not None:
+            if node not in self.credentials:
+                r = s.post(self.replicas[0].url(f"/api/v1/nodes/{node}/register"), timeout=10)
+                assert r.status_code == 201, r.text
+                self.credentials[node] = r.json()["credential"]
+            s.headers["Authorization"] = f"Bearer {self.credentials[node]}"
+        return s
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    if not find_kube_bin():
+        pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
+    top = tmp_path_factory.mktemp("kube-replicas")
+    with KubeCluster(str(top / "kube")) as kube:
+        for sub in ("machineconfigpools", "machineconfigs"):
+            kube.kubectl("apply", "-f", os.path.join(EXAMPLES, sub))
+        kube.kubectl("apply", "-f", os.path.join(EXAMPLES, "machineconfiguration.yaml"))
+        kube.kubectl("apply", "-f", os.path.join(REPO, "deploy", "rbac.yaml"))
+        kube.kubectl("create", "clusterrolebinding", USER, "--clusterrole=node-config-server", f"--user={USER}")
+        kube.kubectl("create", "rolebinding", USER, "-n", NAMESPACE, "--role=node-config-server", f"--user={USER}")
+        f = Fleet(top, kube)
+        try:
+            yield f.start()
+        finally:
+            f.stop()
+
+
+def pool(replica, name="worker"):
+    r = replica.session().get(replica.url(f"/api/v1/pools/{name}"), timeout=10)
+    assert r.status_code == 200, r.text + "\n--- replica log (tail) ---\n" + replica.log_text()[-4000:]
+    return r.json()
+
+
+def report(replica, node, body, fleet):
+    return fleet.session(node).post(replica.url(f"/api/v1/nodes/{node}/report"), data=json.dumps(body), timeout=10)
+
+
+def test_every_replica_serves_the_same_rendered_config_and_keeps_no_local_state(fleet):
+    names = {pool(r)["spec"]["configuration"]["name"] for r in fleet.replicas}
+    etags = {r.session().get(r.url("/config/worker"), timeout=10).headers["ETag"] for r in fleet.replicas}
+    assert len(names) == 1 and len(etags) == 1
+    for r in fleet.replicas:
+        assert os.listdir(r.data_dir) == [], "a replica on the API store wrote node state of its own"
+
+
+def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
+    a, b, c = fleet.replicas
+    before = [pool(r)["status"]["machineCount"] for r in (b, c)]
+    resp = report(a, "kmember-1", {"pool": "worker", "state": "Working"}, fleet)
+    assert resp.status_code == 200, resp.text
+    for r, n in zip((b, c), before):
+        wait_for(lambda r=r, n=n: pool(r)["status"]["machineCount"] == n + 1, "the other replicas count it", 10)
+    # The MCO-1940 gate: a new target is served to new nodes only once a member has proven it,
+    # and the proof is what the API holds (the node's record on its MachineConfigNode).
+    fleet.kube.kubectl("apply", "-f", "-", input=(
+        "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n"
+        "  name: 99-kube-replica-test\n  labels:\n    machineconfiguration.openshift.io/role: worker\n"
+        "spec:\n  config:\n    ignition:\n      version: 3.4.0\n    storage:\n      files:\n"
+        "      - path: /etc/kube-replica-test\n        contents:\n          source: data:,hello\n"))
+
+    def moved():
+        views = [pool(x) for x in fleet.replicas]
+        targets = {v["spec"]["configuration"]["name"] for v in views}
+        return views if len(targets) == 1 and targets != {views[0]["status"]["configuration"]["name"]} else None
+
+    views = wait_for(moved, "every replica has the new target", 30)
+    target, old = views[0]["spec"]["configuration"]["name"], views[0]["status"]["configuration"]["name"]
+    assert {v["status"]["served"]["config"] for v in views} == {old}  # unproven: nobody gets it
+    resp = report(a, "kmember-1", {"pool": "worker", "state": "Done", "currentConfig": target}, fleet)
+    assert resp.status_code == 200, resp.text
+    for r in (b, c):
+        wait_for(lambda r=r: pool(r)["status"]["served"]["config"] == target, "the proof reaches every replica", 10)
+    mcn = fleet.kube.get(f"{MCO}/machineconfignodes/kmember-1").json()
+    record = json.loads(mcn["metadata"]["annotations"]["node-agent.openshift.io/report"])
+    assert record["report"]["currentConfig"] == target and record["pool"] == "worker"
+
+
+def live_drain_leases(fleet, pool_name):
+    items = fleet.kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases").json()["items"]
+    now = time.time()
+    live = 0
+    for lease in items:
+        spec = lease.get("spec") or {}
+        if not spec.get("holderIdentity") or (lease["metadata"].get("labels") or {}).get(
+                "node-agent.openshift.io/pool") != pool_name:
+            continue
+        renewed = spec.get("renewTime") or spec.get("acquireTime")
+        if renewed and epoch_of(renewed) + float(spec.get("leaseDurationSeconds") or 0) >= now:
+            live += 1
+    return live
+
+
+def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable(fleet):
+    nodes = [f"kdrainer-{i:02d}" for i in range(30)]
+    for i, n in enumerate(nodes):
+        assert report(fleet.replicas[i % 3], n, {"pool": "worker", "state": "Done"}, fleet).status_code == 200
+    limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
+    peak, stop = [0], threading.Event()
+
+    def sample():  # from the API's own objects, not from any replica's view
+        while not stop.is_set():
+            peak[0] = max(peak[0], live_drain_leases(fleet, "worker"))
+            stop.wait(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+
+    def ask(i):
+        r = fleet.replicas[i % 3]
+        return fleet.session(nodes[i]).post(r.url(f"/api/v1/nodes/{nodes[i]}/drain"),
+                                            data=json.dumps({"pool": "worker", "config": "c"}), timeout=30)
+
+    try:
+        with ThreadPoolExecutor(max_workers=30) as ex:
+            answers = list(ex.map(ask, range(30)))
+    finally:
+        stop.set()
+        sampler.join(5)
+    granted = [a for a in answers if a.status_code == 200]
+    assert all(a.status_code in (200, 429) for a in answers), [a.text for a in answers if a.status_code >= 300]
+    assert 1 <= len(granted) <= limit and peak[0] <= limit, (len(granted), peak[0], limit)
+    # An expired lease frees its slot: after the TTL a waiting node is granted.
+    waiting = nodes[[a.status_code for a in answers].index(429)]
+    r = fleet.replicas[1]
+    wait_for(lambda: fleet.session(waiting).post(r.url(f"/api/v1/nodes/{waiting}/drain"),
+                                                 data=json.dumps({"pool": "worker", "config": "c"}),
+                                                 timeout=30).status_code == 200,
+             "an expired lease frees its slot", LEASE_TTL + 15)
+
+
+def test_a_replica_started_afresh_knows_every_node(fleet):
+    r = report(fleet.replicas[0], "kfresh-1", {"pool": "worker", "state": "Done"}, fleet)
+    assert r.status_code == 200, r.text
+    count = wait_for(lambda: pool(fleet.replicas[2])["status"]["machineCount"], "counted", 10)
+    fleet.replicas[2].stop()
+    fleet.replicas[2] = fleet.replica().start()  # a new process and an empty data directory
+    assert pool(fleet.replicas[2])["status"]["machineCount"] == count
+    node = fleet.session().get(fleet.replicas[2].url("/api/v1/nodes/kfresh-1"), timeout=10)
+    assert node.status_code == 200 and node.json()["pool"] == "worker", node.text
+    # Its credential too: the node acts as itself through the new replica.
+    assert report(fleet.replicas[2], "kfresh-1", {"pool": "worker", "state": "Done"}, fleet).status_code == 200
