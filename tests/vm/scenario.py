@@ -1,8 +1,11 @@
 """The VM test's one combined scenario, driven from the host.
 
 A real node-config-server (gunicorn, TLS, bearer token) listens on the host's loopback; the
-guest reaches it at 10.0.2.2 (QEMU's user network). The guest boots the clean image with a
-pointer config, agent settings and the token written in (as an installer would), and:
+guest reaches it at 10.0.2.2 (QEMU's user network). The server runs ``serve --backend
+kubernetes`` against a real control plane on the host's loopback (tests/vm/kube.py: the state
+objects are applied with kubectl, the server is a user bound to deploy/rbac.yaml's roles, and the
+test plays the kubelet of the guest's Node). The guest boots the clean image with a pointer
+config, agent settings and the token written in (as an installer would), and:
 
 1. boot 1: node-agent-firstboot.service fetches, checks the planted aleph file against the served
    skew rules, joins the custom pool ``vm`` (labels in kubelet-env), applies files and a unit it
@@ -11,7 +14,8 @@ pointer config, agent settings and the token written in (as an installer would),
    restarts and disables the first-boot unit and logs whether kubelet stayed up;
 3. day 2, still boot 2: the host changes /etc/vm-probe.conf in a MachineConfig (the served policy
    restarts vm-probe.service for it): applied and restarted without a reboot;
-4. day 2: the host adds a file no policy covers: drain lease, apply, one reboot; boot 3 reports Done;
+4. day 2: the host adds a file no policy covers: drain lease (the server cordons the Node and
+   evicts its pod first), apply, one reboot; boot 3 reports Done; the server uncordons;
 5. the host powers the guest off (ACPI) and reads the journal and state back from the disk.
 
 ``run(workdir)`` returns a Result with the server's views and the paths read back; the test
@@ -24,11 +28,12 @@ import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from tests.helpers.certs import make_tls
 from tests.helpers.server_proc import ServerProcess
 from tests.vm.guest import Guest, build_image, wait_until
+from tests.vm.kube import WORKLOAD, ControlPlane, Kubelet, Recorder, SerialMarks, is_ready, pod_summary
 
 NODE = "vm-node-0"
 POOL = "vm"
@@ -164,24 +169,14 @@ spec:
     return text
 
 
-def write_state(state: str) -> None:
-    for sub in ("machineconfigs", "machineconfigpools"):
-        os.makedirs(os.path.join(state, sub), exist_ok=True)
-    with open(os.path.join(state, "machineconfiguration.yaml"), "w") as f:
-        f.write(POLICY_AND_SKEW)
-    for name, text in POOLS.items():
-        with open(os.path.join(state, "machineconfigpools", f"{name}.yaml"), "w") as f:
-            f.write(text)
-    with open(os.path.join(state, "machineconfigs", "00-worker.yaml"), "w") as f:
-        f.write(BASE_MC)
-    set_probe(state, "v1")
+def state_objects() -> List[str]:
+    """The MachineConfiguration, the pools and the MachineConfigs, as kubectl applies them."""
+    return [POLICY_AND_SKEW, *POOLS.values(), BASE_MC, probe_mc("v1")]
 
 
-def set_probe(state: str, value: str, extra_file: bool = False) -> None:
-    path = os.path.join(state, "machineconfigs", "50-vm.yaml")
-    with open(path + ".tmp", "w") as f:
-        f.write(probe_mc(value, extra_file))
-    os.replace(path + ".tmp", path)
+def set_probe(cp: ControlPlane, value: str, extra_file: bool = False) -> None:
+    """The admin changes MachineConfig 50-vm through the API (the server watches it)."""
+    cp.apply(probe_mc(value, extra_file))
 
 
 def guest_files(port: int, ca_pem: bytes) -> Dict[str, Any]:
@@ -208,8 +203,48 @@ class Result:
     pool_after_second_boot: Dict[str, Any] = field(default_factory=dict)
     pool: Dict[str, Any] = field(default_factory=dict)
     timings: Dict[str, float] = field(default_factory=dict)  # phase -> seconds
-    reports: List[Dict[str, Any]] = field(default_factory=list)  # node views seen while polling
+    reports: List[Dict[str, Any]] = field(default_factory=list)  # node views seen while polling (+ seenAt)
     serial: str = ""
+    # The control plane's part, every time a host time.time() (tests/vm/kube.py):
+    api_events: List[Dict[str, Any]] = field(default_factory=list)  # Node and workload Pod watch events
+    serial_marks: List[Dict[str, Any]] = field(default_factory=list)  # kernel boot/reset lines
+    phase_started: Dict[str, float] = field(default_factory=dict)  # phase -> when the host began it
+    kube: Dict[str, Any] = field(default_factory=dict)  # registration, the Node and pods at the end
+
+
+class Phases:
+    """The server's view of the guest, polled; the reports it shows are kept with the host time
+    they were first seen."""
+
+    def __init__(self, srv: ServerProcess, guest: Guest, result: Result):
+        self.api, self.srv, self.guest, self.result = srv.session(), srv, guest, result
+
+    def get(self, path: str) -> Dict[str, Any]:
+        return self.api.get(self.srv.url(path)).json()
+
+    def target(self) -> str:
+        return self.get(f"/api/v1/pools/{POOL}")["spec"]["configuration"]["name"]
+
+    def view(self) -> Optional[Dict[str, Any]]:
+        r = self.api.get(self.srv.url(f"/api/v1/nodes/{NODE}"))
+        if r.status_code != 200:
+            return None
+        view, reports = r.json(), self.result.reports
+        if not reports or reports[-1].get("report") != view.get("report"):
+            reports.append(dict(view, seenAt=time.time()))
+        return view
+
+    def done_on(self, config: str) -> Optional[Dict[str, Any]]:
+        view = self.view()
+        report = (view or {}).get("report") or {}
+        return view if report.get("state") == "Done" and report.get("currentConfig") == config else None
+
+    def wait_done(self, config: str, what: str) -> None:
+        wait_until(lambda: self.done_on(config), PHASE_TIMEOUT, self.guest, what)
+
+    def new_target(self, old: str) -> str:
+        return wait_until(lambda: (lambda t: t if t != old else None)(self.target()), 60, self.guest,
+                          "the server rendering the changed MachineConfig", poll=0.5)
 
 
 def run(workdir: str) -> Result:
@@ -218,65 +253,36 @@ def run(workdir: str) -> Result:
     image = build_image()
     timings["image"] = time.monotonic() - started
 
-    state = os.path.join(workdir, "state")
-    write_state(state)
     tls = make_tls(os.path.join(workdir, "tls"), hosts=(SERVER_NAME, "localhost", "127.0.0.1",
                                                                          HOST_FROM_GUEST))
     result = Result(workdir=workdir, readback=os.path.join(workdir, "readback"))
     guest = Guest(image, os.path.join(workdir, "guest"))
-    with ServerProcess(state, tls=tls, token=TOKEN) as srv:
-        api = srv.session()
-        guest.prepare(guest_files(srv.port, tls.ca_pem()))
-
-        def target() -> str:
-            return api.get(srv.url(f"/api/v1/pools/{POOL}")).json()["spec"]["configuration"]["name"]
-
-        def node_done_on(config: str):
-            r = api.get(srv.url(f"/api/v1/nodes/{NODE}"))
-            if r.status_code != 200:
-                return None
-            view = r.json()
-            if not result.reports or result.reports[-1].get("report") != view.get("report"):
-                result.reports.append(view)
-            report = view.get("report") or {}
-            done = report.get("state") == "Done" and report.get("currentConfig") == config
-            return view if done else None
-
-        def new_target(old: str) -> str:
-            return wait_until(lambda: (lambda t: t if t != old else None)(target()), 60, guest,
-                              "the server rendering the changed MachineConfig", poll=0.5)
-
-        result.targets["first"] = target()
-        with guest.running():
-            t = time.monotonic()
-            # Phases 1-3: first boot, its reboot, node-agent.service reporting Done in boot 2.
-            wait_until(lambda: node_done_on(result.targets["first"]), PHASE_TIMEOUT, guest,
-                       "first boot, its reboot and the Done report of boot 2")
-            result.pool_after_second_boot = api.get(srv.url(f"/api/v1/pools/{POOL}")).json()
-            timings["first-boot-to-done"] = time.monotonic() - t
-
-            t = time.monotonic()
-            set_probe(state, "v2")  # covered by the policy: restart vm-probe.service, no reboot
-            result.targets["restart"] = new_target(result.targets["first"])
-            wait_until(lambda: node_done_on(result.targets["restart"]), PHASE_TIMEOUT, guest,
-                       "the day-2 restart change reported Done")
-            timings["day2-restart"] = time.monotonic() - t
-
-            t = time.monotonic()
-            set_probe(state, "v2", extra_file=True)  # covered by nothing: drain and reboot
-            result.targets["reboot"] = new_target(result.targets["restart"])
-            wait_until(lambda: node_done_on(result.targets["reboot"]), PHASE_TIMEOUT, guest,
-                       "the day-2 reboot change reported Done after the reboot")
-            timings["day2-reboot"] = time.monotonic() - t
-
-            result.node = api.get(srv.url(f"/api/v1/nodes/{NODE}")).json()
-            result.pool = api.get(srv.url(f"/api/v1/pools/{POOL}")).json()
-            t = time.monotonic()
-            if not guest.powerdown():
-                raise AssertionError("the guest did not power off within 180 s of the ACPI power button; "
-                                     f"serial log:\n{guest.serial_text()}")
-            timings["powerdown"] = time.monotonic() - t
-        result.serial = guest.serial_text(200000)
+    t = time.monotonic()
+    cp = ControlPlane(workdir).start(state_objects())
+    timings["control-plane"] = time.monotonic() - t
+    result.kube["serveArgs"] = [a if a != cp.kubeconfig else "<user's kubeconfig>" for a in cp.serve_args]
+    kubelet, recorder = Kubelet(cp.kc, NODE), Recorder(cp.kc, NODE).start()
+    serial = SerialMarks(guest.serial_log)
+    try:
+        # One worker: the watches, the write-back and the drainer's memory of what it evicted are
+        # per process; the guest is one node.
+        with ServerProcess(None, tls=tls, token=TOKEN, workers=1, extra_args=cp.serve_args) as srv:
+            guest.prepare(guest_files(srv.port, tls.ca_pem()))
+            with guest.running():
+                serial.start()
+                _phases(Phases(srv, guest, result), cp, kubelet, timings)
+                t = time.monotonic()
+                if not guest.powerdown():
+                    raise AssertionError("the guest did not power off within 180 s of the ACPI power button; "
+                                         f"serial log:\n{guest.serial_text()}")
+                timings["powerdown"] = time.monotonic() - t
+            result.serial = guest.serial_text(200000)
+    finally:
+        for part in (serial, kubelet, recorder):
+            part.stop()
+        result.api_events, result.serial_marks = recorder.snapshot(), serial.marks
+        result.kube.update(kubeletErrors=kubelet.errors, recorderErrors=recorder.errors)
+        cp.stop()
     if os.path.exists(result.readback):
         shutil.rmtree(result.readback)
     guest.read_back(["/var/log/journal", "/var/lib/node-agent", "/etc/node-agent-vm", "/etc/kubernetes",
@@ -284,6 +290,64 @@ def run(workdir: str) -> Result:
     timings["total"] = time.monotonic() - started
     result.timings = timings
     return result
+
+
+def _phases(ph: Phases, cp: ControlPlane, kubelet: Kubelet, timings: Dict[str, float]) -> None:
+    result, guest = ph.result, ph.guest
+    result.targets["first"] = ph.target()
+    t = time.monotonic()
+    result.phase_started["first"] = time.time()
+    # The guest's first report (first boot joined the pool): its kubelet registers the Node now,
+    # with only the worker role (MCO-650: the server adds the vm role label), and the workload's
+    # pod is bound to it.
+    wait_until(ph.view, PHASE_TIMEOUT, guest, "the guest's first report")
+    result.kube["registeredAt"] = time.time()
+    result.kube["replicaSet"] = kubelet.register()["metadata"]["name"]
+    kubelet.start()
+    # Phases 1-3: first boot, its reboot, node-agent.service reporting Done in boot 2.
+    ph.wait_done(result.targets["first"], "first boot, its reboot and the Done report of boot 2")
+    result.pool_after_second_boot = ph.get(f"/api/v1/pools/{POOL}")
+    timings["first-boot-to-done"] = time.monotonic() - t
+    wait_until(lambda: _running_pod(cp, NODE), 120, guest, f"the workload's pod Running on Node {NODE}", poll=0.5)
+
+    t = time.monotonic()
+    result.phase_started["restart"] = time.time()
+    set_probe(cp, "v2")  # covered by the policy: restart vm-probe.service, no reboot
+    result.targets["restart"] = ph.new_target(result.targets["first"])
+    ph.wait_done(result.targets["restart"], "the day-2 restart change reported Done")
+    timings["day2-restart"] = time.monotonic() - t
+
+    t = time.monotonic()
+    result.phase_started["reboot"] = time.time()
+    set_probe(cp, "v2", extra_file=True)  # covered by nothing: drain and reboot
+    result.targets["reboot"] = ph.new_target(result.targets["restart"])
+    ph.wait_done(result.targets["reboot"], "the day-2 reboot change reported Done after the reboot")
+    timings["day2-reboot"] = time.monotonic() - t
+    # The server uncordons on the Done report, in its next write-back round; the workload's
+    # replacement pod then runs on the node again.
+    t = time.monotonic()
+    wait_until(lambda: not _node(cp, NODE)["spec"].get("unschedulable") and _running_pod(cp, NODE), 120, guest,
+               f"Node {NODE} uncordoned and the workload running on it again", poll=0.5)
+    timings["uncordon-after-done"] = time.monotonic() - t
+
+    result.node = ph.get(f"/api/v1/nodes/{NODE}")
+    result.pool = ph.get(f"/api/v1/pools/{POOL}")
+    node = _node(cp, NODE)
+    result.kube.update(nodeAtEnd={"labels": node["metadata"].get("labels"), "spec": node["spec"]},
+                       podsAtEnd=[pod_summary(p) for p in _pods(cp)])
+
+
+def _node(cp: ControlPlane, name: str) -> Dict[str, Any]:
+    return cp.kc.get(f"/api/v1/nodes/{name}").json()
+
+
+def _pods(cp: ControlPlane) -> List[Dict[str, Any]]:
+    return cp.kc.get(f"/api/v1/namespaces/{WORKLOAD}/pods").json()["items"]
+
+
+def _running_pod(cp: ControlPlane, node: str) -> Optional[Dict[str, Any]]:
+    return next((p for p in _pods(cp) if p["spec"].get("nodeName") == node and is_ready(p)
+                 and not p["metadata"].get("deletionTimestamp")), None)
 
 
 def save(result: Result) -> str:

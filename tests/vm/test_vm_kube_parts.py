@@ -1,0 +1,45 @@
+"""The VM scenario's Kubernetes helpers (tests/vm/kube.py) that need no guest and no cluster:
+the least-privilege bindings read from deploy/rbac.yaml, and the serial log's host-time marks
+read while QEMU is still writing (a line split across two reads is one line)."""
+
+import os
+
+import yaml
+
+from tests.helpers.kube_cluster import REPO
+from tests.vm.kube import SerialMarks, rbac_bindings
+
+
+def test_the_user_is_bound_to_every_role_deploy_rbac_defines_and_nothing_else():
+    with open(os.path.join(REPO, "deploy", "rbac.yaml")) as f:
+        docs = list(yaml.safe_load_all(f))
+    got = rbac_bindings(docs, "u")
+    roles = [(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")) for d in docs
+             if d and d.get("kind") in ("ClusterRole", "Role")]
+    assert ("ClusterRole", "node-config-server", None) in roles
+    assert len(got) == len(roles)
+    for args, (kind, name, namespace) in zip(got, roles):
+        if kind == "ClusterRole":
+            assert args == ["create", "clusterrolebinding", f"u-{name}", f"--clusterrole={name}", "--user=u"]
+        else:
+            assert args == ["create", "rolebinding", f"u-{name}", "-n", namespace, f"--role={name}", "--user=u"]
+    # The file's own bindings name its service account; they are never copied to the user.
+    assert rbac_bindings([{"kind": "ClusterRoleBinding", "metadata": {"name": "x"}}], "u") == []
+
+
+def test_serial_marks_are_whole_lines_stamped_when_read(tmp_path):
+    log = tmp_path / "serial.log"
+    marks = SerialMarks(str(log))
+    marks.read()  # QEMU has not created the file yet
+    assert marks.marks == []
+    with open(log, "wb") as f:
+        f.write(b"[    0.000000] Linux version 6.1.0 (x)\r\n[   20.5] reboot: Restart")
+    marks.read()
+    assert [m["mark"] for m in marks.marks] == ["kernel-start"]
+    with open(log, "ab") as f:
+        f.write(b"ing system\n[  OK  ] Stopped target \x1b[0;1;39mmulti-user.target\x1b[0m - Multi-User System.\n"
+                b"[  OK  ] Reached target \x1b[0;1;39mmulti-user.target\x1b[0m\n[    0.000000] Linux vers")
+    marks.read()
+    assert [m["mark"] for m in marks.marks] == ["kernel-start", "reset", "shutdown"]
+    assert marks.marks[1]["line"] == "[   20.5] reboot: Restarting system"
+    assert marks.marks[0]["at"] <= marks.marks[1]["at"]
