@@ -22,6 +22,7 @@ from agent.server.rollout.progress import epoch_of
 from tests.helpers.certs import make_tls
 from tests.helpers.kube_cluster import KubeCluster, find_kube_bin, wait_for
 from tests.helpers.server_proc import REPO, ServerProcess
+from tests.test_replicas import pool, report  # the etcd fleet's: the same HTTP API
 
 pytestmark = pytest.mark.slow
 
@@ -82,16 +83,6 @@ def fleet(tmp_path_factory):
             yield f.start()
         finally:
             f.stop()
-
-
-def pool(replica, name="worker"):
-    r = replica.session().get(replica.url(f"/api/v1/pools/{name}"), timeout=10)
-    assert r.status_code == 200, r.text + "\n--- replica log (tail) ---\n" + replica.log_text()[-4000:]
-    return r.json()
-
-
-def report(replica, node, body, fleet):
-    return fleet.session(node).post(replica.url(f"/api/v1/nodes/{node}/report"), data=json.dumps(body), timeout=10)
 
 
 def test_every_replica_serves_the_same_rendered_config_and_keeps_no_local_state(fleet):

@@ -14,10 +14,16 @@ from typing import Any, Callable, Dict, List, Optional
 
 from agent.server.store import etcd_drains
 from agent.server.store.etcd_client import KV, cmp_absent, cmp_mod, op_delete, op_put
-from agent.server.store.nodestore import SERVED_KEEP, Deleted, Registration, TooManyPending, registration_from
+from agent.server.store.nodestore import (
+    Deleted,
+    Registration,
+    RegistrationChanges,
+    TooManyPending,
+    registration_from,
+)
 
 
-class EtcdIdentity:
+class EtcdIdentity(RegistrationChanges):
     """Needs ``self.client``, ``self.prefix``, ``self._k``, ``self._lock``, ``self._index``, ``self._leases``."""
 
     _credentials: Dict[str, str]  # node -> hash
@@ -125,28 +131,6 @@ class EtcdIdentity:
                                            False)
                 return True
         raise RuntimeError(f"node {node}: too many concurrent updates of its registration in etcd; try again")
-
-    def approve(self, node: str, now: float, by: str, labels: Optional[Dict[str, str]] = None) -> Optional[Registration]:
-        def change(doc: Dict[str, Any]) -> Dict[str, Any]:
-            doc = dict(doc, approved=doc.get("approved") or now, by=by)
-            if labels is not None:
-                doc["labels"] = dict(labels)
-            return doc
-
-        return self.registration(node) if self._update_registration(node, change) else None
-
-    def note_served(self, node: str, config: str) -> None:
-        reg = self.registration(node)
-        if reg is None or config in reg.served:
-            return
-
-        def change(doc: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-            served = list(doc.get("served") or [])
-            if config in served:
-                return None
-            return dict(doc, served=(served + [config])[-SERVED_KEEP:])
-
-        self._update_registration(node, change)
 
     def delete_node(self, node: str, now: float) -> Deleted:
         """One transaction: the report (the index drops its counters and proofs), the lease, the

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.store.kube_client import SECRETS, KubeClient, KubeError
 from agent.server.store.kube_watch import NewestObjects, Reflector, permission
-from agent.server.store.nodestore import SERVED_KEEP, Registration, TooManyPending, registration_from
+from agent.server.store.nodestore import Registration, RegistrationChanges, TooManyPending, registration_from
 
 SECRET_TYPE = "node-agent.openshift.io/credential"
 NODE_ANNOTATION = "node-agent.openshift.io/node"
@@ -83,7 +83,7 @@ def record_of(obj: Optional[Dict[str, Any]]) -> Optional[Tuple[str, Doc]]:
     return node, doc
 
 
-class KubeCredentials:
+class KubeCredentials(RegistrationChanges):
     """The NodeStore identity methods, on Secrets in ``namespace``. With ``watch`` (a server) the
     Secrets are followed and read from memory; without (one-shot tools, tests), listings read
     the API each time."""
@@ -277,28 +277,6 @@ class KubeCredentials:
                 return True
         raise RuntimeError(f"node {node}: lost {MAX_TRIES} races with other replicas updating its registration "
                            f"(Secret {self.namespace}/{secret_name(node)}); try again")
-
-    def approve(self, node: str, now: float, by: str, labels: Optional[Dict[str, str]] = None) -> Optional[Registration]:
-        def change(doc: Doc) -> Doc:
-            doc = dict(doc, approved=doc.get("approved") or now, by=by)
-            if labels is not None:
-                doc["labels"] = dict(labels)
-            return doc
-
-        return self.registration(node) if self._update_registration(node, change) else None
-
-    def note_served(self, node: str, config: str) -> None:
-        reg = self.registration(node)
-        if reg is None or config in reg.served:
-            return
-
-        def change(doc: Doc) -> Optional[Doc]:
-            served = list(doc.get("served") or [])
-            if config in served:
-                return None
-            return dict(doc, served=(served + [config])[-SERVED_KEEP:])
-
-        self._update_registration(node, change)
 
     def forget(self, node: str) -> bool:
         """Delete the node's credential record; True if there was one."""

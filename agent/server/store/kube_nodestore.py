@@ -43,15 +43,13 @@ from agent.server.store.kube_leases import KubeLeases
 from agent.server.store.kube_nodestate import ConfigMapState
 from agent.server.store.kube_watch import Reflector, wait_all_synced
 from agent.server.store.kube_watch import resource_version as rv
-from agent.server.store.nodeindex import NodeIndex
+from agent.server.store.nodeindex import IndexedReads, NodeIndex
 from agent.server.store.nodestore import (
     DRAIN_GRANTED,
     Deleted,
     NodeRecord,
     NodeStore,
-    PoolCounts,
     PoolRow,
-    Proof,
     Recorded,
     Registration,
     Serving,
@@ -80,7 +78,7 @@ SYNC_TIMEOUT = 30.0
 ANNOTATIONS_MAX = 256 << 10
 
 
-class KubeNodeStore(NodeStore):
+class KubeNodeStore(IndexedReads, NodeStore):
     def __init__(self, client: KubeClient, namespace: str, watch: bool = True, sync_timeout: float = SYNC_TIMEOUT):
         self.client = client
         self.namespace = namespace
@@ -222,33 +220,6 @@ class KubeNodeStore(NodeStore):
                 released = True
                 self._log_drain(node, pool, "uncordon", "node reported Done")
         return Recorded(released, old.pool if old is not None else None)
-
-    def node(self, node: str) -> Optional[NodeRecord]:
-        with self._lock:
-            return self._index.records.get(node)
-
-    def nodes(self, pool: Optional[str] = None, after: str = "", limit: int = 500) -> List[NodeRecord]:
-        with self._lock:
-            names = sorted(n for n, r in self._index.records.items()
-                           if n > after and (pool is None or r.pool == pool))[:limit]
-            return [self._index.records[n] for n in names]
-
-    def counts(self, pool: str) -> PoolCounts:
-        with self._lock:
-            return self._index.pool_counts(pool)
-
-    def proof(self, pool: str, config: str, image: Optional[str] = None) -> Proof:
-        with self._lock:
-            return self._index.proof(pool, config, image)
-
-    def membership_signature(self) -> Optional[str]:
-        return self._index.signature
-
-    def rebuild(self, signature: str, assign: Callable[[Dict[str, Any]], Membership]) -> int:
-        # As on etcd: membership is a function of the report and the pools every replica
-        # reads alike, so each process re-derives it in memory and rewrites nothing.
-        with self._lock:
-            return self._index.rebuild(signature, assign)
 
     def delete_node(self, node: str, now: float) -> Deleted:
         """The report and drain log leave the MCN (the object stays: its status is kube_sync's and

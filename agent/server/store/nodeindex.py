@@ -8,7 +8,7 @@ once, for read-your-writes) and the same write arriving later through the watch 
 """
 
 from dataclasses import replace
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.rollout.progress import Membership
 from agent.server.store.nodestore import NodeRecord, PoolCounts, Proof, contribution
@@ -90,3 +90,39 @@ def _with_membership(rec: NodeRecord, m: Membership) -> NodeRecord:
     if (rec.pool, rec.why, rec.degraded) == (m.pool, m.why, m.degraded):
         return rec
     return replace(rec, pool=m.pool, why=m.why, degraded=m.degraded)
+
+
+class IndexedReads:
+    """The NodeStore reads that a store following its nodes with a watch answers from its
+    ``NodeIndex`` (the etcd and the Kubernetes stores): no round trip. Needs ``self._lock`` and
+    ``self._index``."""
+
+    _lock: Any
+    _index: NodeIndex
+
+    def node(self, node: str) -> Optional[NodeRecord]:
+        with self._lock:
+            return self._index.records.get(node)
+
+    def nodes(self, pool: Optional[str] = None, after: str = "", limit: int = 500) -> List[NodeRecord]:
+        with self._lock:
+            names = sorted(n for n, r in self._index.records.items()
+                           if n > after and (pool is None or r.pool == pool))[:limit]
+            return [self._index.records[n] for n in names]
+
+    def counts(self, pool: str) -> PoolCounts:
+        with self._lock:
+            return self._index.pool_counts(pool)
+
+    def proof(self, pool: str, config: str, image: Optional[str] = None) -> Proof:
+        with self._lock:
+            return self._index.proof(pool, config, image)
+
+    def membership_signature(self) -> Optional[str]:
+        return self._index.signature
+
+    def rebuild(self, signature: str, assign: Callable[[Dict[str, Any]], Membership]) -> int:
+        # Membership is a function of the report and the pools every replica loads alike, so
+        # each process re-derives it in memory; nothing is rewritten in the shared store.
+        with self._lock:
+            return self._index.rebuild(signature, assign)

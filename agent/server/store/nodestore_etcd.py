@@ -40,14 +40,12 @@ from agent.server.store.etcd_client import (
     op_put,
 )
 from agent.server.store.etcd_identity import EtcdIdentity
-from agent.server.store.nodeindex import NodeIndex
+from agent.server.store.nodeindex import IndexedReads, NodeIndex
 from agent.server.store.nodestore import (
     DRAIN_GRANTED,
     NodeRecord,
     NodeStore,
-    PoolCounts,
     PoolRow,
-    Proof,
     Recorded,
     Serving,
     lease_ends,
@@ -60,7 +58,7 @@ DRAINLOG_KEEP = 50
 CAS_TRIES = 50
 
 
-class EtcdNodeStore(EtcdIdentity, NodeStore):
+class EtcdNodeStore(EtcdIdentity, IndexedReads, NodeStore):
     def __init__(self, client: EtcdClient, prefix: str = "/node-agent/", watch: bool = True):
         self.client = client
         self.prefix = prefix
@@ -224,33 +222,6 @@ class EtcdNodeStore(EtcdIdentity, NodeStore):
                 if kv is not None:
                     return (h["pool"], h["config"], kv.mod_revision, kv.lease)
         return None
-
-    def node(self, node: str) -> Optional[NodeRecord]:
-        with self._lock:
-            return self._index.records.get(node)
-
-    def nodes(self, pool: Optional[str] = None, after: str = "", limit: int = 500) -> List[NodeRecord]:
-        with self._lock:
-            names = sorted(n for n, r in self._index.records.items()
-                           if n > after and (pool is None or r.pool == pool))[:limit]
-            return [self._index.records[n] for n in names]
-
-    def counts(self, pool: str) -> PoolCounts:
-        with self._lock:
-            return self._index.pool_counts(pool)
-
-    def proof(self, pool: str, config: str, image: Optional[str] = None) -> Proof:
-        with self._lock:
-            return self._index.proof(pool, config, image)
-
-    def membership_signature(self) -> Optional[str]:
-        return self._index.signature
-
-    def rebuild(self, signature: str, assign: Callable[[Dict[str, Any]], Membership]) -> int:
-        # Membership is a function of the report and the pools every replica loads alike, so
-        # each process re-derives it in memory; nothing is rewritten in etcd.
-        with self._lock:
-            return self._index.rebuild(signature, assign)
 
     # -- leases -------------------------------------------------------------------------------
 
