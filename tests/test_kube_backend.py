@@ -349,14 +349,15 @@ def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_use
     assert [a for a in allowed if not can(*a)] == []
     assert [d for d in denied if can(*d)] == []
     # Node state (--store kubernetes): ConfigMaps, Secrets and Leases of its own namespace only
-    # (the Role), never deleting a ConfigMap or a Lease; reports on MachineConfigNodes (above).
+    # (the Role), never deleting a ConfigMap (a Lease: a dead replica's heartbeat); reports on
+    # MachineConfigNodes (above).
     ns = "node-config-server"
     allowed = [(v, r, None, ns) for v, r in (
         ("watch", "configmaps"), ("create", "configmaps"), ("update", "configmaps"), ("patch", "configmaps"),
         ("watch", "secrets"), ("create", "secrets"), ("update", "secrets"), ("delete", "secrets"),
         ("watch", "leases.coordination.k8s.io"), ("create", "leases.coordination.k8s.io"),
-        ("update", "leases.coordination.k8s.io"))] + [("patch", "machineconfignodes.machineconfiguration.openshift.io")]
-    denied = [("delete", "configmaps", None, ns), ("delete", "leases.coordination.k8s.io", None, ns),
+        ("update", "leases.coordination.k8s.io"), ("delete", "leases.coordination.k8s.io"))] + [("patch", "machineconfignodes.machineconfiguration.openshift.io")]
+    denied = [("delete", "configmaps", None, ns), ("delete", "leases.coordination.k8s.io", None, "kube-system"),
               ("list", "secrets", None, "kube-system"), ("create", "configmaps", None, "default"),
               ("update", "leases.coordination.k8s.io", None, "kube-system"),
               ("delete", "machineconfignodes.machineconfiguration.openshift.io")]

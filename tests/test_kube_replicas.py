@@ -93,6 +93,23 @@ def test_every_replica_serves_the_same_rendered_config_and_keeps_no_local_state(
         assert os.listdir(r.data_dir) == [], "a replica on the API store wrote node state of its own"
 
 
+def test_the_cluster_view_lists_every_replica_from_their_heartbeat_leases(fleet):
+    r = fleet.replicas[0]
+
+    def three():
+        doc = r.session().get(r.url("/api/v1/cluster"), timeout=10).json()
+        seen.append([(x["replica"], x["pid"], x["stateSignature"], x["at"]) for x in doc["replicas"]])
+        # Three processes, all rendering from the same objects (each announces every 5 s).
+        return doc if len({x[:2] for x in seen[-1]}) == 3 and len({x[2] for x in seen[-1]}) == 1 else None
+
+    seen = []
+    doc = wait_for(three, "every replica has announced itself, all with one state signature", 30)
+    assert doc["store"]["kind"] == "kubernetes" and doc["store"]["healthy"], seen[-3:]
+    leases = fleet.kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases",
+                            params={"labelSelector": "node-agent.openshift.io/kind=replica"}).json()["items"]
+    assert len(leases) >= 3
+
+
 def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     a, b, c = fleet.replicas
     before = [pool(r)["status"]["machineCount"] for r in (b, c)]

@@ -149,11 +149,27 @@ def test_api_objects_are_admitted_as_the_state_directory_admits_them():
 
 
 def test_the_state_signature_moves_with_any_objects_version_only():
-    one = kube_state.build_state({"machineconfigpools": {"infra": POOL}}, None)
-    same = kube_state.build_state({"machineconfigpools": {"infra": dict(POOL)}}, None)
-    newer = kube_state.build_state({"machineconfigpools": {"infra": dict(POOL, metadata=dict(
-        POOL["metadata"], resourceVersion="70"))}}, None)
+    one = kube_state.build_state({"machineconfigpools": {"infra": POOL}, "machineconfigs": {"50-infra": MC}}, None)
+    same = kube_state.build_state({"machineconfigpools": {"infra": dict(POOL)}, "machineconfigs": {"50-infra": MC}},
+                                  None)
+    newer = kube_state.build_state({"machineconfigpools": {"infra": POOL}, "machineconfigs": {"50-infra": dict(
+        MC, metadata=dict(MC["metadata"], resourceVersion="70"))}}, None)
     assert one.signature == same.signature != newer.signature
+
+
+def test_a_pools_status_write_is_not_a_new_state_but_its_spec_labels_and_annotations_are():
+    """A status write moves a pool's resourceVersion (ours, once a second while nodes report):
+    for pools the signature takes the generation and the metadata the server reads instead, so
+    that a status write is not a new state in every replica."""
+    def sig(**meta):
+        pool = dict(POOL, metadata=dict(dict(POOL["metadata"], generation=3), **meta))
+        return kube_state.build_state({"machineconfigpools": {"infra": pool}}, None).signature
+
+    base = sig(resourceVersion="70")
+    assert sig(resourceVersion="71") == base  # the status subresource written
+    assert sig(resourceVersion="72", generation=4) != base  # the spec changed
+    assert sig(resourceVersion="73", annotations={"node-agent.io/force-rollout": "true"}) != base
+    assert sig(resourceVersion="74", labels={"custom": ""}) != base
 
 
 def test_the_machineconfiguration_is_checked_as_the_file_is():

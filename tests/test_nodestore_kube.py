@@ -228,3 +228,39 @@ def test_store_usage_errors_name_the_flag(argv, words):
     args, cfg = _serve(*argv)
     assert words in (check_serve_args(args, cfg) or "")
     assert main(["serve", *argv]) == 2
+
+
+def test_replica_heartbeats_list_the_live_drop_the_stopped_and_sweep_the_dead(kube_cluster, namespace,  # noqa: F811
+                                                                                   monkeypatch):
+    """kube_heartbeat.KubeHeartbeat: each process's Lease announces its view; a stopped one takes
+    its Lease away, an expired one is not listed, and one dead for SWEEP_AFTER is deleted by the
+    others (a process killed without stopping)."""
+    from agent.server.store import kube_heartbeat
+    from agent.server.store.kube_heartbeat import KubeHeartbeat
+
+    client = KubeClient(load_kubeconfig(kube_cluster.admin_kubeconfig), timeout=10)
+    a = KubeHeartbeat(client, namespace, "replica-a:22623", lambda: {"stateSignature": "s"}, start=False)
+    b = KubeHeartbeat(client, namespace, "Replica_B", lambda: {"stateSignature": "s"}, start=False)
+    a.beat()
+    b.beat()
+    a.beat()
+    assert [(r["replica"], r["stateSignature"]) for r in a.replicas()] == [("Replica_B", "s"), ("replica-a:22623", "s")]
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    names = {i["metadata"]["name"] for i in kube_cluster.get(leases).json()["items"]}
+    assert names == {a.lease, b.lease} and all(n.startswith("replica-") for n in names)
+    b.stop()  # never started: stop only takes its Lease away
+    a.beat()
+    assert [r["replica"] for r in a.replicas()] == ["replica-a:22623"]
+    # A dead process's Lease: expired (not listed), then past SWEEP_AFTER (deleted by a's beat).
+    ghost = KubeHeartbeat(client, namespace, "ghost", lambda: {}, ttl=1, start=False)
+    ghost.beat()
+    real = kube_heartbeat.time.time
+    monkeypatch.setattr(kube_heartbeat, "time", types.SimpleNamespace(time=lambda: real() + 5))  # its 1 s is over
+    a.beat()
+    assert [r["replica"] for r in a.replicas()] == ["replica-a:22623"]
+    assert ghost.lease in {i["metadata"]["name"] for i in kube_cluster.get(leases).json()["items"]}
+    monkeypatch.setattr(kube_heartbeat, "time", types.SimpleNamespace(time=lambda: real() + kube_heartbeat.SWEEP_AFTER + 5))
+    a.beat()
+    assert ghost.lease not in {i["metadata"]["name"] for i in kube_cluster.get(leases).json()["items"]}
+    a.stop()
+    client.close()

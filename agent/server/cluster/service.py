@@ -338,7 +338,10 @@ class Cluster(Approval, ConfigServing):
     def start_heartbeat(self, name: str) -> None:
         """On a shared store, announce this process's view every few seconds (/api/v1/cluster)."""
         self.replica_name = name
-        if getattr(self.store, "replicas", None) is not None and self._heartbeat is None:
+        starter = getattr(self.store, "start_heartbeat", None)  # the Kubernetes store's own (Leases)
+        if starter is not None and self._heartbeat is None:
+            self._heartbeat = starter(name, self.replica_view)
+        elif getattr(self.store, "replicas", None) is not None and self._heartbeat is None:
             from agent.server.store.etcd_heartbeat import Heartbeat
 
             self._heartbeat = Heartbeat(self.store, name, self.replica_view)

@@ -38,6 +38,7 @@ from agent.server.store.kube_client import (
     KubeError,
     KubeUnavailable,
 )
+from agent.server.store.kube_heartbeat import KubeHeartbeat
 from agent.server.store.kube_identity import KubeCredentials
 from agent.server.store.kube_leases import KubeLeases
 from agent.server.store.kube_nodestate import ConfigMapState
@@ -95,6 +96,7 @@ class KubeNodeStore(IndexedReads, NodeStore):
                       on_event=self._cm_event, keep_objects=False)]
         self.credentials = KubeCredentials(client, namespace, watch)
         self.drain_leases = KubeLeases(client, namespace, watch)
+        self.heartbeat: Optional[KubeHeartbeat] = None
         for f in self._feeds:
             f.start()
         helpers = [h for h in (self.credentials, self.drain_leases) if hasattr(h, "wait_synced")]
@@ -168,6 +170,18 @@ class KubeNodeStore(IndexedReads, NodeStore):
             f.stop()
         for helper in (self.credentials, self.drain_leases):
             helper.close()
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+
+    def start_heartbeat(self, name: str, describe: Callable[[], Dict[str, Any]]) -> KubeHeartbeat:
+        """Announce this process's view as a Lease (kube_heartbeat.py; /api/v1/cluster)."""
+        if self.heartbeat is None:
+            self.heartbeat = KubeHeartbeat(self.client, self.namespace, name, describe)
+        return self.heartbeat
+
+    def replicas(self) -> List[Dict[str, Any]]:
+        """What every live replica process announced, as this one last listed it."""
+        return self.heartbeat.replicas() if self.heartbeat is not None else []
 
     # -- nodes -----------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ says so (``/healthz`` and ``status`` show it).
 """
 
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -55,6 +56,18 @@ def as_document(obj: Dict[str, Any]) -> Dict[str, Any]:
     return dict(obj, metadata=meta)
 
 
+def input_version(sub: str, obj: Dict[str, Any]) -> str:
+    """What names an object's version as an input. A pool's resourceVersion also moves with every
+    status write (ours, once a second while nodes report), which would make each one a new state
+    in every replica: for pools, the spec's generation and the metadata the server reads
+    (labels, annotations) instead."""
+    meta = obj.get("metadata") or {}
+    if sub != "machineconfigpools" or "generation" not in meta:
+        return str(meta.get("resourceVersion", ""))
+    read = json.dumps([meta.get("labels") or {}, meta.get("annotations") or {}], sort_keys=True)
+    return f"g{meta['generation']}:{hashlib.sha256(read.encode()).hexdigest()[:16]}"
+
+
 def build_state(objects: Dict[str, Dict[str, Dict[str, Any]]], cluster: Optional[Dict[str, Any]]) -> State:
     """A State from the caches' objects (pure). ``signature`` names every object's version, so
     any change of an input is a new state and nothing else is."""
@@ -65,7 +78,7 @@ def build_state(objects: Dict[str, Dict[str, Dict[str, Any]]], cluster: Optional
             obj = objects[sub][name]
             if sub == "machineconfigs" and is_rendered(obj):
                 continue
-            h.update(f"{sub}/{name}@{(obj.get('metadata') or {}).get('resourceVersion', '')}\n".encode())
+            h.update(f"{sub}/{name}@{input_version(sub, obj)}\n".encode())
             admit(state, sub, as_document(obj), f"{sub}/{name} (API)")
     if cluster is not None:
         h.update(f"cluster@{(cluster.get('metadata') or {}).get('resourceVersion', '')}\n".encode())
