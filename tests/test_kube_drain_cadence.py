@@ -239,6 +239,14 @@ def test_two_replicas_start_one_attempt_and_emit_one_event(kube):
     assert by_a.events == ["DrainFailed"] and by_b.events == []  # B got 409, read again, followed A's attempt
     assert by_b.state.attempts == by_a.state.attempts == 2
     assert len(events(kube, node, "DrainFailed")) == 1
+    # The next attempt past the hour fails again: the same Event counts up (client-go's series),
+    # with the newest message, rather than one more object every retry.
+    paced_drain(a, node, "rendered-x", now=t0 + 12)  # the attempt's 2 s are up
+    again = paced_drain(a, node, "rendered-x", now=t0 + 13)
+    assert again.events == ["DrainFailed"]
+    series = events(kube, node, "DrainFailed")
+    assert len(series) == 1 and series[0]["count"] == 2, series
+    assert series[0]["lastTimestamp"] == dc.iso(t0 + 13) and series[0]["firstTimestamp"] == dc.iso(t0 + 10)
     client.close()
 
 

@@ -12,6 +12,7 @@ No drain at all on a single-node cluster (Infrastructure ``cluster``,
 status.controlPlaneTopology SingleReplica: the MCD's drainRequired, pkg/daemon/drain.go).
 """
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -139,26 +140,56 @@ def _write_state(drainer: Any, node: str, state: DrainState, version: Optional[s
     drainer.client.merge_patch(NODES.path(node), {"metadata": meta})
 
 
+def event_name(node: str, uid: str, reason: str) -> str:
+    """One Event per Node (its UID: a Node made again under the same name is another object) and
+    reason, named as client-go names them, ``<object>.<suffix>``."""
+    suffix = f"{uid[:8]}.{reason.lower()}" if uid else reason.lower()
+    name = f"{node}.{suffix}"
+    return name if len(name) <= 253 else f"{hashlib.sha256(node.encode()).hexdigest()[:40]}.{suffix}"
+
+
 def _emit(drainer: Any, node_obj: Dict[str, Any], events: Any, now: float) -> None:
     """core/v1 Warning Events on the Node, as the MCO's recorder makes them (involvedObject the
-    Node, in the default namespace), our component as the source. A refused write is logged: the
-    state annotations and the metric still say it."""
+    Node, in the default namespace), our component as the source. A repeat of the same reason on
+    the same Node counts up one Event (``count``, ``lastTimestamp``, the newest message) as
+    client-go's event correlator does for a recurring event, rather than one more object every
+    retry. A refused write is logged: the state annotations and the metric still say it."""
     meta = node_obj.get("metadata") or {}
     name = str(meta.get("name", ""))
     stamp = draincadence.iso(now)
     for reason, message in events:
-        body = {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{name}.",
-                                                                     "namespace": EVENT_NAMESPACE},
+        log.warning("node %s: %s: %s", name, reason, message)
+        body = {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": event_name(name, str(meta.get("uid", "")), reason),
+                             "namespace": EVENT_NAMESPACE},
                 "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, "uid": meta.get("uid", "")},
                 "reason": reason, "message": message, "type": "Warning", "count": 1,
                 "firstTimestamp": stamp, "lastTimestamp": stamp, "source": {"component": COMPONENT},
                 "reportingComponent": COMPONENT, "reportingInstance": COMPONENT}
-        log.warning("node %s: %s: %s", name, reason, message)
         try:
-            drainer.client.create(f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body)
+            _write_event(drainer.client, body)
         except (KubeError, KubeUnavailable) as exc:
-            log.error("node %s: the %s Event was not written: %s (deploy/rbac.yaml grants create events)",
-                      name, reason, exc)
+            log.error("node %s: the %s Event was not written: %s (deploy/rbac.yaml grants events)", name, reason, exc)
+
+
+def _write_event(client: Any, body: Dict[str, Any]) -> None:
+    events = f"/api/v1/namespaces/{EVENT_NAMESPACE}/events"
+    for _ in range(3):
+        try:
+            client.create(events, body)
+            return
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        try:  # the series exists: one more of it (an Event expires after the API server's --event-ttl)
+            old = client.get(f"{events}/{body['metadata']['name']}")
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            continue
+        client.merge_patch(f"{events}/{body['metadata']['name']}", {
+            "count": int(old.get("count") or 1) + 1, "lastTimestamp": body["lastTimestamp"], "message": body["message"]})
+        return
 
 
 def merged_conditions(conditions: List[Dict[str, Any]], state: DrainState, at: str) -> List[Dict[str, Any]]:
