@@ -199,7 +199,16 @@ def test_a_replica_started_afresh_knows_every_node(fleet):
     r = report(fleet.replicas[0], "kfresh-1", {"pool": "worker", "state": "Done"}, fleet)
     assert r.status_code == 200, r.text
     count = wait_for(lambda: pool(fleet.replicas[2])["status"]["machineCount"], "counted", 10)
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+    selector = {"labelSelector": "node-agent.openshift.io/kind=replica"}
+
+    def announced():
+        return {i["spec"]["holderIdentity"] for i in fleet.kube.get(leases, params=selector).json()["items"]}
+
+    before = announced()
     fleet.replicas[2].stop()
+    gone = before - announced()  # its worker took its announcement away as it exited (worker_exit)
+    assert len(gone) == 1 and f":{fleet.replicas[2].port}/" in gone.pop(), (before, announced())
     fleet.replicas[2] = fleet.replica().start()  # a new process and an empty data directory
     assert pool(fleet.replicas[2])["status"]["machineCount"] == count
     node = fleet.session().get(fleet.replicas[2].url("/api/v1/nodes/kfresh-1"), timeout=10)

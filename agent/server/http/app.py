@@ -84,6 +84,13 @@ class App(NodeRoutes):
     def warm(self) -> None:
         self.cluster.prerender()
 
+    def retire(self) -> None:
+        """The worker is exiting: take its replica announcement away at once (the Kubernetes
+        store's heartbeat Lease), so that /api/v1/cluster drops it now, not a TTL later."""
+        heartbeat = getattr(self._cluster.store, "heartbeat", None) if self._cluster is not None else None
+        if heartbeat is not None:
+            heartbeat.stop()
+
     # -- WSGI ------------------------------------------------------------------------------
 
     def __call__(self, environ: Dict[str, Any], start_response: Callable) -> Iterable[bytes]:

@@ -77,6 +77,14 @@ def _post_worker_init(worker: Any) -> None:
     worker.wsgi.warm()
 
 
+def _worker_exit(server: Any, worker: Any) -> None:
+    # Called in the worker process as it exits (gunicorn's worker_exit hook).
+    try:
+        worker.wsgi.retire()
+    except Exception as exc:  # the API away: the announcement expires by itself
+        server.log.warning("worker %s: retiring its replica announcement: %s", worker.pid, exc)
+
+
 def options(bind: str, certfile: Optional[str], keyfile: Optional[str], workers: Optional[int],
             threads: int, log_level: str = "info", access_log: Optional[str] = None,
             worker_class: str = "gevent", limits: Any = None) -> Dict[str, Any]:
@@ -108,6 +116,7 @@ def options(bind: str, certfile: Optional[str], keyfile: Optional[str], workers:
         "errorlog": "-",
         "accesslog": access_log,
         "post_worker_init": _post_worker_init,
+        "worker_exit": _worker_exit,
         "ssl_context": _ssl_context,
         "proc_name": "node-config-server",
         "preload_app": False,
