@@ -5,6 +5,7 @@ Imports stay lazy so ``node-config-server --version`` is fast. ``get``, ``descri
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -164,8 +165,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     store = store_config(args)
     try:
         token, admin_token, host, port = checked_serve_args(args, store)
-        import dataclasses
-
         store = dataclasses.replace(store, drain=drain_cadence(args))
     except ValueError as exc:
         _err(str(exc))

@@ -103,8 +103,6 @@ def admission(args: argparse.Namespace):
     return identity.Admission(pattern, max_pending, rate, burst)
 
 
-
-
 # The MCO drain controller's cadence (draincadence.Cadence, drain_controller.go's DefaultConfig()).
 DRAIN_FLAGS = (("--drain-attempt-timeout", "attempt_timeout", "one drain attempt's time; a round still evicting "
                 "after it counts as a failed attempt (the MCO's DrainHelperTimeout)"),
