@@ -257,7 +257,7 @@ class KubeSync:
                     patch["spec"] = end["spec"]
                     patch["metadata"]["annotations"].update(end["metadata"]["annotations"])
                 self.client.merge_patch(NODES.path(node), patch)
-                self._write_node_object(node, body, pool)
+                self._write_node_object(node, body, pool, ours)
                 self.writes["node"] += 1
             except KubeUnavailable as exc:  # the API server is away: the rest waits for the next round
                 away = str(exc)
@@ -271,8 +271,9 @@ class KubeSync:
             for node, item in failed.items():
                 self._nodes.setdefault(node, item)
 
-    def _write_node_object(self, node: str, body: Dict[str, Any], pool: str) -> None:
-        """The node's MachineConfigNode: made once, its spec and status patched after."""
+    def _write_node_object(self, node: str, body: Dict[str, Any], pool: str, annotations: Dict[str, Any]) -> None:
+        """The node's MachineConfigNode: made once, its spec and status patched after (with the
+        Drained condition while the Node's ``annotations`` say it is draining)."""
         obj = node_object(node, body, pool)
         try:
             self.client.create(MACHINE_CONFIG_NODES.path(), obj)
@@ -283,9 +284,7 @@ class KubeSync:
         status = {"observedGeneration": 1,
                   "configVersion": {"desired": obj["spec"]["configVersion"]["desired"],
                                     "current": str(body.get("currentConfig") or "")},
-                  "conditions": node_conditions(body, iso8601(body.get("_at") or time.time()),
-                                                ((self.node_cache.snapshot().get(node) or {}).get("metadata") or {})
-                                                .get("annotations"))}
+                  "conditions": node_conditions(body, iso8601(body.get("_at") or time.time()), annotations)}
         self.client.merge_patch(MACHINE_CONFIG_NODES.path(node, sub="status"), {"status": status})
 
     def _unwritten(self, present: Dict[str, Dict[str, Any]], pending: Dict[str, Any]) -> Dict[str, Any]:
