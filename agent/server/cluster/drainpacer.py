@@ -1,5 +1,7 @@
 """A node's drain paced as the MCO's drain controller paces it, its state on the Node for every
-replica, its Events, and its MachineConfigNode ``Drained`` condition.
+replica, and its Events. The MachineConfigNode's ``Drained`` condition follows from that state:
+kube_sync, the one writer of an MCN's conditions, rewrites them when the Node's drain annotations
+change (two writers of one list lost each other's conditions: a flaky test showed it).
 
 The cadence itself (when to attempt, when it has failed) is pure: agent/server/rollout/
 draincadence.py. This module reads the Node, asks draincadence what this ask of the node leads
@@ -21,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional
 from agent.server.cluster.kube_drain import DRAINED_FOR, RETRY_SECONDS, DrainResult, drain_for_lease
 from agent.server.rollout import draincadence
 from agent.server.rollout.draincadence import Cadence, DrainState
-from agent.server.store.kube_client import MACHINE_CONFIG_NODES, NODES, KubeError, KubeUnavailable
+from agent.server.store.kube_client import NODES, KubeError, KubeUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +96,6 @@ def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = Non
                     continue
                 raise
             _emit(drainer, obj, step.events, now)
-            _write_condition(drainer, node, step.state, now)
         break
     else:
         raise KubeUnavailable(f"node {node}: its drain state kept changing under three reads (other replicas); "
@@ -115,7 +116,6 @@ def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = Non
                 draincadence.LAST_ERROR: draincadence.annotations(state)[draincadence.LAST_ERROR]}}})
         else:
             _write_state(drainer, node, state, None, config)
-        _write_condition(drainer, node, state, now)
     out.done, out.result, out.state = result.done, result, state
     return out
 
@@ -190,29 +190,6 @@ def _write_event(client: Any, body: Dict[str, Any]) -> None:
         client.merge_patch(f"{events}/{body['metadata']['name']}", {
             "count": int(old.get("count") or 1) + 1, "lastTimestamp": body["lastTimestamp"], "message": body["message"]})
         return
-
-
-def merged_conditions(conditions: List[Dict[str, Any]], state: DrainState, at: str) -> List[Dict[str, Any]]:
-    """A MachineConfigNode's conditions with ``Drained`` as ``state`` says (pure): replaced while
-    a drain is under way, removed once it is over (the next report writes the rest)."""
-    kept = [c for c in conditions if isinstance(c, dict) and c.get("type") != "Drained"]
-    cond = draincadence.drain_condition(state, at)
-    return kept + [cond] if cond else kept
-
-
-def _write_condition(drainer: Any, node: str, state: DrainState, now: float) -> None:
-    """The node's MachineConfigNode, when it exists (kube_sync makes it on the node's first
-    report, with the same condition from the Node's annotations)."""
-    path = MACHINE_CONFIG_NODES.path(node)
-    try:
-        mcn = drainer.client.get(path)
-        conditions = merged_conditions((mcn.get("status") or {}).get("conditions") or [], state,
-                                       draincadence.iso(now))
-        drainer.client.merge_patch(MACHINE_CONFIG_NODES.path(node, sub="status"),
-                                   {"status": {"conditions": conditions}})
-    except KubeError as exc:
-        if exc.status != 404:
-            log.warning("node %s: its MachineConfigNode's Drained condition not written: %s", node, exc)
 
 
 def active_drains(drainer: Any) -> Dict[str, DrainState]:

@@ -119,6 +119,12 @@ def node_conditions(body: Dict[str, Any], at: str, annotations: Optional[Dict[st
     return out + [drained] if drained else out
 
 
+def drain_mark(annotations: Dict[str, Any]) -> str:
+    """The Node's drain state as its annotations hold it ("" with none): what the MCN's Drained
+    condition was last written from."""
+    return "|".join(str(annotations.get(k) or "") for k in draincadence.KEYS).strip("|")
+
+
 def rendered_object(name: str, pool: str, pool_uid: str, spec: Dict[str, Any], version: str) -> Dict[str, Any]:
     """A rendered config as the MCO's render controller creates it (pure)."""
     return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
@@ -141,6 +147,7 @@ class KubeSync:
         self.writes = {"status": 0, "rendered": 0, "node": 0}
         self._created: set = set()
         self._written: Dict[str, Dict[str, Any]] = {}
+        self._drain_written: Dict[str, str] = {}  # node -> drain_mark its MCN was written with (none: "")
         self._nodes: Dict[str, Tuple[Dict[str, Any], str]] = {}  # node -> (report, pool) not written yet
         self._nodes_changed = False
         self._lock = threading.Lock()
@@ -252,7 +259,9 @@ class KubeSync:
             try:
                 patch = node_patch(body, pools.get(pool))
                 ours = (present[node].get("metadata") or {}).get("annotations") or {}
-                end = uncordon_patch(ours, body)  # Done on the config it was drained for
+                # Done on the config it was drained for; a rewrite of a kept report never uncordons
+                # (that report may predate the drain: only a fresh Done ends it).
+                end = {} if body.get("_rewrite") else uncordon_patch(ours, body)
                 if end:
                     patch["spec"] = end["spec"]
                     patch["metadata"]["annotations"].update(end["metadata"]["annotations"])
@@ -286,17 +295,24 @@ class KubeSync:
                                     "current": str(body.get("currentConfig") or "")},
                   "conditions": node_conditions(body, iso8601(body.get("_at") or time.time()), annotations)}
         self.client.merge_patch(MACHINE_CONFIG_NODES.path(node, sub="status"), {"status": status})
+        mark = drain_mark(annotations)
+        if mark:
+            self._drain_written[node] = mark
+        else:
+            self._drain_written.pop(node, None)
 
     def _unwritten(self, present: Dict[str, Dict[str, Any]], pending: Dict[str, Any]) -> Dict[str, Any]:
         """Nodes that appeared (or lost our annotations) since their report was recorded: a Node
-        made by a kubelet after first boot, or a server restarted since. O(nodes) only when the
-        Node cache changed."""
+        made by a kubelet after first boot, or a server restarted since; and Nodes whose drain
+        state (drainpacer's annotations) moved since their MachineConfigNode was written, for its
+        Drained condition. O(nodes) only when the Node cache changed."""
         out = {}
         for name, obj in present.items():
             annotations = (obj.get("metadata") or {}).get("annotations") or {}
-            if name in pending or ANNOTATION + "state" in annotations:
+            if name in pending or (ANNOTATION + "state" in annotations
+                                   and drain_mark(annotations) == self._drain_written.get(name, "")):
                 continue
             rec = self.cluster.store.node(name)
             if rec is not None:
-                out[name] = (dict(rec.report, _at=rec.received), rec.pool or "")
+                out[name] = (dict(rec.report, _at=rec.received, _rewrite=True), rec.pool or "")
         return out
