@@ -189,14 +189,8 @@ class Fleet:
         cm = self.kc.procs.pop("kube-controller-manager")
         os.killpg(cm.pid, signal.SIGTERM)
         cm.wait(15)
-        for sub in ("machineconfigpools", "machineconfigs"):
-            self.kc.kubectl("apply", "-f", os.path.join(EXAMPLES, sub))
-        self.kc.kubectl("apply", "-f", os.path.join(EXAMPLES, "machineconfiguration.yaml"))
-        self.kc.kubectl("apply", "-f", os.path.join(REPO, "deploy", "rbac.yaml"))
-        self.kc.kubectl("create", "clusterrolebinding", "ncs-bench", "--clusterrole=node-config-server",
-                        "--user=node-config-server-bench")
-        self.kc.kubectl("create", "rolebinding", "ncs-bench", "-n", "node-config-server", "--role=node-config-server",
-                        "--user=node-config-server-bench")
+        self.kc.apply_examples()
+        self.kc.bind_server_user("node-config-server-bench")
         self.create_rate = create_nodes(self.kc, self.names)
         self.node_bytes = len(self.kc.get(f"/api/v1/nodes/{self.names[0]}").content)
         self.srv = ServerProcess(None, token=TOKEN, workers=1, extra_args=[

@@ -41,16 +41,10 @@ def kube(tmp_path_factory):
     if not find_kube_bin():
         pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
     with KubeCluster(str(tmp_path_factory.mktemp("kube-backend"))) as kc:
-        for sub in ("machineconfigpools", "machineconfigs"):
-            kc.kubectl("apply", "-f", os.path.join(EXAMPLES, sub))
-        kc.kubectl("apply", "-f", os.path.join(EXAMPLES, "machineconfiguration.yaml"))
-        kc.kubectl("apply", "-f", os.path.join(REPO, "deploy", "rbac.yaml"))
-        kc.kubectl("create", "clusterrolebinding", "ncs-test-user", "--clusterrole=node-config-server",
-                   "--user=node-config-server-test")
+        kc.apply_examples()
         # Node state is in the API by default with this backend (--store kubernetes): the
-        # namespaced Role of deploy/rbac.yaml, for the same user.
-        kc.kubectl("create", "rolebinding", "ncs-test-user", "--role=node-config-server",
-                   "--user=node-config-server-test", "--namespace=node-config-server")
+        # namespaced Role of deploy/rbac.yaml too, for the same user.
+        kc.bind_server_user("node-config-server-test")
         yield kc
 
 

@@ -44,11 +44,8 @@ def kube(tmp_path_factory):
     if not find_kube_bin():
         pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
     with KubeCluster(str(tmp_path_factory.mktemp("kube-cadence"))) as kc:
-        for sub in ("machineconfigpools", "machineconfigs"):
-            kc.kubectl("apply", "-f", os.path.join(EXAMPLES, sub))
-        kc.kubectl("apply", "-f", os.path.join(EXAMPLES, "machineconfiguration.yaml"))
-        kc.kubectl("apply", "-f", os.path.join(REPO, "deploy", "rbac.yaml"))
-        kc.kubectl("create", "clusterrolebinding", "ncs-cadence", "--clusterrole=node-config-server", f"--user={USER}")
+        kc.apply_examples()
+        kc.bind_server_user(USER, namespace_role=False)  # node state in SQLite here (start_server)
         yield kc
 
 

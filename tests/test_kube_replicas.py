@@ -12,9 +12,7 @@ has the real drain).
 
 import json
 import os
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -22,7 +20,7 @@ from agent.server.rollout.progress import epoch_of
 from tests.helpers.certs import make_tls
 from tests.helpers.kube_cluster import KubeCluster, find_kube_bin, wait_for
 from tests.helpers.server_proc import REPO, ServerProcess
-from tests.test_replicas import pool, report  # the etcd fleet's: the same HTTP API
+from tests.test_replicas import an_expired_lease_frees_its_slot, drain_storm, pool, report  # the etcd fleet's
 
 pytestmark = pytest.mark.slow
 
@@ -72,12 +70,8 @@ def fleet(tmp_path_factory):
         pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
     top = tmp_path_factory.mktemp("kube-replicas")
     with KubeCluster(str(top / "kube")) as kube:
-        for sub in ("machineconfigpools", "machineconfigs"):
-            kube.kubectl("apply", "-f", os.path.join(EXAMPLES, sub))
-        kube.kubectl("apply", "-f", os.path.join(EXAMPLES, "machineconfiguration.yaml"))
-        kube.kubectl("apply", "-f", os.path.join(REPO, "deploy", "rbac.yaml"))
-        kube.kubectl("create", "clusterrolebinding", USER, "--clusterrole=node-config-server", f"--user={USER}")
-        kube.kubectl("create", "rolebinding", USER, "-n", NAMESPACE, "--role=node-config-server", f"--user={USER}")
+        kube.apply_examples()
+        kube.bind_server_user(USER)
         f = Fleet(top, kube)
         try:
             yield f.start()
@@ -158,41 +152,12 @@ def live_drain_leases(fleet, pool_name):
 
 
 def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable(fleet):
-    nodes = [f"kdrainer-{i:02d}" for i in range(30)]
-    for i, n in enumerate(nodes):
-        assert report(fleet.replicas[i % 3], n, {"pool": "worker", "state": "Done"}, fleet).status_code == 200
-    limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
-    peak, stop = [0], threading.Event()
-
-    def sample():  # from the API's own objects, not from any replica's view
-        while not stop.is_set():
-            peak[0] = max(peak[0], live_drain_leases(fleet, "worker"))
-            stop.wait(0.05)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-
-    def ask(i):
-        r = fleet.replicas[i % 3]
-        return fleet.session(nodes[i]).post(r.url(f"/api/v1/nodes/{nodes[i]}/drain"),
-                                            data=json.dumps({"pool": "worker", "config": "c"}), timeout=30)
-
-    try:
-        with ThreadPoolExecutor(max_workers=30) as ex:
-            answers = list(ex.map(ask, range(30)))
-    finally:
-        stop.set()
-        sampler.join(5)
+    # Counted from the API's own Lease objects, not from any replica's view.
+    nodes, answers, limit, peak = drain_storm(fleet, "kdrainer", lambda: live_drain_leases(fleet, "worker"), 0.05)
     granted = [a for a in answers if a.status_code == 200]
     assert all(a.status_code in (200, 429) for a in answers), [a.text for a in answers if a.status_code >= 300]
-    assert 1 <= len(granted) <= limit and peak[0] <= limit, (len(granted), peak[0], limit)
-    # An expired lease frees its slot: after the TTL a waiting node is granted.
-    waiting = nodes[[a.status_code for a in answers].index(429)]
-    r = fleet.replicas[1]
-    wait_for(lambda: fleet.session(waiting).post(r.url(f"/api/v1/nodes/{waiting}/drain"),
-                                                 data=json.dumps({"pool": "worker", "config": "c"}),
-                                                 timeout=30).status_code == 200,
-             "an expired lease frees its slot", LEASE_TTL + 15)
+    assert 1 <= len(granted) <= limit and peak <= limit, (len(granted), peak, limit)
+    an_expired_lease_frees_its_slot(fleet, nodes, answers, LEASE_TTL)
 
 
 def test_a_replica_started_afresh_knows_every_node(fleet):

@@ -179,22 +179,20 @@ def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     print(f"report propagation to the other replicas: {propagation:.3f}s")
 
 
-def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable(fleet):
-    from agent.server.store import etcd_drains
-    from agent.server.store.etcd_client import EtcdClient, parse_store_url
-
-    nodes = [f"drainer-{i:02d}" for i in range(30)]
-    for i, n in enumerate(nodes):  # members of worker: the limit is 25% of 30+ nodes
+def drain_storm(fleet, prefix, live, sample_every=0.02):
+    """30 members of worker (the limit is 25% of 30+ nodes) ask for a drain lease at once, spread
+    over the replicas, while ``live()`` (the store's own count of the pool's live leases, not any
+    replica's view) is sampled: (nodes, answers, the pool's limit, the peak of ``live()``)."""
+    nodes = [f"{prefix}-{i:02d}" for i in range(30)]
+    for i, n in enumerate(nodes):
         assert report(fleet.replicas[i % 3], n, {"pool": "worker", "state": "Done"}, fleet).status_code == 200
-    url = parse_store_url(fleet.etcd.url)
-    watcher = EtcdClient(url.endpoints, timeout=10)
     limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
     peak, stop = [0], threading.Event()
 
     def sample():
         while not stop.is_set():
-            peak[0] = max(peak[0], len(etcd_drains.holders(watcher, url.prefix, "worker")))
-            time.sleep(0.02)
+            peak[0] = max(peak[0], live())
+            stop.wait(sample_every)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -202,7 +200,7 @@ def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable
     def ask(i):
         r = fleet.replicas[i % 3]
         return fleet.session(nodes[i]).post(r.url(f"/api/v1/nodes/{nodes[i]}/drain"),
-                                data=json.dumps({"pool": "worker", "config": "c"}), timeout=30)
+                                            data=json.dumps({"pool": "worker", "config": "c"}), timeout=30)
 
     try:
         with ThreadPoolExecutor(max_workers=30) as ex:
@@ -210,16 +208,32 @@ def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable
     finally:
         stop.set()
         sampler.join(5)
-    granted = [a for a in answers if a.status_code == 200]
-    assert all(a.status_code in (200, 429) for a in answers), [a.text for a in answers if a.status_code >= 300]
-    assert 1 <= len(granted) <= limit and peak[0] <= limit
-    assert all(int(a.headers["Retry-After"]) >= 1 for a in answers if a.status_code == 429)
-    # An expired lease frees its slot: after the TTL a waiting node is granted.
+    return nodes, answers, limit, peak[0]
+
+
+def an_expired_lease_frees_its_slot(fleet, nodes, answers, ttl):
+    """After the TTL a node that was told to wait is granted."""
     waiting = nodes[[a.status_code for a in answers].index(429)]
     r = fleet.replicas[1]
     until(lambda: fleet.session(waiting).post(r.url(f"/api/v1/nodes/{waiting}/drain"),
-                                   data=json.dumps({"pool": "worker", "config": "c"}), timeout=30).status_code == 200,
-          "an expired lease frees its slot", timeout=LEASE_TTL + 15, every=0.5)
+                                              data=json.dumps({"pool": "worker", "config": "c"}),
+                                              timeout=30).status_code == 200,
+          "an expired lease frees its slot", timeout=ttl + 15, every=0.5)
+
+
+def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable(fleet):
+    from agent.server.store import etcd_drains
+    from agent.server.store.etcd_client import EtcdClient, parse_store_url
+
+    url = parse_store_url(fleet.etcd.url)
+    watcher = EtcdClient(url.endpoints, timeout=10)
+    nodes, answers, limit, peak = drain_storm(fleet, "drainer",
+                                              lambda: len(etcd_drains.holders(watcher, url.prefix, "worker")))
+    granted = [a for a in answers if a.status_code == 200]
+    assert all(a.status_code in (200, 429) for a in answers), [a.text for a in answers if a.status_code >= 300]
+    assert 1 <= len(granted) <= limit and peak <= limit
+    assert all(int(a.headers["Retry-After"]) >= 1 for a in answers if a.status_code == 429)
+    an_expired_lease_frees_its_slot(fleet, nodes, answers, LEASE_TTL)
     watcher.close()
 
 

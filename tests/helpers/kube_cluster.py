@@ -40,6 +40,7 @@ from tests.helpers.etcd_cluster import ETCD, _free_ports
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_SCRIPT = os.path.join(REPO, "tools", "kube", "build-kube-bin.sh")
 CRDS = os.path.join(REPO, "deploy", "crds")
+EXAMPLES = os.path.join(REPO, "examples", "state")
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 SERVICE_CIDR = "10.0.0.0/24"
 BINARIES = ("kube-apiserver", "kube-controller-manager")
@@ -307,6 +308,20 @@ class KubeCluster:
             return r.status_code == 200 and bool(r.json().get("secrets"))
         self._wait(f"namespace {name}'s default ServiceAccount and its token", ready, timeout)
         return name
+
+    def apply_examples(self) -> None:
+        """examples/state's pools, MachineConfigs and MachineConfiguration, as an admin applies them."""
+        for sub in ("machineconfigpools", "machineconfigs", "machineconfiguration.yaml"):
+            self.kubectl("apply", "-f", os.path.join(EXAMPLES, sub))
+
+    def bind_server_user(self, user: str, namespace_role: bool = True) -> None:
+        """deploy/rbac.yaml applied and ``user`` bound to its ClusterRole and (``namespace_role``)
+        its namespaced Role for node state: the server's least privilege, never an admin."""
+        self.kubectl("apply", "-f", os.path.join(REPO, "deploy", "rbac.yaml"))
+        self.kubectl("create", "clusterrolebinding", user, "--clusterrole=node-config-server", f"--user={user}")
+        if namespace_role:
+            self.kubectl("create", "rolebinding", user, "-n", "node-config-server", "--role=node-config-server",
+                         f"--user={user}")
 
     def kubectl(self, *args: str, kubeconfig: Optional[str] = None, check: bool = True,
                 input: Optional[str] = None, timeout: float = 60) -> subprocess.CompletedProcess:

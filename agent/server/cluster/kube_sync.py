@@ -281,15 +281,21 @@ class KubeSync:
                 self._nodes.setdefault(node, item)
 
     def _write_node_object(self, node: str, body: Dict[str, Any], pool: str, annotations: Dict[str, Any]) -> None:
-        """The node's MachineConfigNode: made once, its spec and status patched after (with the
-        Drained condition while the Node's ``annotations`` say it is draining)."""
+        """The node's MachineConfigNode: its spec and status patched, made first when missing
+        (with the Drained condition while the Node's ``annotations`` say it is draining). Patch
+        first: after a node's first report the MCN exists (the API node store makes it with the
+        report), so a create would be refused on almost every write."""
         obj = node_object(node, body, pool)
         try:
-            self.client.create(MACHINE_CONFIG_NODES.path(), obj)
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
             self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), {"spec": obj["spec"]})
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            try:
+                self.client.create(MACHINE_CONFIG_NODES.path(), obj)
+            except KubeError as exc2:
+                if exc2.status != 409:  # 409: another replica made it meanwhile, with the same spec
+                    raise
         status = {"observedGeneration": 1,
                   "configVersion": {"desired": obj["spec"]["configVersion"]["desired"],
                                     "current": str(body.get("currentConfig") or "")},

@@ -17,10 +17,9 @@ from agent.server.store.etcd_client import KV, cmp_absent, cmp_mod, op_delete, o
 from agent.server.store.nodestore import (
     Deleted,
     Registration,
-    RegistrationChanges,
-    TooManyPending,
     registration_from,
 )
+from agent.server.store.registration_changes import RegistrationChanges
 
 
 class EtcdIdentity(RegistrationChanges):
@@ -77,13 +76,8 @@ class EtcdIdentity(RegistrationChanges):
             kv = self.client.get(key)
             if kv is not None and not replace:
                 return False
-            if kv is None:
-                if not approved and max_pending is not None and self.pending_count() >= max_pending:
-                    raise TooManyPending(node)
-                doc = {"hash": credential_hash, "created": now, "approved": now if approved else 0,
-                       "by": by if approved else ""}
-            else:  # a new credential, the same approval
-                doc = dict(json.loads(kv.value), hash=credential_hash, created=now)
+            doc = self._new_record(node, json.loads(kv.value) if kv is not None else None, credential_hash, now,
+                                   approved, by, max_pending)
             value = json.dumps(doc, sort_keys=True)
             ops = [op_put(key, value), op_put(self._k("credhash", credential_hash), node)]
             if kv is not None:

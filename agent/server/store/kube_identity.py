@@ -23,8 +23,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.store.kube_client import SECRETS, KubeClient, KubeError
-from agent.server.store.kube_watch import NewestObjects, Reflector, permission
-from agent.server.store.nodestore import Registration, RegistrationChanges, TooManyPending, registration_from
+from agent.server.store.kube_watch import Follower, NewestObjects, permission
+from agent.server.store.nodestore import Registration, registration_from
+from agent.server.store.registration_changes import RegistrationChanges
 
 SECRET_TYPE = "node-agent.openshift.io/credential"
 NODE_ANNOTATION = "node-agent.openshift.io/node"
@@ -83,7 +84,7 @@ def record_of(obj: Optional[Dict[str, Any]]) -> Optional[Tuple[str, Doc]]:
     return node, doc
 
 
-class KubeCredentials(RegistrationChanges):
+class KubeCredentials(Follower, RegistrationChanges):
     """The NodeStore identity methods, on Secrets in ``namespace``. With ``watch`` (a server) the
     Secrets are followed and read from memory; without (one-shot tools, tests), listings read
     the API each time."""
@@ -98,18 +99,7 @@ class KubeCredentials(RegistrationChanges):
         self._regs: Dict[str, Registration] = {}
         self.lookup_rate, self.lookup_burst = LOOKUPS_PER_SECOND, LOOKUP_BURST
         self._lookups = (float(LOOKUP_BURST), time.monotonic())  # (tokens, when counted)
-        self.reflector: Optional[Reflector] = None
-        if watch:
-            self.reflector = Reflector(client, SECRETS, label_selector=f"{KIND_LABEL}={KIND}", namespace=namespace,
-                                       on_event=self._event, keep_objects=False).start()
-
-    def close(self) -> None:
-        if self.reflector is not None:
-            self.reflector.stop()
-
-    def wait_synced(self, timeout: float) -> bool:
-        """True once the first list of the Secrets is in memory (at once without a watch)."""
-        return self.reflector is None or self.reflector.wait_synced(timeout)
+        self._follow(client, SECRETS, namespace, f"{KIND_LABEL}={KIND}", watch)
 
     # -- the in-memory index, fed by the watch and by this process's writes ------------------
 
@@ -231,17 +221,15 @@ class KubeCredentials(RegistrationChanges):
             rec = record_of(obj)
             if rec is not None and not replace:
                 return False
+            doc = self._new_record(node, rec[1] if rec is not None else None, credential_hash, now, approved, by,
+                                   max_pending)
             if rec is None:
-                if not approved and max_pending is not None and self.pending_count() >= max_pending:
-                    raise TooManyPending(node)
-                doc = {"hash": credential_hash, "created": now, "approved": now if approved else 0,
-                       "by": by if approved else ""}
                 if self._write(node, doc, ""):
                     return True
                 if not replace:
                     return False  # registered through another replica a moment ago
-            elif self._write(node, dict(rec[1], hash=credential_hash, created=now), _version(obj)):
-                return True  # a new credential, the same approval
+            elif self._write(node, doc, _version(obj)):
+                return True
         raise RuntimeError(f"node {node}: lost {MAX_TRIES} races with other replicas registering it "
                            f"(Secret {self.namespace}/{secret_name(node)}); try again")
 

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from agent.server.rollout.drains import DrainAnswer
 from agent.server.store.kube_client import LEASES, KubeClient, KubeError
-from agent.server.store.kube_watch import NewestObjects, Reflector, permission
+from agent.server.store.kube_watch import Follower, NewestObjects, permission
 
 APP_LABEL, APP = "app.kubernetes.io/name", "node-config-server"
 KIND_LABEL, KIND = "node-agent.openshift.io/kind", "drain-lease"
@@ -145,7 +145,7 @@ def free_slot(objects: Dict[str, Lease], pool: str, limit: int, now: float) -> T
     return -1, None
 
 
-class KubeLeases:
+class KubeLeases(Follower):
     """Drain leases on the API in ``namespace``; ``holders``/``held_by`` answer from a watch."""
 
     def __init__(self, client: KubeClient, namespace: str, watch: bool = True):
@@ -153,17 +153,7 @@ class KubeLeases:
         self.namespace = namespace
         self._lock = threading.Lock()
         self._leases = NewestObjects()
-        self.reflector: Optional[Reflector] = None
-        if watch:
-            self.reflector = Reflector(client, LEASES, label_selector=f"{KIND_LABEL}={KIND}", namespace=namespace,
-                                       on_event=self._event, keep_objects=False).start()
-
-    def close(self) -> None:
-        if self.reflector is not None:
-            self.reflector.stop()
-
-    def wait_synced(self, timeout: float) -> bool:
-        return self.reflector is None or self.reflector.wait_synced(timeout)
+        self._follow(client, LEASES, namespace, f"{KIND_LABEL}={KIND}", watch)
 
     def _event(self, kind: str, obj: Lease) -> None:
         with self._lock:

@@ -231,6 +231,30 @@ class NewestObjects:
         self._gone = {n: v for n, v in self._gone.items() if at and v > at and n not in merged}
 
 
+class Follower:
+    """Objects of one kind in one namespace, selected by label, followed by a Reflector into the
+    owner's own index (``_event``); without ``watch`` (one-shot tools) ``reflector`` is None and
+    the owner reads the API each time."""
+
+    reflector: Optional[Reflector] = None
+
+    def _follow(self, client: KubeClient, resource: Resource, namespace: str, selector: str, watch: bool) -> None:
+        if watch:
+            self.reflector = Reflector(client, resource, label_selector=selector, namespace=namespace,
+                                       on_event=self._event, keep_objects=False).start()
+
+    def _event(self, kind: str, obj: Dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self.reflector is not None:
+            self.reflector.stop()
+
+    def wait_synced(self, timeout: float) -> bool:
+        """True once the first list is in memory (at once without a watch)."""
+        return self.reflector is None or self.reflector.wait_synced(timeout)
+
+
 class KubeForbidden(KubeError):
     """403: the server's account lacks a permission (RBAC); the message names it and the fix."""
 

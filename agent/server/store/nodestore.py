@@ -182,38 +182,6 @@ def registration_from(node: str, d: Dict[str, Any]) -> Registration:
                         dict(labels) if isinstance(labels, dict) else None, tuple(served))
 
 
-class RegistrationChanges:
-    """approve and note_served for a store that updates a registration record by
-    compare-and-swap (etcd, the Kubernetes API): needs ``registration(node)`` and
-    ``_update_registration(node, change)`` (``change(doc)`` returns the new doc, or None for no
-    write; False: the node has no record)."""
-
-    registration: Callable[[str], Optional[Registration]]
-    _update_registration: Callable[..., bool]
-
-    def approve(self, node: str, now: float, by: str, labels: Optional[Dict[str, str]] = None) -> Optional[Registration]:
-        def change(doc: Dict[str, Any]) -> Dict[str, Any]:
-            doc = dict(doc, approved=doc.get("approved") or now, by=by)
-            if labels is not None:
-                doc["labels"] = dict(labels)
-            return doc
-
-        return self.registration(node) if self._update_registration(node, change) else None
-
-    def note_served(self, node: str, config: str) -> None:
-        reg = self.registration(node)
-        if reg is None or config in reg.served:
-            return
-
-        def change(doc: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-            served = list(doc.get("served") or [])
-            if config in served:
-                return None
-            return dict(doc, served=(served + [config])[-SERVED_KEEP:])
-
-        self._update_registration(node, change)
-
-
 @dataclass(frozen=True)
 class Serving:
     """One round trip's worth of what a config fetch needs."""
