@@ -337,7 +337,7 @@ def good_state(tmp_path) -> str:
 @pytest.mark.parametrize("rel,contents,field,words", [
     c if hasattr(c, "marks") else pytest.param(*c[1:], id=c[0]) for c in STATE_FILES])
 def test_server_state_problem_names_file_and_field_and_good_objects_stay(tmp_path, rel, contents, field, words):
-    from agent.server.store.statedir import load_state
+    from agent.server.store.stateformat import load_state
 
     state = good_state(tmp_path)
     good = load_state(state)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from agent.server.store.etcd_client import (
+from agent.server.store.etcd.client import (
     EtcdClient,
     EtcdError,
     EtcdNoSpace,
@@ -127,7 +127,7 @@ def test_concurrent_drains_never_exceed_max_unavailable(etcd_cluster):
     """30 nodes ask at once through three clients (one per member, as three replicas would)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from agent.server.store import etcd_drains
+    from agent.server.store.etcd import drains
 
     url = parse_store_url(etcd_cluster.url)
     clients = [EtcdClient([url.endpoints[i]] + [e for e in url.endpoints if e != url.endpoints[i]], timeout=5)
@@ -137,37 +137,37 @@ def test_concurrent_drains_never_exceed_max_unavailable(etcd_cluster):
     peak, lock, granted = [0], threading.Lock(), []
 
     def ask(n):
-        ans = etcd_drains.request_drain(clients[n % 3], prefix, f"node-{n}", "worker", "rendered-worker-2", 3, 60)
+        ans = drains.request_drain(clients[n % 3], prefix, f"node-{n}", "worker", "rendered-worker-2", 3, 60)
         if ans.granted:
             with lock:
                 granted.append(f"node-{n}")
-                live = len(etcd_drains.holders(clients[0], prefix, "worker"))
+                live = len(drains.holders(clients[0], prefix, "worker"))
                 peak[0] = max(peak[0], live)
         return ans
 
     with ThreadPoolExecutor(max_workers=30) as pool:
         answers = list(pool.map(ask, range(30)))
     assert len(granted) == 3 and peak[0] <= 3
-    assert sorted(h["node"] for h in etcd_drains.holders(clients[1], prefix, "worker")) == sorted(granted)
+    assert sorted(h["node"] for h in drains.holders(clients[1], prefix, "worker")) == sorted(granted)
     waiting = [a for a in answers if not a.granted]
     assert all(a.retry_after >= 1 and len(a.holders) == 3 for a in waiting)
     # A holder asking again renews; releasing frees a slot for the next node.
-    again = etcd_drains.request_drain(clients[2], prefix, granted[0], "worker", "rendered-worker-2", 3, 60)
+    again = drains.request_drain(clients[2], prefix, granted[0], "worker", "rendered-worker-2", 3, 60)
     assert again.granted and again.renewed
-    assert etcd_drains.release(clients[1], prefix, granted[0]) == "worker"
-    assert etcd_drains.request_drain(clients[0], prefix, "node-late", "worker", "c", 3, 60).granted
+    assert drains.release(clients[1], prefix, granted[0]) == "worker"
+    assert drains.request_drain(clients[0], prefix, "node-late", "worker", "c", 3, 60).granted
     for c in clients:
         c.close()
 
 
 def test_expired_drain_lease_frees_its_slot(client):
-    from agent.server.store import etcd_drains
+    from agent.server.store.etcd import drains
 
     prefix = "/drain-ttl/"
-    assert etcd_drains.request_drain(client, prefix, "a", "infra", "c", 1, 1).granted
-    assert not etcd_drains.request_drain(client, prefix, "b", "infra", "c", 1, 1).granted
+    assert drains.request_drain(client, prefix, "a", "infra", "c", 1, 1).granted
+    assert not drains.request_drain(client, prefix, "b", "infra", "c", 1, 1).granted
     deadline = time.monotonic() + 10
-    while not etcd_drains.request_drain(client, prefix, "b", "infra", "c", 1, 1).granted:
+    while not drains.request_drain(client, prefix, "b", "infra", "c", 1, 1).granted:
         assert time.monotonic() < deadline, "an expired lease kept its slot"
         time.sleep(0.3)
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from agent.server.store.etcd_client import EtcdClient, parse_store_url
-from agent.server.store.etcd_state import EtcdStateSource, StateRefused, publish
+from agent.server.store.etcd.client import EtcdClient, parse_store_url
+from agent.server.store.etcd.state import EtcdStateSource, StateRefused, publish
 from tests.helpers.etcd_cluster import have_etcd
 
 pytestmark = pytest.mark.skipif(not have_etcd(), reason="etcd-server is not installed (make test installs it)")

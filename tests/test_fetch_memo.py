@@ -17,7 +17,7 @@ import pytest
 from agent.server.http.app import App
 from agent.server.http.fetchmemo import MAX_ENTRIES, FetchMemo
 from agent.server.store.changecounter import ChangeCounter
-from agent.server.store.db import Database
+from agent.server.store.sqlite.db import Database
 from tests.helpers.server_proc import REPO
 from tests.test_identity import call
 

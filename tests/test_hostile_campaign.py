@@ -19,7 +19,7 @@ from agent.errors import ConfigError
 from agent.ignition.parse import parse_document
 from agent.ignition.validate import validate_ignition
 from agent.server.http.app import App
-from agent.server.store.statedir import load_state
+from agent.server.store.stateformat import load_state
 from tests.helpers.server_proc import REPO
 
 EXAMPLE = os.path.join(REPO, "examples", "state")

@@ -24,7 +24,7 @@ import requests
 from agent.server.cluster.kube_drain import Drainer
 from agent.server.rollout import drainplan
 from agent.server.rollout.drainplan import DrainSettings
-from agent.server.store.kube_client import KubeClient, KubeError, KubeUnavailable, load_kubeconfig
+from agent.server.store.kube.client import KubeClient, KubeError, KubeUnavailable, load_kubeconfig
 from tests.helpers.kube_cluster import (
     kube_cluster,  # noqa: F401  (the session fixture)
     unique,

@@ -22,7 +22,7 @@ from agent.server.cluster.drainpacer import paced_drain
 from agent.server.cluster.kube_drain import Drainer
 from agent.server.rollout import draincadence as dc
 from agent.server.rollout.draincadence import Cadence
-from agent.server.store.kube_client import KubeClient, load_kubeconfig
+from agent.server.store.kube.client import KubeClient, load_kubeconfig
 from tests.helpers.kube_cluster import KubeCluster, find_kube_bin, wait_for
 from tests.helpers.server_proc import REPO, ServerProcess
 

@@ -1,7 +1,7 @@
-"""Node credentials as Secrets (agent/server/store/kube_identity.py) and drain leases as
-coordination.k8s.io Leases (agent/server/store/kube_leases.py), against the real control plane
-(tests/helpers/kube_cluster.py), with the same semantics as the etcd versions (etcd_identity.py,
-etcd_drains.py; tests/test_nodestore.py::test_registrations_and_approval is mirrored here).
+"""Node credentials as Secrets (agent/server/store/kube/identity.py) and drain leases as
+coordination.k8s.io Leases (agent/server/store/kube/leases.py), against the real control plane
+(tests/helpers/kube_cluster.py), with the same semantics as the etcd versions (etcd/identity.py,
+etcd/drains.py; tests/test_nodestore.py::test_registrations_and_approval is mirrored here).
 
 Each test runs in a namespace of its own, as a user bound there only to the rules of the
 namespaced Role deploy/rbac.yaml ships for the server's namespace (copied into a ClusterRole so
@@ -21,11 +21,12 @@ import pytest
 import yaml
 
 from agent.server.rollout.identity import credential_hash
-from agent.server.store import kube_identity, kube_leases
-from agent.server.store.kube_client import KubeClient, KubeUnavailable, load_kubeconfig
-from agent.server.store.kube_identity import KubeCredentials
-from agent.server.store.kube_leases import KubeLeases
-from agent.server.store.kube_watch import KubeForbidden, NewestObjects
+from agent.server.store.kube import identity as kube_identity
+from agent.server.store.kube import leases as kube_leases
+from agent.server.store.kube.client import KubeClient, KubeUnavailable, load_kubeconfig
+from agent.server.store.kube.identity import KubeCredentials
+from agent.server.store.kube.leases import KubeLeases
+from agent.server.store.kube.watch import KubeForbidden, NewestObjects
 from agent.server.store.nodestore import TooManyPending
 from tests.helpers.kube_cluster import (
     kube_cluster,  # noqa: F401  (the session fixture)
@@ -100,7 +101,8 @@ class FixedAPI:
 
 
 def test_the_watch_hook_hands_over_lists_and_events_and_can_keep_no_copy():
-    from agent.server.store import kube_client, kube_watch
+    from agent.server.store.kube import client as kube_client
+    from agent.server.store.kube import watch as kube_watch
 
     seen = []
     r = kube_watch.Reflector(FixedAPI(), kube_client.SECRETS, namespace="ns", keep_objects=False,

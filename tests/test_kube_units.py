@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.server.cluster import kube_sync
-from agent.server.store import kube_client, kube_state, kube_watch
-from agent.server.store.kube_client import KubeConfigError
+from agent.server.store.kube import client as kube_client
+from agent.server.store.kube import state as kube_state
+from agent.server.store.kube import watch as kube_watch
+from agent.server.store.kube.client import KubeConfigError
 
 POOL = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
         "metadata": {"name": "infra", "uid": "u-1", "resourceVersion": "7", "generation": 3,

@@ -16,7 +16,7 @@ import yaml
 from agent.cli import main as agent_main
 from agent.core.loadconfig import check_node_config
 from agent.resource.contents import resolve_contents
-from agent.server.store.statedir import load_state
+from agent.server.store.stateformat import load_state
 from tests.helpers.certs import make_tls
 from tests.helpers.noderoot import make_node_root
 from tests.helpers.server_proc import ServerProcess

@@ -44,7 +44,7 @@ def test_custom_pool_merges_worker_configs_first():
 
 
 def test_state_loader_converts_spec2_and_the_render_carries_it(tmp_path):
-    from agent.server.store.statedir import load_state
+    from agent.server.store.stateformat import load_state
 
     (tmp_path / "machineconfigpools").mkdir()
     (tmp_path / "machineconfigs").mkdir()

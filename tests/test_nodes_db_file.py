@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from agent.server.store.db import Database, DatabaseUnusable
+from agent.server.store.sqlite.db import Database, DatabaseUnusable
 from tests.helpers.server_proc import REPO
 
 

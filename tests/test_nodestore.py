@@ -12,9 +12,9 @@ import sqlite3
 import pytest
 
 from agent.server.rollout import progress
-from agent.server.store.db import Database
 from agent.server.store.nodestore import SERVER_KEY, NodeStore, PoolRow, Proof, TooManyPending
-from agent.server.store.nodestore_sqlite import SqliteNodeStore
+from agent.server.store.sqlite.db import Database
+from agent.server.store.sqlite.nodestore import SqliteNodeStore
 
 POOLS = ("master", "worker", "infra")
 CONFIGS = ("rendered-a", "rendered-b", "")
@@ -136,7 +136,7 @@ def test_old_schema_is_migrated_and_rebuilt(tmp_path):
     """A nodes.db of schema 1 (reports without membership columns) opens, and the service's
     first reconcile fills the counters (no membership signature yet)."""
     path = str(tmp_path / "nodes.db")
-    from agent.server.store.db import MIGRATIONS
+    from agent.server.store.sqlite.db import MIGRATIONS
 
     conn = sqlite3.connect(path)
     for stmt in MIGRATIONS[0].split(";"):
@@ -254,7 +254,7 @@ def test_a_pending_report_counts_for_nothing_and_an_unproven_done_proves_nothing
 def test_credentials_of_an_older_schema_stay_approved(tmp_path):
     path = str(tmp_path / "nodes.db")
     c = sqlite3.connect(path)
-    from agent.server.store import db as dbmod
+    from agent.server.store.sqlite import db as dbmod
 
     for i in range(4):  # the schema before approval
         for stmt in dbmod.MIGRATIONS[i].split(";"):

@@ -6,16 +6,16 @@ import time
 import pytest
 
 from agent.server.rollout.progress import Membership
-from agent.server.store.etcd_client import (
+from agent.server.store.etcd.client import (
     EtcdClient,
     EtcdError,
     EtcdNoSpace,
     EtcdUnavailable,
     parse_store_url,
 )
-from agent.server.store.etcd_heartbeat import Compactor, Heartbeat
+from agent.server.store.etcd.heartbeat import Compactor, Heartbeat
+from agent.server.store.etcd.nodestore import EtcdNodeStore
 from agent.server.store.nodestore import PoolRow
-from agent.server.store.nodestore_etcd import EtcdNodeStore
 from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
 
 pytestmark = pytest.mark.skipif(not have_etcd(), reason="etcd-server is not installed (make test installs it)")

@@ -1,4 +1,4 @@
-"""The Kubernetes node store (agent/server/store/kube_nodestore.py) against a real kube-apiserver
+"""The Kubernetes node store (agent/server/store/kube/nodestore.py) against a real kube-apiserver
 1.20.2 with OpenShift's CRDs (tests/helpers/kube_cluster.py): the NodeStore contract of
 tests/test_nodestore.py, two store instances standing for two replicas on one namespace, and the
 API server going away. Each test has a namespace of its own; the MachineConfigNodes it wrote
@@ -14,10 +14,10 @@ import pytest
 from agent.server.cli.main import build_parser
 from agent.server.cli.storecmds import check_serve_args, store_config
 from agent.server.rollout.progress import Membership
-from agent.server.store import kube_leases
-from agent.server.store.kube_client import KubeClient, KubeUnavailable, load_kubeconfig
-from agent.server.store.kube_nodestate import CONFIGMAP_MAX
-from agent.server.store.kube_nodestore import REPORT, STORE_LABEL, KubeNodeStore
+from agent.server.store.kube import leases as kube_leases
+from agent.server.store.kube.client import KubeClient, KubeUnavailable, load_kubeconfig
+from agent.server.store.kube.nodestate import CONFIGMAP_MAX
+from agent.server.store.kube.nodestore import REPORT, STORE_LABEL, KubeNodeStore
 from agent.server.store.nodestore import PoolRow, StoreUnavailable
 from tests.helpers.kube_cluster import kube_cluster, unique, wait_for  # noqa: F401 - the session fixture
 from tests.test_nodestore import IDENTITY_CONTRACT
@@ -235,8 +235,8 @@ def test_replica_heartbeats_list_the_live_drop_the_stopped_and_sweep_the_dead(ku
     """kube_heartbeat.KubeHeartbeat: each process's Lease announces its view; a stopped one takes
     its Lease away, an expired one is not listed, and one dead for SWEEP_AFTER is deleted by the
     others (a process killed without stopping)."""
-    from agent.server.store import kube_heartbeat
-    from agent.server.store.kube_heartbeat import KubeHeartbeat
+    from agent.server.store.kube import heartbeat as kube_heartbeat
+    from agent.server.store.kube.heartbeat import KubeHeartbeat
 
     client = KubeClient(load_kubeconfig(kube_cluster.admin_kubeconfig), timeout=10)
     a = KubeHeartbeat(client, namespace, "replica-a:22623", lambda: {"stateSignature": "s"}, start=False)

@@ -222,13 +222,13 @@ def an_expired_lease_frees_its_slot(fleet, nodes, answers, ttl):
 
 
 def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable(fleet):
-    from agent.server.store import etcd_drains
-    from agent.server.store.etcd_client import EtcdClient, parse_store_url
+    from agent.server.store.etcd import drains
+    from agent.server.store.etcd.client import EtcdClient, parse_store_url
 
     url = parse_store_url(fleet.etcd.url)
     watcher = EtcdClient(url.endpoints, timeout=10)
     nodes, answers, limit, peak = drain_storm(fleet, "drainer",
-                                              lambda: len(etcd_drains.holders(watcher, url.prefix, "worker")))
+                                              lambda: len(drains.holders(watcher, url.prefix, "worker")))
     granted = [a for a in answers if a.status_code == 200]
     assert all(a.status_code in (200, 429) for a in answers), [a.text for a in answers if a.status_code >= 300]
     assert 1 <= len(granted) <= limit and peak <= limit
@@ -266,8 +266,8 @@ def day2(node):
 
 
 def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, tmp_path):
-    from agent.server.store import etcd_drains
-    from agent.server.store.etcd_client import EtcdClient, parse_store_url
+    from agent.server.store.etcd import drains
+    from agent.server.store.etcd.client import EtcdClient, parse_store_url
 
     proven = pool(fleet.replicas[0])["status"]["served"]["config"]
     url = parse_store_url(fleet.etcd.url)
@@ -292,7 +292,7 @@ def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, 
     def sample():
         while not stop.is_set():
             try:
-                peak[0] = max(peak[0], len(etcd_drains.holders(watcher, url.prefix, "worker")))
+                peak[0] = max(peak[0], len(drains.holders(watcher, url.prefix, "worker")))
             except Exception:
                 pass
             time.sleep(0.05)

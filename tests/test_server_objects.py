@@ -9,7 +9,7 @@ import shutil
 import pytest
 import yaml
 
-from agent.server.store.statedir import check_os_config, check_pool, load_state
+from agent.server.store.stateformat import check_os_config, check_pool, load_state
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # <repo>/../shared (CI keeps shared/ beside the clone), or NODE_AGENT_SHARED_DIR (a git worktree)

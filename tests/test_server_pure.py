@@ -10,7 +10,7 @@ from agent.server.cluster import content
 from agent.server.cluster.service import ReportInvalid, validate_report
 from agent.server.rollout import gating, progress
 from agent.server.rollout.render import merge_machine_configs, render_pool, selector_matches
-from agent.server.store.statedir import load_state
+from agent.server.store.stateformat import load_state
 
 ROLE = "machineconfiguration.openshift.io/role"
 

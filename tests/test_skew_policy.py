@@ -12,8 +12,8 @@ from agent.core.skew import BootedImage, decide, parse_rules
 from agent.core.versions import parse_version
 from agent.server.cluster import content
 from agent.server.rollout import skewpolicy
-from agent.server.store.statedir import load_state
-from agent.server.store.watcher import StateWatcher
+from agent.server.store.statedir.watcher import StateWatcher
+from agent.server.store.stateformat import load_state
 from tests.test_bad_input_campaign import wsgi
 from tests.test_server_api import EXAMPLE
 

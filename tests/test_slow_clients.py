@@ -162,7 +162,7 @@ def test_sqlite_connection_shared_by_greenlets(tmp_path):
         from gevent import monkey
         monkey.patch_all()
         import gevent
-        from agent.server.store.db import Database
+        from agent.server.store.sqlite.db import Database
 
         db = Database({str(tmp_path / "nodes.db")!r})
         def work(i):

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from agent.server.store import statefiles
-from agent.server.store.statedir import load_state
+from agent.server.store.stateformat import load_state
 from tests.helpers.server_proc import REPO
 
 EXAMPLE = os.path.join(REPO, "examples", "state")

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from agent.server.cluster.service import Cluster
-from agent.server.store import watcher as watcher_module
+from agent.server.store.statedir import watcher as watcher_module
 from tests.helpers.server_proc import REPO, ServerProcess
 
 EXAMPLES = os.path.join(REPO, "examples", "state")

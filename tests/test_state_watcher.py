@@ -7,8 +7,8 @@ import os
 import shutil
 import time
 
-from agent.server.store import watcher as watcher_mod
-from agent.server.store.watcher import StateWatcher
+from agent.server.store.statedir import watcher as watcher_mod
+from agent.server.store.statedir.watcher import StateWatcher
 from tests.helpers.server_proc import REPO
 
 EXAMPLE = os.path.join(REPO, "examples", "state")

@@ -17,8 +17,8 @@ from agent.core.settings import parse_settings_file
 from agent.core.skewrules import load_rules_text, parse_rules
 from agent.errors import ConfigError
 from agent.ignition.parse import parse_document
-from agent.server.store.statedir import KINDS as STATE_KINDS
-from agent.server.store.statedir import load_state
+from agent.server.store.stateformat import KINDS as STATE_KINDS
+from agent.server.store.stateformat import load_state
 
 ROOT = Path(__file__).resolve().parent.parent
 EX = ROOT / "examples"

@@ -305,7 +305,7 @@ def test_nospace_makes_healthz_unhealthy_and_names_the_alarm(state, tmp_path):
     prefix: etcd raises NOSPACE, reports get 503, and /healthz answers 503 naming NOSPACE
     (it said healthy true before); disarmed (after a compaction and a defragmentation),
     /healthz is 200 again."""
-    from agent.server.store.etcd_client import EtcdClient, EtcdNoSpace, parse_store_url
+    from agent.server.store.etcd.client import EtcdClient, EtcdNoSpace, parse_store_url
 
     with EtcdCluster(str(tmp_path / "etcd"), size=1, quota_bytes=4 << 20) as etcd:
         with ServerProcess(state, workers=1, extra_args=["--store", etcd.url + "/bounds"]) as srv:

@@ -239,7 +239,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         _err(problem)
         return EXIT_USAGE
     from agent.server.rollout.render import render_pool
-    from agent.server.store.statedir import load_state
+    from agent.server.store.stateformat import load_state
 
     st = load_state(args.state)
     _print_problems(st.problems)
@@ -300,7 +300,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from agent.server.cli.admincmds import cmd_approve, cmd_delete
     from agent.server.cli.client import ClientError
     from agent.server.cli.viewcmds import cmd_describe, cmd_get
-    from agent.server.store.db import DatabaseUnusable
+    from agent.server.store.sqlite.db import DatabaseUnusable
 
     handler = {"serve": cmd_serve, "render": cmd_render, "status": cmd_status, "get": cmd_get,
                "describe": cmd_describe, "load-state": cmd_load_state, "delete": cmd_delete,

@@ -52,8 +52,8 @@ def check_serve_args(args: argparse.Namespace, cfg: StoreConfig) -> Optional[str
 
 
 def cmd_load_state(args: argparse.Namespace) -> int:
-    from agent.server.store.etcd_client import EtcdUnavailable
-    from agent.server.store.etcd_state import StateRefused, publish
+    from agent.server.store.etcd.client import EtcdUnavailable
+    from agent.server.store.etcd.state import StateRefused, publish
 
     cfg = store_config(args)
     if not cfg.is_etcd:

@@ -14,7 +14,7 @@ beside it would lock every node out.
 certificates). With etcd, state objects come from ``--state DIR`` when given (every replica
 reads its own copy of the same files), else from etcd itself (published with
 ``node-config-server load-state``). ``kubernetes`` keeps node state in the Kubernetes API
-(``kube_nodestore.KubeNodeStore``: MachineConfigNodes, ConfigMaps, Secrets and Leases in
+(``kube.nodestore.KubeNodeStore``: MachineConfigNodes, ConfigMaps, Secrets and Leases in
 ``--namespace``), found by ``--kubeconfig`` or in-cluster; it is the default with ``--backend
 kubernetes``, so that replicas are stateless, and may also go with the directory backend.
 """
@@ -80,7 +80,7 @@ class StoreConfig:
         if self.url != "sqlite" and not self.is_etcd and not self.is_kube_store:
             return f"--store {self.url}: expected sqlite, kubernetes or etcd://HOST:PORT[,HOST:PORT...]"
         if self.is_etcd:
-            from agent.server.store.etcd_client import parse_store_url
+            from agent.server.store.etcd.client import parse_store_url
 
             try:
                 parse_store_url(self.url)
@@ -156,7 +156,7 @@ def status_nodes_db(state_dir: Optional[str], data_dir: Optional[str]) -> Tuple[
 
 
 def etcd_client(cfg: StoreConfig) -> Tuple[Any, str]:
-    from agent.server.store.etcd_client import EtcdClient, parse_store_url
+    from agent.server.store.etcd.client import EtcdClient, parse_store_url
 
     url = parse_store_url(cfg.url)
     return EtcdClient(url.endpoints, ca=cfg.ca, cert=cfg.cert, key=cfg.key), url.prefix
@@ -165,11 +165,11 @@ def etcd_client(cfg: StoreConfig) -> Tuple[Any, str]:
 def open_backends(cfg: StoreConfig, state_dir: Optional[str], reload_interval: float,
                   settle: Optional[float] = None) -> Tuple[Any, Any]:
     """(node store, state source) for a Cluster; (None, None) means the SQLite default. With the
-    Kubernetes backend the state source is the API's (kube_state.KubeStateSource) and node state
+    Kubernetes backend the state source is the API's (kube.state.KubeStateSource) and node state
     is in the store chosen by --store (the API by default, SQLite in --data-dir, or etcd)."""
     if cfg.is_kubernetes:
-        from agent.server.store.kube_client import open_client
-        from agent.server.store.kube_state import KubeStateSource
+        from agent.server.store.kube.client import open_client
+        from agent.server.store.kube.state import KubeStateSource
 
         store = _etcd_store(cfg) if cfg.is_etcd else _kube_store(cfg) if cfg.is_kube_store else None
         return store, KubeStateSource(open_client(cfg.kubeconfig))
@@ -177,24 +177,24 @@ def open_backends(cfg: StoreConfig, state_dir: Optional[str], reload_interval: f
         return None, None
     store = _kube_store(cfg) if cfg.is_kube_store else _etcd_store(cfg)
     if state_dir or cfg.is_kube_store:
-        from agent.server.store.watcher import StateWatcher
+        from agent.server.store.statedir.watcher import StateWatcher
 
         return store, StateWatcher(state_dir, reload_interval, settle)
-    from agent.server.store.etcd_state import EtcdStateSource
+    from agent.server.store.etcd.state import EtcdStateSource
 
     return store, EtcdStateSource(store.client, store.prefix, cfg.cache_dir)
 
 
 def _kube_store(cfg: StoreConfig) -> Any:
     """Node state in the API; its own client (the state source closes its client with it)."""
-    from agent.server.store.kube_client import open_client
-    from agent.server.store.kube_nodestore import KubeNodeStore
+    from agent.server.store.kube.client import open_client
+    from agent.server.store.kube.nodestore import KubeNodeStore
 
     return KubeNodeStore(open_client(cfg.kubeconfig), cfg.kube_namespace())
 
 
 def _etcd_store(cfg: StoreConfig) -> Any:
-    from agent.server.store.nodestore_etcd import EtcdNodeStore
+    from agent.server.store.etcd.nodestore import EtcdNodeStore
 
     client, prefix = etcd_client(cfg)
     return EtcdNodeStore(client, prefix)
@@ -204,7 +204,7 @@ def start_writers(cluster: Any, source: Any, drain: Any = None) -> Any:
     """With the Kubernetes backend: start writing pool status, rendered configs and Node
     annotations back to the API (kube_sync.KubeSync), and drain through it (``drain``: the
     drain cadence, draincadence.Cadence); None for the other backends."""
-    from agent.server.store.kube_state import KubeStateSource
+    from agent.server.store.kube.state import KubeStateSource
 
     if not isinstance(source, KubeStateSource):
         return None

@@ -39,7 +39,7 @@ from agent.server.cluster.accept import needs_kargs_in_machineconfig
 from agent.server.rollout.skewpolicy import manual_minimum
 
 MEDIA_TYPE = "application/vnd.coreos.ignition+json"
-# Served from the state directory's bootstrap/ when present (agent.server.store.statedir.load_bootstrap;
+# Served from the state directory's bootstrap/ when present (agent.server.store.stateformat.load_bootstrap;
 # upstream cluster_server.go builds the kubeconfig from the bootstrap token and takes the CA from
 # the ControllerConfig).
 KUBECONFIG = "kubeconfig"

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional
 from agent.server.cluster.kube_drain import DRAINED_FOR, RETRY_SECONDS, DrainResult, drain_for_lease
 from agent.server.rollout import draincadence
 from agent.server.rollout.draincadence import Cadence, DrainState
-from agent.server.store.kube_client import NODES, KubeError, KubeUnavailable
+from agent.server.store.kube.client import NODES, KubeError, KubeUnavailable
 
 log = logging.getLogger(__name__)
 

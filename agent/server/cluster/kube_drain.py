@@ -37,7 +37,7 @@ from agent.server.rollout.drainplan import (
     plan_drain,
     selector_matches,
 )
-from agent.server.store.kube_client import NODES, KubeClient, KubeError, KubeUnavailable
+from agent.server.store.kube.client import NODES, KubeClient, KubeError, KubeUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class Drainer:
         self.client = client
         self.settings = settings or DrainSettings()
         self.cadence = cadence  # draincadence.Cadence (None: the MCO's), read by drainpacer
-        self.node_cache: Any = None  # kube_watch.Reflector of Nodes (kube_sync's): the views' drain state
+        self.node_cache: Any = None  # kube.watch.Reflector of Nodes (kube_sync's): the views' drain state
         self._eviction_version: Optional[str] = None  # "" = the API has no eviction
         self._evicted: Dict[str, Dict[PodKey, str]] = {}  # node -> pod -> uid evicted
 

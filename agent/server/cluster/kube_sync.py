@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from agent.server.cluster.kube_drain import uncordon_patch
 from agent.server.rollout import draincadence
 from agent.server.rollout.progress import iso8601
-from agent.server.store.kube_client import (
+from agent.server.store.kube.client import (
     MACHINE_CONFIG_NODES,
     MACHINE_CONFIG_POOLS,
     MACHINE_CONFIGS,
@@ -38,8 +38,8 @@ from agent.server.store.kube_client import (
     KubeError,
     KubeUnavailable,
 )
-from agent.server.store.kube_nodestore import node_object
-from agent.server.store.kube_watch import Reflector
+from agent.server.store.kube.nodestore import node_object
+from agent.server.store.kube.watch import Reflector
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class KubeSync:
 
     def __init__(self, cluster: Any, source: Any, client: KubeClient, interval: float = 1.0):
         self.cluster = cluster
-        self.source = source  # kube_state.KubeStateSource: its caches hold the objects as the API has them
+        self.source = source  # kube.state.KubeStateSource: its caches hold the objects as the API has them
         self.client = client
         self.interval = interval
         self.writes = {"status": 0, "rendered": 0, "node": 0}

@@ -22,7 +22,7 @@ def validate_report(body: Any) -> Dict[str, Any]:
     for key in body:
         if key not in REPORT_FIELDS:
             raise ReportInvalid(f"$.{key}", f"unknown field; known: {', '.join(REPORT_FIELDS)}")
-    from agent.server.store.statedir import DNS1123_LABEL
+    from agent.server.store.stateformat import DNS1123_LABEL
 
     pool = body.get("pool")
     if not isinstance(pool, str) or not DNS1123_LABEL.match(pool):

@@ -29,11 +29,11 @@ from agent.server.cluster.serving import ConfigServing, Fetch, UnknownPool  # no
 from agent.server.rollout import gating, progress, skewpolicy
 from agent.server.rollout.drains import DEFAULT_TTL
 from agent.server.rollout.render import Rendered, inputs_key, render_pool
-from agent.server.store.db import Database
 from agent.server.store.nodestore import SERVER_KEY, NodeStore, PoolRow, StoreUnavailable, counts_for
-from agent.server.store.nodestore_sqlite import SqliteNodeStore
-from agent.server.store.statedir import State, pool_forced
-from agent.server.store.watcher import StateWatcher
+from agent.server.store.sqlite.db import Database
+from agent.server.store.sqlite.nodestore import SqliteNodeStore
+from agent.server.store.statedir.watcher import StateWatcher
+from agent.server.store.stateformat import State, pool_forced
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +342,7 @@ class Cluster(Approval, ConfigServing):
         if starter is not None and self._heartbeat is None:
             self._heartbeat = starter(name, self.replica_view)
         elif getattr(self.store, "replicas", None) is not None and self._heartbeat is None:
-            from agent.server.store.etcd_heartbeat import Heartbeat
+            from agent.server.store.etcd.heartbeat import Heartbeat
 
             self._heartbeat = Heartbeat(self.store, name, self.replica_view)
 

@@ -18,7 +18,7 @@ from agent.server.cluster import content
 from agent.server.cluster.accept import negotiate_version
 from agent.server.rollout import gating
 from agent.server.store.nodestore import NodeRecord, PoolRow
-from agent.server.store.statedir import State
+from agent.server.store.stateformat import State
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ A connection past a deadline is closed (a late body gets a 408 first: agent/serv
 
 gevent monkey-patches the worker process after the fork (before the app is built), so the
 app's locks, ``threading.local``, sleeps, and the etcd watch and heartbeat threads become
-cooperative; ``agent/server/store/db.py`` keeps one SQLite connection per OS thread, not per greenlet.
+cooperative; ``agent/server/store/sqlite/db.py`` keeps one SQLite connection per OS thread, not per greenlet.
 """
 
 import signal

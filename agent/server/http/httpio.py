@@ -9,7 +9,7 @@ import re
 from http import HTTPStatus
 from typing import Any, Dict, List, Optional, Tuple
 
-from agent.server.store.statedir import DNS1123_LABEL, DNS1123_SUBDOMAIN
+from agent.server.store.stateformat import DNS1123_LABEL, DNS1123_SUBDOMAIN
 
 MAX_BODY = 1 << 20  # any request body but a report (docs/security.md, "Limits")
 MAX_REPORT = 64 << 10  # a node's report: the largest one the report rules accept is about 29 KiB

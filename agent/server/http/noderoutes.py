@@ -254,7 +254,7 @@ class NodeRoutes:
         that cannot be evicted) and since when is in the answer. A single-node cluster never
         drains: granted at once, the answer says why."""
         from agent.server.cluster.drainpacer import paced_drain
-        from agent.server.store.kube_client import KubeError, KubeUnavailable
+        from agent.server.store.kube.client import KubeError, KubeUnavailable
         from agent.server.store.nodestore import StoreUnavailable
 
         try:

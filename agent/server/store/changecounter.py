@@ -7,7 +7,7 @@ SQLite that (``PRAGMA data_version``) costs a read transaction: two ``fcntl`` lo
 ``-shm`` file, contended by every worker. This counter costs a load from shared memory.
 
 ``<db>-gen`` holds one 64-bit counter, mapped by every process that opens the database. A
-writer adds one *after* its COMMIT (agent/server/store/db.py), under ``flock`` (other processes; each
+writer adds one *after* its COMMIT (agent/server/store/sqlite/db.py), under ``flock`` (other processes; each
 opens the file itself, as a descriptor inherited across a fork would share its lock) and a
 thread lock (this process's threads), so that no increment is lost: the counter only grows. A
 reader reads the counter *before* it reads the store and keeps what it read under that value:

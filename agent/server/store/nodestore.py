@@ -1,6 +1,6 @@
 """The node store: what the server remembers about nodes, kept so that no request costs O(nodes).
 
-One interface, two implementations planned: SQLite (``nodestore_sqlite.SqliteNodeStore``, one
+One interface, two implementations planned: SQLite (``sqlite.nodestore.SqliteNodeStore``, one
 server or several gunicorn workers on one host) and etcd (replicas; issue 20). The service
 (``service.Cluster``) talks to node state only through this interface.
 

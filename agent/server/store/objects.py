@@ -1,7 +1,7 @@
 """Checks of the state directory's objects, as the API admits them (pure).
 
 The checks themselves are ``agent.core.objectchecks`` (``node-agent validate`` applies the same
-rules offline); here is which check each state directory folder gets. ``agent.server.store.statedir``
+rules offline); here is which check each state directory folder gets. ``agent.server.store.stateformat``
 leaves an object with problems out (the last good state keeps serving).
 """
 

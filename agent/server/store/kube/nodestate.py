@@ -1,4 +1,4 @@
-"""The Kubernetes node store's ConfigMaps (part of ``kube_nodestore.KubeNodeStore``): pool rows
+"""The Kubernetes node store's ConfigMaps (part of ``kube.nodestore.KubeNodeStore``): pool rows
 with their history, the shared meta strings and the rendered configs, in the server's namespace.
 
 | ConfigMap | data |
@@ -7,7 +7,7 @@ with their history, the shared meta strings and the rendered configs, in the ser
 | ``node-config-server-meta`` | one key per meta key (the state signature every replica has seen) |
 | ``node-config-server-rendered-<name>`` | binaryData ``rendered``: zlib JSON {pool, spec, sources}; immutable |
 
-Pool rows and meta are followed by one watch (kube_watch.Reflector) and served from memory; a pool row is
+Pool rows and meta are followed by one watch (kube.watch.Reflector) and served from memory; a pool row is
 changed by compare-and-swap on the ConfigMap's resourceVersion (a PUT carrying it: the API
 server answers 409 Conflict when another replica wrote first). Rendered configs are read once
 and kept: they never change under their name.
@@ -21,8 +21,8 @@ import time
 import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from agent.server.store.kube_client import CONFIGMAPS, KubeClient, KubeError
-from agent.server.store.kube_watch import resource_version as rv
+from agent.server.store.kube.client import CONFIGMAPS, KubeClient, KubeError
+from agent.server.store.kube.watch import resource_version as rv
 from agent.server.store.nodestore import PoolRow
 
 log = logging.getLogger(__name__)

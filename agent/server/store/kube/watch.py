@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from agent.server.store.kube_client import KubeClient, KubeError, KubeUnavailable, Resource
+from agent.server.store.kube.client import KubeClient, KubeError, KubeUnavailable, Resource
 
 log = logging.getLogger(__name__)
 

@@ -147,7 +147,7 @@ def _spec2_converted(doc: Dict[str, Any], where: str) -> Tuple[Dict[str, Any], L
 def admit(state: State, sub: str, doc: Dict[str, Any], where: str) -> Optional[str]:
     """Check one object of kind ``KINDS[sub]`` as the API admits it and add it to ``state``
     (its name), or record its problems and leave it out (None). The state directory and the
-    Kubernetes backend (agent.server.store.kube_state) admit objects with this one rule."""
+    Kubernetes backend (agent.server.store.kube.state) admit objects with this one rule."""
     kind = KINDS[sub]
     if doc.get("kind") not in (None, kind):
         state.problems.append(Problem("$.kind", f"expected {kind} in {sub}/", "kind", value=doc.get("kind"),

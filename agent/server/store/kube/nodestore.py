@@ -5,9 +5,9 @@ cluster keeps it, so replicas are stateless (``serve --store kubernetes``; issue
 |---|---|
 | a node's report, pool and membership | its MachineConfigNode (cluster-scoped, named after the node): annotation ``node-agent.openshift.io/report`` (JSON: pool, why, degraded, report, received) |
 | its cordon/drain/uncordon log | the same MachineConfigNode: annotation ``node-agent.openshift.io/drain-log`` (JSON list, newest 50) |
-| pool rows, history, meta, rendered configs | ConfigMaps in the namespace (``kube_nodestate``) |
-| credentials and registrations | Secrets in the namespace (``kube_identity.KubeCredentials``) |
-| drain leases | coordination.k8s.io/v1 Leases in the namespace (``kube_leases.KubeLeases``) |
+| pool rows, history, meta, rendered configs | ConfigMaps in the namespace (``kube.nodestate``) |
+| credentials and registrations | Secrets in the namespace (``kube.identity.KubeCredentials``) |
+| drain leases | coordination.k8s.io/v1 Leases in the namespace (``kube.leases.KubeLeases``) |
 
 Why the MachineConfigNode and not only the Node: a node reports from its first boot, before its
 kubelet registers the Node object (and after the Node is deleted, until the admin deletes the
@@ -31,19 +31,19 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from agent.server.rollout.progress import Membership
-from agent.server.store.kube_client import (
+from agent.server.store.kube.client import (
     CONFIGMAPS,
     MACHINE_CONFIG_NODES,
     KubeClient,
     KubeError,
     KubeUnavailable,
 )
-from agent.server.store.kube_heartbeat import KubeHeartbeat
-from agent.server.store.kube_identity import KubeCredentials
-from agent.server.store.kube_leases import KubeLeases
-from agent.server.store.kube_nodestate import ConfigMapState
-from agent.server.store.kube_watch import Reflector, wait_all_synced
-from agent.server.store.kube_watch import resource_version as rv
+from agent.server.store.kube.heartbeat import KubeHeartbeat
+from agent.server.store.kube.identity import KubeCredentials
+from agent.server.store.kube.leases import KubeLeases
+from agent.server.store.kube.nodestate import ConfigMapState
+from agent.server.store.kube.watch import Reflector, wait_all_synced
+from agent.server.store.kube.watch import resource_version as rv
 from agent.server.store.nodeindex import IndexedReads, NodeIndex
 from agent.server.store.nodestore import (
     DRAIN_GRANTED,
@@ -174,7 +174,7 @@ class KubeNodeStore(IndexedReads, NodeStore):
             self.heartbeat.stop()
 
     def start_heartbeat(self, name: str, describe: Callable[[], Dict[str, Any]]) -> KubeHeartbeat:
-        """Announce this process's view as a Lease (kube_heartbeat.py; /api/v1/cluster)."""
+        """Announce this process's view as a Lease (kube.heartbeat.py; /api/v1/cluster)."""
         if self.heartbeat is None:
             self.heartbeat = KubeHeartbeat(self.client, self.namespace, name, describe)
         return self.heartbeat
@@ -342,7 +342,7 @@ class KubeNodeStore(IndexedReads, NodeStore):
             return
         raise RuntimeError(f"MachineConfigNode {node}: {CAS_TRIES} concurrent changes of its drain log; try again")
 
-    # -- pools, rendered configs, meta (kube_nodestate.ConfigMapState) ------------------------------
+    # -- pools, rendered configs, meta (kube.nodestate.ConfigMapState) ------------------------------
 
     def pools(self) -> Dict[str, PoolRow]:
         return self.cm.pools()

@@ -22,8 +22,8 @@ import tempfile
 import threading
 from typing import Dict, Optional, Tuple
 
-from agent.server.store.etcd_client import EtcdClient, EtcdUnavailable, cmp_absent, cmp_mod, op_delete, op_put
-from agent.server.store.statedir import CLUSTER_FILE, KINDS, State, load_state
+from agent.server.store.etcd.client import EtcdClient, EtcdUnavailable, cmp_absent, cmp_mod, op_delete, op_put
+from agent.server.store.stateformat import CLUSTER_FILE, KINDS, State, load_state
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ still find the owner of a credential with one read. Each process keeps both dire
 import json
 from typing import Any, Callable, Dict, List, Optional
 
-from agent.server.store import etcd_drains
-from agent.server.store.etcd_client import KV, cmp_absent, cmp_mod, op_delete, op_put
+from agent.server.store.etcd import drains
+from agent.server.store.etcd.client import KV, cmp_absent, cmp_mod, op_delete, op_put
 from agent.server.store.nodestore import (
     Deleted,
     Registration,
@@ -131,7 +131,7 @@ class EtcdIdentity(RegistrationChanges):
         credential and the drain log. The lease's etcd lease is revoked after."""
         report = self.client.get(self._k("nodes", node))
         cred = self.client.get(self._k("credentials", node))
-        held = [h for h in etcd_drains.holders(self.client, self.prefix) if h["node"] == node]
+        held = [h for h in drains.holders(self.client, self.prefix) if h["node"] == node]
         ops = [op_delete(self._k(*parts)) for parts in (("nodes", node), ("credentials", node), ("drainlog", node))]
         if cred is not None:
             ops.append(op_delete(self._k("credhash", json.loads(cred.value)["hash"])))

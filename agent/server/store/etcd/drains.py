@@ -14,7 +14,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from agent.server.rollout.drains import DrainAnswer
-from agent.server.store.etcd_client import KV, EtcdClient, cmp_unchanged_since, op_delete, op_put
+from agent.server.store.etcd.client import KV, EtcdClient, cmp_unchanged_since, op_delete, op_put
 
 MAX_RACES = 20  # a grant that loses this many races in a row answers "wait" (Retry-After 1)
 

@@ -1,6 +1,6 @@
 """Drain leases as coordination.k8s.io/v1 Leases: at most ``maxUnavailable`` nodes of a pool
 drain at once, across replicas that keep no state of their own (the etcd version is
-``etcd_drains``).
+``etcd.drains``).
 
 A pool's leases are a counting semaphore of ``limit`` slots: Lease objects ``drain-<pool>-<i>``,
 ``i`` in ``0..limit-1`` (the pool's name hashed when the name would be too long), each held by
@@ -30,8 +30,8 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from agent.server.rollout.drains import DrainAnswer
-from agent.server.store.kube_client import LEASES, KubeClient, KubeError
-from agent.server.store.kube_watch import Follower, NewestObjects, permission
+from agent.server.store.kube.client import LEASES, KubeClient, KubeError
+from agent.server.store.kube.watch import Follower, NewestObjects, permission
 
 APP_LABEL, APP = "app.kubernetes.io/name", "node-config-server"
 KIND_LABEL, KIND = "node-agent.openshift.io/kind", "drain-lease"
@@ -200,7 +200,7 @@ class KubeLeases(Follower):
     # -- the drain lease methods ------------------------------------------------------------
 
     def acquire(self, node: str, pool: str, config: str, limit: int, ttl: float, now: float) -> DrainAnswer:
-        """Grant, renew or refuse ``node`` a drain slot in ``pool`` (etcd_drains.request_drain)."""
+        """Grant, renew or refuse ``node`` a drain slot in ``pool`` (etcd.drains.request_drain)."""
         ttl_s = max(1, int(math.ceil(ttl)))
         for _ in range(MAX_RACES):
             objects = self._list()

@@ -47,7 +47,7 @@ MIGRATIONS = [
         id INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT NOT NULL, pool TEXT NOT NULL,
         action TEXT NOT NULL, detail TEXT NOT NULL DEFAULT '', at REAL NOT NULL);
     """,
-    # 1 -> 2: node state kept incrementally (agent/server/store/nodestore_sqlite.py). The membership
+    # 1 -> 2: node state kept incrementally (agent/server/store/sqlite/nodestore.py). The membership
     # columns and counters are filled by the first server to start (no membership_signature yet).
     """
     ALTER TABLE reports ADD COLUMN why TEXT NOT NULL DEFAULT '';

@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Optional, Tuple
 
-from agent.server.store.statedir import State, load_state, signature, signature_and_newest
+from agent.server.store.stateformat import State, load_state, signature, signature_and_newest
 
 log = logging.getLogger(__name__)
 

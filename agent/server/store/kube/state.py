@@ -1,5 +1,5 @@
 """The serving ``State`` from the Kubernetes API (``serve --backend kubernetes``): the same
-``current()`` as the state directory's watcher, built from watch caches (kube_watch.Reflector)
+``current()`` as the state directory's watcher, built from watch caches (kube.watch.Reflector)
 of MachineConfigs, MachineConfigPools, MachineOSConfigs/Builds and the MachineConfiguration
 named ``cluster``.
 
@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from agent.core.objectchecks import check_cluster
-from agent.server.store.kube_client import (
+from agent.server.store.kube.client import (
     MACHINE_CONFIG_POOLS,
     MACHINE_CONFIGS,
     MACHINE_CONFIGURATIONS,
@@ -29,8 +29,8 @@ from agent.server.store.kube_client import (
     MACHINE_OS_CONFIGS,
     KubeClient,
 )
-from agent.server.store.kube_watch import Reflector, wait_all_synced
-from agent.server.store.statedir import State, admit
+from agent.server.store.kube.watch import Reflector, wait_all_synced
+from agent.server.store.stateformat import State, admit
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
-from agent.server.store.etcd_client import EtcdError, EtcdNoSpace, cmp_absent, cmp_mod, op_put
+from agent.server.store.etcd.client import EtcdError, EtcdNoSpace, cmp_absent, cmp_mod, op_put
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ Layout under the store prefix (default ``/node-agent/``):
 | ``history/<pool>`` | JSON list of target/current changes (the newest 200) |
 | ``rendered/<name>`` | zlib-compressed JSON: pool, spec, sources (written once: names are content hashes) |
 | ``meta/<key>`` | a small shared string (the state signature every replica has seen) |
-| ``leases/<pool>/<node>`` | a drain lease, attached to an etcd lease with the drain TTL (``etcd_drains``) |
+| ``leases/<pool>/<node>`` | a drain lease, attached to an etcd lease with the drain TTL (``etcd.drains``) |
 | ``drainlog/<node>`` | JSON list of the node's cordon/drain/uncordon events (the newest 50) |
-| ``credentials/<node>``, ``credhash/<hash>`` | the hash of the node's credential, and its owner (``etcd_identity``) |
+| ``credentials/<node>``, ``credhash/<hash>`` | the hash of the node's credential, and its owner (``etcd.identity``) |
 
 Reads come from memory: each process loads nodes, pools and meta once and follows them with a
 watch (``nodeindex.NodeIndex``), so counts, proofs and a config fetch cost no round trip and
@@ -28,8 +28,8 @@ import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.rollout.progress import Membership
-from agent.server.store import etcd_drains
-from agent.server.store.etcd_client import (
+from agent.server.store.etcd import drains
+from agent.server.store.etcd.client import (
     KV,
     EtcdClient,
     EtcdError,
@@ -39,7 +39,7 @@ from agent.server.store.etcd_client import (
     op_delete,
     op_put,
 )
-from agent.server.store.etcd_identity import EtcdIdentity
+from agent.server.store.etcd.identity import EtcdIdentity
 from agent.server.store.nodeindex import IndexedReads, NodeIndex
 from agent.server.store.nodestore import (
     DRAIN_GRANTED,
@@ -84,7 +84,7 @@ class EtcdNodeStore(EtcdIdentity, IndexedReads, NodeStore):
         return self.prefix + "/".join(parts)
 
     def _load(self) -> None:
-        """Read everything at one revision. etcd's history is compacted (etcd_heartbeat.Compactor):
+        """Read everything at one revision. etcd's history is compacted (etcd.heartbeat.Compactor):
         when the revision read at is compacted away between two of the reads, read again."""
         for attempt in range(5):
             try:
@@ -167,7 +167,7 @@ class EtcdNodeStore(EtcdIdentity, IndexedReads, NodeStore):
 
     @property
     def alarms(self) -> List[Dict[str, str]]:
-        """etcd's raised alarms as this process last saw them (etcd_heartbeat polls them; a write
+        """etcd's raised alarms as this process last saw them (etcd.heartbeat polls them; a write
         refused for lack of space adds NOSPACE at once): [{"alarm": "NOSPACE", "member": id}]."""
         return list(self.client.alarms_seen)
 
@@ -216,7 +216,7 @@ class EtcdNodeStore(EtcdIdentity, IndexedReads, NodeStore):
         return Recorded(released, old.pool if old is not None else None)
 
     def _fresh_lease(self, node: str) -> Optional[Tuple[str, str, int, int]]:
-        for h in etcd_drains.holders(self.client, self.prefix):
+        for h in drains.holders(self.client, self.prefix):
             if h["node"] == node:
                 kv = self.client.get(self._k("leases", h["pool"], node))
                 if kv is not None:
@@ -226,7 +226,7 @@ class EtcdNodeStore(EtcdIdentity, IndexedReads, NodeStore):
     # -- leases -------------------------------------------------------------------------------
 
     def acquire_lease(self, node: str, pool: str, config: str, limit: int, ttl: float, now: float):
-        answer = etcd_drains.request_drain(self.client, self.prefix, node, pool, config, limit, ttl, now)
+        answer = drains.request_drain(self.client, self.prefix, node, pool, config, limit, ttl, now)
         if answer.granted:  # read-your-writes: a Done report through this process ends it at once
             kv = self.client.get(self._k("leases", pool, node))
             if kv is not None:
@@ -238,7 +238,7 @@ class EtcdNodeStore(EtcdIdentity, IndexedReads, NodeStore):
         return answer
 
     def release_lease(self, node: str, why: str) -> Optional[str]:
-        pool = etcd_drains.release(self.client, self.prefix, node)
+        pool = drains.release(self.client, self.prefix, node)
         with self._lock:
             self._leases.pop(node, None)
         if pool is not None:
@@ -247,7 +247,7 @@ class EtcdNodeStore(EtcdIdentity, IndexedReads, NodeStore):
 
     def leases(self, pool: Optional[str] = None, now: Optional[float] = None) -> List[Dict[str, Any]]:
         return [{k: h[k] for k in ("node", "pool", "config", "granted", "expires")}
-                for h in etcd_drains.holders(self.client, self.prefix, pool or "")]
+                for h in drains.holders(self.client, self.prefix, pool or "")]
 
     def drain_events(self, node: Optional[str] = None) -> List[Dict[str, Any]]:
         if node is not None:

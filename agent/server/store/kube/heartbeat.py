@@ -1,5 +1,5 @@
 """Each replica process announces what it serves on the Kubernetes API (``/api/v1/cluster``
-lists every replica's view): the etcd store's ``etcd_heartbeat.Heartbeat``, with a
+lists every replica's view): the etcd store's ``etcd.heartbeat.Heartbeat``, with a
 coordination.k8s.io Lease per process instead of a key on an etcd lease.
 
 The Lease ``replica-<name>-<pid>`` in the store's namespace, label
@@ -8,7 +8,7 @@ The Lease ``replica-<name>-<pid>`` in the store's namespace, label
 ``node-agent.openshift.io/replica``. A replica whose ``renewTime`` is more than ``ttl`` old is
 not listed; its Lease is deleted once it is ``SWEEP_AFTER`` old (by any replica: a process
 killed without stopping leaves one behind) and by its own process when it stops. Expiry reads
-the replica's clock, as the drain leases do (kube_leases.py): replicas' clocks must agree
+the replica's clock, as the drain leases do (kube.leases.py): replicas' clocks must agree
 within the TTL.
 """
 
@@ -21,8 +21,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from agent.server.store.kube_client import LEASES, KubeClient, KubeError
-from agent.server.store.kube_leases import KIND_LABEL, micro_time, parse_time
+from agent.server.store.kube.client import LEASES, KubeClient, KubeError
+from agent.server.store.kube.leases import KIND_LABEL, micro_time, parse_time
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,6 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.rollout.progress import Membership
-from agent.server.store.db import Database
 from agent.server.store.nodestore import (
     DRAIN_GRANTED,
     SERVED_KEEP,
@@ -30,6 +29,7 @@ from agent.server.store.nodestore import (
     contribution,
     registration_from,
 )
+from agent.server.store.sqlite.db import Database
 
 _REG_COLUMNS = "node, created, approved, approved_by, labels, served"
 

@@ -1,5 +1,5 @@
 """Node credentials as Secrets in the server's namespace: the Kubernetes node store's identity
-part (composed by ``kube_nodestore.KubeNodeStore``; the etcd version is ``etcd_identity``).
+part (composed by ``kube.nodestore.KubeNodeStore``; the etcd version is ``etcd.identity``).
 
 One Secret per node, type ``node-agent.openshift.io/credential``, named
 ``node-credential-<node>`` (or ``node-credential-<sha256(node)[:40]>`` when that is longer than a
@@ -22,8 +22,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from agent.server.store.kube_client import SECRETS, KubeClient, KubeError
-from agent.server.store.kube_watch import Follower, NewestObjects, permission
+from agent.server.store.kube.client import SECRETS, KubeClient, KubeError
+from agent.server.store.kube.watch import Follower, NewestObjects, permission
 from agent.server.store.nodestore import Registration, registration_from
 from agent.server.store.registration_changes import RegistrationChanges
 

@@ -1,0 +1,1 @@
+"""The etcd engine: node state and state objects in a shared etcd (replicas)."""

@@ -1,0 +1,1 @@
+"""The state directory engine: state objects from a YAML directory on disk, noticed by polling."""
