@@ -63,3 +63,37 @@ def test_the_cli_defaults_are_the_cores(cli_name, core_module, core_name):
     import agent.cli
 
     assert getattr(agent.cli, cli_name) == getattr(importlib.import_module(core_module), core_name)
+
+
+def test_every_node_store_engine_names_its_kind_and_is_a_node_store():
+    from agent.server.store.etcd.nodestore import EtcdNodeStore
+    from agent.server.store.kube.nodestore import KubeNodeStore
+    from agent.server.store.nodestore import NodeStore
+    from agent.server.store.sqlite.nodestore import SqliteNodeStore
+
+    kinds = {cls.__name__: cls.kind for cls in (SqliteNodeStore, EtcdNodeStore, KubeNodeStore)}
+    assert kinds == {"SqliteNodeStore": "sqlite", "EtcdNodeStore": "etcd", "KubeNodeStore": "kubernetes"}
+    assert all(issubclass(cls, NodeStore) for cls in (SqliteNodeStore, EtcdNodeStore, KubeNodeStore))
+
+
+def test_a_local_store_offers_no_replica_list_nor_heartbeat(tmp_path):
+    from agent.server.store.sqlite.db import Database
+    from agent.server.store.sqlite.nodestore import SqliteNodeStore
+
+    store = SqliteNodeStore(Database(str(tmp_path / "nodes.db")))
+    assert (store.replicas(), store.start_heartbeat("r", dict), store.alarms(), store.last_seen()) == \
+        (None, None, [], None)
+
+
+def test_every_object_source_engine_keeps_the_object_source_contract():
+    from agent.server.store.etcd.state import EtcdStateSource
+    from agent.server.store.kube.state import KubeStateSource
+    from agent.server.store.objectsource import ObjectSource
+    from agent.server.store.statedir.watcher import StateWatcher
+
+    members = ("store_error", "current", "close")
+    for cls in (StateWatcher, EtcdStateSource, KubeStateSource):
+        missing = [m for m in members if not hasattr(cls, m)]
+        assert not missing, f"{cls.__name__} lacks {missing}"
+    watcher = StateWatcher(os.path.join(REPO, "examples", "state"))
+    assert isinstance(watcher, ObjectSource) and watcher.store_error == ""

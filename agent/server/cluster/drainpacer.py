@@ -58,8 +58,8 @@ class Paced:
 def control_plane_topology(drainer: Any) -> Optional[str]:
     """The Infrastructure object's status.controlPlaneTopology, read once per Drainer (a cluster's
     topology does not change); None when the API has no such object or may not read it."""
-    if getattr(drainer, "_topology_read", False):
-        return drainer._topology
+    if drainer.topology_memo is not None:
+        return drainer.topology_memo[0]
     topology = None
     try:
         topology = str((drainer.client.get(INFRASTRUCTURE).get("status") or {}).get("controlPlaneTopology") or "")
@@ -67,8 +67,8 @@ def control_plane_topology(drainer: Any) -> Optional[str]:
         if exc.status != 404:
             log.warning("reading %s: %s; draining as on a cluster of several nodes (deploy/rbac.yaml grants "
                         "get infrastructures)", INFRASTRUCTURE, exc)
-    drainer._topology, drainer._topology_read = topology or None, True
-    return drainer._topology
+    drainer.topology_memo = (topology or None,)
+    return drainer.topology_memo[0]
 
 
 def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = None) -> Optional[Paced]:
@@ -76,7 +76,7 @@ def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = Non
     required, why = draincadence.drain_required(control_plane_topology(drainer))
     if not required:
         return Paced(done=True, skipped=why)
-    cadence: Cadence = getattr(drainer, "cadence", None) or Cadence()
+    cadence: Cadence = drainer.cadence or Cadence()
     now = time.time() if now is None else now
     for _ in range(3):  # 409: another replica moved the state meanwhile; read it again
         try:
@@ -195,11 +195,11 @@ def _write_event(client: Any, body: Dict[str, Any]) -> None:
 def active_drains(drainer: Any) -> Dict[str, DrainState]:
     """Every Node with a drain under way, from the Node cache (no API call), worked out again only
     when the cache has changed; empty without the Kubernetes backend."""
-    cache = getattr(drainer, "node_cache", None)
+    cache = drainer.node_cache
     if cache is None:
         return {}
     version = cache.version
-    memo = getattr(drainer, "_active_memo", None)
+    memo = drainer.active_memo
     if memo is not None and memo[0] == version and version:
         return memo[1]
     out = {}
@@ -209,7 +209,7 @@ def active_drains(drainer: Any) -> Dict[str, DrainState]:
             state = draincadence.from_annotations(annotations)
             if state.active:
                 out[name] = state
-    drainer._active_memo = (version, out)
+    drainer.active_memo = (version, out)
     return out
 
 

@@ -30,6 +30,7 @@ from agent.server.rollout import gating, progress, skewpolicy
 from agent.server.rollout.drains import DEFAULT_TTL
 from agent.server.rollout.render import Rendered, inputs_key, render_pool
 from agent.server.store.nodestore import SERVER_KEY, NodeStore, PoolRow, StoreUnavailable, counts_for
+from agent.server.store.objectsource import ObjectSource
 from agent.server.store.sqlite.db import Database
 from agent.server.store.sqlite.nodestore import SqliteNodeStore
 from agent.server.store.statedir.watcher import StateWatcher
@@ -67,7 +68,7 @@ class Cluster(Approval, ConfigServing):
         self.state_dir = state_dir
         self.db = Database(db_path or os.path.join(state_dir, "nodes.db")) if store is None else None
         self.store: NodeStore = store or SqliteNodeStore(self.db)
-        self.watcher = watcher or StateWatcher(state_dir, reload_interval, settle)
+        self.watcher: ObjectSource = watcher or StateWatcher(state_dir, reload_interval, settle)
         self._heartbeat: Any = None
         self.store_error = ""  # why the last write to the shared store failed ("" = it did not)
         self._store_retry_at = 0.0
@@ -91,21 +92,19 @@ class Cluster(Approval, ConfigServing):
         """The store as this process sees it (for /healthz, /api/v1/cluster and status). An
         etcd alarm (NOSPACE: the database is full, every write is refused; CORRUPT) makes it
         unhealthy and is named (``alarms``; /healthz then answers 503)."""
-        kind = type(self.store).__name__
-        alarms = list(getattr(self.store, "alarms", None) or [])
-        error = self.store_error or getattr(self.watcher, "store_error", "")
+        alarms = self.store.alarms()
+        error = self.store_error or self.watcher.store_error
         if alarms:
             names = ", ".join(sorted({a["alarm"] for a in alarms}))
             error = (f"etcd alarm {names} raised: etcd refuses every write until an operator clears it "
                      f"(NOSPACE: compact, defragment, then 'etcdctl alarm disarm'; docs/security.md, "
                      f"\"Limits\")" + (f"; {error}" if error else ""))
-        named = "etcd" if "Etcd" in kind else "kubernetes" if "Kube" in kind else "sqlite"
-        out: Dict[str, Any] = {"kind": named, "healthy": not error}
+        out: Dict[str, Any] = {"kind": self.store.kind, "healthy": not error}
         if alarms:
             out["alarms"] = alarms
         if error:
             out["error"] = error
-        seen = getattr(self.store, "last_seen", None)
+        seen = self.store.last_seen()
         if seen:
             out["lastContactSecondsAgo"] = round(max(0.0, time.time() - seen), 1)
         return out
@@ -316,10 +315,10 @@ class Cluster(Approval, ConfigServing):
         out = progress.cluster_progress(views, warnings)
         out["upgradeable"] = skewpolicy.upgradeable(st.cluster_spec)  # boot image skew (agent.server.rollout.skewpolicy)
         out["store"] = self.store_health()
-        listed = getattr(self.store, "replicas", None)
+        listed = self.store.replicas()
         mine = [dict(self.replica_view(st, views), replica=self.replica_name, pid=os.getpid(), at=time.time())]
         out["replicas"] = [dict(r, at=progress.iso8601(r["at"])) if "at" in r else r
-                           for r in (listed() if listed else mine)]
+                           for r in (listed if listed is not None else mine)]
         return out
 
     # -- replicas ---------------------------------------------------------------------------------
@@ -338,13 +337,13 @@ class Cluster(Approval, ConfigServing):
     def start_heartbeat(self, name: str) -> None:
         """On a shared store, announce this process's view every few seconds (/api/v1/cluster)."""
         self.replica_name = name
-        starter = getattr(self.store, "start_heartbeat", None)  # the Kubernetes store's own (Leases)
-        if starter is not None and self._heartbeat is None:
-            self._heartbeat = starter(name, self.replica_view)
-        elif getattr(self.store, "replicas", None) is not None and self._heartbeat is None:
-            from agent.server.store.etcd.heartbeat import Heartbeat
+        if self._heartbeat is None:
+            self._heartbeat = self.store.start_heartbeat(name, self.replica_view)
 
-            self._heartbeat = Heartbeat(self.store, name, self.replica_view)
+    def stop_heartbeat(self) -> None:
+        """This process stops serving: its replica announcement goes at once, not a TTL later."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
 
     # -- reports and drains ------------------------------------------------------------------------
 

@@ -74,8 +74,7 @@ class App(NodeRoutes):
                     db_path = os.path.join(self.data_dir, NODES_DB) if self.data_dir and store is None else None
                     cluster = Cluster(self.state_dir, db_path=db_path, lease_ttl=self.lease_ttl, store=store,
                                       watcher=watcher, reload_interval=self.reload_interval, settle=self.settle)
-                    if getattr(store, "client", None) is not None:
-                        store.client.observer = self.counter.observe_store
+                    cluster.store.observe(self.counter.observe_store)
                     cluster.start_heartbeat(self.store_config.replica_name())
                     self.writer = start_writers(cluster, watcher, self.store_config.drain)  # the Kubernetes backend's status writes
                     self._cluster = cluster
@@ -87,9 +86,8 @@ class App(NodeRoutes):
     def retire(self) -> None:
         """The worker is exiting: take its replica announcement away at once (the Kubernetes
         store's heartbeat Lease), so that /api/v1/cluster drops it now, not a TTL later."""
-        heartbeat = getattr(self._cluster.store, "heartbeat", None) if self._cluster is not None else None
-        if heartbeat is not None:
-            heartbeat.stop()
+        if self._cluster is not None:
+            self._cluster.stop_heartbeat()
 
     # -- WSGI ------------------------------------------------------------------------------
 

@@ -54,6 +54,12 @@ store it is given):
 - **Deleting a node.** ``delete_node(node, now)`` -> ``Deleted``: its report, its share of the
   counters and proofs, its lease and its credential go in one atomic step.
 - Meta: ``meta(key)`` / ``set_meta(key, value)`` for small shared strings (state signature).
+- **What the engine is and shares** (every engine answers; the service never guesses from a
+  class name): ``kind`` ("sqlite", "etcd", "kubernetes"), ``alarms()`` (raised conditions that
+  stop writes: etcd's NOSPACE, CORRUPT), ``last_seen()`` (when a shared store last answered this
+  process; None for a local file), ``replicas()`` (every live replica's announced view; None when
+  the engine keeps no such list) and ``start_heartbeat(name, describe)`` (announce this
+  process's view to the others; None when there are no others to tell).
 
 Times are Unix seconds. Names are already validated by the caller (DNS-1123).
 """
@@ -237,6 +243,31 @@ def contribution(pool: str, member_degraded: str, report: Dict[str, Any]):
 
 
 class NodeStore(abc.ABC):
+    # -- the engine and what it shares with other replicas ---------------------------------------
+    kind: str = ""  # "sqlite", "etcd" or "kubernetes": /healthz, /api/v1/cluster and status name it
+
+    def alarms(self) -> List[Dict[str, str]]:
+        """Raised conditions that make the store refuse writes, [{"alarm": ..., "member": ...}]."""
+        return []
+
+    def last_seen(self) -> Optional[float]:
+        """When a shared store last answered this process (Unix time); None for a local file."""
+        return None
+
+    def replicas(self) -> Optional[List[Dict[str, Any]]]:
+        """Every live replica's announced view (start_heartbeat); None: the engine keeps no such
+        list, so this process's own view is the whole list."""
+        return None
+
+    def observe(self, observer: Callable[[str, float, bool], None]) -> None:  # noqa: B027 - local stores: nothing
+        """Call ``observer(api_path, seconds, ok)`` after every round trip to a shared store
+        (/metrics' store latency and errors); a local file has no round trips to tell."""
+
+    def start_heartbeat(self, name: str, describe: Callable[[], Dict[str, Any]]) -> Optional[Any]:
+        """Announce ``describe()`` as replica ``name`` every few seconds until ``close`` or the
+        returned heartbeat's ``stop()``; None when there are no other replicas to tell (a local store)."""
+        return None
+
     # -- nodes --------------------------------------------------------------------------------
     @abc.abstractmethod
     def record_report(self, node: str, body: Dict[str, Any], member: Membership, now: float) -> "Recorded":

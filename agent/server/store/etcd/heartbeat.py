@@ -99,8 +99,13 @@ class Heartbeat:
         self.alarm_poll = alarm_poll
         self.compactor = Compactor(store.client, store._k("compaction"), compact_interval, compact_keep,
                                    who=f"{name} pid {os.getpid()}")
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="replica-heartbeat", daemon=True)
         self._thread.start()
+
+    def stop(self) -> None:
+        """No more announcements from this process (its etcd lease then ends within ``ttl``)."""
+        self._stopped.set()
 
     def beat(self) -> None:
         client = self.store.client
@@ -121,7 +126,7 @@ class Heartbeat:
 
     def _loop(self) -> None:
         stop = self.store._stop
-        while not stop.is_set():
+        while not stop.is_set() and not self._stopped.is_set():
             now = time.monotonic()
             if now >= self._beat_at:
                 try:

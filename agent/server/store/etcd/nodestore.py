@@ -165,16 +165,26 @@ class EtcdNodeStore(EtcdIdentity, IndexedReads, NodeStore):
             config = json.loads(kv.value or b"{}").get("config", "")
             self._leases[node] = (pool, config, kv.mod_revision, kv.lease)
 
-    @property
+    kind = "etcd"
+
     def alarms(self) -> List[Dict[str, str]]:
         """etcd's raised alarms as this process last saw them (etcd.heartbeat polls them; a write
         refused for lack of space adds NOSPACE at once): [{"alarm": "NOSPACE", "member": id}]."""
         return list(self.client.alarms_seen)
 
-    @property
+    def observe(self, observer: Callable[[str, float, bool], None]) -> None:
+        self.client.observer = observer
+
     def last_seen(self) -> float:
         """When etcd last answered this process (a call or the watch): for /healthz and status."""
         return self.client.last_ok
+
+    def start_heartbeat(self, name: str, describe: Callable[[], Dict[str, Any]]) -> Any:
+        """Announce this process's view under replicas/ (etcd.heartbeat.Heartbeat, which also
+        watches etcd's alarms and takes its turn compacting)."""
+        from agent.server.store.etcd.heartbeat import Heartbeat
+
+        return Heartbeat(self, name, describe)
 
     def replicas(self) -> List[Dict[str, Any]]:
         """What every live replica process announced (Heartbeat), oldest key first."""

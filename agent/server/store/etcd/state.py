@@ -110,7 +110,9 @@ def _materialize(files: Dict[str, bytes], directory: str) -> str:
 
 
 class EtcdStateSource:
-    """The serving ``State`` of a replica, from etcd (the same ``current()`` as StateWatcher)."""
+    """The serving ``State`` of a replica, from etcd (an ``objectsource.ObjectSource``)."""
+
+    store_error = ""  # why etcd could not be read just now ("" when it could)
 
     def __init__(self, client: EtcdClient, prefix: str, cache_dir: str, watch: bool = True):
         self.client = client

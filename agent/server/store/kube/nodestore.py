@@ -80,6 +80,7 @@ ANNOTATIONS_MAX = 256 << 10
 
 
 class KubeNodeStore(IndexedReads, NodeStore):
+    kind = "kubernetes"
     def __init__(self, client: KubeClient, namespace: str, watch: bool = True, sync_timeout: float = SYNC_TIMEOUT):
         self.client = client
         self.namespace = namespace
@@ -151,7 +152,6 @@ class KubeNodeStore(IndexedReads, NodeStore):
         else:
             self._wrote(self.cm.on_event(kind, obj))
 
-    @property
     def last_seen(self) -> float:
         """When the API server last answered this process (a write or a watch): /healthz, status."""
         return self._last_ok

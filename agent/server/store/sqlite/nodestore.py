@@ -58,6 +58,8 @@ def _add(c: sqlite3.Connection, pool: str, degraded: str, report: Dict[str, Any]
 
 
 class SqliteNodeStore(NodeStore):
+    kind = "sqlite"
+
     def __init__(self, db: Database):
         self.db = db
 

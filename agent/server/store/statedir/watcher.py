@@ -34,7 +34,10 @@ class StateWatcher:
     """Holds the serving state; looks at the directory at most once per ``interval`` seconds.
 
     Thread-safe: request threads call ``current()``; only one of them reloads at a time.
+    An ``ObjectSource`` (agent.server.store.objectsource).
     """
+
+    store_error = ""  # a directory on local disk has no store to lose
 
     def __init__(self, state_dir: str, interval: float = 1.0, settle: Optional[float] = None):
         self.state_dir = state_dir
