@@ -16,6 +16,21 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 NO_SKIP = os.environ.get("NODE_AGENT_NO_SKIP") == "1"
 
 
+# tests/<group>/ says what a test needs; each group is a marker of the same name (pyproject.toml),
+# so `pytest -m "not kube and not vm"` is the quick loop. CONTRIBUTING.md has the map.
+GROUPS = ("unit", "host", "server", "etcd", "kube", "vm", "campaigns")
+
+
+def pytest_collection_modifyitems(config, items):
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    for item in items:
+        group = os.path.relpath(str(item.path), tests_dir).split(os.sep)[0]
+        if group not in GROUPS:
+            raise pytest.UsageError(f"{item.nodeid}: every test lives in one of tests/{{{','.join(GROUPS)}}}/ "
+                                    "(CONTRIBUTING.md, 'Where tests live')")
+        item.add_marker(getattr(pytest.mark, group))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -4,7 +4,7 @@ those inside functions), as the Mermaid block docs/architecture.md carries.
     python tools/import_graph.py           # print the block
     python tools/import_graph.py --check   # exit 1 when docs/architecture.md's block differs
 
-tests/test_architecture.py runs the check, so the picture cannot drift from the code.
+tests/unit/test_architecture.py runs the check, so the picture cannot drift from the code.
 """
 
 import ast

@@ -171,7 +171,7 @@ def unquote_valid(text: str) -> bytes:
     ``data_url_error`` accepts), at C speed: unquote_to_bytes loops in Python once per escape,
     and a 1 MB text file written with ``quote(text, safe="")`` has ~200,000 of them. The escapes
     become Python's ``\\xHH`` byte-string escapes (backslashes doubled first, so no other escape
-    exists) for the C decoder behind ``codecs.escape_decode``; tests/test_dataurl_unquote.py
+    exists) for the C decoder behind ``codecs.escape_decode``; tests/unit/test_dataurl_unquote.py
     checks it against unquote_to_bytes."""
     data = text.encode("utf-8")
     if b"%" not in data:

@@ -4,7 +4,7 @@ One interface, two implementations planned: SQLite (``sqlite.nodestore.SqliteNod
 server or several gunicorn workers on one host) and etcd (replicas; issue 20). The service
 (``service.Cluster``) talks to node state only through this interface.
 
-Contract (every implementation must keep it; ``tests/test_nodestore.py`` checks it against any
+Contract (every implementation must keep it; ``tests/etcd/test_nodestore.py`` checks it against any
 store it is given):
 
 - **Reports.** ``record_report(node, body, member, now)`` stores the newest report of a node

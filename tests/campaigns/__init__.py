@@ -1,0 +1,1 @@
+"""Long campaigns: property-based (hypothesis), crash, fault and hostile-client runs."""

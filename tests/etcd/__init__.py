@@ -1,0 +1,1 @@
+"""A real three-member etcd cluster on loopback (and replicas behind HAProxy)."""

@@ -1,0 +1,355 @@
+"""Three node-config-server replicas on a three-member etcd cluster, behind haproxy: all real
+processes on loopback, started and stopped here (issue 20).
+
+Every replica reads its state objects from etcd (published once with ``load-state``) and keeps
+node reports, proofs and drain leases there.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from tests.helpers import paths
+from tests.helpers.certs import make_tls
+from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
+from tests.helpers.haproxy import HAProxy, have_haproxy
+from tests.helpers.server_proc import ServerProcess, free_port
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (have_etcd() and have_haproxy()),
+                                 reason="etcd-server and haproxy are not installed (make test installs them)")]
+
+REPO = paths.REPO
+EXAMPLES = os.path.join(REPO, "examples", "state")
+TOKEN = "replica-token"
+LEASE_TTL = 4
+
+
+def ncs(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "agent.server.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+def until(cond, what, timeout=10.0, every=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
+        time.sleep(every)
+
+
+class Fleet:
+    def __init__(self, top):
+        self.top = top
+        self.etcd = EtcdCluster(str(top / "etcd"))
+        self.tls = make_tls(str(top / "tls"))
+        self.replicas = []
+        self.lb = None
+        self.credentials = {}  # node -> its credential, registered through one replica, valid on all
+
+    def start(self):
+        self.etcd.start()
+        self.state = str(self.top / "state")
+        shutil.copytree(EXAMPLES, self.state)
+        r = ncs("load-state", "--store", self.etcd.url, self.state)
+        assert r.returncode == 0, r.stderr
+        for i in range(3):
+            self.replicas.append(self._replica(i).start())
+        self.lb = HAProxy(str(self.top), free_port(), [r.port for r in self.replicas]).__enter__()
+        return self
+
+    def _replica(self, i, port=None):
+        return ServerProcess(None, tls=self.tls, token=TOKEN, workers=1, threads=8, port=port,
+                             extra_args=["--store", self.etcd.url, "--cache-dir", str(self.top / f"cache{i}"),
+                                         "--lease-ttl", str(LEASE_TTL)])
+
+    def restart_replica(self, i):
+        self.replicas[i] = self._replica(i, port=self.replicas[i].port).start()
+
+    def stop(self):
+        if self.lb:
+            self.lb.__exit__()
+        for r in self.replicas:
+            r.stop()
+        self.etcd.stop()
+
+    @property
+    def lb_url(self):
+        return f"https://127.0.0.1:{self.lb.port}"
+
+    def session(self, node=None):
+        """The bootstrap token's session, or with ``node`` that node's own (registered once)."""
+        s = requests.Session()
+        s.trust_env = False
+        s.verify = self.tls.ca_cert
+        s.headers["Authorization"] = f"Bearer {TOKEN}"
+        if node is not None:
+            if node not in self.credentials:
+                r = s.post(self.replicas[0].url(f"/api/v1/nodes/{node}/register"), timeout=10)
+                assert r.status_code == 201, r.text
+                self.credentials[node] = r.json()["credential"]
+            s.headers["Authorization"] = f"Bearer {self.credentials[node]}"
+        return s
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    f = Fleet(tmp_path_factory.mktemp("replicas"))
+    try:
+        yield f.start()
+    finally:
+        f.stop()
+
+
+def pool(replica, name="worker"):
+    r = replica.session().get(replica.url(f"/api/v1/pools/{name}"), timeout=10)
+    assert r.status_code == 200, r.text + "\n--- replica log (tail) ---\n" + replica.log_text()[-4000:]
+    return r.json()
+
+
+def report(replica, node, body, fleet):
+    return fleet.session(node).post(replica.url(f"/api/v1/nodes/{node}/report"), data=json.dumps(body), timeout=10)
+
+
+def test_every_replica_serves_the_same_rendered_config(fleet):
+    names = {pool(r)["spec"]["configuration"]["name"] for r in fleet.replicas}
+    etags = {r.session().get(r.url("/config/worker"), timeout=10).headers["ETag"] for r in fleet.replicas}
+    assert len(names) == 1 and len(etags) == 1
+    health = fleet.replicas[0].session().get(fleet.replicas[0].url("/healthz"), timeout=10).json()
+    assert health["store"]["kind"] == "etcd" and health["store"]["healthy"]
+
+
+def test_the_cluster_view_lists_every_replica_and_metrics_time_the_store(fleet):
+    r = fleet.replicas[0]
+
+    def three():
+        doc = r.session().get(r.url("/api/v1/cluster"), timeout=10).json()
+        return doc if len({x["replica"] for x in doc["replicas"]}) == 3 else None
+
+    doc = until(three, "every replica has announced itself", timeout=30, every=0.5)
+    assert doc["store"]["kind"] == "etcd" and doc["store"]["healthy"]
+    assert len({x["stateSignature"] for x in doc["replicas"]}) == 1  # all render from the same objects
+    assert all(x["pools"]["worker"]["served"] for x in doc["replicas"])
+    metrics = r.session().get(r.url("/metrics"), timeout=10).text
+    assert 'node_config_server_store_request_seconds_count{operation="/v3/kv/' in metrics
+    token = fleet.top / "token"
+    token.write_text(TOKEN + "\n")
+    out = ncs("status", "--server", fleet.lb_url, "--ca", fleet.tls.ca_cert, "--token-file", str(token))
+    assert "store: etcd, healthy" in out.stdout and "replicas: 3 process(es)" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
+    a, b, c = fleet.replicas
+    before = [pool(r)["status"]["machineCount"] for r in (b, c)]
+    resp = report(a, "member-1", {"pool": "worker", "state": "Working"}, fleet)
+    assert resp.status_code == 200, resp.text
+    acked = time.monotonic()
+    for r, n in zip((b, c), before):
+        until(lambda r=r, n=n: pool(r)["status"]["machineCount"] == n + 1, "the other replicas count it")
+    propagation = time.monotonic() - acked
+    # The gate: a new target is served to new nodes only once a member has proven it.
+    with open(os.path.join(fleet.state, "machineconfigs", "99-replica-test.yaml"), "w") as f:
+        f.write("apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n"
+                "  name: 99-replica-test\n  labels:\n    machineconfiguration.openshift.io/role: worker\n"
+                "spec:\n  config:\n    ignition:\n      version: 3.4.0\n    storage:\n      files:\n"
+                "      - path: /etc/replica-test\n        contents:\n          source: data:,hello\n")
+    r = ncs("load-state", "--store", fleet.etcd.url, fleet.state)
+    assert r.returncode == 0, r.stderr
+    views = until(lambda: [pool(x) for x in fleet.replicas] if len({pool(x)["spec"]["configuration"]["name"]
+                                                                     for x in fleet.replicas} - {None}) == 1
+                  and pool(a)["spec"]["configuration"]["name"] != pool(a)["status"]["configuration"]["name"]
+                  else None, "every replica has the new target", timeout=20)
+    target = views[0]["spec"]["configuration"]["name"]
+    old = views[0]["status"]["configuration"]["name"]
+    assert {v["status"]["served"]["config"] for v in views} == {old}  # unproven: nobody gets it
+    resp = report(a, "member-1", {"pool": "worker", "state": "Done", "currentConfig": target}, fleet)
+    assert resp.status_code == 200, resp.text
+    for r in (b, c):
+        until(lambda r=r: pool(r)["status"]["served"]["config"] == target, "the proof reaches every replica")
+    # Recorded for the closing note and docs (the behaviour is asserted above; figures in benchmarks).
+    print(f"report propagation to the other replicas: {propagation:.3f}s")
+
+
+def drain_storm(fleet, prefix, live, sample_every=0.02):
+    """30 members of worker (the limit is 25% of 30+ nodes) ask for a drain lease at once, spread
+    over the replicas, while ``live()`` (the store's own count of the pool's live leases, not any
+    replica's view) is sampled: (nodes, answers, the pool's limit, the peak of ``live()``)."""
+    nodes = [f"{prefix}-{i:02d}" for i in range(30)]
+    for i, n in enumerate(nodes):
+        assert report(fleet.replicas[i % 3], n, {"pool": "worker", "state": "Done"}, fleet).status_code == 200
+    limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
+    peak, stop = [0], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak[0] = max(peak[0], live())
+            stop.wait(sample_every)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+
+    def ask(i):
+        r = fleet.replicas[i % 3]
+        return fleet.session(nodes[i]).post(r.url(f"/api/v1/nodes/{nodes[i]}/drain"),
+                                            data=json.dumps({"pool": "worker", "config": "c"}), timeout=30)
+
+    try:
+        with ThreadPoolExecutor(max_workers=30) as ex:
+            answers = list(ex.map(ask, range(30)))
+    finally:
+        stop.set()
+        sampler.join(5)
+    return nodes, answers, limit, peak[0]
+
+
+def an_expired_lease_frees_its_slot(fleet, nodes, answers, ttl):
+    """After the TTL a node that was told to wait is granted."""
+    waiting = nodes[[a.status_code for a in answers].index(429)]
+    r = fleet.replicas[1]
+    until(lambda: fleet.session(waiting).post(r.url(f"/api/v1/nodes/{waiting}/drain"),
+                                              data=json.dumps({"pool": "worker", "config": "c"}),
+                                              timeout=30).status_code == 200,
+          "an expired lease frees its slot", timeout=ttl + 15, every=0.5)
+
+
+def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable(fleet):
+    from agent.server.store.etcd import drains
+    from agent.server.store.etcd.client import EtcdClient, parse_store_url
+
+    url = parse_store_url(fleet.etcd.url)
+    watcher = EtcdClient(url.endpoints, timeout=10)
+    nodes, answers, limit, peak = drain_storm(fleet, "drainer",
+                                              lambda: len(drains.holders(watcher, url.prefix, "worker")))
+    granted = [a for a in answers if a.status_code == 200]
+    assert all(a.status_code in (200, 429) for a in answers), [a.text for a in answers if a.status_code >= 300]
+    assert 1 <= len(granted) <= limit and peak <= limit
+    assert all(int(a.headers["Retry-After"]) >= 1 for a in answers if a.status_code == 429)
+    an_expired_lease_frees_its_slot(fleet, nodes, answers, LEASE_TTL)
+    watcher.close()
+
+
+# -- faults: a storm of first boots while an etcd member and a replica are SIGKILLed --------------
+
+def agent(*args):
+    return subprocess.run([sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+
+
+def boot_node(fleet, top, name):
+    """First boot through the load balancer, the simulated reboot, then day 2 once (it reports
+    Done on what the node boots and sends any report kept while the server could not take it)."""
+    from benchmarks.scaleup import simulate_reboot
+    from tests.helpers.noderoot import make_node_root
+
+    root = make_node_root(str(top / name), fleet.lb_url, "worker", ca_pem=fleet.tls.ca_pem(), token=TOKEN,
+                          node_name=name, fetch_budget=120)
+    first = agent("firstboot", "--root", root)
+    if first.returncode == 0:
+        simulate_reboot(root)
+    with open(os.path.join(root, "etc/machine-config-daemon/node-annotations.json")) as f:
+        served = json.load(f)["machineconfiguration.openshift.io/firstPivotConfig"]
+    return {"name": name, "rc": first.returncode, "stderr": first.stderr[-2000:], "served": served, "root": root}
+
+
+def day2(node):
+    r = agent("update", "--once", "--root", node["root"])
+    return r.returncode, r.stderr[-2000:]
+
+
+def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, tmp_path):
+    from agent.server.store.etcd import drains
+    from agent.server.store.etcd.client import EtcdClient, parse_store_url
+
+    proven = pool(fleet.replicas[0])["status"]["served"]["config"]
+    url = parse_store_url(fleet.etcd.url)
+    watcher = EtcdClient(url.endpoints, timeout=10)
+    limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
+    peak, stop = [0], threading.Event()
+    lb = {f"drainer-{i:02d}": fleet.session(f"drainer-{i:02d}") for i in range(30)}
+
+    def drain_hammer():  # existing members keep asking for leases through the balancer
+        i = 0
+        while not stop.is_set():
+            node = f"drainer-{i % 30:02d}"
+            try:
+                r = lb[node].post(f"{fleet.lb_url}/api/v1/nodes/{node}/drain",
+                                  data=json.dumps({"pool": "worker", "config": "c"}), timeout=10)
+                if r.status_code == 200:
+                    lb[node].delete(f"{fleet.lb_url}/api/v1/nodes/{node}/drain", timeout=10)
+            except requests.RequestException:
+                pass  # a replica being killed: the node would retry
+            i += 1
+
+    def sample():
+        while not stop.is_set():
+            try:
+                peak[0] = max(peak[0], len(drains.holders(watcher, url.prefix, "worker")))
+            except Exception:
+                pass
+            time.sleep(0.05)
+
+    helpers = [threading.Thread(target=f, daemon=True) for f in (drain_hammer, sample)]
+    for t in helpers:
+        t.start()
+    names = [f"storm-{i:02d}" for i in range(30)]
+    try:
+        with ThreadPoolExecutor(max_workers=6) as ex:
+            futures = [ex.submit(boot_node, fleet, tmp_path, n) for n in names]
+            until(lambda: sum(f.done() for f in futures) >= 6, "the storm is under way", timeout=240, every=0.2)
+            fleet.etcd.kill(0)
+            fleet.replicas[1].proc.send_signal(9)
+            os.killpg(fleet.replicas[1].proc.pid, 9)
+            nodes = [f.result() for f in futures]
+    finally:
+        stop.set()
+        for t in helpers:
+            t.join(15)
+    fleet.etcd.start(0)
+    fleet.restart_replica(1)
+    assert [n for n in nodes if n["rc"] != 0] == []
+    assert {n["served"] for n in nodes} == {proven}  # only what a member had proven
+    results = [day2(n) for n in nodes]
+    assert [r for r in results if r[0] != 0] == []
+    for r in fleet.replicas:  # every node Done, on every replica
+        seen = {}
+        for n in names:
+            resp = r.session().get(r.url(f"/api/v1/nodes/{n}"), timeout=10)
+            seen[n] = resp.json()["report"].get("state") if resp.status_code == 200 else resp.status_code
+        assert set(seen.values()) == {"Done"}, seen
+    assert peak[0] <= limit
+    watcher.close()
+
+
+def test_with_all_of_etcd_down_configs_still_serve_and_reports_wait_for_its_return(fleet, tmp_path):
+    served = pool(fleet.replicas[0])["status"]["served"]["config"]
+    fleet.session("offline-1")  # registered while etcd is up: credentials are checked from memory
+    for i in range(3):
+        fleet.etcd.kill(i)
+    try:
+        r = fleet.replicas[0]
+        resp = r.session().get(r.url("/config/worker"), timeout=30)
+        assert resp.status_code == 200
+        resp = report(r, "offline-1", {"pool": "worker", "state": "Working"}, fleet)
+        assert resp.status_code == 503 and int(resp.headers["Retry-After"]) >= 1, resp.text
+        node = boot_node(fleet, tmp_path, "offline-2")
+        assert node["rc"] == 0, node["stderr"]
+        assert node["served"] == served
+        assert os.path.exists(os.path.join(node["root"], "var/lib/node-agent/pending-report.json"))
+    finally:
+        fleet.etcd.start()
+    rc, err = day2(node)
+    assert rc == 0, err
+    assert not os.path.exists(os.path.join(node["root"], "var/lib/node-agent/pending-report.json")), err
+    for r in fleet.replicas:
+        until(lambda r=r: r.session().get(r.url("/api/v1/nodes/offline-2"), timeout=10).status_code == 200,
+              "the kept report arrives once etcd is back", timeout=30)

@@ -1,0 +1,409 @@
+"""``serve --backend kubernetes`` against a real kube-apiserver 1.20.2 with OpenShift's CRDs
+(tests/helpers/kube_cluster.py): objects read by list + watch, rendered configs, pool status and
+Node annotations written back, invalid objects refused, as a user bound only to the ClusterRole
+in deploy/rbac.yaml. No kubelet runs: where a test creates a Node object, it plays the kubelet
+registering its node.
+
+The module has a control plane of its own: MachineConfigPools are cluster-scoped, and what the
+server counts must not depend on other modules' objects.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
+from tests.helpers.server_proc import REPO, ServerProcess
+
+EXAMPLES = os.path.join(REPO, "examples", "state")
+MCO = "/apis/machineconfiguration.openshift.io/v1"
+IGNITION = {"Accept": "application/vnd.coreos.ignition+json;version=3.4.0"}
+
+
+def wait_for(what, check, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not within {timeout}s (last: {last!r})")
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory):
+    if not find_kube_bin():
+        pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
+    with KubeCluster(str(tmp_path_factory.mktemp("kube-backend"))) as kc:
+        kc.apply_examples()
+        # Node state is in the API by default with this backend (--store kubernetes): the
+        # namespaced Role of deploy/rbac.yaml too, for the same user.
+        kc.bind_server_user("node-config-server-test")
+        yield kc
+
+
+@pytest.fixture(scope="module")
+def server(kube):
+    """The server as a user bound only to deploy/rbac.yaml's ClusterRole, never as admin."""
+    kubeconfig = kube.kubeconfig_for("node-config-server-test")
+    srv = ServerProcess(None, token="b00tstrap", workers=1,
+                        extra_args=["--backend", "kubernetes", "--kubeconfig", kubeconfig])
+    with srv:
+        yield srv
+
+
+def api(kube, path):
+    r = kube.get(path)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def our_pools(srv):
+    r = srv.session().get(srv.url("/api/v1/pools"), timeout=10)
+    assert r.status_code == 200, r.text
+    return {p["metadata"]["name"]: p for p in r.json()["items"]}
+
+
+def test_pools_and_configs_come_from_the_api(server):
+    pools = our_pools(server)
+    assert set(pools) == {"master", "worker", "infra"}
+    r = server.session().get(server.url("/config/worker"), headers=IGNITION, timeout=10)
+    assert r.status_code == 200 and r.json()["ignition"]["version"].startswith("3.")
+    assert pools["worker"]["metadata"]["creationTimestamp"].endswith("Z")  # the object's own (AGE)
+
+
+def test_rendered_configs_are_written_back_owned_by_their_pool(kube, server):
+    target = our_pools(server)["infra"]["spec"]["configuration"]["name"]
+    obj = wait_for(f"MachineConfig {target}", lambda: kube.get(f"{MCO}/machineconfigs/{target}").ok and
+                   api(kube, f"{MCO}/machineconfigs/{target}"))
+    pool = api(kube, f"{MCO}/machineconfigpools/infra")
+    owner = obj["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == \
+        ("MachineConfigPool", "infra", pool["metadata"]["uid"], True)
+    # Served config and written object are the same rendering.
+    assert obj["spec"]["config"]["ignition"]["version"].startswith("3.")
+    assert our_pools(server)["infra"]["spec"]["configuration"]["name"] == target  # not rendered again from it
+
+
+COLUMNS = ["NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINECOUNT", "READYMACHINECOUNT",
+           "UPDATEDMACHINECOUNT", "DEGRADEDMACHINECOUNT", "AGE"]
+# get pools' short headers (they fit 100 columns; agent/server/cli/views.py) for oc's
+OURS = {"MACHINES": "MACHINECOUNT", "READY": "READYMACHINECOUNT", "UPDATED-M": "UPDATEDMACHINECOUNT",
+        "DEGRADED-M": "DEGRADEDMACHINECOUNT"}
+
+
+def _table(text):
+    """{name: {column: cell}} of a table with one-word cells (both tools' MCP columns)."""
+    lines = text.strip().splitlines()
+    head = [OURS.get(h, h) for h in lines[0].split()]
+    return {cells[0]: {h: c for h, c in zip(head, cells) if h in COLUMNS} for cells in map(str.split, lines[1:])}
+
+
+def _mcp_columns(kube):
+    return _table(kube.kubectl("get", "mcp").stdout)
+
+
+def _our_columns(server):
+    r = subprocess.run([sys.executable, "-m", "agent.server.cli", "get", "pools", "--server", server.base_url,
+                        "--token-file", server._token_file, "-o", "wide"], capture_output=True, text=True, timeout=30, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    return _table(r.stdout)
+
+
+def test_kubectl_get_mcp_shows_what_get_pools_shows(kube, server):
+    ours = wait_for("pool status written", lambda: (lambda k, o: o if k == o else None)(
+        _mcp_columns(kube), _our_columns(server)), timeout=20)
+    assert set(ours) == {"master", "worker", "infra"}
+    assert set(ours["worker"]) == set(COLUMNS)  # every column of `oc get mcp`, AGE included
+    status = api(kube, f"{MCO}/machineconfigpools/worker")["status"]
+    assert {c["type"] for c in status["conditions"]} >= {"Updated", "Updating", "Degraded", "NodeDegraded",
+                                                         "RenderDegraded"}
+    assert status["observedGeneration"] == api(kube, f"{MCO}/machineconfigpools/worker")["metadata"]["generation"]
+
+
+def _node(name, labels):
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+
+
+def _report(server, node, body):
+    r = server.node_session(node).post(server.url(f"/api/v1/nodes/{node}/report"), data=json.dumps(body), timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_a_report_lands_on_the_node_object_as_the_mcd_writes_it(kube, server):
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(_node("w-report", {"node-role.kubernetes.io/worker": ""})))
+    target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
+    _report(server, "w-report", {"pool": "worker", "state": "Done", "currentConfig": target,
+                                 "desiredConfig": target, "labels": {"node-role.kubernetes.io/worker": ""}})
+    ann = wait_for("annotations", lambda: (api(kube, "/api/v1/nodes/w-report")["metadata"].get("annotations") or {})
+                   .get("machineconfiguration.openshift.io/state") and
+                   api(kube, "/api/v1/nodes/w-report")["metadata"]["annotations"])
+    assert ann["machineconfiguration.openshift.io/state"] == "Done"
+    assert ann["machineconfiguration.openshift.io/currentConfig"] == target
+    assert ann["machineconfiguration.openshift.io/desiredConfig"] == target
+    assert ann["machineconfiguration.openshift.io/reason"] == ""
+    mcn = wait_for("MachineConfigNode", lambda: kube.get(f"{MCO}/machineconfignodes/w-report").ok and
+                   api(kube, f"{MCO}/machineconfignodes/w-report"))
+    assert mcn["spec"] == {"node": {"name": "w-report"}, "pool": {"name": "worker"},
+                           "configVersion": {"desired": target}}
+    conds = {c["type"]: c["status"] for c in mcn["status"]["conditions"]}
+    assert conds == {"Updated": "True", "UpdateExecuted": "False", "NodeDegraded": "False"}
+    assert mcn["status"]["configVersion"] == {"current": target, "desired": target}
+
+
+def test_a_node_registered_after_its_report_gets_its_custom_pool_label_at_once(kube, server):
+    """MCO-650: the node reported as infra from first boot; its kubelet registers the Node with
+    only the worker role; the infra role label follows within 2 s, with no second pool."""
+    target = our_pools(server)["infra"]["spec"]["configuration"]["name"]
+    _report(server, "infra-late", {"pool": "infra", "state": "Working", "currentConfig": "", "desiredConfig": target,
+                                   "labels": {"node-role.kubernetes.io/infra": ""}})
+    created = time.monotonic()
+    kube.kubectl("create", "-f", "-", input=yaml.safe_dump(_node("infra-late", {"node-role.kubernetes.io/worker": ""})))
+    labels = wait_for("infra role label", lambda: "node-role.kubernetes.io/infra" in (
+        api(kube, "/api/v1/nodes/infra-late")["metadata"].get("labels") or {}) and
+        api(kube, "/api/v1/nodes/infra-late")["metadata"]["labels"], timeout=5)
+    assert time.monotonic() - created < 2.0 + 0.5  # 0.5: this test's own polling and kubectl start-up
+    assert labels["node-role.kubernetes.io/worker"] == ""
+    node = server.session().get(server.url("/api/v1/nodes/infra-late"), timeout=10).json()
+    assert node["pool"] == "infra"
+    history = server.session().get(server.url("/api/v1/pools/worker"), timeout=10).json()["status"]
+    assert "infra-late" not in history.get("nodes", {})
+
+
+BAD_MC = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+          "metadata": {"name": "99-worker-bad", "labels": {"machineconfiguration.openshift.io/role": "worker"}},
+          "spec": {"config": {"ignition": {"version": "3.2.0"},
+                              "storage": {"files": [{"path": "relative/path", "contents": {"source": "data:,x"}}]}}}}
+
+
+def test_an_invalid_object_is_refused_and_the_last_render_keeps_serving(kube, server):
+    before = server.session().get(server.url("/config/worker"), headers=IGNITION, timeout=10).content
+    target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(BAD_MC))
+    try:
+        cond = wait_for("RenderDegraded", lambda: {c["type"]: c for c in (api(kube, f"{MCO}/machineconfigpools/worker")
+                                                                          .get("status") or {}).get("conditions", [])}
+                        .get("RenderDegraded", {}).get("status") == "True" and
+                        {c["type"]: c for c in api(kube, f"{MCO}/machineconfigpools/worker")["status"]["conditions"]})
+        assert "99-worker-bad" in cond["RenderDegraded"]["message"] and cond["Degraded"]["status"] == "True"
+        assert our_pools(server)["worker"]["spec"]["configuration"]["name"] == target
+        after = server.session().get(server.url("/config/worker"), headers=IGNITION, timeout=10).content
+        assert json.loads(after) == json.loads(before) and b"relative/path" not in after
+    finally:
+        kube.kubectl("delete", "machineconfig", "99-worker-bad")
+    wait_for("RenderDegraded cleared", lambda: {c["type"]: c["status"] for c in api(
+        kube, f"{MCO}/machineconfigpools/worker")["status"]["conditions"]}["RenderDegraded"] == "False")
+
+
+def test_a_new_machineconfig_renders_a_new_config_written_back(kube, server):
+    old = our_pools(server)["master"]["spec"]["configuration"]["name"]
+    mc = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+          "metadata": {"name": "60-master-motd", "labels": {"machineconfiguration.openshift.io/role": "master"}},
+          "spec": {"config": {"ignition": {"version": "3.2.0"},
+                              "storage": {"files": [{"path": "/etc/motd", "mode": 420,
+                                                     "contents": {"source": "data:,hello"}}]}}}}
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(mc))
+    new = wait_for("a new target", lambda: (lambda n: n if n != old else None)(
+        our_pools(server)["master"]["spec"]["configuration"]["name"]))
+    wait_for(f"MachineConfig {new}", lambda: kube.get(f"{MCO}/machineconfigs/{new}").ok)
+    served = server.session().get(server.url("/config/master"), headers=IGNITION, timeout=10).json()
+    assert "/etc/motd" in [f["path"] for f in served["storage"]["files"]]
+
+
+def _stop_apiserver(kube):
+    import signal
+
+    proc = kube.procs.pop("kube-apiserver")
+    os.killpg(proc.pid, signal.SIGKILL)  # a crash: a graceful stop waits a minute for our open watches
+    proc.wait(30)
+
+
+def _start_apiserver(kube):
+    kube._spawn("kube-apiserver", kube._apiserver_cmd())
+    kube._wait("kube-apiserver /readyz", lambda: kube._healthy(kube.url, "/readyz"), 90)
+
+
+def test_an_api_server_outage_loses_nothing(kube, server):
+    """The API server stops under reports: configs keep being served from the watch caches; a
+    report cannot be stored (node state is in the API: --store kubernetes, the default with this
+    backend), so it is answered 503 with Retry-After, nothing acknowledged; once the API server
+    is back the node's retry lands on its Node; the watches resume; nothing is rendered twice."""
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(_node("w-outage", {"node-role.kubernetes.io/worker": ""})))
+    before = server.session().get(server.url("/config/worker"), headers=IGNITION, timeout=10)
+    target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
+    rendered_before = sorted(m["metadata"]["name"] for m in api(kube, f"{MCO}/machineconfigs")["items"]
+                             if m["metadata"]["name"].startswith("rendered-"))
+    node = server.node_session("w-outage")  # registered before: its credential is a Secret in the API
+    done = {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target}
+    _stop_apiserver(kube)
+    try:
+        during = server.session().get(server.url("/config/worker"), headers=IGNITION, timeout=10)
+        assert during.status_code == 200 and during.content == before.content
+        r = node.post(server.url("/api/v1/nodes/w-outage/report"), data=json.dumps(done), timeout=10)
+        assert r.status_code == 503 and r.headers.get("Retry-After"), r.text
+        assert "nothing was recorded" in r.json()["error"]["message"]
+        health = wait_for("the outage seen", lambda: (lambda h: h if h["store"].get("error") else None)(
+            server.session().get(server.url("/healthz"), timeout=10).json()))
+        assert "Kubernetes API" in health["store"]["error"]
+    finally:
+        _start_apiserver(kube)
+    wait_for("the node's retry is stored", lambda: node.post(server.url("/api/v1/nodes/w-outage/report"),
+                                                             data=json.dumps(done), timeout=10).status_code == 200,
+             timeout=30)
+    ann = wait_for("the report retried after the outage", lambda: (api(kube, "/api/v1/nodes/w-outage")["metadata"]
+                                                                 .get("annotations") or {}).get(
+        "machineconfiguration.openshift.io/state") == "Done", timeout=30)
+    assert ann
+    wait_for("the watches resumed", lambda: not server.session().get(server.url("/healthz"), timeout=10)
+             .json()["store"].get("error"), timeout=30)
+    rendered_after = sorted(m["metadata"]["name"] for m in api(kube, f"{MCO}/machineconfigs")["items"]
+                            if m["metadata"]["name"].startswith("rendered-"))
+    assert rendered_after == rendered_before
+
+
+# The MCO's own documents that it refuses (../shared/mco-corpus, as tests/server/test_mco_corpus.py reads it).
+CORPUS = os.environ.get("NODE_AGENT_MCO_CORPUS") or os.path.join(
+    os.environ.get("NODE_AGENT_SHARED_DIR") or os.path.join(os.path.dirname(REPO), "shared"), "mco-corpus")
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(CORPUS, "index.json")),
+                    reason=f"MCO corpus not found at {CORPUS} (CI checks out shared/ beside the repository)")
+def test_the_documents_the_mco_refuses_are_reported_and_never_served(kube, server):
+    refused = [e for e in json.load(open(os.path.join(CORPUS, "index.json"))) if not e["upstream_accepts"]]
+    assert len(refused) == 8
+    before = {p: server.session().get(server.url(f"/config/{p}"), headers=IGNITION, timeout=10).json()
+              for p in ("worker", "master", "infra")}
+    created, api_refused = [], []
+    for entry in refused:
+        doc = yaml.safe_load(open(os.path.join(CORPUS, entry["file"])))
+        meta = doc.setdefault("metadata", {})
+        meta["name"] = f"{meta.get('name', 'doc')}-{entry['file'][:3]}"  # three share test-machine-config
+        out = kube.kubectl("create", "-f", "-", "-o", "name", input=yaml.safe_dump(doc), check=False)
+        (created if out.returncode == 0 else api_refused).append((entry, out.stdout.strip()))
+    try:
+        # v1alpha1 is not served by OpenShift's CRDs: the API server itself refuses those three.
+        assert sorted(e["file"] for e, _ in api_refused) == ["015-MachineOSConfig.yaml", "016-MachineOSConfig.yaml",
+                                                              "017-MachineOSBuild.yaml"]
+        names = [ref.split("/", 1)[1] for _, ref in created]
+
+        def all_reported():
+            problems = server.session().get(server.url("/healthz"), timeout=10).json()["state"]["problems"]
+            text = json.dumps(problems)
+            return all(f"machineconfigs/{n} (API)" in text for n in names) and problems
+
+        wait_for("every refused object reported", all_reported)
+        for pool, config in before.items():
+            now = server.session().get(server.url(f"/config/{pool}"), headers=IGNITION, timeout=10).json()
+            assert now == config, f"{pool}: the served config changed while refused objects exist"
+    finally:
+        for _, ref in created:
+            kube.kubectl("delete", ref)
+    wait_for("the problems gone", lambda: not server.session().get(server.url("/healthz"), timeout=10)
+             .json()["state"]["problems"])
+
+
+SA = "system:serviceaccount:node-config-server:node-config-server"
+
+
+def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_uses(kube):
+    """deploy/ as a user applies it: the API server itself validates the Deployment, Service and
+    PodDisruptionBudget (a server-side dry run; no volume: the replicas keep no state), and the service account may do what the server does
+    (docs/kubernetes.md, "What it reads/writes") and nothing else asked here."""
+    out = kube.kubectl("apply", "--dry-run=server", "-f", os.path.join(REPO, "deploy", "deployment.yaml"))
+    assert "deployment.apps/node-config-server created (server dry run)" in out.stdout
+    assert "poddisruptionbudget.policy/node-config-server created (server dry run)" in out.stdout
+    assert "persistentvolumeclaim" not in out.stdout
+    allowed = [("list", "machineconfigpools.machineconfiguration.openshift.io"),
+               ("watch", "machineconfigs.machineconfiguration.openshift.io"),
+               ("create", "machineconfigs.machineconfiguration.openshift.io"),
+               ("patch", "machineconfigpools.machineconfiguration.openshift.io", "status"),
+               ("watch", "machineconfigurations.operator.openshift.io"),
+               ("watch", "machineosbuilds.machineconfiguration.openshift.io"),
+               ("create", "machineconfignodes.machineconfiguration.openshift.io"),
+               ("patch", "machineconfignodes.machineconfiguration.openshift.io", "status"),
+               ("patch", "nodes"), ("watch", "nodes")]
+    denied = [("delete", "machineconfigs.machineconfiguration.openshift.io"),
+              ("update", "machineconfigs.machineconfiguration.openshift.io"),
+              ("patch", "machineconfigpools.machineconfiguration.openshift.io"),  # the spec: the admin's
+              ("patch", "machineconfigurations.operator.openshift.io"),
+              ("get", "secrets"), ("delete", "nodes"), ("create", "pods"), ("create", "clusterrolebindings")]
+
+    def can(verb, resource, sub=None, namespace=None):
+        args = ["auth", "can-i", verb, resource, f"--as={SA}"] + ([f"--subresource={sub}"] if sub else [])
+        return kube.kubectl(*args, *([f"--namespace={namespace}"] if namespace else []), check=False) \
+            .stdout.strip() == "yes"
+
+    assert [a for a in allowed if not can(*a)] == []
+    assert [d for d in denied if can(*d)] == []
+    # Node state (--store kubernetes): ConfigMaps, Secrets and Leases of its own namespace only
+    # (the Role), never deleting a ConfigMap (a Lease: a dead replica's heartbeat); reports on
+    # MachineConfigNodes (above).
+    ns = "node-config-server"
+    allowed = [(v, r, None, ns) for v, r in (
+        ("watch", "configmaps"), ("create", "configmaps"), ("update", "configmaps"), ("patch", "configmaps"),
+        ("watch", "secrets"), ("create", "secrets"), ("update", "secrets"), ("delete", "secrets"),
+        ("watch", "leases.coordination.k8s.io"), ("create", "leases.coordination.k8s.io"),
+        ("update", "leases.coordination.k8s.io"), ("delete", "leases.coordination.k8s.io"))] + [("patch", "machineconfignodes.machineconfiguration.openshift.io")]
+    denied = [("delete", "configmaps", None, ns), ("delete", "leases.coordination.k8s.io", None, "kube-system"),
+              ("list", "secrets", None, "kube-system"), ("create", "configmaps", None, "default"),
+              ("update", "leases.coordination.k8s.io", None, "kube-system"),
+              ("delete", "machineconfignodes.machineconfiguration.openshift.io")]
+    assert [a for a in allowed if not can(*a)] == []
+    assert [d for d in denied if can(*d)] == []
+
+
+def _kubelet_finishes_deletions(kube, ns):
+    """The kubelet's part (none runs here): a pod marked for deletion is stopped and removed."""
+    for p in api(kube, f"/api/v1/namespaces/{ns}/pods")["items"]:
+        if p["metadata"].get("deletionTimestamp"):
+            kube.session().delete(f"{kube.url}/api/v1/namespaces/{ns}/pods/{p['metadata']['name']}",
+                                  json={"gracePeriodSeconds": 0}, timeout=10)
+
+
+def test_a_drain_lease_cordons_and_evicts_before_it_is_granted_and_done_uncordons(kube, server):
+    """The node asks for its drain lease; the server cordons its Node and evicts its pod, and
+    grants the lease only once the pod is gone (the test plays the kubelet: it binds the pod,
+    marks it Running and Ready, and finishes its deletion). The node's Done report on the config
+    it drained for uncordons the Node."""
+    ns, node = "drain-lease", "w-drain"
+    kube.create_namespace(ns)
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(_node(node, {"node-role.kubernetes.io/worker": ""})))
+    s = kube.session()
+    r = s.post(f"{kube.url}/api/v1/namespaces/{ns}/pods", timeout=10, json={
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": ns},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.example/app:1"}]}})
+    assert r.status_code == 201, r.text
+    status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    r = s.patch(f"{kube.url}/api/v1/namespaces/{ns}/pods/app/status", json={"status": status}, timeout=10,
+                headers={"Content-Type": "application/merge-patch+json"})
+    assert r.status_code == 200, r.text
+    target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
+    _report(server, node, {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target})
+    ask = server.node_session(node)
+    first = ask.post(server.url(f"/api/v1/nodes/{node}/drain"), json={"pool": "worker", "config": "rendered-next"},
+                     timeout=30)
+    assert first.status_code == 429 and first.json()["status"] == "draining", first.text
+    assert first.headers["Retry-After"] == "5" and "1 pod(s) still on it" in first.json()["reason"]
+    assert api(kube, f"/api/v1/nodes/{node}")["spec"]["unschedulable"] is True
+    assert api(kube, f"/api/v1/namespaces/{ns}/pods/app")["metadata"].get("deletionTimestamp")  # evicted
+    _kubelet_finishes_deletions(kube, ns)
+
+    def granted():
+        r = ask.post(server.url(f"/api/v1/nodes/{node}/drain"), json={"pool": "worker", "config": "rendered-next"},
+                     timeout=30)
+        return r.status_code == 200 and r.json()
+    answer = wait_for("the lease, once drained", granted)
+    assert answer["granted"] and answer["drain"]["done"]
+    assert kube.get(f"/api/v1/namespaces/{ns}/pods/app").status_code == 404  # gone before the lease
+    _report(server, node, {"pool": "worker", "state": "Done", "currentConfig": "rendered-next",
+                           "desiredConfig": "rendered-next"})
+    wait_for("uncordoned after Done", lambda: not api(kube, f"/api/v1/nodes/{node}")["spec"].get("unschedulable"))
+    assert "node-config-server.openshift.io/drained-for" not in api(kube, f"/api/v1/nodes/{node}")["metadata"].get(
+        "annotations", {})

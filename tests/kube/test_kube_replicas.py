@@ -1,0 +1,187 @@
+"""Three stateless node-config-server replicas on one Kubernetes API (``serve --backend
+kubernetes``, node state in the API: ``--store kubernetes``, the default there): no data
+directory, no etcd of their own. What the etcd fleet of tests/etcd/test_replicas.py shows, shown
+here on the API: one rendered config everywhere, a report through one replica counted and
+gating on the others, ``maxUnavailable`` held together through coordination.k8s.io Leases,
+and a replica started afresh knowing every node.
+
+Every replica runs as a user bound only to what deploy/rbac.yaml grants. No kubelet runs and no
+Node objects exist here: a drain finds no Node and so nothing to evict (tests/kube/test_kube_drain.py
+has the real drain).
+"""
+
+import json
+import os
+import time
+
+import pytest
+
+from agent.server.rollout.progress import epoch_of
+from tests.etcd.test_replicas import (  # the etcd fleet's
+    an_expired_lease_frees_its_slot,
+    drain_storm,
+    pool,
+    report,
+)
+from tests.helpers.certs import make_tls
+from tests.helpers.kube_cluster import KubeCluster, find_kube_bin, wait_for
+from tests.helpers.server_proc import REPO, ServerProcess
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = os.path.join(REPO, "examples", "state")
+TOKEN = "kube-replica-token"
+NAMESPACE = "node-config-server"  # deploy/rbac.yaml's
+USER = "node-config-server-replica"
+LEASE_TTL = 4
+MCO = "/apis/machineconfiguration.openshift.io/v1"
+
+
+class Fleet:
+    def __init__(self, top, kube):
+        self.top, self.kube = top, kube
+        self.tls = make_tls(str(top / "tls"))
+        self.kubeconfig = kube.kubeconfig_for(USER)
+        self.replicas = []
+        self.credentials = {}
+
+    def replica(self, port=None):
+        return ServerProcess(None, tls=self.tls, token=TOKEN, workers=1, threads=8, port=port,
+                             extra_args=["--backend", "kubernetes", "--kubeconfig", self.kubeconfig,
+                                         "--namespace", NAMESPACE, "--lease-ttl", str(LEASE_TTL)])
+
+    def start(self):
+        self.replicas = [self.replica().start() for _ in range(3)]
+        return self
+
+    def stop(self):
+        for r in self.replicas:
+            r.stop()
+
+    def session(self, node=None):
+        s = self.replicas[0].session()
+        if node is not None:
+            if node not in self.credentials:
+                r = s.post(self.replicas[0].url(f"/api/v1/nodes/{node}/register"), timeout=10)
+                assert r.status_code == 201, r.text
+                self.credentials[node] = r.json()["credential"]
+            s.headers["Authorization"] = f"Bearer {self.credentials[node]}"
+        return s
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    if not find_kube_bin():
+        pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
+    top = tmp_path_factory.mktemp("kube-replicas")
+    with KubeCluster(str(top / "kube")) as kube:
+        kube.apply_examples()
+        kube.bind_server_user(USER)
+        f = Fleet(top, kube)
+        try:
+            yield f.start()
+        finally:
+            f.stop()
+
+
+def test_every_replica_serves_the_same_rendered_config_and_keeps_no_local_state(fleet):
+    names = {pool(r)["spec"]["configuration"]["name"] for r in fleet.replicas}
+    etags = {r.session().get(r.url("/config/worker"), timeout=10).headers["ETag"] for r in fleet.replicas}
+    assert len(names) == 1 and len(etags) == 1
+    for r in fleet.replicas:
+        assert os.listdir(r.data_dir) == [], "a replica on the API store wrote node state of its own"
+
+
+def test_the_cluster_view_lists_every_replica_from_their_heartbeat_leases(fleet):
+    r = fleet.replicas[0]
+
+    def three():
+        doc = r.session().get(r.url("/api/v1/cluster"), timeout=10).json()
+        seen.append([(x["replica"], x["pid"], x["stateSignature"], x["at"]) for x in doc["replicas"]])
+        # Three processes, all rendering from the same objects (each announces every 5 s).
+        return doc if len({x[:2] for x in seen[-1]}) == 3 and len({x[2] for x in seen[-1]}) == 1 else None
+
+    seen = []
+    doc = wait_for(three, "every replica has announced itself, all with one state signature", 30)
+    assert doc["store"]["kind"] == "kubernetes" and doc["store"]["healthy"], seen[-3:]
+    leases = fleet.kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases",
+                            params={"labelSelector": "node-agent.openshift.io/kind=replica"}).json()["items"]
+    assert len(leases) >= 3
+
+
+def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
+    a, b, c = fleet.replicas
+    before = [pool(r)["status"]["machineCount"] for r in (b, c)]
+    resp = report(a, "kmember-1", {"pool": "worker", "state": "Working"}, fleet)
+    assert resp.status_code == 200, resp.text
+    for r, n in zip((b, c), before):
+        wait_for(lambda r=r, n=n: pool(r)["status"]["machineCount"] == n + 1, "the other replicas count it", 10)
+    # The MCO-1940 gate: a new target is served to new nodes only once a member has proven it,
+    # and the proof is what the API holds (the node's record on its MachineConfigNode).
+    fleet.kube.kubectl("apply", "-f", "-", input=(
+        "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n"
+        "  name: 99-kube-replica-test\n  labels:\n    machineconfiguration.openshift.io/role: worker\n"
+        "spec:\n  config:\n    ignition:\n      version: 3.4.0\n    storage:\n      files:\n"
+        "      - path: /etc/kube-replica-test\n        contents:\n          source: data:,hello\n"))
+
+    def moved():
+        views = [pool(x) for x in fleet.replicas]
+        targets = {v["spec"]["configuration"]["name"] for v in views}
+        return views if len(targets) == 1 and targets != {views[0]["status"]["configuration"]["name"]} else None
+
+    views = wait_for(moved, "every replica has the new target", 30)
+    target, old = views[0]["spec"]["configuration"]["name"], views[0]["status"]["configuration"]["name"]
+    assert {v["status"]["served"]["config"] for v in views} == {old}  # unproven: nobody gets it
+    resp = report(a, "kmember-1", {"pool": "worker", "state": "Done", "currentConfig": target}, fleet)
+    assert resp.status_code == 200, resp.text
+    for r in (b, c):
+        wait_for(lambda r=r: pool(r)["status"]["served"]["config"] == target, "the proof reaches every replica", 10)
+    mcn = fleet.kube.get(f"{MCO}/machineconfignodes/kmember-1").json()
+    record = json.loads(mcn["metadata"]["annotations"]["node-agent.openshift.io/report"])
+    assert record["report"]["currentConfig"] == target and record["pool"] == "worker"
+
+
+def live_drain_leases(fleet, pool_name):
+    items = fleet.kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases").json()["items"]
+    now = time.time()
+    live = 0
+    for lease in items:
+        spec = lease.get("spec") or {}
+        if not spec.get("holderIdentity") or (lease["metadata"].get("labels") or {}).get(
+                "node-agent.openshift.io/pool") != pool_name:
+            continue
+        renewed = spec.get("renewTime") or spec.get("acquireTime")
+        if renewed and epoch_of(renewed) + float(spec.get("leaseDurationSeconds") or 0) >= now:
+            live += 1
+    return live
+
+
+def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable(fleet):
+    # Counted from the API's own Lease objects, not from any replica's view.
+    nodes, answers, limit, peak = drain_storm(fleet, "kdrainer", lambda: live_drain_leases(fleet, "worker"), 0.05)
+    granted = [a for a in answers if a.status_code == 200]
+    assert all(a.status_code in (200, 429) for a in answers), [a.text for a in answers if a.status_code >= 300]
+    assert 1 <= len(granted) <= limit and peak <= limit, (len(granted), peak, limit)
+    an_expired_lease_frees_its_slot(fleet, nodes, answers, LEASE_TTL)
+
+
+def test_a_replica_started_afresh_knows_every_node(fleet):
+    r = report(fleet.replicas[0], "kfresh-1", {"pool": "worker", "state": "Done"}, fleet)
+    assert r.status_code == 200, r.text
+    count = wait_for(lambda: pool(fleet.replicas[2])["status"]["machineCount"], "counted", 10)
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+    selector = {"labelSelector": "node-agent.openshift.io/kind=replica"}
+
+    def announced():
+        return {i["spec"]["holderIdentity"] for i in fleet.kube.get(leases, params=selector).json()["items"]}
+
+    before = announced()
+    fleet.replicas[2].stop()
+    gone = before - announced()  # its worker took its announcement away as it exited (worker_exit)
+    assert len(gone) == 1 and f":{fleet.replicas[2].port}/" in gone.pop(), (before, announced())
+    fleet.replicas[2] = fleet.replica().start()  # a new process and an empty data directory
+    assert pool(fleet.replicas[2])["status"]["machineCount"] == count
+    node = fleet.session().get(fleet.replicas[2].url("/api/v1/nodes/kfresh-1"), timeout=10)
+    assert node.status_code == 200 and node.json()["pool"] == "worker", node.text
+    # Its credential too: the node acts as itself through the new replica.
+    assert report(fleet.replicas[2], "kfresh-1", {"pool": "worker", "state": "Done"}, fleet).status_code == 200

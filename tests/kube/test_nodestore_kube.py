@@ -1,0 +1,266 @@
+"""The Kubernetes node store (agent/server/store/kube/nodestore.py) against a real kube-apiserver
+1.20.2 with OpenShift's CRDs (tests/helpers/kube_cluster.py): the NodeStore contract of
+tests/etcd/test_nodestore.py, two store instances standing for two replicas on one namespace, and the
+API server going away. Each test has a namespace of its own; the MachineConfigNodes it wrote
+(cluster-scoped) are deleted after it, by the store label that keeps them apart.
+"""
+
+import os
+import threading
+import types
+
+import pytest
+
+from agent.server.cli.main import build_parser
+from agent.server.cli.storecmds import check_serve_args, store_config
+from agent.server.rollout.progress import Membership
+from agent.server.store.kube import leases as kube_leases
+from agent.server.store.kube.client import KubeClient, KubeUnavailable, load_kubeconfig
+from agent.server.store.kube.nodestate import CONFIGMAP_MAX
+from agent.server.store.kube.nodestore import REPORT, STORE_LABEL, KubeNodeStore
+from agent.server.store.nodestore import PoolRow, StoreUnavailable
+from tests.etcd.test_nodestore import IDENTITY_CONTRACT
+from tests.etcd.test_nodestore_etcd import CONTRACT
+from tests.helpers.kube_cluster import kube_cluster, unique, wait_for  # noqa: F401 - the session fixture
+
+MCN = "/apis/machineconfiguration.openshift.io/v1/machineconfignodes"
+
+
+def open_store(kc, namespace: str) -> KubeNodeStore:
+    return KubeNodeStore(KubeClient(load_kubeconfig(kc.admin_kubeconfig), timeout=10), namespace)
+
+
+@pytest.fixture
+def namespace(kube_cluster):  # noqa: F811 - the fixture imported above
+    ns = unique("ncs-store")
+    kube_cluster.kubectl("create", "namespace", ns)
+    yield ns
+    kube_cluster.kubectl("delete", "machineconfignodes", "-l", f"{STORE_LABEL}={ns}", "--wait=false", check=False)
+    kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@pytest.fixture
+def replicas(kube_cluster, namespace):  # noqa: F811
+    stores = [open_store(kube_cluster, namespace) for _ in range(2)]
+    yield stores
+    for s in stores:
+        s.close()
+        s.client.close()
+
+
+def worker(why="selector"):
+    return Membership("worker", why)
+
+
+# -- the NodeStore contract (tests/etcd/test_nodestore.py), run on the API store ------------------------
+
+@pytest.mark.parametrize("name", CONTRACT + IDENTITY_CONTRACT)
+def test_contract_holds_on_the_api(name, kube_cluster, namespace, tmp_path, monkeypatch):  # noqa: F811
+    from tests import test_nodestore as contract
+
+    opened = []
+
+    def make_store(_tmp):
+        opened.append(open_store(kube_cluster, namespace))
+        return opened[-1]
+
+    monkeypatch.setattr(contract, "make_store", make_store)
+    if name == "test_done_report_releases_the_lease_on_that_config":
+        # KubeLeases measures a lease's expiry with the wall clock (release and held_by take no
+        # ``now``), while this contract test grants it at t=100 with a TTL of 600: its clock
+        # is the test's, as for the grant.
+        monkeypatch.setattr(kube_leases, "time", types.SimpleNamespace(time=lambda: 102.0))
+    try:
+        getattr(contract, name)(tmp_path)
+    finally:
+        for s in opened:
+            s.close()
+            s.client.close()
+
+
+# -- two replicas on one namespace -----------------------------------------------------------------
+
+def test_what_one_replica_writes_the_other_sees(replicas):
+    a, b = replicas
+    generation = b.generation()
+    a.record_report("n1", {"pool": "worker", "state": "Done", "currentConfig": "rendered-worker-1"}, worker(), 1.0)
+    assert a.counts("worker").machine == 1 and a.node("n1") is not None  # read-your-writes, no watch needed
+    wait_for(lambda: b.proof("worker", "rendered-worker-1").updated == 1, "replica B counts the proof", 10)
+    assert b.node("n1").report["currentConfig"] == "rendered-worker-1"
+    b.record_report("n1", {"pool": "worker", "state": "Working", "currentConfig": "rendered-worker-1"}, worker(), 2.0)
+    wait_for(lambda: a.counts("worker").working == 1 and a.counts("worker").done == 0, "replica A sees Working", 10)
+    assert a.proof("worker", "rendered-worker-1").updated == 0
+    a.set_meta("state_signature", "s1")
+    a.update_pool("worker", lambda old: PoolRow("worker", "r2", "r1"))
+    wait_for(lambda: b.meta("state_signature") == "s1" and "worker" in b.pools(), "replica B sees meta and pool", 10)
+    assert b.serving("worker", "n1").pool.target == "r2" and b.history("worker")[0]["config"] == "r2"
+    a.put_rendered("worker", "rendered-worker-abc", {"config": {"ignition": {"version": "3.4.0"}}}, ["00-worker"])
+    a.put_rendered("worker", "rendered-worker-abc", {"config": "overwritten?"}, [])  # immutable: no change
+    assert b.rendered_spec("rendered-worker-abc") == {"config": {"ignition": {"version": "3.4.0"}}}
+    assert b.rendered_pool("rendered-worker-abc") == "worker" and b.rendered_spec("nope") is None
+    a.delete_node("n1", 3.0)
+    wait_for(lambda: b.node("n1") is None and b.counts("worker").machine == 0, "replica B drops the node", 10)
+    assert b.generation() != generation  # what B keeps for fetches (fetchmemo.py) is dropped
+
+
+def test_concurrent_pool_updates_from_two_replicas_lose_nothing(replicas):
+    """Each replica adds one to the row's target 15 times from 2 threads at once: every add lands
+    (a 409 re-reads the ConfigMap and decides again), and the history has every one of them."""
+    a, b = replicas
+    a.update_pool("infra", lambda old: PoolRow("infra", "0", "0"))
+    wait_for(lambda: "infra" in b.pools(), "replica B sees the pool row", 10)
+    errors = []
+
+    def add(store):
+        try:
+            for _ in range(15):
+                store.update_pool("infra", lambda old: PoolRow("infra", str(int(old.target) + 1), old.current))
+        except Exception as exc:  # reported below, with the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=add, args=(s,)) for s in (a, b, a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == [] and not any(t.is_alive() for t in threads)
+    wait_for(lambda: a.pools()["infra"].target == "60" and b.pools()["infra"].target == "60", "both see 60", 10)
+    targets = [h["config"] for h in a.history("infra") if h["field"] == "target"]
+    assert targets == [str(i) for i in range(61)]
+
+
+def test_only_mcns_with_our_report_are_node_records(kube_cluster, replicas):  # noqa: F811
+    """An MCN the MCO (or kube_sync) made, with no report annotation, is no node; the store writes
+    its report onto it rather than failing to create it."""
+    a, _ = replicas
+    name = unique("mcn")
+    spec = {"node": {"name": name}, "pool": {"name": "worker"}, "configVersion": {"desired": ""}}
+    body = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigNode",
+            "metadata": {"name": name, "labels": {STORE_LABEL: a.namespace}}, "spec": spec}
+    r = kube_cluster.session().post(kube_cluster.url + MCN, json=body, timeout=10)
+    assert r.status_code == 201, r.text
+    wait_for(lambda: a.revision >= int(r.json()["metadata"]["resourceVersion"]), "the watch saw it", 10)
+    assert a.node(name) is None and a.nodes() == []
+    a.record_report(name, {"pool": "worker", "state": "Done"}, worker(), 1.0)
+    obj = kube_cluster.get(f"{MCN}/{name}").json()
+    assert obj["spec"] == spec and REPORT in obj["metadata"]["annotations"]
+    kube_cluster.session().delete(f"{kube_cluster.url}{MCN}/{name}", timeout=10)
+
+
+def test_a_hand_edited_record_or_pool_row_is_ignored_and_replaced_not_fatal(kube_cluster, replicas):  # noqa: F811
+    """Someone edits the report annotation or a pool ConfigMap into garbage: the watch goes on
+    (other nodes stay counted), the node counts once it reports again, and the pool's next
+    update replaces the unreadable row."""
+    a, b = replicas
+    for n in ("good", "edited"):
+        a.record_report(n, {"pool": "worker", "state": "Done"}, worker(), 1.0)
+    a.update_pool("worker", lambda old: PoolRow("worker", "r1", "r1"))
+    wait_for(lambda: b.counts("worker").machine == 2 and "worker" in b.pools(), "replica B has both", 10)
+    kube_cluster.kubectl("annotate", "--overwrite", "machineconfignode", "edited", f"{REPORT}={{not json")
+    kube_cluster.kubectl("patch", "configmap", "-n", a.namespace, "node-config-server-pool-worker", "--type=merge",
+                         "-p", '{"data": {"row": "[1, 2"}}')
+    wait_for(lambda: b.node("edited") is None and "worker" not in b.pools(), "replica B drops what it cannot read", 10)
+    assert b.node("good") is not None and b.counts("worker").machine == 1
+    b.record_report("edited", {"pool": "worker", "state": "Done"}, worker(), 2.0)
+    b.update_pool("worker", lambda old: PoolRow("worker", "r2", "r1") if old is None else old)
+    wait_for(lambda: a.counts("worker").machine == 2 and a.pools().get("worker") == PoolRow("worker", "r2", "r1"),
+             "both are readable again", 10)
+
+
+def test_api_away_writes_fail_as_store_unavailable_and_reads_keep_answering(replicas):
+    a, _ = replicas
+    a.record_report("n6", {"pool": "worker", "state": "Done", "currentConfig": "r-1"}, worker(), 6.0)
+    a.update_pool("worker", lambda old: PoolRow("worker", "r-1", "r-1"))
+    a.client.server = "https://127.0.0.1:9"  # as if the API server were gone
+    a.client.timeout = 0.5
+    assert a.node("n6") is not None and a.counts("worker").machine == 1
+    assert a.serving("worker", "n6").pool.target == "r-1"
+    with pytest.raises(KubeUnavailable) as err:
+        a.record_report("n7", {"pool": "worker", "state": "Working"}, worker(), 7.0)
+    assert isinstance(err.value, StoreUnavailable) and "unreachable" in str(err.value)
+    assert a.node("n7") is None  # nothing acknowledged, nothing counted
+    with pytest.raises(StoreUnavailable):
+        a.update_pool("worker", lambda old: PoolRow("worker", "r-2", "r-1"))
+    assert a.pools()["worker"].target == "r-1"
+
+
+def test_a_rendered_config_too_large_for_a_configmap_is_refused_by_name(replicas):
+    a, _ = replicas
+    noise = os.urandom(CONFIGMAP_MAX).hex()  # random: zlib cannot shrink it
+    with pytest.raises(ValueError) as err:
+        a.put_rendered("worker", "rendered-worker-big", {"config": noise}, [])
+    assert "rendered-worker-big" in str(err.value) and "1 MiB" in str(err.value)
+    assert a.rendered_spec("rendered-worker-big") is None
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+def _serve(*argv):
+    args = build_parser().parse_args(["serve", *argv])
+    return args, store_config(args)
+
+
+def test_the_api_store_is_the_default_with_the_kubernetes_backend(tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("{}")
+    args, cfg = _serve("--backend", "kubernetes", "--kubeconfig", str(kubeconfig))
+    assert cfg.is_kube_store and cfg.shared and check_serve_args(args, cfg) is None
+    assert cfg.kube_namespace(str(tmp_path / "no-such-file")) == "node-config-server"
+    (tmp_path / "ns").write_text("from-the-pod\n")
+    assert cfg.kube_namespace(str(tmp_path / "ns")) == "from-the-pod"
+    _, cfg = _serve("--backend", "kubernetes", "--store", "sqlite")
+    assert not cfg.shared  # as before: node state in --data-dir
+    args, cfg = _serve("--state", str(tmp_path), "--store", "kubernetes", "--namespace", "ncs",
+                       "--kubeconfig", str(kubeconfig))
+    assert check_serve_args(args, cfg) is None and cfg.kube_namespace() == "ncs"
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--state", ".", "--namespace", "ncs"], "--namespace goes with --store kubernetes"),
+    (["--store", "kubernetes"], "--state DIR is required"),
+    (["--state", ".", "--store", "kubernetes", "--namespace", "Not_A_Name"], "not a namespace name"),
+    (["--state", ".", "--store", "mongodb://x"], "expected sqlite, kubernetes or etcd://"),
+    (["--state", ".", "--kubeconfig", "k"], "--kubeconfig goes with --backend kubernetes or --store kubernetes"),
+])
+def test_store_usage_errors_name_the_flag(argv, words):
+    from agent.server.cli.main import main
+
+    args, cfg = _serve(*argv)
+    assert words in (check_serve_args(args, cfg) or "")
+    assert main(["serve", *argv]) == 2
+
+
+def test_replica_heartbeats_list_the_live_drop_the_stopped_and_sweep_the_dead(kube_cluster, namespace,  # noqa: F811
+                                                                                   monkeypatch):
+    """kube_heartbeat.KubeHeartbeat: each process's Lease announces its view; a stopped one takes
+    its Lease away, an expired one is not listed, and one dead for SWEEP_AFTER is deleted by the
+    others (a process killed without stopping)."""
+    from agent.server.store.kube import heartbeat as kube_heartbeat
+    from agent.server.store.kube.heartbeat import KubeHeartbeat
+
+    client = KubeClient(load_kubeconfig(kube_cluster.admin_kubeconfig), timeout=10)
+    a = KubeHeartbeat(client, namespace, "replica-a:22623", lambda: {"stateSignature": "s"}, start=False)
+    b = KubeHeartbeat(client, namespace, "Replica_B", lambda: {"stateSignature": "s"}, start=False)
+    a.beat()
+    b.beat()
+    a.beat()
+    assert [(r["replica"], r["stateSignature"]) for r in a.replicas()] == [("Replica_B", "s"), ("replica-a:22623", "s")]
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    names = {i["metadata"]["name"] for i in kube_cluster.get(leases).json()["items"]}
+    assert names == {a.lease, b.lease} and all(n.startswith("replica-") for n in names)
+    b.stop()  # never started: stop only takes its Lease away
+    a.beat()
+    assert [r["replica"] for r in a.replicas()] == ["replica-a:22623"]
+    # A dead process's Lease: expired (not listed), then past SWEEP_AFTER (deleted by a's beat).
+    ghost = KubeHeartbeat(client, namespace, "ghost", lambda: {}, ttl=1, start=False)
+    ghost.beat()
+    real = kube_heartbeat.time.time
+    monkeypatch.setattr(kube_heartbeat, "time", types.SimpleNamespace(time=lambda: real() + 5))  # its 1 s is over
+    a.beat()
+    assert [r["replica"] for r in a.replicas()] == ["replica-a:22623"]
+    assert ghost.lease in {i["metadata"]["name"] for i in kube_cluster.get(leases).json()["items"]}
+    monkeypatch.setattr(kube_heartbeat, "time", types.SimpleNamespace(time=lambda: real() + kube_heartbeat.SWEEP_AFTER + 5))
+    a.beat()
+    assert ghost.lease not in {i["metadata"]["name"] for i in kube_cluster.get(leases).json()["items"]}
+    a.stop()
+    client.close()

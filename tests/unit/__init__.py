@@ -1,0 +1,1 @@
+"""Pure: the test's own process (and the project's own commands as subprocesses); no daemon, no server."""

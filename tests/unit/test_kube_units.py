@@ -1,0 +1,316 @@
+"""The Kubernetes backend's pure parts: kubeconfig and in-cluster credentials, object admission
+into a State, and what is written back (pool status, Node patches, rendered configs). The same
+code against a real API server: tests/kube/test_kube_backend.py."""
+
+import base64
+import os
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.server.cluster import kube_sync
+from agent.server.store.kube import client as kube_client
+from agent.server.store.kube import state as kube_state
+from agent.server.store.kube import watch as kube_watch
+from agent.server.store.kube.client import KubeConfigError
+
+POOL = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+        "metadata": {"name": "infra", "uid": "u-1", "resourceVersion": "7", "generation": 3,
+                     "managedFields": [{"manager": "kubectl"}], "creationTimestamp": "2026-11-20T10:00:00Z"},
+        "spec": {"machineConfigSelector": {"matchLabels": {"machineconfiguration.openshift.io/role": "infra"}},
+                 "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/infra": ""}}}}
+MC = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+      "metadata": {"name": "50-infra", "resourceVersion": "8",
+                   "labels": {"machineconfiguration.openshift.io/role": "infra"}},
+      "spec": {"config": {"ignition": {"version": "3.2.0"}}}}
+
+
+def kubeconfig(tmp_path, cluster=None, user=None, name="kc"):
+    doc = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+           "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+           "clusters": [{"name": "k", "cluster": cluster if cluster is not None else
+                         {"server": "https://127.0.0.1:6443",
+                          "certificate-authority-data": base64.b64encode(b"CA PEM").decode()}}],
+           "users": [{"name": "u", "user": user if user is not None else {"token": "abc"}}]}
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+# -- credentials ---------------------------------------------------------------------------------
+
+def test_kubeconfig_data_fields_land_in_a_private_directory(tmp_path):
+    key = base64.b64encode(b"KEY").decode()
+    creds = kube_client.load_kubeconfig(kubeconfig(tmp_path, user={
+        "client-certificate-data": base64.b64encode(b"CERT").decode(), "client-key-data": key}))
+    try:
+        assert creds.server == "https://127.0.0.1:6443"
+        assert open(creds.ca_file, "rb").read() == b"CA PEM"
+        assert open(creds.key_file, "rb").read() == b"KEY"
+        assert os.stat(creds.scratch).st_mode & 0o777 == 0o700
+        assert os.stat(creds.key_file).st_mode & 0o777 == 0o600
+    finally:
+        kube_client.KubeClient(creds).close()
+    assert not os.path.exists(creds.scratch)  # close() removes the written key
+
+
+def test_kubeconfig_relative_files_are_relative_to_the_kubeconfig(tmp_path):
+    creds = kube_client.load_kubeconfig(kubeconfig(tmp_path, cluster={
+        "server": "https://h:6443", "certificate-authority": "ca.crt"}, user={"tokenFile": "tok"}))
+    assert creds.ca_file == str(tmp_path / "ca.crt") and creds.token_file == str(tmp_path / "tok")
+
+
+@pytest.mark.parametrize("cluster,user,words", [
+    ({"server": "https://h:6443", "insecure-skip-tls-verify": True}, None, "insecure-skip-tls-verify: refused"),
+    ({"server": "http://h:8080"}, None, "expected an https:// URL"),
+    (None, {"client-certificate": "c.crt"}, "client-certificate and client-key go together"),
+])
+def test_kubeconfig_refusals_name_the_field(tmp_path, cluster, user, words):
+    with pytest.raises(KubeConfigError) as exc:
+        kube_client.load_kubeconfig(kubeconfig(tmp_path, cluster, user))
+    assert words in str(exc.value) and str(tmp_path / "kc") in str(exc.value)
+
+
+def test_kubeconfig_unknown_context_and_unreadable_files(tmp_path):
+    with pytest.raises(KubeConfigError, match=r"\$\.contexts: no context named 'other'"):
+        kube_client.load_kubeconfig(kubeconfig(tmp_path), context="other")
+    with pytest.raises(KubeConfigError, match="cannot read"):
+        kube_client.load_kubeconfig(str(tmp_path / "missing"))
+    big = tmp_path / "big"
+    big.write_bytes(b"a" * (kube_client.MAX_KUBECONFIG_BYTES + 1))
+    with pytest.raises(KubeConfigError, match="larger than"):
+        kube_client.load_kubeconfig(str(big))
+
+
+@pytest.mark.parametrize("text", ["contexts: 5", "[1, 2]", "current-context: c\ncontexts: [{name: c, context: 3}]",
+                                  "current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\n"
+                                  "clusters: [{name: k, cluster: {server: 'https://h', "
+                                  "certificate-authority-data: '%%%'}}]"])
+def test_odd_kubeconfigs_are_refused_naming_the_file(tmp_path, text):
+    path = tmp_path / "kc"
+    path.write_text(text)
+    with pytest.raises(KubeConfigError) as exc:
+        kube_client.load_kubeconfig(str(path))
+    assert str(path) in str(exc.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=300), st.binary(max_size=300)))
+def test_any_kubeconfig_text_is_read_or_refused_clearly(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("kc") / "kubeconfig"
+    path.write_bytes(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
+    try:
+        kube_client.load_kubeconfig(str(path))
+    except KubeConfigError as exc:
+        assert str(path) in str(exc)
+
+
+def test_in_cluster_reads_the_service_account(tmp_path):
+    creds = kube_client.in_cluster(str(tmp_path), {"KUBERNETES_SERVICE_HOST": "fd00::1",
+                                                   "KUBERNETES_SERVICE_PORT": "443"})
+    assert creds.server == "https://[fd00::1]:443"
+    assert creds.ca_file == str(tmp_path / "ca.crt") and creds.token_file == str(tmp_path / "token")
+    with pytest.raises(KubeConfigError, match="pass --kubeconfig FILE"):
+        kube_client.in_cluster(str(tmp_path), {})
+
+
+def test_a_rotated_service_account_token_is_read_again(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("one\n")
+    client = kube_client.KubeClient(kube_client.Credentials(server="https://h", token_file=str(token)))
+    assert client._auth() == {"Authorization": "Bearer one"}
+    token.write_text("two\n")
+    os.utime(token, (1, 1))
+    assert client._auth() == {"Authorization": "Bearer two"}
+
+
+def test_resource_paths():
+    assert kube_client.NODES.path("n1") == "/api/v1/nodes/n1"
+    assert kube_client.MACHINE_CONFIG_POOLS.path("w", sub="status") == \
+        "/apis/machineconfiguration.openshift.io/v1/machineconfigpools/w/status"
+    assert kube_client.LEASES.path("l", namespace="ns") == "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l"
+
+
+# -- admission of API objects ---------------------------------------------------------------------
+
+def test_api_objects_are_admitted_as_the_state_directory_admits_them():
+    bad = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+           "metadata": {"name": "99-bad", "resourceVersion": "9"}, "spec": {"config": {"ignition": {}}}}
+    rendered = dict(MC, metadata={"name": "rendered-infra-1", "resourceVersion": "10",
+                                  "ownerReferences": [{"kind": "MachineConfigPool", "name": "infra"}]})
+    state = kube_state.build_state({"machineconfigpools": {"infra": POOL},
+                                    "machineconfigs": {"50-infra": MC, "99-bad": bad, "rendered-infra-1": rendered}},
+                                   None)
+    assert set(state.pools) == {"infra"} and set(state.machine_configs) == {"50-infra"}
+    assert state.problems and all("machineconfigs/99-bad (API)" in str(p) for p in state.problems)
+    meta = state.pools["infra"]["metadata"]
+    assert "resourceVersion" not in meta and "managedFields" not in meta and "uid" not in meta
+    assert meta["creationTimestamp"] == "2026-11-20T10:00:00Z"  # the object's age (AGE)
+
+
+def test_the_state_signature_moves_with_any_objects_version_only():
+    one = kube_state.build_state({"machineconfigpools": {"infra": POOL}, "machineconfigs": {"50-infra": MC}}, None)
+    same = kube_state.build_state({"machineconfigpools": {"infra": dict(POOL)}, "machineconfigs": {"50-infra": MC}},
+                                  None)
+    newer = kube_state.build_state({"machineconfigpools": {"infra": POOL}, "machineconfigs": {"50-infra": dict(
+        MC, metadata=dict(MC["metadata"], resourceVersion="70"))}}, None)
+    assert one.signature == same.signature != newer.signature
+
+
+def test_a_pools_status_write_is_not_a_new_state_but_its_spec_labels_and_annotations_are():
+    """A status write moves a pool's resourceVersion (ours, once a second while nodes report):
+    for pools the signature takes the generation and the metadata the server reads instead, so
+    that a status write is not a new state in every replica."""
+    def sig(**meta):
+        pool = dict(POOL, metadata=dict(dict(POOL["metadata"], generation=3), **meta))
+        return kube_state.build_state({"machineconfigpools": {"infra": pool}}, None).signature
+
+    base = sig(resourceVersion="70")
+    assert sig(resourceVersion="71") == base  # the status subresource written
+    assert sig(resourceVersion="72", generation=4) != base  # the spec changed
+    assert sig(resourceVersion="73", annotations={"node-agent.io/force-rollout": "true"}) != base
+    assert sig(resourceVersion="74", labels={"custom": ""}) != base
+
+
+def test_the_machineconfiguration_is_checked_as_the_file_is():
+    cluster = {"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
+               "metadata": {"name": "cluster", "resourceVersion": "3"},
+               "spec": {"nodeDisruptionPolicy": "reboot always"}}
+    state = kube_state.build_state({}, cluster)
+    assert state.cluster == {} and any("nodeDisruptionPolicy" in str(p) for p in state.problems)
+
+
+# -- what is written back ---------------------------------------------------------------------------
+
+def test_pool_status_keeps_only_the_crds_fields():
+    view = {"status": {"configuration": {"name": "rendered-infra-a", "extra": 1}, "machineCount": 2,
+                       "updatedMachineCount": 1, "readyMachineCount": 1, "unavailableMachineCount": 1,
+                       "degradedMachineCount": 0, "nodes": {"n": {}}, "served": {}, "history": [],
+                       "conditions": [{"type": "Updated", "status": "False", "reason": "Updating", "message": "m",
+                                       "lastTransitionTime": "2026-11-22T09:00:00Z"}]}}
+    status = kube_sync.pool_status(view, 3)
+    assert set(status) == set(kube_sync.STATUS_FIELDS)
+    assert status["configuration"] == {"name": "rendered-infra-a"} and status["observedGeneration"] == 3
+    assert status["conditions"][0]["lastTransitionTime"] == "2026-11-22T09:00:00Z"
+
+
+def test_every_condition_written_has_a_transition_time_kept_while_its_status_stays():
+    view = {"status": {"conditions": [{"type": "Updated", "status": "True", "lastTransitionTime": "2026-11-22T09:00:00Z"},
+                                      {"type": "Degraded", "status": "False"}, {"type": "RenderHeld", "status": "True"}]}}
+    first = {c["type"]: c for c in kube_sync.pool_status(view, 1, None, "2026-11-25T10:00:00Z")["conditions"]}
+    assert first["Updated"]["lastTransitionTime"] == "2026-11-22T09:00:00Z"  # dated by our history
+    assert first["Degraded"]["lastTransitionTime"] == "2026-11-25T10:00:00Z"
+    held = [{"type": "Degraded", "status": "False", "lastTransitionTime": "2026-11-25T10:00:00Z"},
+            {"type": "RenderHeld", "status": "False", "lastTransitionTime": "2026-11-25T10:00:00Z"}]
+    later = {c["type"]: c for c in kube_sync.pool_status(view, 1, held, "2026-11-25T11:00:00Z")["conditions"]}
+    assert later["Degraded"]["lastTransitionTime"] == "2026-11-25T10:00:00Z"  # same status: kept
+    assert later["RenderHeld"]["lastTransitionTime"] == "2026-11-25T11:00:00Z"  # changed: now
+
+
+def test_node_patch_carries_the_mcd_annotations_and_the_custom_pools_labels():
+    body = {"pool": "infra", "state": "Degraded", "currentConfig": "rendered-infra-a",
+            "desiredConfig": "rendered-infra-b", "reason": "disk full", "desiredImage": "quay.io/x@sha256:1"}
+    patch = kube_sync.node_patch(body, POOL)
+    ann = patch["metadata"]["annotations"]
+    assert ann["machineconfiguration.openshift.io/state"] == "Degraded"
+    assert ann["machineconfiguration.openshift.io/reason"] == "disk full"
+    assert ann["machineconfiguration.openshift.io/desiredImage"] == "quay.io/x@sha256:1"
+    assert "machineconfiguration.openshift.io/currentImage" not in ann
+    assert patch["metadata"]["labels"] == {"node-role.kubernetes.io/infra": ""}
+    worker = dict(POOL, metadata={"name": "worker"})
+    assert "labels" not in kube_sync.node_patch(body, worker)["metadata"]  # base roles: the kubelet's own
+
+
+def test_a_machineconfignode_says_what_the_report_says():
+    conds = {c["type"]: c for c in kube_sync.node_conditions(
+        {"state": "Degraded", "desiredConfig": "b", "currentConfig": "a", "reason": "disk full"}, "2026-11-25T10:00:00Z")}
+    assert conds["NodeDegraded"]["status"] == "True" and conds["NodeDegraded"]["message"] == "disk full"
+    assert conds["Updated"]["status"] == "False"
+    assert all(set(c) == {"type", "status", "reason", "message", "lastTransitionTime"} for c in conds.values())
+    done = {c["type"]: c["status"] for c in kube_sync.node_conditions(
+        {"state": "Done", "desiredConfig": "b", "currentConfig": "b"}, "t")}
+    assert done == {"Updated": "True", "UpdateExecuted": "False", "NodeDegraded": "False"}
+
+
+def test_a_rendered_config_is_owned_by_its_pool():
+    obj = kube_sync.rendered_object("rendered-infra-a", "infra", "u-1", {"config": {}}, "node-config-server 1")
+    owner = obj["metadata"]["ownerReferences"][0]
+    assert owner == {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+                     "name": "infra", "uid": "u-1", "controller": True, "blockOwnerDeletion": True}
+    assert kube_state.is_rendered(obj)
+
+
+# -- the watch cache's rules -----------------------------------------------------------------------
+
+class _Events:
+    """A client whose list and watch answer from fixed data (the watch rules in isolation; the
+    real API server's are exercised in tests/kube/test_kube_backend.py)."""
+
+    def __init__(self, events):
+        self.events = events
+
+    def list(self, path, params, metadata_only=False):
+        return [dict(MC, metadata=dict(MC["metadata"], resourceVersion="5"))], "5"
+
+    def watch(self, path, version, timeout, params, metadata_only=False):
+        yield from self.events
+
+
+def test_watch_events_update_the_cache_and_a_410_asks_for_a_relist():
+    changes = []
+    r = kube_watch.Reflector(_Events([]), kube_client.MACHINE_CONFIGS, lambda: changes.append(1))
+    r._relist()
+    assert set(r.snapshot()) == {"50-infra"} and r.version == "5" and r.synced.is_set()
+    added = {"type": "ADDED", "object": {"metadata": {"name": "x", "resourceVersion": "6"}}}
+    r._apply(added)
+    r._apply({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}})
+    assert set(r.snapshot()) == {"50-infra", "x"} and r.version == "9"
+    r._apply({"type": "DELETED", "object": {"metadata": {"name": "50-infra", "resourceVersion": "10"}}})
+    assert set(r.snapshot()) == {"x"}
+    assert len(changes) == 3  # the list, the add and the delete; not the bookmark
+    with pytest.raises(kube_watch.Gone):
+        r._apply({"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}})
+
+
+KEYS = ["current-context", "contexts", "clusters", "users", "name", "context", "cluster", "user", "server",
+        "certificate-authority", "certificate-authority-data", "client-certificate-data", "client-key",
+        "client-key-data", "token", "tokenFile", "insecure-skip-tls-verify"]
+LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.sampled_from(["c", "k", "u", "https://h:1", "QUE="]),
+                   st.text(max_size=8))
+SHAPES = st.recursive(LEAVES, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                      st.dictionaries(st.sampled_from(KEYS), inner, max_size=4)),
+                      max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(KEYS), SHAPES, max_size=5))
+def test_any_kubeconfig_shape_is_read_or_refused_clearly(tmp_path_factory, doc):
+    path = tmp_path_factory.mktemp("kc") / "kubeconfig"
+    path.write_text(yaml.safe_dump(doc))
+    try:
+        creds = kube_client.load_kubeconfig(str(path))
+    except KubeConfigError as exc:
+        assert str(path) in str(exc)
+    else:
+        assert creds.server.startswith("https://")
+        kube_client.KubeClient(creds).close()
+
+
+def test_a_metadata_only_cache_keeps_no_managed_fields():
+    r = kube_watch.Reflector(_Events([]), kube_client.NODES, metadata_only=True)
+    r._apply({"type": "ADDED", "object": {"kind": "PartialObjectMetadata", "metadata": {
+        "name": "n1", "resourceVersion": "3", "labels": {"a": "b"}, "managedFields": [{"manager": "kubelet"}]}}})
+    assert r.snapshot()["n1"]["metadata"] == {"name": "n1", "resourceVersion": "3", "labels": {"a": "b"}}
+
+
+def test_done_on_the_drained_for_config_ends_our_cordon_only():
+    from agent.server.cluster.kube_drain import DRAINED_FOR, uncordon_patch
+
+    done = {"state": "Done", "currentConfig": "rendered-b"}
+    assert uncordon_patch({DRAINED_FOR: "rendered-b"}, done) == {
+        "spec": {"unschedulable": None}, "metadata": {"annotations": {DRAINED_FOR: None}}}
+    assert uncordon_patch({DRAINED_FOR: "rendered-b"}, dict(done, currentConfig="rendered-a")) == {}
+    assert uncordon_patch({DRAINED_FOR: "rendered-b"}, dict(done, state="Working")) == {}
+    assert uncordon_patch({}, done) == {}  # cordoned by someone else, or not at all: left as it is
