@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.helpers.etcd_cluster import ETCD, _free_ports
+from tests.helpers.wait import wait_for  # noqa: F401 - re-exported for the kube tests (one helper)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_SCRIPT = os.path.join(REPO, "tools", "kube", "build-kube-bin.sh")
@@ -57,18 +58,6 @@ def find_kube_bin() -> Optional[str]:
     if d and all(os.access(os.path.join(d, b), os.X_OK) for b in BINARIES):
         return d
     return None
-
-
-def wait_for(check, what: str, timeout: float = 60.0):
-    """Poll ``check`` until it returns something true (returned), or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout:.0f}s")
-        time.sleep(0.1)
 
 
 def unique(prefix: str) -> str:
