@@ -132,7 +132,7 @@ CONTRACT = ["test_counters_equal_a_full_recount_after_random_reports", "test_reb
 
 @pytest.mark.parametrize("name", CONTRACT)
 def test_contract_holds_on_etcd(name, etcd_cluster, tmp_path, monkeypatch):
-    from tests import test_nodestore as contract
+    from tests.etcd import test_nodestore as contract
 
     url = parse_store_url(etcd_cluster.url)
     opened = []
@@ -220,7 +220,7 @@ def test_compaction_goes_on_under_nospace_and_the_store_names_the_alarm(small_et
             for i in range(200):
                 store.record_report("n1", {"pool": "worker", "state": "Working", "reason": "p" * (60 << 10)},
                                     worker(), float(i))
-        assert [a["alarm"] for a in store.alarms] == ["NOSPACE"]
+        assert [a["alarm"] for a in store.alarms()] == ["NOSPACE"]
         time.sleep(0.1)
         assert compactor.tick() is not None  # the claim (a write) is refused; the compaction is not
     finally:
