@@ -15,7 +15,7 @@ DEB_PACKAGES := dbus-daemon libdbus-1-dev libgirepository1.0-dev libcairo2-dev p
                 gir1.2-glib-2.0 rpm systemd python3-dev gcc man-db $(VM_DEB_PACKAGES)
 BENCH_DEB_PACKAGES := nginx-light cloud-init etcd-server haproxy wrk
 
-.PHONY: all demo test lint compat unit py39 venv39 rpm bench sysdeps clean help vm-test kube-bin
+.PHONY: all demo test lint compat unit py39 venv39 rpm bench sysdeps clean help vm-test kube-bin prepare vm-base
 
 all: test
 
@@ -64,10 +64,24 @@ compat: venv
 # NODE_AGENT_NO_SKIP=1: a test that would skip (a missing tool, file or venv) fails instead
 # (tests/conftest.py); a bare pytest may still skip, and says why.
 # venv39 first: the RHEL 9 RPM tests run the agent on CPython 3.9 from .venv39.
-unit: venv venv39 kube-bin
-	NODE_AGENT_VM_TEST=1 NODE_AGENT_NO_SKIP=1 $(VENV)/bin/pytest -q -p no:cacheprovider
+# The VM boot runs first and alone (QEMU's TCG takes both cores; its waits are bounded per phase),
+# then everything else in TEST_JOBS pytest-xdist workers: most tests wait on processes (servers,
+# etcd, the control plane), not on the CPU. --dist loadgroup keeps each folder that shares one
+# session cluster (tests/etcd, tests/kube) on one worker (tests/conftest.py), so one etcd and one
+# control plane serve them, as in a serial run.
+TEST_JOBS ?= 3
+XDIST = -n $(TEST_JOBS) --dist loadgroup
+unit: venv venv39 kube-bin vm-base
+	NODE_AGENT_VM_TEST=1 NODE_AGENT_NO_SKIP=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m vm tests/vm
+	NODE_AGENT_NO_SKIP=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m "not vm" $(XDIST)
 
-test: lint compat unit py39
+# On a fresh machine the slow set-up steps overlap: the Kubernetes build (CPU), the VM guest's
+# Debian base (mostly download and unpack) and the two venvs (pip). -O keeps each one's log whole.
+prepare: sysdeps
+	@$(MAKE) --no-print-directory -j4 -O venv venv39 kube-bin vm-base
+
+test: prepare
+	@$(MAKE) --no-print-directory lint compat unit py39
 
 # --- The RHEL 9 run: the whole suite again on CPython 3.9 with the library versions RHEL 9 ships
 # (tests/rhel9-constraints.txt) in a second venv. Its stamp makes re-runs cost only the tests.
@@ -99,10 +113,15 @@ venv39:
 # The VM boot runs once, in `unit`; here it is deselected (not skipped).
 py39: venv39 kube-bin
 	@$(VENV39)/bin/python -c 'import sys, importlib.metadata as m; print("py39: Python", sys.version.split()[0] + ",", ", ".join("%s %s" % (p, m.version(p)) for p in ("requests", "urllib3", "PyYAML", "gevent", "gunicorn", "tenacity", "rich", "prometheus_client", "tomli")))'
-	NODE_AGENT_NO_SKIP=1 $(VENV39)/bin/pytest -q -p no:cacheprovider -m "not vm"
+	NODE_AGENT_NO_SKIP=1 $(VENV39)/bin/pytest -q -p no:cacheprovider -m "not vm" $(XDIST)
 
 # The guest image is cached outside the tree (~/.cache/node-agent-vm, or NODE_AGENT_VM_CACHE).
-vm-test: venv
+VM_CACHE ?= $(or $(NODE_AGENT_VM_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/node-agent-vm)
+# Stage 1 of the guest (debootstrap, minutes once; then cached): tests/vm/build-base.sh.
+vm-base: sysdeps
+	@bash tests/vm/build-base.sh "$(VM_CACHE)"
+
+vm-test: venv vm-base
 	NODE_AGENT_VM_TEST=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m vm tests/vm
 
 # kube-apiserver and kube-controller-manager for the tests' control plane (tests/helpers/kube_cluster.py):

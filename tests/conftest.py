@@ -19,6 +19,9 @@ NO_SKIP = os.environ.get("NODE_AGENT_NO_SKIP") == "1"
 # tests/<group>/ says what a test needs; each group is a marker of the same name (pyproject.toml),
 # so `pytest -m "not kube and not vm"` is the quick loop. CONTRIBUTING.md has the map.
 GROUPS = ("unit", "host", "server", "etcd", "kube", "vm", "campaigns")
+# Folders whose tests share one session cluster (etcd_cluster, kube_cluster): under pytest-xdist's
+# --dist loadgroup (make test) each runs on one worker, so one cluster serves all of its tests.
+SHARED_CLUSTER = ("etcd", "kube", "vm")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -29,6 +32,8 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"{item.nodeid}: every test lives in one of tests/{{{','.join(GROUPS)}}}/ "
                                     "(CONTRIBUTING.md, 'Where tests live')")
         item.add_marker(getattr(pytest.mark, group))
+        if group in SHARED_CLUSTER:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(hookwrapper=True)
