@@ -24,6 +24,7 @@ GROUPS = ("unit", "host", "server", "etcd", "kube", "vm", "campaigns")
 SHARED_CLUSTER = ("etcd", "kube", "vm")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks (loadgroup)
 def pytest_collection_modifyitems(config, items):
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     for item in items:

@@ -21,6 +21,10 @@ from agent.resource.pointer import resolve_pointer
 from tests.helpers.faultproxy import FAULTS, FaultProxy
 from tests.helpers.httpserver import Reply, ScriptedServer
 
+# The last test checks what every round saw (module-level counts): under pytest-xdist all of this
+# module runs on one worker, in order.
+pytestmark = pytest.mark.xdist_group("fault_campaign")
+
 ROUNDS = 30
 BUDGET = 1.0
 ATTEMPT = 0.25

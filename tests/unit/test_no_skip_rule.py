@@ -46,3 +46,21 @@ def test_a_test_outside_the_groups_of_tests_is_a_usage_error_naming_the_groups(t
     out = run(tmp_path, no_skip=False, group="misc")
     assert out.returncode == 4, out.stdout + out.stderr
     assert "tests/{unit,host,server,etcd,kube,vm,campaigns}/" in out.stdout + out.stderr
+
+
+def test_under_xdist_loadgroup_a_shared_cluster_folder_runs_on_one_worker(tmp_path):
+    # make test's workers (Makefile, "unit") rely on tests/etcd and tests/kube staying whole
+    for group in ("etcd", "unit"):
+        (tmp_path / group).mkdir()
+        (tmp_path / group / f"test_{group}.py").write_text(
+            "import os, pytest\n@pytest.mark.parametrize('i', range(6))\n"
+            "def test_x(i):\n    print(os.environ['PYTEST_XDIST_WORKER'])\n")
+    conftest = os.path.join(paths.REPO, "tests", "conftest.py")
+    (tmp_path / "conftest.py").write_text(open(conftest).read().replace(
+        "from tests.helpers.etcd_cluster import EtcdCluster, have_etcd\n", ""))
+    out = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "3", "--dist",
+                          "loadgroup", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    workers = {line.split()[0] for line in out.stdout.splitlines() if "test_etcd.py" in line and "PASSED" in line}
+    assert len(workers) == 1 and all("@etcd" in line for line in out.stdout.splitlines()
+                                     if "test_etcd.py" in line and "PASSED" in line), out.stdout
