@@ -281,7 +281,7 @@ def _print_status(args: argparse.Namespace, cluster) -> int:
     from agent.server.cli.viewcmds import render_status
 
     progress = cluster.cluster()
-    views = cluster.pool_views()  # metadata.creationTimestamp: the object's, else its file's mtime
+    views = cluster.pool_views()  # metadata.creationTimestamp: the object's, else the store's first record
     if args.json:
         out = dict(progress)
         out["items"] = list(views.values())

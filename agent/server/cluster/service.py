@@ -304,7 +304,7 @@ class Cluster(Approval, ConfigServing):
         status["conditions"] = poolview.conditions(counts, target, current, row.as_dict(), history,
                                                   st.problems)
         return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
-                "metadata": poolview.metadata(pool, st.pool_mtimes.get(name), history), "spec": spec, "status": status}
+                "metadata": poolview.metadata(pool, history), "spec": spec, "status": status}
 
     def cluster(self) -> Dict[str, Any]:
         st = self.state()
