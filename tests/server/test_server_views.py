@@ -45,8 +45,9 @@ def test_pools_table_has_oc_get_mcp_columns_and_fits_100_columns():
     assert max(len(line) for line in lines) <= 100, text
     assert lines[1].split()[2:] == ["False", "True", "False", "3", "1", "1", "0", "2d"]
     assert lines[1].split()[1] == "c7f50b7f…"  # a long pool name: only the hash fits
-    short = views.pools_table([pool("worker")], now).splitlines()
-    assert short[1].split()[1] == "worker-c7f50b7f…" and max(len(line) for line in short) <= 100
+    short = views.pools_table([pool("worker")], now).splitlines()  # the whole name fits without 3 count columns
+    assert short[0].split() == ["NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINES", "AGE"]
+    assert short[1].split()[1] == f"rendered-worker-{HASH}" and max(len(line) for line in short) <= 100
     wide = views.pools_table([pool("worker")], now, wide=True)
     assert f"rendered-worker-{HASH}" in wide
 
@@ -63,13 +64,15 @@ def test_describe_pool_says_what_new_nodes_get_and_why():
     assert "Conditions:" in text and "Updating  True" in text
 
 
-def test_watch_without_a_terminal_prints_a_line_when_a_pool_changes():
+def test_watch_without_a_terminal_prints_the_tables_columns_header_once_and_a_row_per_change():
     rounds = [[pool("worker", updated=2)], [pool("worker", updated=2)], [pool("worker", updated=3, updating=False)]]
     out = io.StringIO()
     code = watch.watch_pools(lambda: rounds.pop(0), 0.01, sleep=lambda _s: None, out=out, rounds=2)
     assert code == 0
     lines = out.getvalue().splitlines()
-    assert len(lines) == 2 and "2/3 updated" in lines[0] and "Updated  3/3 updated" in lines[1]
+    assert len(lines) == 3 and lines[0].split() == list(views.POOL_COLUMNS)
+    assert lines[1].split()[:3] == ["worker", f"rendered-worker-{HASH}", "False"] and lines[1].split()[7] == "2"
+    assert lines[2].split()[2:4] == ["True", "False"] and lines[2].split()[7] == "3"
 
 
 def test_watch_on_a_terminal_draws_a_progress_bar_per_pool():

@@ -29,9 +29,12 @@ def add_client_options(p: argparse.ArgumentParser) -> None:
 
 EXITS = ("Exit codes: 0 shown; 1 no such pool or node; 2 bad command line or client config flag; 65 client "
          "config file invalid; 69 server unreachable or not a node-config-server; 77 the server wants a token.")
-GET_DOC = ("List the pools (as oc get mcp) or the nodes of a running server. A table fits in 100 columns: "
-           "long names and reasons are cut (…); -o wide prints every value whole, -o json|yaml the API's "
-           "objects. --watch refreshes the table until Ctrl-C.")
+GET_DOC = ("List the pools (as oc get mcp) or the nodes of a running server. A table takes the terminal's "
+           "width (COLUMNS, else the terminal's; to a pipe every value whole): when it does not fit, a few count "
+           "columns are left out first, then config names are shortened, then long values cut (…); -o wide "
+           "prints every column and value whole, -o json|yaml the API's objects, -o name kind/name per line. "
+           "--watch refreshes the table until Ctrl-C; without a terminal it prints the same columns, a row "
+           "each time a pool or node changes (as kubectl get -w).")
 DESCRIBE_DOC = ("One pool or node of a running server in detail: its conditions (status, reason, message, last "
                 "transition), what new nodes get and why, its nodes, history and drain events; every value whole.")
 
@@ -125,7 +128,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         print(f"No {'pools' if pools else 'nodes'} found.", file=sys.stderr)
         return EXIT_OK
     render = views.pools_table if pools else views.nodes_table
-    sys.stdout.write(render(items, time.time(), wide=args.output == "wide"))
+    sys.stdout.write(render(items, time.time(), wide=args.output == "wide", width=views.terminal_width()))
     return EXIT_OK
 
 
@@ -171,7 +174,7 @@ def cmd_status_remote(args: argparse.Namespace) -> int:
 
 
 def render_status(progress: Dict[str, Any], pools: List[Dict[str, Any]], now: float) -> str:
-    lines = [views.pools_table(pools, now).rstrip("\n"), "",
+    lines = [views.pools_table(pools, now, width=views.terminal_width()).rstrip("\n"), "",
              "cluster update: " + ("complete" if progress.get("complete") else "NOT complete")]
     for b in progress.get("blocking", []):
         lines.append(f"  {b.get('pool') or '-'}: {b.get('reason')}")
