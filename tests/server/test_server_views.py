@@ -106,9 +106,13 @@ def server(tmp_path_factory):
         srv.stop()
 
 
-def ncs(*args):
+def ncs(*args, columns=None):
+    """node-config-server as a user runs it; ``columns``: $COLUMNS for it (None: none at all, as on a pipe)."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
     return subprocess.run([sys.executable, "-m", "agent.server.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+                          cwd=REPO, timeout=60, env=env)
 
 
 def test_api_v1_nodes_lists_nodes_with_pool_and_updated(server):
@@ -121,7 +125,7 @@ def test_api_v1_nodes_lists_nodes_with_pool_and_updated(server):
 
 
 def test_get_pools_and_nodes(server):
-    r = ncs("get", "pools", *server.client_args)
+    r = ncs("get", "pools", *server.client_args, columns=100)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("NAME") and "AGE" in lines[0] and max(map(len, lines)) <= 100
@@ -227,3 +231,38 @@ def test_client_config_file_names_the_server(server, tmp_path):
                     f"tokenFile: {args['--token-file']}\n")
     r = ncs("get", "pools", "--config", str(conf))
     assert r.returncode == 0 and r.stdout.startswith("NAME"), r.stderr
+
+
+def test_get_pools_to_a_pipe_prints_every_column_and_whole_config_names(server):
+    r = ncs("get", "pools", *server.client_args)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and lines[0].split() == list(views.POOL_COLUMNS), r.stdout
+    assert all(line.split()[1].startswith(f"rendered-{line.split()[0]}-") and "…" not in line for line in lines[1:])
+
+
+def test_get_o_yaml_of_a_list_is_a_kubectl_list_and_o_name_names_kind_and_name(server):
+    r = ncs("get", "pools", "-o", "yaml", *server.client_args)
+    listed = yaml.safe_load(r.stdout)
+    assert (listed["apiVersion"], listed["kind"]) == ("v1", "List") and r.stdout.startswith("apiVersion: v1\n")
+    assert [p["metadata"]["name"] for p in listed["items"]] == ["infra", "master", "worker"]
+    r = ncs("get", "mcp", "-o", "name", *server.client_args)
+    assert r.stdout.splitlines() == [f"machineconfigpool.machineconfiguration.openshift.io/{p}"
+                                     for p in ("infra", "master", "worker")]
+    r = ncs("get", "nodes", "-o", "name", *server.client_args)  # other tests of the module add nodes too
+    names = r.stdout.splitlines()
+    assert "node/w1" in names and all(n.startswith("node/") and n.count("/") == 1 for n in names), r.stdout
+    r = ncs("describe", "node", "w1", "-o", "name", *server.client_args)
+    assert (r.returncode, r.stdout) == (0, "node/w1\n")
+
+
+def test_plain_http_to_the_tls_port_says_to_use_https(server):
+    r = ncs("get", "pools", "--server", f"http://127.0.0.1:{server.port}", "--ca", server.tls.ca_cert)
+    assert r.returncode == 69, r.stderr
+    assert f"answers TLS, not plain HTTP: use --server https://127.0.0.1:{server.port}" in r.stderr
+    assert "is it running" not in r.stderr
+
+
+def test_a_bad_option_shows_the_subcommands_usage():
+    r = ncs("get", "pools", "--bogus")
+    assert r.returncode == 2 and r.stderr.startswith("usage: node-config-server get ")
+    assert "node-config-server get: error: unrecognized arguments: --bogus" in r.stderr

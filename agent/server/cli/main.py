@@ -117,12 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", metavar="DIR", help=f"with --state: the server's data directory, whose nodes.db "
                                                       f"is read, never made (default: {DEFAULT_DATA_DIR})")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-o", "--output", choices=("json", "yaml"), default=None, metavar="FORMAT",
+                   help="json or yaml: the progress and the pools (as node-agent's -o)")
     add_client_options(p)
 
     add_parsers(sub, _sub)
     from agent.server.cli import admincmds
 
     admincmds.add_parsers(sub, _sub, add_client_options)
+    parser.command_parsers = sub.choices  # type: ignore[attr-defined]  # a bad option shows its command's usage
     return parser
 
 
@@ -282,7 +285,11 @@ def _print_status(args: argparse.Namespace, cluster) -> int:
 
     progress = cluster.cluster()
     views = cluster.pool_views()  # metadata.creationTimestamp: the object's, else the store's first record
-    if args.json:
+    if args.output:
+        from agent.server.cli.views import dump
+
+        sys.stdout.write(dump(dict(progress, items=list(views.values())), args.output))
+    elif args.json:
         out = dict(progress)
         out["items"] = list(views.values())
         print(json.dumps(out, indent=1, sort_keys=True))
@@ -291,9 +298,19 @@ def _print_status(args: argparse.Namespace, cluster) -> int:
     return EXIT_OK if progress["complete"] else EXIT_NOT_COMPLETE
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> argparse.Namespace:
+    """``parse_args``, but an option the command does not know gets the command's own usage
+    (``node-config-server get: error: unrecognized arguments: --bogus``), not the top-level one."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = getattr(parser, "command_parsers", {}).get(args.command)
+        (command or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if not args.command:
         parser.print_help(sys.stderr)
         return EXIT_USAGE

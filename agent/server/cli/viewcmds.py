@@ -50,8 +50,9 @@ def add_parsers(sub, make) -> None:
              description=f"{GET_DOC}\n\n{EXITS}", formatter_class=_Paragraphs)
     p.add_argument("kind", choices=("pools", "pool", "mcp", "nodes", "node"), help="what to list")
     p.add_argument("name", nargs="?", help="only this pool or node")
-    p.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table",
-                   help="table (default), wide (whole values), json or yaml (the API's objects)")
+    p.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml", "name"), default="table",
+                   help="table (default), wide (every column, whole values), json or yaml (the API's objects; a list "
+                        "as kubectl prints one: apiVersion v1, kind List, items), name (kind/name, one a line)")
     p.add_argument("-w", "--watch", action="store_true",
                    help="refresh until interrupted (Ctrl-C): pools with a progress bar each, nodes as a table; "
                         "without a terminal, a line each time a pool or node changes")
@@ -62,7 +63,8 @@ def add_parsers(sub, make) -> None:
              description=f"{DESCRIBE_DOC}\n\n{EXITS}", formatter_class=_Paragraphs)
     p.add_argument("kind", choices=("pool", "mcp", "node"))
     p.add_argument("name")
-    p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    p.add_argument("-o", "--output", choices=("text", "json", "yaml", "name"), default="text",
+                   help="text (default), json or yaml (the API's object), name (kind/name)")
     add_client_options(p)
 
 
@@ -121,8 +123,11 @@ def cmd_get(args: argparse.Namespace) -> int:
         return watch_nodes(lambda: _nodes(client, args.name), args.interval)
     items = _pools(client, args.name) if pools else _nodes(client, args.name)
     if args.output in ("json", "yaml"):
-        obj: Any = items[0] if args.name and items else {"items": items}
+        obj: Any = items[0] if args.name and items else views.as_list(items)
         sys.stdout.write(views.dump(obj, args.output))
+        return EXIT_OK
+    if args.output == "name":
+        sys.stdout.write("".join(views.kind_name(item, pools) + "\n" for item in items))
         return EXIT_OK
     if not items:
         print(f"No {'pools' if pools else 'nodes'} found.", file=sys.stderr)
@@ -135,6 +140,11 @@ def cmd_get(args: argparse.Namespace) -> int:
 def cmd_describe(args: argparse.Namespace) -> int:
     client = Client.from_args(args)
     now = time.time()
+    if args.output == "name":  # as kubectl: the object's kind/name, once it is known to exist
+        item = _pools(client, args.name)[0] if args.kind in ("pool", "mcp") else \
+            dict(client.get(f"/api/v1/nodes/{_quote(args.name)}"), name=args.name)
+        sys.stdout.write(views.kind_name(item, args.kind in ("pool", "mcp")) + "\n")
+        return EXIT_OK
     if args.kind in ("pool", "mcp"):
         pool = _pools(client, args.name)[0]
         if args.output != "text":
@@ -164,7 +174,9 @@ def cmd_status_remote(args: argparse.Namespace) -> int:
     client = Client.from_args(args)
     progress = client.get("/api/v1/cluster")
     pools = _pools(client, None)
-    if args.json:
+    if getattr(args, "output", None):
+        sys.stdout.write(views.dump(dict(progress, items=pools), args.output))
+    elif args.json:
         out = dict(progress)
         out["items"] = pools
         print(json.dumps(out, indent=1, sort_keys=True))

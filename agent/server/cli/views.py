@@ -373,6 +373,22 @@ def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: flo
 
 # -- machine output -----------------------------------------------------------------------------
 
+POOL_RESOURCE = "machineconfigpool.machineconfiguration.openshift.io"  # kubectl get mcp -o name
+
+
+def as_list(items: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """A list as ``kubectl get -o json|yaml`` prints one (its List of the items it got)."""
+    return {"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}}
+
+
+def kind_name(item: Dict[str, Any], pool: bool) -> str:
+    """``-o name``: ``machineconfigpool.machineconfiguration.openshift.io/worker`` as kubectl
+    names a pool, ``node/worker-0`` for a node."""
+    if pool:
+        return f"{POOL_RESOURCE}/{(item.get('metadata') or {}).get('name', '')}"
+    return f"node/{item.get('name') or item.get('node', '')}"
+
+
 def dump(obj: Any, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(obj, indent=2, sort_keys=True) + "\n"
