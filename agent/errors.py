@@ -161,7 +161,9 @@ HINTS = {
     EXIT_INTERNAL: "a bug: run again with NODE_AGENT_DEBUG=1 for a traceback and report it with "
                    "'node-agent status --json'",
     EXIT_ROLLED_BACK: "the node is as before; trying again is safe once the cause is fixed",
-    EXIT_SKEW_REFUSED: "boot a newer boot image, or change the cluster's bootImageSkewEnforcement",
+    EXIT_SKEW_REFUSED: "update the boot image to one the skew rules accept ('node-agent skew' names it), then "
+                       "re-provision this node; or, to accept the skew, set the cluster's bootImageSkewEnforcement "
+                       "mode to None, then reboot this node",
     EXIT_DRIFTED: "restore the paths 'node-agent status' lists, or re-apply the config: 'node-agent update --force' "
                   "(or touch /run/node-agent-force)",
 }
