@@ -266,3 +266,12 @@ def test_a_bad_option_shows_the_subcommands_usage():
     r = ncs("get", "pools", "--bogus")
     assert r.returncode == 2 and r.stderr.startswith("usage: node-config-server get ")
     assert "node-config-server get: error: unrecognized arguments: --bogus" in r.stderr
+
+
+def test_render_and_status_take_o_yaml_as_get_does(tmp_path):
+    r = ncs("render", "--state", EXAMPLES, "-o", "yaml")
+    assert r.returncode == 0 and yaml.safe_load(r.stdout)["worker"]["name"].startswith("rendered-worker-"), r.stderr
+    (tmp_path / "data").mkdir()
+    r = ncs("status", "--state", EXAMPLES, "--data-dir", str(tmp_path / "data"), "-o", "yaml")
+    assert r.returncode in (0, 1) and [p["metadata"]["name"] for p in yaml.safe_load(r.stdout)["items"]] == \
+        ["infra", "master", "worker"], r.stderr

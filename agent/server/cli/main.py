@@ -109,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(sub, "render", help="render every pool and print its rendered config name")
     p.add_argument("--state", required=True, metavar="DIR")
     p.add_argument("--json", action="store_true", help="print {pool: {name, sources}} as JSON")
+    p.add_argument("-o", "--output", choices=("json", "yaml"), default=None, metavar="FORMAT",
+                   help="json or yaml: {pool: {name, sources}} (--json is -o json)")
 
     p = _sub(sub, "status", help="pools and cluster update progress (exit 0 complete, 1 not complete)",
              description="Asks a running server; with --state DIR, reads a state directory instead "
@@ -247,8 +249,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     st = load_state(args.state)
     _print_problems(st.problems)
     out = {name: render_pool(pool, st.machine_configs) for name, pool in sorted(st.pools.items())}
-    if args.json:
-        print(json.dumps({n: {"name": r.name, "sources": list(r.sources)} for n, r in out.items()}, indent=1))
+    if args.json or args.output:
+        from agent.server.cli.views import dump
+
+        doc = {n: {"name": r.name, "sources": list(r.sources)} for n, r in out.items()}
+        sys.stdout.write(dump(doc, args.output) if args.output else json.dumps(doc, indent=1) + "\n")
     else:
         for name, r in out.items():
             print(f"{name}\t{r.name}")
