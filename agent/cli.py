@@ -127,9 +127,10 @@ def _skew_options(p: argparse.ArgumentParser) -> None:
 
 def _status_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default="/", metavar="DIR")
-    p.add_argument("-o", "--output", "--format", dest="format", choices=("json", "yaml", "tabular"), default=None,
-                   metavar="FORMAT", help="json, yaml or tabular (the default); --format as cloud-init status, -o as "
-                                          "node-config-server")
+    p.add_argument("-o", "--output", "--format", dest="format", choices=("json", "yaml", "tabular", "wide"),
+                   default=None, metavar="FORMAT", help="json, yaml, tabular (the default) or wide (tabular with "
+                                                        "--long); --format as cloud-init status, -o as "
+                                                        "node-config-server")
     p.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
     p.add_argument("-l", "--long", action="store_true",
                    help="also each stage's start time, its fetch attempts and the record's file")
