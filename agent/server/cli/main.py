@@ -106,6 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_store_args(p)
     add_load_state_parser(sub)
 
+    _render_and_status_parsers(sub)
+    add_parsers(sub, _sub)
+    from agent.server.cli import admincmds
+
+    admincmds.add_parsers(sub, _sub, add_client_options)
+    parser.command_parsers = sub.choices  # type: ignore[attr-defined]  # a bad option shows its command's usage
+    return parser
+
+
+def _render_and_status_parsers(sub) -> None:
+    """``render`` and ``status``: what a state directory renders to, and the cluster's progress."""
     p = _sub(sub, "render", help="render every pool and print its rendered config name")
     p.add_argument("--state", required=True, metavar="DIR")
     p.add_argument("--json", action="store_true", help="print {pool: {name, sources}} as JSON")
@@ -122,13 +133,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", choices=("json", "yaml"), default=None, metavar="FORMAT",
                    help="json or yaml: the progress and the pools (as node-agent's -o)")
     add_client_options(p)
-
-    add_parsers(sub, _sub)
-    from agent.server.cli import admincmds
-
-    admincmds.add_parsers(sub, _sub, add_client_options)
-    parser.command_parsers = sub.choices  # type: ignore[attr-defined]  # a bad option shows its command's usage
-    return parser
 
 
 def _timeout_args(p: argparse.ArgumentParser) -> None:
