@@ -70,12 +70,16 @@ def _secret_file(name: str, text: str) -> str:
 
 
 def start_control_plane(procs: "demoprocs.Recorded"):
-    from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
+    from tests.helpers.kube_cluster import ETCD, KUBECTL, KubeCluster, find_kube_bin
 
     bin_dir = find_kube_bin()
     if not bin_dir:
         raise SystemExit("kube-demo: kube-apiserver and kube-controller-manager are not built; run `make kube-bin` "
                          "first (about 5 minutes once, then cached)")
+    for tool, how in ((ETCD, "the Debian package etcd-server (make sysdeps installs it, as root)"),
+                      (KUBECTL, "kubectl, the version the Kubernetes tests use (tests/helpers/kube_cluster.py)")):
+        if not os.access(tool, os.X_OK):
+            raise SystemExit(f"kube-demo: {tool} is not there; install {how}")
     kc = KubeCluster(os.path.join(RUN, "cluster"), bin_dir)
     procs.cleanup.append(kc.stop)
     kc.start()
