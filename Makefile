@@ -15,12 +15,14 @@ DEB_PACKAGES := dbus-daemon libdbus-1-dev libgirepository1.0-dev libcairo2-dev p
                 gir1.2-glib-2.0 rpm systemd python3-dev gcc man-db $(VM_DEB_PACKAGES)
 BENCH_DEB_PACKAGES := nginx-light cloud-init etcd-server haproxy wrk
 
-.PHONY: all demo test lint compat unit py39 venv39 rpm bench sysdeps clean help vm-test kube-bin prepare vm-base
+.PHONY: all demo kube-demo kube-demo-stop test lint compat unit py39 venv39 rpm bench sysdeps clean help vm-test kube-bin prepare vm-base
 
 all: test
 
 help:
 	@echo "make demo   - local node-config-server on loopback and first boots into scratch roots"
+	@echo "make kube-demo - the same on a local Kubernetes control plane (make kube-bin), serve --backend"
+	@echo "              kubernetes; runs until Ctrl-C or make kube-demo-stop"
 	@echo "make test   - lint, Python 3.9 check, the whole test suite (RPM build, unit checks and the VM boot included),"
 	@echo "              then the whole suite again on CPython 3.9 with RHEL 9's library versions (make py39)"
 	@echo "make rpm    - build the RPMs into build/rpm, and the RHEL 9 ones into build/rpm-el9"
@@ -133,6 +135,13 @@ kube-bin: sysdeps
 
 demo: venv
 	$(PY) examples/demo.py
+
+# Everything under ./kube-demo-run (ignored by git); every process it starts ends on Ctrl-C or kube-demo-stop.
+kube-demo: venv kube-bin
+	$(PY) examples/kube_demo.py
+
+kube-demo-stop:
+	$(PY) examples/kube_demo.py --stop
 
 rpm: venv
 	bash packaging/build-rpm.sh build/rpm

@@ -91,12 +91,19 @@ def _update_options(p: argparse.ArgumentParser) -> None:
                         "/run/node-agent-force, the MCD's /run/machine-config-daemon-force)")
 
 
+def _output_option(p: argparse.ArgumentParser) -> None:
+    """``-o json|yaml``, spelled as node-config-server's ``-o`` (and kubectl's); ``--json`` stays."""
+    p.add_argument("-o", "--output", choices=("json", "yaml"), default=None, metavar="FORMAT",
+                   help="json or yaml instead of text (node-config-server takes the same -o)")
+    p.add_argument("--json", dest="output", action="store_const", const="json", help="the same as -o json")
+
+
 def _validate_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="any document node-agent or node-config-server reads, JSON or YAML "
                                                  "('-' for stdin); its kind is recognised (docs/operations.md)")
     p.add_argument("--kind", metavar="KIND", help="the document's kind when its shape does not tell "
                                                   "(docs/operations.md, \"Validating documents\")")
-    p.add_argument("--json", action="store_true", help="print findings as JSON")
+    _output_option(p)
 
 
 def _plan_options(p: argparse.ArgumentParser) -> None:
@@ -108,20 +115,22 @@ def _plan_options(p: argparse.ArgumentParser) -> None:
                    choices=("HighlyAvailable", "HighlyAvailableArbiter", "DualReplica", "SingleReplica", "External"),
                    help="the cluster's Infrastructure status.controlPlaneTopology: SingleReplica (a single-node "
                         "cluster) never drains, as the MCD (default: a cluster that drains)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _output_option(p)
     p.add_argument("--show-policy", action="store_true", help="print the effective merged policy and exit")
 
 
 def _skew_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aleph", required=True, metavar="FILE", help="aleph version file (.coreos-aleph-version.json)")
     p.add_argument("--rules", required=True, metavar="FILE", help="skew rules (JSON or YAML)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _output_option(p)
 
 
 def _status_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default="/", metavar="DIR")
-    p.add_argument("--format", choices=("json", "yaml", "tabular"), default=None,
-                   help="output format, as cloud-init status (default: tabular)")
+    p.add_argument("-o", "--output", "--format", dest="format", choices=("json", "yaml", "tabular", "wide"),
+                   default=None, metavar="FORMAT", help="json, yaml, tabular (the default) or wide (tabular with "
+                                                        "--long); --format as cloud-init status, -o as "
+                                                        "node-config-server")
     p.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
     p.add_argument("-l", "--long", action="store_true",
                    help="also each stage's start time, its fetch attempts and the record's file")
@@ -162,7 +171,31 @@ def build_parser(only=None) -> argparse.ArgumentParser:
         p = _sub(sub, name, **kwargs)
         if only is None or only == name:
             add_options(p)
+    parser.command_parsers = sub.choices  # type: ignore[attr-defined]  # a bad option shows its command's usage
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv):
+    """``parser.parse_args(argv)``, but an option the command does not know is reported with the
+    command's own usage (``node-agent status: error: unrecognized arguments: --bogus``), not the
+    top-level one, which lists commands and none of their options."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = getattr(parser, "command_parsers", {}).get(args.command)
+        (command if isinstance(command, argparse.ArgumentParser) else parser).error(
+            f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _check_root(args) -> None:
+    """A ``--root`` that is not a directory is a typo far more often than a node that never ran:
+    said as such (exit 66, EX_NOINPUT) before the command reads anything under it."""
+    root = getattr(args, "root", None)
+    if root and not os.path.isdir(root):
+        from agent.errors import InputMissing
+
+        what = "is not a directory" if os.path.exists(root) else "no such directory"
+        raise InputMissing(f"--root {root}: {what}")
 
 
 class _CommandParsers:
@@ -245,7 +278,7 @@ def _quiet_broken_pipe() -> int:
 def main(argv=None) -> int:  # argv: a list of str, or None for sys.argv (no typing import: start-up)
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(only=_only(argv))
-    args = parser.parse_args(argv)  # --version and --help end here, before anything heavier loads
+    args = _parse(parser, argv)  # --version and --help end here, before anything heavier loads
     from agent.errors import EXIT_INTERNAL, EXIT_USAGE, NodeAgentError
 
     if not args.command:
@@ -258,6 +291,7 @@ def main(argv=None) -> int:  # argv: a list of str, or None for sys.argv (no typ
         setup_logging(args.command)
     module = __import__(f"agent.commands.{args.command}", fromlist=["run"])  # importlib: start-up
     try:
+        _check_root(args)
         code = int(module.run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code

@@ -10,6 +10,7 @@ from typing import Any, List, Optional
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_INVALID_CONFIG = 65  # EX_DATAERR
+EXIT_NO_INPUT = 66  # EX_NOINPUT: a file or directory named on the command line is not there (or not readable)
 EXIT_UNREACHABLE = 69  # EX_UNAVAILABLE
 EXIT_INTERNAL = 70  # EX_SOFTWARE
 EXIT_ROLLED_BACK = 75  # EX_TEMPFAIL: retry is safe
@@ -68,6 +69,13 @@ class NodeAgentError(Exception):
 
 class UsageError(NodeAgentError):
     exit_code = EXIT_USAGE
+
+
+class InputMissing(NodeAgentError):
+    """A file or directory the command line names does not exist or cannot be read (a typo,
+    most often): said as such, never as an invalid config or a node that never ran."""
+
+    exit_code = EXIT_NO_INPUT
 
 
 class ConfigError(NodeAgentError):
@@ -145,6 +153,7 @@ class SkewRefused(NodeAgentError):
 # What to do, per exit code: printed once with the error that ends a run.
 HINTS = {
     EXIT_USAGE: "see --help",
+    EXIT_NO_INPUT: "check the path named above (a typo?), then run again",
     EXIT_INVALID_CONFIG: "fix the file or setting named above ('node-agent validate FILE' checks a config "
                          "offline), then run again",
     EXIT_UNREACHABLE: "check DNS, routing, the server's port (22623 by default), the CA in the pointer config and that "
@@ -152,7 +161,9 @@ HINTS = {
     EXIT_INTERNAL: "a bug: run again with NODE_AGENT_DEBUG=1 for a traceback and report it with "
                    "'node-agent status --json'",
     EXIT_ROLLED_BACK: "the node is as before; trying again is safe once the cause is fixed",
-    EXIT_SKEW_REFUSED: "boot a newer boot image, or change the cluster's bootImageSkewEnforcement",
+    EXIT_SKEW_REFUSED: "update the boot image to one the skew rules accept ('node-agent skew' names it), then "
+                       "re-provision this node; or, to accept the skew, set the cluster's bootImageSkewEnforcement "
+                       "mode to None, then reboot this node",
     EXIT_DRIFTED: "restore the paths 'node-agent status' lists, or re-apply the config: 'node-agent update --force' "
                   "(or touch /run/node-agent-force)",
 }

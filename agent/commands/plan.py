@@ -7,11 +7,11 @@ action has ``type`` and, for Reload/Restart, ``unit``, plus ``causes`` (why). ``
 (also reflected in the top-level ``drain``). ``--show-policy`` prints the merged policy.
 """
 
-import json
 import sys
 from typing import Any
 
-from agent.errors import ConfigError, Problem, UsageError
+from agent.commands import dump
+from agent.errors import ConfigError, InputMissing, UsageError
 
 
 def _read(path: str, what: str) -> bytes:
@@ -21,9 +21,8 @@ def _read(path: str, what: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except OSError as exc:
-        reason = "no such file" if isinstance(exc, FileNotFoundError) else f"cannot read: {exc.strerror or exc}"
-        # Said once: the headline names the option, the problem line the reason and the file.
-        raise ConfigError(f"cannot read {what}", [Problem("$", reason, source=path)])
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else f"cannot read it: {exc.strerror or exc}"
+        raise InputMissing(f"{what} {path}: {reason}")
 
 
 def _policy(args: Any):
@@ -64,10 +63,7 @@ def run(args: Any) -> int:
     policy = _policy(args)
     if getattr(args, "show_policy", False):
         doc = policy.to_dict()
-        if args.json:
-            print(json.dumps(doc, indent=2))
-        else:
-            sys.stdout.write(_dump_yaml(doc))
+        sys.stdout.write(dump(doc, "json") if _output(args) == "json" else _dump_yaml(doc))
         return 0
 
     if not args.from_file or not args.to_file:
@@ -88,8 +84,12 @@ def run(args: Any) -> int:
                          "a running node keeps what it was installed with and reports the difference\n")
     plan = plan_disruption(old, new, policy, firstboot=bool(args.firstboot))
     plan = for_topology(plan, getattr(args, "control_plane_topology", None))
-    if args.json:
-        print(json.dumps(plan.to_dict(), indent=2))
+    if _output(args) in ("json", "yaml"):
+        sys.stdout.write(dump(plan.to_dict(), _output(args)))
     else:
         print(plan.explain())
     return 0
+
+
+def _output(args: Any) -> str:
+    return getattr(args, "output", None) or ("json" if getattr(args, "json", False) else "text")

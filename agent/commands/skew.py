@@ -2,18 +2,19 @@
 
 Exit 0 when the decision is ok or warn, 1 when it is refuse. ``--aleph`` is a plain file path
 on this machine (not inside a root); a missing or corrupt aleph file means the booted version is
-unknown, which is a warn. A rules file that cannot be read or is invalid is an error on stderr,
-every problem prefixed with its JSON path, and exit 65 (nothing on stdout).
+unknown, which is a warn. A rules file that is not there or cannot be read exits 66 (EX_NOINPUT);
+one that is invalid is an error on stderr, every problem prefixed with its JSON path, and exit 65
+(nothing on stdout either way).
 
 ``--json`` prints ``{"decision", "reason", "code", "booted": {...}, "mode", "required",
 "target", "allowMajorUpgrade", "needed"}``; otherwise one line ``<decision>: <reason>``.
 """
 
-import json
 import sys
 
+from agent.commands import dump
 from agent.core.skew import REFUSE, booted_from_aleph, decide, load_rules_text, parse_rules
-from agent.errors import ConfigError, Problem
+from agent.errors import ConfigError, InputMissing, Problem
 
 
 def _read_aleph(path: str):
@@ -32,9 +33,8 @@ def _read_rules(path: str):
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as exc:
-        # Said once: the headline says what, the problem line the reason and the file.
-        raise ConfigError("cannot use the skew rules file",
-                          [Problem("$", f"cannot read: {exc.strerror or exc}", source=path)])
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else f"cannot read it: {exc.strerror or exc}"
+        raise InputMissing(f"--rules {path}: {reason}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -45,9 +45,9 @@ def _read_rules(path: str):
 def run(args) -> int:
     rules = _read_rules(args.rules)
     outcome = decide(_read_aleph(args.aleph), rules)
-    if args.json:
-        json.dump(outcome.to_dict(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+    fmt = getattr(args, "output", None) or ("json" if getattr(args, "json", False) else "text")
+    if fmt in ("json", "yaml"):
+        sys.stdout.write(dump(outcome.to_dict(), fmt))
     else:
         print(f"{outcome.decision}: {outcome.reason}")
     return 1 if outcome.decision == REFUSE else 0

@@ -260,7 +260,8 @@ def run(args) -> int:
     root = Root(getattr(args, "root", "/") or "/")
     state_dir = getattr(args, "state_dir", None) or STATE_DIR
     fmt = getattr(args, "format", None) or ("json" if getattr(args, "json", False) else "tabular")
-    long = bool(getattr(args, "long", False))
+    long = bool(getattr(args, "long", False)) or fmt == "wide"  # -o wide: kubectl's "more columns", --long
+    fmt = "tabular" if fmt == "wide" else fmt
     if getattr(args, "wait", False):
         wait_for_first_boot(root, state_dir, dots=fmt == "tabular" and sys.stdout.isatty())
     data = read_status(root, state_dir)

@@ -222,6 +222,29 @@ def _needed(rules: SkewRules) -> str:
     return ", ".join(parts)
 
 
+WHAT_TO_DO = " What to do: "  # where a refusal's reason ends and its one remedy begins
+
+
+def remedy(code: str, rules: Optional[SkewRules]) -> str:
+    """The one fix for a refusal, said alike by ``node-agent skew``, first boot's error and its
+    ``what to do``, the console message and the node's Degraded report the server shows: a boot
+    image the rules accept, or accepting the skew cluster-wide."""
+    if code == CODE_MAJOR and rules is not None and rules.target_rhel_major is not None:
+        fix = f"use a RHEL {rules.target_rhel_major} boot image for this pool"
+        if rules.has_minimum:
+            fix += f" (at least {rules.describe_minimum()})"
+    elif rules is not None and rules.has_minimum:
+        fix = f"update the boot image to at least {rules.describe_minimum()}"
+    else:
+        fix = "update the boot image used for new nodes"
+    return (f"{fix}, then re-provision this node; or, to accept the skew, set the cluster's "
+            "bootImageSkewEnforcement mode to None, then reboot this node")
+
+
+def _what_to_do(code: str, rules: Optional[SkewRules]) -> str:
+    return f"{WHAT_TO_DO}{remedy(code, rules)}."
+
+
 def decide(booted: BootedImage, rules: Optional[SkewRules]) -> SkewOutcome:
     """The skew decision (see the module docstring for the order of checks)."""
     def out(decision: str, code: str, reason: str) -> SkewOutcome:
@@ -257,18 +280,17 @@ def decide(booted: BootedImage, rules: Optional[SkewRules]) -> SkewOutcome:
         if have > target:
             return out(REFUSE, CODE_MAJOR,
                        f"The booted {what} runs RHEL {have}, newer than the target RHEL {target}{image}; a node "
-                       f"cannot move to an older RHEL major. Boot this node from a RHEL {target} boot image.")
+                       f"cannot move to an older RHEL major.{_what_to_do(CODE_MAJOR, rules)}")
         if target - have >= 2:
             return out(REFUSE, CODE_MAJOR,
                        f"The booted {what} runs RHEL {have}, {target - have} majors below the target RHEL "
-                       f"{target}{image}; a jump of two or more RHEL majors is never allowed. Boot this node "
-                       f"from a RHEL {target} boot image.")
+                       f"{target}{image}; a jump of two or more RHEL majors is never allowed.{_what_to_do(CODE_MAJOR, rules)}")
         if target - have == 1:
             if not rules.allow_major_upgrade:
                 return out(REFUSE, CODE_MAJOR,
                            f"The booted {what} runs RHEL {have} but the target is RHEL {target}{image}, and "
-                           f"RHEL {have} to {target} upgrades are not allowed (allowMajorUpgrade is false). "
-                           f"Boot this node from a RHEL {target} boot image, or set allowMajorUpgrade.")
+                           f"RHEL {have} to {target} upgrades are not allowed (allowMajorUpgrade is false)."
+                           f"{_what_to_do(CODE_MAJOR, rules)}")
             notes.append(f"the RHEL {have} to {target} upgrade is allowed by allowMajorUpgrade")
 
     def ok_reason(base: str) -> str:
@@ -298,8 +320,7 @@ def decide(booted: BootedImage, rules: Optional[SkewRules]) -> SkewOutcome:
     by = f" (by {detail})" if detail else ""
     if rules.mode == MODE_ENFORCE:
         return out(REFUSE, CODE_TOO_OLD,
-                   f"The booted {what} is older than the minimum {minimum}{by}. Update the boot image to at "
-                   f"least {minimum}, or set the cluster's bootImageSkewEnforcement mode to None.")
+                   f"The booted {what} is older than the minimum {minimum}{by}.{_what_to_do(CODE_TOO_OLD, rules)}")
     return out(WARN, CODE_TOO_OLD,
                f"The booted {what} is older than the minimum {minimum}{by}; proceeding because the mode is "
                f"Warn. Update the boot image to at least {minimum}.")

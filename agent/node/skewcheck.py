@@ -19,15 +19,16 @@ import os
 from typing import Any, Dict, Optional
 
 from agent.core.skew import (
-    CODE_MAJOR,
     OK,
     REFUSE,
     WARN,
+    WHAT_TO_DO,
     SkewOutcome,
     booted_from_aleph,
     decide,
     load_rules_text,
     parse_rules,
+    remedy,
 )
 from agent.errors import ConfigError, HostError, SkewRefused
 from agent.host.files import atomic_write, fsync_dir
@@ -79,25 +80,14 @@ def load_rules_file(root: Root, path: str = RULES_PATH) -> Optional[Dict[str, An
 
 
 def refusal_fix(outcome: SkewOutcome) -> str:
-    """The one fix for a refusal, said alike by the error, its ``what to do`` and the console."""
-    rules = outcome.rules
-    if outcome.code == CODE_MAJOR and rules is not None and rules.target_rhel_major is not None:
-        fix = f"use a RHEL {rules.target_rhel_major} boot image for this pool"
-        if rules.has_minimum:
-            fix += f" (at least {rules.describe_minimum()})"
-    elif rules is not None and rules.has_minimum:
-        fix = f"update the boot image to at least {rules.describe_minimum()}"
-    else:
-        fix = "update the boot image used for new nodes"
-    return (f"{fix}, then re-provision this node; or, to accept the skew, set the cluster's "
-            "bootImageSkewEnforcement mode to None, then reboot this node")
+    """The one fix for a refusal (agent.core.skew.remedy: the same words ``node-agent skew`` and
+    the server show)."""
+    return remedy(outcome.code, outcome.rules)
 
 
 def refusal_facts(outcome: SkewOutcome) -> str:
     """The refusal's reason without the core's own advice sentence (refusal_fix says what to do)."""
-    reason = outcome.reason
-    cut = max(reason.rfind(". Boot "), reason.rfind(". Update "))
-    return reason[:cut + 1] if cut > 0 else reason
+    return outcome.reason.split(WHAT_TO_DO, 1)[0]
 
 
 def console_message(outcome: SkewOutcome) -> str:

@@ -91,7 +91,7 @@ def _plan_usage(tmp_path, server):
 
 
 def _skew_rules(tmp_path, server):
-    return ["skew", "--aleph", str(tmp_path / "a.json"), "--rules", str(tmp_path / "r.json")], "cannot read"
+    return ["skew", "--aleph", str(tmp_path / "a.json"), "--rules", str(tmp_path / "r.json")], "no such file"
 
 
 def _status_corrupt(tmp_path, server):
@@ -108,9 +108,9 @@ FAILURES = [
     ("firstboot-65-unknown-pool", _unknown_pool, 65, True),
     ("firstboot-78-skew", _skew, 78, True),
     ("update-75-before-first-boot", _update_early, 75, False),
-    ("plan-65-missing-file", _plan_missing, 65, False),
+    ("plan-66-missing-file", _plan_missing, 66, False),
     ("plan-2-usage", _plan_usage, 2, False),
-    ("skew-65-rules-unreadable", _skew_rules, 65, False),
+    ("skew-66-rules-missing", _skew_rules, 66, False),
     ("status-corrupt-record", _status_corrupt, None, False),
 ]
 
@@ -141,14 +141,20 @@ def test_first_boot_already_done_is_said_once(tmp_path):
     assert len(lines_with(r.stdout + r.stderr, "first boot already done")) == 1, (r.stdout, r.stderr)
 
 
-@pytest.mark.parametrize("name", ["invalid-syntax.ign", "missing.ign"])
-def test_validate_says_an_unparsable_or_missing_file_once(name):
-    path = os.path.join(EXAMPLES, "ignition", name)
+def test_validate_says_an_unparsable_file_once():
+    path = os.path.join(EXAMPLES, "ignition", "invalid-syntax.ign")
     r = agent("validate", path)
     assert r.returncode == 1
     assert len(lines_with(r.stdout, path)) == 1, r.stdout  # the finding, with the file's name
     assert lines_with(r.stderr, path) == [], r.stderr  # not a second time
     assert r.stderr.strip() == "invalid: 1 error(s), 0 warning(s)"
+
+
+def test_validate_says_a_missing_file_once_exit_66():
+    path = os.path.join(EXAMPLES, "ignition", "missing.ign")
+    r = agent("validate", path)
+    assert r.returncode == 66 and r.stdout == ""
+    assert len(lines_with(r.stderr, path)) == 1 and len(lines_with(r.stderr, "what to do:")) == 1, r.stderr
 
 
 # -- hints that misled ----------------------------------------------------------------------------

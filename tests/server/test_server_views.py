@@ -45,8 +45,9 @@ def test_pools_table_has_oc_get_mcp_columns_and_fits_100_columns():
     assert max(len(line) for line in lines) <= 100, text
     assert lines[1].split()[2:] == ["False", "True", "False", "3", "1", "1", "0", "2d"]
     assert lines[1].split()[1] == "c7f50b7f…"  # a long pool name: only the hash fits
-    short = views.pools_table([pool("worker")], now).splitlines()
-    assert short[1].split()[1] == "worker-c7f50b7f…" and max(len(line) for line in short) <= 100
+    short = views.pools_table([pool("worker")], now).splitlines()  # the whole name fits without 3 count columns
+    assert short[0].split() == ["NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINES", "AGE"]
+    assert short[1].split()[1] == f"rendered-worker-{HASH}" and max(len(line) for line in short) <= 100
     wide = views.pools_table([pool("worker")], now, wide=True)
     assert f"rendered-worker-{HASH}" in wide
 
@@ -63,13 +64,15 @@ def test_describe_pool_says_what_new_nodes_get_and_why():
     assert "Conditions:" in text and "Updating  True" in text
 
 
-def test_watch_without_a_terminal_prints_a_line_when_a_pool_changes():
+def test_watch_without_a_terminal_prints_the_tables_columns_header_once_and_a_row_per_change():
     rounds = [[pool("worker", updated=2)], [pool("worker", updated=2)], [pool("worker", updated=3, updating=False)]]
     out = io.StringIO()
     code = watch.watch_pools(lambda: rounds.pop(0), 0.01, sleep=lambda _s: None, out=out, rounds=2)
     assert code == 0
     lines = out.getvalue().splitlines()
-    assert len(lines) == 2 and "2/3 updated" in lines[0] and "Updated  3/3 updated" in lines[1]
+    assert len(lines) == 3 and lines[0].split() == list(views.POOL_COLUMNS)
+    assert lines[1].split()[:3] == ["worker", f"rendered-worker-{HASH}", "False"] and lines[1].split()[7] == "2"
+    assert lines[2].split()[2:4] == ["True", "False"] and lines[2].split()[7] == "3"
 
 
 def test_watch_on_a_terminal_draws_a_progress_bar_per_pool():
@@ -103,9 +106,13 @@ def server(tmp_path_factory):
         srv.stop()
 
 
-def ncs(*args):
+def ncs(*args, columns=None):
+    """node-config-server as a user runs it; ``columns``: $COLUMNS for it (None: none at all, as on a pipe)."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
     return subprocess.run([sys.executable, "-m", "agent.server.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+                          cwd=REPO, timeout=60, env=env)
 
 
 def test_api_v1_nodes_lists_nodes_with_pool_and_updated(server):
@@ -118,7 +125,7 @@ def test_api_v1_nodes_lists_nodes_with_pool_and_updated(server):
 
 
 def test_get_pools_and_nodes(server):
-    r = ncs("get", "pools", *server.client_args)
+    r = ncs("get", "pools", *server.client_args, columns=100)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("NAME") and "AGE" in lines[0] and max(map(len, lines)) <= 100
@@ -224,3 +231,47 @@ def test_client_config_file_names_the_server(server, tmp_path):
                     f"tokenFile: {args['--token-file']}\n")
     r = ncs("get", "pools", "--config", str(conf))
     assert r.returncode == 0 and r.stdout.startswith("NAME"), r.stderr
+
+
+def test_get_pools_to_a_pipe_prints_every_column_and_whole_config_names(server):
+    r = ncs("get", "pools", *server.client_args)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and lines[0].split() == list(views.POOL_COLUMNS), r.stdout
+    assert all(line.split()[1].startswith(f"rendered-{line.split()[0]}-") and "…" not in line for line in lines[1:])
+
+
+def test_get_o_yaml_of_a_list_is_a_kubectl_list_and_o_name_names_kind_and_name(server):
+    r = ncs("get", "pools", "-o", "yaml", *server.client_args)
+    listed = yaml.safe_load(r.stdout)
+    assert (listed["apiVersion"], listed["kind"]) == ("v1", "List") and r.stdout.startswith("apiVersion: v1\n")
+    assert [p["metadata"]["name"] for p in listed["items"]] == ["infra", "master", "worker"]
+    r = ncs("get", "mcp", "-o", "name", *server.client_args)
+    assert r.stdout.splitlines() == [f"machineconfigpool.machineconfiguration.openshift.io/{p}"
+                                     for p in ("infra", "master", "worker")]
+    r = ncs("get", "nodes", "-o", "name", *server.client_args)  # other tests of the module add nodes too
+    names = r.stdout.splitlines()
+    assert "node/w1" in names and all(n.startswith("node/") and n.count("/") == 1 for n in names), r.stdout
+    r = ncs("describe", "node", "w1", "-o", "name", *server.client_args)
+    assert (r.returncode, r.stdout) == (0, "node/w1\n")
+
+
+def test_plain_http_to_the_tls_port_says_to_use_https(server):
+    r = ncs("get", "pools", "--server", f"http://127.0.0.1:{server.port}", "--ca", server.tls.ca_cert)
+    assert r.returncode == 69, r.stderr
+    assert f"answers TLS, not plain HTTP: use --server https://127.0.0.1:{server.port}" in r.stderr
+    assert "is it running" not in r.stderr
+
+
+def test_a_bad_option_shows_the_subcommands_usage():
+    r = ncs("get", "pools", "--bogus")
+    assert r.returncode == 2 and r.stderr.startswith("usage: node-config-server get ")
+    assert "node-config-server get: error: unrecognized arguments: --bogus" in r.stderr
+
+
+def test_render_and_status_take_o_yaml_as_get_does(tmp_path):
+    r = ncs("render", "--state", EXAMPLES, "-o", "yaml")
+    assert r.returncode == 0 and yaml.safe_load(r.stdout)["worker"]["name"].startswith("rendered-worker-"), r.stderr
+    (tmp_path / "data").mkdir()
+    r = ncs("status", "--state", EXAMPLES, "--data-dir", str(tmp_path / "data"), "-o", "yaml")
+    assert r.returncode in (0, 1) and [p["metadata"]["name"] for p in yaml.safe_load(r.stdout)["items"]] == \
+        ["infra", "master", "worker"], r.stderr

@@ -53,3 +53,21 @@ def test_version_loads_no_more_than_argparse():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.stdout == f"node-agent {cli.__version__}\n"
     assert out.stderr.strip() == "0 []"
+
+
+@pytest.mark.parametrize("argv", [["status"], ["plan"], ["validate", "x.ign"]])
+def test_an_unknown_option_shows_the_commands_own_usage(argv, capsys):
+    command = argv[0]
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv + ["--bogus"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert err.startswith(f"usage: node-agent {command} ") and f"node-agent {command}: error: unrecognized " \
+        "arguments: --bogus" in err, err
+
+
+@pytest.mark.parametrize("argv", [["validate", "-", "-o", "yaml"], ["skew", "--aleph", "a", "--rules", "r", "-o",
+                                                                    "json"], ["status", "-o", "yaml"]])
+def test_o_json_and_yaml_are_taken_as_node_config_server_takes_them(argv):
+    args = cli.build_parser().parse_args(argv)
+    assert (getattr(args, "output", None) or args.format) == argv[-1]

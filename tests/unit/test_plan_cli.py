@@ -187,15 +187,25 @@ def test_invalid_policy_exits_65_with_paths(capsys):
     assert "Traceback" not in err
 
 
-def test_invalid_config_and_missing_file_exit_65(tmp_path, capsys):
+def test_invalid_config_exits_65_and_a_missing_file_66(tmp_path, capsys):
     bad = tmp_path / "bad.ign"
     bad.write_text(json.dumps({"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "relative"}]}}))
     good = tmp_path / "good.ign"
     good.write_text(json.dumps(ign()))
     assert main(["plan", "--from", str(good), "--to", str(bad)]) == 65
     assert "$.storage.files.0.path" in capsys.readouterr().err
-    assert main(["plan", "--from", str(tmp_path / "nope.ign"), "--to", str(good)]) == 65
-    assert "no such file" in capsys.readouterr().err
+    assert main(["plan", "--from", str(good), "--to", str(tmp_path / "b.ymal")]) == 66  # EX_NOINPUT
+    err = capsys.readouterr().err
+    assert f"--to {tmp_path / 'b.ymal'}: no such file" in err and "$" not in err.split("what to do")[0]
+
+
+def test_plan_takes_o_yaml_as_node_config_server_does(tmp_path, capsys):
+    import yaml
+
+    good = tmp_path / "good.ign"
+    good.write_text(json.dumps(ign()))
+    assert main(["plan", "--from", str(good), "--to", str(good), "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["reboot"] is False
 
 
 def test_missing_arguments_is_usage(capsys):

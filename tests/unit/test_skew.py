@@ -119,7 +119,7 @@ DECISIONS = [
     ("legacy-ocp-above", "415.92.202311241643-0", R("Enforce", OCP413), "ok", "BootImageOK",
      "OpenShift 4.13.0"),
     ("legacy-ocp-below", "412.86.202301311551-0", R("Enforce", OCP413), "refuse", "BootImageTooOld",
-     "Update the boot image to at least OpenShift 4.13.0"),
+     "What to do: update the boot image to at least OpenShift 4.13.0"),
     ("legacy-ocp-below-warn", "48.84.202109241901-0", R("Warn", OCP413), "warn", "BootImageTooOld", "Warn"),
     ("legacy-ocp-numeric-minor", "49.84.202110081407-0", R("Enforce", {"ocpVersion": "4.10"}), "refuse",
      "BootImageTooOld", "4.10"),
@@ -302,3 +302,21 @@ def test_booted_from_aleph(doc, raw, scheme):
 def test_booted_from_corrupt_aleph_is_unknown(data):
     b = booted_from_aleph(data, "aleph.json")
     assert not b.known and "aleph.json" in b.error
+
+
+@pytest.mark.parametrize("raw,rules", [
+    ("10.0.20250601-0", R("Enforce", None, 9)),  # newer major than the target
+    ("9.6.20250121-0", R("Enforce", None, 11)),  # two majors below
+    ("9.6.20250121-0", R("Enforce", None, 10)),  # one below, allowMajorUpgrade false
+    ("412.86.202301311551-0", R("Enforce", OCP413)),  # older than the minimum
+], ids=["newer-major", "two-majors-below", "one-below-not-allowed", "too-old"])
+def test_every_refusal_gives_the_one_remedy_the_agent_console_and_server_give(raw, rules):
+    from agent.core.skew import WHAT_TO_DO, parse_rules, remedy
+    from agent.node.skewcheck import refusal_facts, refusal_fix
+
+    rules = parse_rules(rules)
+    out = decide(booted(raw), rules)
+    assert out.decision == "refuse", out.reason
+    assert out.reason.endswith(WHAT_TO_DO + remedy(out.code, rules) + ".")
+    assert refusal_fix(out) == remedy(out.code, rules) and WHAT_TO_DO not in refusal_facts(out)
+    assert out.reason.count("What to do") == 1 and "set allowMajorUpgrade" not in out.reason

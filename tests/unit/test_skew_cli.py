@@ -124,18 +124,23 @@ def test_aleph_directory_is_unknown(capsys, tmp_path):
     assert code == 0 and json.loads(out)["decision"] == "warn"
 
 
+def test_a_missing_rules_file_exits_66(capsys, tmp_path):
+    code, out, err = run_main(capsys, "--aleph", str(EXAMPLES / "aleph-rhel-9.6.json"), "--rules",
+                              str(tmp_path / "rules"))
+    assert (code, out) == (66, "") and f"--rules {tmp_path / 'rules'}: no such file" in err
+
+
 @pytest.mark.parametrize("content,fragment", [
-    (None, "cannot read"),
     ("", "empty"),
     ("mode: [x\n", "neither JSON nor YAML"),
     (b"\xff\xfe\x00", "not UTF-8"),
     ('{"mode": "Enforce", "target": {"rhelMajor": "nine"}}', "$.target.rhelMajor:"),
-], ids=["missing", "empty", "unparsable", "binary", "invalid-field"])
+], ids=["empty", "unparsable", "binary", "invalid-field"])
 def test_bad_rules_file_exit_65(capsys, tmp_path, content, fragment):
     rules = tmp_path / "rules"
     if isinstance(content, bytes):
         rules.write_bytes(content)
-    elif content is not None:
+    else:
         rules.write_text(content)
     code, out, err = run_main(capsys, "--aleph", str(EXAMPLES / "aleph-rhel-9.6.json"), "--rules", str(rules))
     assert code == 65

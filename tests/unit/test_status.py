@@ -296,8 +296,14 @@ def test_status_long_and_format_as_cloud_init(root, capsys):
     assert code == 0 and out.startswith("status: done\n")
     code, out, _ = run_cli(capsys, "--root", root.top, "--format", "yaml", "--long")
     assert code == 0
-    code, out, _ = run_cli(capsys, "--root", root.top + "/none", "--format", "yaml")
+    code, wide, _ = run_cli(capsys, "--root", root.top, "-o", "wide")  # as kubectl's wide: more detail, --long
+    assert code == 0 and wide == run_cli(capsys, "--root", root.top, "--long")[1] and "[started " in wide
+    empty = os.path.join(root.top, "empty-root")
+    os.mkdir(empty)
+    code, out, _ = run_cli(capsys, "--root", empty, "--format", "yaml")
     assert code == 1 and yaml.safe_load(out)["result"] == "not-run"
+    code, out, err = run_cli(capsys, "--root", root.top + "/wroker-0", "--format", "yaml")  # a typo: not "never ran"
+    assert code == 66 and out == "" and f"--root {root.top}/wroker-0: no such directory" in err
     with pytest.raises(SystemExit) as exit_:
         main(["status", "--format", "xml"])
     assert exit_.value.code == 2

@@ -56,9 +56,10 @@ def test_syntax_error_names_file_line_column(capsys):
     assert f"{path}: invalid JSON at line 3, column 3" in out
 
 
-def test_missing_file_exit_1(tmp_path, capsys):
-    assert main(["validate", str(tmp_path / "nope.ign")]) == 1
-    assert "cannot read" in capsys.readouterr().out
+def test_a_missing_file_exits_66_not_invalid(tmp_path, capsys):
+    assert main(["validate", str(tmp_path / "nope.ign")]) == 66
+    out, err = capsys.readouterr()
+    assert out == "" and f"{tmp_path / 'nope.ign'}: no such file" in err
 
 
 def test_json_output(capsys):

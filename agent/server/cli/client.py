@@ -109,6 +109,10 @@ class Client:
             raise ClientError(f"TLS with {self.server} failed ({exc}); pass the server's CA with --ca FILE",
                               EXIT_UNREACHABLE)
         except requests.RequestException as exc:
+            https = "https://" + self.server[len("http://"):]
+            if self.server.startswith("http://") and _speaks_tls(self.server, self.timeout):
+                raise ClientError(f"{self.server} answers TLS, not plain HTTP: use --server {https} (with --ca FILE "
+                                  f"for its CA), or server: {https} in the client config", EXIT_UNREACHABLE)
             raise ClientError(f"cannot reach node-config-server at {self.server} ({_why(exc)}); is it running? "
                               f"(--server URL, or server: in the client config)", EXIT_UNREACHABLE)
         if resp.status_code == 200:
@@ -138,6 +142,26 @@ def for_client(message: str) -> str:
         return message
     what = "FILE holding the admin token" if admin else "FILE"
     return f"{message} (pass --token-file {what}, or tokenFile: in the client config)"
+
+
+def _speaks_tls(server: str, timeout: float) -> bool:
+    """Whether ``server`` (an http:// URL that failed) completes a TLS handshake: the serve port
+    with --tls-cert resets a plain-HTTP request, which must not read as "is it running?". Only a
+    probe: nothing is sent after the handshake and no certificate is trusted for anything."""
+    import socket
+    import ssl
+    import urllib.parse
+
+    url = urllib.parse.urlsplit(server)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((url.hostname, url.port or 80), timeout=min(timeout, 5.0)) as sock:
+            with context.wrap_socket(sock, server_hostname=url.hostname):
+                return True
+    except (OSError, ValueError):
+        return False
 
 
 def _why(exc: Exception) -> str:

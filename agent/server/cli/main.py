@@ -106,9 +106,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_store_args(p)
     add_load_state_parser(sub)
 
+    _render_and_status_parsers(sub)
+    add_parsers(sub, _sub)
+    from agent.server.cli import admincmds
+
+    admincmds.add_parsers(sub, _sub, add_client_options)
+    parser.command_parsers = sub.choices  # type: ignore[attr-defined]  # a bad option shows its command's usage
+    return parser
+
+
+def _render_and_status_parsers(sub) -> None:
+    """``render`` and ``status``: what a state directory renders to, and the cluster's progress."""
     p = _sub(sub, "render", help="render every pool and print its rendered config name")
     p.add_argument("--state", required=True, metavar="DIR")
     p.add_argument("--json", action="store_true", help="print {pool: {name, sources}} as JSON")
+    p.add_argument("-o", "--output", choices=("json", "yaml"), default=None, metavar="FORMAT",
+                   help="json or yaml: {pool: {name, sources}} (--json is -o json)")
 
     p = _sub(sub, "status", help="pools and cluster update progress (exit 0 complete, 1 not complete)",
              description="Asks a running server; with --state DIR, reads a state directory instead "
@@ -117,13 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", metavar="DIR", help=f"with --state: the server's data directory, whose nodes.db "
                                                       f"is read, never made (default: {DEFAULT_DATA_DIR})")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-o", "--output", choices=("json", "yaml"), default=None, metavar="FORMAT",
+                   help="json or yaml: the progress and the pools (as node-agent's -o)")
     add_client_options(p)
-
-    add_parsers(sub, _sub)
-    from agent.server.cli import admincmds
-
-    admincmds.add_parsers(sub, _sub, add_client_options)
-    return parser
 
 
 def _timeout_args(p: argparse.ArgumentParser) -> None:
@@ -244,8 +253,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     st = load_state(args.state)
     _print_problems(st.problems)
     out = {name: render_pool(pool, st.machine_configs) for name, pool in sorted(st.pools.items())}
-    if args.json:
-        print(json.dumps({n: {"name": r.name, "sources": list(r.sources)} for n, r in out.items()}, indent=1))
+    if args.json or args.output:
+        from agent.server.cli.views import dump
+
+        doc = {n: {"name": r.name, "sources": list(r.sources)} for n, r in out.items()}
+        sys.stdout.write(dump(doc, args.output) if args.output else json.dumps(doc, indent=1) + "\n")
     else:
         for name, r in out.items():
             print(f"{name}\t{r.name}")
@@ -281,8 +293,12 @@ def _print_status(args: argparse.Namespace, cluster) -> int:
     from agent.server.cli.viewcmds import render_status
 
     progress = cluster.cluster()
-    views = cluster.pool_views()  # metadata.creationTimestamp: the object's, else its file's mtime
-    if args.json:
+    views = cluster.pool_views()  # metadata.creationTimestamp: the object's, else the store's first record
+    if args.output:
+        from agent.server.cli.views import dump
+
+        sys.stdout.write(dump(dict(progress, items=list(views.values())), args.output))
+    elif args.json:
         out = dict(progress)
         out["items"] = list(views.values())
         print(json.dumps(out, indent=1, sort_keys=True))
@@ -291,9 +307,19 @@ def _print_status(args: argparse.Namespace, cluster) -> int:
     return EXIT_OK if progress["complete"] else EXIT_NOT_COMPLETE
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> argparse.Namespace:
+    """``parse_args``, but an option the command does not know gets the command's own usage
+    (``node-config-server get: error: unrecognized arguments: --bogus``), not the top-level one."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = getattr(parser, "command_parsers", {}).get(args.command)
+        (command or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if not args.command:
         parser.print_help(sys.stderr)
         return EXIT_USAGE

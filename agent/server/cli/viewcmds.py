@@ -29,9 +29,12 @@ def add_client_options(p: argparse.ArgumentParser) -> None:
 
 EXITS = ("Exit codes: 0 shown; 1 no such pool or node; 2 bad command line or client config flag; 65 client "
          "config file invalid; 69 server unreachable or not a node-config-server; 77 the server wants a token.")
-GET_DOC = ("List the pools (as oc get mcp) or the nodes of a running server. A table fits in 100 columns: "
-           "long names and reasons are cut (…); -o wide prints every value whole, -o json|yaml the API's "
-           "objects. --watch refreshes the table until Ctrl-C.")
+GET_DOC = ("List the pools (as oc get mcp) or the nodes of a running server. A table takes the terminal's "
+           "width (COLUMNS, else the terminal's; to a pipe every value whole): when it does not fit, a few count "
+           "columns are left out first, then config names are shortened, then long values cut (…); -o wide "
+           "prints every column and value whole, -o json|yaml the API's objects, -o name kind/name per line. "
+           "--watch refreshes the table until Ctrl-C; without a terminal it prints the same columns, a row "
+           "each time a pool or node changes (as kubectl get -w).")
 DESCRIBE_DOC = ("One pool or node of a running server in detail: its conditions (status, reason, message, last "
                 "transition), what new nodes get and why, its nodes, history and drain events; every value whole.")
 
@@ -47,8 +50,9 @@ def add_parsers(sub, make) -> None:
              description=f"{GET_DOC}\n\n{EXITS}", formatter_class=_Paragraphs)
     p.add_argument("kind", choices=("pools", "pool", "mcp", "nodes", "node"), help="what to list")
     p.add_argument("name", nargs="?", help="only this pool or node")
-    p.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table",
-                   help="table (default), wide (whole values), json or yaml (the API's objects)")
+    p.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml", "name"), default="table",
+                   help="table (default), wide (every column, whole values), json or yaml (the API's objects; a list "
+                        "as kubectl prints one: apiVersion v1, kind List, items), name (kind/name, one a line)")
     p.add_argument("-w", "--watch", action="store_true",
                    help="refresh until interrupted (Ctrl-C): pools with a progress bar each, nodes as a table; "
                         "without a terminal, a line each time a pool or node changes")
@@ -59,7 +63,8 @@ def add_parsers(sub, make) -> None:
              description=f"{DESCRIBE_DOC}\n\n{EXITS}", formatter_class=_Paragraphs)
     p.add_argument("kind", choices=("pool", "mcp", "node"))
     p.add_argument("name")
-    p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    p.add_argument("-o", "--output", choices=("text", "json", "yaml", "name"), default="text",
+                   help="text (default), json or yaml (the API's object), name (kind/name)")
     add_client_options(p)
 
 
@@ -118,20 +123,28 @@ def cmd_get(args: argparse.Namespace) -> int:
         return watch_nodes(lambda: _nodes(client, args.name), args.interval)
     items = _pools(client, args.name) if pools else _nodes(client, args.name)
     if args.output in ("json", "yaml"):
-        obj: Any = items[0] if args.name and items else {"items": items}
+        obj: Any = items[0] if args.name and items else views.as_list(items)
         sys.stdout.write(views.dump(obj, args.output))
+        return EXIT_OK
+    if args.output == "name":
+        sys.stdout.write("".join(views.kind_name(item, pools) + "\n" for item in items))
         return EXIT_OK
     if not items:
         print(f"No {'pools' if pools else 'nodes'} found.", file=sys.stderr)
         return EXIT_OK
     render = views.pools_table if pools else views.nodes_table
-    sys.stdout.write(render(items, time.time(), wide=args.output == "wide"))
+    sys.stdout.write(render(items, time.time(), wide=args.output == "wide", width=views.terminal_width()))
     return EXIT_OK
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
     client = Client.from_args(args)
     now = time.time()
+    if args.output == "name":  # as kubectl: the object's kind/name, once it is known to exist
+        item = _pools(client, args.name)[0] if args.kind in ("pool", "mcp") else \
+            dict(client.get(f"/api/v1/nodes/{_quote(args.name)}"), name=args.name)
+        sys.stdout.write(views.kind_name(item, args.kind in ("pool", "mcp")) + "\n")
+        return EXIT_OK
     if args.kind in ("pool", "mcp"):
         pool = _pools(client, args.name)[0]
         if args.output != "text":
@@ -161,7 +174,9 @@ def cmd_status_remote(args: argparse.Namespace) -> int:
     client = Client.from_args(args)
     progress = client.get("/api/v1/cluster")
     pools = _pools(client, None)
-    if args.json:
+    if getattr(args, "output", None):
+        sys.stdout.write(views.dump(dict(progress, items=pools), args.output))
+    elif args.json:
         out = dict(progress)
         out["items"] = pools
         print(json.dumps(out, indent=1, sort_keys=True))
@@ -171,7 +186,7 @@ def cmd_status_remote(args: argparse.Namespace) -> int:
 
 
 def render_status(progress: Dict[str, Any], pools: List[Dict[str, Any]], now: float) -> str:
-    lines = [views.pools_table(pools, now).rstrip("\n"), "",
+    lines = [views.pools_table(pools, now, width=views.terminal_width()).rstrip("\n"), "",
              "cluster update: " + ("complete" if progress.get("complete") else "NOT complete")]
     for b in progress.get("blocking", []):
         lines.append(f"  {b.get('pool') or '-'}: {b.get('reason')}")

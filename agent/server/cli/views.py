@@ -3,14 +3,20 @@
 Tables follow ``oc get mcp``: NAME, CONFIG, UPDATED, UPDATING, DEGRADED, MACHINECOUNT,
 READYMACHINECOUNT, UPDATEDMACHINECOUNT, DEGRADEDMACHINECOUNT, AGE (upstream:
 openshift/machine-config-operator install/0000_80_machine-config_01_machineconfigpools.crd.yaml,
-additionalPrinterColumns). Upstream's table is about 190 columns wide; ours must fit in
-``WIDTH`` (100), so the count columns carry short headers (MACHINES, READY, UPDATED-M,
-DEGRADED-M) and a rendered config name is shortened only as far as needed
-(``rendered-worker-c7f50b7f…``, ``worker-c7f50b7f…``, ``c7f50b7f…``). ``-o wide`` prints full names; ``-o json|yaml`` the objects as the API returns them.
+additionalPrinterColumns). Upstream's table is about 190 columns wide; ours takes the terminal's
+width (``terminal_width``: COLUMNS, else the terminal's; on a pipe, as kubectl, every value whole),
+so the count columns carry short headers (MACHINES, READY, UPDATED-M, DEGRADED-M). When a table
+does not fit, it gives up, in this order: the optional columns (``POOL_OPTIONAL``,
+``NODE_OPTIONAL``: counts other columns already imply), then the length of a rendered config name
+(``rendered-worker-c7f50b7f…``, ``worker-c7f50b7f…``, ``c7f50b7f…``), then the widest cells of the
+other columns; a pool or node name is cut last of all. ``-o wide`` prints every column and every
+value whole; ``-o json|yaml`` the objects as the API returns them.
 """
 
 import datetime
 import json
+import os
+import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 WIDTH = 100
@@ -20,7 +26,25 @@ ELLIPSIS = "…"
 POOL_COLUMNS = ("NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINES", "READY", "UPDATED-M",
                 "DEGRADED-M", "AGE")
 NODE_COLUMNS = ("NAME", "POOL", "STATE", "UPDATED", "CONFIG", "SKEW", "REPORTED", "REASON")
+POOL_OPTIONAL = ("DEGRADED-M", "UPDATED-M", "READY")  # left out first, in this order, when a table does not fit
+NODE_OPTIONAL = ("SKEW", "REPORTED")
 MIN_CELL = 12  # a cut cell keeps at least this many characters (its header's, when longer)
+
+
+def terminal_width(stream: Any = None) -> Optional[int]:
+    """The width a table may take: $COLUMNS, else the terminal ``stream`` (stdout) is; None (no
+    limit, every value whole, as ``kubectl get`` prints to a pipe) when it is no terminal."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        fd = (stream if stream is not None else sys.stdout).fileno()
+        return os.get_terminal_size(fd).columns if os.isatty(fd) else None
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 # -- small helpers ------------------------------------------------------------------------------
@@ -86,18 +110,49 @@ def table(rows: Sequence[Sequence[str]]) -> str:
 SHORTER = ((64, ""), (12, ""), (8, ""), (8, "prefix"), (8, "name"))
 
 
-def fit(build: Callable[[Callable[[str], str]], List[List[str]]], width: int = WIDTH, wide: bool = False) -> str:
-    """The table ``build(short)`` whose config names are as long as fits in ``width``; when even
-    the shortest names do not fit, the widest cells (a long node name, a reason) are cut with an
-    ellipsis. ``wide``: every value whole."""
-    if wide:
+def fit(build: Callable[[Callable[[str], str]], List[List[str]]], width: Optional[int] = WIDTH, wide: bool = False,
+        optional: Sequence[str] = (), free: str = "") -> str:
+    """The table ``build(short)`` that fits in ``width`` giving up least. Whole config names come
+    first: the ``optional`` columns go (in their order) while that makes them fit; else the
+    names are shortened (``SHORTER``) with every column kept, and only at their shortest do the
+    optional columns go. At each step the ``free`` column (a reason: prose) may be cut before
+    anything else; at the end the widest cells of any column, a name last. ``wide`` or no
+    ``width``: every column and value whole."""
+    if wide or not width:
         return table(build(lambda name: name))
+    whole = build(lambda name: name)
+    steps = [without(whole, optional[:n]) for n in range(len(optional) + 1)]
     for keep, drop in SHORTER:
-        rows = build(lambda name, keep=keep, drop=drop: shorten_config(name, keep, drop))
-        text = table(rows)
-        if max(len(line) for line in text.splitlines()) <= width:
-            return text
-    return table(cut_rows(rows, width))
+        steps.append(build(lambda name, keep=keep, drop=drop: shorten_config(name, keep, drop)))
+    steps += [without(steps[-1], optional[:n]) for n in range(1, len(optional) + 1)]
+    for rows in steps:
+        for candidate in (rows, cut_column(rows, free, width)):
+            if candidate is not None and _fits(candidate, width):
+                return table(candidate)
+    return table(cut_rows(steps[-1], width))
+
+
+def cut_column(rows: List[List[str]], header: str, width: int) -> Optional[List[List[str]]]:
+    """``rows`` with the cells of the column ``header`` cut as far as a line must shrink to fit
+    ``width``, not below ``MIN_CELL``; None when there is no such column or it cannot give enough."""
+    if header not in rows[0]:
+        return None
+    i = rows[0].index(header)
+    excess = max(len(line) for line in table(rows).splitlines()) - width
+    limit = max(len(r[i]) for r in rows) - excess
+    if limit < max(MIN_CELL, len(header)):
+        return None
+    return [rows[0]] + [r[:i] + [cut(r[i], limit)] + r[i + 1:] for r in rows[1:]]
+
+
+def without(rows: List[List[str]], columns: Sequence[str]) -> List[List[str]]:
+    """``rows`` (a header first) without the columns headed ``columns``."""
+    keep = [i for i, h in enumerate(rows[0]) if h not in columns]
+    return [[r[i] for i in keep] for r in rows]
+
+
+def _fits(rows: List[List[str]], width: int) -> bool:
+    return max(len(line) for line in table(rows).splitlines()) <= width
 
 
 def cut(value: str, limit: int) -> str:
@@ -108,6 +163,9 @@ def cut_rows(rows: List[List[str]], width: int) -> List[List[str]]:
     """``rows`` (a header first) with the widest columns' cells cut until a line fits ``width``."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     floors = [max(MIN_CELL, len(h)) for h in rows[0]]
+    floors[0] = widths[0]  # the name stays whole while another column can give
+    if sum(floors) + len(GAP) * (len(widths) - 1) > width:
+        floors[0] = max(MIN_CELL, len(rows[0][0]))
     while sum(widths) + len(GAP) * (len(widths) - 1) > width:
         cuttable = [i for i, w in enumerate(widths) if w > floors[i]]
         if not cuttable:
@@ -123,7 +181,8 @@ def pool_age(pool: Dict[str, Any], now: float) -> Optional[float]:
     return None if created is None else now - created
 
 
-def pools_table(pools: List[Dict[str, Any]], now: float, wide: bool = False, width: int = WIDTH) -> str:
+def pools_table(pools: List[Dict[str, Any]], now: float, wide: bool = False, width: Optional[int] = WIDTH,
+                draining: bool = True) -> str:
     def build(short: Callable[[str], str]) -> List[List[str]]:
         rows = [list(POOL_COLUMNS)]
         for p in pools:
@@ -138,7 +197,8 @@ def pools_table(pools: List[Dict[str, Any]], now: float, wide: bool = False, wid
             ])
         return rows
 
-    return fit(build, width, wide) + "".join(line + "\n" for line in draining_lines(pools, now))
+    text = fit(build, width, wide, POOL_OPTIONAL)
+    return text + "".join(line + "\n" for line in draining_lines(pools, now)) if draining else text
 
 
 def draining_lines(pools: List[Dict[str, Any]], now: float) -> List[str]:
@@ -235,7 +295,7 @@ def _when(at: Any) -> str:
 
 # -- nodes --------------------------------------------------------------------------------------
 
-def nodes_table(nodes: List[Dict[str, Any]], now: float, wide: bool = False, width: int = WIDTH) -> str:
+def nodes_table(nodes: List[Dict[str, Any]], now: float, wide: bool = False, width: Optional[int] = WIDTH) -> str:
     def build(short: Callable[[str], str]) -> List[List[str]]:
         rows = [list(NODE_COLUMNS)]
         for n in nodes:
@@ -247,7 +307,7 @@ def nodes_table(nodes: List[Dict[str, Any]], now: float, wide: bool = False, wid
                          node_reason(n)])
         return rows
 
-    return fit(build, width, wide)
+    return fit(build, width, wide, NODE_OPTIONAL, free="REASON")
 
 
 def node_reason(node: Dict[str, Any]) -> str:
@@ -312,6 +372,22 @@ def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: flo
 
 
 # -- machine output -----------------------------------------------------------------------------
+
+POOL_RESOURCE = "machineconfigpool.machineconfiguration.openshift.io"  # kubectl get mcp -o name
+
+
+def as_list(items: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """A list as ``kubectl get -o json|yaml`` prints one (its List of the items it got)."""
+    return {"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}}
+
+
+def kind_name(item: Dict[str, Any], pool: bool) -> str:
+    """``-o name``: ``machineconfigpool.machineconfiguration.openshift.io/worker`` as kubectl
+    names a pool, ``node/worker-0`` for a node."""
+    if pool:
+        return f"{POOL_RESOURCE}/{(item.get('metadata') or {}).get('name', '')}"
+    return f"node/{item.get('name') or item.get('node', '')}"
+
 
 def dump(obj: Any, fmt: str) -> str:
     if fmt == "json":

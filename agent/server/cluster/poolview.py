@@ -23,17 +23,16 @@ def conditions(counts: progress.Counts, target: str, current: str, row: Dict[str
     return progress.conditions(counts, target, current, str(row.get("held") or ""), history, render)
 
 
-def metadata(pool: Dict[str, Any], mtime: Optional[float],
-             history: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
-    """The pool's metadata; ``creationTimestamp`` (oc's AGE): the object's own, else the earlier
-    of its state file's mtime and when the store first recorded the pool (a file edited since
-    keeps its age; a state without files, etcd, has only the store's record)."""
+def metadata(pool: Dict[str, Any], history: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
+    """The pool's metadata; ``creationTimestamp`` (oc's AGE): the object's own (the API's, or one
+    written in its YAML), else when the store first recorded the pool (its first target in
+    ``history``). Never a file's mtime: that is when the file was copied or cloned, not when the
+    pool came to be (a seconds-old demo showed 13m, the checkout's age)."""
     meta = dict(pool.get("metadata") or {})
     if not meta.get("creationTimestamp"):
         first = progress.epoch_of(history[0].get("at")) if history else None
-        known = [t for t in (mtime, first) if t]
-        if known:
-            meta["creationTimestamp"] = progress.iso8601(min(known))
+        if first:
+            meta["creationTimestamp"] = progress.iso8601(first)
     elif not isinstance(meta["creationTimestamp"], str):  # YAML reads an unquoted time as a datetime
         meta["creationTimestamp"] = progress.iso8601(meta["creationTimestamp"]) or str(meta["creationTimestamp"])
     return meta

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from agent.core.objectchecks import parse_max_unavailable
 from agent.server.cluster import poolview
 from agent.server.cluster.approval import Approval
+from agent.server.cluster.firstbootfacts import with_first_boot_facts
 from agent.server.cluster.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
 from agent.server.cluster.serving import ConfigServing, Fetch, UnknownPool  # noqa: F401 - the API's names
 from agent.server.rollout import gating, progress, skewpolicy
@@ -304,7 +305,7 @@ class Cluster(Approval, ConfigServing):
         status["conditions"] = poolview.conditions(counts, target, current, row.as_dict(), history,
                                                   st.problems)
         return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
-                "metadata": poolview.metadata(pool, st.pool_mtimes.get(name), history), "spec": spec, "status": status}
+                "metadata": poolview.metadata(pool, history), "spec": spec, "status": status}
 
     def cluster(self) -> Dict[str, Any]:
         st = self.state()
@@ -354,6 +355,8 @@ class Cluster(Approval, ConfigServing):
     def record_report(self, node: str, body: Dict[str, Any]) -> Dict[str, Any]:
         st = self.state()
         reg = self.store.registration(node)
+        previous = self.store.node(node)
+        body = with_first_boot_facts(previous.report if previous is not None else None, body)
         body = self._marked(st, node, body, reg)
         member = progress.membership(body, st.pools, self.pool_of_rendered)
         recorded = self.store.record_report(node, body, member, time.time())

@@ -58,7 +58,6 @@ class State:
     loaded_at: float = 0.0
     stale: bool = False  # True when the newest files were invalid and an older state serves
     bootstrap: Dict[str, bytes] = field(default_factory=dict)  # bootstrap/kubeconfig, bootstrap/kubelet-ca.crt
-    pool_mtimes: Dict[str, float] = field(default_factory=dict)  # pool -> its file's mtime (the pool's age)
 
     def bucket(self, sub: str) -> Dict[str, Dict[str, Any]]:
         """The objects of one ``KINDS`` folder by name."""
@@ -109,13 +108,6 @@ def signature_and_newest(state_dir: str) -> Tuple[str, float]:
     for name in BOOTSTRAP_FILES:
         _sig_one(h, os.path.join(state_dir, BOOTSTRAP_DIR, name), newest)
     return h.hexdigest(), newest[0]
-
-
-def _mtime(path: str) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return 0.0
 
 
 def _mtime_of(path: str, newest: List[float]) -> None:
@@ -182,9 +174,7 @@ def load_state(state_dir: str) -> State:
         for fname in _yaml_files(d):
             src = os.path.join(sub, fname)
             for where, doc in read_docs(os.path.join(d, fname), src, state_dir, state.problems):
-                name = admit(state, sub, doc, where)
-                if name and sub == "machineconfigpools":
-                    state.pool_mtimes[name] = _mtime(os.path.join(d, fname))
+                admit(state, sub, doc, where)
     cpath = os.path.join(state_dir, CLUSTER_FILE)
     if os.path.exists(cpath):
         docs = read_docs(cpath, CLUSTER_FILE, state_dir, state.problems)

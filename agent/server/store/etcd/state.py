@@ -195,8 +195,7 @@ class EtcdStateSource:
                 for p in new.problems:
                     log.error("state generation %s: %s", gen, p)
                 self._state = State(old.pools, old.machine_configs, old.cluster, old.os_configs, old.os_builds,
-                                    old.signature, list(new.problems), old.loaded_at, stale=True,
-                                    pool_mtimes=old.pool_mtimes)
+                                    old.signature, list(new.problems), old.loaded_at, stale=True)
             else:
                 self._state = new
             self._generation = gen

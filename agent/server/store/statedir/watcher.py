@@ -134,7 +134,6 @@ class StateWatcher:
             # (carrying the last good signature made a removed bad file look "unchanged")
             old = self._state
             self._state = State(old.pools, old.machine_configs, old.cluster, old.os_configs, old.os_builds,
-                                new.signature, new.problems, old.loaded_at, stale=True, bootstrap=old.bootstrap,
-                                pool_mtimes=old.pool_mtimes)
+                                new.signature, new.problems, old.loaded_at, stale=True, bootstrap=old.bootstrap)
         log.error("state directory %s has %d problem(s); %s", self.state_dir, len(new.problems),
                   "valid objects serve" if self._partial else "the last good state keeps serving")
