@@ -132,7 +132,7 @@ CONTRACT = ["test_counters_equal_a_full_recount_after_random_reports", "test_reb
 
 @pytest.mark.parametrize("name", CONTRACT)
 def test_contract_holds_on_etcd(name, etcd_cluster, tmp_path, monkeypatch):
-    from tests import test_nodestore as contract
+    from tests.etcd import test_nodestore as contract
 
     url = parse_store_url(etcd_cluster.url)
     opened = []

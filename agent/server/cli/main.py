@@ -18,6 +18,7 @@ from agent.server.cli.serveargs import (
     TLS_PORT,
     add_drain_args,
     admission,
+    approval_line,
     check_state_dir,
     checked_serve_args,
     drain_cadence,
@@ -62,11 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--admin-token-file", metavar="FILE",
                    help="the admin token: deletes nodes, registers a node again, releases any drain lease")
     p.add_argument("--auto-approve", metavar="REGEX", default=None,
-                   help="with --admin-token-file: approve a newly registered name at once when the whole name "
-                        "matches REGEX (Python syntax), e.g. 'worker-[0-9]+'; other names wait for `approve node` "
-                        "(docs/security.md \"Identity\")")
+                   help="approve a newly registered name at once when the whole name matches REGEX (Python "
+                        "syntax), e.g. 'worker-[0-9]+', or '.*' for every name; by default a new name counts for "
+                        "nothing until the admin runs `approve node` (docs/security.md \"Identity\")")
     p.add_argument("--max-pending", type=int, default=None, metavar="N",
-                   help="at most N registrations wait for approval; more answer 429 (default: 100)")
+                   help="at most N registrations wait for approval, counted in the store (every replica); more "
+                        "answer 429 (default: 100)")
+    p.add_argument("--max-unvetted", type=int, default=None, metavar="N",
+                   help="at most N registered names no admin approved (pending or approved by --auto-approve), "
+                        "counted in the store (every replica); more answer 429 (default: 5000)")
     p.add_argument("--register-rate", type=float, default=None, metavar="PER_SECOND",
                    help="registrations a second per server process, a token bucket (default: 20)")
     p.add_argument("--register-burst", type=int, default=None, metavar="N",
@@ -210,11 +215,10 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
               admin_token=admin_token, anonymous_secrets=args.serve_secrets_anonymously, settle=args.settle_seconds,
               data_dir=args.nodes_dir)
     app.auth.admission = admission(args)
-    if token and not admin_token:
-        logging.getLogger(__name__).warning(
-            "no --admin-token-file: every name registered with the bootstrap token is approved at once and counts "
-            "in its pool (rollout proof, maxUnavailable, drain leases); give the server an admin token to approve "
-            "new names (docs/security.md \"Identity\")")
+    rule = app.auth.admission.auto_approve  # approving names unseen is the operator's explicit choice: say it loud
+    logging.getLogger(__name__).log(logging.WARNING if rule is not None else logging.INFO,
+                                    "%s (docs/security.md \"Identity\")",
+                                    approval_line(app.auth.admission, token, admin_token))
     if not token and not admin_token:
         logging.getLogger(__name__).warning(
             "no --token-file or --admin-token-file: anyone who can reach the server may register nodes, report "
