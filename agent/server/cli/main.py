@@ -88,8 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --backend kubernetes or --store kubernetes: the kubeconfig to use (its current "
                         "context); without it, the pod's service account (in-cluster)")
     p.add_argument("--namespace", metavar="NS", default=None,
-                   help="with --store kubernetes: the namespace of the node state's ConfigMaps, Secrets and Leases "
+                   help="with --store kubernetes: the namespace of the node state's ConfigMaps and Leases "
                         "(default: the pod's own namespace, else node-config-server)")
+    p.add_argument("--credentials-namespace", metavar="NS", default=None,
+                   help="with --store kubernetes: the namespace of the node credentials' Secrets, kept apart from "
+                        "the server's own TLS and token Secrets (default: NAMESPACE-credentials; deploy/rbac.yaml)")
     p.add_argument("--workers", type=int, default=None, help="gunicorn worker processes (default: one per CPU, 2..8)")
     p.add_argument("--worker-class", choices=("gevent", "gthread"), default="gevent",
                    help="gevent (default): one greenlet per connection, with the timeouts below; gthread: "
