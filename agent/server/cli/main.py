@@ -16,6 +16,7 @@ from agent.server.cli.serveargs import (
     BACKENDS,
     PLAIN_PORT,
     TLS_PORT,
+    add_approval_args,
     add_drain_args,
     admission,
     approval_line,
@@ -62,20 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "configs with secrets, reads the API")
     p.add_argument("--admin-token-file", metavar="FILE",
                    help="the admin token: deletes nodes, registers a node again, releases any drain lease")
-    p.add_argument("--auto-approve", metavar="REGEX", default=None,
-                   help="approve a newly registered name at once when the whole name matches REGEX (Python "
-                        "syntax), e.g. 'worker-[0-9]+', or '.*' for every name; by default a new name counts for "
-                        "nothing until the admin runs `approve node` (docs/security.md \"Identity\")")
-    p.add_argument("--max-pending", type=int, default=None, metavar="N",
-                   help="at most N registrations wait for approval, counted in the store (every replica); more "
-                        "answer 429 (default: 100)")
-    p.add_argument("--max-unvetted", type=int, default=None, metavar="N",
-                   help="at most N registered names no admin approved (pending or approved by --auto-approve), "
-                        "counted in the store (every replica); more answer 429 (default: 5000)")
-    p.add_argument("--register-rate", type=float, default=None, metavar="PER_SECOND",
-                   help="registrations a second per server process, a token bucket (default: 20)")
-    p.add_argument("--register-burst", type=int, default=None, metavar="N",
-                   help="registrations at once before --register-rate applies (default: 200)")
+    add_approval_args(p)
     p.add_argument("--serve-secrets-anonymously", action="store_true",
                    help="serve configs that carry secrets (pull secret, kubeconfig) without a credential, as the "
                         "MCS does (then only the network protects them)")

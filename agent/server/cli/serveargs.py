@@ -76,6 +76,24 @@ def checked_serve_args(args: argparse.Namespace, store) -> Tuple[str, str, str, 
     return token, admin_token, host, port
 
 
+def add_approval_args(p: argparse.ArgumentParser) -> None:
+    """serve's approval and registration-bound flags (docs/security.md "Identity")."""
+    p.add_argument("--auto-approve", metavar="REGEX", default=None,
+                   help="approve a newly registered name at once when the whole name matches REGEX (Python "
+                        "syntax), e.g. 'worker-[0-9]+', or '.*' for every name; by default a new name counts for "
+                        "nothing until the admin runs `approve node` (docs/security.md \"Identity\")")
+    p.add_argument("--max-pending", type=int, default=None, metavar="N",
+                   help="at most N registrations wait for approval, counted in the store (every replica); more "
+                        "answer 429 (default: 100)")
+    p.add_argument("--max-unvetted", type=int, default=None, metavar="N",
+                   help="at most N registered names no admin approved (pending or approved by --auto-approve), "
+                        "counted in the store (every replica); more answer 429 (default: 5000)")
+    p.add_argument("--register-rate", type=float, default=None, metavar="PER_SECOND",
+                   help="registrations a second per server process, a token bucket (default: 20)")
+    p.add_argument("--register-burst", type=int, default=None, metavar="N",
+                   help="registrations at once before --register-rate applies (default: 200)")
+
+
 def admission(args: argparse.Namespace):
     """serve's approval rules (identity.Admission); ValueError names a bad flag."""
     import re

@@ -44,13 +44,10 @@ store it is given):
 - **Registrations (approval).** ``registration(node)`` -> ``Registration`` or None: the node's
   credential row with its approval (``approved`` time, 0 while pending, ``by`` whom or what
   rule), the ``labels`` the admin vouched for and the configs ``served`` to it as itself.
-  ``put_credential(..., approved, by, max_pending, max_unvetted)`` stores a pending one only
-  while fewer than ``max_pending`` are pending (else ``TooManyPending``), and a new name no admin
-  approved only while fewer than ``max_unvetted`` such registrations exist (else
-  ``TooManyUnvetted``; nothing stored either way): the caps count the store's records, so every
-  replica shares them; ``approve(node, now, by, labels)``, ``note_served(node, config)`` (the
-  newest ``SERVED_KEEP``), ``pending_count()``, ``unvetted_count()``,
-  ``registrations(pending, after, limit)`` (name order).
+  ``put_credential(..., max_pending, max_unvetted)`` stores a new name only while fewer than
+  ``max_pending`` are pending and ``max_unvetted`` unvetted, counted in the store (else
+  ``TooManyPending`` / ``TooManyUnvetted``, nothing stored); ``approve(node, now, by, labels)``,
+  ``note_served``, ``pending_count()``, ``unvetted_count()``, ``registrations(pending, after, limit)``.
   A report carries the server's own mark under ``SERVER_KEY`` (set by the service, never by a
   node): a pending node's report counts for nothing, and a Done report marked ``proof: false``
   counts as a node but proves nothing (``contribution``).
@@ -86,8 +83,7 @@ class TooManyPending(Exception):
 
 
 class TooManyUnvetted(TooManyPending):
-    """``max_unvetted`` registrations exist that no admin approved (pending, or approved by a
-    rule or by an old server without approval): nothing was stored."""
+    """``max_unvetted`` registrations exist that no admin approved: nothing was stored."""
 
 
 class StoreUnavailable(Exception):
@@ -162,11 +158,6 @@ class Registration:
     @property
     def pending(self) -> bool:
         return not self.approved
-
-    @property
-    def vetted(self) -> bool:
-        """Approved by the admin (or registered before approval existed): outside the unvetted cap."""
-        return not self.pending and self.by in VETTED_BY
 
     @property
     def managed(self) -> bool:
@@ -326,13 +317,9 @@ class NodeStore(abc.ABC):
 
     @abc.abstractmethod
     def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
-                       by: str = "", max_pending: Optional[int] = None,
-                       max_unvetted: Optional[int] = None) -> bool:
+                       by: str = "", max_pending: Optional[int] = None, max_unvetted: Optional[int] = None) -> bool:
         """Store the node's credential hash; without ``replace``, only if it has none (-> False).
-        A new record is approved (by ``by``) or pending; a pending one only while fewer than
-        ``max_pending`` are (else TooManyPending); a new one not approved by the admin only while
-        fewer than ``max_unvetted`` registrations are not (else TooManyUnvetted). ``replace``
-        keeps the approval as it is."""
+        A new name is approved (by ``by``) or pending, while the caps allow (above); ``replace`` keeps its approval."""
 
     @abc.abstractmethod
     def registration(self, node: str) -> Optional[Registration]:
@@ -348,7 +335,7 @@ class NodeStore(abc.ABC):
 
     @abc.abstractmethod
     def unvetted_count(self) -> int:
-        """Registrations no admin approved (``Registration.vetted`` is False)."""
+        """Registrations not approved by one of ``VETTED_BY``."""
 
     @abc.abstractmethod
     def approve(self, node: str, now: float, by: str, labels: Optional[Dict[str, str]] = None) -> Optional[Registration]:

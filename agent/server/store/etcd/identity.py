@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional
 from agent.server.store.etcd import drains
 from agent.server.store.etcd.client import KV, cmp_absent, cmp_mod, op_delete, op_put
 from agent.server.store.nodestore import (
+    VETTED_BY,
     Deleted,
     Registration,
     registration_from,
@@ -111,7 +112,7 @@ class EtcdIdentity(RegistrationChanges):
 
     def unvetted_count(self) -> int:
         with self._lock:
-            return sum(1 for r in self._regs.values() if not r.vetted)
+            return sum(1 for r in self._regs.values() if r.pending or r.by not in VETTED_BY)
 
     def _update_registration(self, node: str, change: Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]) -> bool:
         """Compare-and-swap the node's credential record; ``change`` returns the new doc, or None

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.store.kube.client import SECRETS, KubeClient, KubeError
 from agent.server.store.kube.watch import Follower, NewestObjects, permission
-from agent.server.store.nodestore import Registration, registration_from
+from agent.server.store.nodestore import VETTED_BY, Registration, registration_from
 from agent.server.store.registration_changes import RegistrationChanges
 
 SECRET_TYPE = "node-agent.openshift.io/credential"
@@ -258,7 +258,7 @@ class KubeCredentials(Follower, RegistrationChanges):
         """The node credential Secrets in the namespace no admin approved (this replica's watched copy)."""
         self._refresh()
         with self._lock:
-            return sum(1 for r in self._regs.values() if not r.vetted)
+            return sum(1 for r in self._regs.values() if r.pending or r.by not in VETTED_BY)
 
     def _update_registration(self, node: str, change: Callable[[Doc], Optional[Doc]]) -> bool:
         """Compare-and-swap the node's record; ``change`` returns the new record, or None for no

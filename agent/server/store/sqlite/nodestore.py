@@ -34,7 +34,7 @@ from agent.server.store.nodestore import (
 from agent.server.store.sqlite.db import Database
 
 _REG_COLUMNS = "node, created, approved, approved_by, labels, served"
-# Registrations no admin approved (Registration.vetted is False): pending, or approved by a rule.
+# Registrations no admin approved (nodestore.VETTED_BY): pending, or approved by a rule.
 _UNVETTED_COUNT = "SELECT COUNT(*) FROM credentials WHERE approved=0 OR approved_by NOT IN (?, ?)"
 
 _COUNTERS = ("machine", "done", "working", "reported_degraded", "degraded", "refused")
