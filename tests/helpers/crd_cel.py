@@ -55,7 +55,7 @@ def dns1035_label_errors(value: str) -> List[str]:
     return errors
 
 
-class Optional_:
+class CelOptional:
     """A cel-go optional: ``hasValue()``, ``value()``, ``orValue(default)``."""
 
     def __init__(self, value: Any = None, present: bool = False):
@@ -79,24 +79,24 @@ def _format(name: str):
     return make
 
 
-def _validate(fmt: Format, value: Any) -> Optional_:
+def _validate(fmt: Format, value: Any) -> CelOptional:
     if not isinstance(fmt, Format):
         raise TypeError(f"validate() is called on a format (format.dns1123Subdomain()...), not {type(fmt).__name__}")
     errors = fmt.check(str(value))
-    return Optional_(celtypes.ListType([celtypes.StringType(e) for e in errors]), present=bool(errors))
+    return CelOptional(celtypes.ListType([celtypes.StringType(e) for e in errors]), present=bool(errors))
 
 
-def _has_value(opt: Optional_) -> celtypes.BoolType:
+def _has_value(opt: CelOptional) -> celtypes.BoolType:
     return celtypes.BoolType(opt.present)
 
 
-def _value(opt: Optional_) -> Any:
+def _value(opt: CelOptional) -> Any:
     if not opt.present:
         raise ValueError("optional.none() dereference")
     return opt.content
 
 
-def _or_value(opt: Optional_, default: Any) -> Any:
+def _or_value(opt: CelOptional, default: Any) -> Any:
     return opt.content if opt.present else default
 
 
