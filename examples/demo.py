@@ -183,7 +183,9 @@ def look_again_commands(state: str, data: str, tls) -> list:
                 f"tokenFile: {os.path.abspath(token_file)}\n")
     ncs = _shown(os.path.join(BIN, "node-config-server"))
     serve = [ncs, "serve", "--state", _shown(state), "--data-dir", _shown(data), "--listen", f"127.0.0.1:{PORT}",
-             "--tls-cert", _shown(tls.cert), "--tls-key", _shown(tls.key), "--token-file", _shown(token_file)]
+             "--tls-cert", _shown(tls.cert), "--tls-key", _shown(tls.key), "--token-file", _shown(token_file),
+             # The demo's scratch nodes must count at once; a real server keeps new names pending until approved.
+             "--auto-approve", ".*"]
     conf = ["--config", _shown(client)]
     return [("serve", serve), ("look", [ncs, "get", "pools", *conf]),
             ("look", [ncs, "describe", "pool", "worker", *conf]),

@@ -12,7 +12,14 @@ import sqlite3
 import pytest
 
 from agent.server.rollout import progress
-from agent.server.store.nodestore import SERVER_KEY, NodeStore, PoolRow, Proof, TooManyPending
+from agent.server.store.nodestore import (
+    SERVER_KEY,
+    NodeStore,
+    PoolRow,
+    Proof,
+    TooManyPending,
+    TooManyUnvetted,
+)
 from agent.server.store.sqlite.db import Database
 from agent.server.store.sqlite.nodestore import SqliteNodeStore
 from tests.helpers import paths
@@ -231,6 +238,28 @@ def test_registrations_and_approval(tmp_path):
     assert store.registration("b") is None and store.pending_count() == 0
 
 
+def test_max_unvetted_bounds_the_names_no_admin_approved(tmp_path):
+    store = make_store(tmp_path)
+    assert store.put_credential("p", "h-p", 1.0, False, approved=False, max_unvetted=2)  # pending: unvetted
+    assert store.put_credential("r", "h-r", 2.0, False, approved=True, by="rule", max_unvetted=2)  # a rule: unvetted
+    with pytest.raises(TooManyUnvetted):
+        store.put_credential("x", "h-x", 3.0, False, approved=True, by="rule", max_unvetted=2)
+    with pytest.raises(TooManyUnvetted):
+        store.put_credential("x", "h-x", 3.0, False, approved=False, max_unvetted=2)
+    assert store.credential("x") is None and store.unvetted_count() == 2  # nothing stored
+    assert store.put_credential("a", "h-a", 4.0, False, approved=True, by="admin", max_unvetted=2)  # the admin's
+    assert store.put_credential("r", "h-r2", 5.0, True, max_unvetted=2)  # a new credential: not a new name
+    assert store.approve("p", 6.0, "admin") is not None and store.unvetted_count() == 1  # approving frees a place
+    assert store.put_credential("x", "h-x", 7.0, False, approved=True, by="rule", max_unvetted=2)
+
+
+def test_max_unvetted_is_counted_in_the_sqlite_file_every_worker_shares(tmp_path):
+    one, other = make_store(tmp_path), make_store(tmp_path)  # two workers' connections to one nodes.db
+    assert one.put_credential("p", "h-p", 1.0, False, approved=False, max_unvetted=1)
+    with pytest.raises(TooManyUnvetted):
+        other.put_credential("q", "h-q", 2.0, False, approved=True, by="rule", max_unvetted=1)
+
+
 def test_a_pending_report_counts_for_nothing_and_an_unproven_done_proves_nothing(tmp_path):
     store = make_store(tmp_path)
     member = progress.Membership("worker", "reported pool")
@@ -270,7 +299,7 @@ def test_credentials_of_an_older_schema_stay_approved(tmp_path):
     assert (reg.pending, reg.by, reg.approved, reg.managed) == (False, "upgrade", 42.0, False)
 
 
-IDENTITY_CONTRACT = ["test_registrations_and_approval",
+IDENTITY_CONTRACT = ["test_registrations_and_approval", "test_max_unvetted_bounds_the_names_no_admin_approved",
                      "test_a_pending_report_counts_for_nothing_and_an_unproven_done_proves_nothing"]
 
 

@@ -305,12 +305,13 @@ class KubeCluster:
 
     def bind_server_user(self, user: str, namespace_role: bool = True) -> None:
         """deploy/rbac.yaml applied and ``user`` bound to its ClusterRole and (``namespace_role``)
-        its namespaced Role for node state: the server's least privilege, never an admin."""
+        its namespaced Roles for node state and for node credentials (a namespace of their own):
+        the server's least privilege, never an admin."""
         self.kubectl("apply", "-f", os.path.join(REPO, "deploy", "rbac.yaml"))
         self.kubectl("create", "clusterrolebinding", user, "--clusterrole=node-config-server", f"--user={user}")
         if namespace_role:
-            self.kubectl("create", "rolebinding", user, "-n", "node-config-server", "--role=node-config-server",
-                         f"--user={user}")
+            for namespace in ("node-config-server", "node-config-server-credentials"):
+                self.kubectl("create", "rolebinding", user, "-n", namespace, f"--role={namespace}", f"--user={user}")
 
     def kubectl(self, *args: str, kubeconfig: Optional[str] = None, check: bool = True,
                 input: Optional[str] = None, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -8,6 +8,12 @@ Reusable by end-to-end tests: ``base_url``, ``verify`` (the CA file, or True), `
 ``data_dir`` (serve --data-dir: nodes.db) is a temporary directory of this object's own (kept
 across stop() and start(), removed on leaving the ``with`` or when the object goes), unless one is
 given: a test never writes to /var/lib/node-config-server, serve's default.
+
+Approval: serve's default keeps a newly registered name out of every count until approved
+(docs/security.md "Identity"). Most tests register nodes that must count at once, so the harness
+says so explicitly: ``auto_approve=EVERY_NAME`` (serve ``--auto-approve '.*'``) is its default,
+and a test of approval itself passes ``auto_approve=None`` to get serve's own default (or its own
+``--auto-approve`` in ``extra_args``).
 """
 
 import os
@@ -24,6 +30,7 @@ from typing import Dict, List, Optional, Sequence
 import requests
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EVERY_NAME = ".*"  # serve --auto-approve: every registered name counts at once (a deliberate choice)
 
 
 def free_port() -> int:
@@ -47,7 +54,8 @@ def terminate(proc: subprocess.Popen, timeout: float) -> None:
 class ServerProcess:
     def __init__(self, state_dir: Optional[str], tls=None, token: Optional[str] = None, workers: int = 2,
                  threads: int = 8, extra_args: Sequence[str] = (), port: Optional[int] = None,
-                 settle: Optional[float] = 0.5, data_dir: Optional[str] = None):
+                 settle: Optional[float] = 0.5, data_dir: Optional[str] = None,
+                 auto_approve: Optional[str] = EVERY_NAME):
         self.state_dir = state_dir
         self._data_dir_cleanup = None
         if data_dir is None:
@@ -59,6 +67,7 @@ class ServerProcess:
         self.workers = workers
         self.threads = threads
         self.extra_args = list(extra_args)
+        self.auto_approve = auto_approve
         # Tests that edit the state directory want it read within a second; serve's own default
         # (10 s, the settle rule of docs/security.md) is kept by settle=None.
         self.settle = settle
@@ -117,6 +126,8 @@ class ServerProcess:
             with os.fdopen(fd, "w") as f:
                 f.write(self.token + "\n")
             cmd += ["--token-file", self._token_file]
+        if self.auto_approve is not None and "--auto-approve" not in self.extra_args:
+            cmd += ["--auto-approve", self.auto_approve]
         return cmd + self.extra_args
 
     def start(self, timeout: float = 30.0) -> "ServerProcess":

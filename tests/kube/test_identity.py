@@ -79,6 +79,7 @@ def app(request, tmp_path):
         kc = request.getfixturevalue("kube_cluster")
         namespace = unique("ident")
         kc.kubectl("create", "namespace", namespace)
+        kc.kubectl("create", "namespace", namespace + "-credentials")  # serve's default for node credentials
         store = StoreConfig(url="kubernetes", kubeconfig=kc.admin_kubeconfig, namespace=namespace)
     a = App(str(state), token=BOOT, admin_token=ADMIN, reload_interval=0.0, store=store)
     yield a
@@ -89,7 +90,8 @@ def app(request, tmp_path):
         a.cluster.store.close()
         a.cluster.store.client.close()
         kc.kubectl("delete", "machineconfignodes", "-l", f"{STORE_LABEL}={namespace}", "--wait=false", check=False)
-        kc.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        for ns in (namespace, namespace + "-credentials"):
+            kc.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def register(app, node, token=BOOT, approve=True):

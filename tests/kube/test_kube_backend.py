@@ -158,6 +158,60 @@ def test_a_report_lands_on_the_node_object_as_the_mcd_writes_it(kube, server):
     assert mcn["status"]["configVersion"] == {"current": target, "desired": target}
 
 
+# -- what the server writes, against OpenShift's CRDs (schema and CEL: the 1.20 API server checks
+# neither; tests/helpers/crd_validate.py does, as a current API server would) -----------------------
+
+def _crd_validate():
+    pytest.importorskip("celpy", reason="cel-python (Python 3.10+) evaluates the CRDs' CEL rules")
+    from tests.helpers import crd_validate
+
+    return crd_validate
+
+
+def _written_mcn(kube, server, node, body):
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(_node(node, {"node-role.kubernetes.io/worker": ""})))
+    _report(server, node, dict(body, pool="worker", labels={"node-role.kubernetes.io/worker": ""}))
+    return wait_for(f"MachineConfigNode {node} with its status", lambda: kube.get(
+        f"{MCO}/machineconfignodes/{node}").ok and (api(kube, f"{MCO}/machineconfignodes/{node}").get("status") or
+                                                    {}).get("conditions") and api(kube, f"{MCO}/machineconfignodes/{node}"))
+
+
+def test_every_pools_status_written_validates_against_the_machineconfigpool_crd(kube, server):
+    crd_validate = _crd_validate()
+    def written(name):
+        obj = api(kube, f"{MCO}/machineconfigpools/{name}")
+        return (obj.get("status") or {}).get("conditions") and obj
+
+    for name in ("master", "worker", "infra"):
+        obj = wait_for(f"pool {name}'s status", lambda: written(name))  # noqa: B023 - called at once
+        assert crd_validate.problems(obj) == [], name
+
+
+def test_a_rendered_machineconfig_written_validates_against_the_machineconfig_crd(kube, server):
+    crd_validate = _crd_validate()
+    target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
+    obj = wait_for(f"MachineConfig {target}", lambda: kube.get(f"{MCO}/machineconfigs/{target}").ok and
+                   api(kube, f"{MCO}/machineconfigs/{target}"))
+    assert crd_validate.problems(obj) == []
+
+
+def test_the_machineconfignode_of_a_node_done_on_its_config_validates_against_the_crd(kube, server):
+    crd_validate = _crd_validate()
+    target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
+    mcn = _written_mcn(kube, server, "w-crd-done", {"state": "Done", "currentConfig": target,
+                                                    "desiredConfig": target})
+    assert crd_validate.problems(mcn) == []
+
+
+def test_the_machineconfignode_of_a_node_still_on_its_first_config_validates_against_the_crd(kube, server):
+    """A node working towards its first config reports no currentConfig yet: upstream writes
+    "not-yet-set" where the CRD's CEL rule wants an RFC 1123 subdomain, never "" (issue 38)."""
+    crd_validate = _crd_validate()
+    target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
+    mcn = _written_mcn(kube, server, "w-crd-first", {"state": "Working", "desiredConfig": target})
+    assert crd_validate.problems(mcn) == []
+
+
 def test_a_node_registered_after_its_report_gets_its_custom_pool_label_at_once(kube, server):
     """MCO-650: the node reported as infra from first boot; its kubelet registers the Node with
     only the worker role; the infra role label follows within 2 s, with no second pool."""
@@ -333,7 +387,8 @@ def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_use
               ("update", "machineconfigs.machineconfiguration.openshift.io"),
               ("patch", "machineconfigpools.machineconfiguration.openshift.io"),  # the spec: the admin's
               ("patch", "machineconfigurations.operator.openshift.io"),
-              ("get", "secrets"), ("delete", "nodes"), ("create", "pods"), ("create", "clusterrolebindings")]
+              ("get", "secrets"), ("delete", "nodes"), ("create", "pods"), ("create", "clusterrolebindings"),
+              ("create", "events")]  # Events only in its own namespace (below), never cluster-wide
 
     def can(verb, resource, sub=None, namespace=None):
         args = ["auth", "can-i", verb, resource, f"--as={SA}"] + ([f"--subresource={sub}"] if sub else [])
@@ -345,18 +400,43 @@ def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_use
     # Node state (--store kubernetes): ConfigMaps, Secrets and Leases of its own namespace only
     # (the Role), never deleting a ConfigMap (a Lease: a dead replica's heartbeat); reports on
     # MachineConfigNodes (above).
-    ns = "node-config-server"
+    ns, creds = "node-config-server", "node-config-server-credentials"
     allowed = [(v, r, None, ns) for v, r in (
         ("watch", "configmaps"), ("create", "configmaps"), ("update", "configmaps"), ("patch", "configmaps"),
-        ("watch", "secrets"), ("create", "secrets"), ("update", "secrets"), ("delete", "secrets"),
         ("watch", "leases.coordination.k8s.io"), ("create", "leases.coordination.k8s.io"),
-        ("update", "leases.coordination.k8s.io"), ("delete", "leases.coordination.k8s.io"))] + [("patch", "machineconfignodes.machineconfiguration.openshift.io")]
+        ("update", "leases.coordination.k8s.io"), ("delete", "leases.coordination.k8s.io"),
+        ("create", "events"), ("patch", "events"))] + [(v, "secrets", None, creds) for v in (
+            "get", "list", "watch", "create", "update", "delete")] + [
+        ("patch", "machineconfignodes.machineconfiguration.openshift.io")]
     denied = [("delete", "configmaps", None, ns), ("delete", "leases.coordination.k8s.io", None, "kube-system"),
               ("list", "secrets", None, "kube-system"), ("create", "configmaps", None, "default"),
               ("update", "leases.coordination.k8s.io", None, "kube-system"),
-              ("delete", "machineconfignodes.machineconfiguration.openshift.io")]
+              ("delete", "machineconfignodes.machineconfiguration.openshift.io"),
+              # its own TLS and token Secrets: not readable, not listable, not watchable
+              ("get", "secrets", None, ns), ("list", "secrets", None, ns), ("watch", "secrets", None, ns),
+              ("create", "events", None, "default"), ("create", "events", None, "openshift-machine-config-operator")]
     assert [a for a in allowed if not can(*a)] == []
     assert [d for d in denied if can(*d)] == []
+
+
+def test_the_servers_user_cannot_read_its_own_tls_and_token_secrets_but_registers_nodes(kube, server):
+    """deploy/rbac.yaml keeps node credentials in a namespace of their own: the server's user
+    gets 403 from the real API server on the TLS and token Secrets deployment.yaml mounts, and
+    still stores a node's credential (docs/security.md, "Kubernetes")."""
+    ns, creds = "node-config-server", "node-config-server-credentials"
+    kube.kubectl("create", "secret", "generic", "node-config-server-tokens", "-n", ns, "--from-literal=token=t0p",
+                 "--from-literal=admin-token=adm1n", check=False)
+    kube.kubectl("create", "secret", "generic", "node-config-server-tls", "-n", ns, "--from-literal=tls.key=k3y",
+                 check=False)
+    as_server = kube.kubeconfig_for("node-config-server-test")
+    for args in (("get", "secret", "node-config-server-tls"), ("get", "secret", "node-config-server-tokens"),
+                 ("get", "secrets")):
+        out = kube.kubectl(*args, "-n", ns, kubeconfig=as_server, check=False)
+        assert out.returncode != 0 and "forbidden" in out.stderr, (args, out.stdout, out.stderr)
+    r = server.session().post(server.url("/api/v1/nodes/rbac-node-0/register"), timeout=10)
+    assert r.status_code == 201, r.text
+    stored = kube.get(f"/api/v1/namespaces/{creds}/secrets/node-credential-rbac-node-0")
+    assert stored.status_code == 200 and r.json()["credential"] not in stored.text
 
 
 def _kubelet_finishes_deletions(kube, ns):

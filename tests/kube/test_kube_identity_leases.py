@@ -43,11 +43,13 @@ RBAC = os.path.join(paths.REPO, "deploy", "rbac.yaml")
 
 
 def shipped_rules():
+    """The rules of deploy/rbac.yaml's Roles for node state and for node credentials (two
+    namespaces there; one per test here, so both Roles' rules apply in it)."""
     with open(RBAC) as f:
-        for doc in yaml.safe_load_all(f):
-            if doc and doc.get("kind") == "Role" and doc["metadata"]["name"] == "node-config-server":
-                return doc["rules"]
-    return RULES
+        rules = [rule for doc in yaml.safe_load_all(f) if doc and doc.get("kind") == "Role"
+                 and doc["metadata"]["name"] in ("node-config-server", "node-config-server-credentials")
+                 for rule in doc["rules"]]
+    return rules or RULES
 
 
 # -- pure rules: names, times, the newest-version merge ------------------------------------------

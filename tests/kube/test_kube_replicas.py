@@ -132,6 +132,10 @@ def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     views = wait_for(moved, "every replica has the new target", 30)
     target, old = views[0]["spec"]["configuration"]["name"], views[0]["status"]["configuration"]["name"]
     assert {v["status"]["served"]["config"] for v in views} == {old}  # unproven: nobody gets it
+    # A Done proves only a config served to that node as itself (docs/security.md "Identity"):
+    # the member fetches the target with its credential first, as node-agent does.
+    got = fleet.session("kmember-1").get(a.url("/config/worker"), timeout=10)
+    assert got.status_code == 200 and got.headers["X-Served-Config"] == target, got.headers
     resp = report(a, "kmember-1", {"pool": "worker", "state": "Done", "currentConfig": target}, fleet)
     assert resp.status_code == 200, resp.text
     for r in (b, c):

@@ -18,7 +18,7 @@ from agent.server.store.kube import leases as kube_leases
 from agent.server.store.kube.client import KubeClient, KubeUnavailable, load_kubeconfig
 from agent.server.store.kube.nodestate import CONFIGMAP_MAX
 from agent.server.store.kube.nodestore import REPORT, STORE_LABEL, KubeNodeStore
-from agent.server.store.nodestore import PoolRow, StoreUnavailable
+from agent.server.store.nodestore import PoolRow, StoreUnavailable, TooManyUnvetted
 from tests.etcd.test_nodestore import IDENTITY_CONTRACT
 from tests.etcd.test_nodestore_etcd import CONTRACT
 from tests.helpers.kube_cluster import kube_cluster, unique, wait_for  # noqa: F401 - the session fixture
@@ -101,6 +101,18 @@ def test_what_one_replica_writes_the_other_sees(replicas):
     a.delete_node("n1", 3.0)
     wait_for(lambda: b.node("n1") is None and b.counts("worker").machine == 0, "replica B drops the node", 10)
     assert b.generation() != generation  # what B keeps for fetches (fetchmemo.py) is dropped
+
+
+def test_max_unvetted_counts_the_secrets_every_replica_watches(replicas):
+    """The registration caps are the store's, not a process's: what replica A registered counts
+    against replica B's cap once B's watch has it (docs/security.md "Identity", Limits)."""
+    a, b = replicas
+    assert a.put_credential("cap-0", "h-cap-0", 1.0, False, approved=True, by="rule", max_unvetted=2)
+    assert a.put_credential("cap-1", "h-cap-1", 2.0, False, approved=False, max_unvetted=2)
+    wait_for(lambda: b.unvetted_count() == 2, "replica B counts A's registrations", 10)
+    with pytest.raises(TooManyUnvetted):
+        b.put_credential("cap-2", "h-cap-2", 3.0, False, approved=True, by="rule", max_unvetted=2)
+    assert b.put_credential("cap-2", "h-cap-2", 3.0, False, approved=True, by="admin", max_unvetted=2)
 
 
 def test_concurrent_pool_updates_from_two_replicas_lose_nothing(replicas):

@@ -4,10 +4,12 @@ The bootstrap token is in every node's pointer config. Before approval existed, 
 register any number of names and steer rollouts with them: one ghost reporting Done on the
 unproven target had it served to every new node; a ghost with master labels took the master
 pool's only drain lease; 21 ghosts raised the worker pool's maxUnavailable (25%) from 1 to 5.
-On a server with an admin token a new name now counts for nothing until approved (by the admin,
-``node-config-server approve node NAME``, or by ``--auto-approve REGEX``), a Done proves only a
-config served to that node, only an admin-approved node joins the master pool, at most
-``--max-pending`` names wait and registrations are rate-limited. docs/security.md "Identity".
+On any server with a token a new name now counts for nothing until approved (by the admin,
+``node-config-server approve node NAME``, or by ``--auto-approve REGEX``, an explicit choice
+serve logs at start), a Done proves only a config served to that node, only an admin-approved
+node joins the master pool, at most ``--max-pending`` names wait and ``--max-unvetted`` exist
+that no admin approved, and registrations are rate-limited. docs/security.md "Identity".
+These servers run with serve's own approval default (``auto_approve=None``), not the harness's.
 """
 
 import os
@@ -33,7 +35,7 @@ def start(tmp_path, *extra, admin=True):
     if admin:
         (tmp_path / "admin-token").write_text(ADMIN + "\n")
         args += ["--admin-token-file", str(tmp_path / "admin-token")]
-    return ServerProcess(str(state), token=BOOT, extra_args=args)
+    return ServerProcess(str(state), token=BOOT, extra_args=args, auto_approve=None)
 
 
 def as_admin(srv):
@@ -210,18 +212,40 @@ def test_approve_command(tmp_path):
         assert bad.returncode == 2 and "NAME=VALUE" in bad.stderr
 
 
-def test_a_server_with_only_the_bootstrap_token_approves_as_names_register(tmp_path):
+def test_without_an_admin_token_a_new_name_is_pending_and_every_answer_says_how_to_approve(tmp_path):
     with start(tmp_path, admin=False) as srv:
-        out = register(srv, "plain-0")
-        assert out["approval"] == "Approved"
+        out = register(srv, "ghost-0")
+        assert out["approval"] == "Pending"
+        assert "--admin-token-file" in out["note"] and "--auto-approve" in out["note"]
+        answer = report(srv, "ghost-0", state="Done", labels=WORKER)
+        assert answer["counted"] is False and "--admin-token-file" in answer["note"]
+        assert pool(srv, "worker")["status"]["machineCount"] == 0
+        refused = drain(srv, "ghost-0", "worker")
+        assert refused.status_code == 403 and "--auto-approve" in refused.text
+        assert "approval: a newly registered name counts for nothing until approved" in srv.log_text()
+
+
+def test_auto_approve_every_name_is_an_explicit_choice_serve_logs_once(tmp_path):
+    with start(tmp_path, "--auto-approve", ".*", admin=False) as srv:
+        assert register(srv, "plain-0")["approval"] == "Approved"
         report(srv, "plain-0", state="Done", labels=WORKER)
         assert pool(srv, "worker")["status"]["machineCount"] == 1
-        assert "no --admin-token-file: every name registered" in srv.log_text()
+        assert srv.log_text().count("approval: --auto-approve '.*' approves every newly registered name") == 1
+
+
+def test_max_unvetted_caps_rule_approved_names_with_a_429_naming_the_cap(tmp_path):
+    with start(tmp_path, "--auto-approve", ".*", "--max-unvetted", "2") as srv:
+        register(srv, "auto-0")
+        register(srv, "auto-1")
+        full = srv.session().post(srv.url("/api/v1/nodes/auto-2/register"))
+        assert full.status_code == 429 and "--max-unvetted" in full.text and full.headers["Retry-After"]
+        assert as_admin(srv).post(srv.url("/api/v1/nodes/auto-0/approve")).status_code == 200  # now vetted
+        register(srv, "auto-2")
 
 
 @pytest.mark.parametrize("flags, words", [
     (["--auto-approve", "("], "not a regular expression"), (["--max-pending", "-1"], "--max-pending"),
-    (["--register-rate", "0"], "--register-rate")])
+    (["--register-rate", "0"], "--register-rate"), (["--max-unvetted", "-1"], "--max-unvetted")])
 def test_serve_refuses_bad_approval_flags(tmp_path, flags, words):
     state = tmp_path / "state"
     shutil.copytree(os.path.join(REPO, "examples", "state"), state)

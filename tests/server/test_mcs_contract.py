@@ -267,7 +267,11 @@ def test_a_node_joining_mid_rollout_gets_the_proven_image_of_the_config_it_is_se
         got = read_served(fetch(srv, "infra", ACCEPT34).json())
         assert got.config_name == old and got.encapsulated["spec"]["osImageURL"] == LAYERED
         assert got.annotations[ANN + "desiredImage"] == LAYERED
-        # Once a node runs the new config with the new image, new nodes get both.
-        report(srv, "i2", state="Done", currentConfig=new, currentImage=NEWER)
+        # Once a node runs the new config with the new image, new nodes get both. i1, a member,
+        # fetches as itself first: a Done proves only a config served to that node
+        # (docs/security.md "Identity"; the harness approves every name by rule).
+        mine = read_served(srv.node_session("i1").get(srv.url("/config/infra"), headers={"Accept": ACCEPT34}).json())
+        assert mine.config_name == new
+        report(srv, "i1", state="Done", currentConfig=new, currentImage=NEWER)
         served = api(srv, "/api/v1/pools/infra")["status"]["served"]
         assert (served["config"], served["image"]) == (new, NEWER), served

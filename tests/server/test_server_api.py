@@ -184,6 +184,10 @@ def test_gating_rollout_hold_and_state_reload(tmp_path, tls):
         cluster = srv.session().get(srv.url("/api/v1/cluster")).json()
         assert any("force-rollout" in b["reason"] for b in cluster["blocking"])
         # One node proves t1: served switches; all nodes done: current moves, the held config starts.
+        # A Done proves only a config served to that node as itself (docs/security.md "Identity"):
+        # w1, a member, fetches with its credential and gets the target.
+        got = srv.node_session("w1").get(srv.url("/config/worker"), headers={"Accept": IGN + "3.4.0"})
+        assert got.status_code == 200 and got.headers["X-Served-Config"] == t1, got.headers
         report(srv, "w1", pool="worker", state="Done", currentConfig=t1, desiredConfig=t1)
         view = pool_view(srv, "worker")
         assert view["status"]["configuration"]["name"] == t1

@@ -16,8 +16,10 @@ from agent.server.cli.serveargs import (
     BACKENDS,
     PLAIN_PORT,
     TLS_PORT,
+    add_approval_args,
     add_drain_args,
     admission,
+    approval_line,
     check_state_dir,
     checked_serve_args,
     drain_cadence,
@@ -61,16 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "configs with secrets, reads the API")
     p.add_argument("--admin-token-file", metavar="FILE",
                    help="the admin token: deletes nodes, registers a node again, releases any drain lease")
-    p.add_argument("--auto-approve", metavar="REGEX", default=None,
-                   help="with --admin-token-file: approve a newly registered name at once when the whole name "
-                        "matches REGEX (Python syntax), e.g. 'worker-[0-9]+'; other names wait for `approve node` "
-                        "(docs/security.md \"Identity\")")
-    p.add_argument("--max-pending", type=int, default=None, metavar="N",
-                   help="at most N registrations wait for approval; more answer 429 (default: 100)")
-    p.add_argument("--register-rate", type=float, default=None, metavar="PER_SECOND",
-                   help="registrations a second per server process, a token bucket (default: 20)")
-    p.add_argument("--register-burst", type=int, default=None, metavar="N",
-                   help="registrations at once before --register-rate applies (default: 200)")
+    add_approval_args(p)
     p.add_argument("--serve-secrets-anonymously", action="store_true",
                    help="serve configs that carry secrets (pull secret, kubeconfig) without a credential, as the "
                         "MCS does (then only the network protects them)")
@@ -83,8 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --backend kubernetes or --store kubernetes: the kubeconfig to use (its current "
                         "context); without it, the pod's service account (in-cluster)")
     p.add_argument("--namespace", metavar="NS", default=None,
-                   help="with --store kubernetes: the namespace of the node state's ConfigMaps, Secrets and Leases "
+                   help="with --store kubernetes: the namespace of the node state's ConfigMaps and Leases "
                         "(default: the pod's own namespace, else node-config-server)")
+    p.add_argument("--credentials-namespace", metavar="NS", default=None,
+                   help="with --store kubernetes: the namespace of the node credentials' Secrets, kept apart from "
+                        "the server's own TLS and token Secrets (default: NAMESPACE-credentials; deploy/rbac.yaml)")
     p.add_argument("--workers", type=int, default=None, help="gunicorn worker processes (default: one per CPU, 2..8)")
     p.add_argument("--worker-class", choices=("gevent", "gthread"), default="gevent",
                    help="gevent (default): one greenlet per connection, with the timeouts below; gthread: "
@@ -219,11 +215,10 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
               admin_token=admin_token, anonymous_secrets=args.serve_secrets_anonymously, settle=args.settle_seconds,
               data_dir=args.nodes_dir)
     app.auth.admission = admission(args)
-    if token and not admin_token:
-        logging.getLogger(__name__).warning(
-            "no --admin-token-file: every name registered with the bootstrap token is approved at once and counts "
-            "in its pool (rollout proof, maxUnavailable, drain leases); give the server an admin token to approve "
-            "new names (docs/security.md \"Identity\")")
+    rule = app.auth.admission.auto_approve  # approving names unseen is the operator's explicit choice: say it loud
+    logging.getLogger(__name__).log(logging.WARNING if rule is not None else logging.INFO,
+                                    "%s (docs/security.md \"Identity\")",
+                                    approval_line(app.auth.admission, token, admin_token))
     if not token and not admin_token:
         logging.getLogger(__name__).warning(
             "no --token-file or --admin-token-file: anyone who can reach the server may register nodes, report "

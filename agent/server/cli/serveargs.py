@@ -76,6 +76,24 @@ def checked_serve_args(args: argparse.Namespace, store) -> Tuple[str, str, str, 
     return token, admin_token, host, port
 
 
+def add_approval_args(p: argparse.ArgumentParser) -> None:
+    """serve's approval and registration-bound flags (docs/security.md "Identity")."""
+    p.add_argument("--auto-approve", metavar="REGEX", default=None,
+                   help="approve a newly registered name at once when the whole name matches REGEX (Python "
+                        "syntax), e.g. 'worker-[0-9]+', or '.*' for every name; by default a new name counts for "
+                        "nothing until the admin runs `approve node` (docs/security.md \"Identity\")")
+    p.add_argument("--max-pending", type=int, default=None, metavar="N",
+                   help="at most N registrations wait for approval, counted in the store (every replica); more "
+                        "answer 429 (default: 100)")
+    p.add_argument("--max-unvetted", type=int, default=None, metavar="N",
+                   help="at most N registered names no admin approved (pending or approved by --auto-approve), "
+                        "counted in the store (every replica); more answer 429 (default: 5000)")
+    p.add_argument("--register-rate", type=float, default=None, metavar="PER_SECOND",
+                   help="registrations a second per server process, a token bucket (default: 20)")
+    p.add_argument("--register-burst", type=int, default=None, metavar="N",
+                   help="registrations at once before --register-rate applies (default: 200)")
+
+
 def admission(args: argparse.Namespace):
     """serve's approval rules (identity.Admission); ValueError names a bad flag."""
     import re
@@ -84,9 +102,6 @@ def admission(args: argparse.Namespace):
 
     pattern = None
     if args.auto_approve is not None:
-        if not args.admin_token_file:
-            raise ValueError("--auto-approve needs --admin-token-file: a server without an admin token approves every "
-                             "name as it registers (docs/security.md \"Identity\")")
         try:
             pattern = re.compile(args.auto_approve)
         except re.error as exc:
@@ -94,13 +109,32 @@ def admission(args: argparse.Namespace):
     max_pending = identity.DEFAULT_MAX_PENDING if args.max_pending is None else args.max_pending
     rate = identity.DEFAULT_REGISTER_RATE if args.register_rate is None else args.register_rate
     burst = identity.DEFAULT_REGISTER_BURST if args.register_burst is None else args.register_burst
+    max_unvetted = identity.DEFAULT_MAX_UNVETTED if args.max_unvetted is None else args.max_unvetted
     if max_pending < 0:
         raise ValueError("--max-pending must be 0 or more")
+    if max_unvetted < 0:
+        raise ValueError("--max-unvetted must be 0 or more")
     if not rate > 0:
         raise ValueError("--register-rate must be more than 0")
     if burst < 1:
         raise ValueError("--register-burst must be at least 1")
-    return identity.Admission(pattern, max_pending, rate, burst)
+    return identity.Admission(pattern, max_pending, rate, burst, max_unvetted)
+
+
+def approval_line(admission, token: str, admin_token: str) -> str:
+    """The one line serve logs at start about how new names are approved (docs/security.md)."""
+    if not token and not admin_token:
+        return "approval: none (no token: an open server approves every name as it registers)"
+    if admission.auto_approve is not None:
+        return (f"approval: --auto-approve {admission.auto_approve.pattern!r} approves every newly registered name "
+                f"it matches whole at once "
+                f"(it counts in its pool: rollout proof, maxUnavailable, drain leases; never the master pool "
+                f"without the admin); at most {admission.max_unvetted} names no admin approved (--max-unvetted)")
+    how = ("node-config-server approve node NAME (the admin token)" if admin_token else
+           "nobody can approve through the API without --admin-token-file; restart with it or with --auto-approve")
+    return (f"approval: a newly registered name counts for nothing until approved ({how}); at most "
+            f"{admission.max_pending} pending (--max-pending), {admission.max_unvetted} never approved by the "
+            f"admin (--max-unvetted)")
 
 
 # The MCO drain controller's cadence (draincadence.Cadence, drain_controller.go's DefaultConfig()).

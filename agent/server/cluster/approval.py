@@ -91,14 +91,16 @@ class Approval:
         return fetched
 
     def register(self, node: str, replace: bool, secret: Optional[str] = None, approved: bool = True,
-                 by: str = "", max_pending: Optional[int] = None) -> Optional[str]:
+                 by: str = "", max_pending: Optional[int] = None,
+                 max_unvetted: Optional[int] = None) -> Optional[str]:
         """Store ``node``'s credential (``secret``, the node's own, else a new one: returned once;
         only its hash is kept), or None when the node already has one and ``replace`` is False
         (someone registered it meanwhile). A pending registration beyond ``max_pending`` raises
-        nodestore.TooManyPending."""
+        nodestore.TooManyPending, one no admin approved beyond ``max_unvetted`` TooManyUnvetted."""
         secret = secret or identity.new_credential()
         if not self.store.put_credential(node, identity.credential_hash(secret), time.time(), replace,
-                                         approved=approved, by=by, max_pending=max_pending):
+                                         approved=approved, by=by, max_pending=max_pending,
+                                         max_unvetted=max_unvetted):
             return None
         return secret
 

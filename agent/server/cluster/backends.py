@@ -30,6 +30,7 @@ DEFAULT_CACHE_DIR = DEFAULT_DATA_DIR + "/etcd-state"
 NODES_DB = "nodes.db"
 KUBE_STORE = "kubernetes"
 DEFAULT_NAMESPACE = "node-config-server"
+CREDENTIALS_SUFFIX = "-credentials"  # the node credentials' namespace: "<namespace>-credentials" by default
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
@@ -44,6 +45,7 @@ class StoreConfig:
     backend: str = "dir"  # dir (state directory or etcd) or kubernetes (objects from the API)
     kubeconfig: Optional[str] = None  # with kubernetes: None = in-cluster
     namespace: Optional[str] = None  # the kubernetes store's (None: the pod's, else DEFAULT_NAMESPACE)
+    credentials_namespace: Optional[str] = None  # the node credentials' Secrets (None: "<namespace>-credentials")
     drain: Any = None  # with --backend kubernetes: draincadence.Cadence (None: the MCO's; serve --drain-*)
 
     @property
@@ -71,6 +73,18 @@ class StoreConfig:
             found = ""
         return found or DEFAULT_NAMESPACE
 
+    def kube_credentials_namespace(self, namespace_file: str = NAMESPACE_FILE) -> str:
+        """--credentials-namespace, else ``<namespace>-credentials``: node credentials' Secrets
+        apart from the server's own TLS and token Secrets, so the Role that lets the server list
+        and watch the ones cannot read the others (deploy/rbac.yaml; docs/security.md)."""
+        if self.credentials_namespace:
+            return self.credentials_namespace
+        derived = self.kube_namespace(namespace_file) + CREDENTIALS_SUFFIX
+        if not _dns_label(derived):
+            raise ValueError(f"node credentials go to namespace {derived!r}, which is not a namespace name (at most "
+                             f"63 characters): name one with --credentials-namespace")
+        return derived
+
     @property
     def is_etcd(self) -> bool:
         return self.url.startswith(("etcd://", "etcd+https://"))
@@ -95,9 +109,18 @@ class StoreConfig:
             return "--kubeconfig goes with --backend kubernetes or --store kubernetes"
         if self.namespace and not self.is_kube_store:
             return "--namespace goes with --store kubernetes (the default with --backend kubernetes)"
+        if self.credentials_namespace and not self.is_kube_store:
+            return "--credentials-namespace goes with --store kubernetes (the default with --backend kubernetes)"
+        if self.credentials_namespace and not _dns_label(self.credentials_namespace):
+            return (f"--credentials-namespace {self.credentials_namespace!r}: not a namespace name (lower-case "
+                    f"letters, digits and '-', at most 63)")
         if self.namespace and not _dns_label(self.namespace):
             return (f"--namespace {self.namespace!r}: not a namespace name (lower-case letters, digits and '-', "
                     f"at most 63)")
+        if self.namespace and not self.credentials_namespace and not _dns_label(self.namespace + CREDENTIALS_SUFFIX):
+            return (f"--namespace {self.namespace!r}: node credentials would go to {self.namespace}"
+                    f"{CREDENTIALS_SUFFIX}, longer than a namespace name may be (63): name it with "
+                    f"--credentials-namespace")
         if self.kubeconfig and not os.path.isfile(self.kubeconfig):
             return f"--kubeconfig {self.kubeconfig}: no such file"
         return None
@@ -190,7 +213,8 @@ def _kube_store(cfg: StoreConfig) -> Any:
     from agent.server.store.kube.client import open_client
     from agent.server.store.kube.nodestore import KubeNodeStore
 
-    return KubeNodeStore(open_client(cfg.kubeconfig), cfg.kube_namespace())
+    return KubeNodeStore(open_client(cfg.kubeconfig), cfg.kube_namespace(),
+                         credentials_namespace=cfg.kube_credentials_namespace())
 
 
 def _etcd_store(cfg: StoreConfig) -> Any:

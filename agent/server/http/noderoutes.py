@@ -23,7 +23,7 @@ from agent.server.cluster.service import ReportInvalid, validate_report
 from agent.server.http.httpio import HTTPError, Response, allow, json_body, json_response
 from agent.server.rollout import drains, identity
 from agent.server.rollout.identity import Denied
-from agent.server.store.nodestore import TooManyPending
+from agent.server.store.nodestore import TooManyPending, TooManyUnvetted
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class NodeRoutes:
         reg = self.cluster.store.registration(node) if caller.kind == identity.NODE else None
         if reg is not None and reg.pending:
             raise Denied(403, f"a drain lease for node {node}: node {node} waits for approval and counts for "
-                              f"nothing until the admin approves it (node-config-server approve node {node})")
+                              f"nothing until approved: {identity.approve_hint(node, bool(self.auth.admin))}")
         return self.drain(node, json_body(environ))
 
     @staticmethod
@@ -124,25 +124,38 @@ class NodeRoutes:
             raise HTTPError(409, "credential: another node holds this credential; make a new one", field="$.credential")
         self.auth.throttle(caller, node)
         approved, by = self.auth.approval_of(caller, node)
-        limit = self.auth.admission.max_pending
+        admission = self.auth.admission
         try:
             secret = self.cluster.register(node, replace=registered, secret=offered, approved=approved, by=by,
-                                           max_pending=limit)
+                                           max_pending=admission.max_pending, max_unvetted=admission.max_unvetted)
             if secret is None:  # registered by someone else between our check and our write
                 self.auth.may_register(caller, node, True)
                 secret = self.cluster.register(node, replace=True, secret=offered)
-        except TooManyPending:
-            raise Denied(429, f"{limit} registration(s) already wait for approval (serve --max-pending): node "
-                              f"{node} cannot register until the admin approves or deletes some (GET "
-                              f"/api/v1/nodes?approval=pending; node-config-server approve node NAME)",
-                         [("Retry-After", "60")])
+        except TooManyPending as exc:
+            raise self._over_cap(node, isinstance(exc, TooManyUnvetted))
         reg = store.registration(node)
         log.info("node %s %s (by %s)%s", node, "credential rotated" if registered else "registered",
                  caller.describe(), "; it waits for approval" if reg is not None and reg.pending else "")
         return self._registered(node, None if offered else secret, registered, reg, 200 if registered else 201)
 
-    @staticmethod
-    def _registered(node: str, secret: Optional[str], rotated: bool, reg: Any, code: int) -> Response:
+    def _over_cap(self, node: str, unvetted: bool) -> Denied:
+        """429 naming the cap a new name hit (counted in the store: every replica's registrations)."""
+        admission, admin = self.auth.admission, bool(self.auth.admin)
+        if unvetted:
+            what = (f"{admission.max_unvetted} registered name(s) were never approved by the admin (serve "
+                    f"--max-unvetted, the total of pending and rule-approved names in the store, shared by every "
+                    f"replica)")
+            fix = ("the admin approves (node-config-server approve node NAME) or deletes some" if admin else
+                   "give serve --admin-token-file to approve or delete some, or raise --max-unvetted")
+        else:
+            what = (f"{admission.max_pending} registration(s) already wait for approval (serve --max-pending, "
+                    f"counted in the store, shared by every replica)")
+            fix = ("the admin approves or deletes some (GET /api/v1/nodes?approval=pending; node-config-server "
+                   "approve node NAME)" if admin else
+                   "restart serve with --admin-token-file to approve or delete some, or with --auto-approve REGEX")
+        return Denied(429, f"{what}: node {node} cannot register until {fix}", [("Retry-After", "60")])
+
+    def _registered(self, node: str, secret: Optional[str], rotated: bool, reg: Any, code: int) -> Response:
         body: Dict[str, Any] = {"node": node, "rotated": rotated,
                                 "approval": "Pending" if reg is not None and reg.pending else "Approved"}
         if secret is not None:
@@ -150,8 +163,8 @@ class NodeRoutes:
             body["use"] = ("Authorization: Bearer <credential> on this node's reports, drain requests and config "
                            "fetches; it is shown only now")
         if reg is not None and reg.pending:
-            body["note"] = (f"node {node} counts for nothing until the admin approves it (node-config-server approve "
-                            f"node {node}); its reports are kept meanwhile")
+            body["note"] = (f"node {node} counts for nothing until approved; its reports are kept meanwhile: "
+                            f"{identity.approve_hint(node, bool(self.auth.admin))}")
         return json_response(code, body, [("Cache-Control", "no-store")])
 
     def approve(self, environ: Dict[str, Any], node: str) -> Response:
@@ -221,6 +234,9 @@ class NodeRoutes:
         except ReportInvalid as exc:
             raise HTTPError(400, f"invalid report: {exc}", field=exc.field)
         out = self.cluster.record_report(node, report)
+        if out.get("approval") == "Pending":
+            out["note"] = (f"node {node} waits for approval: its report is kept but counts for nothing until "
+                           f"approved; {identity.approve_hint(node, bool(self.auth.admin))}")
         return json_response(200, out, pool=out["pool"])
 
     def drain(self, node: str, body: Any) -> Response:

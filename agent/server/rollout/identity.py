@@ -22,14 +22,17 @@ registered must still use its credential, and configs with secrets are withheld 
 ``--serve-secrets-anonymously``.
 
 Approval (``Admission``): upstream a node becomes a node only once its CSR is approved (the
-cluster-machine-approver checks that a Machine exists). On a server with an admin token a newly
-registered name is *pending*: it counts for nothing (no proof for the gate, no share of the
-pool's size or maxUnavailable, no drain lease) until the admin approves it (``POST
-/api/v1/nodes/<node>/approve``, ``node-config-server approve node NAME``) or a rule the admin set
-on ``serve`` does (``--auto-approve REGEX``). At most ``--max-pending`` names wait (429 beyond),
-and registrations are rate-limited per server process (``--register-rate``/``--register-burst``,
-a token bucket). A server with only a bootstrap token has no one to approve: it approves every
-name as it registers (what it did before), still rate-limited.
+cluster-machine-approver checks that a Machine exists). On a server with a token (bootstrap or
+admin) a newly registered name is *pending* by default: it counts for nothing (no proof for the
+gate, no share of the pool's size or maxUnavailable, no drain lease) until the admin approves it
+(``POST /api/v1/nodes/<node>/approve``, ``node-config-server approve node NAME``) or a rule the
+operator set on ``serve`` does (``--auto-approve REGEX``; ``'.*'`` approves every name, an
+explicit choice serve logs at start). Registrations are bounded in total, counted in the store
+so every replica shares the caps: at most ``--max-pending`` names wait, and at most
+``--max-unvetted`` names exist that no admin approved (pending or approved by the rule); 429
+beyond either. They are also rate-limited per server process (``--register-rate`` /
+``--register-burst``, a token bucket). Only an open server (no token: a lab on loopback, where
+anyone may report for any unregistered name anyway) approves every name as it registers.
 """
 
 import hashlib
@@ -110,6 +113,7 @@ class TokenBucket:
 
 
 DEFAULT_MAX_PENDING = 100
+DEFAULT_MAX_UNVETTED = 5000  # OpenShift supports clusters of up to 2,000 nodes: room for that, twice
 DEFAULT_REGISTER_RATE = 20.0  # a second, per server process
 DEFAULT_REGISTER_BURST = 200
 
@@ -117,11 +121,13 @@ DEFAULT_REGISTER_BURST = 200
 @dataclass
 class Admission:
     """How a new name is approved (serve's flags): ``auto_approve`` names matching the pattern
-    (the whole name), at most ``max_pending`` waiting, registrations through a token bucket."""
+    (the whole name), at most ``max_pending`` waiting and ``max_unvetted`` not approved by the
+    admin, registrations through a token bucket."""
     auto_approve: Optional[Pattern[str]] = None
     max_pending: int = DEFAULT_MAX_PENDING
     rate: float = DEFAULT_REGISTER_RATE
     burst: int = DEFAULT_REGISTER_BURST
+    max_unvetted: int = DEFAULT_MAX_UNVETTED
     bucket: TokenBucket = field(init=False)
 
     def __post_init__(self) -> None:
@@ -145,6 +151,17 @@ class Caller:
             ANONYMOUS: "no credential", BOOTSTRAP: "the bootstrap token", ADMIN: "the admin token"}[self.kind]
 
 
+def approve_hint(node: str, admin: bool) -> str:
+    """What an operator does to make a pending ``node`` count, on a server with (``admin``) or
+    without an admin token (``approve node`` needs one)."""
+    if admin:
+        return (f"the admin approves it: node-config-server approve node {node} (the admin token), or serve "
+                f"--auto-approve REGEX approves matching names as they register")
+    return (f"this server has no --admin-token-file, so nobody can approve it through the API: restart serve with "
+            f"--admin-token-file FILE and run node-config-server approve node {node}, or with --auto-approve "
+            f"REGEX to approve names matching REGEX as they register (docs/security.md \"Identity\")")
+
+
 def register_hint(node: str) -> str:
     return (f"register it once: POST /api/v1/nodes/{node}/register with the bootstrap token "
             f"(node-agent does this at first boot and keeps the credential in its state directory)")
@@ -162,16 +179,17 @@ class Auth:
 
     @property
     def approves(self) -> bool:
-        """Whether new names wait for approval: only a server with an admin token has someone to
-        approve them; without one every name is approved as it registers (the default)."""
-        return bool(self.admin)
+        """Whether new names wait for approval: on any server with a token (the default), even
+        without an admin token; only an open server, which takes any unregistered name at its
+        word anyway, approves every name as it registers."""
+        return self.enabled
 
     def approval_of(self, caller: "Caller", node: str) -> Tuple[bool, str]:
         """(approved, by) for a name registering now."""
         if caller.kind == ADMIN:
             return True, "admin"
         if not self.approves:
-            return True, "bootstrap" if self.bootstrap else "open"
+            return True, "open"
         if self.admission.rule_approves(node):
             return True, "rule"
         return False, ""

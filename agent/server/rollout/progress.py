@@ -75,7 +75,7 @@ def membership(report: Dict[str, Any], pools: Dict[str, Dict[str, Any]],
     if m.pool == "master" and mark.get("approvedBy") not in ADMIN_APPROVED:
         return Membership("", f"claims the master pool ({m.why})",
                           degraded="only a node the admin approved may join the master pool: approve it with "
-                                   "`node-config-server approve node NAME` (the admin token)")
+                                   "`node-config-server approve node NAME` (the admin token: serve --admin-token-file)")
     if isinstance(mark.get("labels"), dict):
         return Membership(m.pool, f"{m.why}; labels as approved by the admin", m.degraded)
     return m

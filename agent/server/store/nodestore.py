@@ -44,10 +44,10 @@ store it is given):
 - **Registrations (approval).** ``registration(node)`` -> ``Registration`` or None: the node's
   credential row with its approval (``approved`` time, 0 while pending, ``by`` whom or what
   rule), the ``labels`` the admin vouched for and the configs ``served`` to it as itself.
-  ``put_credential(..., approved, by, max_pending)`` stores a pending one only while fewer than
-  ``max_pending`` are pending (else ``TooManyPending``, nothing stored), atomically;
-  ``approve(node, now, by, labels)``, ``note_served(node, config)`` (the newest
-  ``SERVED_KEEP``), ``pending_count()``, ``registrations(pending, after, limit)`` (name order).
+  ``put_credential(..., max_pending, max_unvetted)`` stores a new name only while fewer than
+  ``max_pending`` are pending and ``max_unvetted`` unvetted, counted in the store (else
+  ``TooManyPending`` / ``TooManyUnvetted``, nothing stored); ``approve(node, now, by, labels)``,
+  ``note_served``, ``pending_count()``, ``unvetted_count()``, ``registrations(pending, after, limit)``.
   A report carries the server's own mark under ``SERVER_KEY`` (set by the service, never by a
   node): a pending node's report counts for nothing, and a Done report marked ``proof: false``
   counts as a node but proves nothing (``contribution``).
@@ -74,11 +74,16 @@ from agent.server.rollout.progress import Counts, Membership, iso8601
 STATES = ("Done", "Working", "Degraded")
 SERVER_KEY = "_server"  # the server's own mark on a stored report (identity.py): nodes cannot send it
 SERVED_KEEP = 8  # configs remembered per node as served to it (newest last)
-APPROVERS_MANAGED = ("admin", "rule")  # approvals a server with an admin token gives ("" = pending)
+APPROVERS_MANAGED = ("admin", "rule")  # approvals a server that approves gives ("" = pending)
+VETTED_BY = ("admin", "upgrade")  # approvals a person gave (or that predate approval); the rest count as unvetted
 
 
 class TooManyPending(Exception):
     """``max_pending`` registrations already wait for approval: nothing was stored."""
+
+
+class TooManyUnvetted(TooManyPending):
+    """``max_unvetted`` registrations exist that no admin approved: nothing was stored."""
 
 
 class StoreUnavailable(Exception):
@@ -156,7 +161,7 @@ class Registration:
 
     @property
     def managed(self) -> bool:
-        """Registered on a server that approves (an admin token): the approval rules apply."""
+        """Registered on a server that approves: the approval rules apply."""
         return self.pending or self.by in APPROVERS_MANAGED
 
     def to_dict(self) -> Dict[str, Any]:
@@ -312,10 +317,9 @@ class NodeStore(abc.ABC):
 
     @abc.abstractmethod
     def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
-                       by: str = "", max_pending: Optional[int] = None) -> bool:
+                       by: str = "", max_pending: Optional[int] = None, max_unvetted: Optional[int] = None) -> bool:
         """Store the node's credential hash; without ``replace``, only if it has none (-> False).
-        A new record is approved (by ``by``) or pending; a pending one only while fewer than
-        ``max_pending`` are (else TooManyPending). ``replace`` keeps the approval as it is."""
+        A new name is approved (by ``by``) or pending, while the caps allow (above); ``replace`` keeps its approval."""
 
     @abc.abstractmethod
     def registration(self, node: str) -> Optional[Registration]:
@@ -328,6 +332,10 @@ class NodeStore(abc.ABC):
     @abc.abstractmethod
     def pending_count(self) -> int:
         ...
+
+    @abc.abstractmethod
+    def unvetted_count(self) -> int:
+        """Registrations not approved by one of ``VETTED_BY``."""
 
     @abc.abstractmethod
     def approve(self, node: str, now: float, by: str, labels: Optional[Dict[str, str]] = None) -> Optional[Registration]:

@@ -3,7 +3,7 @@ Kubernetes API) share: how a record is made, approved and told what was served t
 
 from typing import Any, Callable, Dict, Optional
 
-from agent.server.store.nodestore import SERVED_KEEP, Registration, TooManyPending
+from agent.server.store.nodestore import SERVED_KEEP, VETTED_BY, Registration, TooManyPending, TooManyUnvetted
 
 
 class RegistrationChanges:
@@ -15,15 +15,21 @@ class RegistrationChanges:
     registration: Callable[[str], Optional[Registration]]
     _update_registration: Callable[..., bool]
     pending_count: Callable[[], int]
+    unvetted_count: Callable[[], int]
 
     def _new_record(self, node: str, previous: Optional[Dict[str, Any]], credential_hash: str, now: float,
-                    approved: bool, by: str, max_pending: Optional[int]) -> Dict[str, Any]:
+                    approved: bool, by: str, max_pending: Optional[int],
+                    max_unvetted: Optional[int] = None) -> Dict[str, Any]:
         """The record put_credential stores: a new credential keeps the approval of the one it
-        replaces; a new name is refused past ``max_pending`` pending ones (TooManyPending)."""
+        replaces; a new name is refused past ``max_pending`` pending ones (TooManyPending) and,
+        unless the admin approves it, past ``max_unvetted`` unvetted ones (TooManyUnvetted)."""
         if previous is not None:
             return dict(previous, hash=credential_hash, created=now)
         if not approved and max_pending is not None and self.pending_count() >= max_pending:
             raise TooManyPending(node)
+        vetted = approved and by in VETTED_BY
+        if not vetted and max_unvetted is not None and self.unvetted_count() >= max_unvetted:
+            raise TooManyUnvetted(node)
         return {"hash": credential_hash, "created": now, "approved": now if approved else 0,
                 "by": by if approved else ""}
 

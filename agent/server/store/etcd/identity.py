@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional
 from agent.server.store.etcd import drains
 from agent.server.store.etcd.client import KV, cmp_absent, cmp_mod, op_delete, op_put
 from agent.server.store.nodestore import (
+    VETTED_BY,
     Deleted,
     Registration,
     registration_from,
@@ -68,16 +69,18 @@ class EtcdIdentity(RegistrationChanges):
         return node
 
     def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
-                       by: str = "", max_pending: Optional[int] = None) -> bool:
-        """``max_pending`` is checked against this replica's copy (followed by the watch): with
-        several replicas registering at once, a few more may be pending (docs/security.md)."""
+                       by: str = "", max_pending: Optional[int] = None,
+                       max_unvetted: Optional[int] = None) -> bool:
+        """``max_pending`` and ``max_unvetted`` are checked against this replica's copy of every
+        record (followed by the watch): with several replicas registering at once, a few more
+        may pass (docs/security.md)."""
         key = self._k("credentials", node)
         for _ in range(20):
             kv = self.client.get(key)
             if kv is not None and not replace:
                 return False
             doc = self._new_record(node, json.loads(kv.value) if kv is not None else None, credential_hash, now,
-                                   approved, by, max_pending)
+                                   approved, by, max_pending, max_unvetted)
             value = json.dumps(doc, sort_keys=True)
             ops = [op_put(key, value), op_put(self._k("credhash", credential_hash), node)]
             if kv is not None:
@@ -106,6 +109,10 @@ class EtcdIdentity(RegistrationChanges):
     def pending_count(self) -> int:
         with self._lock:
             return sum(1 for r in self._regs.values() if r.pending)
+
+    def unvetted_count(self) -> int:
+        with self._lock:
+            return sum(1 for r in self._regs.values() if r.pending or r.by not in VETTED_BY)
 
     def _update_registration(self, node: str, change: Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]) -> bool:
         """Compare-and-swap the node's credential record; ``change`` returns the new doc, or None

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.store.kube.client import SECRETS, KubeClient, KubeError
 from agent.server.store.kube.watch import Follower, NewestObjects, permission
-from agent.server.store.nodestore import Registration, registration_from
+from agent.server.store.nodestore import VETTED_BY, Registration, registration_from
 from agent.server.store.registration_changes import RegistrationChanges
 
 SECRET_TYPE = "node-agent.openshift.io/credential"
@@ -213,16 +213,18 @@ class KubeCredentials(Follower, RegistrationChanges):
             return tokens >= 1
 
     def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
-                       by: str = "", max_pending: Optional[int] = None) -> bool:
-        """``max_pending`` is checked against this replica's copy (followed by the watch): with
-        several replicas registering at once, a few more may be pending (docs/security.md)."""
+                       by: str = "", max_pending: Optional[int] = None,
+                       max_unvetted: Optional[int] = None) -> bool:
+        """``max_pending`` and ``max_unvetted`` are checked against this replica's copy of every
+        record (followed by the watch): with several replicas registering at once, a few more
+        may pass (docs/security.md)."""
         for _ in range(MAX_TRIES):
             obj = self._read(node)
             rec = record_of(obj)
             if rec is not None and not replace:
                 return False
             doc = self._new_record(node, rec[1] if rec is not None else None, credential_hash, now, approved, by,
-                                   max_pending)
+                                   max_pending, max_unvetted)
             if rec is None:
                 if self._write(node, doc, ""):
                     return True
@@ -251,6 +253,12 @@ class KubeCredentials(Follower, RegistrationChanges):
         self._refresh()
         with self._lock:
             return sum(1 for r in self._regs.values() if r.pending)
+
+    def unvetted_count(self) -> int:
+        """The node credential Secrets in the namespace no admin approved (this replica's watched copy)."""
+        self._refresh()
+        with self._lock:
+            return sum(1 for r in self._regs.values() if r.pending or r.by not in VETTED_BY)
 
     def _update_registration(self, node: str, change: Callable[[Doc], Optional[Doc]]) -> bool:
         """Compare-and-swap the node's record; ``change`` returns the new record, or None for no

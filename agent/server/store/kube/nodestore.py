@@ -6,7 +6,7 @@ cluster keeps it, so replicas are stateless (``serve --store kubernetes``; issue
 | a node's report, pool and membership | its MachineConfigNode (cluster-scoped, named after the node): annotation ``node-agent.openshift.io/report`` (JSON: pool, why, degraded, report, received) |
 | its cordon/drain/uncordon log | the same MachineConfigNode: annotation ``node-agent.openshift.io/drain-log`` (JSON list, newest 50) |
 | pool rows, history, meta, rendered configs | ConfigMaps in the namespace (``kube.nodestate``) |
-| credentials and registrations | Secrets in the namespace (``kube.identity.KubeCredentials``) |
+| credentials and registrations | Secrets in the credentials namespace (``kube.identity.KubeCredentials``) |
 | drain leases | coordination.k8s.io/v1 Leases in the namespace (``kube.leases.KubeLeases``) |
 
 Why the MachineConfigNode and not only the Node: a node reports from its first boot, before its
@@ -81,7 +81,10 @@ ANNOTATIONS_MAX = 256 << 10
 
 class KubeNodeStore(IndexedReads, NodeStore):
     kind = "kubernetes"
-    def __init__(self, client: KubeClient, namespace: str, watch: bool = True, sync_timeout: float = SYNC_TIMEOUT):
+    def __init__(self, client: KubeClient, namespace: str, watch: bool = True, sync_timeout: float = SYNC_TIMEOUT,
+                 credentials_namespace: Optional[str] = None):
+        """``credentials_namespace``: where node credentials' Secrets are (default: ``namespace``;
+        serve keeps them in a namespace of their own: backends.StoreConfig)."""
         self.client = client
         self.namespace = namespace
         self._lock = threading.RLock()
@@ -95,7 +98,7 @@ class KubeNodeStore(IndexedReads, NodeStore):
                       on_event=self._mcn_event, keep_objects=False),
             Reflector(client, CONFIGMAPS, label_selector=self.cm.selector(), namespace=namespace,
                       on_event=self._cm_event, keep_objects=False)]
-        self.credentials = KubeCredentials(client, namespace, watch)
+        self.credentials = KubeCredentials(client, credentials_namespace or namespace, watch)
         self.drain_leases = KubeLeases(client, namespace, watch)
         self.heartbeat: Optional[KubeHeartbeat] = None
         for f in self._feeds:
@@ -105,7 +108,7 @@ class KubeNodeStore(IndexedReads, NodeStore):
             self.close()
             why = "; ".join(f.error for f in self._feeds if f.error) or f"no answer within {sync_timeout:.0f}s"
             raise KubeUnavailable(f"node store in namespace {namespace}: could not list its MachineConfigNodes, "
-                                  f"ConfigMaps, Secrets and Leases: {why}")
+                                  f"ConfigMaps, Leases and the Secrets in {self.credentials.namespace}: {why}")
 
     # -- following -------------------------------------------------------------------------------
 
@@ -269,8 +272,10 @@ class KubeNodeStore(IndexedReads, NodeStore):
         return self.credentials.credential_owner(credential_hash)
 
     def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
-                       by: str = "", max_pending: Optional[int] = None) -> bool:
-        return self.credentials.put_credential(node, credential_hash, now, replace, approved, by, max_pending)
+                       by: str = "", max_pending: Optional[int] = None,
+                       max_unvetted: Optional[int] = None) -> bool:
+        return self.credentials.put_credential(node, credential_hash, now, replace, approved, by, max_pending,
+                                               max_unvetted)
 
     def registration(self, node: str) -> Optional[Registration]:
         return self.credentials.registration(node)
@@ -280,6 +285,9 @@ class KubeNodeStore(IndexedReads, NodeStore):
 
     def pending_count(self) -> int:
         return self.credentials.pending_count()
+
+    def unvetted_count(self) -> int:
+        return self.credentials.unvetted_count()
 
     def approve(self, node: str, now: float, by: str, labels: Optional[Dict[str, str]] = None) -> Optional[Registration]:
         return self.credentials.approve(node, now, by, labels)

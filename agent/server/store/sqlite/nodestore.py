@@ -16,6 +16,7 @@ from agent.server.rollout.progress import Membership
 from agent.server.store.nodestore import (
     DRAIN_GRANTED,
     SERVED_KEEP,
+    VETTED_BY,
     Deleted,
     NodeRecord,
     NodeStore,
@@ -26,12 +27,15 @@ from agent.server.store.nodestore import (
     Registration,
     Serving,
     TooManyPending,
+    TooManyUnvetted,
     contribution,
     registration_from,
 )
 from agent.server.store.sqlite.db import Database
 
 _REG_COLUMNS = "node, created, approved, approved_by, labels, served"
+# Registrations no admin approved (nodestore.VETTED_BY): pending, or approved by a rule.
+_UNVETTED_COUNT = "SELECT COUNT(*) FROM credentials WHERE approved=0 OR approved_by NOT IN (?, ?)"
 
 _COUNTERS = ("machine", "done", "working", "reported_degraded", "degraded", "refused")
 
@@ -152,7 +156,9 @@ class SqliteNodeStore(NodeStore):
         return rows[0][0] if rows else None
 
     def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
-                       by: str = "", max_pending: Optional[int] = None) -> bool:
+                       by: str = "", max_pending: Optional[int] = None,
+                       max_unvetted: Optional[int] = None) -> bool:
+        """The caps are counted in the same write transaction: every worker shares them."""
         with self.db.write() as c:
             exists = c.execute("SELECT 1 FROM credentials WHERE node=?", (node,)).fetchone() is not None
             if exists and not replace:
@@ -160,6 +166,9 @@ class SqliteNodeStore(NodeStore):
             if not exists and not approved and max_pending is not None and \
                     c.execute("SELECT COUNT(*) FROM credentials WHERE approved=0").fetchone()[0] >= max_pending:
                 raise TooManyPending(node)
+            if not exists and not (approved and by in VETTED_BY) and max_unvetted is not None and \
+                    c.execute(_UNVETTED_COUNT, VETTED_BY).fetchone()[0] >= max_unvetted:
+                raise TooManyUnvetted(node)
             c.execute("INSERT INTO credentials (node, hash, created, approved, approved_by) VALUES (?,?,?,?,?) "
                       "ON CONFLICT(node) DO UPDATE SET hash=excluded.hash, created=excluded.created",
                       (node, credential_hash, now, now if approved else 0, by if approved else ""))
@@ -177,6 +186,9 @@ class SqliteNodeStore(NodeStore):
 
     def pending_count(self) -> int:
         return self._q("SELECT COUNT(*) FROM credentials WHERE approved=0")[0][0]
+
+    def unvetted_count(self) -> int:
+        return self._q(_UNVETTED_COUNT, VETTED_BY)[0][0]
 
     def approve(self, node: str, now: float, by: str, labels: Optional[Dict[str, str]] = None) -> Optional[Registration]:
         with self.db.write() as c:

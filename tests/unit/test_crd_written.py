@@ -1,0 +1,90 @@
+"""What the kube backend writes, rendered by its pure functions from the examples' state,
+validates against OpenShift's CRDs (deploy/crds/: structural schema and x-kubernetes-validations
+CEL rules, tests/helpers/crd_validate.py): MachineConfigPool status
+(``kube_sync.pool_status``), rendered MachineConfig (``kube_sync.rendered_object``) and
+MachineConfigNode (``KubeSync._write_node_object``: its spec and status patches, captured).
+tests/kube/test_kube_backend.py checks the same objects as a real API server stores them.
+"""
+
+import os
+import shutil
+import types
+
+import pytest
+import yaml
+
+pytest.importorskip("celpy", reason="cel-python (pyproject test extra, Python 3.10+) evaluates the CRDs' CEL rules")
+
+from agent.server.cluster import kube_sync  # noqa: E402
+from agent.server.cluster.service import validate_report  # noqa: E402
+from agent.server.http.app import App  # noqa: E402
+from agent.server.store.kube.nodestore import node_object  # noqa: E402
+from tests.helpers import crd_validate, paths  # noqa: E402
+
+EXAMPLE = os.path.join(paths.REPO, "examples", "state")
+NOW = "2026-11-27T04:00:00Z"
+WORKER = {"node-role.kubernetes.io/worker": ""}
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    state = tmp_path_factory.mktemp("crd-written") / "state"
+    shutil.copytree(EXAMPLE, state)
+    a = App(str(state), reload_interval=0.0)
+    a.warm()
+    return a
+
+
+def pool_object(name):
+    with open(os.path.join(EXAMPLE, "machineconfigpools", f"{name}.yaml"), encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def target(app, pool):
+    return app.cluster.store.pools()[pool].target
+
+
+def report(app, node, **body):
+    app.cluster.record_report(node, validate_report(dict({"pool": "worker", "labels": WORKER}, **body)))
+
+
+def written_mcn(node, body, annotations=None):
+    """The MachineConfigNode KubeSync writes for a report: its merge patches, applied in order."""
+    patches = []
+    fake = types.SimpleNamespace(client=types.SimpleNamespace(merge_patch=lambda path, p: patches.append(p)),
+                                 _drain_written={})
+    kube_sync.KubeSync._write_node_object(fake, node, body, "worker", annotations or {})
+    obj = node_object(node, body, "worker")
+    for patch in patches:
+        obj.update(patch)
+    return obj
+
+
+def test_the_status_of_every_example_pool_validates_against_the_crd(app):
+    report(app, "w-done", state="Done", currentConfig=target(app, "worker"), desiredConfig=target(app, "worker"))
+    report(app, "w-degraded", state="Degraded", reason="disk full", currentConfig=target(app, "worker"),
+           desiredConfig=target(app, "worker"))
+    for name, view in app.cluster.pool_views(pending=False, nodes=0).items():
+        obj = dict(pool_object(name), status=kube_sync.pool_status(view, 1, None, NOW))
+        assert crd_validate.problems(obj) == [], name
+
+
+def test_every_rendered_machineconfig_validates_against_the_crd(app):
+    for pool in ("master", "worker", "infra"):
+        name = target(app, pool)
+        obj = kube_sync.rendered_object(name, pool, "uid-" + pool, app.cluster.spec_of(name), "node-config-server 1")
+        assert crd_validate.problems(obj) == [], name
+
+
+@pytest.mark.parametrize("state", ["Done", "Degraded"])
+def test_the_machineconfignode_of_a_node_on_a_config_validates_against_the_crd(app, state):
+    config = target(app, "worker")
+    body = {"state": state, "currentConfig": config, "desiredConfig": config, "reason": "disk full", "_at": 1.8e9}
+    assert crd_validate.problems(written_mcn("worker-0", body)) == []
+
+
+def test_the_machineconfignode_of_a_node_on_its_first_config_validates_against_the_crd(app):
+    """No currentConfig reported yet: upstream writes "not-yet-set" where the CRD's CEL rule
+    wants an RFC 1123 subdomain (issue 38)."""
+    body = {"state": "Working", "desiredConfig": target(app, "worker"), "_at": 1.8e9}
+    assert crd_validate.problems(written_mcn("worker-1", body)) == []
