@@ -7,6 +7,7 @@ something can never pass by running less. A bare ``pytest`` still skips, and say
 
 import os
 import shutil
+import sys
 
 import pytest
 
@@ -15,6 +16,12 @@ from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "state")
 NO_SKIP = os.environ.get("NODE_AGENT_NO_SKIP") == "1"
 
+
+# The CRDs' CEL rules are evaluated by cel-python, which needs PyYAML >= 6 and so cannot be
+# installed beside RHEL 9's PyYAML 5.4: the RHEL 9 run (make py39, Python 3.9) neither collects the
+# modules that import it nor runs the tests marked cel (-m "not cel"); the first run of make test
+# (the newest libraries) runs them all, and a missing cel-python there fails.
+collect_ignore = ["unit/test_crd_validate.py", "unit/test_crd_written.py"] if sys.version_info < (3, 10) else []
 
 # tests/<group>/ says what a test needs; each group is a marker of the same name (pyproject.toml),
 # so `pytest -m "not kube and not vm"` is the quick loop. CONTRIBUTING.md has the map.

@@ -162,8 +162,7 @@ def test_a_report_lands_on_the_node_object_as_the_mcd_writes_it(kube, server):
 # neither; tests/helpers/crd_validate.py does, as a current API server would) -----------------------
 
 def _crd_validate():
-    pytest.importorskip("celpy", reason="cel-python (Python 3.10+) evaluates the CRDs' CEL rules")
-    from tests.helpers import crd_validate
+    from tests.helpers import crd_validate  # cel-python: the marker cel (pyproject.toml)
 
     return crd_validate
 
@@ -176,6 +175,7 @@ def _written_mcn(kube, server, node, body):
                                                     {}).get("conditions") and api(kube, f"{MCO}/machineconfignodes/{node}"))
 
 
+@pytest.mark.cel
 def test_every_pools_status_written_validates_against_the_machineconfigpool_crd(kube, server):
     crd_validate = _crd_validate()
     def written(name):
@@ -187,6 +187,7 @@ def test_every_pools_status_written_validates_against_the_machineconfigpool_crd(
         assert crd_validate.problems(obj) == [], name
 
 
+@pytest.mark.cel
 def test_a_rendered_machineconfig_written_validates_against_the_machineconfig_crd(kube, server):
     crd_validate = _crd_validate()
     target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
@@ -195,6 +196,7 @@ def test_a_rendered_machineconfig_written_validates_against_the_machineconfig_cr
     assert crd_validate.problems(obj) == []
 
 
+@pytest.mark.cel
 def test_the_machineconfignode_of_a_node_done_on_its_config_validates_against_the_crd(kube, server):
     crd_validate = _crd_validate()
     target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
@@ -203,6 +205,7 @@ def test_the_machineconfignode_of_a_node_done_on_its_config_validates_against_th
     assert crd_validate.problems(mcn) == []
 
 
+@pytest.mark.cel
 def test_the_machineconfignode_of_a_node_still_on_its_first_config_validates_against_the_crd(kube, server):
     """A node working towards its first config reports no currentConfig yet: upstream writes
     "not-yet-set" where the CRD's CEL rule wants an RFC 1123 subdomain, never "" (issue 38)."""
