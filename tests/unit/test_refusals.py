@@ -6,7 +6,13 @@ import json
 import pytest
 import requests
 
-from agent.server.cluster.reports import MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, ReportInvalid, validate_report
+from agent.server.cluster.reports import (
+    MAX_LABEL_KEY,
+    MAX_LABEL_VALUE,
+    MAX_LABELS,
+    ReportInvalid,
+    validate_report,
+)
 from agent.server.cluster.topology import Topology
 from agent.server.http.httpio import MAX_REPORT, HTTPError, json_body
 from agent.server.http.noderoutes import released_answer

@@ -29,6 +29,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from agent.server.cluster.topology import Topology
 from agent.server.rollout.drainplan import (
     EVICT,
     DrainPlan,
@@ -79,7 +80,7 @@ class Drainer:
         self.cadence = cadence  # draincadence.Cadence (None: the MCO's), read by drainpacer
         self.node_cache: Any = None  # kube.watch.Reflector of Nodes (kube_sync's): the views' drain state
         # drainpacer's memos, kept here because they live as long as this Drainer:
-        self.topology_memo: Optional[Tuple[Optional[str]]] = None  # (controlPlaneTopology,) once read
+        self.topology = Topology()  # the cluster's controlPlaneTopology: known, absent or unknown (retried)
         self.active_memo: Optional[Tuple[Any, Dict[str, Any]]] = None  # (node cache version, active drains)
         self._eviction_version: Optional[str] = None  # "" = the API has no eviction
         self._evicted: Dict[str, Dict[PodKey, str]] = {}  # node -> pod -> uid evicted
