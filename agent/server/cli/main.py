@@ -169,7 +169,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _err(str(exc))
         return EXIT_USAGE
-    _first_render(args, store)
+    from agent.server.store.kube.client import NamespaceMissing
+
+    try:
+        _first_render(args, store)
+    except NamespaceMissing as exc:  # one line that says what to apply, not an internal error
+        _err(f"serve: {exc.message}")
+        return EXIT_USAGE
     return _run_gunicorn(args, store, token, admin_token, host, port)
 
 
