@@ -184,9 +184,11 @@ class Drainer:
         # No gracePeriodSeconds: the pod's own (kubectl's GracePeriodSeconds -1). The UID
         # precondition keeps a newer pod of the same name from being evicted by an older plan.
         options = {"preconditions": {"uid": pod.uid}} if pod.uid else {}
-        if not version:
-            self.client.delete(path, {"apiVersion": "v1", "kind": "DeleteOptions", **options})
-            return
+        if not version:  # kubectl would DELETE the pod: "delete pods" is a grant deploy/rbac.yaml never gives
+            raise KubeError(501, "NoEviction", "the API server lists no pods/eviction subresource, and node-config-"
+                                               "server evicts only through it (its role may not delete pods): drain "
+                                               "this node by hand (kubectl drain)", f"evicting pod {pod.namespace}/"
+                                               f"{pod.name}")
         body = {"apiVersion": version, "kind": "Eviction",
                 "metadata": {"name": pod.name, "namespace": pod.namespace},
                 "deleteOptions": {"apiVersion": "v1", "kind": "DeleteOptions", **options}}
