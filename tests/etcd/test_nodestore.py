@@ -276,6 +276,6 @@ IDENTITY_CONTRACT = ["test_registrations_and_approval",
 
 @pytest.mark.parametrize("name", IDENTITY_CONTRACT)
 def test_identity_contract_holds_on_etcd(name, etcd_cluster, tmp_path, monkeypatch):
-    from tests import test_nodestore_etcd as on_etcd
+    from tests.etcd import test_nodestore_etcd as on_etcd
 
     on_etcd.test_contract_holds_on_etcd(name, etcd_cluster, tmp_path, monkeypatch)

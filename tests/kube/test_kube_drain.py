@@ -28,8 +28,8 @@ from tests.helpers import paths
 from tests.helpers.kube_cluster import (
     kube_cluster,  # noqa: F401  (the session fixture)
     unique,
-    wait_for,
 )
+from tests.helpers.wait import wait_for
 
 REPO = paths.REPO
 NO_FLAGS = DrainSettings(force=False, ignore_all_daemonsets=False, delete_emptydir_data=False)

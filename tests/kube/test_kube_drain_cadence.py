@@ -23,8 +23,9 @@ from agent.server.cluster.kube_drain import Drainer
 from agent.server.rollout import draincadence as dc
 from agent.server.rollout.draincadence import Cadence
 from agent.server.store.kube.client import KubeClient, load_kubeconfig
-from tests.helpers.kube_cluster import KubeCluster, find_kube_bin, wait_for
+from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
 from tests.helpers.server_proc import REPO, ServerProcess
+from tests.helpers.wait import wait_for
 
 EXAMPLES = os.path.join(REPO, "examples", "state")
 USER = "node-config-server-cadence"

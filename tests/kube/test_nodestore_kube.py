@@ -21,7 +21,8 @@ from agent.server.store.kube.nodestore import REPORT, STORE_LABEL, KubeNodeStore
 from agent.server.store.nodestore import PoolRow, StoreUnavailable
 from tests.etcd.test_nodestore import IDENTITY_CONTRACT
 from tests.etcd.test_nodestore_etcd import CONTRACT
-from tests.helpers.kube_cluster import kube_cluster, unique, wait_for  # noqa: F401 - the session fixture
+from tests.helpers.kube_cluster import kube_cluster, unique  # noqa: F401 - the session fixture
+from tests.helpers.wait import wait_for
 
 MCN = "/apis/machineconfiguration.openshift.io/v1/machineconfignodes"
 
@@ -56,7 +57,7 @@ def worker(why="selector"):
 
 @pytest.mark.parametrize("name", CONTRACT + IDENTITY_CONTRACT)
 def test_contract_holds_on_the_api(name, kube_cluster, namespace, tmp_path, monkeypatch):  # noqa: F811
-    from tests import test_nodestore as contract
+    from tests.etcd import test_nodestore as contract
 
     opened = []
 
