@@ -169,12 +169,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _err(str(exc))
         return EXIT_USAGE
-    from agent.server.store.kube.client import NamespaceMissing
+    from agent.server.store.nodestore import StoreSetupError
 
     try:
         _first_render(args, store)
-    except NamespaceMissing as exc:  # one line that says what to apply, not an internal error
-        _err(f"serve: {exc.message}")
+    except StoreSetupError as exc:  # one line that says what to do, not an internal error
+        _err(f"serve: {getattr(exc, 'message', None) or exc}")
         return EXIT_USAGE
     return _run_gunicorn(args, store, token, admin_token, host, port)
 

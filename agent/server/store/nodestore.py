@@ -86,6 +86,11 @@ class StoreUnavailable(Exception):
     Retry-After (nodes retry); reads keep answering from what the replica already has."""
 
 
+class StoreSetupError(Exception):
+    """The store cannot start as configured (a Kubernetes namespace that does not exist...):
+    ``serve`` stops with the message, which says what to do, as one line."""
+
+
 class ReportTooLarge(Exception):
     """A report the store cannot hold (a size the store's engine imposes, named in the message):
     nothing was written; the HTTP layer answers 413, final for the node (docs/api.md)."""

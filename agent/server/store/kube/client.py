@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 import requests
 import yaml
 
-from agent.server.store.nodestore import StoreUnavailable
+from agent.server.store.nodestore import StoreSetupError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class KubeRefused(KubeError, StoreUnavailable):
     the message says (apply deploy/rbac.yaml)."""
 
 
-class NamespaceMissing(KubeError):
+class NamespaceMissing(KubeError, StoreSetupError):
     """404 for the namespace itself (creating an object in a namespace that does not exist): the
     message says what to apply. ``serve`` stops on it with one line (agent/server/cli/main.py)."""
 
