@@ -193,3 +193,22 @@ def test_the_drain_release_records_an_uncordon_where_there_are_no_node_objects()
     assert out["actions"] == ["uncordon"] and "drain log" in out["effect"]
     assert released_answer("n1", None, real_nodes=False) == {
         "node": "n1", "released": False, "pool": "", "actions": [], "effect": "node n1 held no drain lease: nothing changed"}
+
+
+def test_a_drain_asked_while_the_topology_is_unknown_answers_429_saying_why_and_when_to_ask_again():
+    from agent.server.http.noderoutes import NodeRoutes
+
+    class Drainer:
+        client = FakeClient([KubeUnavailable("GET infra: API server unreachable")])
+        topology = Topology(retry_seconds=10)
+
+    class Granted:
+        def to_dict(self):
+            return {"node": "n1", "pool": "worker", "granted": True, "status": "granted"}
+
+    resp = NodeRoutes._drained(None, Drainer(), "n1", "worker", "rendered-1", Granted())
+    body = json.loads(resp.body)
+    assert resp.code == 429 and ("Retry-After", "10") in resp.headers
+    assert body["granted"] is False and body["status"] == "waiting" and body["retryAfter"] == 10
+    assert "topology is unknown" in body["reason"] and "unreachable" in body["reason"]
+    assert body["drain"]["required"] is True
