@@ -87,13 +87,11 @@ class StoreUnavailable(Exception):
 
 
 class StoreSetupError(Exception):
-    """The store cannot start as configured (a Kubernetes namespace that does not exist...):
-    ``serve`` stops with the message, which says what to do, as one line."""
+    """The store cannot start as configured (a missing namespace): ``serve`` stops with the message."""
 
 
 class ReportTooLarge(Exception):
-    """A report the store cannot hold (a size the store's engine imposes, named in the message):
-    nothing was written; the HTTP layer answers 413, final for the node (docs/api.md)."""
+    """A report the store's engine cannot hold (the message names the limit): nothing written, 413."""
 
 
 @dataclass(frozen=True)
