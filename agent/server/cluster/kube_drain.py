@@ -79,8 +79,8 @@ class Drainer:
         self.settings = settings or DrainSettings()
         self.cadence = cadence  # draincadence.Cadence (None: the MCO's), read by drainpacer
         self.node_cache: Any = None  # kube.watch.Reflector of Nodes (kube_sync's): the views' drain state
-        # drainpacer's memos, kept here because they live as long as this Drainer:
         self.topology = Topology()  # the cluster's controlPlaneTopology: known, absent or unknown (retried)
+        # drainpacer's memo, kept here because it lives as long as this Drainer:
         self.active_memo: Optional[Tuple[Any, Dict[str, Any]]] = None  # (node cache version, active drains)
         self._eviction_version: Optional[str] = None  # "" = the API has no eviction
         self._evicted: Dict[str, Dict[PodKey, str]] = {}  # node -> pod -> uid evicted
