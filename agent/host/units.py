@@ -1,9 +1,13 @@
 """Unit files and enablement links as they are in a root (the [Install] rules: agent.core.applyplan.unitfiles)."""
 
+import logging
 import os
 from typing import List, Optional, Tuple
 
 from agent.core.applyplan.unitfiles import SYSTEM_DIR, VENDOR_DIRS
+from agent.host.root import PathEscapeError
+
+log = logging.getLogger(__name__)
 
 
 def find_unit(root, name: str) -> Optional[Tuple[str, str]]:
@@ -12,7 +16,8 @@ def find_unit(root, name: str) -> Optional[Tuple[str, str]]:
         p = f"{d}/{name}"
         try:
             host = root.path(p)
-        except Exception:
+        except PathEscapeError as exc:  # a link out of the root, or a loop: not this root's unit file
+            log.warning("unit %s: %s is skipped: %s", name, p, exc)
             continue
         if os.path.isfile(host):
             with open(host, encoding="utf-8", errors="replace") as f:

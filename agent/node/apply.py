@@ -216,17 +216,25 @@ def apply_config(root: Root, target: NodeConfig, previous: Optional[NodeConfig] 
     except BaseException as e:  # KeyboardInterrupt too: never leave a half-applied config
         problems = journal.rollback(systemd=systemd, rpmostree=rpmostree)
         what = _step_text(current)
-        tail = "" if not problems else "; could not undo: " + "; ".join(problems)
-        log.error("apply of %s failed at %s: %s; rolled back%s", target.name or "config", what, e, tail, extra=_STAGE)
+        outcome = rollback_outcome(problems)
+        log.error("apply of %s failed at %s: %s; %s", target.name or "config", what, e, outcome, extra=_STAGE)
         if not isinstance(e, Exception):
             raise
-        failure = ApplyError(f"applying {target.name or 'the config'} failed at {what}: {e}; "
-                             f"all changes were rolled back{tail}")
+        failure = ApplyError(f"applying {target.name or 'the config'} failed at {what}: {e}; {outcome}")
         failure.undone = not problems
         raise failure from e
     log.info("apply of %s: %d changed, %d unchanged", target.name or "config", len(result.changed),
              result.unchanged, extra=_STAGE)
     return result
+
+
+def rollback_outcome(problems: List[str]) -> str:
+    """What the rollback after a failed apply left (pure): all undone, or exactly which changes
+    stay on the node and what to do (it said "all changes were rolled back; could not undo: ...")."""
+    if not problems:
+        return "every change was rolled back"
+    return (f"rolled back, except {len(problems)} change(s) it could not undo, left on the node: "
+            + "; ".join(problems) + "; restore those by hand, then run again")
 
 
 def _step_text(step: Optional[Step]) -> str:

@@ -14,7 +14,6 @@ or a power loss resumes where it stopped:
 
 import logging
 import os
-import socket
 from typing import Any, Dict, Optional, Tuple
 
 from agent.core.nodeconfig import NodeConfig
@@ -22,7 +21,7 @@ from agent.core.paths import DEFAULT_POINTER
 from agent.errors import EXIT_OK, ConfigError, FetchError, NodeAgentError, SkewRefused
 from agent.host import files, selinux
 from agent.host.root import Root
-from agent.node import nodestate
+from agent.node import nodename, nodestate
 from agent.node.report import refusal_text
 
 log = logging.getLogger(__name__)
@@ -38,10 +37,6 @@ class Options:
         self.dry_run = dry_run
 
 
-def node_name(explicit: Optional[str], settings: Any) -> str:
-    return explicit or getattr(settings, "node_name", None) or socket.gethostname()
-
-
 class FirstBoot:
     def __init__(self, opts: Options, *, systemd=None, logind=None, rpmostree=None):
         from agent.node.settingsfile import load_settings
@@ -51,7 +46,7 @@ class FirstBoot:
         self.settings = load_settings(self.root, opts.settings)
         files.use_labeller(selinux.labeller_for(self.root.top))  # SELinux labels on what we write
         self.state_dir = self.settings.state_dir
-        self.node = node_name(opts.node_name, self.settings)
+        self.node = nodename.resolve(self.root, self.state_dir, opts.node_name, self.settings)
         self.systemd = systemd
         self.logind = logind
         self.rpmostree = rpmostree
@@ -218,6 +213,8 @@ class FirstBoot:
         from agent.node import planning
         from agent.node.apply import apply_config
 
+        if not self.opts.dry_run:
+            nodename.record(self.root, self.state_dir, self.node)  # the name every later run uses
         with rec.stage("fetch"):
             ignition = self.fetch()
 

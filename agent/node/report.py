@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 PENDING = "pending-report.json"
 # Answers worth sending again later (as the fetcher retries them); any other 4xx is final.
 RETRIED_4XX = (408, 429)
+CONTENT_REFUSALS = (400, 413, 415, 422)  # the body was refused: that report is not sent again, the next one is
 
 
 def _now() -> str:
@@ -71,6 +72,8 @@ def refusal_hint(status: int) -> str:
         return "check the node name (--node-name or nodeName in agent.yaml) and the server's log"
     if status == 404:
         return "check the server URL in the pointer config"
+    if status == 413:
+        return "the report is larger than the server takes (its message names the limit); a bug: file it"
     return "check the server's log for why it refused the report"
 
 
@@ -249,10 +252,14 @@ class Reporter:
     def _pending_path(self) -> str:
         return self.root.path(os.path.join(self.state_dir, PENDING))
 
-    def _fingerprint(self) -> str:
-        """What a refusal depends on: the server, the node name and the token or credential sent."""
-        text = "\0".join((self.base_url, self.node, self.credential or self.token or ""))
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    def _fingerprint(self, body: Optional[Dict[str, Any]] = None) -> str:
+        """What a refusal depends on: the server, the node name and the token or credential sent;
+        and, for a refusal of the body itself (CONTENT_REFUSALS: 413 too large), that body, so
+        that the node's next, different report is sent."""
+        parts = [self.base_url, self.node, self.credential or self.token or ""]
+        if body is not None:
+            parts.append(json.dumps(body, sort_keys=True))
+        return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:16]
 
     def send(self, payload: Dict[str, Any], _renewed: bool = False) -> bool:
         """POST a report once; on failure keep it for later. Returns whether it was delivered.
@@ -266,7 +273,7 @@ class Reporter:
         body = {k: _bounded(v) for k, v in payload.items() if v is not None}
         self.ensure_registered()
         kept = self.kept()
-        if kept and kept.get("refused", {}).get("fingerprint") == self._fingerprint():
+        if kept and kept.get("refused", {}).get("fingerprint") in (self._fingerprint(), self._fingerprint(body)):
             # The same request would be refused again: keep the newest report, do not ask.
             self.refused = kept["refused"]
             self._keep(body, self.refused)
@@ -291,10 +298,12 @@ class Reporter:
         if resp.status_code >= 500 or resp.status_code in RETRIED_4XX:
             self._pending(body, f"not delivered: {what}")
             return False
-        self.refused = {"status": resp.status_code, "message": said, "at": _now(),
-                        "fingerprint": self._fingerprint(), "server": self.base_url, "node": self.node}
-        log.warning("report to %s refused (%s); not sending it again until the token, the node name or "
-                    "the server changes: %s", self.base_url, what, refusal_hint(resp.status_code))
+        about_body = resp.status_code in CONTENT_REFUSALS
+        self.refused = {"status": resp.status_code, "message": said, "at": _now(), "server": self.base_url,
+                        "fingerprint": self._fingerprint(body if about_body else None), "node": self.node}
+        again = ("this report is not sent again (the next, different one is)" if about_body else
+                 "not sending it again until the token, the node name or the server changes")
+        log.warning("report to %s refused (%s); %s: %s", self.base_url, what, again, refusal_hint(resp.status_code))
         self._keep(body, self.refused)
         return False
 

@@ -92,8 +92,9 @@ class _RetryWatcher(logging.Handler):
             self.record.update(attempt=int(attempt), lastError=error,
                                nextRetryAt=at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z")
             self.recorder.persist()
-        except Exception:  # the record is best effort; the fetch goes on
-            pass
+        except (TypeError, ValueError) as exc:  # a delay or attempt that is no number: the fetch goes on
+            # (persist() handles a disk that cannot take the record itself)
+            logger.debug("the run record did not take the retry of %s: %s", record.getMessage()[:200], exc)
 
 
 def hint_for_error(exc: Optional[BaseException], exit_code: int) -> str:

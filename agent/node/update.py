@@ -40,9 +40,9 @@ class Updater:
         self.settings = load_settings(self.root, opts.settings)
         files.use_labeller(selinux.labeller_for(self.root.top))  # SELinux labels on what we write
         self.state_dir = self.settings.state_dir
-        from agent.node.firstboot import node_name
+        from agent.node import nodename
 
-        self.node = node_name(getattr(opts, "node_name", None), self.settings)
+        self.node = nodename.resolve(self.root, self.state_dir, getattr(opts, "node_name", None), self.settings)
         self.systemd, self.logind, self.rpmostree = systemd, logind, rpmostree
         self.sleep = sleep
         self.fetcher = None

@@ -1,7 +1,6 @@
 """The etcd gateway client against a real three-member etcd cluster on loopback."""
 
 import threading
-import time
 
 import pytest
 
@@ -17,6 +16,7 @@ from agent.server.store.etcd.client import (
     prefix_end,
 )
 from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
+from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.skipif(not have_etcd(), reason="etcd-server is not installed (make test installs it)")
 
@@ -72,10 +72,7 @@ def test_lease_expiry_deletes_keys(client):
     lease = client.grant(1)
     client.put("/t4/held", "n1", lease=lease)
     assert client.get("/t4/held").lease == lease
-    deadline = time.monotonic() + 10
-    while client.get("/t4/held") is not None:
-        assert time.monotonic() < deadline, "a 1 s lease did not expire in 10 s"
-        time.sleep(0.2)
+    wait_for(lambda: client.get("/t4/held") is None, "a 1 s lease expires", 10)
 
 
 def test_watch_sees_changes_in_order(client):
@@ -166,10 +163,8 @@ def test_expired_drain_lease_frees_its_slot(client):
     prefix = "/drain-ttl/"
     assert drains.request_drain(client, prefix, "a", "infra", "c", 1, 1).granted
     assert not drains.request_drain(client, prefix, "b", "infra", "c", 1, 1).granted
-    deadline = time.monotonic() + 10
-    while not drains.request_drain(client, prefix, "b", "infra", "c", 1, 1).granted:
-        assert time.monotonic() < deadline, "an expired lease kept its slot"
-        time.sleep(0.3)
+    wait_for(lambda: drains.request_drain(client, prefix, "b", "infra", "c", 1, 1).granted,
+             "an expired lease frees its slot", 10, interval=0.3)
 
 
 # -- maintenance: compaction and alarms (issue 28) --------------------------------------------------

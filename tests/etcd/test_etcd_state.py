@@ -3,7 +3,6 @@ replica's state source follows the switch and keeps serving while etcd is away."
 
 import os
 import shutil
-import time
 
 import pytest
 
@@ -11,6 +10,7 @@ from agent.server.store.etcd.client import EtcdClient, parse_store_url
 from agent.server.store.etcd.state import EtcdStateSource, StateRefused, publish
 from tests.helpers import paths
 from tests.helpers.etcd_cluster import have_etcd
+from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.skipif(not have_etcd(), reason="etcd-server is not installed (make test installs it)")
 
@@ -22,13 +22,6 @@ def client(etcd_cluster):
     c = EtcdClient(parse_store_url(etcd_cluster.url).endpoints, timeout=10)
     yield c
     c.close()
-
-
-def _until(cond, what, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(0.05)
 
 
 def test_publish_then_every_replica_loads_the_same_generation(client, tmp_path):
@@ -49,7 +42,7 @@ def test_publish_then_every_replica_loads_the_same_generation(client, tmp_path):
             "metadata:\n  name: 99-extra\n  labels:\n    machineconfiguration.openshift.io/role: worker\n"
             "spec:\n  config:\n    ignition:\n      version: 3.4.0\n")
         gen2, _ = publish(client, prefix, str(state))
-        _until(lambda: a.current().signature == b.current().signature == f"etcd:{gen2}", "both replicas switch")
+        wait_for(lambda: a.current().signature == b.current().signature == f"etcd:{gen2}", "both replicas switch", 5)
         assert "99-extra" in b.current().machine_configs
     finally:
         a.close()

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.helpers.etcd_cluster import ETCD, _free_ports
-from tests.helpers.wait import wait_for  # noqa: F401 - re-exported for the kube tests (one helper)
+from tests.helpers.wait import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_SCRIPT = os.path.join(REPO, "tools", "kube", "build-kube-bin.sh")
@@ -235,19 +235,17 @@ class KubeCluster:
             return ""
 
     def _wait(self, what: str, check, timeout: float) -> None:
-        """Poll ``check`` (true when done) until ``timeout``; a process that exits ends the wait."""
-        deadline = time.monotonic() + timeout
-        while True:
+        """wait_for (the one polling loop) with what a cluster being started adds: a process that
+        exits fails the wait at once with its log's tail, and a server not listening yet (refused,
+        timed out) is "not yet"."""
+        def ready():
             self._check_running()
             try:
-                if check():
-                    return
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                logs = "; ".join(f"{n}: {self.log_tail(n, 5)}" for n in self.procs)
-                raise TimeoutError(f"{what} not within {timeout:.0f}s (logs in {self.base_dir}): {logs}")
-            time.sleep(0.2)
+                return check()
+            except (requests.ConnectionError, requests.Timeout):
+                return False
+
+        wait_for(ready, f"{what} (the processes' logs are in {self.base_dir})", timeout, interval=0.2)
 
     def _healthy(self, base: str, path: str) -> bool:
         r = requests.get(base + path, verify=self.ca_path, cert=self.admin_cert, timeout=5)

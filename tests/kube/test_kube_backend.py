@@ -17,23 +17,15 @@ import time
 import pytest
 import yaml
 
+from agent.host.root import Root
+from agent.node.report import Reporter
 from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
 from tests.helpers.server_proc import REPO, ServerProcess
+from tests.helpers.wait import wait_for
 
 EXAMPLES = os.path.join(REPO, "examples", "state")
 MCO = "/apis/machineconfiguration.openshift.io/v1"
 IGNITION = {"Accept": "application/vnd.coreos.ignition+json;version=3.4.0"}
-
-
-def wait_for(what, check, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout}s (last: {last!r})")
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +72,8 @@ def test_pools_and_configs_come_from_the_api(server):
 
 def test_rendered_configs_are_written_back_owned_by_their_pool(kube, server):
     target = our_pools(server)["infra"]["spec"]["configuration"]["name"]
-    obj = wait_for(f"MachineConfig {target}", lambda: kube.get(f"{MCO}/machineconfigs/{target}").ok and
-                   api(kube, f"{MCO}/machineconfigs/{target}"))
+    obj = wait_for(lambda: kube.get(f"{MCO}/machineconfigs/{target}").ok and
+                   api(kube, f"{MCO}/machineconfigs/{target}"), f"MachineConfig {target}")
     pool = api(kube, f"{MCO}/machineconfigpools/infra")
     owner = obj["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == \
@@ -117,8 +109,8 @@ def _our_columns(server):
 
 
 def test_kubectl_get_mcp_shows_what_get_pools_shows(kube, server):
-    ours = wait_for("pool status written", lambda: (lambda k, o: o if k == o else None)(
-        _mcp_columns(kube), _our_columns(server)), timeout=20)
+    ours = wait_for(lambda: (lambda k, o: o if k == o else None)(
+        _mcp_columns(kube), _our_columns(server)), "pool status written", 20)
     assert set(ours) == {"master", "worker", "infra"}
     assert set(ours["worker"]) == set(COLUMNS)  # every column of `oc get mcp`, AGE included
     status = api(kube, f"{MCO}/machineconfigpools/worker")["status"]
@@ -142,15 +134,15 @@ def test_a_report_lands_on_the_node_object_as_the_mcd_writes_it(kube, server):
     target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
     _report(server, "w-report", {"pool": "worker", "state": "Done", "currentConfig": target,
                                  "desiredConfig": target, "labels": {"node-role.kubernetes.io/worker": ""}})
-    ann = wait_for("annotations", lambda: (api(kube, "/api/v1/nodes/w-report")["metadata"].get("annotations") or {})
+    ann = wait_for(lambda: (api(kube, "/api/v1/nodes/w-report")["metadata"].get("annotations") or {})
                    .get("machineconfiguration.openshift.io/state") and
-                   api(kube, "/api/v1/nodes/w-report")["metadata"]["annotations"])
+                   api(kube, "/api/v1/nodes/w-report")["metadata"]["annotations"], "annotations")
     assert ann["machineconfiguration.openshift.io/state"] == "Done"
     assert ann["machineconfiguration.openshift.io/currentConfig"] == target
     assert ann["machineconfiguration.openshift.io/desiredConfig"] == target
     assert ann["machineconfiguration.openshift.io/reason"] == ""
-    mcn = wait_for("MachineConfigNode", lambda: kube.get(f"{MCO}/machineconfignodes/w-report").ok and
-                   api(kube, f"{MCO}/machineconfignodes/w-report"))
+    mcn = wait_for(lambda: kube.get(f"{MCO}/machineconfignodes/w-report").ok and
+                   api(kube, f"{MCO}/machineconfignodes/w-report"), "MachineConfigNode")
     assert mcn["spec"] == {"node": {"name": "w-report"}, "pool": {"name": "worker"},
                            "configVersion": {"desired": target}}
     conds = {c["type"]: c["status"] for c in mcn["status"]["conditions"]}
@@ -223,9 +215,9 @@ def test_a_node_registered_after_its_report_gets_its_custom_pool_label_at_once(k
                                    "labels": {"node-role.kubernetes.io/infra": ""}})
     created = time.monotonic()
     kube.kubectl("create", "-f", "-", input=yaml.safe_dump(_node("infra-late", {"node-role.kubernetes.io/worker": ""})))
-    labels = wait_for("infra role label", lambda: "node-role.kubernetes.io/infra" in (
+    labels = wait_for(lambda: "node-role.kubernetes.io/infra" in (
         api(kube, "/api/v1/nodes/infra-late")["metadata"].get("labels") or {}) and
-        api(kube, "/api/v1/nodes/infra-late")["metadata"]["labels"], timeout=5)
+        api(kube, "/api/v1/nodes/infra-late")["metadata"]["labels"], "infra role label", 5)
     assert time.monotonic() - created < 2.0 + 0.5  # 0.5: this test's own polling and kubectl start-up
     assert labels["node-role.kubernetes.io/worker"] == ""
     node = server.session().get(server.url("/api/v1/nodes/infra-late"), timeout=10).json()
@@ -245,18 +237,18 @@ def test_an_invalid_object_is_refused_and_the_last_render_keeps_serving(kube, se
     target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
     kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(BAD_MC))
     try:
-        cond = wait_for("RenderDegraded", lambda: {c["type"]: c for c in (api(kube, f"{MCO}/machineconfigpools/worker")
+        cond = wait_for(lambda: {c["type"]: c for c in (api(kube, f"{MCO}/machineconfigpools/worker")
                                                                           .get("status") or {}).get("conditions", [])}
                         .get("RenderDegraded", {}).get("status") == "True" and
-                        {c["type"]: c for c in api(kube, f"{MCO}/machineconfigpools/worker")["status"]["conditions"]})
+                        {c["type"]: c for c in api(kube, f"{MCO}/machineconfigpools/worker")["status"]["conditions"]}, "RenderDegraded")
         assert "99-worker-bad" in cond["RenderDegraded"]["message"] and cond["Degraded"]["status"] == "True"
         assert our_pools(server)["worker"]["spec"]["configuration"]["name"] == target
         after = server.session().get(server.url("/config/worker"), headers=IGNITION, timeout=10).content
         assert json.loads(after) == json.loads(before) and b"relative/path" not in after
     finally:
         kube.kubectl("delete", "machineconfig", "99-worker-bad")
-    wait_for("RenderDegraded cleared", lambda: {c["type"]: c["status"] for c in api(
-        kube, f"{MCO}/machineconfigpools/worker")["status"]["conditions"]}["RenderDegraded"] == "False")
+    wait_for(lambda: {c["type"]: c["status"] for c in api(
+        kube, f"{MCO}/machineconfigpools/worker")["status"]["conditions"]}["RenderDegraded"] == "False", "RenderDegraded cleared")
 
 
 def test_a_new_machineconfig_renders_a_new_config_written_back(kube, server):
@@ -267,9 +259,9 @@ def test_a_new_machineconfig_renders_a_new_config_written_back(kube, server):
                               "storage": {"files": [{"path": "/etc/motd", "mode": 420,
                                                      "contents": {"source": "data:,hello"}}]}}}}
     kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(mc))
-    new = wait_for("a new target", lambda: (lambda n: n if n != old else None)(
-        our_pools(server)["master"]["spec"]["configuration"]["name"]))
-    wait_for(f"MachineConfig {new}", lambda: kube.get(f"{MCO}/machineconfigs/{new}").ok)
+    new = wait_for(lambda: (lambda n: n if n != old else None)(
+        our_pools(server)["master"]["spec"]["configuration"]["name"]), "a new target")
+    wait_for(lambda: kube.get(f"{MCO}/machineconfigs/{new}").ok, f"MachineConfig {new}")
     served = server.session().get(server.url("/config/master"), headers=IGNITION, timeout=10).json()
     assert "/etc/motd" in [f["path"] for f in served["storage"]["files"]]
 
@@ -287,7 +279,7 @@ def _start_apiserver(kube):
     kube._wait("kube-apiserver /readyz", lambda: kube._healthy(kube.url, "/readyz"), 90)
 
 
-def test_an_api_server_outage_loses_nothing(kube, server):
+def test_an_api_server_outage_loses_nothing(kube, server, tmp_path):
     """The API server stops under reports: configs keep being served from the watch caches; a
     report cannot be stored (node state is in the API: --store kubernetes, the default with this
     backend), so it is answered 503 with Retry-After, nothing acknowledged; once the API server
@@ -297,29 +289,31 @@ def test_an_api_server_outage_loses_nothing(kube, server):
     target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
     rendered_before = sorted(m["metadata"]["name"] for m in api(kube, f"{MCO}/machineconfigs")["items"]
                              if m["metadata"]["name"].startswith("rendered-"))
-    node = server.node_session("w-outage")  # registered before: its credential is a Secret in the API
+    # The agent's Reporter (registered before: its credential is a Secret in the API). This server
+    # is plain http, where the agent sends no secret itself: the session carries the credential.
+    agent = Reporter(server.base_url, "w-outage", Root(str(tmp_path)), "/var/lib/node-agent",
+                     session=server.node_session("w-outage"))
     done = {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target}
     _stop_apiserver(kube)
     try:
         during = server.session().get(server.url("/config/worker"), headers=IGNITION, timeout=10)
         assert during.status_code == 200 and during.content == before.content
-        r = node.post(server.url("/api/v1/nodes/w-outage/report"), data=json.dumps(done), timeout=10)
-        assert r.status_code == 503 and r.headers.get("Retry-After"), r.text
-        assert "nothing was recorded" in r.json()["error"]["message"]
-        health = wait_for("the outage seen", lambda: (lambda h: h if h["store"].get("error") else None)(
-            server.session().get(server.url("/healthz"), timeout=10).json()))
+        assert agent.send(done) is False  # the agent's own send: 503, kept for its next pass
+        kept = agent.kept()
+        assert kept["report"] == done and "HTTP 503" in kept["error"] and "nothing was recorded" in kept["error"]
+        assert "refused" not in kept
+        health = wait_for(lambda: (lambda h: h if h["store"].get("error") else None)(
+            server.session().get(server.url("/healthz"), timeout=10).json()), "the outage seen")
         assert "Kubernetes API" in health["store"]["error"]
     finally:
         _start_apiserver(kube)
-    wait_for("the node's retry is stored", lambda: node.post(server.url("/api/v1/nodes/w-outage/report"),
-                                                             data=json.dumps(done), timeout=10).status_code == 200,
-             timeout=30)
-    ann = wait_for("the report retried after the outage", lambda: (api(kube, "/api/v1/nodes/w-outage")["metadata"]
-                                                                 .get("annotations") or {}).get(
-        "machineconfiguration.openshift.io/state") == "Done", timeout=30)
-    assert ann
-    wait_for("the watches resumed", lambda: not server.session().get(server.url("/healthz"), timeout=10)
-             .json()["store"].get("error"), timeout=30)
+    # The agent's passes (update's loop flushes the kept report on each): it lands once the API is back.
+    wait_for(agent.flush, "the agent's kept report delivered by its own retry", 30)
+    assert agent.kept() is None
+    wait_for(lambda: (api(kube, "/api/v1/nodes/w-outage")["metadata"].get("annotations") or {}).get(
+        "machineconfiguration.openshift.io/state") == "Done", "the Node's state annotation says Done", 30)
+    wait_for(lambda: not server.session().get(server.url("/healthz"), timeout=10)
+             .json()["store"].get("error"), "the watches resumed", 30)
     rendered_after = sorted(m["metadata"]["name"] for m in api(kube, f"{MCO}/machineconfigs")["items"]
                             if m["metadata"]["name"].startswith("rendered-"))
     assert rendered_after == rendered_before
@@ -355,15 +349,15 @@ def test_the_documents_the_mco_refuses_are_reported_and_never_served(kube, serve
             text = json.dumps(problems)
             return all(f"machineconfigs/{n} (API)" in text for n in names) and problems
 
-        wait_for("every refused object reported", all_reported)
+        wait_for(all_reported, "every refused object reported")
         for pool, config in before.items():
             now = server.session().get(server.url(f"/config/{pool}"), headers=IGNITION, timeout=10).json()
             assert now == config, f"{pool}: the served config changed while refused objects exist"
     finally:
         for _, ref in created:
             kube.kubectl("delete", ref)
-    wait_for("the problems gone", lambda: not server.session().get(server.url("/healthz"), timeout=10)
-             .json()["state"]["problems"])
+    wait_for(lambda: not server.session().get(server.url("/healthz"), timeout=10)
+             .json()["state"]["problems"], "the problems gone")
 
 
 SA = "system:serviceaccount:node-config-server:node-config-server"
@@ -385,8 +379,10 @@ def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_use
                ("watch", "machineosbuilds.machineconfiguration.openshift.io"),
                ("create", "machineconfignodes.machineconfiguration.openshift.io"),
                ("patch", "machineconfignodes.machineconfiguration.openshift.io", "status"),
-               ("patch", "nodes"), ("watch", "nodes")]
-    denied = [("delete", "machineconfigs.machineconfiguration.openshift.io"),
+               ("patch", "nodes"), ("watch", "nodes"),
+               ("list", "pods"), ("create", "pods", "eviction")]  # the drain: evictions only
+    denied = [("delete", "pods"), ("delete", "pods", None, "default"),  # no pod DELETE: the drain never falls back
+              ("delete", "machineconfigs.machineconfiguration.openshift.io"),
               ("update", "machineconfigs.machineconfiguration.openshift.io"),
               ("patch", "machineconfigpools.machineconfiguration.openshift.io"),  # the spec: the admin's
               ("patch", "machineconfigurations.operator.openshift.io"),
@@ -482,11 +478,11 @@ def test_a_drain_lease_cordons_and_evicts_before_it_is_granted_and_done_uncordon
         r = ask.post(server.url(f"/api/v1/nodes/{node}/drain"), json={"pool": "worker", "config": "rendered-next"},
                      timeout=30)
         return r.status_code == 200 and r.json()
-    answer = wait_for("the lease, once drained", granted)
+    answer = wait_for(granted, "the lease, once drained")
     assert answer["granted"] and answer["drain"]["done"]
     assert kube.get(f"/api/v1/namespaces/{ns}/pods/app").status_code == 404  # gone before the lease
     _report(server, node, {"pool": "worker", "state": "Done", "currentConfig": "rendered-next",
                            "desiredConfig": "rendered-next"})
-    wait_for("uncordoned after Done", lambda: not api(kube, f"/api/v1/nodes/{node}")["spec"].get("unschedulable"))
+    wait_for(lambda: not api(kube, f"/api/v1/nodes/{node}")["spec"].get("unschedulable"), "uncordoned after Done")
     assert "node-config-server.openshift.io/drained-for" not in api(kube, f"/api/v1/nodes/{node}")["metadata"].get(
         "annotations", {})

@@ -11,8 +11,8 @@ import pytest
 from tests.helpers.kube_cluster import (
     kube_cluster,  # noqa: F401  (the session fixture)
     unique,
-    wait_for,
 )
+from tests.helpers.wait import wait_for
 
 MCO = "/apis/machineconfiguration.openshift.io/v1"
 CRD_NAMES = {

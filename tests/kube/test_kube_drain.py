@@ -19,7 +19,6 @@ import threading
 import time
 
 import pytest
-import requests
 
 from agent.server.cluster.kube_drain import Drainer
 from agent.server.rollout import drainplan
@@ -29,8 +28,8 @@ from tests.helpers import paths
 from tests.helpers.kube_cluster import (
     kube_cluster,  # noqa: F401  (the session fixture)
     unique,
-    wait_for,
 )
+from tests.helpers.wait import wait_for
 
 REPO = paths.REPO
 NO_FLAGS = DrainSettings(force=False, ignore_all_daemonsets=False, delete_emptydir_data=False)
@@ -129,6 +128,18 @@ def test_a_round_answers_each_eviction_outcome_and_waits_for_uids():
     assert drainer.drain_once("n").done
 
 
+def test_an_api_without_eviction_fails_each_pod_saying_to_drain_by_hand_and_deletes_nothing():
+    """kubectl falls back to a pod DELETE, which deploy/rbac.yaml never grants: ours says so."""
+    api = FakeAPI([pod("a", ("ReplicaSet", "rs"))], {})
+    api.get = lambda path, params=None: {"resources": [{"name": "pods", "version": "v1"}]}
+    deleted = []
+    api.delete = lambda path, body=None: deleted.append(path)
+    result = Drainer(api).drain_once("n")
+    assert not result.done and result.evicted == [] and deleted == [] and api.evictions == []
+    assert result.failed[0][0] == "ns/a" and "no pods/eviction subresource" in result.failed[0][1]
+    assert "drain this node by hand" in result.failed[0][1]
+
+
 # --- the cluster: the test's kubelet and scheduler
 
 class Kubelet(threading.Thread):
@@ -141,13 +152,16 @@ class Kubelet(threading.Thread):
         self.kc, self.spare = kc, spare
         self.nodes, self.held, self.started = {}, set(), set()  # namespace -> node; (ns, pod); ns
         self.halt, self.s, self._beat = threading.Event(), kc.session(), 0.0
+        self.errors = []  # every failure of a step: the fixture fails the test on any
 
     def run(self):
         while not self.halt.is_set():
             try:
                 self.step()
-            except (requests.RequestException, KeyError, ValueError):
-                pass
+            except Exception as exc:  # kept, not swallowed: the fixture's teardown asserts there is none
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                if len(self.errors) > 20:
+                    return
             self.halt.wait(0.2)
 
     def call(self, method, path, body=None, merge=False):
@@ -209,6 +223,7 @@ def kubelet(kube_cluster):  # noqa: F811
     yield k
     k.halt.set()
     k.join(10)
+    assert not k.errors, f"the test's kubelet failed: {k.errors[:5]}"
     for ns in made["namespaces"]:
         kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
     kube_cluster.kubectl("delete", "node", *made["nodes"], "--wait=false", check=False)

@@ -23,8 +23,9 @@ from agent.server.cluster.kube_drain import Drainer
 from agent.server.rollout import draincadence as dc
 from agent.server.rollout.draincadence import Cadence
 from agent.server.store.kube.client import KubeClient, load_kubeconfig
-from tests.helpers.kube_cluster import KubeCluster, find_kube_bin, wait_for
+from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
 from tests.helpers.server_proc import REPO, ServerProcess
+from tests.helpers.wait import wait_for
 
 EXAMPLES = os.path.join(REPO, "examples", "state")
 USER = "node-config-server-cadence"
@@ -170,6 +171,8 @@ def test_a_drain_that_cannot_finish_is_paced_visible_and_alerted_and_completes_o
     # node-agent gives up after its update.drainTimeout: the lease goes, the drain stays in sight
     r = ask.delete(server.url(f"/api/v1/nodes/{node}/drain"), timeout=10)
     assert r.status_code == 200 and r.json()["released"], r.text
+    assert r.json()["actions"] == [] and "the Node stays cordoned" in r.json()["effect"]  # it said "uncordon"
+    assert api(kube, f"/api/v1/nodes/{node}")["spec"]["unschedulable"] is True  # as the answer says
     items = server.session().get(server.url("/api/v1/pools"), timeout=10).json()["items"]
     worker = next(p for p in items if p["metadata"]["name"] == "worker")["status"]["drain"]
     assert node not in worker["holders"] and worker["nodes"][node]["failing"]

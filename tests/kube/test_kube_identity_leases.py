@@ -32,8 +32,8 @@ from tests.helpers import paths
 from tests.helpers.kube_cluster import (
     kube_cluster,  # noqa: F401  (the session fixture)
     unique,
-    wait_for,
 )
+from tests.helpers.wait import wait_for
 
 ROLE = "test-node-config-server-identity-leases"
 RULES = [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "create", "update", "delete"]},

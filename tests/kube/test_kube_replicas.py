@@ -24,8 +24,9 @@ from tests.etcd.test_replicas import (  # the etcd fleet's
     report,
 )
 from tests.helpers.certs import make_tls
-from tests.helpers.kube_cluster import KubeCluster, find_kube_bin, wait_for
+from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
 from tests.helpers.server_proc import REPO, ServerProcess
+from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -172,7 +173,10 @@ def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable
 def test_a_replica_started_afresh_knows_every_node(fleet):
     r = report(fleet.replicas[0], "kfresh-1", {"pool": "worker", "state": "Done"}, fleet)
     assert r.status_code == 200, r.text
-    count = wait_for(lambda: pool(fleet.replicas[2])["status"]["machineCount"], "counted", 10)
+    wait_for(lambda: fleet.session().get(fleet.replicas[2].url("/api/v1/nodes/kfresh-1"), timeout=10).status_code
+             == 200, "replica 2 has node kfresh-1 (the node this test reported through replica 0)", 10)
+    count = pool(fleet.replicas[2])["status"]["machineCount"]
+    assert count >= 1
     leases = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
     selector = {"labelSelector": "node-agent.openshift.io/kind=replica"}
 

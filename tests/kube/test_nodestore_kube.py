@@ -21,7 +21,8 @@ from agent.server.store.kube.nodestore import REPORT, STORE_LABEL, KubeNodeStore
 from agent.server.store.nodestore import PoolRow, StoreUnavailable, TooManyUnvetted
 from tests.etcd.test_nodestore import IDENTITY_CONTRACT
 from tests.etcd.test_nodestore_etcd import CONTRACT
-from tests.helpers.kube_cluster import kube_cluster, unique, wait_for  # noqa: F401 - the session fixture
+from tests.helpers.kube_cluster import kube_cluster, unique  # noqa: F401 - the session fixture
+from tests.helpers.wait import wait_for
 
 MCN = "/apis/machineconfiguration.openshift.io/v1/machineconfignodes"
 
@@ -196,6 +197,33 @@ def test_api_away_writes_fail_as_store_unavailable_and_reads_keep_answering(repl
     assert a.pools()["worker"].target == "r-1"
 
 
+def test_a_non_ascii_report_within_the_report_limit_is_stored_whole_and_read_back(replicas):
+    """About 28,000 x "é" (issue 39): written ASCII-escaped it was 6x longer, failed the
+    annotation size check and answered 500; now it is kept as sent (UTF-8) and read back."""
+    a, b = replicas
+    body = {"pool": "worker", "state": "Degraded", "reason": "é" * 4096, "currentImage": "é" * 4096,
+            "bootImage": "é" * 4096, "labels": {f"k{i}": "é" * 63 for i in range(256)}}
+    a.record_report("n-utf8", body, worker(), 1.0)
+    wait_for(lambda: b.node("n-utf8") is not None, "replica B reads the report", 10)
+    assert b.node("n-utf8").report["labels"]["k255"] == "é" * 63 and b.node("n-utf8").report["reason"] == "é" * 4096
+
+
+def test_an_api_403_on_a_report_write_is_store_unavailable_naming_the_grant(kube_cluster, replicas):  # noqa: F811
+    """A starting kube-apiserver answers 403 until its RBAC cache is filled (and a missing grant
+    does for ever): nothing recorded, StoreUnavailable (503 with Retry-After), the message says
+    what to apply. The store's writes made as an account with no grant stand in for either."""
+    a, _ = replicas
+    admin, a.client = a.client, KubeClient(load_kubeconfig(kube_cluster.kubeconfig_for("nobody-i39")), timeout=10)
+    try:
+        with pytest.raises(StoreUnavailable) as err:
+            a.record_report("n-403", {"pool": "worker", "state": "Done"}, worker(), 1.0)
+    finally:
+        a.client.close()
+        a.client = admin
+    assert err.value.status == 403 and "deploy/rbac.yaml" in str(err.value)
+    assert a.node("n-403") is None
+
+
 def test_a_rendered_config_too_large_for_a_configmap_is_refused_by_name(replicas):
     a, _ = replicas
     noise = os.urandom(CONFIGMAP_MAX).hex()  # random: zlib cannot shrink it
@@ -206,6 +234,26 @@ def test_a_rendered_config_too_large_for_a_configmap_is_refused_by_name(replicas
 
 
 # -- the command line ----------------------------------------------------------------------------
+
+def test_serve_in_a_namespace_that_does_not_exist_stops_with_one_line_saying_what_to_apply(kube_cluster):  # noqa: F811
+    """It exited 70, "internal error: KubeError: ... namespaces "node-config-server" not found"."""
+    import subprocess
+    import sys
+
+    from tests.helpers.server_proc import free_port
+
+    missing = unique("no-such-ns")
+    proc = subprocess.run([sys.executable, "-m", "agent.server.cli", "serve", "--backend", "kubernetes",
+                           "--kubeconfig", kube_cluster.admin_kubeconfig, "--namespace", missing,
+                           "--listen", f"127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, NODE_AGENT_DEBUG=""))
+    assert proc.returncode == 2, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if missing in line]
+    assert len(said) == 1, proc.stderr
+    assert said[0].startswith("node-config-server: serve: namespace ") and "does not exist" in said[0]
+    assert "kubectl apply -f deploy/rbac.yaml" in said[0] and "--namespace" in said[0]
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+
 
 def _serve(*argv):
     args = build_parser().parse_args(["serve", *argv])

@@ -16,11 +16,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.helpers.server_proc import REPO, ServerProcess
+from tests.helpers.wait import wait_for
 
 BOOT, ADMIN = "approval-boot", "approval-admin"
 MASTER = {"node-role.kubernetes.io/master": ""}
@@ -77,11 +77,9 @@ def new_worker_target(srv, state):
                   "  name: 99-worker-new\n  labels: {machineconfiguration.openshift.io/role: worker}\n"
                   "spec:\n  config:\n    ignition: {version: 3.4.0}\n    storage:\n      files:\n"
                   "      - {path: /etc/new-file, contents: {source: 'data:,new'}}\n")
-    deadline = time.monotonic() + 15
-    while pool(srv, "worker")["spec"]["configuration"]["name"] == old:
-        assert time.monotonic() < deadline, "the server did not pick up the new MachineConfig"
-        time.sleep(0.2)
-    return old, pool(srv, "worker")["spec"]["configuration"]["name"]
+    new = wait_for(lambda: (lambda name: name if name != old else None)(
+        pool(srv, "worker")["spec"]["configuration"]["name"]), "the server picks up the new MachineConfig", 15)
+    return old, new
 
 
 def test_a_ghost_done_on_the_unproven_target_does_not_open_the_gate(tmp_path):

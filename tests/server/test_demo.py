@@ -10,13 +10,13 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import requests
 
 from tests.helpers import paths
 from tests.helpers.server_proc import free_port, terminate
+from tests.helpers.wait import wait_for
 
 REPO = paths.REPO
 
@@ -63,17 +63,15 @@ def test_the_printed_commands_reopen_the_cluster(demo):
     log = open(run / "serve.log", "w")
     srv = subprocess.Popen(serve, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
+        def up():
             assert srv.poll() is None, (run / "serve.log").read_text()
             try:
-                if requests.get(f"https://127.0.0.1:{port}/healthz", verify=str(run / "tls" / "ca.pem"),
-                                timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, (run / "serve.log").read_text()
-            time.sleep(0.2)
+                return requests.get(f"https://127.0.0.1:{port}/healthz", verify=str(run / "tls" / "ca.pem"),
+                                    timeout=2).status_code == 200
+            except requests.ConnectionError:  # not listening yet
+                return False
+
+        wait_for(up, f"the demo's server answers /healthz (its log: {run / 'serve.log'})", 60, interval=0.2)
         shown = {}
         for argv in looks:
             r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -15,6 +15,7 @@ from tests.helpers import paths
 from tests.helpers.certs import make_tls
 from tests.helpers.noderoot import make_node_root
 from tests.helpers.server_proc import ServerProcess
+from tests.helpers.wait import wait_for
 
 REPO = paths.REPO
 EXAMPLES = os.path.join(REPO, "examples", "state")
@@ -158,11 +159,9 @@ def test_update_waits_for_the_drain_lease_then_applies_and_reports(tmp_path):
         text = open(mc).read().replace("      files:\n", "      files:\n      - path: /etc/infra-motd\n"
                                        "        mode: 420\n        contents:\n          source: data:,hello\n", 1)
         open(mc, "w").write(text)
-        deadline = time.monotonic() + 10
-        while api.get(srv.url("/api/v1/pools/infra")).json()["spec"]["configuration"]["name"] == old_target:
-            assert time.monotonic() < deadline, "the server did not pick up the change"
-            time.sleep(0.2)
-        new_target = api.get(srv.url("/api/v1/pools/infra")).json()["spec"]["configuration"]["name"]
+        new_target = wait_for(lambda: (lambda name: name if name != old_target else None)(
+            api.get(srv.url("/api/v1/pools/infra")).json()["spec"]["configuration"]["name"]),
+            "the server picks up the change", 10)
 
         # Another infra node holds the only lease (maxUnavailable 1), renewing it until the agent
         # is seen waiting for it, and then dies: the lease expires and the agent gets its own.

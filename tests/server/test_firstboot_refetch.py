@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -26,6 +25,7 @@ from tests.helpers.certs import make_tls
 from tests.helpers.httpserver import Reply, ScriptedServer
 from tests.helpers.noderoot import make_node_root
 from tests.helpers.server_proc import ServerProcess
+from tests.helpers.wait import wait_for
 
 REPO = paths.REPO
 EXAMPLES = os.path.join(REPO, "examples", "state")
@@ -171,10 +171,8 @@ def test_a_skew_refusal_fixed_on_the_real_server_reaches_the_node_on_the_next_ru
             text = f.read()
         assert '"9.2.20240101-0"' in text
         write_whole(cluster, text.replace('"9.2.20240101-0"', '"9.0.20220101-0"'))
-        deadline = time.monotonic() + 30  # the watcher's interval and settle time, with room
-        while json.loads(served_skew_rules(srv))["minimum"]["rhcosVersion"] != "9.0":  # served as X.Y
-            assert time.monotonic() < deadline, "the server never served the lowered minimum"
-            time.sleep(0.2)
+        wait_for(lambda: json.loads(served_skew_rules(srv))["minimum"]["rhcosVersion"] == "9.0",  # served as X.Y
+                 "the server serves the lowered minimum", 30)  # the watcher's interval and settle time, with room
 
         second = agent("firstboot", "--root", root)
         assert second.returncode == 0, second.stderr
@@ -278,13 +276,8 @@ def test_a_fix_of_the_config_that_failed_a_first_boot_reaches_that_node(tmp_path
 
         old = srv.session().get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"]
         write_whole(mc, pull_secret_mc(GOOD))
-        deadline = time.monotonic() + 30
-        while True:
-            view = srv.session().get(srv.url("/api/v1/pools/worker")).json()
-            if view["spec"]["configuration"]["name"] != old:
-                break
-            assert time.monotonic() < deadline, "the fixed config never became the pool's target"
-            time.sleep(0.2)
+        view = wait_for(lambda: (lambda v: v if v["spec"]["configuration"]["name"] != old else None)(
+            srv.session().get(srv.url("/api/v1/pools/worker")).json()), "the fixed config becomes the pool's target", 30)
         assert view["status"]["served"]["config"] == old  # new nodes still get the refused config
 
         second = agent("firstboot", "--root", root)

@@ -196,3 +196,30 @@ def test_a_kill_before_the_request_reached_the_server_registers_on_the_rerun(ser
     assert r.returncode == 0 and "registered with" in r.stderr, r.stderr
     with open(path) as f:
         assert json.load(f) == {"server": server.base_url, "node": name, "credential": secret, "registered": True}
+
+
+def _agent(root, *args):
+    return subprocess.run([sys.executable, "-m", "agent.cli", *args, "--root", root], capture_output=True, text=True,
+                          timeout=120, cwd=REPO, env=dict(os.environ, NODE_AGENT_JOURNAL_SOCKET="/nonexistent/journal"))
+
+
+def test_update_after_firstboot_with_node_name_reports_under_that_name_not_the_host_name(server, tmp_path):
+    """Issue 39: ``update`` has no --node-name; it took the host name, and a second identity
+    registered and counted in the pool. The first boot's name is recorded and kept."""
+    from agent.core.settings import default_node_name
+
+    root = make_node_root(str(tmp_path / "n"), server.base_url, "worker", ca_pem=server.tls.ca_pem(), token=TOKEN,
+                          fetch_budget=10)  # no nodeName in agent.yaml: only the flag names the node
+    r = _agent(root, "firstboot", "--node-name", "id-node-named")
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(root, "var/lib/node-agent/node-name")) as f:
+        assert f.read().strip() == "id-node-named"
+    r = _agent(root, "update", "--once")
+    assert r.returncode == 0, r.stderr
+    assert server.session().get(server.url(f"/api/v1/nodes/{default_node_name()}")).status_code == 404
+    assert server.session().get(server.url("/api/v1/nodes/id-node-named")).status_code == 200
+    with open(os.path.join(root, "etc/node-agent/agent.yaml"), "a") as f:
+        f.write("nodeName: id-node-renamed\n")
+    r = _agent(root, "update", "--once")
+    assert r.returncode == 65, r.stderr
+    assert "first booted as 'id-node-named'" in r.stderr and "'id-node-renamed'" in r.stderr

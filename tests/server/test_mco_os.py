@@ -12,6 +12,7 @@ from agent.core.reconcilable import check
 from agent.errors import ConfigError
 from agent.host.rpmostree import RpmOstree
 from agent.node.apply import apply_config
+from tests.helpers.wait import wait_for
 from tests.unit.test_apply import FakeSystemd, LiveRoot, root  # noqa: F401 (fixture)
 from tests.unit.test_rpmostree import fake  # noqa: F401 (fixture)
 
@@ -104,7 +105,6 @@ def _tree(top):
 def test_day2_refusal_end_to_end_exit_65_nothing_written(tmp_path, change, words, capsys):
     import os
     import shutil
-    import time
 
     from agent.cli import main as agent_main
     from tests.helpers.certs import make_tls
@@ -126,10 +126,8 @@ def test_day2_refusal_end_to_end_exit_65_nothing_written(tmp_path, change, words
         with open(os.path.join(state, "machineconfigs", "90-change.yaml"), "w") as f:
             f.write("apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n"
                     "  name: 90-change\n  labels: {machineconfiguration.openshift.io/role: worker}\nspec:\n" + change)
-        deadline = time.monotonic() + 20
-        while api.get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"] == old:
-            assert time.monotonic() < deadline, "the server did not pick up the change"
-            time.sleep(0.2)
+        wait_for(lambda: api.get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"] != old,
+                 "the server picks up the change", 20)
         capsys.readouterr()
         assert agent_main(["update", "--once", "--root", top]) == 65
         assert words in capsys.readouterr().err

@@ -6,13 +6,13 @@ configHeaders for what each Ignition release sends).
 
 import json
 import shutil
-import time
 
 import pytest
 
 from agent.core.served import file_bytes, read_served
 from tests.helpers.certs import make_tls
 from tests.helpers.server_proc import ServerProcess
+from tests.helpers.wait import wait_for
 from tests.server.test_server_api import EXAMPLE, TOKEN
 
 IGN = "application/vnd.coreos.ignition+json"
@@ -245,20 +245,15 @@ def test_a_node_joining_mid_rollout_gets_the_proven_image_of_the_config_it_is_se
         mc = state / "machineconfigs" / "50-infra.yaml"
         mc.write_text(mc.read_text().replace("      files:\n", "      files:\n      - path: /etc/infra-new\n"
                                              "        contents: {source: 'data:,new'}\n", 1))
-        deadline = time.monotonic() + 10
-        while api(srv, "/api/v1/pools/infra")["spec"]["configuration"]["name"] == old:
-            assert time.monotonic() < deadline, "the server did not pick up the change"
-            time.sleep(0.2)
-        new = api(srv, "/api/v1/pools/infra")["spec"]["configuration"]["name"]
+        new = wait_for(lambda: (lambda name: name if name != old else None)(
+            api(srv, "/api/v1/pools/infra")["spec"]["configuration"]["name"]), "the server picks up the change", 10)
         (state / "machineosbuilds" / "infra-build-2.yaml").write_text(
             (state / "machineosbuilds" / "infra-build-1.yaml").read_text()
             .replace(old, new).replace(LAYERED, NEWER).replace("name: infra-a613", "name: infra-b2"))
         mosc = state / "machineosconfigs" / "infra.yaml"
         mosc.write_text(mosc.read_text().replace(LAYERED, NEWER))
-        deadline = time.monotonic() + 10
-        while api(srv, "/api/v1/pools/infra")["status"]["layeredImage"] != NEWER:
-            assert time.monotonic() < deadline, "the server did not pick up the build"
-            time.sleep(0.2)
+        wait_for(lambda: api(srv, "/api/v1/pools/infra")["status"]["layeredImage"] == NEWER,
+                 "the server picks up the build", 10)
         # Nobody runs the new config: a new node gets the current one, with *its* proven image
         # (upstream serves the base image here; the pull spec already names the unproven build).
         served = api(srv, "/api/v1/pools/infra")["status"]["served"]

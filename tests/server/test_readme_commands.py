@@ -11,13 +11,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 import requests
 
 from tests.helpers import paths
 from tests.helpers.server_proc import free_port, terminate
+from tests.helpers.wait import wait_for
 
 REPO = paths.REPO
 
@@ -93,16 +93,14 @@ def test_readme_commands_leave_the_checkout_clean(tmp_path):
     srv = subprocess.Popen(["bash", "-c", f"exec {SERVE} --listen 127.0.0.1:{port} --settle-seconds 0.5"],
                            cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
+        def up():
             assert srv.poll() is None, (tmp_path / "serve.log").read_text()
             try:
-                if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
-            time.sleep(0.2)
+                return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+            except requests.ConnectionError:  # not listening yet
+                return False
+
+        wait_for(up, f"the README's server answers /healthz (its log: {tmp_path / 'serve.log'})", 60, interval=0.2)
         server = f" --server http://127.0.0.1:{port}"
         assert "worker" in sh(GET + server, clone, env).stdout
         assert "worker" in sh(f"node-config-server {DESCRIBE}{server}", clone, env).stdout

@@ -5,7 +5,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 import requests
@@ -13,6 +12,7 @@ import requests
 from agent.core.served import read_served
 from tests.helpers.certs import make_tls
 from tests.helpers.server_proc import REPO, ServerProcess
+from tests.helpers.wait import wait_for
 
 EXAMPLE = os.path.join(REPO, "examples", "state")
 TOKEN = "t0ken-for-tests"
@@ -58,16 +58,7 @@ def report(srv, node, **body):
     return r.json()
 
 
-def wait_for(predicate, timeout=2.0, what="condition"):
-    """Poll; the contract is "picked up within 2 seconds" (0.3 s of slack for the poll itself)."""
-    deadline = time.monotonic() + timeout + 0.3
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not seen within {timeout}s")
-        time.sleep(0.1)
+PICKED_UP = 2.3  # the contract is "picked up within 2 seconds" (0.3 s of slack for the poll itself)
 
 
 def edit_yaml(path, old, new):
@@ -165,7 +156,7 @@ def test_gating_rollout_hold_and_state_reload(tmp_path, tls):
         # A new MachineConfig content: picked up without a restart, within 2 s.
         edit_yaml(state / "machineconfigs" / "00-worker.yaml", "- cgroup_no_v1=all", "- cgroup_no_v1=all\n  - quiet")
         t1 = wait_for(lambda: (lambda v: v["spec"]["configuration"]["name"] != c0 and v["spec"]["configuration"]["name"])(
-            pool_view(srv, "worker")), what="new target")
+            pool_view(srv, "worker")), "new target", PICKED_UP)
         view = pool_view(srv, "worker")
         assert view["status"]["configuration"]["name"] == c0  # current: w1 is not on t1 yet
         assert view["status"]["served"]["config"] == c0 and "no node runs the target" in view["status"]["served"]["reason"]
@@ -178,7 +169,7 @@ def test_gating_rollout_hold_and_state_reload(tmp_path, tls):
         assert any(b["pool"] == "worker" and b["reason"].startswith("updating") for b in cluster["blocking"])
         # Another change while the rollout of t1 is incomplete: held, and said so.
         edit_yaml(state / "machineconfigs" / "00-worker.yaml", "- quiet", "- quiet\n  - loglevel=3")
-        wait_for(lambda: pool_view(srv, "worker")["status"]["held"], what="held rollout")
+        wait_for(lambda: pool_view(srv, "worker")["status"]["held"], "held rollout", PICKED_UP)
         view = pool_view(srv, "worker")
         assert view["spec"]["configuration"]["name"] == t1 and "incomplete" in view["status"]["held"]
         cluster = srv.session().get(srv.url("/api/v1/cluster")).json()
@@ -213,7 +204,7 @@ def test_paused_pool_keeps_its_target(tmp_path, tls):
         m0 = pool_view(srv, "master")["spec"]["configuration"]["name"]
         edit_yaml(state / "machineconfigs" / "00-master.yaml", "- systemd.unified_cgroup_hierarchy=1",
                   "- systemd.unified_cgroup_hierarchy=1\n  - quiet")
-        wait_for(lambda: pool_view(srv, "master")["status"]["held"], what="paused hold")
+        wait_for(lambda: pool_view(srv, "master")["status"]["held"], "paused hold", PICKED_UP)
         view = pool_view(srv, "master")
         assert view["spec"]["configuration"]["name"] == m0 and view["status"]["rendered"] != m0
         blocking = srv.session().get(srv.url("/api/v1/cluster")).json()["blocking"]
@@ -239,7 +230,7 @@ def test_layered_image_served_only_when_proven(tmp_path, tls):
         # The build turns out failed: never served, whatever the nodes run.
         edit_yaml(state / "machineosbuilds" / "infra-build-1.yaml", "- type: Succeeded\n    status: \"True\"",
                   "- type: Succeeded\n    status: \"False\"")
-        wait_for(lambda: pool_view(srv, "infra")["status"]["served"]["image"] == base, what="build failure")
+        wait_for(lambda: pool_view(srv, "infra")["status"]["served"]["image"] == base, "build failure", PICKED_UP)
         assert "has not succeeded" in pool_view(srv, "infra")["status"]["served"]["reason"]
         assert served(srv, "infra")[0].encapsulated["spec"]["osImageURL"] == base
 
@@ -300,7 +291,7 @@ def test_drain_leases(tmp_path, tls):
         assert r.json()["released"] is True and r.json()["actions"] == ["uncordon"]
         assert drain(srv, "m2").status_code == 200
         # m2 dies and never renews: its lease expires and frees the slot.
-        wait_for(lambda: drain(srv, "m3").status_code == 200, timeout=3, what="lease expiry")
+        wait_for(lambda: drain(srv, "m3").status_code == 200, "lease expiry", 3 + 0.3)
         # A Done report on the leased config releases the lease too.
         report(srv, "m3", pool="master", state="Done", currentConfig="c")
         assert drain(srv, "m4").status_code == 200
@@ -329,7 +320,7 @@ def test_invalid_object_keeps_last_good_state(tmp_path, tls):
         # (fresh connections land on any worker), then until every worker has recovered.
         # This once failed in CI even at 10 s: a worker that booted after the write reported
         # stale: false (tests/server/test_state_watcher.py::test_a_process_started_on_a_bad_directory_*).
-        health = wait_for(lambda: every_worker(srv, lambda h: h["state"]["stale"]), what="stale state")
+        health = wait_for(lambda: every_worker(srv, lambda h: h["state"]["stale"]), "stale state", PICKED_UP)
         problem = health["state"]["problems"][0]
         assert problem["source"] == "machineconfigs/99-broken.yaml" and problem["path"] == "$.spec.kernelType"
         after = served(srv, "worker")[1]
@@ -338,7 +329,7 @@ def test_invalid_object_keeps_last_good_state(tmp_path, tls):
         assert any("99-broken.yaml" in w for w in warnings)
         assert "99-broken.yaml" in srv.log_text() and "$.spec.kernelType" in srv.log_text()
         (state / "machineconfigs" / "99-broken.yaml").unlink()
-        wait_for(lambda: every_worker(srv, lambda h: not h["state"]["stale"]), what="recovery on every worker")
+        wait_for(lambda: every_worker(srv, lambda h: not h["state"]["stale"]), "recovery on every worker", PICKED_UP)
 
 
 def every_worker(srv, predicate, probes=12):

@@ -18,6 +18,7 @@ import pytest
 from agent.server.cluster.service import Cluster
 from agent.server.store.statedir import watcher as watcher_module
 from tests.helpers.server_proc import REPO, ServerProcess
+from tests.helpers.wait import wait_for
 
 EXAMPLES = os.path.join(REPO, "examples", "state")
 SETTLE = 10.0  # serve's default (--settle-seconds)
@@ -157,7 +158,10 @@ def test_an_emptied_file_through_the_server_with_its_default_settle(tmp_path):
             assert target() == before
             time.sleep(0.2)
         mc.write_text(text)
-        time.sleep(1.0)
+
+        def state_clean():
+            state = s.get(srv.url("/healthz"), timeout=10).json()["state"]
+            return state if state["stale"] is False and state["problems"] == [] else None
+
+        wait_for(state_clean, "/healthz: the state directory read with no problem, not stale", 30)
         assert target() == before
-        health = s.get(srv.url("/healthz"), timeout=10).json()
-        assert health.get("stale") is False or not health.get("problems"), health

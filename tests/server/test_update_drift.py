@@ -9,7 +9,6 @@ import io
 import json
 import os
 import shutil
-import time
 from contextlib import redirect_stdout
 
 import pytest
@@ -18,6 +17,7 @@ from agent.cli import main as agent_main
 from tests.helpers.certs import make_tls
 from tests.helpers.noderoot import make_node_root
 from tests.helpers.server_proc import ServerProcess
+from tests.helpers.wait import wait_for
 from tests.server.test_mco_corpus import EXAMPLES
 
 TOKEN = "t0ken"
@@ -46,11 +46,11 @@ def describe(srv, tmp_path, name):
 
 
 def wait_for_new_target(api, srv, old):
-    deadline = time.monotonic() + 30
-    while api.get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"] == old:
-        assert time.monotonic() < deadline, "the server did not pick up the change"
-        time.sleep(0.2)  # polling the server's state with a deadline (it settles on its own clock)
-    return api.get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"]
+    def moved():
+        name = api.get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"]
+        return name if name != old else None
+
+    return wait_for(moved, "the server picks up the change (a new target)", 30)
 
 
 @pytest.fixture
@@ -162,16 +162,6 @@ def test_a_storage_change_with_the_override_is_recorded_and_reported_not_refused
     assert report["reason"].startswith("irreconcilable differences kept (storage.disks differ")
 
 
-def _wait(what, cond, seconds=30):
-    deadline = time.monotonic() + seconds
-    while True:
-        got = cond()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)  # polling a condition with a deadline, not synchronising on time
-
-
 @pytest.mark.skipif(not __import__("agent.host.inotify", fromlist=["x"]).available(), reason="no inotify")
 def test_the_service_sees_a_change_at_once_and_the_force_file_recovers(cluster):
     import subprocess
@@ -190,7 +180,7 @@ def test_the_service_sees_a_change_at_once_and_the_force_file_recovers(cluster):
         # The first check's record: the monitor sets its watch up before that check, so an edit
         # from now on is an event (found once under load: an edit between a check and a watch set
         # up after it went unseen until the next pass, 600 s away).
-        _wait("the first check", lambda: os.path.exists(drift_json))
+        wait_for(lambda: os.path.exists(drift_json), "the first check", 30)
         assert proc.poll() is None
         with open(path, "w") as f:
             f.write("edited\n")
@@ -198,14 +188,14 @@ def test_the_service_sees_a_change_at_once_and_the_force_file_recovers(cluster):
         def degraded():
             report = api.get(srv.url("/api/v1/nodes/w-drift")).json().get("report") or {}
             return report.get("state") == "Degraded" and DRIFTED in (report.get("reason") or "")
-        _wait("the Degraded report", degraded)
+        wait_for(degraded, "the Degraded report", 30)
         os.makedirs(os.path.join(top, "run"), exist_ok=True)
         open(os.path.join(top, "run/node-agent-force"), "w").close()
-        _wait("the forced re-apply", lambda: open(path, "rb").read() == ORIGINAL)
+        wait_for(lambda: open(path, "rb").read() == ORIGINAL, "the forced re-apply", 30)
 
         def done():
             return api.get(srv.url("/api/v1/nodes/w-drift")).json()["report"]["state"] == "Done"
-        _wait("the Done report", done)
+        wait_for(done, "the Done report", 30)
         assert not os.path.exists(os.path.join(top, "run/node-agent-force"))
     finally:
         proc.terminate()

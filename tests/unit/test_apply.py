@@ -428,3 +428,12 @@ def test_write_many_failure_before_the_renames_leaves_no_trace(tmp_path, monkeyp
         files.write_many(items)
     assert sorted(os.listdir(tmp_path)) == ["x"]  # no new file, no temporary
     assert (tmp_path / "x").read_bytes() == b"old"
+
+
+def test_a_rollback_that_could_not_undo_everything_names_what_it_left_never_all_rolled_back():
+    from agent.node.apply import rollback_outcome
+
+    assert rollback_outcome([]) == "every change was rolled back"
+    text = rollback_outcome(["/etc/x: Permission denied", "daemon-reload: timeout"])
+    assert "all" not in text and "2 change(s) it could not undo" in text
+    assert "/etc/x: Permission denied; daemon-reload: timeout" in text and "restore those by hand" in text

@@ -29,7 +29,8 @@ from typing import Any, Callable, Dict, List
 import requests
 import yaml
 
-from tests.helpers.kube_cluster import REPO, KubeCluster, wait_for
+from tests.helpers.kube_cluster import REPO, KubeCluster
+from tests.helpers.wait import wait_for
 
 WORKLOAD = "vm-workload"  # the namespace of the pod the drain evicts
 USER = "node-config-server-vm"  # the server's least-privilege user

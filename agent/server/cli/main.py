@@ -174,7 +174,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _err(str(exc))
         return EXIT_USAGE
-    _first_render(args, store)
+    from agent.server.store.nodestore import StoreSetupError
+
+    try:
+        _first_render(args, store)
+    except StoreSetupError as exc:  # one line that says what to do, not an internal error
+        _err(f"serve: {getattr(exc, 'message', None) or exc}")
+        return EXIT_USAGE
     return _run_gunicorn(args, store, token, admin_token, host, port)
 
 

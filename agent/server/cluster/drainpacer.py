@@ -11,7 +11,8 @@ gets 409, reads again and follows), runs the round (kube_drain.drain_for_lease) 
 is under way, and says how long the node should wait otherwise.
 
 No drain at all on a single-node cluster (Infrastructure ``cluster``,
-status.controlPlaneTopology SingleReplica: the MCD's drainRequired, pkg/daemon/drain.go).
+status.controlPlaneTopology SingleReplica: the MCD's drainRequired, pkg/daemon/drain.go), and none
+while the topology cannot be read (agent/server/cluster/topology.py: unknown, retried).
 """
 
 import hashlib
@@ -27,7 +28,6 @@ from agent.server.store.kube.client import NODES, KubeError, KubeUnavailable
 
 log = logging.getLogger(__name__)
 
-INFRASTRUCTURE = "/apis/config.openshift.io/v1/infrastructures/cluster"
 EVENT_NAMESPACE = "default"  # where core/v1 Events of cluster-scoped objects (Nodes) go
 COMPONENT = "node-config-server"
 MAX_WAIT = 60  # a node told to wait longer still asks within a minute (its lease is renewed on each ask)
@@ -41,13 +41,14 @@ class Paced:
     result: Optional[DrainResult] = None
     wait: int = RETRY_SECONDS
     skipped: str = ""
+    unknown: str = ""  # why it is not known whether a drain is allowed (topology): nothing done, ask again
     state: DrainState = field(default_factory=DrainState)
     events: List[str] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"required": not self.skipped}
-        if self.skipped:
-            out["reason"] = self.skipped
+        if self.skipped or self.unknown:
+            out["reason"] = self.skipped or self.unknown
         if self.result is not None:
             out.update(self.result.to_dict())
         if self.state.active:
@@ -55,25 +56,12 @@ class Paced:
         return out
 
 
-def control_plane_topology(drainer: Any) -> Optional[str]:
-    """The Infrastructure object's status.controlPlaneTopology, read once per Drainer (a cluster's
-    topology does not change); None when the API has no such object or may not read it."""
-    if drainer.topology_memo is not None:
-        return drainer.topology_memo[0]
-    topology = None
-    try:
-        topology = str((drainer.client.get(INFRASTRUCTURE).get("status") or {}).get("controlPlaneTopology") or "")
-    except KubeError as exc:
-        if exc.status != 404:
-            log.warning("reading %s: %s; draining as on a cluster of several nodes (deploy/rbac.yaml grants "
-                        "get infrastructures)", INFRASTRUCTURE, exc)
-    drainer.topology_memo = (topology or None,)
-    return drainer.topology_memo[0]
-
-
 def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = None) -> Optional[Paced]:
     """The node holding its lease asks again. None: no Node of that name (nothing to drain)."""
-    required, why = draincadence.drain_required(control_plane_topology(drainer))
+    topology, unknown = drainer.topology.read(drainer.client)
+    if unknown:  # fail closed: it may be a single-node cluster
+        return Paced(done=False, wait=max(1, int(drainer.topology.retry_seconds)), unknown=unknown)
+    required, why = draincadence.drain_required(topology)
     if not required:
         return Paced(done=True, skipped=why)
     cadence: Cadence = drainer.cadence or Cadence()

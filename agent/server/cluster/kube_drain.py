@@ -29,6 +29,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from agent.server.cluster.topology import Topology
 from agent.server.rollout.drainplan import (
     EVICT,
     DrainPlan,
@@ -78,8 +79,8 @@ class Drainer:
         self.settings = settings or DrainSettings()
         self.cadence = cadence  # draincadence.Cadence (None: the MCO's), read by drainpacer
         self.node_cache: Any = None  # kube.watch.Reflector of Nodes (kube_sync's): the views' drain state
-        # drainpacer's memos, kept here because they live as long as this Drainer:
-        self.topology_memo: Optional[Tuple[Optional[str]]] = None  # (controlPlaneTopology,) once read
+        self.topology = Topology()  # the cluster's controlPlaneTopology: known, absent or unknown (retried)
+        # drainpacer's memo, kept here because it lives as long as this Drainer:
         self.active_memo: Optional[Tuple[Any, Dict[str, Any]]] = None  # (node cache version, active drains)
         self._eviction_version: Optional[str] = None  # "" = the API has no eviction
         self._evicted: Dict[str, Dict[PodKey, str]] = {}  # node -> pod -> uid evicted
@@ -183,9 +184,11 @@ class Drainer:
         # No gracePeriodSeconds: the pod's own (kubectl's GracePeriodSeconds -1). The UID
         # precondition keeps a newer pod of the same name from being evicted by an older plan.
         options = {"preconditions": {"uid": pod.uid}} if pod.uid else {}
-        if not version:
-            self.client.delete(path, {"apiVersion": "v1", "kind": "DeleteOptions", **options})
-            return
+        if not version:  # kubectl would DELETE the pod: "delete pods" is a grant deploy/rbac.yaml never gives
+            raise KubeError(501, "NoEviction", "the API server lists no pods/eviction subresource, and node-config-"
+                                               "server evicts only through it (its role may not delete pods): drain "
+                                               "this node by hand (kubectl drain)", f"evicting pod {pod.namespace}/"
+                                               f"{pod.name}")
         body = {"apiVersion": version, "kind": "Eviction",
                 "metadata": {"name": pod.name, "namespace": pod.namespace},
                 "deleteOptions": {"apiVersion": "v1", "kind": "DeleteOptions", **options}}

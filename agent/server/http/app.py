@@ -31,7 +31,7 @@ from agent.server.http.metrics import RequestCounter, exposition
 from agent.server.http.noderoutes import NodeRoutes
 from agent.server.rollout import drains
 from agent.server.rollout.identity import NODE, Auth, Caller, Denied
-from agent.server.store.nodestore import StoreUnavailable
+from agent.server.store.nodestore import ReportTooLarge, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,8 @@ class App(NodeRoutes):
             resp = json_response(exc.code, error_body(exc.code, exc.message, exc.field), exc.headers)
         except Denied as exc:
             resp = json_response(exc.code, error_body(exc.code, exc.message, "Authorization"), exc.headers)
+        except ReportTooLarge as exc:  # nothing was written; final for this report (the agent keeps it refused)
+            resp = json_response(413, error_body(413, str(exc), "$"))
         except StoreUnavailable as exc:  # nothing was written: the node retries (Retry-After)
             log.warning("%s %s: store unavailable: %s", method, environ.get("PATH_INFO"), exc)
             resp = json_response(503, error_body(503, f"the shared store is unavailable, nothing was recorded; "

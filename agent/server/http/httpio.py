@@ -6,6 +6,7 @@ Every error is JSON: ``{"error": {"code": <HTTP status>, "message": "...", "fiel
 
 import json
 import re
+import time
 from http import HTTPStatus
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -108,6 +109,7 @@ def read_body(environ: Dict[str, Any]) -> bytes:
         if length < 0:
             raise HTTPError(400, "invalid Content-Length")
         if length > limit:
+            _discard(environ["wsgi.input"], length, environ.get("gunicorn.socket"))
             raise _too_large(what, limit, length)
         want = length
     else:  # chunked, or no body at all (gunicorn then reads nothing)
@@ -121,8 +123,36 @@ def read_body(environ: Dict[str, Any]) -> bytes:
             raise
         raise HTTPError(400, f"the request body could not be read: {type(exc).__name__}: {exc}", field="$")
     if len(raw) > limit:
+        _discard(environ["wsgi.input"], MAX_DISCARD, environ.get("gunicorn.socket"))
         raise _too_large(what, limit, None)
     return raw
+
+
+MAX_DISCARD = 8 << 20  # the most of an over-limit body read (and dropped) so that its client sees the 413
+DISCARD_SECONDS = 5.0  # and for at most this long
+
+
+def _discard(stream: Any, length: int, stream_socket: Any = None) -> None:
+    """Read and drop up to ``length`` bytes of an over-limit body (at most MAX_DISCARD, for at
+    most DISCARD_SECONDS), as nginx's lingering close does: a server that answers 413 and closes
+    while the client still sends makes the client's kernel see a reset (TLS: an EOF) before it
+    reads the answer; the client never learns the body was refused and sends it again. What is
+    left after the bounds is not waited for (the connection then closes: gevent_worker's
+    _should_close)."""
+    close = getattr(stream_socket, "close_after_response", None)
+    if close is not None:  # the gevent worker: "Connection: close" on the 413, as docs/security.md says
+        close()
+    left = min(length, MAX_DISCARD)
+    deadline = time.monotonic() + DISCARD_SECONDS
+    try:
+        while left > 0 and time.monotonic() < deadline:
+            chunk = stream.read(min(left, 64 << 10))
+            if not chunk:
+                return
+            left -= len(chunk)
+    except Exception as exc:  # the client gave up or sent garbage: the 413 is still the answer
+        if not isinstance(exc, OSError) and not type(exc).__module__.startswith("gunicorn.http"):
+            raise
 
 
 def json_body(environ: Dict[str, Any]) -> Any:
@@ -143,7 +173,29 @@ def json_body(environ: Dict[str, Any]) -> Any:
         too_deep = _too_deep(doc)
     if too_deep:
         raise HTTPError(400, f"the body nests deeper than {MAX_JSON_DEPTH} levels", field="$")
+    if _has_lone_surrogate(doc):
+        raise HTTPError(400, "the body has a lone UTF-16 surrogate escape (\\ud800-\\udfff without its pair): "
+                             "not Unicode text; send the character itself or its pair", field="$")
     return doc
+
+
+def _has_lone_surrogate(doc: Any) -> bool:
+    """Whether a string of ``doc`` (keys too) holds a lone surrogate (json.loads lets "\\ud800"
+    through; it cannot be written as UTF-8, so a store would fail on it later)."""
+    stack = [doc]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
 
 
 def _too_deep(doc: Any) -> bool:

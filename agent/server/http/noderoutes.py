@@ -28,6 +28,28 @@ from agent.server.store.nodestore import TooManyPending, TooManyUnvetted
 log = logging.getLogger(__name__)
 
 
+MAX_CONFIG_NAME = 4096  # as a report's config names (agent/server/cluster/reports.py)
+
+
+def released_answer(node: str, pool: Optional[str], real_nodes: bool) -> Dict[str, Any]:
+    """What ``DELETE /api/v1/nodes/<node>/drain`` did (pure). With the Kubernetes backend only the
+    lease ends: the Node stays cordoned until the node reports Done on the config it was drained
+    for (kube_sync uncordons it then, as the MCO's drain controller uncordons once the MCD asks
+    after its update), so a node that gave up is not put back to work half-updated. The other
+    backends have no Node to cordon: the uncordon is recorded in the node's drain log."""
+    out: Dict[str, Any] = {"node": node, "released": pool is not None, "pool": pool or "", "actions": []}
+    if pool is None:
+        out["effect"] = f"node {node} held no drain lease: nothing changed"
+    elif real_nodes:
+        out["effect"] = (f"the drain lease in pool {pool} is released; the Node stays cordoned until node {node} "
+                         f"reports Done on the config it was drained for (kubectl uncordon {node} to uncordon it now)")
+    else:
+        out["actions"] = ["uncordon"]
+        out["effect"] = (f"the drain lease in pool {pool} is released and an uncordon recorded in the node's drain "
+                         f"log (this backend has no Node objects to uncordon)")
+    return out
+
+
 class NodeRoutes:
     """Needs ``self.cluster``, ``self.auth``, ``self.caller(environ)`` and ``self._known()``."""
 
@@ -73,8 +95,7 @@ class NodeRoutes:
         if method == "DELETE":
             self.auth.require_node(caller, node, registered, f"releasing node {node}'s drain lease", admin_may=True)
             pool = drains.release(self.cluster.store, node)
-            return json_response(200, {"node": node, "released": pool is not None, "pool": pool or "",
-                                       "actions": ["uncordon"] if pool else []})
+            return json_response(200, released_answer(node, pool, self.cluster.drainer is not None))
         self.auth.require_node(caller, node, registered, f"a drain lease for node {node}")
         reg = self.cluster.store.registration(node) if caller.kind == identity.NODE else None
         if reg is not None and reg.pending:
@@ -246,8 +267,9 @@ class NodeRoutes:
         if not isinstance(pool, str) or not pool:
             raise HTTPError(400, "pool: required", field="$.pool")
         config = body.get("config", "")
-        if not isinstance(config, str):
-            raise HTTPError(400, "config: must be a string", field="$.config")
+        if not isinstance(config, str) or len(config) > MAX_CONFIG_NAME:
+            raise HTTPError(400, f"config: must be a string of at most {MAX_CONFIG_NAME} characters (a rendered "
+                                 f"config's name)", field="$.config")
         cluster = self.cluster
         if pool not in cluster.state().pools:
             raise HTTPError(404, f"unknown pool {pool!r}; known pools: {self._known()}", field="$.pool")
@@ -285,6 +307,11 @@ class NodeRoutes:
             log.info("node %s: no Node object: nothing to drain, the lease is granted", node)
             return json_response(200, out, pool=pool)
         out["drain"] = paced.to_dict()
+        if paced.unknown:  # nothing cordoned: the node keeps its slot and asks again
+            log.warning("node %s: %s", node, paced.unknown)
+            out.update(status="waiting", granted=False, retryAfter=paced.wait,
+                       reason=f"node {node} is not drained yet: {paced.unknown}; ask again in {paced.wait} s")
+            return json_response(429, out, [("Retry-After", str(paced.wait))], pool=pool)
         if paced.skipped:
             log.info("node %s: %s; the lease is granted", node, paced.skipped)
             return json_response(200, out, pool=pool)

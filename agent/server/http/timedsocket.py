@@ -92,6 +92,11 @@ class TimedSocket:
         self.first = False
         self._deadline = time.monotonic() + self.limits.idle
 
+    def close_after_response(self) -> None:
+        """The app's answer ends this connection (a 413: the rest of its body is not waited for)."""
+        if self.request is not None:
+            self.request.must_close = True
+
     def close_if_idle(self) -> None:
         """Called by a stopping worker: a connection waiting for a request, or for the rest of
         its head, is closed (no request was dispatched on it: the client may retry at once).

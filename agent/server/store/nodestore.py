@@ -91,6 +91,14 @@ class StoreUnavailable(Exception):
     Retry-After (nodes retry); reads keep answering from what the replica already has."""
 
 
+class StoreSetupError(Exception):
+    """The store cannot start as configured (a missing namespace): ``serve`` stops with the message."""
+
+
+class ReportTooLarge(Exception):
+    """A report the store's engine cannot hold (the message names the limit): nothing written, 413."""
+
+
 @dataclass(frozen=True)
 class NodeRecord:
     node: str

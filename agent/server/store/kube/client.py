@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 import requests
 import yaml
 
-from agent.server.store.nodestore import StoreUnavailable
+from agent.server.store.nodestore import StoreSetupError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,24 @@ class KubeError(Exception):
         self.status = status
         self.reason = reason
         self.message = message
+
+
+class KubeRefused(KubeError, StoreUnavailable):
+    """401 or 403: a KubeError (``status``) and a StoreUnavailable too (503 with Retry-After, nothing
+    written), because a kube-apiserver that is starting answers 403 to everything until its RBAC
+    cache is filled (before /readyz is ok): it passes. One that lasts is a missing grant, which
+    the message says (apply deploy/rbac.yaml)."""
+
+
+class NamespaceMissing(KubeError, StoreSetupError):
+    """404 for the namespace itself (creating an object in a namespace that does not exist): the
+    message says what to apply. ``serve`` stops on it with one line (agent/server/cli/main.py)."""
+
+
+def _missing_namespace(status: Dict[str, Any]) -> str:
+    """The namespace a 404 Status names as missing ("namespaces \"x\" not found"), else ""."""
+    details = status.get("details") or {}
+    return str(details.get("name") or "") if details.get("kind") == "namespaces" else ""
 
 
 @dataclass(frozen=True)
@@ -324,6 +342,14 @@ def _answer(resp: requests.Response, what: str) -> Dict[str, Any]:
     message = str(status.get("message") or "")[:500]
     if resp.status_code >= 500 or resp.status_code == 429 and not _is_eviction(what):
         raise KubeUnavailable(f"{what}: {resp.status_code} {reason}: {message}")
+    namespace = _missing_namespace(status) if resp.status_code == 404 else ""
+    if namespace:
+        raise NamespaceMissing(404, reason, f"namespace {namespace} does not exist; node-config-server keeps its node "
+                                            f"state there: create it with its account and role (kubectl apply -f "
+                                            f"deploy/rbac.yaml) or name another with --namespace", what)
+    if resp.status_code in (401, 403):
+        raise KubeRefused(resp.status_code, reason, f"{message} (while the API server starts this passes; if it "
+                                                    f"lasts, apply deploy/rbac.yaml to the server's account)", what)
     raise KubeError(resp.status_code, reason, message, what)
 
 

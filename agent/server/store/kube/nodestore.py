@@ -53,6 +53,7 @@ from agent.server.store.nodestore import (
     PoolRow,
     Recorded,
     Registration,
+    ReportTooLarge,
     Serving,
     lease_ends,
 )
@@ -77,6 +78,20 @@ SYNC_TIMEOUT = 30.0
 # The API server refuses an object whose annotations pass 256 KiB (TotalAnnotationSizeLimitB,
 # apimachinery/pkg/api/validation/objectmeta.go); a report is at most 64 KiB (httpio.MAX_REPORT).
 ANNOTATIONS_MAX = 256 << 10
+
+
+def report_annotation(rec: NodeRecord) -> str:
+    """The report annotation's value (pure): compact JSON with its characters as they are, not
+    ASCII-escaped ("é" stays 2 bytes, not the 6 of ``\\u00e9``), so a report within
+    httpio.MAX_REPORT always fits the annotations; ReportTooLarge (413) names the limit if not."""
+    value = json.dumps({"pool": rec.pool, "why": rec.why, "degraded": rec.degraded, "report": rec.report,
+                        "received": rec.received}, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    size = len(value.encode("utf-8"))
+    if size > ANNOTATIONS_MAX // 2:
+        raise ReportTooLarge(f"node {rec.node}: the report takes {size} bytes on its MachineConfigNode; at most "
+                             f"{ANNOTATIONS_MAX // 2} bytes fit (half of the API server's {ANNOTATIONS_MAX} bytes of "
+                             f"annotations); send a smaller report")
+    return value
 
 
 class KubeNodeStore(IndexedReads, NodeStore):
@@ -218,11 +233,7 @@ class KubeNodeStore(IndexedReads, NodeStore):
         its drain lease (a second write: a replica dying between the two leaves the lease to
         expire, or to the node's next Done report)."""
         rec = NodeRecord(node, member.pool, member.why, member.degraded, dict(body), now)
-        value = json.dumps({"pool": rec.pool, "why": rec.why, "degraded": rec.degraded, "report": rec.report,
-                            "received": now}, sort_keys=True)
-        if len(value) > ANNOTATIONS_MAX // 2:
-            raise ValueError(f"node {node}: a report of {len(value)} bytes does not fit the MachineConfigNode's "
-                             f"annotations (at most {ANNOTATIONS_MAX} bytes in all); send a smaller report")
+        value = report_annotation(rec)
         with self._lock:
             old = self._index.records.get(node)
         obj = self._patch_mcn(node, {"metadata": {"annotations": {REPORT: value}}}, member.pool, body)

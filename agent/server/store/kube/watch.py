@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from agent.server.store.kube.client import KubeClient, KubeError, KubeUnavailable, Resource
+from agent.server.store.kube.client import KubeClient, KubeError, KubeRefused, KubeUnavailable, Resource
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +255,7 @@ class Follower:
         return self.reflector is None or self.reflector.wait_synced(timeout)
 
 
-class KubeForbidden(KubeError):
+class KubeForbidden(KubeRefused):
     """403: the server's account lacks a permission (RBAC); the message names it and the fix."""
 
 
