@@ -12,14 +12,8 @@ import sqlite3
 import pytest
 
 from agent.server.rollout import progress
-from agent.server.store.nodestore import (
-    SERVER_KEY,
-    NodeStore,
-    PoolRow,
-    Proof,
-    TooManyPending,
-    TooManyUnvetted,
-)
+from agent.server.store.errors import TooManyPending, TooManyUnvetted
+from agent.server.store.nodestore import SERVER_KEY, NodeStore, PoolRow, Proof
 from agent.server.store.sqlite.db import Database
 from agent.server.store.sqlite.nodestore import SqliteNodeStore
 from tests.helpers import paths

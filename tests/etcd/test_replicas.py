@@ -262,9 +262,9 @@ def day2(node):
 
 
 def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, tmp_path):
+    from agent.server.store.errors import StoreUnavailable
     from agent.server.store.etcd import drains
     from agent.server.store.etcd.client import EtcdClient, parse_store_url
-    from agent.server.store.nodestore import StoreUnavailable
 
     proven = pool(fleet.replicas[0])["status"]["served"]["config"]
     url = parse_store_url(fleet.etcd.url)

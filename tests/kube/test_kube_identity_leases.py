@@ -21,13 +21,13 @@ import pytest
 import yaml
 
 from agent.server.rollout.identity import credential_hash
+from agent.server.store.errors import TooManyPending
 from agent.server.store.kube import identity as kube_identity
 from agent.server.store.kube import leases as kube_leases
 from agent.server.store.kube.client import KubeClient, KubeUnavailable, load_kubeconfig
 from agent.server.store.kube.identity import KubeCredentials
 from agent.server.store.kube.leases import KubeLeases
 from agent.server.store.kube.watch import KubeForbidden, NewestObjects
-from agent.server.store.nodestore import TooManyPending
 from tests.helpers import paths
 from tests.helpers.kube_cluster import (
     kube_cluster,  # noqa: F401  (the session fixture)

@@ -14,11 +14,12 @@ import pytest
 from agent.server.cli.main import build_parser
 from agent.server.cli.storecmds import check_serve_args, store_config
 from agent.server.rollout.progress import Membership
+from agent.server.store.errors import StoreUnavailable, TooManyUnvetted
 from agent.server.store.kube import leases as kube_leases
 from agent.server.store.kube.client import KubeClient, KubeUnavailable, load_kubeconfig
 from agent.server.store.kube.nodestate import CONFIGMAP_MAX
 from agent.server.store.kube.nodestore import REPORT, STORE_LABEL, KubeNodeStore
-from agent.server.store.nodestore import PoolRow, StoreUnavailable, TooManyUnvetted
+from agent.server.store.nodestore import PoolRow
 from tests.etcd.test_nodestore import IDENTITY_CONTRACT
 from tests.etcd.test_nodestore_etcd import CONTRACT
 from tests.helpers.kube_cluster import kube_cluster, unique  # noqa: F401 - the session fixture

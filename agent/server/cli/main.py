@@ -174,7 +174,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _err(str(exc))
         return EXIT_USAGE
-    from agent.server.store.nodestore import StoreSetupError
+    from agent.server.store.errors import StoreSetupError
 
     try:
         _first_render(args, store)

@@ -13,7 +13,8 @@ import time
 from typing import Any, Dict, Optional
 
 from agent.server.rollout import identity, progress
-from agent.server.store.nodestore import SERVER_KEY, Registration, StoreUnavailable
+from agent.server.store.errors import StoreUnavailable
+from agent.server.store.nodestore import SERVER_KEY, Registration
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,8 @@ from agent.server.cluster.serving import ConfigServing, Fetch, UnknownPool  # no
 from agent.server.rollout import gating, progress, skewpolicy
 from agent.server.rollout.drains import DEFAULT_TTL
 from agent.server.rollout.render import Rendered, inputs_key, render_pool
-from agent.server.store.nodestore import SERVER_KEY, NodeStore, PoolRow, StoreUnavailable, counts_for
+from agent.server.store.errors import StoreUnavailable
+from agent.server.store.nodestore import SERVER_KEY, NodeStore, PoolRow, counts_for
 from agent.server.store.objectsource import ObjectSource
 from agent.server.store.sqlite.db import Database
 from agent.server.store.sqlite.nodestore import SqliteNodeStore

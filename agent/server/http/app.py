@@ -31,7 +31,7 @@ from agent.server.http.metrics import RequestCounter, exposition
 from agent.server.http.noderoutes import NodeRoutes
 from agent.server.rollout import drains
 from agent.server.rollout.identity import NODE, Auth, Caller, Denied
-from agent.server.store.nodestore import ReportTooLarge, StoreUnavailable
+from agent.server.store.errors import ReportTooLarge, StoreUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from agent.server.cluster.service import ReportInvalid, validate_report
 from agent.server.http.httpio import HTTPError, Response, allow, json_body, json_response
 from agent.server.rollout import drains, identity
 from agent.server.rollout.identity import Denied
-from agent.server.store.nodestore import TooManyPending, TooManyUnvetted
+from agent.server.store.errors import TooManyPending, TooManyUnvetted
 
 log = logging.getLogger(__name__)
 
@@ -292,8 +292,8 @@ class NodeRoutes:
         that cannot be evicted) and since when is in the answer. A single-node cluster never
         drains: granted at once, the answer says why."""
         from agent.server.cluster.drainpacer import paced_drain
+        from agent.server.store.errors import StoreUnavailable
         from agent.server.store.kube.client import KubeError, KubeUnavailable
-        from agent.server.store.nodestore import StoreUnavailable
 
         try:
             paced = paced_drain(drainer, node, config)

@@ -54,12 +54,8 @@ store it is given):
 - **Deleting a node.** ``delete_node(node, now)`` -> ``Deleted``: its report, its share of the
   counters and proofs, its lease and its credential go in one atomic step.
 - Meta: ``meta(key)`` / ``set_meta(key, value)`` for small shared strings (state signature).
-- **What the engine is and shares** (every engine answers; the service never guesses from a
-  class name): ``kind`` ("sqlite", "etcd", "kubernetes"), ``alarms()`` (raised conditions that
-  stop writes: etcd's NOSPACE, CORRUPT), ``last_seen()`` (when a shared store last answered this
-  process; None for a local file), ``replicas()`` (every live replica's announced view; None when
-  the engine keeps no such list) and ``start_heartbeat(name, describe)`` (announce this
-  process's view to the others; None when there are no others to tell).
+- **What the engine is and shares** (the service asks, never guesses from a class): ``kind``,
+  ``alarms()``, ``last_seen()``, ``observe()``, ``replicas()``, ``start_heartbeat()`` below.
 
 Times are Unix seconds. Names are already validated by the caller (DNS-1123).
 """
@@ -76,27 +72,6 @@ SERVER_KEY = "_server"  # the server's own mark on a stored report (identity.py)
 SERVED_KEEP = 8  # configs remembered per node as served to it (newest last)
 APPROVERS_MANAGED = ("admin", "rule")  # approvals a server that approves gives ("" = pending)
 VETTED_BY = ("admin", "upgrade")  # approvals a person gave (or that predate approval); the rest count as unvetted
-
-
-class TooManyPending(Exception):
-    """``max_pending`` registrations already wait for approval: nothing was stored."""
-
-
-class TooManyUnvetted(TooManyPending):
-    """``max_unvetted`` registrations exist that no admin approved: nothing was stored."""
-
-
-class StoreUnavailable(Exception):
-    """The shared store cannot be reached: nothing was written. The HTTP layer answers 503 with
-    Retry-After (nodes retry); reads keep answering from what the replica already has."""
-
-
-class StoreSetupError(Exception):
-    """The store cannot start as configured (a missing namespace): ``serve`` stops with the message."""
-
-
-class ReportTooLarge(Exception):
-    """A report the store's engine cannot hold (the message names the limit): nothing written, 413."""
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ Kubernetes API) share: how a record is made, approved and told what was served t
 
 from typing import Any, Callable, Dict, Optional
 
-from agent.server.store.nodestore import SERVED_KEEP, VETTED_BY, Registration, TooManyPending, TooManyUnvetted
+from agent.server.store.errors import TooManyPending, TooManyUnvetted
+from agent.server.store.nodestore import SERVED_KEEP, VETTED_BY, Registration
 
 
 class RegistrationChanges:

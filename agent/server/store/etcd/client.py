@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from agent.server.store.nodestore import StoreUnavailable
+from agent.server.store.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
 

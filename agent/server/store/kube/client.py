@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 import requests
 import yaml
 
-from agent.server.store.nodestore import StoreSetupError, StoreUnavailable
+from agent.server.store.errors import StoreSetupError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 

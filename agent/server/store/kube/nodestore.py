@@ -31,6 +31,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from agent.server.rollout.progress import Membership
+from agent.server.store.errors import ReportTooLarge
 from agent.server.store.kube.client import (
     CONFIGMAPS,
     MACHINE_CONFIG_NODES,
@@ -53,7 +54,6 @@ from agent.server.store.nodestore import (
     PoolRow,
     Recorded,
     Registration,
-    ReportTooLarge,
     Serving,
     lease_ends,
 )

@@ -13,6 +13,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.rollout.progress import Membership
+from agent.server.store.errors import TooManyPending, TooManyUnvetted
 from agent.server.store.nodestore import (
     DRAIN_GRANTED,
     SERVED_KEEP,
@@ -26,8 +27,6 @@ from agent.server.store.nodestore import (
     Recorded,
     Registration,
     Serving,
-    TooManyPending,
-    TooManyUnvetted,
     contribution,
     registration_from,
 )
