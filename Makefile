@@ -122,7 +122,7 @@ VM_CACHE ?= $(or $(NODE_AGENT_VM_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/n
 vm-base: sysdeps
 	@bash tests/vm/build-base.sh "$(VM_CACHE)"
 
-vm-test: venv vm-base
+vm-test: venv vm-base kube-bin
 	NODE_AGENT_VM_TEST=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m vm tests/vm
 
 # kube-apiserver, kube-controller-manager and kube-scheduler for the tests' control plane
