@@ -27,8 +27,9 @@ help:
 	@echo "              then the whole suite again on CPython 3.9 with RHEL 9's library versions (make py39)"
 	@echo "make rpm    - build the RPMs into build/rpm, and the RHEL 9 ones into build/rpm-el9"
 	@echo "make vm-test - only the VM test: boot a Debian guest under QEMU against a real node-config-server"
-	@echo "make kube-bin - build (once, cached) or find kube-apiserver/kube-controller-manager 1.20.2 for the"
-	@echo "              tests' Kubernetes control plane; prints their directory as the last line"
+	@echo "make kube-bin - build (once, cached) or find kube-apiserver, kube-controller-manager, kube-scheduler"
+	@echo "              and kubelet 1.20.2 (and pause) for the tests' Kubernetes control plane and the VM guest;"
+	@echo "              prints their directory as the last line"
 	@echo "make bench  - run every benchmark under benchmarks/ and print the table"
 
 # Installs only what is missing; needs root (as on CI) and apt-get. Elsewhere it says what to install.
@@ -95,7 +96,7 @@ RHEL9_CONSTRAINTS := tests/rhel9-constraints.txt
 DEB_PACKAGES += cpio  # rpm2cpio | cpio: tests unpack the RHEL 9 RPM's payload
 DEB_PACKAGES += etcd-server haproxy  # the replica tests: a real three-member etcd behind a real load balancer
 # make kube-bin: Kubernetes 1.20.2 built from Debian's source package (tools/kube/build-kube-bin.sh)
-DEB_PACKAGES += golang-go rsync jq dpkg-dev patch golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev
+DEB_PACKAGES += golang-go gcc libc6-dev rsync jq dpkg-dev patch golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev
 
 $(STAMP39): pyproject.toml $(RHEL9_CONSTRAINTS) | sysdeps
 	@test -x $(VENV39)/bin/python || $(PY39) -m venv $(VENV39)
@@ -124,10 +125,11 @@ VM_CACHE ?= $(or $(NODE_AGENT_VM_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/n
 vm-base: sysdeps
 	@bash tests/vm/build-base.sh "$(VM_CACHE)"
 
-vm-test: venv vm-base
+vm-test: venv vm-base kube-bin
 	NODE_AGENT_VM_TEST=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m vm tests/vm
 
-# kube-apiserver and kube-controller-manager for the tests' control plane (tests/helpers/kube_cluster.py):
+# kube-apiserver, kube-controller-manager and kube-scheduler for the tests' control plane
+# (tests/helpers/kube_cluster.py), kubelet and pause for the VM guest (tests/vm/build-image.sh):
 # built once from Debian 12's source package `kubernetes` with tools/kube's fixes, then cached in
 # ~/.cache/node-agent-kube (NODE_AGENT_KUBE_CACHE); a cache hit downloads and builds nothing. The
 # last line printed is the directory (the tests find it by the same script, `--find`).

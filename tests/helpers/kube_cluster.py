@@ -1,12 +1,16 @@
-"""A real Kubernetes control plane on loopback for the tests: etcd, kube-apiserver (RBAC on) and
-kube-controller-manager 1.20.2, with OpenShift's CRDs (deploy/crds/) installed.
+"""A real Kubernetes control plane on loopback for the tests: etcd, kube-apiserver (Node and RBAC
+authorization, the NodeRestriction admission plugin), kube-controller-manager and kube-scheduler
+1.20.2, with OpenShift's CRDs (deploy/crds/) installed.
 
 The binaries come from ``make kube-bin`` (tools/kube/build-kube-bin.sh, cached outside the tree);
 etcd is Debian's etcd-server, kubectl is /usr/bin/kubectl. Everything listens on 127.0.0.1 on free
 ports and speaks TLS with certificates made here by one throw-away CA (etcd's clients, the API
 server's clients and serving certificates); the API server has no insecure port, and neither
-has the controller manager. No kubelet or scheduler runs: pods stay Pending unless a test writes
-their status.
+have the controller manager and the scheduler. The API server's certificate also names 10.0.2.2,
+the host's loopback as a QEMU guest sees it (the VM test's kubelet, tests/vm). No kubelet runs
+here: the scheduler places a pod only on a Node whose status offers room (allocatable pods,
+cpu, memory), which a Node object a test creates has not, so such tests still bind their pods
+and write their status themselves.
 
     with KubeCluster(tmp_dir) as kc:
         kc.kubectl("get", "mcp")                             # as admin (system:masters)
@@ -44,7 +48,8 @@ CRDS = os.path.join(REPO, "deploy", "crds")
 EXAMPLES = os.path.join(REPO, "examples", "state")
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 SERVICE_CIDR = "10.0.0.0/24"
-BINARIES = ("kube-apiserver", "kube-controller-manager")
+BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+GUEST_HOST_IP = "10.0.2.2"  # the host's loopback as QEMU's user network shows it to a guest
 
 
 def find_kube_bin() -> Optional[str]:
@@ -127,10 +132,10 @@ class KubeCluster:
         self.base_dir = base_dir
         self.bin_dir = bin_dir or find_kube_bin()
         if not self.bin_dir:
-            raise FileNotFoundError("kube-apiserver/kube-controller-manager not built: run make kube-bin")
+            raise FileNotFoundError(f"{'/'.join(BINARIES)} not built: run make kube-bin")
         self.crds = crds
         os.makedirs(base_dir, exist_ok=True)
-        self.etcd_port, self.etcd_peer_port, self.port, self.cm_port = _free_ports(4)
+        self.etcd_port, self.etcd_peer_port, self.port, self.cm_port, self.sched_port = _free_ports(5)
         self.url = f"https://127.0.0.1:{self.port}"
         self.procs: Dict[str, subprocess.Popen] = {}
         self._minted = 0
@@ -147,9 +152,10 @@ class KubeCluster:
         self.etcd_serving = self.ca.issue("etcd", "etcd", hosts=lo, server=True)  # peer TLS: both usages
         self.etcd_client = self.ca.issue("apiserver-etcd-client", "kube-apiserver-etcd-client")
         self.serving = self.ca.issue("apiserver", "kube-apiserver", client=False, server=True, hosts=(
-            *lo, "10.0.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc"))
+            *lo, GUEST_HOST_IP, "10.0.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc"))
         self.cm_serving = self.ca.issue("controller-manager-serving", "kube-controller-manager",
                                         hosts=lo, client=False, server=True)
+        self.sched_serving = self.ca.issue("scheduler-serving", "kube-scheduler", hosts=lo, client=False, server=True)
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.sa_key = self.ca._write("sa-key.pem", sa_key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), 0o600)
@@ -159,6 +165,8 @@ class KubeCluster:
         self.admin_kubeconfig = self._kubeconfig("admin", *self.admin_cert)
         self.cm_kubeconfig = self._kubeconfig(
             "controller-manager", *self.ca.issue("controller-manager", "system:kube-controller-manager"))
+        # The user the bootstrap RBAC policy binds to system:kube-scheduler and system:volume-scheduler.
+        self.sched_kubeconfig = self._kubeconfig("scheduler", *self.ca.issue("scheduler", "system:kube-scheduler"))
 
     def _kubeconfig(self, name: str, cert: str, key: str) -> str:
         cfg = {"apiVersion": "v1", "kind": "Config", "current-context": name,
@@ -205,6 +213,9 @@ class KubeCluster:
                 "--insecure-port=0",  # 1.20 would otherwise also serve plain HTTP on 127.0.0.1:8080
                 f"--tls-cert-file={cert}", f"--tls-private-key-file={key}", f"--client-ca-file={self.ca_path}",
                 "--authorization-mode=Node,RBAC", f"--service-cluster-ip-range={SERVICE_CIDR}",
+                # every real cluster has it (1.20 does not enable it by default): a kubelet may
+                # change only its own Node and its pods, and never its node-role labels
+                "--enable-admission-plugins=NodeRestriction",
                 f"--service-account-key-file={self.sa_pub}", f"--service-account-signing-key-file={self.sa_key}",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 # 127.0.0.1 is no valid endpoint for the kubernetes Service; nothing here needs it
@@ -221,6 +232,15 @@ class KubeCluster:
                 "--controllers=*", "--use-service-account-credentials", "--leader-elect=false",
                 f"--service-account-private-key-file={self.sa_key}", f"--root-ca-file={self.ca_path}",
                 f"--cert-dir={self._path('controller-manager-certs')}"]
+
+    def _scheduler_cmd(self) -> List[str]:
+        cert, key = self.sched_serving
+        cfg = self.sched_kubeconfig
+        return [os.path.join(self.bin_dir, "kube-scheduler"),
+                f"--kubeconfig={cfg}", f"--authentication-kubeconfig={cfg}", f"--authorization-kubeconfig={cfg}",
+                "--bind-address=127.0.0.1", f"--secure-port={self.sched_port}",
+                "--port=0",  # no insecure port (1.20's default is 10251)
+                f"--tls-cert-file={cert}", f"--tls-private-key-file={key}", "--leader-elect=false"]
 
     def _check_running(self) -> None:
         for name, proc in self.procs.items():
@@ -261,6 +281,9 @@ class KubeCluster:
             self._spawn("kube-controller-manager", self._controller_manager_cmd())
             self._wait("kube-controller-manager /healthz",
                        lambda: self._healthy(f"https://127.0.0.1:{self.cm_port}", "/healthz"), 60)
+            self._spawn("kube-scheduler", self._scheduler_cmd())
+            self._wait("kube-scheduler /healthz",
+                       lambda: self._healthy(f"https://127.0.0.1:{self.sched_port}", "/healthz"), 60)
             if self.crds:
                 self.install_crds(self.crds)
         except BaseException:
@@ -332,9 +355,9 @@ class KubeCluster:
         return requests.get(self.url + path, verify=self.ca_path, cert=self.admin_cert, timeout=10, **kw)
 
     def stop(self, timeout: float = 15) -> None:
-        """SIGTERM each component's process group (controller manager first, etcd last), SIGKILL
+        """SIGTERM each component's process group (scheduler first, etcd last), SIGKILL
         what is still there after ``timeout``; every process is reaped."""
-        for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             proc = self.procs.pop(name, None)
             if proc is None:
                 continue
@@ -365,8 +388,8 @@ def kube_cluster(tmp_path_factory):
     """One control plane for the session (tests keep to namespaces or names of their own)."""
     bin_dir = find_kube_bin()
     if not bin_dir:
-        pytest.skip("kube-apiserver/kube-controller-manager 1.20.2 are not built: run make kube-bin "
-                    "(make test does; about 4-5 minutes once, then cached)")
+        pytest.skip(f"{'/'.join(BINARIES)} 1.20.2 are not built: run make kube-bin "
+                    "(make test does; 10-15 minutes once, then cached)")
     if not os.access(ETCD, os.X_OK) or not os.access(KUBECTL, os.X_OK):
         pytest.skip("etcd (etcd-server) or kubectl is not installed (make sysdeps installs etcd-server)")
     with KubeCluster(str(tmp_path_factory.mktemp("kube")), bin_dir) as kc:

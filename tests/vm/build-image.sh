@@ -6,14 +6,21 @@
 # Stage 2 (here, cached): the node-agent RPM built from this tree (packaging/build-rpm.sh) and
 # installed into the root with rpm itself, scriptlets included (its %post presets the units
 # inside the chroot), so paths and unit files are exactly the RPM's; then the test's guest files
-# (tests/vm/guest: network, a kubelet stand-in, a probe unit) and a planted boot-image aleph file.
-# The cache key covers the base, this script, the guest files and every project file the RPM
-# packs, so a re-run with nothing changed only prints the path.
+# (tests/vm/guest: network, a kubelet stand-in, a probe unit, containerd's and CNI's config), a
+# planted boot-image aleph file, the kubelet binary and the container images (pause from the
+# Kubernetes source, busybox) from `make kube-bin`'s directory, written as docker-archive
+# tarballs by image_archive.py for vm-images.service to import.
+# The cache key covers the base, this script, the guest files, image_archive.py, the kube-bin
+# directory (its name is its build's key) and every project file the RPM packs, so a re-run with
+# nothing changed only prints the path.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 cache="${1:?usage: build-image.sh CACHE_DIR}"
 base="$("$here/build-base.sh" "$cache")"
+kubebin="$(bash "$repo/tools/kube/build-kube-bin.sh" --find)" || {
+    echo "build-image.sh: the kubelet and pause are not built: run make kube-bin" >&2; exit 1; }
+kubebin="$(printf '%s\n' "$kubebin" | tail -n1)"
 
 project_files() {  # what build-rpm.sh packs: git's view of the tree, build outputs left out
     cd "$repo"
@@ -24,7 +31,7 @@ project_files() {  # what build-rpm.sh packs: git's view of the tree, build outp
     fi | grep -v -e '^build/' -e '^dist/' -e '^\.venv/' -e '^tests/' -e '^benchmarks/' | LC_ALL=C sort |
         while IFS= read -r f; do [ -f "$f" ] && sha256sum "$f"; done
 }
-key="$( { echo "$base"; cat "$here/build-image.sh"; (cd "$here/guest" && find . -type f | LC_ALL=C sort | xargs sha256sum);
+key="$( { echo "$base"; echo "$kubebin"; cat "$here/build-image.sh" "$here/image_archive.py"; (cd "$here/guest" && find . -type f | LC_ALL=C sort | xargs sha256sum);
           project_files; } | sha256sum | cut -c1-16)"
 out="$cache/image-$key"
 if [ -f "$out/done" ]; then touch "$out/done"; echo "$out"; exit 0; fi
@@ -43,13 +50,23 @@ root="$tmp/root"
 echo "build-image.sh: installing the node-agent RPM into a copy of $base" >&2
 cp -a "$base/root" "$root"
 
-rpms="$(bash "$repo/packaging/build-rpm.sh" "$tmp/rpm")"
+# Not the caller's PYTHONPATH (make vm-test in a checkout sets it to the tree): pip in rpmbuild
+# would find the tree's node_agent.egg-info there and skip installing into the buildroot.
+rpms="$(env -u PYTHONPATH bash "$repo/packaging/build-rpm.sh" "$tmp/rpm")"
 agent_rpm="$(printf '%s\n' "$rpms" | grep '/node-agent-[0-9][^/]*\.noarch\.rpm$')"
 # --nodeps: the Requires (python3-requests...) are Debian packages here, not in rpm's database.
 rpm --root "$root" --initdb
 rpm --root "$root" --nodeps -i "$agent_rpm"
 
 cp -a "$here/guest/." "$root/"
+install -m 0755 "$kubebin/kubelet" "$root/usr/bin/kubelet"
+# The images pods run (no registry is reachable from the guest); busybox's applets as links.
+mkdir -p "$root/usr/share/vm-test/images"
+python3 "$here/image_archive.py" "$root/usr/share/vm-test/images/pause.tar" localhost/pause:3.4 \
+    --file "$kubebin/pause=/pause" --entrypoint /pause
+links=(); for a in sh sleep echo cat ls ps kill true date hostname; do links+=(--link "/bin/$a=busybox"); done
+python3 "$here/image_archive.py" "$root/usr/share/vm-test/images/busybox.tar" localhost/busybox:1.35 \
+    --file "$root/bin/busybox=/bin/busybox" "${links[@]}" --cmd sh
 # The boot image's aleph file, as on RHCOS (the skew check reads it); a version the served rules
 # accept.
 mkdir -p "$root/sysroot"
@@ -59,7 +76,7 @@ printf '{"version": "9.6.20250121-0", "ref": "", "ostree-commit": "%s", "contain
 ln -sf .aleph-version.json "$root/sysroot/.coreos-aleph-version.json"
 mkdir -p "$root/var/log/journal"
 chroot "$root" systemctl enable systemd-networkd.service systemd-networkd-wait-online.service \
-    kubelet.service vm-probe.service vm-kubelet-check.service >/dev/null 2>&1
+    kubelet.service vm-probe.service vm-kubelet-check.service containerd.service vm-images.service >/dev/null 2>&1
 # Timers and services that only cost boot time here.
 chroot "$root" systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer \
     e2scrub_reap.service fstrim.timer >/dev/null 2>&1 || true

@@ -93,7 +93,9 @@ class Guest:
             "-m", str(self.memory_mb), "-nodefaults", "-no-user-config", "-display", "none",
             "-kernel", os.path.join(self.image_dir, "vmlinuz"),
             "-initrd", os.path.join(self.image_dir, "initrd.img"),
-            "-append", "root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.show_status=1",
+            "-append", "root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.show_status=1"
+            # cgroup v1: the kubelet's and containerd's systemd cgroup driver, as tried (v2 untried)
+            " systemd.unified_cgroup_hierarchy=0",
             "-drive", f"file={self.disk},if=virtio,format=raw,cache=unsafe",
             "-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0",
             "-serial", f"file:{self.serial_log}",

@@ -117,6 +117,18 @@ def test_kubelet_waits_for_first_boot_and_survives_its_restart_and_disable(run, 
     assert checks["enabled-twice"].endswith("enabled"), checks
 
 
+def test_containerd_runs_with_the_locally_made_images_imported_before_kubelet_on_cgroup_v1(run, journal):
+    # vm-images.service lists containerd's k8s.io images once it has imported the tarballs that
+    # tests/vm/image_archive.py wrote: ctr read them, containerd's CRI namespace holds them.
+    for boot in (1, 2):
+        listed = journal.messages(boot, "", _SYSTEMD_UNIT="vm-images.service")
+        assert "localhost/pause:3.4" in listed and "localhost/busybox:1.35" in listed, listed
+    imported = journal.first_time(2, "localhost/busybox:1.35", _SYSTEMD_UNIT="vm-images.service")
+    assert imported < journal.first_time(2, "kubelet stand-in up")
+    assert journal.messages(2, "containerd successfully booted", _SYSTEMD_UNIT="containerd.service")
+    assert journal.messages(1, "systemd.unified_cgroup_hierarchy=0", _TRANSPORT="kernel")
+
+
 def test_second_boot_reports_done_and_the_pool_counts_the_node(run, journal):
     assert journal.messages(2, "reported Done", _SYSTEMD_UNIT="node-agent.service")
     status = run.pool_after_second_boot["status"]

@@ -1,6 +1,7 @@
 #!/bin/bash
-# Builds (or finds) kube-apiserver and kube-controller-manager 1.20.2 for the tests' loopback
-# control plane (tests/helpers/kube_cluster.py), from Debian 12's source package `kubernetes`
+# Builds (or finds) kube-apiserver, kube-controller-manager, kube-scheduler and kubelet 1.20.2:
+# the first three for the tests' loopback control plane (tests/helpers/kube_cluster.py), the
+# kubelet for the VM guest (tests/vm/build-image.sh), all from Debian 12's source package `kubernetes`
 # (its binary package is kubectl only), with the fixes in this directory:
 #   kube-openapi-type-null.patch  - "", 0 and false are not null (Go >= 1.18)
 #   vendor-debian-go-libs.sh      - reflect2 1.0.2 and json-iterator 1.1.12 from Debian's packages
@@ -12,7 +13,10 @@
 # The last line of stdout is the bin directory; the build's own output goes to stderr.
 # With --find it only looks: the directory when it is built, else exit status 3.
 #
-# Needs (make sysdeps installs them): golang-go rsync jq dpkg-dev patch
+# The same source's build/pause/linux/pause.c is compiled (gcc -static) into bin/pause: the
+# guest's pod sandbox image is made from it (no registry is reachable from the VM test).
+#
+# Needs (make sysdeps installs them): gcc libc6-dev golang-go rsync jq dpkg-dev patch
 #   golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev, and apt-get.
 # The source is fetched with apt-get and a private source list and lists directory: the
 # machine's apt set-up is neither read for packages nor changed. The mirror is the one the
@@ -42,7 +46,12 @@ cache_key() {
 KEY=$(cache_key)
 DIR=$CACHE_ROOT/$KEY
 BIN=$DIR/bin
-have_bin() { [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ]; }
+KUBE_CMDS="kube-apiserver kube-controller-manager kube-scheduler kubelet"
+PAUSE_VERSION=3.4  # build/pause/Makefile's TAG in this source
+have_bin() {  # all four and pause, or the cache entry is not built
+  local c
+  for c in $KUBE_CMDS pause; do [ -x "$BIN/$c" ] || return 1; done
+}
 
 if have_bin; then echo "$BIN"; exit 0; fi
 if [ "${1:-}" = "--find" ]; then        # look only (the tests' fixture): never download or build
@@ -70,7 +79,7 @@ apt_uri() {
 }
 
 missing=""
-for tool in go rsync jq apt-get dpkg-source patch sha256sum flock; do
+for tool in go gcc rsync jq apt-get dpkg-source patch sha256sum flock; do
   command -v "$tool" >/dev/null || missing="$missing $tool"
 done
 for p in $LIB_PACKAGES; do
@@ -114,16 +123,24 @@ run "vendor: reflect2 1.0.2, json-iterator 1.1.12 from Debian" bash "$HERE/vendo
 # The GOPATH layout of debian/rules; hack/lib/init.sh sets GO111MODULE=off itself.
 mkdir -p "$SRC/.go/src/k8s.io" "$WORK/home"
 ln -s ../../.. "$SRC/.go/src/k8s.io/kubernetes"
-run "make WHAT=cmd/kube-apiserver cmd/kube-controller-manager (several minutes)" \
+# CGO_ENABLED=0 makes the kubelet static too, so the guest needs no Go runtime libraries.
+WHAT=""; for c in $KUBE_CMDS; do WHAT="$WHAT cmd/$c"; done
+run "make WHAT=${WHAT# } (10-15 minutes on 2 cores)" \
   env -C "$SRC" GOPATH="$SRC/.go" GO111MODULE=off GOFLAGS= CGO_ENABLED=0 HOME="$WORK/home" \
       GOCACHE="$WORK/gocache" KUBE_VERBOSE=1 \
-      make WHAT="cmd/kube-apiserver cmd/kube-controller-manager"
+      make WHAT="${WHAT# }"
 
 mkdir -p "$BIN.tmp"
-cp "$SRC/_output/bin/kube-apiserver" "$SRC/_output/bin/kube-controller-manager" "$BIN.tmp/"
 echo "kubernetes $KUBE_DEB_VERSION (Debian source) + tools/kube patches, key $KEY" >"$BIN.tmp/VERSION"
-"$BIN.tmp/kube-apiserver" --version >>"$BIN.tmp/VERSION" 2>&1 \
-  || fail "the built kube-apiserver does not run (log: $LOG)" "read $LOG"
+for c in $KUBE_CMDS; do
+  cp "$SRC/_output/bin/$c" "$BIN.tmp/"
+  "$BIN.tmp/$c" --version >>"$BIN.tmp/VERSION" 2>&1 \
+    || fail "the built $c does not run (log: $LOG)" "read $LOG"
+done
+# build/pause/Makefile's flags; static, so the image needs nothing but this one file
+run "gcc -static build/pause/linux/pause.c" \
+  gcc -Os -Wall -Werror -static "-DVERSION=v$PAUSE_VERSION-node-agent" -o "$BIN.tmp/pause" "$SRC/build/pause/linux/pause.c"
+"$BIN.tmp/pause" -v >>"$BIN.tmp/VERSION" 2>&1 || fail "the built pause does not run (log: $LOG)" "read $LOG"
 mv "$BIN.tmp" "$BIN"
 rm -rf "$WORK"        # the tree and Go's build cache (several GB): only bin/ is kept
 echo "built in $DIR" >&2
