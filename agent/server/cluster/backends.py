@@ -209,9 +209,11 @@ def start_writers(cluster: Any, source: Any, drain: Any = None) -> Any:
     if not isinstance(source, KubeStateSource):
         return None
     from agent.server.cluster.kube_drain import Drainer
+    from agent.server.cluster.kube_nodes import NodeTruth
     from agent.server.cluster.kube_sync import KubeSync
 
     cluster.drainer = Drainer(source.client, cadence=drain)
     sync = KubeSync(cluster, source, source.client)
     cluster.drainer.node_cache = sync.node_cache  # the views read each drain's state from the Nodes
+    cluster.node_truth = NodeTruth(sync.node_cache, cluster.store)  # pools, counts, drain slots from the Nodes
     return sync.start()

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.cluster.kube_drain import uncordon_patch
 from agent.server.rollout import draincadence
+from agent.server.rollout.nodestatus import slim_node
 from agent.server.rollout.progress import iso8601
 from agent.server.store.kube.client import (
     MACHINE_CONFIG_NODES,
@@ -153,7 +154,9 @@ class KubeSync:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self.node_cache = Reflector(client, NODES, self._node_seen, metadata_only=True)
+        # Whole Nodes (their conditions and spec.unschedulable count), each kept slim: only what
+        # the rules read (nodestatus.slim_node: labels, the MCD's and our annotations, three conditions).
+        self.node_cache = Reflector(client, NODES, self._node_seen, transform=slim_node)
         # Two loops, so that a burst of node writes never delays a pool's status (nor the reverse).
         self._threads = [threading.Thread(target=self._loop, args=(self.sync_pools, None), name="kube-sync-pools",
                                           daemon=True),
@@ -201,6 +204,8 @@ class KubeSync:
         """Rendered configs, then each pool's status."""
         pools = self.source.reflectors["machineconfigpools"].snapshot()
         self._sync_rendered(pools)
+        if self.cluster.node_truth is not None:
+            self.cluster.step_pools()
         self._sync_pools(pools)
 
     def sync_nodes(self) -> None:

@@ -86,6 +86,7 @@ class Cluster(Approval, ConfigServing):
         # called with (node, report, pool) after a report is recorded (kube_sync writes the Node)
         self.report_listeners: List[Callable[[str, Dict[str, Any], Optional[str]], None]] = []
         self.drainer: Any = None  # the Kubernetes backend's (kube_drain.Drainer): a lease drains the Node
+        self.node_truth: Any = None  # the Kubernetes backend's (kube_nodes.NodeTruth): pools from Node objects
         self.reconcile(force=True)
 
     def store_health(self) -> Dict[str, Any]:
@@ -177,6 +178,13 @@ class Cluster(Approval, ConfigServing):
                 self._step_pool(st, name)
             self._reconciled_sig = st.signature
 
+    def step_pools(self) -> None:
+        """Step every pool from its counts now: with Node objects (kube_sync, once a second) a
+        Node that turned Ready or was relabelled moves numbers that no report announced."""
+        st = self.state()
+        for name in sorted(self._rendered):
+            self._step_pool(st, name)
+
     def _step_pool(self, st: State, name: str) -> None:
         """Move one pool's target/current (progress.rollout_step) from its counters: O(1)."""
         r = self._rendered.get(name)
@@ -222,6 +230,8 @@ class Cluster(Approval, ConfigServing):
 
     def _counts(self, st: State, pool: str, target: str) -> progress.Counts:
         image = self._layered(st, pool, target)
+        if self.node_truth is not None and self.node_truth.ready():  # --backend kubernetes: the Nodes decide
+            return self.node_truth.counts(pool, st.pools, target, image)
         return counts_for(self.store.counts(pool), self.store.proof(pool, target, image))
 
     def pool_of_rendered(self, name: str) -> Optional[str]:
@@ -270,7 +280,7 @@ class Cluster(Approval, ConfigServing):
         target, current = row.target, row.current
         image = self._layered(st, name, target)
         pc = self.store.counts(name)
-        counts = counts_for(pc, self.store.proof(name, target, image))
+        counts = self._counts(st, name, target)
         served = gating.decide(name, target, current, counts.updated, self._base_images(target, current),
                                st.os_configs, st.os_builds, self._current_proof(st, name, row, counts.updated))
         spec = dict(pool.get("spec") or {})
@@ -302,7 +312,7 @@ class Cluster(Approval, ConfigServing):
             status["pendingDisruption"] = disruption
         history = self.store.history(name)
         status["conditions"] = poolview.conditions(counts, target, current, row.as_dict(), history,
-                                                  st.problems)
+                                                  st.problems, bool(spec.get("paused")))
         return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
                 "metadata": poolview.metadata(pool, st.pool_mtimes.get(name), history), "spec": spec, "status": status}
 
@@ -387,10 +397,18 @@ class Cluster(Approval, ConfigServing):
         return {"node": node, "deleted": deleted.existed, "pool": deleted.previous_pool or "",
                 "leaseReleased": deleted.lease_pool is not None}
 
-    def drain_limit(self, pool: str) -> int:
+    def drain_limit(self, pool: str, node: str = "") -> int:
+        """The drain slots ``node`` may take a lease in: maxUnavailable; with Node objects
+        (kube_nodes.py) less every other unavailable Node of the pool, as upstream."""
         st = self.state()
-        machine = self.store.counts(pool).machine
-        return parse_max_unavailable((st.pools[pool].get("spec") or {}).get("maxUnavailable"), machine)
+        value = (st.pools[pool].get("spec") or {}).get("maxUnavailable")
+        if self.node_truth is not None and self.node_truth.ready():
+            row = self.store.pools().get(pool)
+            target = row.target if row is not None else ""
+            holders = [lease["node"] for lease in self.store.leases(pool=pool)]
+            return self.node_truth.drain_limit(pool, st.pools, target, self._layered(st, pool, target), value,
+                                               node, holders)
+        return parse_max_unavailable(value, self.store.counts(pool).machine)
 
 
 def now() -> float:

@@ -239,7 +239,12 @@ class NodeRoutes:
         if member is not None and member.pool != pool:
             raise HTTPError(409, f"node {node} belongs to pool {member.pool} ({member.why}), not {pool}",
                             field="$.pool")
-        answer = drains.request_drain(cluster.store, node, pool, config, cluster.drain_limit(pool), cluster.lease_ttl)
+        if cluster.node_truth is not None:  # --backend kubernetes: only an existing Node of that pool (kube_nodes.py)
+            refused = cluster.node_truth.drain_refusal(node, pool, cluster.state().pools)
+            if refused:
+                raise HTTPError(409, refused, field="$.pool")
+        answer = drains.request_drain(cluster.store, node, pool, config, cluster.drain_limit(pool, node),
+                                      cluster.lease_ttl)
         if answer.granted and cluster.drainer is not None:
             return self._drained(cluster.drainer, node, pool, config, answer)
         if answer.granted:
