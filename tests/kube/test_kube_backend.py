@@ -163,7 +163,7 @@ def test_a_node_registered_after_its_report_gets_its_custom_pool_label_at_once(k
     only the worker role; the infra role label follows within 2 s, with no second pool."""
     target = our_pools(server)["infra"]["spec"]["configuration"]["name"]
     _report(server, "infra-late", {"pool": "infra", "state": "Working", "currentConfig": "", "desiredConfig": target,
-                                   "labels": {"node-role.kubernetes.io/infra": ""}})
+                                   "firstPivotConfig": target, "labels": {"node-role.kubernetes.io/infra": ""}})
     created = time.monotonic()
     kube.kubectl("create", "-f", "-", input=yaml.safe_dump(_node("infra-late", {"node-role.kubernetes.io/worker": ""})))
     labels = wait_for("infra role label", lambda: "node-role.kubernetes.io/infra" in (

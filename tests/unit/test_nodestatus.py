@@ -16,7 +16,7 @@ INFRA = {"metadata": {"name": "infra"},
 GPU = {"metadata": {"name": "gpu"}, "spec": {"nodeSelector": {"matchLabels": {"gpu": "yes"}}}}
 EMPTY = {"metadata": {"name": "empty"}, "spec": {"nodeSelector": {}}}
 POOLS = {"worker": WORKER, "master": MASTER, "infra": INFRA, "gpu": GPU, "empty": EMPTY}
-W, M, I = "node-role.kubernetes.io/worker", "node-role.kubernetes.io/master", "node-role.kubernetes.io/infra"
+W, M, INFRA_ROLE = "node-role.kubernetes.io/worker", "node-role.kubernetes.io/master", "node-role.kubernetes.io/infra"
 
 
 def node(name, labels=None, ready="True", disk="False", network=None, unschedulable=False):
@@ -35,8 +35,8 @@ def report(current, desired=None, state="Done", **more):
 
 
 @pytest.mark.parametrize("labels,want", [
-    ({W: ""}, "worker"), ({M: "", W: ""}, "master"), ({W: "", I: ""}, "infra"), ({I: ""}, "infra"),
-    ({"other": "x"}, None), ({W: "", I: "", "gpu": "yes"}, None), ({M: "", I: ""}, None)])
+    ({W: ""}, "worker"), ({M: "", W: ""}, "master"), ({W: "", INFRA_ROLE: ""}, "infra"), ({INFRA_ROLE: ""}, "infra"),
+    ({"other": "x"}, None), ({W: "", INFRA_ROLE: "", "gpu": "yes"}, None), ({M: "", INFRA_ROLE: ""}, None)])
 def test_getPoolsForNode_getPrimaryPoolForNode(labels, want):
     """master beats worker; one custom pool beats worker (matchExpressions Exists included); two
     custom pools or master with a custom pool is no pool, with upstream's reason; an empty
@@ -44,13 +44,13 @@ def test_getPoolsForNode_getPrimaryPoolForNode(labels, want):
     pool, why = nodestatus.pool_for_node(POOLS, labels)
     assert pool == want
     assert bool(why) == (want is None)
-    if labels == {M: "", I: ""}:
+    if labels == {M: "", INFRA_ROLE: ""}:
         assert why == "it has both master role and custom role infra"
 
 
 def test_getNodesForPool_follows_the_labels():
     """Labelling a Node moves it; removing the label moves it back."""
-    nodes = [node("a"), node("b", {W: "", I: ""})]
+    nodes = [node("a"), node("b", {W: "", INFRA_ROLE: ""})]
     assert [n["metadata"]["name"] for n in nodestatus.nodes_for_pool("infra", POOLS, nodes)] == ["b"]
     nodes[1]["metadata"]["labels"] = {W: ""}
     assert [n["metadata"]["name"] for n in nodestatus.nodes_for_pool("worker", POOLS, nodes)] == ["a", "b"]
@@ -139,7 +139,7 @@ def test_calculateStatus_paused_pool_is_neither_updated_nor_updating():
     (1, [], [], "a", 1), (1, ["b"], [], "a", 0), (2, ["b"], [], "a", 1),
     (1, ["a"], [], "a", 1),  # the asking node itself is the candidate
     (1, ["b"], ["b"], "a", 1),  # a lease holder is counted by the lease store, not twice
-    (75, ["x%d" % i for i in range(80)], [], "a", 0)])
+    (75, [f"x{i}" for i in range(80)], [], "a", 0)])
 def test_getAllCandidateMachines_capacity_subtracts_every_unavailable_node(limit, unavailable, holders, asking,
                                                                            want):
     assert nodestatus.drain_capacity(limit, unavailable, holders, asking) == want

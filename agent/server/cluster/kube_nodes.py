@@ -19,6 +19,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
+from agent.server.cluster import poolview
 from agent.server.rollout import nodestatus, progress
 from agent.server.store.nodestore import StoreUnavailable
 
@@ -52,6 +53,14 @@ class NodeTruth:
                           f"and gets no drain slot")
         pool, why = nodestatus.pool_for_node(pools, (node.get("metadata") or {}).get("labels") or {})
         return pool, (f"Node {name}: {why}" if pool is None else "")
+
+    def describe(self, name: str, pools: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+        """What ``describe node`` shows of the Node: its pool by its labels, whether it counts, why not."""
+        member, why = self.pool_of(name, pools)
+        if member is None:
+            return {"pool": "", "membership": why, "counted": False, "notCounted": why}
+        return {"pool": member, "membership": "the Node's labels (node_controller.go getPrimaryPoolForNode)",
+                "counted": True}
 
     def drain_refusal(self, name: str, pool: str, pools: Dict[str, Dict[str, Any]]) -> str:
         """Why ``name`` may not take a drain slot of ``pool`` ("" when it may): a slot is only for
@@ -97,6 +106,15 @@ class NodeTruth:
         status = self.status(pool, pools, target, image)
         return nodestatus.drain_capacity(parse_max_unavailable(value, status.machine), status.unavailable_nodes,
                                          holders, asking)
+
+    def entries(self, names: List[str]) -> Dict[str, Dict[str, Any]]:
+        """The pool view's entry of each Node named: its report's, or that it has not reported."""
+        out = {}
+        for name in names:
+            rec = self.store.node(name)
+            out[name] = poolview.node_entry(rec) if rec is not None else {
+                "state": None, "membership": "the Node's labels; no report from node-agent yet"}
+        return out
 
     def _report(self, node: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         rec = self.store.node((node.get("metadata") or {}).get("name", ""))

@@ -76,26 +76,47 @@ def pool_status(view: Dict[str, Any], generation: Optional[int], previous: Optio
     return out
 
 
-def node_patch(body: Dict[str, Any], pool: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """The merge patch of a Node for a report (pure): the MCD's annotations, and the custom
-    pool's selector labels when the node is in a custom pool."""
-    annotations = {ANNOTATION + k: str(body.get(k) or "") for k in NODE_FIELDS[:4]}
+REASON_MAX = 2000  # characters of the reason annotation (the MCD's cap, pkg/daemon/writer.go, per issue 38)
+LABELS_APPLIED = ANNOTATION + "customPoolLabelsApplied"  # node_controller.go applyCustomPoolLabels' guard
+
+
+def node_patch(body: Dict[str, Any], pool: Optional[Dict[str, Any]], annotations: Optional[Dict[str, Any]] = None,
+               pivot_pool: Optional[str] = None) -> Dict[str, Any]:
+    """The merge patch of a Node for a report (pure): the MCD's annotations (the reason cut to
+    ``REASON_MAX`` characters; currentImage/desiredImage removed when empty, as the MCD removes
+    them: a stale desiredImage keeps upstream's IsDone false), and a custom pool's selector
+    labels once, as node_controller.go ``isCustomPoolBootedNode``/``applyCustomPoolLabels``: only
+    when the node first booted into a rendered config of that pool (``pivot_pool``, the owner of
+    its firstPivotConfig) and the Node does not carry the guard annotation yet (``annotations``:
+    the Node's), which the same patch sets; an admin who removes the label later is obeyed."""
+    reason = str(body.get("reason") or "")[:REASON_MAX]
+    out: Dict[str, Any] = {ANNOTATION + k: str(body.get(k) or "") for k in NODE_FIELDS[:3]}
+    out[ANNOTATION + "reason"] = reason
     for k in NODE_FIELDS[4:]:
-        if body.get(k):
-            annotations[ANNOTATION + k] = str(body[k])
-    meta: Dict[str, Any] = {"annotations": annotations}
-    labels = pool_labels(pool)
-    if labels:
+        out[ANNOTATION + k] = str(body[k]) if body.get(k) else None
+    meta: Dict[str, Any] = {"annotations": out}
+    name = (pool or {}).get("metadata", {}).get("name")
+    labels = pool_labels(pool) if name and name == pivot_pool else {}
+    if labels and LABELS_APPLIED not in (annotations or {}):
         meta["labels"] = labels
+        out[LABELS_APPLIED] = ""
     return {"metadata": meta}
 
 
 def pool_labels(pool: Optional[Dict[str, Any]]) -> Dict[str, str]:
-    """A custom pool's nodeSelector.matchLabels (what puts a Node in it); none for master/worker."""
+    """A custom pool's nodeSelector as labels (what puts a Node in it): matchLabels, and from
+    matchExpressions an ``In`` with one value and an ``Exists`` (as ""); none for master/worker."""
     if not pool or (pool.get("metadata") or {}).get("name") in BASE_ROLES:
         return {}
-    match = ((pool.get("spec") or {}).get("nodeSelector") or {}).get("matchLabels") or {}
-    return {str(k): str(v) for k, v in match.items()}
+    selector = (pool.get("spec") or {}).get("nodeSelector") or {}
+    out = {str(k): str(v) for k, v in (selector.get("matchLabels") or {}).items()}
+    for expr in selector.get("matchExpressions") or []:
+        values = expr.get("values") or []
+        if expr.get("operator") == "In" and len(values) == 1:
+            out[str(expr.get("key"))] = str(values[0])
+        elif expr.get("operator") == "Exists":
+            out[str(expr.get("key"))] = ""
+    return out
 
 
 def node_conditions(body: Dict[str, Any], at: str, annotations: Optional[Dict[str, Any]] = None) -> List[Dict[str, str]]:
@@ -262,8 +283,9 @@ class KubeSync:
                 failed[node] = (body, pool)
                 continue
             try:
-                patch = node_patch(body, pools.get(pool))
                 ours = (present[node].get("metadata") or {}).get("annotations") or {}
+                pivot = str(body.get("firstPivotConfig") or "")
+                patch = node_patch(body, pools.get(pool), ours, self.cluster.pool_of_rendered(pivot) if pivot else None)
                 # Done on the config it was drained for; a rewrite of a kept report never uncordons
                 # (that report may predate the drain: only a fresh Done ends it).
                 end = {} if body.get("_rewrite") else uncordon_patch(ours, body)

@@ -286,7 +286,7 @@ class Cluster(Approval, ConfigServing):
         spec = dict(pool.get("spec") or {})
         spec["configuration"] = {"name": target}
         limit = parse_max_unavailable(spec.get("maxUnavailable"), counts.machine)
-        listed = self.store.nodes(pool=name, limit=max_nodes) if max_nodes > 0 else []
+        listed = self._listed(name, counts, max_nodes)
         status: Dict[str, Any] = {
             "configuration": {"name": current},
             "rendered": row.rendered or "",
@@ -296,7 +296,7 @@ class Cluster(Approval, ConfigServing):
             "served": served.to_dict(),
             "held": row.held or "",
             "layeredImage": image or "",
-            "nodes": {rec.node: poolview.node_entry(rec) for rec in listed},
+            "nodes": listed,
             "drain": {"maxUnavailable": limit,
                       "holders": sorted(lease["node"] for lease in self.store.leases(pool=name))},
         }
@@ -315,6 +315,14 @@ class Cluster(Approval, ConfigServing):
                                                   st.problems, bool(spec.get("paused")))
         return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
                 "metadata": poolview.metadata(pool, st.pool_mtimes.get(name), history), "spec": spec, "status": status}
+
+    def _listed(self, pool: str, counts: progress.Counts, limit: int) -> Dict[str, Dict[str, Any]]:
+        """The first ``limit`` nodes of the pool: its Nodes with the Kubernetes backend, else the store's."""
+        if limit <= 0:
+            return {}
+        if self.node_truth is not None and self.node_truth.ready():
+            return self.node_truth.entries(counts.nodes[:limit])
+        return {rec.node: poolview.node_entry(rec) for rec in self.store.nodes(pool=pool, limit=limit)}
 
     def cluster(self) -> Dict[str, Any]:
         st = self.state()

@@ -185,6 +185,9 @@ class NodeRoutes:
                "membership": rec.why, "degradedReason": rec.degraded,
                "updated": item["updated"], "reportedAt": item["reportedAt"],
                "drainEvents": [dict(e, at=rfc3339(e.get("at"))) for e in self.cluster.store.drain_events(node)]}
+        truth = self.cluster.node_truth
+        if truth is not None and truth.ready():  # the Kubernetes backend: the Node's labels decide (kube_nodes.py)
+            out.update(truth.describe(node, self.cluster.state().pools))
         if self.cluster.drainer is not None:  # the Kubernetes backend: a drain under way, from the Node
             from agent.server.cluster.drainpacer import node_drain
 
