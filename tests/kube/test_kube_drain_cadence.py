@@ -105,7 +105,7 @@ def report(server, node, body):
 
 
 def events(kube, node, reason):
-    items = api(kube, "/api/v1/namespaces/default/events")["items"]
+    items = api(kube, "/api/v1/namespaces/node-config-server/events")["items"]  # the server's namespace
     return [e for e in items if e["involvedObject"].get("name") == node and e["reason"] == reason]
 
 

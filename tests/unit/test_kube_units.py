@@ -11,10 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.server.cluster import kube_sync
+from agent.server.rollout import mcnconditions
 from agent.server.store.kube import client as kube_client
 from agent.server.store.kube import state as kube_state
 from agent.server.store.kube import watch as kube_watch
 from agent.server.store.kube.client import KubeConfigError
+from agent.server.store.kube.nodestore import node_object
 
 POOL = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
         "metadata": {"name": "infra", "uid": "u-1", "resourceVersion": "7", "generation": 3,
@@ -247,7 +249,20 @@ def test_a_machineconfignode_says_what_the_report_says():
     assert all(set(c) == {"type", "status", "reason", "message", "lastTransitionTime"} for c in conds.values())
     done = {c["type"]: c["status"] for c in kube_sync.node_conditions(
         {"state": "Done", "desiredConfig": "b", "currentConfig": "b"}, "t")}
-    assert done == {"Updated": "True", "UpdateExecuted": "False", "NodeDegraded": "False"}
+    assert (done["Updated"], done["UpdateExecuted"], done["NodeDegraded"]) == ("True", "False", "False")
+
+
+def test_generateAndApplyMachineConfigNodes_sets_every_condition_type_with_upstreams_default():
+    """upgrade_monitor.go: all condition types present; those not reached are False, NotYetOccured,
+    "This node has not yet entered the <type> phase"; an unknown config is "not-yet-set"."""
+    conds = kube_sync.node_conditions({"state": "Working", "desiredConfig": "b", "currentConfig": ""}, "t")
+    assert [c["type"] for c in conds] == list(mcnconditions.CONDITION_TYPES) and len(conds) <= 20  # CRD maxItems
+    by = {c["type"]: c for c in conds}
+    assert by["Cordoned"] == {"type": "Cordoned", "status": "False", "reason": "NotYetOccured",
+                              "message": "This node has not yet entered the Cordoned phase", "lastTransitionTime": "t"}
+    assert by["UpdateExecuted"]["status"] == "True"
+    obj = node_object("n1", {"desiredConfig": ""}, "")
+    assert obj["spec"]["configVersion"]["desired"] == "not-yet-set" and obj["spec"]["pool"]["name"] == "not-yet-set"
 
 
 def test_a_rendered_config_is_owned_by_its_pool():

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.cluster.kube_drain import uncordon_patch
 from agent.server.rollout import draincadence
+from agent.server.rollout.mcnconditions import config_name, node_conditions
 from agent.server.rollout.nodestatus import slim_node
 from agent.server.rollout.progress import iso8601
 from agent.server.store.kube.client import (
@@ -117,28 +118,6 @@ def pool_labels(pool: Optional[Dict[str, Any]]) -> Dict[str, str]:
         elif expr.get("operator") == "Exists":
             out[str(expr.get("key"))] = ""
     return out
-
-
-def node_conditions(body: Dict[str, Any], at: str, annotations: Optional[Dict[str, Any]] = None) -> List[Dict[str, str]]:
-    """A MachineConfigNode's conditions from a report (pure): Updated (Done on its desired
-    config), UpdateExecuted (working on it) and NodeDegraded (with the node's reason), each with
-    the time the report was recorded (the CRD requires all five fields); and, while the Node's
-    ``annotations`` say a drain is under way, the MCO's Drained child condition naming what blocks
-    it (agent/server/rollout/draincadence.py ``drain_condition``), so that a report written during
-    a drain keeps it."""
-    state, desired = body.get("state"), str(body.get("desiredConfig") or "")
-    done = state == "Done" and body.get("currentConfig") == desired
-    reason = str(body.get("reason") or "")
-
-    def cond(kind: str, on: bool, why: str, message: str) -> Dict[str, str]:
-        return {"type": kind, "status": "True" if on else "False", "reason": why if on else "NotYet",
-                "message": message if on else "", "lastTransitionTime": at}
-
-    out = [cond("Updated", done, "NodeUpdated", f"Node is on {desired}"),
-           cond("UpdateExecuted", state == "Working", "Updating", f"Node is applying {desired}"),
-           cond("NodeDegraded", state == "Degraded", "NodeDegraded", reason or "the node reported Degraded")]
-    drained = draincadence.drain_condition(draincadence.from_annotations(annotations or {}), at)
-    return out + [drained] if drained else out
 
 
 def drain_mark(annotations: Dict[str, Any]) -> str:
@@ -325,7 +304,7 @@ class KubeSync:
                     raise
         status = {"observedGeneration": 1,
                   "configVersion": {"desired": obj["spec"]["configVersion"]["desired"],
-                                    "current": str(body.get("currentConfig") or "")},
+                                    "current": config_name(body.get("currentConfig"))},
                   "conditions": node_conditions(body, iso8601(body.get("_at") or time.time()), annotations)}
         self.client.merge_patch(MACHINE_CONFIG_NODES.path(node, sub="status"), {"status": status})
         mark = drain_mark(annotations)
