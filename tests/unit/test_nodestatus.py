@@ -4,6 +4,7 @@ node_controller.go, pkg/controller/common/layered_node_state.go)."""
 
 import pytest
 
+from agent.server.cluster import poolview
 from agent.server.rollout import nodestatus, progress
 
 WORKER = {"metadata": {"name": "worker"},
@@ -130,9 +131,17 @@ def test_calculateStatus_Updated_needs_ready_and_none_unavailable():
 
 def test_calculateStatus_paused_pool_is_neither_updated_nor_updating():
     counts = progress.Counts(machine=2, updated=0, ready=0, unavailable=0)
-    conds = {c["type"]: c for c in progress.conditions(counts, "t", "old", "", paused=True)}
+    conds = {c["type"]: c for c in progress.conditions(counts, "t", "old", "", paused_for="t")}
     assert conds["Updated"]["status"] == "False" and conds["Updating"]["status"] == "False"
     assert conds["Updating"]["message"] == "Pool is paused; will not update to MachineConfig t"
+    # All on the target, a new rendering waiting: upstream's target has moved, so not Updated either.
+    done = progress.Counts(machine=2, updated=2, ready=2, unavailable=0)
+    row = {"held": "pool is paused: the new rendered config new waits", "rendered": "new"}
+    conds = {c["type"]: c for c in poolview.conditions(done, "t", "t", row, paused=True)}
+    assert (conds["Updated"]["status"], conds["Updating"]["status"]) == ("False", "False")
+    assert conds["Updating"]["message"] == "Pool is paused; will not update to MachineConfig new"
+    unpaused = {c["type"]: c for c in poolview.conditions(done, "t", "t", {"held": ""})}
+    assert unpaused["Updated"]["status"] == "True"
 
 
 @pytest.mark.parametrize("limit,unavailable,holders,asking,want", [

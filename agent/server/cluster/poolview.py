@@ -21,7 +21,8 @@ def conditions(counts: progress.Counts, target: str, current: str, row: Dict[str
     if problems:
         render = str(problems[0]) + (f" (and {len(problems) - 1} more problem(s): node-config-server status)"
                                      if len(problems) > 1 else "")
-    return progress.conditions(counts, target, current, str(row.get("held") or ""), history, render, paused)
+    paused_for = str(row.get("rendered") or target) if paused else ""  # what a paused pool will not update to
+    return progress.conditions(counts, target, current, str(row.get("held") or ""), history, render, paused_for)
 
 
 def metadata(pool: Dict[str, Any], mtime: Optional[float],

@@ -189,7 +189,7 @@ def _changed(history: List[Dict[str, Any]], field_name: str) -> str:
 
 def conditions(counts: Counts, target: str, current: str, held: str,
                history: Optional[List[Dict[str, Any]]] = None, render_problem: str = "",
-               paused: bool = False) -> List[Dict[str, str]]:
+               paused_for: str = "") -> List[Dict[str, str]]:
     """The pool's conditions as the MCO writes them: type, status, reason, message and
     lastTransitionTime. Updated and Updating change with the pool's target and current, whose
     changes the pool history records: their lastTransitionTime is when that happened, the same
@@ -203,13 +203,15 @@ def conditions(counts: Counts, target: str, current: str, held: str,
     object: ``render_problem``), and Degraded = NodeDegraded or RenderDegraded.
 
     Updated needs every node updated and ready and none unavailable (calculateStatus's
-    ``allUpdated``); a paused pool that is not shows Updated=False and Updating=False with "Pool is
-    paused; will not update to MachineConfig ..." (upstream's words). NodeDegraded's reason is
+    ``allUpdated``); a paused pool (``paused_for``: the config it would update to, the rendered one
+    waiting while it is paused) that is not, or that has a rendering waiting, shows Updated=False
+    and Updating=False with "Pool is paused; will not update to MachineConfig ..." (upstream's
+    words: upstream's target has moved to that rendering, ours waits in RenderHeld). NodeDegraded's reason is
     upstream's sentence and its message upstream's list (``Node X is reporting: "..."``) when the
     counts name the nodes (``degraded_reasons``: the Kubernetes backend)."""
     unavailable = counts.machine - counts.ready if counts.unavailable is None else counts.unavailable
     all_updated = counts.updated == counts.machine and counts.ready == counts.machine and unavailable == 0
-    updating = target != current or not all_updated
+    updating = target != current or not all_updated or bool(paused_for and paused_for != target)
     behind = f"{counts.updated} of {counts.machine} node(s) updated to {target}" + \
         (f" (current {current})" if target != current else "")
     sentence = f"{counts.degraded} nodes are reporting degraded status on sync"
@@ -217,14 +219,14 @@ def conditions(counts: Counts, target: str, current: str, held: str,
         "their reasons: status.nodes, `node-config-server get nodes`"
     nodes_msg = f"{sentence} ({listed})" if counts.degraded else ""
     render_msg = f"Failed to render configuration: {render_problem}" if render_problem else ""
-    stopped = paused and updating
+    stopped = bool(paused_for) and updating
     out = [
         {"type": "Updated", "status": "False" if updating else "True",
          "reason": "Updating" if updating else "AllNodesUpdated",
          "message": behind if updating else f"All nodes are updated with MachineConfig {target}"},
         {"type": "Updating", "status": "True" if updating and not stopped else "False",
          "reason": ("PoolPaused" if stopped else "RolloutInProgress") if updating else "AllNodesUpdated",
-         "message": (f"Pool is paused; will not update to MachineConfig {target}" if stopped else
+         "message": (f"Pool is paused; will not update to MachineConfig {paused_for}" if stopped else
                      f"All nodes are updating to MachineConfig {target}") if updating else ""},
         {"type": "NodeDegraded", "status": _bool(counts.degraded), "reason": sentence if counts.degraded else "",
          "message": listed if counts.degraded else ""},
