@@ -129,11 +129,12 @@ def test_the_cluster_view_lists_every_replica_from_their_heartbeat_leases(fleet)
 
 def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     a, b, c = fleet.replicas
-    before = [pool(r)["status"]["machineCount"] for r in (b, c)]
-    resp = report(a, "kmember-1", {"pool": "worker", "state": "Working"}, fleet)
+    first = pool(a)["spec"]["configuration"]["name"]
+    resp = report(a, "kmember-1", {"pool": "worker", "state": "Working", "desiredConfig": first}, fleet)
     assert resp.status_code == 200, resp.text
-    for r, n in zip((b, c), before):
-        wait_for(lambda r=r, n=n: pool(r)["status"]["machineCount"] == n + 1, "the other replicas count it", 10)
+    for r in (b, c):  # its Node counts in machineCount from the start; its report reaches every replica
+        wait_for(lambda r=r: (pool(r)["status"]["nodes"].get("kmember-1") or {}).get("state") == "Working",
+                 "the other replicas see its report", 10)
     # The MCO-1940 gate: a new target is served to new nodes only once a member has proven it,
     # and the proof is what the API holds (the node's record on its MachineConfigNode).
     fleet.kube.kubectl("apply", "-f", "-", input=(
@@ -150,7 +151,8 @@ def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     views = wait_for(moved, "every replica has the new target", 30)
     target, old = views[0]["spec"]["configuration"]["name"], views[0]["status"]["configuration"]["name"]
     assert {v["status"]["served"]["config"] for v in views} == {old}  # unproven: nobody gets it
-    resp = report(a, "kmember-1", {"pool": "worker", "state": "Done", "currentConfig": target}, fleet)
+    resp = report(a, "kmember-1", {"pool": "worker", "state": "Done", "currentConfig": target,
+                                   "desiredConfig": target}, fleet)
     assert resp.status_code == 200, resp.text
     for r in (b, c):
         wait_for(lambda r=r: pool(r)["status"]["served"]["config"] == target, "the proof reaches every replica", 10)
@@ -176,7 +178,11 @@ def live_drain_leases(fleet, pool_name):
 
 def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable(fleet):
     # Counted from the API's own Lease objects, not from any replica's view.
-    nodes, answers, limit, peak = drain_storm(fleet, "kdrainer", lambda: live_drain_leases(fleet, "worker"), 0.05)
+    # Each Done on the pool's target: available, as upstream's IsUnavailableForUpdate reads it.
+    target = pool(fleet.replicas[0])["spec"]["configuration"]["name"]
+    done = {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target}
+    nodes, answers, limit, peak = drain_storm(fleet, "kdrainer", lambda: live_drain_leases(fleet, "worker"), 0.05,
+                                              done)
     granted = [a for a in answers if a.status_code == 200]
     assert all(a.status_code in (200, 429) for a in answers), [a.text for a in answers if a.status_code >= 300]
     assert 1 <= len(granted) <= limit and peak <= limit, (len(granted), peak, limit)

@@ -163,7 +163,11 @@ def _emit(drainer: Any, node_obj: Dict[str, Any], events: Any, now: float) -> No
         body = {"apiVersion": "v1", "kind": "Event",
                 "metadata": {"name": event_name(name, str(meta.get("uid", "")), reason),
                              "namespace": drainer.event_namespace},
-                "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, "uid": meta.get("uid", "")},
+                # The reference carries the namespace, as the MCO's NamespacedEventRecorder
+                # (pkg/controller/common/helpers.go ensureEventNamespace) sets it on a cluster-scoped
+                # object: the API refuses an Event whose object's namespace is not its own (or "default").
+                "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, "uid": meta.get("uid", ""),
+                                   "namespace": drainer.event_namespace},
                 "reason": reason, "message": message, "type": "Warning", "count": 1,
                 "firstTimestamp": stamp, "lastTimestamp": stamp, "source": {"component": COMPONENT},
                 "reportingComponent": COMPONENT, "reportingInstance": COMPONENT}
