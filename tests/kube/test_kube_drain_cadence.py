@@ -135,7 +135,7 @@ def test_a_drain_that_cannot_finish_is_paced_visible_and_alerted_and_completes_o
     assert all(int(r.headers["Retry-After"]) >= 1 for r in answers)
     assert "PodDisruptionBudget blocked/app" in answers[-1].json()["reason"]
     ev = failed_events[0]
-    assert ev["type"] == "Warning" and ev["source"]["component"] == "node-config-server"
+    assert ev["type"] == "Warning" and ev["source"]["component"] == "machineconfigcontroller-nodecontroller"
     assert ev["involvedObject"]["kind"] == "Node" and ev["involvedObject"]["uid"]
     assert ev["message"].startswith(f"node {node}: drain exceeded timeout: 4s. Will continue to retry.")
     assert "PodDisruptionBudget blocked/app" in ev["message"]

@@ -24,6 +24,7 @@ from agent.server.rollout import nodestatus, progress
 from agent.server.store.nodestore import StoreUnavailable
 
 REFRESH = 0.25  # seconds a pool's numbers may be reused while reports keep changing the store
+FIRST_LIST_WAIT = 10.0  # seconds a drain ask waits for the first list of Nodes (a server just started)
 
 
 class NodeTruth:
@@ -65,7 +66,7 @@ class NodeTruth:
     def drain_refusal(self, name: str, pool: str, pools: Dict[str, Dict[str, Any]]) -> str:
         """Why ``name`` may not take a drain slot of ``pool`` ("" when it may): a slot is only for
         an existing Node whose labels put it in that pool."""
-        if not self.ready():
+        if not self.node_cache.wait_synced(FIRST_LIST_WAIT):
             raise StoreUnavailable("the Node objects have not been listed yet (the server just started, or the "
                                    "Kubernetes API is away): ask again")
         member, why = self.pool_of(name, pools)
@@ -99,11 +100,13 @@ class NodeTruth:
                image: Optional[str]) -> progress.Counts:
         return counts_of(self.status(pool, pools, target, image))
 
-    def drain_limit(self, pool: str, pools: Dict[str, Dict[str, Any]], target: str, image: Optional[str],
-                    value: Any, asking: str, holders: List[str]) -> int:
+    def drain_limit(self, cluster: Any, st: Any, pool: str, value: Any, asking: str) -> int:
         """maxUnavailable of the pool's Nodes less every other unavailable Node not holding a
-        lease (nodestatus.drain_capacity)."""
-        status = self.status(pool, pools, target, image)
+        lease (nodestatus.drain_capacity); ``cluster``: the service, for the pool's target and leases."""
+        row = cluster.store.pools().get(pool)
+        target = row.target if row is not None else ""
+        status = self.status(pool, st.pools, target, cluster._layered(st, pool, target))
+        holders = [lease["node"] for lease in cluster.store.leases(pool=pool)]
         return nodestatus.drain_capacity(parse_max_unavailable(value, status.machine), status.unavailable_nodes,
                                          holders, asking)
 

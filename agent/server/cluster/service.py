@@ -411,11 +411,7 @@ class Cluster(Approval, ConfigServing):
         st = self.state()
         value = (st.pools[pool].get("spec") or {}).get("maxUnavailable")
         if self.node_truth is not None and self.node_truth.ready():
-            row = self.store.pools().get(pool)
-            target = row.target if row is not None else ""
-            holders = [lease["node"] for lease in self.store.leases(pool=pool)]
-            return self.node_truth.drain_limit(pool, st.pools, target, self._layered(st, pool, target), value,
-                                               node, holders)
+            return self.node_truth.drain_limit(self, st, pool, value, node)
         return parse_max_unavailable(value, self.store.counts(pool).machine)
 
 
