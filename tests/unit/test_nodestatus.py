@@ -169,3 +169,11 @@ def test_slim_node_keeps_only_what_the_rules_read():
                                               {"type": "DiskPressure", "status": "False"},
                                               {"type": "NetworkUnavailable", "status": "False"}]}}
     assert nodestatus.check_node_ready(slim) == nodestatus.check_node_ready(full)
+
+
+def test_IsNodeDone_reads_the_mcd_annotations_of_a_node_whose_report_is_not_held():
+    ann = {"machineconfiguration.openshift.io/currentConfig": "t", "machineconfiguration.openshift.io/desiredConfig": "t",
+           "machineconfiguration.openshift.io/state": "Done", "other.io/x": "y"}
+    rep = nodestatus.report_from_annotations(ann)
+    assert rep == {"currentConfig": "t", "desiredConfig": "t", "state": "Done"}
+    assert nodestatus.is_node_done(rep) and nodestatus.report_from_annotations({}) is None

@@ -120,9 +120,12 @@ class NodeTruth:
         return out
 
     def _report(self, node: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-        rec = self.store.node((node.get("metadata") or {}).get("name", ""))
+        """The node's report; without one, the MCD's annotations on its Node (what upstream reads:
+        a Node another server or a real MCD wrote them on), else None."""
+        meta = node.get("metadata") or {}
+        rec = self.store.node(meta.get("name", ""))
         if rec is None:
-            return None
+            return nodestatus.report_from_annotations(meta.get("annotations") or {})
         mark = rec.report.get(progress.SERVER_KEY)
         if isinstance(mark, dict) and mark.get("pending"):
             return None  # a registration waiting for approval reports nothing yet

@@ -112,6 +112,17 @@ def nodes_for_pool(pool: str, pools: Mapping[str, Dict[str, Any]],
 
 # -- one node, from its report (the MCD's annotations) --------------------------------------------
 
+MCD_FIELDS = ("currentConfig", "desiredConfig", "state", "reason", "currentImage", "desiredImage")
+
+
+def report_from_annotations(annotations: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    """The MCD's annotations of a Node as a report (None without a ``state``): what upstream's
+    rules read, for a Node whose report this server does not hold."""
+    if not annotations.get(MCD + "state"):
+        return None
+    return {k: str(annotations[MCD + k]) for k in MCD_FIELDS if MCD + k in annotations}
+
+
 def is_node_done(report: Optional[Mapping[str, Any]]) -> bool:
     """layered_node_state.go ``IsNodeDone``: current == desired (both set), the image done, state Done."""
     if not report:
