@@ -49,6 +49,15 @@ def test_getPoolsForNode_getPrimaryPoolForNode(labels, want):
         assert why == "it has both master role and custom role infra"
 
 
+def test_getNodesForPool_of_every_pool_in_one_pass_agrees_with_each():
+    nodes = [node("a"), node("b", {W: "", INFRA_ROLE: ""}), node("c", {M: "", W: ""}), node("d", {"x": "y"})]
+    groups = nodestatus.group_by_pool(POOLS, nodes)
+    for name in POOLS:
+        assert groups.get(name, []) == nodestatus.nodes_for_pool(name, POOLS, nodes)
+    assert {k: [n["metadata"]["name"] for n in v] for k, v in groups.items()} == {
+        "worker": ["a"], "infra": ["b"], "master": ["c"]}
+
+
 def test_getNodesForPool_follows_the_labels():
     """Labelling a Node moves it; removing the label moves it back."""
     nodes = [node("a"), node("b", {W: "", INFRA_ROLE: ""})]

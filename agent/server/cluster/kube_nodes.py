@@ -36,6 +36,7 @@ class NodeTruth:
         self.clock = clock
         self._memo: Dict[Tuple, Tuple[float, Any, nodestatus.NodeStatus]] = {}
         self._lock = threading.Lock()
+        self._groups: Tuple[Any, Dict[str, List[Dict[str, Any]]]] = (None, {})
 
     def ready(self) -> bool:
         """Whether the Nodes were listed once: until then no pool is judged from them (an empty
@@ -87,14 +88,25 @@ class NodeTruth:
             hit = self._memo.get(key)
         if hit is not None and generation is not None and (hit[1] == generation or now - hit[0] < REFRESH):
             return hit[2]
-        members = [(n, self._report(n)) for n in nodestatus.nodes_for_pool(pool, pools,
-                                                                           self.node_cache.snapshot().values())]
+        members = [(n, self._report(n)) for n in self._grouped(pools).get(pool, [])]
         result = nodestatus.calculate_status(members, target, image)
         with self._lock:
             if len(self._memo) > 256:  # bounded: old targets and node versions fall out
                 self._memo.clear()
             self._memo[key] = (now, generation, result)
         return result
+
+    def _grouped(self, pools: Dict[str, Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
+        """Every pool's Nodes (nodestatus.group_by_pool), worked out again only when the Nodes or
+        the pools' selectors changed: one pass over the Nodes for all pools."""
+        key = (self.node_cache.changes, _pools_key(pools))
+        with self._lock:
+            if self._groups[0] == key:
+                return self._groups[1]
+        groups = nodestatus.group_by_pool(pools, self.node_cache.snapshot().values())
+        with self._lock:
+            self._groups = (key, groups)
+        return groups
 
     def counts(self, pool: str, pools: Dict[str, Dict[str, Any]], target: str,
                image: Optional[str]) -> progress.Counts:

@@ -110,6 +110,33 @@ def nodes_for_pool(pool: str, pools: Mapping[str, Dict[str, Any]],
             if pool_for_node(pools, (n.get("metadata") or {}).get("labels") or {})[0] == pool]
 
 
+def group_by_pool(pools: Mapping[str, Dict[str, Any]], nodes: Iterable[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
+    """``nodes_for_pool`` of every pool in one pass: pool -> its Nodes (a Node in no pool is left out)."""
+    out: Dict[str, List[Dict[str, Any]]] = {}
+    # Only the label keys some selector reads decide a pool, and a fleet has few distinct values of
+    # them (every Node has its own hostname label, which no pool reads): match each value set once.
+    read = sorted(_selector_keys(pools))
+    by_labels: Dict[Tuple, Optional[str]] = {}
+    for n in nodes:
+        labels = (n.get("metadata") or {}).get("labels") or {}
+        key = tuple(labels.get(k) for k in read)
+        if key not in by_labels:
+            by_labels[key] = pool_for_node(pools, labels)[0]
+        pool = by_labels[key]
+        if pool is not None:
+            out.setdefault(pool, []).append(n)
+    return out
+
+
+def _selector_keys(pools: Mapping[str, Dict[str, Any]]) -> set:
+    keys = set()
+    for pool in pools.values():
+        selector = (pool.get("spec") or {}).get("nodeSelector") or {}
+        keys.update(str(k) for k in (selector.get("matchLabels") or {}))
+        keys.update(str(e.get("key")) for e in selector.get("matchExpressions") or [] if isinstance(e, dict))
+    return keys
+
+
 # -- one node, from its report (the MCD's annotations) --------------------------------------------
 
 MCD_FIELDS = ("currentConfig", "desiredConfig", "state", "reason", "currentImage", "desiredImage")
