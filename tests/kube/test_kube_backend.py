@@ -178,6 +178,21 @@ def test_a_node_registered_after_its_report_gets_its_custom_pool_label_at_once(k
     assert "infra-late" not in history.get("nodes", {})
 
 
+def test_a_machineconfignode_is_owned_by_its_node_and_goes_with_it(kube, server):
+    """upgrade_monitor.go makes each MCN with an ownerReference to its Node: the garbage collector
+    (kube-controller-manager runs in this module) deletes it with the Node: no orphan."""
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(_node("w-owned", {"node-role.kubernetes.io/worker": ""})))
+    target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
+    _report(server, "w-owned", {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target})
+    uid = api(kube, "/api/v1/nodes/w-owned")["metadata"]["uid"]
+    wait_for("owned by its Node", lambda: kube.get(f"{MCO}/machineconfignodes/w-owned").ok and [
+        o["uid"] for o in api(kube, f"{MCO}/machineconfignodes/w-owned")["metadata"].get("ownerReferences") or []]
+        == [uid])
+    kube.kubectl("delete", "node", "w-owned")
+    wait_for("the MachineConfigNode gone with its Node", lambda: kube.get(f"{MCO}/machineconfignodes/w-owned")
+             .status_code == 404, timeout=60)
+
+
 BAD_MC = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
           "metadata": {"name": "99-worker-bad", "labels": {"machineconfiguration.openshift.io/role": "worker"}},
           "spec": {"config": {"ignition": {"version": "3.2.0"},

@@ -108,6 +108,7 @@ def test_getNodesForPool_a_reporting_name_with_no_Node_counts_for_nothing(kube, 
     # The real master gets its slot.
     report(server, "m-0", done(master, {M: ""}, pool="master"))
     assert ask_drain(server, "m-0", "master").status_code == 200
+    assert not kube.get(f"{MCO}/machineconfignodes/ghost-0").json()["metadata"].get("ownerReferences")  # no Node
 
 
 def test_getPrimaryPoolForNode_labels_move_a_node_and_a_report_claims_nothing(kube, server):
@@ -120,6 +121,14 @@ def test_getPrimaryPoolForNode_labels_move_a_node_and_a_report_claims_nothing(ku
     assert "w-move" not in pool(server, "master")["status"]["nodes"]
     r = ask_drain(server, "w-move", "master")
     assert r.status_code == 409 and "put it in pool worker" in r.json()["error"]["message"], r.text
+    # Its MachineConfigNode: the pool its Node's labels say, owned by the Node (upgrade_monitor.go).
+    uid = kube.get("/api/v1/nodes/w-move").json()["metadata"]["uid"]
+
+    def mcn_owned():
+        mcn = kube.get(f"{MCO}/machineconfignodes/w-move").json()
+        owners = mcn["metadata"].get("ownerReferences") or []
+        return mcn if [(o["kind"], o["name"], o["uid"]) for o in owners] == [("Node", "w-move", uid)] else None
+    assert wait_for(mcn_owned, "the MachineConfigNode owned by its Node")["spec"]["pool"]["name"] == "worker"
     patch_node(kube, "w-move", {"metadata": {"labels": {INFRA_ROLE: ""}}})
     wait_for(lambda: "w-move" in pool(server, "infra")["status"]["nodes"]
              and "w-move" not in pool(server, "worker")["status"]["nodes"], "w-move in infra")

@@ -165,13 +165,13 @@ def test_getAllCandidateMachines_capacity_subtracts_every_unavailable_node(limit
 
 def test_slim_node_keeps_only_what_the_rules_read():
     full = node("n", {W: ""}, network="False", unschedulable=True)
-    full["metadata"].update(resourceVersion="7", annotations={"machineconfiguration.openshift.io/state": "Done",
+    full["metadata"].update(resourceVersion="7", uid="u-1", annotations={"machineconfiguration.openshift.io/state": "Done",
                                                               "other.io/x": "y" * 1000},
                             managedFields=[{"manager": "kubelet"}])
     full["status"].update(images=[{"names": ["x"] * 10}], conditions=full["status"]["conditions"] + [
         {"type": "MemoryPressure", "status": "False", "message": "m"}])
     slim = nodestatus.slim_node(full)
-    assert slim == {"metadata": {"name": "n", "resourceVersion": "7", "labels": {W: ""},
+    assert slim == {"metadata": {"name": "n", "uid": "u-1", "resourceVersion": "7", "labels": {W: ""},
                                  "annotations": {"machineconfiguration.openshift.io/state": "Done"}},
                     "spec": {"unschedulable": True},
                     "status": {"conditions": [{"type": "Ready", "status": "True"},

@@ -120,6 +120,17 @@ def pool_labels(pool: Optional[Dict[str, Any]]) -> Dict[str, str]:
     return out
 
 
+def node_owner(node_obj: Dict[str, Any]) -> Dict[str, Any]:
+    """The MachineConfigNode's ownerReferences to its Node (pure; none without the Node's uid). No
+    blockOwnerDeletion: it would need update on nodes/finalizers where OwnerReferencesPermission-
+    Enforcement is on (OpenShift), and nothing needs the Node's deletion held up."""
+    meta = node_obj.get("metadata") or {}
+    if not meta.get("uid"):
+        return {}
+    return {"ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": meta.get("name", ""),
+                                 "uid": meta["uid"]}]}
+
+
 def drain_mark(annotations: Dict[str, Any]) -> str:
     """The Node's drain state as its annotations hold it ("" with none): what the MCN's Drained
     condition was last written from."""
@@ -272,7 +283,7 @@ class KubeSync:
                     patch["spec"] = end["spec"]
                     patch["metadata"]["annotations"].update(end["metadata"]["annotations"])
                 self.client.merge_patch(NODES.path(node), patch)
-                self._write_node_object(node, body, pool, ours)
+                self._write_node_object(node, body, pool, ours, present[node])
                 self.writes["node"] += 1
             except KubeUnavailable as exc:  # the API server is away: the rest waits for the next round
                 away = str(exc)
@@ -286,14 +297,23 @@ class KubeSync:
             for node, item in failed.items():
                 self._nodes.setdefault(node, item)
 
-    def _write_node_object(self, node: str, body: Dict[str, Any], pool: str, annotations: Dict[str, Any]) -> None:
+    def _write_node_object(self, node: str, body: Dict[str, Any], pool: str, annotations: Dict[str, Any],
+                           node_obj: Dict[str, Any]) -> None:
         """The node's MachineConfigNode: its spec and status patched, made first when missing
-        (with the Drained condition while the Node's ``annotations`` say it is draining). Patch
-        first: after a node's first report the MCN exists (the API node store makes it with the
-        report), so a create would be refused on almost every write."""
+        (with the Drained condition while the Node's ``annotations`` say it is draining), owned by
+        its Node (``node_obj``) as upstream's are, so that the garbage collector deletes it with
+        the Node; its pool the one the Node's labels put it in. Patch first: after a node's first
+        report the MCN exists (the API node store makes it with the report, before the Node may
+        exist), so a create would be refused on almost every write."""
+        truth = self.cluster.node_truth
+        if truth is not None and truth.ready():
+            pool = truth.pool_of(node, self.source.reflectors["machineconfigpools"].snapshot())[0] or pool
         obj = node_object(node, body, pool)
+        meta = node_owner(node_obj)
+        obj["metadata"].update(meta)
         try:
-            self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), {"spec": obj["spec"]})
+            self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), dict({"spec": obj["spec"]},
+                                                                           **({"metadata": meta} if meta else {})))
         except KubeError as exc:
             if exc.status != 404:
                 raise

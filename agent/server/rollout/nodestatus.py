@@ -35,14 +35,15 @@ KEPT_ANNOTATIONS = (MCD, "node-config-server.openshift.io/")  # the only annotat
 
 
 def slim_node(obj: Dict[str, Any]) -> Dict[str, Any]:
-    """A Node as the server keeps it: name, resourceVersion, labels, the annotations of the MCD
+    """A Node as the server keeps it: name, uid, resourceVersion, labels, the annotations of the MCD
     and of our drain, ``spec.unschedulable`` and the type and status of the three conditions
     ``check_node_ready`` reads. A kubelet's Node is about 8 KB of JSON (images, addresses,
     capacity, managedFields); none of the rest is read, so none of it is kept."""
     meta = obj.get("metadata") or {}
     out_meta: Dict[str, Any] = {"name": meta.get("name", "")}
-    if meta.get("resourceVersion"):
-        out_meta["resourceVersion"] = meta["resourceVersion"]
+    for key in ("uid", "resourceVersion"):  # uid: the MachineConfigNode's owner (kube_sync)
+        if meta.get(key):
+            out_meta[key] = meta[key]
     if meta.get("labels"):
         out_meta["labels"] = dict(meta["labels"])
     kept = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(KEPT_ANNOTATIONS)}
