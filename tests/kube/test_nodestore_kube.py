@@ -56,7 +56,7 @@ def worker(why="selector"):
 
 @pytest.mark.parametrize("name", CONTRACT + IDENTITY_CONTRACT)
 def test_contract_holds_on_the_api(name, kube_cluster, namespace, tmp_path, monkeypatch):  # noqa: F811
-    from tests import test_nodestore as contract
+    from tests.etcd import test_nodestore as contract
 
     opened = []
 
