@@ -186,3 +186,11 @@ def test_IsNodeDone_reads_the_mcd_annotations_of_a_node_whose_report_is_not_held
     rep = nodestatus.report_from_annotations(ann)
     assert rep == {"currentConfig": "t", "desiredConfig": "t", "state": "Done"}
     assert nodestatus.is_node_done(rep) and nodestatus.report_from_annotations({}) is None
+
+
+def test_IsDone_a_config_never_served_to_the_node_counts_as_updated_but_proves_nothing():
+    """The server's own mark (proof: false, agent/server/store/nodestore.py contribution) keeps the
+    MCO-1940 gate closed whatever the counts say."""
+    members = [(node("a"), report("t", _server={"proof": False})), (node("b"), report("t"))]
+    st = nodestatus.calculate_status(members, "t", None)
+    assert (st.updated, st.proven) == (2, 1)

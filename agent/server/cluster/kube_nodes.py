@@ -10,8 +10,8 @@ never given a drain slot; ``describe node`` says so. A Node's pool is the one it
 Cost: the Nodes come from kube_sync's watch cache (slim objects: nodestatus.slim_node). A pool's
 status is computed over its Nodes, O(Nodes), once per change of the Nodes, the reports (the
 node store's generation) or the pool's target, and at most once per ``REFRESH`` seconds while
-reports keep arriving: a report never pays for the fleet, and the numbers are at most that old
-(the pool sync steps every pool once a second).
+reports keep arriving (the numbers are at most that old; the pool sync steps every pool once a
+second), so a burst of reports pays for the fleet a few times a second, not once per report.
 """
 
 import threading

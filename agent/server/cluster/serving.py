@@ -104,7 +104,7 @@ class ConfigServing:
         """Nodes Done on ``config`` (and ``image``): from the Node objects with the Kubernetes
         backend (a name with no Node proves nothing: kube_nodes.py), else the store's proof."""
         if self.node_truth is not None and self.node_truth.ready():
-            return self.node_truth.status(pool, st.pools, config, image).updated
+            return self.node_truth.status(pool, st.pools, config, image).proven
         return self.store.proof(pool, config, image).updated if stored is None else stored
 
     def _new_node_decision(self, st: State, pool: str, row: PoolRow, updated: int,

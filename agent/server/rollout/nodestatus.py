@@ -25,6 +25,7 @@ writes them from: the same facts, without waiting for the write-back.
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from agent.server.rollout.progress import SERVER_KEY
 from agent.server.rollout.render import selector_matches
 
 MCD = "machineconfiguration.openshift.io/"
@@ -202,6 +203,7 @@ class NodeStatus:
     """A pool's counts as status.go ``calculateStatus`` computes them, with who is in each."""
     machine: int = 0
     updated: int = 0
+    proven: int = 0  # updated, on a config the server served the node (the rollout gate's proof)
     ready: int = 0
     unavailable: int = 0
     degraded: int = 0
@@ -227,6 +229,8 @@ def calculate_status(members: Sequence[Tuple[Dict[str, Any], Optional[Mapping[st
         if is_done(report, target, image):
             out.updated += 1
             out.ready += int(not not_ready)
+            mark = report.get(SERVER_KEY) if report else None  # type: ignore[union-attr]
+            out.proven += int(not (isinstance(mark, dict) and mark.get("proof") is False))
         if is_unavailable_for_update(not_ready, report):
             out.unavailable += 1
             out.unavailable_nodes.append(name)
