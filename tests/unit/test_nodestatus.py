@@ -194,3 +194,47 @@ def test_IsDone_a_config_never_served_to_the_node_counts_as_updated_but_proves_n
     members = [(node("a"), report("t", _server={"proof": False})), (node("b"), report("t"))]
     st = nodestatus.calculate_status(members, "t", None)
     assert (st.updated, st.proven) == (2, 1)
+
+
+class _Cache:
+    """kube.watch.Reflector's face as kube_nodes reads it."""
+
+    def __init__(self, nodes):
+        import threading
+        self.nodes, self.changes, self.synced = {n["metadata"]["name"]: n for n in nodes}, 0, threading.Event()
+        self.synced.set()
+
+    def snapshot(self):
+        return dict(self.nodes)
+
+
+class _Store:
+    def __init__(self):
+        self.gen, self.reports = 0, {}
+
+    def generation(self):
+        return self.gen
+
+    def node(self, name):
+        from agent.server.store.nodestore import NodeRecord
+        rep = self.reports.get(name)
+        return None if rep is None else NodeRecord(name, "worker", "", "", rep, 0.0)
+
+
+def test_calculateStatus_memoised_at_most_REFRESH_old_while_reports_and_write_backs_arrive():
+    """A burst of reports (each moving the store and, by its write-back, the Node cache) pays for
+    the fleet a few times a second, and a relabelled Node moves within REFRESH."""
+    from agent.server.cluster import kube_nodes
+
+    now = [100.0]
+    cache, store = _Cache([node("a"), node("b")]), _Store()
+    truth = kube_nodes.NodeTruth(cache, store, clock=lambda: now[0])
+    assert truth.status("worker", POOLS, "t", None).machine == 2
+    store.reports["a"], store.gen, cache.changes = report("t"), 1, 1
+    assert truth.status("worker", POOLS, "t", None).updated == 0  # within REFRESH: the memo
+    now[0] += kube_nodes.REFRESH
+    assert truth.status("worker", POOLS, "t", None).updated == 1
+    cache.nodes["b"] = node("b", {W: "", INFRA_ROLE: ""})
+    cache.changes += 1
+    now[0] += kube_nodes.REFRESH
+    assert (truth.status("worker", POOLS, "t", None).machine, truth.status("infra", POOLS, "t", None).machine) == (1, 1)

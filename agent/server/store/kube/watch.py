@@ -110,9 +110,14 @@ class Reflector:
         self.error = why
 
     def _relist(self) -> None:
-        items, version = self.client.list(self.path, self.params, metadata_only=self.metadata_only)
-        objects = {obj["metadata"]["name"]: self._trim(obj) for obj in items} if self.keep_objects else {}
-        self.on_event("RELIST", {"items": [self._trim(obj) for obj in items], "metadata": {"resourceVersion": version}})
+        if self.transform is not None:  # each page made small as it arrives: one page of whole objects at a time
+            items, version = self.client.list(self.path, self.params, metadata_only=self.metadata_only,
+                                              transform=self._trim)
+        else:
+            items, version = self.client.list(self.path, self.params, metadata_only=self.metadata_only)
+            items = [self._trim(obj) for obj in items]
+        objects = {obj["metadata"]["name"]: obj for obj in items} if self.keep_objects else {}
+        self.on_event("RELIST", {"items": items, "metadata": {"resourceVersion": version}})
         with self._lock:
             changed = objects != self._objects or not self.keep_objects
             self._objects = objects
