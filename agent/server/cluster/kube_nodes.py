@@ -36,7 +36,7 @@ class NodeTruth:
         self.clock = clock
         self._memo: Dict[Tuple, Tuple[float, Any, nodestatus.NodeStatus]] = {}
         self._lock = threading.Lock()
-        self._groups: Tuple[Tuple, Dict[str, List[Dict[str, Any]]]] = ((None, None, 0.0), {})
+        self._groups: Tuple[Any, Dict[str, List[Dict[str, Any]]]] = (None, {})
 
     def ready(self) -> bool:
         """Whether the Nodes were listed once: until then no pool is judged from them (an empty
@@ -81,36 +81,31 @@ class NodeTruth:
     def status(self, pool: str, pools: Dict[str, Dict[str, Any]], target: str,
                image: Optional[str]) -> nodestatus.NodeStatus:
         """The pool's numbers (nodestatus.calculate_status), memoised on their inputs."""
-        key = (pool, target, image, _pools_key(pools))
-        # The inputs that move with every report: the store's, and the Node cache's (each report's
-        # write-back changes the node's Node): equal, or not older than REFRESH, the memo holds.
-        inputs = (self.store.generation(), self.node_cache.changes)
+        key = (pool, target, image, self.node_cache.changes, _pools_key(pools))
+        generation = self.store.generation()
         now = self.clock()
         with self._lock:
             hit = self._memo.get(key)
-        if hit is not None and inputs[0] is not None and (hit[1] == inputs or now - hit[0] < REFRESH):
+        if hit is not None and generation is not None and (hit[1] == generation or now - hit[0] < REFRESH):
             return hit[2]
         members = [(n, self._report(n)) for n in self._grouped(pools).get(pool, [])]
         result = nodestatus.calculate_status(members, target, image)
         with self._lock:
-            if len(self._memo) > 256:  # bounded: old targets fall out
+            if len(self._memo) > 256:  # bounded: old targets and node versions fall out
                 self._memo.clear()
-            self._memo[key] = (now, inputs, result)
+            self._memo[key] = (now, generation, result)
         return result
 
     def _grouped(self, pools: Dict[str, Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
-        """Every pool's Nodes (nodestatus.group_by_pool): one pass over the Nodes for all pools,
-        again when the pools' selectors changed, or the Nodes did and the last pass is older than
-        REFRESH (a relabelled Node moves within it; a burst of write-backs costs a few passes a second)."""
-        selectors, now = _pools_key(pools), self.clock()
+        """Every pool's Nodes (nodestatus.group_by_pool), worked out again only when the Nodes or
+        the pools' selectors changed: one pass over the Nodes for all pools."""
+        key = (self.node_cache.changes, _pools_key(pools))
         with self._lock:
-            (changes, key, at), groups = self._groups
-            if key == selectors and (changes == self.node_cache.changes or now - at < REFRESH):
-                return groups
-        changes = self.node_cache.changes
+            if self._groups[0] == key:
+                return self._groups[1]
         groups = nodestatus.group_by_pool(pools, self.node_cache.snapshot().values())
         with self._lock:
-            self._groups = ((changes, selectors, now), groups)
+            self._groups = (key, groups)
         return groups
 
     def counts(self, pool: str, pools: Dict[str, Dict[str, Any]], target: str,
