@@ -26,7 +26,8 @@ median over the 100-Node one, round by round.
   with the Node objects listed into the watch cache and no report yet, then after every node
   reported; the difference between the set-ups over the difference in Nodes is the cost of a
   Node. The Node objects carry a status as a kubelet writes it (conditions, addresses, nodeInfo,
-  capacity, 20 images): the cache keeps whole objects, so their size is what a Node costs.
+  capacity, 20 images), which the server watches whole and keeps slim (nodestatus.slim_node);
+  the slim cache's own cost is also measured in-process with tracemalloc (``slim_cache_kib``).
 
 kube-controller-manager is stopped once the control plane is up: with no kubelet heartbeating,
 its node lifecycle controller would mark every Node unreachable after 40 s (a write storm of its
@@ -316,6 +317,7 @@ def measure(quick: bool) -> Dict[str, Any]:
         return {"sizes": {"small": small.n, "large": big.n}, "burst": burst, "rounds": rounds,
                 "node_bytes": big.node_bytes, "node_bytes_reported": big.node_bytes_reported, "create_rate": big.create_rate, "server_start_s": big.server_start,
                 "rss_kib": {f.tag: {"nodes_only": f.rss_nodes_only, "reported": f.rss_reported} for f in fleets},
+                "slim_kib": slim_cache_kib(big.n),
                 "load": os.getloadavg(), "quick": quick, "seconds": time.monotonic() - started}
     finally:
         for f in fleets:
@@ -341,6 +343,10 @@ def rows_from(doc: Dict[str, Any]) -> List[Row]:
     r = doc["rounds"]
     rows.append(Row(GROUP, f"{r['reports']} reports (timed rounds)", r["seconds"],
                     note=f"{r['worker_writes']} status write(s) of pool worker at {large} Nodes over {r['seconds']:.1f} s"))
+    if "slim_kib" in doc:
+        slim, whole = doc["slim_kib"]
+        rows.append(Row(GROUP, f"Node cache as kept (slim), per Node at {large} Nodes", slim, unit="KiB",
+                        note=f"tracemalloc; a whole Node as the API sends it costs {whole:.1f} KiB"))
     rss = doc["rss_kib"]
     for key, what in (("nodes_only", "Node watch cache, per Node"), ("reported", "per reporting node, all told")):
         per = (rss["large"][key] - rss["small"][key]) / float(large - small)
@@ -352,6 +358,30 @@ def rows_from(doc: Dict[str, Any]) -> List[Row]:
                                 f"{doc['server_start_s']:.1f} s after its start)"
                                 if key == "nodes_only" else "")))
     return rows
+
+
+def slim_cache_kib(n: int) -> Tuple[float, float]:
+    """KiB per Node of the server's Node cache as it keeps them (agent/server/rollout/nodestatus.py
+    slim_node: labels, the MCD's annotations, three conditions, spec.unschedulable), against the
+    whole Node as the API sends it, by tracemalloc over ``n`` kubelet-sized Nodes in a dict by
+    name: the cache's own cost, without the worker's other memory that RSS also moves with."""
+    import tracemalloc
+
+    from agent.server.rollout.nodestatus import slim_node
+
+    def cost(transform) -> float:
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        cache = {}
+        for i in range(n):
+            name = f"slim-{i:05d}"
+            cache[name] = transform(json.loads(json.dumps(node_object(name))))  # parsed as the watch parses it
+        used = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        del cache
+        return used / 1024.0 / n
+
+    return cost(slim_node), cost(lambda obj: obj)
 
 
 def run(quick: bool = False) -> List[Row]:

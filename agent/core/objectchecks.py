@@ -24,28 +24,29 @@ KERNEL_TYPES = ("", "default", "realtime", "64k-pages")
 
 
 def parse_max_unavailable(value: Any, machine_count: int) -> int:
-    """``spec.maxUnavailable`` (int or "N%") for a pool of ``machine_count`` nodes; at least 1.
-
-    Percentages round down, as the MCO does, but never to 0 (the pool would never update).
+    """``spec.maxUnavailable`` for a pool of ``machine_count`` nodes, as the MCO's node controller
+    reads it (node_controller.go ``maxUnavailable``): default 1; an int is itself; a string must
+    be a percentage (any whole number of percent, "150%" too) of the pool, rounded down
+    (apimachinery intstr ``GetScaledValueFromIntOrPercent``, roundUp false); 0 becomes 1. A bare
+    number in a string ("3") is refused, as upstream refuses it. Differs on purpose: a negative
+    value is refused here (upstream it would hold every update of the pool for ever, silently).
     """
     if value is None:
         return 1
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ValueError("must be a whole number or a percentage like \"10%\"")
     if isinstance(value, int):
-        if value < 0:
-            raise ValueError("must not be negative")
-        return max(1, value)
-    text = str(value).strip()
-    m = re.match(r"^(\d+)%$", text)
-    if m:
-        pct = int(m.group(1))
-        if pct > 100:
-            raise ValueError("a percentage must be at most 100%")
-        return max(1, math.floor(machine_count * pct / 100))
-    if re.match(r"^\d+$", text):
-        return max(1, int(text))
-    raise ValueError("must be a whole number or a percentage like \"10%\"")
+        scaled = value
+    else:
+        m = re.fullmatch(r"(\d+)%", value)
+        if not m:
+            why = "a number must not be quoted" if re.fullmatch(r"\d+", value.strip()) else \
+                "must be a whole number or a percentage like \"10%\""
+            raise ValueError(f"invalid value for IntOrString: string {value!r} is not a percentage ({why})")
+        scaled = math.floor(machine_count * int(m.group(1)) / 100)
+    if scaled < 0:
+        raise ValueError("must not be negative")
+    return max(1, scaled)
 
 
 def _meta_name(doc: Dict[str, Any], src: str, problems: List[Problem], label: bool) -> Optional[str]:

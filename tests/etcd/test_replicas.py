@@ -175,13 +175,15 @@ def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     print(f"report propagation to the other replicas: {propagation:.3f}s")
 
 
-def drain_storm(fleet, prefix, live, sample_every=0.02):
+def drain_storm(fleet, prefix, live, sample_every=0.02, done=None):
     """30 members of worker (the limit is 25% of 30+ nodes) ask for a drain lease at once, spread
     over the replicas, while ``live()`` (the store's own count of the pool's live leases, not any
-    replica's view) is sampled: (nodes, answers, the pool's limit, the peak of ``live()``)."""
+    replica's view) is sampled: (nodes, answers, the pool's limit, the peak of ``live()``).
+    ``done``: each node's report (default: Done, nothing more)."""
     nodes = [f"{prefix}-{i:02d}" for i in range(30)]
     for i, n in enumerate(nodes):
-        assert report(fleet.replicas[i % 3], n, {"pool": "worker", "state": "Done"}, fleet).status_code == 200
+        body = done or {"pool": "worker", "state": "Done"}
+        assert report(fleet.replicas[i % 3], n, body, fleet).status_code == 200
     limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
     peak, stop = [0], threading.Event()
 

@@ -146,7 +146,8 @@ def test_a_report_lands_on_the_node_object_as_the_mcd_writes_it(kube, server):
     assert mcn["spec"] == {"node": {"name": "w-report"}, "pool": {"name": "worker"},
                            "configVersion": {"desired": target}}
     conds = {c["type"]: c["status"] for c in mcn["status"]["conditions"]}
-    assert conds == {"Updated": "True", "UpdateExecuted": "False", "NodeDegraded": "False"}
+    assert (conds["Updated"], conds["UpdateExecuted"], conds["NodeDegraded"]) == ("True", "False", "False")
+    assert len(conds) == 15  # every type, upstream's default where not reached (upgrade_monitor.go)
     assert mcn["status"]["configVersion"] == {"current": target, "desired": target}
 
 
@@ -212,7 +213,7 @@ def test_a_node_registered_after_its_report_gets_its_custom_pool_label_at_once(k
     only the worker role; the infra role label follows within 2 s, with no second pool."""
     target = our_pools(server)["infra"]["spec"]["configuration"]["name"]
     _report(server, "infra-late", {"pool": "infra", "state": "Working", "currentConfig": "", "desiredConfig": target,
-                                   "labels": {"node-role.kubernetes.io/infra": ""}})
+                                   "firstPivotConfig": target, "labels": {"node-role.kubernetes.io/infra": ""}})
     created = time.monotonic()
     kube.kubectl("create", "-f", "-", input=yaml.safe_dump(_node("infra-late", {"node-role.kubernetes.io/worker": ""})))
     labels = wait_for(lambda: "node-role.kubernetes.io/infra" in (
@@ -224,6 +225,21 @@ def test_a_node_registered_after_its_report_gets_its_custom_pool_label_at_once(k
     assert node["pool"] == "infra"
     history = server.session().get(server.url("/api/v1/pools/worker"), timeout=10).json()["status"]
     assert "infra-late" not in history.get("nodes", {})
+
+
+def test_a_machineconfignode_is_owned_by_its_node_and_goes_with_it(kube, server):
+    """upgrade_monitor.go makes each MCN with an ownerReference to its Node: the garbage collector
+    (kube-controller-manager runs in this module) deletes it with the Node: no orphan."""
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(_node("w-owned", {"node-role.kubernetes.io/worker": ""})))
+    target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
+    _report(server, "w-owned", {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target})
+    uid = api(kube, "/api/v1/nodes/w-owned")["metadata"]["uid"]
+    wait_for("owned by its Node", lambda: kube.get(f"{MCO}/machineconfignodes/w-owned").ok and [
+        o["uid"] for o in api(kube, f"{MCO}/machineconfignodes/w-owned")["metadata"].get("ownerReferences") or []]
+        == [uid])
+    kube.kubectl("delete", "node", "w-owned")
+    wait_for("the MachineConfigNode gone with its Node", lambda: kube.get(f"{MCO}/machineconfignodes/w-owned")
+             .status_code == 404, timeout=60)
 
 
 BAD_MC = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",

@@ -5,13 +5,17 @@ here on the API: one rendered config everywhere, a report through one replica co
 gating on the others, ``maxUnavailable`` held together through coordination.k8s.io Leases,
 and a replica started afresh knowing every node.
 
-Every replica runs as a user bound only to what deploy/rbac.yaml grants. No kubelet runs and no
-Node objects exist here: a drain finds no Node and so nothing to evict (tests/kube/test_kube_drain.py
-has the real drain).
+Every replica runs as a user bound only to what deploy/rbac.yaml grants. No kubelet runs: the
+test makes each node's Node object, as its kubelet would register it (a name with no Node counts
+for nothing and gets no drain slot: agent/server/cluster/kube_nodes.py), with no pods on it, so a
+drain cordons it and finds nothing to evict (tests/kube/test_kube_drain.py has the real drain).
+kube-controller-manager is stopped once the control plane is up, or its node lifecycle
+controller would mark these heartbeat-less Nodes NotReady (unavailable) after 40 s.
 """
 
 import json
 import os
+import signal
 import time
 
 import pytest
@@ -76,13 +80,27 @@ def fleet(tmp_path_factory):
         pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
     top = tmp_path_factory.mktemp("kube-replicas")
     with KubeCluster(str(top / "kube")) as kube:
+        cm = kube.procs.pop("kube-controller-manager")
+        os.killpg(cm.pid, signal.SIGTERM)
+        cm.wait(15)
         kube.apply_examples()
+        for name in ["kmember-1", "kfresh-1"] + [f"kdrainer-{i:02d}" for i in range(30)]:
+            register_node(kube, name)
         kube.bind_server_user(USER)
         f = Fleet(top, kube)
         try:
             yield f.start()
         finally:
             f.stop()
+
+
+def register_node(kube, name):
+    """The Node a kubelet registers: a worker, Ready."""
+    body = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"node-role.kubernetes.io/worker": ""}},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "m"}]}}
+    r = kube.session().post(kube.url + "/api/v1/nodes", json=body, timeout=10)
+    assert r.status_code == 201, r.text
 
 
 def test_every_replica_serves_the_same_rendered_config_and_keeps_no_local_state(fleet):
@@ -112,11 +130,12 @@ def test_the_cluster_view_lists_every_replica_from_their_heartbeat_leases(fleet)
 
 def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     a, b, c = fleet.replicas
-    before = [pool(r)["status"]["machineCount"] for r in (b, c)]
-    resp = report(a, "kmember-1", {"pool": "worker", "state": "Working"}, fleet)
+    first = pool(a)["spec"]["configuration"]["name"]
+    resp = report(a, "kmember-1", {"pool": "worker", "state": "Working", "desiredConfig": first}, fleet)
     assert resp.status_code == 200, resp.text
-    for r, n in zip((b, c), before):
-        wait_for(lambda r=r, n=n: pool(r)["status"]["machineCount"] == n + 1, "the other replicas count it", 10)
+    for r in (b, c):  # its Node counts in machineCount from the start; its report reaches every replica
+        wait_for(lambda r=r: (pool(r)["status"]["nodes"].get("kmember-1") or {}).get("state") == "Working",
+                 "the other replicas see its report", 10)
     # The MCO-1940 gate: a new target is served to new nodes only once a member has proven it,
     # and the proof is what the API holds (the node's record on its MachineConfigNode).
     fleet.kube.kubectl("apply", "-f", "-", input=(
@@ -137,7 +156,8 @@ def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     # the member fetches the target with its credential first, as node-agent does.
     got = fleet.session("kmember-1").get(a.url("/config/worker"), timeout=10)
     assert got.status_code == 200 and got.headers["X-Served-Config"] == target, got.headers
-    resp = report(a, "kmember-1", {"pool": "worker", "state": "Done", "currentConfig": target}, fleet)
+    resp = report(a, "kmember-1", {"pool": "worker", "state": "Done", "currentConfig": target,
+                                   "desiredConfig": target}, fleet)
     assert resp.status_code == 200, resp.text
     for r in (b, c):
         wait_for(lambda r=r: pool(r)["status"]["served"]["config"] == target, "the proof reaches every replica", 10)
@@ -163,10 +183,20 @@ def live_drain_leases(fleet, pool_name):
 
 def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable(fleet):
     # Counted from the API's own Lease objects, not from any replica's view.
-    nodes, answers, limit, peak = drain_storm(fleet, "kdrainer", lambda: live_drain_leases(fleet, "worker"), 0.05)
+    # Each Done on the pool's target: available, as upstream's IsUnavailableForUpdate reads it.
+    target = pool(fleet.replicas[0])["spec"]["configuration"]["name"]
+    done = {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target}
+    nodes, answers, limit, peak = drain_storm(fleet, "kdrainer", lambda: live_drain_leases(fleet, "worker"), 0.05,
+                                              done)
     granted = [a for a in answers if a.status_code == 200]
     assert all(a.status_code in (200, 429) for a in answers), [a.text for a in answers if a.status_code >= 300]
     assert 1 <= len(granted) <= limit and peak <= limit, (len(granted), peak, limit)
+    # A granted node's drain cordoned its Node: unavailable, so it holds its slot after its lease
+    # too, as upstream's getUnavailableMachines counts it; an admin uncordons them, and the
+    # expired leases free the slots.
+    for node, answer in zip(nodes, answers):
+        if answer.status_code == 200:
+            fleet.kube.kubectl("uncordon", node)
     an_expired_lease_frees_its_slot(fleet, nodes, answers, LEASE_TTL)
 
 

@@ -45,3 +45,17 @@ def test_empty_or_corrupt_database_is_named_with_what_to_do(tmp_path, content, w
     assert r.returncode == 74, r.stderr
     assert "nodes.db" in r.stderr and words in r.stderr and "backup" in r.stderr
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_drain_slot_when_unavailable_nodes_use_up_maxUnavailable_getAllCandidateMachines(tmp_path):
+    """--backend kubernetes passes the capacity left by the pool's unavailable Nodes, which may be
+    0 with no lease held: a wait naming why, not an error; a holder still renews its lease."""
+    from agent.server.rollout.drains import request_drain
+    from agent.server.store.sqlite.nodestore import SqliteNodeStore
+
+    store = SqliteNodeStore(Database(str(tmp_path / "nodes.db")))
+    answer = request_drain(store, "w1", "worker", "c", 0, 60.0, now=100.0)
+    assert not answer.granted and answer.retry_after >= 1
+    assert "use up its maxUnavailable" in answer.to_dict()["reason"]
+    assert request_drain(store, "w1", "worker", "c", 1, 60.0, now=100.0).granted
+    assert request_drain(store, "w1", "worker", "c", 0, 60.0, now=110.0).renewed

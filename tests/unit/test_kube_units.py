@@ -11,10 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.server.cluster import kube_sync
+from agent.server.rollout import mcnconditions
 from agent.server.store.kube import client as kube_client
 from agent.server.store.kube import state as kube_state
 from agent.server.store.kube import watch as kube_watch
 from agent.server.store.kube.client import KubeConfigError
+from agent.server.store.kube.nodestore import node_object
 
 POOL = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
         "metadata": {"name": "infra", "uid": "u-1", "resourceVersion": "7", "generation": 3,
@@ -209,18 +211,34 @@ def test_every_condition_written_has_a_transition_time_kept_while_its_status_sta
     assert later["RenderHeld"]["lastTransitionTime"] == "2026-11-25T11:00:00Z"  # changed: now
 
 
-def test_node_patch_carries_the_mcd_annotations_and_the_custom_pools_labels():
+def test_node_patch_carries_the_mcd_annotations_as_the_mcd_writes_them():
     body = {"pool": "infra", "state": "Degraded", "currentConfig": "rendered-infra-a",
-            "desiredConfig": "rendered-infra-b", "reason": "disk full", "desiredImage": "quay.io/x@sha256:1"}
-    patch = kube_sync.node_patch(body, POOL)
-    ann = patch["metadata"]["annotations"]
+            "desiredConfig": "rendered-infra-b", "reason": "x" * 3000, "desiredImage": "quay.io/x@sha256:1"}
+    ann = kube_sync.node_patch(body, POOL)["metadata"]["annotations"]
     assert ann["machineconfiguration.openshift.io/state"] == "Degraded"
-    assert ann["machineconfiguration.openshift.io/reason"] == "disk full"
+    assert ann["machineconfiguration.openshift.io/reason"] == "x" * 2000  # capped as the MCD caps it
     assert ann["machineconfiguration.openshift.io/desiredImage"] == "quay.io/x@sha256:1"
-    assert "machineconfiguration.openshift.io/currentImage" not in ann
+    # An empty image is removed (null in a merge patch): a stale desiredImage keeps IsDone false upstream.
+    assert ann["machineconfiguration.openshift.io/currentImage"] is None
+
+
+def test_applyCustomPoolLabels_once_for_a_node_booted_into_the_custom_pool():
+    """node_controller.go isCustomPoolBootedNode: only the owner of the firstPivotConfig, only
+    while the guard annotation is absent; the patch sets it."""
+    body = {"pool": "infra", "state": "Done", "currentConfig": "rendered-infra-a", "desiredConfig": "rendered-infra-a",
+            "firstPivotConfig": "rendered-infra-a"}
+    patch = kube_sync.node_patch(body, POOL, {}, "infra")
     assert patch["metadata"]["labels"] == {"node-role.kubernetes.io/infra": ""}
+    assert patch["metadata"]["annotations"][kube_sync.LABELS_APPLIED] == ""
+    assert "labels" not in kube_sync.node_patch(body, POOL, {kube_sync.LABELS_APPLIED: ""}, "infra")["metadata"]
+    assert "labels" not in kube_sync.node_patch(body, POOL, {}, "worker")["metadata"]  # claimed, not booted into it
+    assert "labels" not in kube_sync.node_patch(body, POOL, {}, None)["metadata"]
     worker = dict(POOL, metadata={"name": "worker"})
-    assert "labels" not in kube_sync.node_patch(body, worker)["metadata"]  # base roles: the kubelet's own
+    assert "labels" not in kube_sync.node_patch(body, worker, {}, "worker")["metadata"]  # base roles: the kubelet's
+    exprs = dict(POOL, spec={"nodeSelector": {"matchExpressions": [
+        {"key": "node-role.kubernetes.io/infra", "operator": "Exists"}, {"key": "zone", "operator": "In",
+                                                                          "values": ["a"]}]}})
+    assert kube_sync.pool_labels(exprs) == {"node-role.kubernetes.io/infra": "", "zone": "a"}
 
 
 def test_a_machineconfignode_says_what_the_report_says():
@@ -231,7 +249,20 @@ def test_a_machineconfignode_says_what_the_report_says():
     assert all(set(c) == {"type", "status", "reason", "message", "lastTransitionTime"} for c in conds.values())
     done = {c["type"]: c["status"] for c in kube_sync.node_conditions(
         {"state": "Done", "desiredConfig": "b", "currentConfig": "b"}, "t")}
-    assert done == {"Updated": "True", "UpdateExecuted": "False", "NodeDegraded": "False"}
+    assert (done["Updated"], done["UpdateExecuted"], done["NodeDegraded"]) == ("True", "False", "False")
+
+
+def test_generateAndApplyMachineConfigNodes_sets_every_condition_type_with_upstreams_default():
+    """upgrade_monitor.go: all condition types present; those not reached are False, NotYetOccured,
+    "This node has not yet entered the <type> phase"; an unknown config is "not-yet-set"."""
+    conds = kube_sync.node_conditions({"state": "Working", "desiredConfig": "b", "currentConfig": ""}, "t")
+    assert [c["type"] for c in conds] == list(mcnconditions.CONDITION_TYPES) and len(conds) <= 20  # CRD maxItems
+    by = {c["type"]: c for c in conds}
+    assert by["Cordoned"] == {"type": "Cordoned", "status": "False", "reason": "NotYetOccured",
+                              "message": "This node has not yet entered the Cordoned phase", "lastTransitionTime": "t"}
+    assert by["UpdateExecuted"]["status"] == "True"
+    obj = node_object("n1", {"desiredConfig": ""}, "")
+    assert obj["spec"]["configVersion"]["desired"] == "not-yet-set" and obj["spec"]["pool"]["name"] == "not-yet-set"
 
 
 def test_a_rendered_config_is_owned_by_its_pool():

@@ -240,14 +240,16 @@ def test_cluster_progress_names_what_blocks():
 
 # -- drains ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("value,count,want", [(None, 5, 1), (2, 5, 2), ("2", 5, 2), ("50%", 5, 2),
-                                              ("10%", 5, 1), (0, 5, 1)])
-def test_max_unavailable(value, count, want):
+@pytest.mark.parametrize("value,count,want", [(None, 5, 1), (2, 5, 2), ("50%", 5, 2), ("10%", 5, 1), (0, 5, 1),
+                                              ("150%", 5, 7), ("25%", 302, 75), ("0%", 5, 1)])
+def test_max_unavailable_as_GetScaledValueFromIntOrPercent(value, count, want):
+    """node_controller.go maxUnavailable: percent of the pool rounded down (150% too), 0 -> 1."""
     assert parse_max_unavailable(value, count) == want
 
 
-@pytest.mark.parametrize("value", ["abc", "150%", -1, True])
-def test_max_unavailable_invalid(value):
+@pytest.mark.parametrize("value", ["abc", "2", "3", "-5%", -1, True, 1.5])
+def test_max_unavailable_GetScaledValueFromIntOrPercent_refuses(value):
+    """A quoted bare number is no percentage upstream either; negatives would stall the pool."""
     with pytest.raises(ValueError):
         parse_max_unavailable(value, 5)
 

@@ -42,7 +42,7 @@ TABLE = {
                       (EX / "ignition" / "invalid-machineconfig.yaml", "$.spec.config.storage.files.0.mode")),
     "MachineConfigPool": (EX / "state" / "machineconfigpools" / "worker.yaml",
                           (f"apiVersion: {MCO}\nkind: MachineConfigPool\nmetadata: {{name: worker}}\n"
-                           "spec:\n  maxUnavailable: 200%\n", "$.spec.maxUnavailable")),
+                           "spec:\n  maxUnavailable: \"3\"\n", "$.spec.maxUnavailable")),
     "MachineConfiguration": (EX / "policy" / "machineconfiguration.yaml",
                              (EX / "policy" / "invalid-policy.yaml", "$.spec.nodeDisruptionPolicy.files.0.path")),
     "MachineOSConfig": (EX / "state" / "machineosconfigs" / "infra.yaml",

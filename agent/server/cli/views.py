@@ -343,6 +343,8 @@ def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: flo
         f"Boot image:          {rep.get('bootImage') or '<unknown>'}",
         f"Boot image skew:     {rep.get('skew') or '<not checked>'}",
     ]
+    if node.get("counted") is False:
+        lines.append(f"Counted:             no: {node.get('notCounted') or ''}")
     if node.get("degradedReason"):
         lines.append(f"Degraded because:    {node['degradedReason']}")
     if pool is not None:

@@ -224,18 +224,21 @@ def _etcd_store(cfg: StoreConfig) -> Any:
     return EtcdNodeStore(client, prefix)
 
 
-def start_writers(cluster: Any, source: Any, drain: Any = None) -> Any:
+def start_writers(cluster: Any, source: Any, drain: Any = None, namespace: str = DEFAULT_NAMESPACE) -> Any:
     """With the Kubernetes backend: start writing pool status, rendered configs and Node
     annotations back to the API (kube_sync.KubeSync), and drain through it (``drain``: the
-    drain cadence, draincadence.Cadence); None for the other backends."""
+    drain cadence, draincadence.Cadence; its Events in ``namespace``, the server's); None for the
+    other backends."""
     from agent.server.store.kube.state import KubeStateSource
 
     if not isinstance(source, KubeStateSource):
         return None
     from agent.server.cluster.kube_drain import Drainer
+    from agent.server.cluster.kube_nodes import NodeTruth
     from agent.server.cluster.kube_sync import KubeSync
 
-    cluster.drainer = Drainer(source.client, cadence=drain)
+    cluster.drainer = Drainer(source.client, cadence=drain, event_namespace=namespace)
     sync = KubeSync(cluster, source, source.client)
     cluster.drainer.node_cache = sync.node_cache  # the views read each drain's state from the Nodes
+    cluster.node_truth = NodeTruth(sync.node_cache, cluster.store)  # pools, counts, drain slots from the Nodes
     return sync.start()

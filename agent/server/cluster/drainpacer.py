@@ -28,8 +28,9 @@ from agent.server.store.kube.client import NODES, KubeError, KubeUnavailable
 
 log = logging.getLogger(__name__)
 
-EVENT_NAMESPACE = "default"  # where core/v1 Events of cluster-scoped objects (Nodes) go
-COMPONENT = "node-config-server"
+# Events go to the server's own namespace (Drainer.event_namespace, serve --namespace), as the MCO
+# writes its Events into its own (openshift-machine-config-operator), under its node controller's name.
+COMPONENT = "machineconfigcontroller-nodecontroller"
 MAX_WAIT = 60  # a node told to wait longer still asks within a minute (its lease is renewed on each ask)
 
 
@@ -138,7 +139,7 @@ def event_name(node: str, uid: str, reason: str) -> str:
 
 def _emit(drainer: Any, node_obj: Dict[str, Any], events: Any, now: float) -> None:
     """core/v1 Warning Events on the Node, as the MCO's recorder makes them (involvedObject the
-    Node, in the default namespace), our component as the source. A repeat of the same reason on
+    Node, in the server's namespace), the MCO's node controller as the source. A repeat of the same reason on
     the same Node counts up one Event (``count``, ``lastTimestamp``, the newest message) as
     client-go's event correlator does for a recurring event, rather than one more object every
     retry. A refused write is logged: the state annotations and the metric still say it."""
@@ -149,19 +150,23 @@ def _emit(drainer: Any, node_obj: Dict[str, Any], events: Any, now: float) -> No
         log.warning("node %s: %s: %s", name, reason, message)
         body = {"apiVersion": "v1", "kind": "Event",
                 "metadata": {"name": event_name(name, str(meta.get("uid", "")), reason),
-                             "namespace": EVENT_NAMESPACE},
-                "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, "uid": meta.get("uid", "")},
+                             "namespace": drainer.event_namespace},
+                # The reference carries the namespace, as the MCO's NamespacedEventRecorder
+                # (pkg/controller/common/helpers.go ensureEventNamespace) sets it on a cluster-scoped
+                # object: the API refuses an Event whose object's namespace is not its own (or "default").
+                "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, "uid": meta.get("uid", ""),
+                                   "namespace": drainer.event_namespace},
                 "reason": reason, "message": message, "type": "Warning", "count": 1,
                 "firstTimestamp": stamp, "lastTimestamp": stamp, "source": {"component": COMPONENT},
                 "reportingComponent": COMPONENT, "reportingInstance": COMPONENT}
         try:
-            _write_event(drainer.client, body)
+            _write_event(drainer.client, drainer.event_namespace, body)
         except (KubeError, KubeUnavailable) as exc:
             log.error("node %s: the %s Event was not written: %s (deploy/rbac.yaml grants events)", name, reason, exc)
 
 
-def _write_event(client: Any, body: Dict[str, Any]) -> None:
-    events = f"/api/v1/namespaces/{EVENT_NAMESPACE}/events"
+def _write_event(client: Any, namespace: str, body: Dict[str, Any]) -> None:
+    events = f"/api/v1/namespaces/{namespace}/events"
     for _ in range(3):
         try:
             client.create(events, body)

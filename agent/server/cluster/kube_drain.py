@@ -74,8 +74,10 @@ class DrainResult:
 class Drainer:
     """Drains Nodes through ``client``; keeps, per node, the pods it has evicted (by UID)."""
 
-    def __init__(self, client: KubeClient, settings: Optional[DrainSettings] = None, cadence: Any = None):
+    def __init__(self, client: KubeClient, settings: Optional[DrainSettings] = None, cadence: Any = None,
+                 event_namespace: str = "node-config-server"):
         self.client = client
+        self.event_namespace = event_namespace  # where drainpacer writes its Events: the server's --namespace
         self.settings = settings or DrainSettings()
         self.cadence = cadence  # draincadence.Cadence (None: the MCO's), read by drainpacer
         self.node_cache: Any = None  # kube.watch.Reflector of Nodes (kube_sync's): the views' drain state

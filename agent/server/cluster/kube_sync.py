@@ -28,6 +28,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.cluster.kube_drain import uncordon_patch
 from agent.server.rollout import draincadence
+from agent.server.rollout.mcnconditions import config_name, node_conditions
+from agent.server.rollout.nodestatus import slim_node
 from agent.server.rollout.progress import iso8601
 from agent.server.store.kube.client import (
     MACHINE_CONFIG_NODES,
@@ -75,48 +77,58 @@ def pool_status(view: Dict[str, Any], generation: Optional[int], previous: Optio
     return out
 
 
-def node_patch(body: Dict[str, Any], pool: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """The merge patch of a Node for a report (pure): the MCD's annotations, and the custom
-    pool's selector labels when the node is in a custom pool."""
-    annotations = {ANNOTATION + k: str(body.get(k) or "") for k in NODE_FIELDS[:4]}
+REASON_MAX = 2000  # characters of the reason annotation (the MCD's cap, pkg/daemon/writer.go, per issue 38)
+LABELS_APPLIED = ANNOTATION + "customPoolLabelsApplied"  # node_controller.go applyCustomPoolLabels' guard
+
+
+def node_patch(body: Dict[str, Any], pool: Optional[Dict[str, Any]], annotations: Optional[Dict[str, Any]] = None,
+               pivot_pool: Optional[str] = None) -> Dict[str, Any]:
+    """The merge patch of a Node for a report (pure): the MCD's annotations (the reason cut to
+    ``REASON_MAX`` characters; currentImage/desiredImage removed when empty, as the MCD removes
+    them: a stale desiredImage keeps upstream's IsDone false), and a custom pool's selector
+    labels once, as node_controller.go ``isCustomPoolBootedNode``/``applyCustomPoolLabels``: only
+    when the node first booted into a rendered config of that pool (``pivot_pool``, the owner of
+    its firstPivotConfig) and the Node does not carry the guard annotation yet (``annotations``:
+    the Node's), which the same patch sets; an admin who removes the label later is obeyed."""
+    reason = str(body.get("reason") or "")[:REASON_MAX]
+    out: Dict[str, Any] = {ANNOTATION + k: str(body.get(k) or "") for k in NODE_FIELDS[:3]}
+    out[ANNOTATION + "reason"] = reason
     for k in NODE_FIELDS[4:]:
-        if body.get(k):
-            annotations[ANNOTATION + k] = str(body[k])
-    meta: Dict[str, Any] = {"annotations": annotations}
-    labels = pool_labels(pool)
-    if labels:
+        out[ANNOTATION + k] = str(body[k]) if body.get(k) else None
+    meta: Dict[str, Any] = {"annotations": out}
+    name = (pool or {}).get("metadata", {}).get("name")
+    labels = pool_labels(pool) if name and name == pivot_pool else {}
+    if labels and LABELS_APPLIED not in (annotations or {}):
         meta["labels"] = labels
+        out[LABELS_APPLIED] = ""
     return {"metadata": meta}
 
 
 def pool_labels(pool: Optional[Dict[str, Any]]) -> Dict[str, str]:
-    """A custom pool's nodeSelector.matchLabels (what puts a Node in it); none for master/worker."""
+    """A custom pool's nodeSelector as labels (what puts a Node in it): matchLabels, and from
+    matchExpressions an ``In`` with one value and an ``Exists`` (as ""); none for master/worker."""
     if not pool or (pool.get("metadata") or {}).get("name") in BASE_ROLES:
         return {}
-    match = ((pool.get("spec") or {}).get("nodeSelector") or {}).get("matchLabels") or {}
-    return {str(k): str(v) for k, v in match.items()}
+    selector = (pool.get("spec") or {}).get("nodeSelector") or {}
+    out = {str(k): str(v) for k, v in (selector.get("matchLabels") or {}).items()}
+    for expr in selector.get("matchExpressions") or []:
+        values = expr.get("values") or []
+        if expr.get("operator") == "In" and len(values) == 1:
+            out[str(expr.get("key"))] = str(values[0])
+        elif expr.get("operator") == "Exists":
+            out[str(expr.get("key"))] = ""
+    return out
 
 
-def node_conditions(body: Dict[str, Any], at: str, annotations: Optional[Dict[str, Any]] = None) -> List[Dict[str, str]]:
-    """A MachineConfigNode's conditions from a report (pure): Updated (Done on its desired
-    config), UpdateExecuted (working on it) and NodeDegraded (with the node's reason), each with
-    the time the report was recorded (the CRD requires all five fields); and, while the Node's
-    ``annotations`` say a drain is under way, the MCO's Drained child condition naming what blocks
-    it (agent/server/rollout/draincadence.py ``drain_condition``), so that a report written during
-    a drain keeps it."""
-    state, desired = body.get("state"), str(body.get("desiredConfig") or "")
-    done = state == "Done" and body.get("currentConfig") == desired
-    reason = str(body.get("reason") or "")
-
-    def cond(kind: str, on: bool, why: str, message: str) -> Dict[str, str]:
-        return {"type": kind, "status": "True" if on else "False", "reason": why if on else "NotYet",
-                "message": message if on else "", "lastTransitionTime": at}
-
-    out = [cond("Updated", done, "NodeUpdated", f"Node is on {desired}"),
-           cond("UpdateExecuted", state == "Working", "Updating", f"Node is applying {desired}"),
-           cond("NodeDegraded", state == "Degraded", "NodeDegraded", reason or "the node reported Degraded")]
-    drained = draincadence.drain_condition(draincadence.from_annotations(annotations or {}), at)
-    return out + [drained] if drained else out
+def node_owner(node_obj: Dict[str, Any]) -> Dict[str, Any]:
+    """The MachineConfigNode's ownerReferences to its Node (pure; none without the Node's uid). No
+    blockOwnerDeletion: it would need update on nodes/finalizers where OwnerReferencesPermission-
+    Enforcement is on (OpenShift), and nothing needs the Node's deletion held up."""
+    meta = node_obj.get("metadata") or {}
+    if not meta.get("uid"):
+        return {}
+    return {"ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": meta.get("name", ""),
+                                 "uid": meta["uid"]}]}
 
 
 def drain_mark(annotations: Dict[str, Any]) -> str:
@@ -153,7 +165,9 @@ class KubeSync:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self.node_cache = Reflector(client, NODES, self._node_seen, metadata_only=True)
+        # Whole Nodes (their conditions and spec.unschedulable count), each kept slim: only what
+        # the rules read (nodestatus.slim_node: labels, the MCD's and our annotations, three conditions).
+        self.node_cache = Reflector(client, NODES, self._node_seen, transform=slim_node)
         # Two loops, so that a burst of node writes never delays a pool's status (nor the reverse).
         self._threads = [threading.Thread(target=self._loop, args=(self.sync_pools, None), name="kube-sync-pools",
                                           daemon=True),
@@ -201,6 +215,8 @@ class KubeSync:
         """Rendered configs, then each pool's status."""
         pools = self.source.reflectors["machineconfigpools"].snapshot()
         self._sync_rendered(pools)
+        if self.cluster.node_truth is not None:
+            self.cluster.step_pools()
         self._sync_pools(pools)
 
     def sync_nodes(self) -> None:
@@ -257,8 +273,9 @@ class KubeSync:
                 failed[node] = (body, pool)
                 continue
             try:
-                patch = node_patch(body, pools.get(pool))
                 ours = (present[node].get("metadata") or {}).get("annotations") or {}
+                pivot = str(body.get("firstPivotConfig") or "")
+                patch = node_patch(body, pools.get(pool), ours, self.cluster.pool_of_rendered(pivot) if pivot else None)
                 # Done on the config it was drained for; a rewrite of a kept report never uncordons
                 # (that report may predate the drain: only a fresh Done ends it).
                 end = {} if body.get("_rewrite") else uncordon_patch(ours, body)
@@ -266,7 +283,7 @@ class KubeSync:
                     patch["spec"] = end["spec"]
                     patch["metadata"]["annotations"].update(end["metadata"]["annotations"])
                 self.client.merge_patch(NODES.path(node), patch)
-                self._write_node_object(node, body, pool, ours)
+                self._write_node_object(node, body, pool, ours, present[node])
                 self.writes["node"] += 1
             except KubeUnavailable as exc:  # the API server is away: the rest waits for the next round
                 away = str(exc)
@@ -280,14 +297,23 @@ class KubeSync:
             for node, item in failed.items():
                 self._nodes.setdefault(node, item)
 
-    def _write_node_object(self, node: str, body: Dict[str, Any], pool: str, annotations: Dict[str, Any]) -> None:
+    def _write_node_object(self, node: str, body: Dict[str, Any], pool: str, annotations: Dict[str, Any],
+                           node_obj: Dict[str, Any]) -> None:
         """The node's MachineConfigNode: its spec and status patched, made first when missing
-        (with the Drained condition while the Node's ``annotations`` say it is draining). Patch
-        first: after a node's first report the MCN exists (the API node store makes it with the
-        report), so a create would be refused on almost every write."""
+        (with the Drained condition while the Node's ``annotations`` say it is draining), owned by
+        its Node (``node_obj``) as upstream's are, so that the garbage collector deletes it with
+        the Node; its pool the one the Node's labels put it in. Patch first: after a node's first
+        report the MCN exists (the API node store makes it with the report, before the Node may
+        exist), so a create would be refused on almost every write."""
+        truth = self.cluster.node_truth
+        if truth is not None and truth.ready():
+            pool = truth.pool_of(node, self.source.reflectors["machineconfigpools"].snapshot())[0] or pool
         obj = node_object(node, body, pool)
+        meta = node_owner(node_obj)
+        obj["metadata"].update(meta)
         try:
-            self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), {"spec": obj["spec"]})
+            self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), dict({"spec": obj["spec"]},
+                                                                           **({"metadata": meta} if meta else {})))
         except KubeError as exc:
             if exc.status != 404:
                 raise
@@ -298,7 +324,7 @@ class KubeSync:
                     raise
         status = {"observedGeneration": 1,
                   "configVersion": {"desired": obj["spec"]["configVersion"]["desired"],
-                                    "current": str(body.get("currentConfig") or "")},
+                                    "current": config_name(body.get("currentConfig"))},
                   "conditions": node_conditions(body, iso8601(body.get("_at") or time.time()), annotations)}
         self.client.merge_patch(MACHINE_CONFIG_NODES.path(node, sub="status"), {"status": status})
         mark = drain_mark(annotations)

@@ -11,7 +11,8 @@ log = logging.getLogger(__name__)
 
 
 def conditions(counts: progress.Counts, target: str, current: str, row: Dict[str, Any],
-               history: Optional[List[Dict[str, Any]]] = None, problems: Sequence[Any] = ()) -> List[Dict[str, str]]:
+               history: Optional[List[Dict[str, Any]]] = None, problems: Sequence[Any] = (),
+               paused: bool = False) -> List[Dict[str, str]]:
     """status.conditions (agent.server.rollout.progress.conditions); ``history``: the pool's
     target/current changes in the store, which give each condition its lastTransitionTime;
     ``problems``: the state's invalid objects (while there are any, every pool's target holds on
@@ -20,7 +21,8 @@ def conditions(counts: progress.Counts, target: str, current: str, row: Dict[str
     if problems:
         render = str(problems[0]) + (f" (and {len(problems) - 1} more problem(s): node-config-server status)"
                                      if len(problems) > 1 else "")
-    return progress.conditions(counts, target, current, str(row.get("held") or ""), history, render)
+    paused_for = str(row.get("rendered") or target) if paused else ""  # what a paused pool will not update to
+    return progress.conditions(counts, target, current, str(row.get("held") or ""), history, render, paused_for)
 
 
 def metadata(pool: Dict[str, Any], history: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:

@@ -88,6 +88,7 @@ class Cluster(Approval, ConfigServing):
         # called with (node, report, pool) after a report is recorded (kube_sync writes the Node)
         self.report_listeners: List[Callable[[str, Dict[str, Any], Optional[str]], None]] = []
         self.drainer: Any = None  # the Kubernetes backend's (kube_drain.Drainer): a lease drains the Node
+        self.node_truth: Any = None  # the Kubernetes backend's (kube_nodes.NodeTruth): pools from Node objects
         self.reconcile(force=True)
 
     def store_health(self) -> Dict[str, Any]:
@@ -179,6 +180,13 @@ class Cluster(Approval, ConfigServing):
                 self._step_pool(st, name)
             self._reconciled_sig = st.signature
 
+    def step_pools(self) -> None:
+        """Step every pool from its counts now: with Node objects (kube_sync, once a second) a
+        Node that turned Ready or was relabelled moves numbers that no report announced."""
+        st = self.state()
+        for name in sorted(self._rendered):
+            self._step_pool(st, name)
+
     def _step_pool(self, st: State, name: str) -> None:
         """Move one pool's target/current (progress.rollout_step) from its counters: O(1)."""
         r = self._rendered.get(name)
@@ -224,6 +232,8 @@ class Cluster(Approval, ConfigServing):
 
     def _counts(self, st: State, pool: str, target: str) -> progress.Counts:
         image = self._layered(st, pool, target)
+        if self.node_truth is not None and self.node_truth.ready():  # --backend kubernetes: the Nodes decide
+            return self.node_truth.counts(pool, st.pools, target, image)
         return counts_for(self.store.counts(pool), self.store.proof(pool, target, image))
 
     def pool_of_rendered(self, name: str) -> Optional[str]:
@@ -272,13 +282,13 @@ class Cluster(Approval, ConfigServing):
         target, current = row.target, row.current
         image = self._layered(st, name, target)
         pc = self.store.counts(name)
-        counts = counts_for(pc, self.store.proof(name, target, image))
+        counts = self._counts(st, name, target)
         served = gating.decide(name, target, current, counts.updated, self._base_images(target, current),
                                st.os_configs, st.os_builds, self._current_proof(st, name, row, counts.updated))
         spec = dict(pool.get("spec") or {})
         spec["configuration"] = {"name": target}
         limit = parse_max_unavailable(spec.get("maxUnavailable"), counts.machine)
-        listed = self.store.nodes(pool=name, limit=max_nodes) if max_nodes > 0 else []
+        listed = self._listed(name, counts, max_nodes)
         status: Dict[str, Any] = {
             "configuration": {"name": current},
             "rendered": row.rendered or "",
@@ -288,7 +298,7 @@ class Cluster(Approval, ConfigServing):
             "served": served.to_dict(),
             "held": row.held or "",
             "layeredImage": image or "",
-            "nodes": {rec.node: poolview.node_entry(rec) for rec in listed},
+            "nodes": listed,
             "drain": {"maxUnavailable": limit,
                       "holders": sorted(lease["node"] for lease in self.store.leases(pool=name))},
         }
@@ -304,9 +314,17 @@ class Cluster(Approval, ConfigServing):
             status["pendingDisruption"] = disruption
         history = self.store.history(name)
         status["conditions"] = poolview.conditions(counts, target, current, row.as_dict(), history,
-                                                  st.problems)
+                                                  st.problems, bool(spec.get("paused")))
         return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
                 "metadata": poolview.metadata(pool, history), "spec": spec, "status": status}
+
+    def _listed(self, pool: str, counts: progress.Counts, limit: int) -> Dict[str, Dict[str, Any]]:
+        """The first ``limit`` nodes of the pool: its Nodes with the Kubernetes backend, else the store's."""
+        if limit <= 0:
+            return {}
+        if self.node_truth is not None and self.node_truth.ready():
+            return self.node_truth.entries(counts.nodes[:limit])
+        return {rec.node: poolview.node_entry(rec) for rec in self.store.nodes(pool=pool, limit=limit)}
 
     def cluster(self) -> Dict[str, Any]:
         st = self.state()
@@ -391,10 +409,14 @@ class Cluster(Approval, ConfigServing):
         return {"node": node, "deleted": deleted.existed, "pool": deleted.previous_pool or "",
                 "leaseReleased": deleted.lease_pool is not None}
 
-    def drain_limit(self, pool: str) -> int:
+    def drain_limit(self, pool: str, node: str = "") -> int:
+        """The drain slots ``node`` may take a lease in: maxUnavailable; with Node objects
+        (kube_nodes.py) less every other unavailable Node of the pool, as upstream."""
         st = self.state()
-        machine = self.store.counts(pool).machine
-        return parse_max_unavailable((st.pools[pool].get("spec") or {}).get("maxUnavailable"), machine)
+        value = (st.pools[pool].get("spec") or {}).get("maxUnavailable")
+        if self.node_truth is not None and self.node_truth.ready():
+            return self.node_truth.drain_limit(self, st, pool, value, node)
+        return parse_max_unavailable(value, self.store.counts(pool).machine)
 
 
 def now() -> float:

@@ -58,6 +58,8 @@ class ConfigServing:
         st = self.watcher.current()  # also looks at the state directory when it is due
         if st.signature != self._reconciled_sig:
             return None
+        if self.node_truth is not None:  # proofs also move with the Node objects (kube_nodes.py)
+            return gen, st.signature, self.node_truth.node_cache.changes
         return gen, st.signature
 
     def fetch(self, pool_name: str, accept: Optional[str], node: Optional[str] = None) -> Fetch:
@@ -83,7 +85,7 @@ class ConfigServing:
             served = self._member_decision(st, pool_name, row.target)
         else:
             image = self._layered(st, pool_name, row.target)
-            updated = snap.target_proof(image).updated
+            updated = self._proof(st, pool_name, row.target, image, snap.target_proof(image).updated)
             served = self._new_node_decision(st, pool_name, row, updated, self._current_proof(st, pool_name, row, updated))
         body, etag, version, secrets = self._body(pool_name, st, served, accept)
         return Fetch(body, etag, version, served, snap.node, secrets)
@@ -94,7 +96,16 @@ class ConfigServing:
         if row.target == row.current or updated > 0:
             return 0
         image = self._layered(st, pool, row.current)
-        return self.store.proof(pool, row.current, image).updated if image else 0
+        if not image:
+            return 0
+        return self._proof(st, pool, row.current, image, None)
+
+    def _proof(self, st: State, pool: str, config: str, image: Optional[str], stored: Optional[int]) -> int:
+        """Nodes Done on ``config`` (and ``image``): from the Node objects with the Kubernetes
+        backend (a name with no Node proves nothing: kube_nodes.py), else the store's proof."""
+        if self.node_truth is not None and self.node_truth.ready():
+            return self.node_truth.status(pool, st.pools, config, image).proven
+        return self.store.proof(pool, config, image).updated if stored is None else stored
 
     def _new_node_decision(self, st: State, pool: str, row: PoolRow, updated: int,
                            current_proof: int = 0) -> gating.Served:

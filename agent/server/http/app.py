@@ -76,7 +76,9 @@ class App(NodeRoutes):
                                       watcher=watcher, reload_interval=self.reload_interval, settle=self.settle)
                     cluster.store.observe(self.counter.observe_store)
                     cluster.start_heartbeat(self.store_config.replica_name())
-                    self.writer = start_writers(cluster, watcher, self.store_config.drain)  # the Kubernetes backend's status writes
+                    # the Kubernetes backend's status writes (its drain Events in the server's namespace)
+                    self.writer = start_writers(cluster, watcher, self.store_config.drain,
+                                                self.store_config.kube_namespace())
                     self._cluster = cluster
         return self._cluster
 

@@ -219,6 +219,9 @@ class NodeRoutes:
                "membership": rec.why, "degradedReason": rec.degraded,
                "updated": item["updated"], "reportedAt": item["reportedAt"],
                "drainEvents": [dict(e, at=rfc3339(e.get("at"))) for e in self.cluster.store.drain_events(node)]}
+        truth = self.cluster.node_truth
+        if truth is not None and truth.ready():  # the Kubernetes backend: the Node's labels decide (kube_nodes.py)
+            out.update(truth.describe(node, self.cluster.state().pools))
         if self.cluster.drainer is not None:  # the Kubernetes backend: a drain under way, from the Node
             from agent.server.cluster.drainpacer import node_drain
 
@@ -277,7 +280,12 @@ class NodeRoutes:
         if member is not None and member.pool != pool:
             raise HTTPError(409, f"node {node} belongs to pool {member.pool} ({member.why}), not {pool}",
                             field="$.pool")
-        answer = drains.request_drain(cluster.store, node, pool, config, cluster.drain_limit(pool), cluster.lease_ttl)
+        if cluster.node_truth is not None:  # --backend kubernetes: only an existing Node of that pool (kube_nodes.py)
+            refused = cluster.node_truth.drain_refusal(node, pool, cluster.state().pools)
+            if refused:
+                raise HTTPError(409, refused, field="$.pool")
+        answer = drains.request_drain(cluster.store, node, pool, config, cluster.drain_limit(pool, node),
+                                      cluster.lease_ttl)
         if answer.granted and cluster.drainer is not None:
             return self._drained(cluster.drainer, node, pool, config, answer)
         if answer.granted:

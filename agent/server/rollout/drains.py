@@ -35,6 +35,11 @@ class DrainAnswer:
             out["retryAfter"] = self.retry_after
             out["reason"] = (f"{len(self.holders)} of at most {self.limit} node(s) of pool {self.pool} are "
                              f"being updated ({', '.join(self.holders)}); ask again later")
+            if self.limit <= 0:
+                # --backend kubernetes: other unavailable Nodes use up maxUnavailable (kube_nodes.py)
+                out["reason"] = (f"no drain slot of pool {self.pool} is free: its unavailable Nodes (NotReady, "
+                                 f"cordoned or updating: `node-config-server get pools -o wide`) use up its "
+                                 f"maxUnavailable; ask again later")
         return out
 
 

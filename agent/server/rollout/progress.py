@@ -30,11 +30,16 @@ class Counts:
     refused: int = 0
     working: int = 0
     nodes: List[str] = field(default_factory=list)
+    # From Node objects (--backend kubernetes, agent/server/rollout/nodestatus.py): the MCO's
+    # unavailable count (None: machine - ready, the other backends' rule) and its NodeDegraded
+    # message parts ('Node X is reporting: "..."').
+    unavailable: Optional[int] = None
+    degraded_reasons: List[str] = field(default_factory=list)
 
     def to_status(self) -> Dict[str, int]:
         return {"machineCount": self.machine, "updatedMachineCount": self.updated,
                 "readyMachineCount": self.ready, "degradedMachineCount": self.degraded,
-                "unavailableMachineCount": self.machine - self.ready,
+                "unavailableMachineCount": self.machine - self.ready if self.unavailable is None else self.unavailable,
                 "skewRefusedMachineCount": self.refused}
 
 
@@ -183,7 +188,8 @@ def _changed(history: List[Dict[str, Any]], field_name: str) -> str:
 
 
 def conditions(counts: Counts, target: str, current: str, held: str,
-               history: Optional[List[Dict[str, Any]]] = None, render_problem: str = "") -> List[Dict[str, str]]:
+               history: Optional[List[Dict[str, Any]]] = None, render_problem: str = "",
+               paused_for: str = "") -> List[Dict[str, str]]:
     """The pool's conditions as the MCO writes them: type, status, reason, message and
     lastTransitionTime. Updated and Updating change with the pool's target and current, whose
     changes the pool history records: their lastTransitionTime is when that happened, the same
@@ -194,22 +200,36 @@ def conditions(counts: Counts, target: str, current: str, held: str,
     when any node is degraded ("%d nodes are reporting degraded status on sync"; the MCO puts that
     text in the reason and the nodes' reasons in the message; here the reason is a word and the
     text the message), RenderDegraded when the pool's inputs cannot be rendered (an invalid
-    object: ``render_problem``), and Degraded = NodeDegraded or RenderDegraded."""
-    updating = target != current or counts.updated < counts.machine
+    object: ``render_problem``), and Degraded = NodeDegraded or RenderDegraded.
+
+    Updated needs every node updated and ready and none unavailable (calculateStatus's
+    ``allUpdated``); a paused pool (``paused_for``: the config it would update to, the rendered one
+    waiting while it is paused) that is not, or that has a rendering waiting, shows Updated=False
+    and Updating=False with "Pool is paused; will not update to MachineConfig ..." (upstream's
+    words: upstream's target has moved to that rendering, ours waits in RenderHeld). NodeDegraded's reason is
+    upstream's sentence and its message upstream's list (``Node X is reporting: "..."``) when the
+    counts name the nodes (``degraded_reasons``: the Kubernetes backend)."""
+    unavailable = counts.machine - counts.ready if counts.unavailable is None else counts.unavailable
+    all_updated = counts.updated == counts.machine and counts.ready == counts.machine and unavailable == 0
+    updating = target != current or not all_updated or bool(paused_for and paused_for != target)
     behind = f"{counts.updated} of {counts.machine} node(s) updated to {target}" + \
         (f" (current {current})" if target != current else "")
-    nodes_msg = (f"{counts.degraded} nodes are reporting degraded status on sync (their reasons: status.nodes, "
-                 f"`node-config-server get nodes`)" if counts.degraded else "")
+    sentence = f"{counts.degraded} nodes are reporting degraded status on sync"
+    listed = ", ".join(counts.degraded_reasons) or \
+        "their reasons: status.nodes, `node-config-server get nodes`"
+    nodes_msg = f"{sentence} ({listed})" if counts.degraded else ""
     render_msg = f"Failed to render configuration: {render_problem}" if render_problem else ""
+    stopped = bool(paused_for) and updating
     out = [
         {"type": "Updated", "status": "False" if updating else "True",
          "reason": "Updating" if updating else "AllNodesUpdated",
          "message": behind if updating else f"All nodes are updated with MachineConfig {target}"},
-        {"type": "Updating", "status": "True" if updating else "False",
-         "reason": "RolloutInProgress" if updating else "AllNodesUpdated",
-         "message": f"All nodes are updating to MachineConfig {target}" if updating else ""},
-        {"type": "NodeDegraded", "status": _bool(counts.degraded), "reason": "NodesDegraded" if counts.degraded else "",
-         "message": nodes_msg},
+        {"type": "Updating", "status": "True" if updating and not stopped else "False",
+         "reason": ("PoolPaused" if stopped else "RolloutInProgress") if updating else "AllNodesUpdated",
+         "message": (f"Pool is paused; will not update to MachineConfig {paused_for}" if stopped else
+                     f"All nodes are updating to MachineConfig {target}") if updating else ""},
+        {"type": "NodeDegraded", "status": _bool(counts.degraded), "reason": sentence if counts.degraded else "",
+         "message": listed if counts.degraded else ""},
         {"type": "RenderDegraded", "status": _bool(render_problem), "reason": "InvalidObject" if render_problem else "",
          "message": render_msg},
         {"type": "Degraded", "status": _bool(counts.degraded or render_problem),

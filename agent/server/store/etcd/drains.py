@@ -52,7 +52,7 @@ def request_drain(client: EtcdClient, prefix: str, node: str, pool: str, config:
             return _renew(client, mine[0], node, pool, config, limit, ttl_s, now_, held)
         in_pool = sorted((h for h in held if h[1] == pool), key=lambda h: h[3].get("granted", 0.0))
         if len(in_pool) >= limit:
-            soonest = min(h[3].get("expires", now_ + ttl_s) for h in in_pool) - now_
+            soonest = min((h[3].get("expires", now_ + ttl_s) for h in in_pool), default=now_ + ttl_s) - now_
             return DrainAnswer(False, node, pool, limit, retry_after=int(max(1, min(30, math.ceil(soonest)))),
                                holders=[h[2] for h in in_pool])
         lease = client.grant(ttl_s)

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import requests
 import yaml
@@ -262,15 +262,20 @@ class KubeClient:
         return self.request("GET", path, params=params, accept=accept)
 
     def list(self, path: str, params: Optional[Dict[str, Any]] = None,
-             metadata_only: bool = False) -> Tuple[list, str]:
+             metadata_only: bool = False, transform: Optional[Callable[[Dict[str, Any]], Any]] = None
+             ) -> Tuple[list, str]:
         """Every item (paged, ``PAGE`` at a time) and the list's resourceVersion; with
-        ``metadata_only``, each item's metadata alone (PartialObjectMetadata)."""
+        ``metadata_only``, each item's metadata alone (PartialObjectMetadata); with ``transform``,
+        what it makes of each item, page by page, so that only one page of whole objects is held
+        at a time (5,000 whole Nodes at once left the worker 30 KiB a Node bigger)."""
         items: list = []
         query = dict(params or {}, limit=PAGE)
         accept = METADATA_LIST if metadata_only else None
         while True:
             page = self.get(path, query, accept)
-            items.extend(page.get("items") or [])
+            got = page.get("items") or []
+            items.extend(map(transform, got) if transform is not None else got)
+            del got
             meta = page.get("metadata") or {}
             if not meta.get("continue"):
                 return items, str(meta.get("resourceVersion", ""))

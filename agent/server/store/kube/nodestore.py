@@ -30,6 +30,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from agent.server.rollout.mcnconditions import config_name
 from agent.server.rollout.progress import Membership
 from agent.server.store.errors import ReportTooLarge
 from agent.server.store.kube.client import (
@@ -60,11 +61,12 @@ from agent.server.store.nodestore import (
 
 
 def node_object(node: str, body: Dict[str, Any], pool: str) -> Dict[str, Any]:
-    """A MachineConfigNode (one per node, named after it) with its spec (pure)."""
+    """A MachineConfigNode (one per node, named after it) with its spec (pure); an unknown config
+    or pool is upstream's "not-yet-set" (the CRD's CEL rules want an RFC 1123 subdomain, never "")."""
     return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigNode",
             "metadata": {"name": node},
-            "spec": {"node": {"name": node}, "pool": {"name": pool},
-                     "configVersion": {"desired": str(body.get("desiredConfig") or "")}}}
+            "spec": {"node": {"name": node}, "pool": {"name": config_name(pool)},
+                     "configVersion": {"desired": config_name(body.get("desiredConfig"))}}}
 
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,8 @@ class Reflector:
 
     def __init__(self, client: KubeClient, resource: Resource, on_change: Optional[Callable[[], None]] = None,
                  label_selector: str = "", namespace: str = "", metadata_only: bool = False,
-                 on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None, keep_objects: bool = True):
+                 on_event: Optional[Callable[[str, Dict[str, Any]], None]] = None, keep_objects: bool = True,
+                 transform: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None):
         self.client = client
         self.resource = resource
         self.path = resource.path(namespace=namespace)
@@ -46,6 +47,10 @@ class Reflector:
         # list itself ({"items", "metadata": {"resourceVersion"}}) before ``synced`` is set.
         self.on_event = on_event or (lambda kind, obj: None)
         self.keep_objects = keep_objects  # False: snapshot() stays empty (the on_event consumer keeps them)
+        # ``transform(obj)``: what of each object the cache keeps (e.g. the fields some rules read);
+        # an event that changes nothing kept but the resourceVersion is no change (no on_change).
+        self.transform = transform
+        self.changes = 0  # counts on_change calls: a cheap "did anything kept change" for memos
         self.error = ""
         self.synced = threading.Event()
         self._objects: Dict[str, Dict[str, Any]] = {}
@@ -105,9 +110,14 @@ class Reflector:
         self.error = why
 
     def _relist(self) -> None:
-        items, version = self.client.list(self.path, self.params, metadata_only=self.metadata_only)
-        objects = {obj["metadata"]["name"]: self._trim(obj) for obj in items} if self.keep_objects else {}
-        self.on_event("RELIST", {"items": [self._trim(obj) for obj in items], "metadata": {"resourceVersion": version}})
+        if self.transform is not None:  # each page made small as it arrives: one page of whole objects at a time
+            items, version = self.client.list(self.path, self.params, metadata_only=self.metadata_only,
+                                              transform=self._trim)
+        else:
+            items, version = self.client.list(self.path, self.params, metadata_only=self.metadata_only)
+            items = [self._trim(obj) for obj in items]
+        objects = {obj["metadata"]["name"]: obj for obj in items} if self.keep_objects else {}
+        self.on_event("RELIST", {"items": items, "metadata": {"resourceVersion": version}})
         with self._lock:
             changed = objects != self._objects or not self.keep_objects
             self._objects = objects
@@ -115,11 +125,17 @@ class Reflector:
         self.error = ""
         self.synced.set()
         if changed:
-            self.on_change()
+            self._changed()
+
+    def _changed(self) -> None:
+        self.changes += 1
+        self.on_change()
 
     def _trim(self, obj: Dict[str, Any]) -> Dict[str, Any]:
         """A metadata-only cache keeps no managedFields either (most of what is left: who wrote
         which field when; the server never reads it)."""
+        if self.transform is not None:
+            return self.transform(obj)
         if self.metadata_only and "managedFields" in (obj.get("metadata") or {}):
             obj = dict(obj, metadata={k: v for k, v in obj["metadata"].items() if k != "managedFields"})
         return obj
@@ -141,18 +157,28 @@ class Reflector:
             raise KubeUnavailable(f"WATCH {self.path}: {obj.get('code')} {obj.get('message', '')}")
         meta = obj.get("metadata") or {}
         version = str(meta.get("resourceVersion", ""))
+        kept = self._trim(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else obj
+        same = False
         with self._lock:
             if kind in ("ADDED", "MODIFIED") and self.keep_objects:
-                self._objects[meta["name"]] = self._trim(obj)
+                before = self._objects.get(meta["name"])
+                same = self.transform is not None and before is not None and _bare(before) == _bare(kept)
+                self._objects[meta["name"]] = kept
             elif kind == "DELETED":
                 self._objects.pop(meta.get("name", ""), None)
             if version:
                 self._version = version
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            self.on_event(str(kind), self._trim(obj))
+            self.on_event(str(kind), kept)
         self.error = ""
-        if kind != "BOOKMARK":
-            self.on_change()
+        if kind != "BOOKMARK" and not same:
+            self._changed()
+
+
+def _bare(obj: Dict[str, Any]) -> Dict[str, Any]:
+    """An object without its resourceVersion (which moves with every write, kept fields or not)."""
+    meta = obj.get("metadata") or {}
+    return dict(obj, metadata={k: v for k, v in meta.items() if k != "resourceVersion"})
 
 
 def wait_all_synced(reflectors: Any, timeout: float) -> bool:

@@ -230,7 +230,7 @@ class SqliteNodeStore(NodeStore):
             rows = c.execute("SELECT node, expires FROM leases WHERE pool=? ORDER BY granted", (pool,)).fetchall()
             holders = [r["node"] for r in rows]
             if len(holders) >= limit:
-                soonest = min(r["expires"] for r in rows) - now
+                soonest = min((r["expires"] for r in rows), default=now + ttl) - now  # none: limit 0
                 retry = int(max(1, min(30, math.ceil(soonest))))
                 return DrainAnswer(False, node, pool, limit, retry_after=retry, holders=holders)
             c.execute("INSERT INTO leases (node, pool, config, granted, expires) VALUES (?,?,?,?,?)",

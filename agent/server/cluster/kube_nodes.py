@@ -1,0 +1,156 @@
+"""The Node is the truth (``--backend kubernetes``): each pool's members, counts, readiness and
+drain slots from the cluster's Node objects joined with the nodes' reports, as the MCO's node
+controller decides them (the rules: agent/server/rollout/nodestatus.py, pure).
+
+A name that reports but has no Node object (its kubelet never got a certificate approved)
+counts for nothing: it is in no pool's machineCount, proves nothing to the rollout gate, and is
+never given a drain slot; ``describe node`` says so. A Node's pool is the one its labels select
+(``oc label node X node-role.kubernetes.io/infra=`` moves it), whatever its report claims.
+
+Cost: the Nodes come from kube_sync's watch cache (slim objects: nodestatus.slim_node). A pool's
+status is computed over its Nodes, O(Nodes), once per change of the Nodes, the reports (the
+node store's generation) or the pool's target, and at most once per ``REFRESH`` seconds while
+reports keep arriving (the numbers are at most that old; the pool sync steps every pool once a
+second), so a burst of reports pays for the fleet a few times a second, not once per report.
+"""
+
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from agent.core.objectchecks import parse_max_unavailable
+from agent.server.cluster import poolview
+from agent.server.rollout import nodestatus, progress
+from agent.server.store.nodestore import StoreUnavailable
+
+REFRESH = 0.25  # seconds a pool's numbers may be reused while reports keep changing the store
+FIRST_LIST_WAIT = 10.0  # seconds a drain ask waits for the first list of Nodes (a server just started)
+
+
+class NodeTruth:
+    """Pool numbers from ``node_cache`` (a kube.watch.Reflector of slim Nodes) and ``store``'s reports."""
+
+    def __init__(self, node_cache: Any, store: Any, clock: Any = time.monotonic):
+        self.node_cache = node_cache
+        self.store = store
+        self.clock = clock
+        self._memo: Dict[Tuple, Tuple[float, Any, nodestatus.NodeStatus]] = {}
+        self._lock = threading.Lock()
+        self._groups: Tuple[Any, Dict[str, List[Dict[str, Any]]]] = (None, {})
+
+    def ready(self) -> bool:
+        """Whether the Nodes were listed once: until then no pool is judged from them (an empty
+        cache would read as pools with no nodes, whose target a step would make current)."""
+        return self.node_cache.synced.is_set()
+
+    def node(self, name: str) -> Optional[Dict[str, Any]]:
+        return self.node_cache.snapshot().get(name)
+
+    def pool_of(self, name: str, pools: Dict[str, Dict[str, Any]]) -> Tuple[Optional[str], str]:
+        """(the pool the Node's labels put it in, or None; why not). No Node: None."""
+        node = self.node(name)
+        if node is None:
+            return None, (f"no Node object named {name}: a name counts only once its kubelet has joined the "
+                          f"cluster (its certificate approved); it is in no pool's machineCount, proves nothing "
+                          f"and gets no drain slot")
+        pool, why = nodestatus.pool_for_node(pools, (node.get("metadata") or {}).get("labels") or {})
+        return pool, (f"Node {name}: {why}" if pool is None else "")
+
+    def describe(self, name: str, pools: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+        """What ``describe node`` shows of the Node: its pool by its labels, whether it counts, why not."""
+        member, why = self.pool_of(name, pools)
+        if member is None:
+            return {"pool": "", "membership": why, "counted": False, "notCounted": why}
+        return {"pool": member, "membership": "the Node's labels (node_controller.go getPrimaryPoolForNode)",
+                "counted": True}
+
+    def drain_refusal(self, name: str, pool: str, pools: Dict[str, Dict[str, Any]]) -> str:
+        """Why ``name`` may not take a drain slot of ``pool`` ("" when it may): a slot is only for
+        an existing Node whose labels put it in that pool."""
+        if not self.node_cache.wait_synced(FIRST_LIST_WAIT):
+            raise StoreUnavailable("the Node objects have not been listed yet (the server just started, or the "
+                                   "Kubernetes API is away): ask again")
+        member, why = self.pool_of(name, pools)
+        if member is None:
+            return f"no drain slot of pool {pool} for {name}: {why}"
+        if member != pool:
+            return (f"no drain slot of pool {pool} for {name}: its Node's labels put it in pool {member} "
+                    f"(node_controller.go getPrimaryPoolForNode); ask for a slot of {member}")
+        return ""
+
+    def status(self, pool: str, pools: Dict[str, Dict[str, Any]], target: str,
+               image: Optional[str]) -> nodestatus.NodeStatus:
+        """The pool's numbers (nodestatus.calculate_status), memoised on their inputs."""
+        key = (pool, target, image, self.node_cache.changes, _pools_key(pools))
+        generation = self.store.generation()
+        now = self.clock()
+        with self._lock:
+            hit = self._memo.get(key)
+        if hit is not None and generation is not None and (hit[1] == generation or now - hit[0] < REFRESH):
+            return hit[2]
+        members = [(n, self._report(n)) for n in self._grouped(pools).get(pool, [])]
+        result = nodestatus.calculate_status(members, target, image)
+        with self._lock:
+            if len(self._memo) > 256:  # bounded: old targets and node versions fall out
+                self._memo.clear()
+            self._memo[key] = (now, generation, result)
+        return result
+
+    def _grouped(self, pools: Dict[str, Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
+        """Every pool's Nodes (nodestatus.group_by_pool), worked out again only when the Nodes or
+        the pools' selectors changed: one pass over the Nodes for all pools."""
+        key = (self.node_cache.changes, _pools_key(pools))
+        with self._lock:
+            if self._groups[0] == key:
+                return self._groups[1]
+        groups = nodestatus.group_by_pool(pools, self.node_cache.snapshot().values())
+        with self._lock:
+            self._groups = (key, groups)
+        return groups
+
+    def counts(self, pool: str, pools: Dict[str, Dict[str, Any]], target: str,
+               image: Optional[str]) -> progress.Counts:
+        return counts_of(self.status(pool, pools, target, image))
+
+    def drain_limit(self, cluster: Any, st: Any, pool: str, value: Any, asking: str) -> int:
+        """maxUnavailable of the pool's Nodes less every other unavailable Node not holding a
+        lease (nodestatus.drain_capacity); ``cluster``: the service, for the pool's target and leases."""
+        row = cluster.store.pools().get(pool)
+        target = row.target if row is not None else ""
+        status = self.status(pool, st.pools, target, cluster._layered(st, pool, target))
+        holders = [lease["node"] for lease in cluster.store.leases(pool=pool)]
+        return nodestatus.drain_capacity(parse_max_unavailable(value, status.machine), status.unavailable_nodes,
+                                         holders, asking)
+
+    def entries(self, names: List[str]) -> Dict[str, Dict[str, Any]]:
+        """The pool view's entry of each Node named: its report's, or that it has not reported."""
+        out = {}
+        for name in names:
+            rec = self.store.node(name)
+            out[name] = poolview.node_entry(rec) if rec is not None else {
+                "state": None, "membership": "the Node's labels; no report from node-agent yet"}
+        return out
+
+    def _report(self, node: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """The node's report; without one, the MCD's annotations on its Node (what upstream reads:
+        a Node another server or a real MCD wrote them on), else None."""
+        meta = node.get("metadata") or {}
+        rec = self.store.node(meta.get("name", ""))
+        if rec is None:
+            return nodestatus.report_from_annotations(meta.get("annotations") or {})
+        mark = rec.report.get(progress.SERVER_KEY)
+        if isinstance(mark, dict) and mark.get("pending"):
+            return None  # a registration waiting for approval reports nothing yet
+        return rec.report
+
+
+def counts_of(status: nodestatus.NodeStatus) -> progress.Counts:
+    """The service's Counts from a pool's node status (unavailable as upstream counts it)."""
+    return progress.Counts(machine=status.machine, updated=status.updated, ready=status.ready,
+                           degraded=status.degraded, refused=status.refused, working=status.working,
+                           nodes=list(status.nodes), unavailable=status.unavailable,
+                           degraded_reasons=list(status.degraded_reasons))
+
+
+def _pools_key(pools: Dict[str, Dict[str, Any]]) -> Tuple:
+    return tuple(sorted((name, repr((p.get("spec") or {}).get("nodeSelector"))) for name, p in pools.items()))
