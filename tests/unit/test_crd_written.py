@@ -18,7 +18,7 @@ pytestmark = pytest.mark.cel  # cel-python; the RHEL 9 run (Python 3.9) does not
 from agent.server.cluster import kube_sync  # noqa: E402
 from agent.server.cluster.service import validate_report  # noqa: E402
 from agent.server.http.app import App  # noqa: E402
-from agent.server.store.kube.nodestore import node_object  # noqa: E402
+from agent.server.store.kube.mcnrecord import node_object  # noqa: E402
 from tests.helpers import crd_validate, paths  # noqa: E402
 
 EXAMPLE = os.path.join(paths.REPO, "examples", "state")
@@ -52,12 +52,24 @@ def written_mcn(node, body, annotations=None):
     """The MachineConfigNode KubeSync writes for a report: its merge patches, applied in order."""
     patches = []
     fake = types.SimpleNamespace(client=types.SimpleNamespace(merge_patch=lambda path, p: patches.append(p)),
-                                 _drain_written={})
-    kube_sync.KubeSync._write_node_object(fake, node, body, "worker", annotations or {})
+                                 _drain_written={}, cluster=types.SimpleNamespace(node_truth=None))
+    node_obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "uid": "uid-" + node}}
+    kube_sync.KubeSync._write_node_object(fake, node, body, "worker", annotations or {}, node_obj)
     obj = node_object(node, body, "worker")
     for patch in patches:
-        obj.update(patch)
+        merge_patch(obj, patch)
     return obj
+
+
+def merge_patch(target, patch):
+    """RFC 7386, as the API server applies a merge patch (None removes a key)."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = value
 
 
 def test_the_status_of_every_example_pool_validates_against_the_crd(app):

@@ -16,7 +16,7 @@ from agent.server.store.kube import client as kube_client
 from agent.server.store.kube import state as kube_state
 from agent.server.store.kube import watch as kube_watch
 from agent.server.store.kube.client import KubeConfigError
-from agent.server.store.kube.nodestore import node_object
+from agent.server.store.kube.mcnrecord import node_object
 
 POOL = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
         "metadata": {"name": "infra", "uid": "u-1", "resourceVersion": "7", "generation": 3,

@@ -18,7 +18,7 @@ from agent.server.http.httpio import MAX_REPORT, HTTPError, json_body
 from agent.server.http.noderoutes import released_answer
 from agent.server.store.errors import ReportTooLarge, StoreUnavailable
 from agent.server.store.kube.client import KubeError, KubeUnavailable, _answer
-from agent.server.store.kube.nodestore import ANNOTATIONS_MAX, report_annotation
+from agent.server.store.kube.mcnrecord import ANNOTATIONS_MAX, report_annotation
 from agent.server.store.nodestore import NodeRecord
 
 

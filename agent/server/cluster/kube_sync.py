@@ -40,7 +40,7 @@ from agent.server.store.kube.client import (
     KubeError,
     KubeUnavailable,
 )
-from agent.server.store.kube.nodestore import node_object
+from agent.server.store.kube.mcnrecord import node_object
 from agent.server.store.kube.watch import Reflector
 
 log = logging.getLogger(__name__)

@@ -25,9 +25,10 @@ from agent.core.objectchecks import parse_max_unavailable
 from agent.server.cluster import poolview
 from agent.server.cluster.approval import Approval
 from agent.server.cluster.firstbootfacts import with_first_boot_facts
+from agent.server.cluster.replicaview import ReplicaView
 from agent.server.cluster.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
 from agent.server.cluster.serving import ConfigServing, Fetch, UnknownPool  # noqa: F401 - the API's names
-from agent.server.rollout import gating, progress, skewpolicy
+from agent.server.rollout import gating, progress
 from agent.server.rollout.drains import DEFAULT_TTL
 from agent.server.rollout.render import Rendered, inputs_key, render_pool
 from agent.server.store.errors import StoreUnavailable
@@ -57,7 +58,7 @@ def membership_signature(st: State) -> str:
     return hashlib.sha256(json.dumps(sel, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-class Cluster(Approval, ConfigServing):
+class Cluster(Approval, ConfigServing, ReplicaView):
     def __init__(self, state_dir: Optional[str], db_path: Optional[str] = None, lease_ttl: float = DEFAULT_TTL,
                  reload_interval: float = 1.0, store: Optional[NodeStore] = None, watcher: Any = None,
                  settle: Optional[float] = None):
@@ -65,7 +66,6 @@ class Cluster(Approval, ConfigServing):
         ``db_path`` and polling of the state directory (backends.open_backends gives etcd's).
         ``db_path`` defaults to nodes.db in the state directory, for library use and tests on a
         scratch copy; the command line always passes its data directory's (serve --data-dir)."""
-        import os
 
         self.state_dir = state_dir
         self.db = Database(db_path or os.path.join(state_dir, "nodes.db")) if store is None else None
@@ -90,27 +90,6 @@ class Cluster(Approval, ConfigServing):
         self.drainer: Any = None  # the Kubernetes backend's (kube_drain.Drainer): a lease drains the Node
         self.node_truth: Any = None  # the Kubernetes backend's (kube_nodes.NodeTruth): pools from Node objects
         self.reconcile(force=True)
-
-    def store_health(self) -> Dict[str, Any]:
-        """The store as this process sees it (for /healthz, /api/v1/cluster and status). An
-        etcd alarm (NOSPACE: the database is full, every write is refused; CORRUPT) makes it
-        unhealthy and is named (``alarms``; /healthz then answers 503)."""
-        alarms = self.store.alarms()
-        error = self.store_error or self.watcher.store_error
-        if alarms:
-            names = ", ".join(sorted({a["alarm"] for a in alarms}))
-            error = (f"etcd alarm {names} raised: etcd refuses every write until an operator clears it "
-                     f"(NOSPACE: compact, defragment, then 'etcdctl alarm disarm'; docs/security.md, "
-                     f"\"Limits\")" + (f"; {error}" if error else ""))
-        out: Dict[str, Any] = {"kind": self.store.kind, "healthy": not error}
-        if alarms:
-            out["alarms"] = alarms
-        if error:
-            out["error"] = error
-        seen = self.store.last_seen()
-        if seen:
-            out["lastContactSecondsAgo"] = round(max(0.0, time.time() - seen), 1)
-        return out
 
     # -- state and reconcile -----------------------------------------------------------------
 
@@ -325,45 +304,6 @@ class Cluster(Approval, ConfigServing):
         if self.node_truth is not None and self.node_truth.ready():
             return self.node_truth.entries(counts.nodes[:limit])
         return {rec.node: poolview.node_entry(rec) for rec in self.store.nodes(pool=pool, limit=limit)}
-
-    def cluster(self) -> Dict[str, Any]:
-        st = self.state()
-        warnings = [str(p) for p in st.problems]
-        if st.stale:
-            warnings.insert(0, "the state directory has invalid objects: the last good state keeps serving")
-        views = self.pool_views(pending=False, nodes=0)
-        out = progress.cluster_progress(views, warnings)
-        out["upgradeable"] = skewpolicy.upgradeable(st.cluster_spec)  # boot image skew (agent.server.rollout.skewpolicy)
-        out["store"] = self.store_health()
-        listed = self.store.replicas()
-        mine = [dict(self.replica_view(st, views), replica=self.replica_name, pid=os.getpid(), at=time.time())]
-        out["replicas"] = [dict(r, at=progress.iso8601(r["at"])) if "at" in r else r
-                           for r in (listed if listed is not None else mine)]
-        return out
-
-    # -- replicas ---------------------------------------------------------------------------------
-
-    replica_name = ""
-
-    def replica_view(self, st: Optional[State] = None, views: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-        """What this process serves: the state it renders from and each pool's configs."""
-        st = st or self.state()
-        views = self.pool_views(pending=False, nodes=0) if views is None else views
-        return {"stateSignature": st.signature, "stale": st.stale, "store": self.store_health(),
-                "pools": {name: {"target": v["spec"]["configuration"]["name"],
-                                 "current": v["status"]["configuration"]["name"],
-                                 "served": v["status"]["served"]["config"]} for name, v in views.items()}}
-
-    def start_heartbeat(self, name: str) -> None:
-        """On a shared store, announce this process's view every few seconds (/api/v1/cluster)."""
-        self.replica_name = name
-        if self._heartbeat is None:
-            self._heartbeat = self.store.start_heartbeat(name, self.replica_view)
-
-    def stop_heartbeat(self) -> None:
-        """This process stops serving: its replica announcement goes at once, not a TTL later."""
-        if self._heartbeat is not None:
-            self._heartbeat.stop()
 
     # -- reports and drains ------------------------------------------------------------------------
 

@@ -30,9 +30,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from agent.server.rollout.mcnconditions import config_name
 from agent.server.rollout.progress import Membership
-from agent.server.store.errors import ReportTooLarge
 from agent.server.store.kube.client import (
     CONFIGMAPS,
     MACHINE_CONFIG_NODES,
@@ -43,6 +41,7 @@ from agent.server.store.kube.client import (
 from agent.server.store.kube.heartbeat import KubeHeartbeat
 from agent.server.store.kube.identity import KubeCredentials
 from agent.server.store.kube.leases import KubeLeases
+from agent.server.store.kube.mcnrecord import REPORT, node_object, node_record, report_annotation
 from agent.server.store.kube.nodestate import ConfigMapState
 from agent.server.store.kube.watch import Reflector, wait_all_synced
 from agent.server.store.kube.watch import resource_version as rv
@@ -59,41 +58,16 @@ from agent.server.store.nodestore import (
     lease_ends,
 )
 
-
-def node_object(node: str, body: Dict[str, Any], pool: str) -> Dict[str, Any]:
-    """A MachineConfigNode (one per node, named after it) with its spec (pure); an unknown config
-    or pool is upstream's "not-yet-set" (the CRD's CEL rules want an RFC 1123 subdomain, never "")."""
-    return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigNode",
-            "metadata": {"name": node},
-            "spec": {"node": {"name": node}, "pool": {"name": config_name(pool)},
-                     "configVersion": {"desired": config_name(body.get("desiredConfig"))}}}
-
-
 log = logging.getLogger(__name__)
 
-REPORT = "node-agent.openshift.io/report"
 DRAIN_LOG = "node-agent.openshift.io/drain-log"
 STORE_LABEL = "node-agent.openshift.io/store"
 DRAINLOG_KEEP = 50
 CAS_TRIES = 50
 SYNC_TIMEOUT = 30.0
-# The API server refuses an object whose annotations pass 256 KiB (TotalAnnotationSizeLimitB,
-# apimachinery/pkg/api/validation/objectmeta.go); a report is at most 64 KiB (httpio.MAX_REPORT).
-ANNOTATIONS_MAX = 256 << 10
 
 
-def report_annotation(rec: NodeRecord) -> str:
-    """The report annotation's value (pure): compact JSON with its characters as they are, not
-    ASCII-escaped ("é" stays 2 bytes, not the 6 of ``\\u00e9``), so a report within
-    httpio.MAX_REPORT always fits the annotations; ReportTooLarge (413) names the limit if not."""
-    value = json.dumps({"pool": rec.pool, "why": rec.why, "degraded": rec.degraded, "report": rec.report,
-                        "received": rec.received}, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    size = len(value.encode("utf-8"))
-    if size > ANNOTATIONS_MAX // 2:
-        raise ReportTooLarge(f"node {rec.node}: the report takes {size} bytes on its MachineConfigNode; at most "
-                             f"{ANNOTATIONS_MAX // 2} bytes fit (half of the API server's {ANNOTATIONS_MAX} bytes of "
-                             f"annotations); send a smaller report")
-    return value
+
 
 
 class KubeNodeStore(IndexedReads, NodeStore):
@@ -158,7 +132,7 @@ class KubeNodeStore(IndexedReads, NodeStore):
     def _mcn_note(self, obj: Dict[str, Any], deleted: bool) -> None:
         meta = obj.get("metadata") or {}
         name, annotations = meta["name"], (meta.get("annotations") or {}) if not deleted else {}
-        if not self._index.apply(name, _node_record(name, annotations.get(REPORT)), rv(obj)):
+        if not self._index.apply(name, node_record(name, annotations.get(REPORT)), rv(obj)):
             return  # older than what this process wrote itself: the drain log too
         drain_log = _json_list(annotations.get(DRAIN_LOG))
         if drain_log:
@@ -405,18 +379,3 @@ def _json_list(value: Optional[str]) -> List[Dict[str, Any]]:
     except ValueError:
         return []
     return items if isinstance(items, list) else []
-
-
-def _node_record(node: str, value: Optional[str]) -> Optional[NodeRecord]:
-    """The record in an MCN's annotation; an unreadable one (edited by hand) is no record, so the
-    watch goes on and the node's next report replaces it."""
-    if not value:
-        return None
-    try:
-        d = json.loads(value)
-        return NodeRecord(node=node, pool=str(d["pool"]), why=d.get("why", ""), degraded=d.get("degraded", ""),
-                          report=dict(d.get("report") or {}), received=float(d.get("received", 0.0)))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        log.warning("MachineConfigNode %s: unreadable annotation %s (%s); ignored until the node reports again",
-                    node, REPORT, exc)
-        return None

@@ -1,0 +1,55 @@
+"""What a MachineConfigNode holds for the Kubernetes node store (pure): the object made for a
+node, and the node's newest report kept as one of its annotations."""
+
+import json
+import logging
+from typing import Any, Dict, Optional
+
+from agent.server.rollout.mcnconditions import config_name
+from agent.server.store.errors import ReportTooLarge
+from agent.server.store.nodestore import NodeRecord
+
+log = logging.getLogger(__name__)
+
+REPORT = "node-agent.openshift.io/report"
+# The API server refuses an object whose annotations pass 256 KiB (TotalAnnotationSizeLimitB,
+# apimachinery/pkg/api/validation/objectmeta.go); a report is at most 64 KiB (httpio.MAX_REPORT).
+ANNOTATIONS_MAX = 256 << 10
+
+
+def node_object(node: str, body: Dict[str, Any], pool: str) -> Dict[str, Any]:
+    """A MachineConfigNode (one per node, named after it) with its spec (pure); an unknown config
+    or pool is upstream's "not-yet-set" (the CRD's CEL rules want an RFC 1123 subdomain, never "")."""
+    return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigNode",
+            "metadata": {"name": node},
+            "spec": {"node": {"name": node}, "pool": {"name": config_name(pool)},
+                     "configVersion": {"desired": config_name(body.get("desiredConfig"))}}}
+
+
+def report_annotation(rec: NodeRecord) -> str:
+    """The report annotation's value (pure): compact JSON with its characters as they are, not
+    ASCII-escaped ("é" stays 2 bytes, not the 6 of ``\\u00e9``), so a report within
+    httpio.MAX_REPORT always fits the annotations; ReportTooLarge (413) names the limit if not."""
+    value = json.dumps({"pool": rec.pool, "why": rec.why, "degraded": rec.degraded, "report": rec.report,
+                        "received": rec.received}, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    size = len(value.encode("utf-8"))
+    if size > ANNOTATIONS_MAX // 2:
+        raise ReportTooLarge(f"node {rec.node}: the report takes {size} bytes on its MachineConfigNode; at most "
+                             f"{ANNOTATIONS_MAX // 2} bytes fit (half of the API server's {ANNOTATIONS_MAX} bytes of "
+                             f"annotations); send a smaller report")
+    return value
+
+
+def node_record(node: str, value: Optional[str]) -> Optional[NodeRecord]:
+    """The record in an MCN's annotation; an unreadable one (edited by hand) is no record, so the
+    watch goes on and the node's next report replaces it."""
+    if not value:
+        return None
+    try:
+        d = json.loads(value)
+        return NodeRecord(node=node, pool=str(d["pool"]), why=d.get("why", ""), degraded=d.get("degraded", ""),
+                          report=dict(d.get("report") or {}), received=float(d.get("received", 0.0)))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        log.warning("MachineConfigNode %s: unreadable annotation %s (%s); ignored until the node reports again",
+                    node, REPORT, exc)
+        return None
