@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from agent.core.objectchecks import parse_max_unavailable
 from agent.server.cluster import poolview
 from agent.server.rollout import nodestatus, progress
-from agent.server.store.nodestore import StoreUnavailable
+from agent.server.store.errors import StoreUnavailable
 
 REFRESH = 0.25  # seconds a pool's numbers may be reused while reports keep changing the store
 FIRST_LIST_WAIT = 10.0  # seconds a drain ask waits for the first list of Nodes (a server just started)
