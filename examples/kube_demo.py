@@ -1,6 +1,6 @@
 """``make kube-demo``: node-config-server on a real, local Kubernetes control plane, narrated.
 
-1. etcd, kube-apiserver and kube-controller-manager 1.20.2 (``make kube-bin``) on loopback, with
+1. etcd, kube-apiserver, kube-controller-manager and kube-scheduler 1.20.2 (``make kube-bin``) on loopback, with
    OpenShift's CRDs: the tests' control plane (tests/helpers/kube_cluster.py), started here.
 2. deploy/rbac.yaml and the example pools, MachineConfigs and MachineConfiguration applied as an
    admin applies them.

@@ -163,7 +163,7 @@ def _crd_validate():
 def _written_mcn(kube, server, node, body):
     kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(_node(node, {"node-role.kubernetes.io/worker": ""})))
     _report(server, node, dict(body, pool="worker", labels={"node-role.kubernetes.io/worker": ""}))
-    return wait_for(f"MachineConfigNode {node} with its status", lambda: kube.get(
+    return wait_for(what=f"MachineConfigNode {node} with its status", check=lambda: kube.get(
         f"{MCO}/machineconfignodes/{node}").ok and (api(kube, f"{MCO}/machineconfignodes/{node}").get("status") or
                                                     {}).get("conditions") and api(kube, f"{MCO}/machineconfignodes/{node}"))
 
@@ -176,7 +176,7 @@ def test_every_pools_status_written_validates_against_the_machineconfigpool_crd(
         return (obj.get("status") or {}).get("conditions") and obj
 
     for name in ("master", "worker", "infra"):
-        obj = wait_for(f"pool {name}'s status", lambda: written(name))  # noqa: B023 - called at once
+        obj = wait_for(what=f"pool {name}'s status", check=lambda: written(name))  # noqa: B023 - called at once
         assert crd_validate.problems(obj) == [], name
 
 
@@ -184,7 +184,7 @@ def test_every_pools_status_written_validates_against_the_machineconfigpool_crd(
 def test_a_rendered_machineconfig_written_validates_against_the_machineconfig_crd(kube, server):
     crd_validate = _crd_validate()
     target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
-    obj = wait_for(f"MachineConfig {target}", lambda: kube.get(f"{MCO}/machineconfigs/{target}").ok and
+    obj = wait_for(what=f"MachineConfig {target}", check=lambda: kube.get(f"{MCO}/machineconfigs/{target}").ok and
                    api(kube, f"{MCO}/machineconfigs/{target}"))
     assert crd_validate.problems(obj) == []
 
@@ -234,11 +234,11 @@ def test_a_machineconfignode_is_owned_by_its_node_and_goes_with_it(kube, server)
     target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
     _report(server, "w-owned", {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target})
     uid = api(kube, "/api/v1/nodes/w-owned")["metadata"]["uid"]
-    wait_for("owned by its Node", lambda: kube.get(f"{MCO}/machineconfignodes/w-owned").ok and [
+    wait_for(what="owned by its Node", check=lambda: kube.get(f"{MCO}/machineconfignodes/w-owned").ok and [
         o["uid"] for o in api(kube, f"{MCO}/machineconfignodes/w-owned")["metadata"].get("ownerReferences") or []]
         == [uid])
     kube.kubectl("delete", "node", "w-owned")
-    wait_for("the MachineConfigNode gone with its Node", lambda: kube.get(f"{MCO}/machineconfignodes/w-owned")
+    wait_for(what="the MachineConfigNode gone with its Node", check=lambda: kube.get(f"{MCO}/machineconfignodes/w-owned")
              .status_code == 404, timeout=60)
 
 

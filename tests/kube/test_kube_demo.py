@@ -40,7 +40,7 @@ def test_kube_demo_shows_kubectl_and_get_pools_alike_and_stop_ends_every_process
         assert demo.poll() is None, log.read_text()
         recorded = json.loads((run / demoprocs.RECORD).read_text())
         assert [e["name"] for e in recorded] == ["demo", "etcd", "kube-apiserver", "kube-controller-manager",
-                                                 "node-config-server"]
+                                                 "kube-scheduler", "node-config-server"]
         kubectl = _table(text, "get mcp")
         ours = _table(text, "get pools --config")
         assert set(kubectl) == set(ours) == {"infra", "master", "worker"}
