@@ -276,14 +276,16 @@ class NodeRoutes:
         cluster = self.cluster
         if pool not in cluster.state().pools:
             raise HTTPError(404, f"unknown pool {pool!r}; known pools: {self._known()}", field="$.pool")
-        member = cluster.node_pool(node)
-        if member is not None and member.pool != pool:
-            raise HTTPError(409, f"node {node} belongs to pool {member.pool} ({member.why}), not {pool}",
-                            field="$.pool")
-        if cluster.node_truth is not None:  # --backend kubernetes: only an existing Node of that pool (kube_nodes.py)
+        if cluster.node_truth is not None:  # --backend kubernetes: only an existing Node of that pool, by its
+            # labels (kube_nodes.py); the node's report is evidence about that Node, never a claim to a pool
             refused = cluster.node_truth.drain_refusal(node, pool, cluster.state().pools)
             if refused:
                 raise HTTPError(409, refused, field="$.pool")
+        else:
+            member = cluster.node_pool(node)
+            if member is not None and member.pool != pool:
+                raise HTTPError(409, f"node {node} belongs to pool {member.pool} ({member.why}), not {pool}",
+                                field="$.pool")
         answer = drains.request_drain(cluster.store, node, pool, config, cluster.drain_limit(pool, node),
                                       cluster.lease_ttl)
         if answer.granted and cluster.drainer is not None:
