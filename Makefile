@@ -73,7 +73,7 @@ compat: venv
 # session cluster (tests/etcd, tests/kube) on one worker (tests/conftest.py), so one etcd and one
 # control plane serve them, as in a serial run.
 TEST_JOBS ?= 3
-XDIST = -n $(TEST_JOBS) --dist loadgroup
+XDIST = -n $(TEST_JOBS) --dist loadgroup --durations=30
 unit: venv venv39 kube-bin vm-base
 	NODE_AGENT_VM_TEST=1 NODE_AGENT_NO_SKIP=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m vm tests/vm
 	NODE_AGENT_NO_SKIP=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m "not vm" $(XDIST)
