@@ -243,8 +243,13 @@ class Phases:
         wait_until(lambda: self.done_on(config), PHASE_TIMEOUT, self.guest, what)
 
     def new_target(self, old: str) -> str:
-        return wait_until(lambda: (lambda t: t if t != old else None)(self.target()), 60, self.guest,
-                          "the server rendering the changed MachineConfig", poll=0.5)
+        try:
+            return wait_until(lambda: (lambda t: t if t != old else None)(self.target()), 60, self.guest,
+                              "the server rendering the changed MachineConfig", poll=0.5)
+        except AssertionError as exc:  # say why the pool did not move (its conditions: RenderHeld ...)
+            pool = self.get(f"/api/v1/pools/{POOL}")
+            raise AssertionError(f"pool {POOL} as the server shows it: {json.dumps(pool, indent=1)[:6000]}\n"
+                                 f"{exc}") from None
 
 
 def run(workdir: str) -> Result:

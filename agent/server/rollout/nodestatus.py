@@ -160,9 +160,12 @@ def is_node_done(report: Optional[Mapping[str, Any]]) -> bool:
     if not current or current != desired or report.get("state") != "Done":
         return False
     cur_image, want_image = report.get("currentImage"), report.get("desiredImage")
-    if cur_image is None and want_image is None:
-        return True  # isNodeImageDone: no image annotations, not layered
-    return bool(want_image) and bool(cur_image) and want_image == cur_image
+    if not want_image:
+        # isNodeImageDone: no desired image, not layered. Upstream also wants no currentImage
+        # then; node-agent reports the image it booted as currentImage on every pool (the
+        # gate's proof with image), so a current image alone does not make a node not done.
+        return True
+    return bool(cur_image) and want_image == cur_image
 
 
 def is_done(report: Optional[Mapping[str, Any]], target: str, image: Optional[str]) -> bool:
