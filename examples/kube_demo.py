@@ -128,6 +128,28 @@ def first_boots(srv, tls) -> str:
     return infra0
 
 
+def register_nodes(kc) -> None:
+    """What each node's kubelet does once its first boot has ended: register its Node, Ready. A
+    scratch root has no kubelet, so the demo registers them (only the worker role, as an upstream
+    kubelet may set no role; the server labels infra-0 into pool infra). Pools count Nodes, never
+    names that only report (docs/kubernetes.md, "The Node is the truth")."""
+    for name in ("infra-0", "worker-0"):
+        node = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                                                       "node-role.kubernetes.io/worker": ""}}}
+        print(f"$ kubectl apply -f -   # Node {name}, as its kubelet registers it")
+        kc.kubectl("apply", "-f", "-", input=json.dumps(node))
+        ready = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                            "lastHeartbeatTime": _now(), "lastTransitionTime": _now()}]}}
+        r = kc.session().patch(f"{kc.url}/api/v1/nodes/{name}/status", json=ready, timeout=10,
+                               headers={"Content-Type": "application/merge-patch+json"})
+        r.raise_for_status()
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def roll_out(kc, srv, infra0: str) -> None:
     from tests.helpers.kube_cluster import EXAMPLES
 
@@ -193,6 +215,7 @@ def main() -> int:
         srv, tls = start_server(kc, procs)
         title("4. infra-0 first-boots into the custom pool infra, worker-0 into worker")
         infra0 = first_boots(srv, tls)
+        register_nodes(kc)
         title("5. an admin changes infra's MachineConfig with kubectl; infra-0 takes the new config")
         roll_out(kc, srv, infra0)
         title("6. the same pools, as kubectl and as node-config-server see them")

@@ -482,8 +482,17 @@ def test_a_drain_lease_cordons_and_evicts_before_it_is_granted_and_done_uncordon
     target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
     _report(server, node, {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target})
     ask = server.node_session(node)
-    first = ask.post(server.url(f"/api/v1/nodes/{node}/drain"), json={"pool": "worker", "config": "rendered-next"},
-                     timeout=30)
+    # Other tests' worker Nodes in this session's cluster are unavailable (never done) and, as
+    # upstream counts them, use up maxUnavailable (getAllCandidateMachines): this test's own slot
+    # comes from a maxUnavailable of 100%, restored afterwards. A "wait" answer cordons nothing.
+    before = (api(kube, f"{MCO}/machineconfigpools/worker").get("spec") or {}).get("maxUnavailable")
+    kube.kubectl("patch", "mcp", "worker", "--type", "merge", "-p", json.dumps({"spec": {"maxUnavailable": "100%"}}))
+    try:
+        first, = wait_for(what="a drain slot once maxUnavailable is 100%", check=lambda: (lambda r: (r,) if r.json().get(
+            "status") != "wait" else None)(ask.post(server.url(f"/api/v1/nodes/{node}/drain"), timeout=30,
+                                                    json={"pool": "worker", "config": "rendered-next"})))
+    finally:
+        kube.kubectl("patch", "mcp", "worker", "--type", "merge", "-p", json.dumps({"spec": {"maxUnavailable": before}}))
     assert first.status_code == 429 and first.json()["status"] == "draining", first.text
     assert first.headers["Retry-After"] == "5" and "1 pod(s) still on it" in first.json()["reason"]
     assert api(kube, f"/api/v1/nodes/{node}")["spec"]["unschedulable"] is True
