@@ -37,7 +37,7 @@ def repeated(alphabet, size):
 text = st.one_of(st.text(max_size=40), repeated(st.characters(min_codepoint=0x80), 4096),
                  st.sampled_from(["worker", "master", "infra", "rendered-worker-1", "", "é" * 4096,
                                   "\U0001F600" * 1100, "a" * 254, "\x00", "Done"]))
-scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), text)
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_subnormal=False), text)
 values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                        st.dictionaries(text, inner, max_size=4)), max_leaves=12)
 labels = st.one_of(values, st.dictionaries(st.text(max_size=330), st.text(max_size=70), max_size=300))

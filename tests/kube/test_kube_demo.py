@@ -30,7 +30,8 @@ def test_kube_demo_shows_kubectl_and_get_pools_alike_and_stop_ends_every_process
     if not find_kube_bin():
         pytest.skip("kube-apiserver/kube-controller-manager are not built: run make kube-bin")
     run = tmp_path / "kube-demo-run"
-    env = dict(os.environ, NODE_AGENT_KUBE_DEMO_DIR=str(run), NO_COLOR="1", PYTHONPATH=paths.REPO)
+    # COLUMNS: a wide table whatever the environment says (the tables take $COLUMNS first)
+    env = dict(os.environ, NODE_AGENT_KUBE_DEMO_DIR=str(run), NO_COLOR="1", PYTHONPATH=paths.REPO, COLUMNS="400")
     log = tmp_path / "demo.log"
     with open(log, "w") as out:
         demo = subprocess.Popen([sys.executable, DEMO], cwd=paths.REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
