@@ -10,7 +10,6 @@ Upstream beside ours: machine-config-operator pkg/daemon/on_disk_validation.go
 import json
 import os
 import threading
-import time
 from urllib.parse import quote
 
 import pytest
@@ -21,6 +20,7 @@ from agent.host import inotify
 from agent.host.root import Root
 from agent.node import drift as node_drift
 from agent.node.apply import apply_config
+from tests.helpers.wait import wait_for
 
 STATE = "/var/lib/node-agent"
 PULL_SECRET = "/var/lib/kubelet/config.json"
@@ -63,6 +63,19 @@ def host(r, path):
 
 def expect(r, cfg=None):
     return node_drift.build_expectation(r, cfg or config())
+
+
+def events_until(watcher, path, timeout=10.0):
+    """The paths ``watcher`` names (each try waits up to 0.5 s for events) until ``path`` is among them."""
+    changed = set()
+
+    def seen():
+        got = watcher.wait(0.5)
+        changed.update(got if isinstance(got, set) else ())
+        return path in changed
+
+    wait_for(seen, f"an inotify event for {path}", timeout)
+    return changed
 
 
 # -- the pure comparison -----------------------------------------------------------------------
@@ -219,13 +232,7 @@ def test_inotify_names_the_changed_path_and_the_monitor_rechecks_it(root):
     watcher = mon._watch()
     assert watcher is not None and mon.watching
     os.chmod(host(root, "/etc/motd"), 0o666)
-    deadline = time.monotonic() + 10
-    changed = set()
-    while "/etc/motd" not in changed:
-        assert time.monotonic() < deadline, f"no inotify event for /etc/motd (got {changed})"
-        got = watcher.wait(deadline - time.monotonic())
-        changed |= got if isinstance(got, set) else set()
-    mon.check_paths(changed)
+    mon.check_paths(events_until(watcher, "/etc/motd"))
     assert sent[-1]["state"] == "Degraded" and "/etc/motd: mode 0666, expected 0644" in sent[-1]["reason"]
     mon.forget()
     assert not mon.watching
@@ -241,10 +248,12 @@ def test_an_edit_right_after_a_check_is_seen_by_the_next_idle(root):
     mon.check(config())
     assert mon.watching  # before idle() is ever called
     os.chmod(host(root, "/etc/motd"), 0o666)
-    deadline = time.monotonic() + 10
-    while not sent or sent[-1]["state"] != "Degraded":
-        assert time.monotonic() < deadline, "the edit made before idle() was not seen"
+
+    def degraded():
         mon.idle(0.5)
+        return bool(sent) and sent[-1]["state"] == "Degraded"
+
+    wait_for(degraded, "the edit made before idle() reported Degraded", timeout=10)
     assert "/etc/motd: mode 0666, expected 0644" in sent[-1]["reason"]
 
 
@@ -255,11 +264,8 @@ def test_a_missing_directory_is_watched_through_its_parent(root):
     os.unlink(host(root, "/etc/motd"))
     with inotify.DirWatcher(root, core.expectation(cfg, lambda k, n: 0, {}).watch_dirs()) as w:
         os.makedirs(host(root, "/etc/new/deep"))
-        deadline = time.monotonic() + 10
-        got = set()
-        while got != inotify.FULL:  # the stand-in (/etc) changed: rebuild, check everything
-            assert time.monotonic() < deadline
-            got = w.wait(deadline - time.monotonic())
+        # the stand-in (/etc) changed: rebuild, check everything
+        wait_for(lambda: w.wait(0.5) == inotify.FULL, "a full rebuild after /etc/new/deep appeared", timeout=10)
         assert "/etc/new/deep" in w.wds.values()
 
 
@@ -269,17 +275,23 @@ def test_idle_returns_early_when_the_force_file_appears(root):
     os.makedirs(host(root, "/run"))
     mon.check(config())
     assert mon._watch() is not None
-    done = threading.Event()
+    done, errors = threading.Event(), []
 
     def idle():
-        mon.idle(60)
-        done.set()
+        try:
+            mon.idle(60)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, in the test's thread
+            errors.append(exc)
+        finally:
+            done.set()
 
     t = threading.Thread(target=idle, daemon=True)
     t.start()
     open(host(root, node_drift.FORCE_FILE), "w").close()
     assert done.wait(20), "idle() did not notice the force file"
     t.join(5)
+    if errors:
+        raise errors[0]
 
 
 def test_without_inotify_idle_sleeps(root):
@@ -341,11 +353,5 @@ def test_a_link_enabling_a_disabled_unit_is_seen_by_the_watch(root):
     assert "/etc/systemd/system/multi-user.target.wants" in watcher.wds.values()
     link = "/etc/systemd/system/multi-user.target.wants/z.service"
     os.symlink("/usr/lib/systemd/system/z.service", host(root, link))
-    deadline = time.monotonic() + 10
-    changed = set()
-    while link not in changed:
-        assert time.monotonic() < deadline, changed
-        got = watcher.wait(deadline - time.monotonic())
-        changed |= got if isinstance(got, set) else set()
-    mon.check_paths(changed)
+    mon.check_paths(events_until(watcher, link))
     assert sent and sent[-1]["state"] == "Degraded" and link in sent[-1]["reason"]
