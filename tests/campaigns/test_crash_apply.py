@@ -124,16 +124,21 @@ def _count_mutations(top: str, prev, target) -> int:
     return count[0]
 
 
-def _watch(top: str, allowed: dict, stop: threading.Event, bad: list) -> None:
-    while not stop.is_set():
-        for rel, choices in allowed.items():
-            try:
-                with open(os.path.join(top, rel), "rb") as f:
-                    data = f.read()
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            if data not in choices:
-                bad.append((rel, data[:80]))
+def _watch(top: str, allowed: dict, stop: threading.Event, bad: list, errors: list) -> None:
+    """Reads every managed file until ``stop``; what it saw wrong goes to ``bad``, an error of its
+    own to ``errors`` (a watcher that died would otherwise pass the test having checked nothing)."""
+    try:
+        while not stop.is_set():
+            for rel, choices in allowed.items():
+                try:
+                    with open(os.path.join(top, rel), "rb") as f:
+                        data = f.read()
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                if data not in choices:
+                    bad.append((rel, data[:80]))
+    except BaseException as exc:  # noqa: BLE001 - asserted on in the test's thread
+        errors.append(exc)
 
 
 @pytest.fixture
@@ -181,15 +186,16 @@ def test_sigkill_at_many_points_always_recovers_to_old_or_target(scratch):
         if os.path.exists(top):
             shutil.rmtree(top)
         shutil.copytree(base, top, symlinks=True)
-        stop, bad = threading.Event(), []
+        stop, bad, errors = threading.Event(), [], []
         pid = os.fork()
         if pid == 0:  # pragma: no cover - child
             _child_apply(top, prev, target, k)
-        watcher = threading.Thread(target=_watch, args=(top, allowed, stop, bad))
+        watcher = threading.Thread(target=_watch, args=(top, allowed, stop, bad, errors))
         watcher.start()
         _, status = os.waitpid(pid, 0)
         stop.set()
         watcher.join()
+        assert not errors, f"kill at {k}: the watcher failed: {errors[0]!r}"
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (k, status)
         assert not bad, f"kill at {k}: a reader saw partial or foreign contents: {bad[:3]}"
 
