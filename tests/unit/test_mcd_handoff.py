@@ -12,6 +12,7 @@ from tests.helpers import paths
 
 REPO = paths.REPO
 DROPIN = os.path.join(REPO, "systemd/machine-config-daemon-firstboot.service.d/10-node-agent.conf")
+AGENT_UNIT = os.path.join(REPO, "systemd/node-agent-firstboot.service")
 ENCAPSULATED = "/etc/ignition-machine-config-encapsulated.json"
 # The [Unit] conditions of upstream's unit (openshift/machine-config-operator
 # templates/common/_base/units/machine-config-daemon-firstboot.service.yaml): "Removal of this
@@ -48,7 +49,7 @@ def rhcos_root(tmp_path, with_agent: bool) -> str:
     files: Dict[str, str] = {"run/ostree-booted": "", "sysroot/.coreos-aleph-version.json": "{}",
                              ENCAPSULATED.lstrip("/"): '{"spec": {"osImageURL": "quay.io/x@sha256:1"}}'}
     if with_agent:
-        files["usr/lib/systemd/system/node-agent-firstboot.service"] = "[Unit]\n"
+        files["usr/lib/systemd/system/node-agent-firstboot.service"] = open(AGENT_UNIT).read()
         files["usr/lib/systemd/system/machine-config-daemon-firstboot.service.d/10-node-agent.conf"] = open(DROPIN).read()
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -61,6 +62,7 @@ def test_node_agent_runs_first_boot_and_the_mcds_is_held_off(tmp_path):
     dropin = open(DROPIN).read()
     assert os.path.exists(os.path.join(root, ENCAPSULATED.lstrip("/")))  # the MCD's trigger is there
     assert not would_run(root, [MCD_UNIT, dropin])
+    assert would_run(root, [open(AGENT_UNIT).read()])  # node-agent's own first boot does run
 
 
 def test_without_node_agent_the_mcds_first_boot_runs_as_upstream(tmp_path):
