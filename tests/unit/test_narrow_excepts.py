@@ -27,7 +27,7 @@ def test_a_unit_lookup_bug_is_no_longer_hidden():
         def path(self, p):
             raise RuntimeError("a bug")
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="^a bug$"):
         find_unit(Broken(), "a.service")
 
 

@@ -67,6 +67,7 @@ def test_update_told_another_name_in_agent_yaml_refuses_with_exit_65(tmp_path):
 
 def test_firstboot_run_again_with_another_node_name_refuses(tmp_path):
     nodename.record(Root(str(tmp_path)), STATE, "worker-x")
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="first booted as 'worker-x'") as err:
         FirstBoot(Options(root=str(tmp_path), node_name="worker-y"))
+    assert "--node-name asks for 'worker-y'" in str(err.value)
     assert FirstBoot(Options(root=str(tmp_path), node_name="worker-x")).node == "worker-x"
