@@ -441,10 +441,8 @@ def test_a_state_file_gives_objects_or_findings_never_an_error(data):
         problems_only(found)
 
 
-# Inputs that crash the state-object checks, in files outside this change (issue 28, reported):
-# left out of the property test below and pinned by the strict xfail after it, which fails (XPASS)
-# once they are fixed, so that the exclusions are then removed.
-KNOWN_OBJECT_CRASHES = [  # each crashed before issue 28's fixes
+# Inputs that crashed the state-object checks before issue 28's fixes: each must now give findings.
+KNOWN_OBJECT_CRASHES = [
     # objects.py check_machine_config: (doc.get("metadata") or {}).get("labels") on a list
     ("check_machine_config", {"metadata": ["x"]}),
     # objects.py _check_selector: enumerate(sel.get("matchExpressions") or []) on a number

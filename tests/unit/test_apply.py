@@ -424,7 +424,7 @@ def test_write_many_failure_before_the_renames_leaves_no_trace(tmp_path, monkeyp
     monkeypatch.setattr(os, "fsync", failing_fsync)
     items = [(str(tmp_path / f"f{i}"), b"new", 0o644, -1, -1) for i in range(5)]
     items.append((str(tmp_path / "x"), b"new", 0o644, -1, -1))
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="Input/output error"):  # the injected one, not another
         files.write_many(items)
     assert sorted(os.listdir(tmp_path)) == ["x"]  # no new file, no temporary
     assert (tmp_path / "x").read_bytes() == b"old"
