@@ -7,10 +7,11 @@ etcd is Debian's etcd-server, kubectl is /usr/bin/kubectl. Everything listens on
 ports and speaks TLS with certificates made here by one throw-away CA (etcd's clients, the API
 server's clients and serving certificates); the API server has no insecure port, and neither
 have the controller manager and the scheduler. The API server's certificate also names 10.0.2.2,
-the host's loopback as a QEMU guest sees it (the VM test's kubelet, tests/vm). No kubelet runs
-here: the scheduler places a pod only on a Node whose status offers room (allocatable pods,
-cpu, memory), which a Node object a test creates has not, so such tests still bind their pods
-and write their status themselves.
+the host's loopback as a QEMU guest sees it (the VM test's real kubelet, tests/vm). No kubelet
+runs on the host: the scheduler places a pod only on a Node whose status offers room
+(allocatable pods, cpu, memory), which a Node object a test creates has not, so the tests under
+tests/kube that make fleets of Node objects still bind their pods and write their status
+themselves; the VM test's Node and pods are its guest kubelet's.
 
     with KubeCluster(tmp_dir) as kc:
         kc.kubectl("get", "mcp")                             # as admin (system:masters)
@@ -128,8 +129,10 @@ class _CA:
 
 
 class KubeCluster:
-    def __init__(self, base_dir: str, bin_dir: Optional[str] = None, crds: Optional[str] = CRDS):
+    def __init__(self, base_dir: str, bin_dir: Optional[str] = None, crds: Optional[str] = CRDS,
+                 controller_manager_args: Sequence[str] = ()):
         self.base_dir = base_dir
+        self.controller_manager_args = list(controller_manager_args)
         self.bin_dir = bin_dir or find_kube_bin()
         if not self.bin_dir:
             raise FileNotFoundError(f"{'/'.join(BINARIES)} not built: run make kube-bin")
@@ -231,7 +234,7 @@ class KubeCluster:
                 f"--tls-cert-file={cert}", f"--tls-private-key-file={key}",
                 "--controllers=*", "--use-service-account-credentials", "--leader-elect=false",
                 f"--service-account-private-key-file={self.sa_key}", f"--root-ca-file={self.ca_path}",
-                f"--cert-dir={self._path('controller-manager-certs')}"]
+                f"--cert-dir={self._path('controller-manager-certs')}", *self.controller_manager_args]
 
     def _scheduler_cmd(self) -> List[str]:
         cert, key = self.sched_serving

@@ -6,7 +6,7 @@
 # Stage 2 (here, cached): the node-agent RPM built from this tree (packaging/build-rpm.sh) and
 # installed into the root with rpm itself, scriptlets included (its %post presets the units
 # inside the chroot), so paths and unit files are exactly the RPM's; then the test's guest files
-# (tests/vm/guest: network, a kubelet stand-in, a probe unit, containerd's and CNI's config), a
+# (tests/vm/guest: network, the kubelet's unit and config, a probe unit, containerd's and CNI's config), a
 # planted boot-image aleph file, the kubelet binary and the container images (pause from the
 # Kubernetes source, busybox) from `make kube-bin`'s directory, written as docker-archive
 # tarballs by image_archive.py for vm-images.service to import.

@@ -1,45 +1,42 @@
 """The VM scenario's Kubernetes side: a real control plane on the host's loopback, the guest's
-Node object and a workload pod on it, and what the API server itself recorded about them.
+kubelet credentials, the workloads an admin runs on the pool, and what the API server itself
+recorded about them.
 
-- ``ControlPlane``: tests/helpers/kube_cluster.py's KubeCluster (etcd + kube-apiserver 1.20.2 +
-  kube-controller-manager + OpenShift's CRDs); the scenario's state objects applied with kubectl;
-  node-config-server's user bound to what deploy/rbac.yaml defines, nothing more. Only
-  node-config-server talks to it; the guest talks to node-config-server alone (10.0.2.2).
-- ``Kubelet``: no kubelet or scheduler runs here, so this thread plays both for the guest's node
-  (the stand-in kubelet inside the guest cannot reach the API): it registers the Node as a
-  kubelet does (only the worker role label), heartbeats its Ready condition (else the node
-  lifecycle controller taints it and evicts its pods after 5 minutes), binds the ReplicaSet's
-  pods to it while it is schedulable, marks them Running/Ready, and finishes a graceful deletion
-  as a kubelet does once the containers have stopped: a DELETE with gracePeriodSeconds 0, 1 s
-  after it first saw the pod's deletionTimestamp (so a drain sees its pod terminating first).
-- ``Recorder``: watches the Node and the workload's pods and keeps every event with the host time
-  it arrived and its resourceVersion (one etcd revision counter orders Node and Pod writes).
+- ``ControlPlane``: tests/helpers/kube_cluster.py's KubeCluster (etcd + kube-apiserver 1.20.2 with
+  NodeRestriction + kube-controller-manager + kube-scheduler + OpenShift's CRDs); the scenario's
+  state objects applied with kubectl; node-config-server's user bound to what deploy/rbac.yaml
+  defines, nothing more. node-config-server and the guest's kubelet talk to it; the agent talks
+  to node-config-server alone (10.0.2.2).
+- Nothing here plays the kubelet: the guest's own kubelet registers the Node, renews its Lease,
+  runs the pods the real scheduler binds there and ends their deletion once containerd stopped
+  their containers. ``node_credentials`` is what it needs (a client certificate for
+  ``system:node:<name>``), ``workloads`` what the admin deploys.
+- ``Recorder``: watches the Node, the workload's pods and the pool, and keeps every event with the
+  host time it arrived and its resourceVersion (one etcd revision counter orders Node and Pod
+  writes).
 - ``SerialMarks``: the guest's serial console as QEMU writes it, read as it grows, with the
   kernel's boot and reset lines and systemd's first shutdown line stamped in host time (see
-  test_vm_boot.py for why these).
+  test_vm_drain.py for why these).
 """
 
-import datetime
+import base64
 import json
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import requests
 import yaml
 
-from tests.helpers.kube_cluster import REPO, KubeCluster
+from tests.helpers.kube_cluster import GUEST_HOST_IP, REPO, KubeCluster
 from tests.helpers.wait import wait_for
 
-WORKLOAD = "vm-workload"  # the namespace of the pod the drain evicts
+WORKLOAD = "vm-workload"  # the namespace of the pods the drain evicts
 USER = "node-config-server-vm"  # the server's least-privilege user
 ROLE_PREFIX = "node-role.kubernetes.io/"
-STOP_SECONDS = 1.0  # how long the test's kubelet takes to stop a deleted pod's containers
-
-
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+MCO = "machineconfiguration.openshift.io/"
+DRAIN_LAST_ERROR = "node-config-server.openshift.io/drain-last-error"  # what blocked the last drain round
 
 
 def rbac_bindings(docs: List[Dict[str, Any]], user: str) -> List[List[str]]:
@@ -59,7 +56,7 @@ def rbac_bindings(docs: List[Dict[str, Any]], user: str) -> List[List[str]]:
 
 class ControlPlane:
     def __init__(self, workdir: str):
-        self.kc = KubeCluster(os.path.join(workdir, "kube"))
+        self.kc = KubeCluster(os.path.join(workdir, "kube"), controller_manager_args=CONTROLLER_MANAGER_ARGS)
         self.kubeconfig = ""
         self.serve_args: List[str] = []
 
@@ -89,16 +86,72 @@ class ControlPlane:
     def apply(self, text: str) -> None:
         self.kc.kubectl("apply", "-f", "-", input=text)
 
+    def get_mcp(self) -> str:
+        """`kubectl get mcp` as an admin reads it."""
+        return self.kc.kubectl("get", "mcp").stdout
+
     def stop(self) -> None:
         self.kc.stop()
 
 
-def replicaset(name: str) -> Dict[str, Any]:
-    labels = {"app": name}
-    spec = {"automountServiceAccountToken": False, "containers": [{"name": "c", "image": "registry.vm.test/app:1"}]}
-    return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name, "namespace": WORKLOAD},
-            "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": spec}}}
+APP = "app"  # the ReplicaSet (2 replicas) and its PodDisruptionBudget (minAvailable 1)
+DAEMONSET = "node-daemon"  # one pod per node of the pool; a drain leaves it (IgnoreAllDaemonSets)
+IMAGE = "localhost/busybox:1.35"  # made at image build time, imported by vm-images.service (no registry)
+# PID 1 in the container: stops at once on SIGTERM (a shell waiting in `sleep` would hold the
+# grace period), so a drain shows the kubelet stopping it, not a SIGKILL 30 s later.
+COMMAND = ["sh", "-c", "trap 'exit 0' TERM; echo started; while true; do sleep 1; done"]
+# The pool's role label: workloads land only on a node the server put in pool vm, that is one
+# whose first boot applied that pool's config (MCO-650).
+POOL_SELECTOR = {ROLE_PREFIX + "vm": ""}
+# The node lifecycle controller's view of a rebooting node within the guest's outage (a reboot
+# under TCG is a minute or more): the kubelet renews its Lease every 5 s (nodeLeaseDurationSeconds
+# 20 in the guest's kubelet-config.yaml), the controller calls a node Unknown after 25 s without
+# one (40 s and 10 s by default; 25 s is still five missed renewals).
+CONTROLLER_MANAGER_ARGS = ("--node-monitor-grace-period=25s", "--node-monitor-period=2s")
+
+
+def pod_template(labels: Dict[str, str]) -> Dict[str, Any]:
+    return {"metadata": {"labels": labels}, "spec": {
+        "automountServiceAccountToken": False, "enableServiceLinks": False, "terminationGracePeriodSeconds": 10,
+        "nodeSelector": POOL_SELECTOR,
+        "containers": [{"name": "c", "image": IMAGE, "imagePullPolicy": "Never", "command": COMMAND}]}}
+
+
+def workloads() -> List[Dict[str, Any]]:
+    """What an admin runs on the pool: a ReplicaSet of 2 guarded by a PDB (minAvailable 1) and a
+    DaemonSet, all selecting the pool's role label."""
+    app, ds = {"app": APP}, {"app": DAEMONSET}
+    meta = {"namespace": WORKLOAD}
+    return [
+        {"apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": dict(meta, name=APP),
+         "spec": {"minAvailable": 1, "selector": {"matchLabels": app}}},
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": dict(meta, name=APP),
+         "spec": {"replicas": 2, "selector": {"matchLabels": app}, "template": pod_template(app)}},
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": dict(meta, name=DAEMONSET),
+         "spec": {"selector": {"matchLabels": ds}, "template": pod_template(ds)}},
+    ]
+
+
+def node_credentials(kc: KubeCluster, node: str) -> Dict[str, Tuple[bytes, int]]:
+    """The guest's kubelet credentials, as an installer (or the kubelet's approved CSR) leaves them:
+    a client certificate for ``system:node:<node>`` in ``system:nodes`` (the Node authorizer and
+    NodeRestriction key on that name) from the cluster's CA, in /etc/kubernetes/kubeconfig with the
+    API server at the host's loopback as the guest sees it; the CA as kubelet-ca.crt."""
+    cert, key = kc.ca.issue(f"kubelet-{node}", f"system:node:{node}", orgs=["system:nodes"])
+
+    def b64(path: str) -> str:
+        with open(path, "rb") as f:
+            return base64.b64encode(f.read()).decode()
+
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "node",
+           "clusters": [{"name": "vm", "cluster": {"server": f"https://{GUEST_HOST_IP}:{kc.port}",
+                                                   "certificate-authority-data": b64(kc.ca_path)}}],
+           "users": [{"name": "node", "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}],
+           "contexts": [{"name": "node", "context": {"cluster": "vm", "user": "node"}}]}
+    with open(kc.ca_path, "rb") as f:
+        ca = f.read()
+    return {"/etc/kubernetes/kubeconfig": (json.dumps(cfg, indent=1).encode(), 0o600),
+            "/etc/kubernetes/kubelet-ca.crt": (ca, 0o644)}
 
 
 def is_ready(pod: Dict[str, Any]) -> bool:
@@ -106,102 +159,61 @@ def is_ready(pod: Dict[str, Any]) -> bool:
                for c in (pod.get("status") or {}).get("conditions", []))
 
 
-class Kubelet(threading.Thread):
-    """Plays the kubelet and the scheduler for ``node`` (see the module docstring)."""
-
-    def __init__(self, kc: KubeCluster, node: str):
-        super().__init__(daemon=True, name=f"kubelet-{node}")
-        self.kc, self.node = kc, node
-        self.halt, self.s, self._beat = threading.Event(), kc.session(), 0.0
-        self.errors: List[str] = []  # the last few failed steps, for a failure's message
-        self._terminating: Dict[str, float] = {}  # pod UID -> when its deletionTimestamp was first seen
-
-    def register(self) -> Dict[str, Any]:
-        """The Node as a kubelet registers it: only the worker role label (the custom pool's label is
-        the server's to add, MCO-650), then the ReplicaSet whose pod runs on it."""
-        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node, "labels": {
-            "kubernetes.io/hostname": self.node, ROLE_PREFIX + "worker": ""}}}
-        r = self.call("POST", "/api/v1/nodes", body)
-        if r.status_code != 201:
-            raise AssertionError(f"registering Node {self.node}: {r.status_code} {r.text}")
-        self.heartbeat()
-        r = self.call("POST", f"/apis/apps/v1/namespaces/{WORKLOAD}/replicasets", replicaset("app"))
-        if r.status_code != 201:
-            raise AssertionError(f"creating ReplicaSet {WORKLOAD}/app: {r.status_code} {r.text}")
-        return r.json()
-
-    def call(self, method: str, path: str, body: Any = None, merge: bool = False) -> requests.Response:
-        headers = {"Content-Type": "application/merge-patch+json"} if merge else {}
-        return self.s.request(method, self.kc.url + path, json=body, headers=headers, timeout=10)
-
-    def heartbeat(self) -> None:
-        cond = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "the VM test's kubelet",
-                "lastHeartbeatTime": now(), "lastTransitionTime": now()}
-        self.call("PATCH", f"/api/v1/nodes/{self.node}/status", {"status": {"conditions": [cond]}}, merge=True)
-        self._beat = time.monotonic()
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            try:
-                self.step()
-            except (requests.RequestException, KeyError, ValueError) as exc:
-                self.errors = (self.errors + [repr(exc)])[-5:]
-            self.halt.wait(0.2)
-
-    def step(self) -> None:
-        if time.monotonic() - self._beat > 3:
-            self.heartbeat()
-        cordoned = self.call("GET", f"/api/v1/nodes/{self.node}").json()["spec"].get("unschedulable")
-        for pod in self.call("GET", f"/api/v1/namespaces/{WORKLOAD}/pods").json()["items"]:
-            meta = pod["metadata"]
-            base = f"/api/v1/namespaces/{WORKLOAD}/pods/{meta['name']}"
-            if meta.get("deletionTimestamp"):
-                # Stopping the containers takes a kubelet a moment; then it removes the pod.
-                seen = self._terminating.setdefault(meta["uid"], time.monotonic())
-                if time.monotonic() - seen >= STOP_SECONDS:
-                    self.call("DELETE", base, {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
-            elif not pod["spec"].get("nodeName"):
-                if not cordoned:  # the scheduler: the only node, unless it is cordoned (then Pending)
-                    self.call("POST", base + "/binding", {"apiVersion": "v1", "kind": "Binding", "metadata": {
-                        "name": meta["name"]}, "target": {"apiVersion": "v1", "kind": "Node", "name": self.node}})
-            elif not is_ready(pod):
-                self.call("PATCH", base + "/status", {"status": {"phase": "Running", "conditions": [
-                    {"type": "Ready", "status": "True"}]}}, merge=True)
-
-    def stop(self) -> None:
-        self.halt.set()
-        if self.is_alive():
-            self.join(15)
+def node_ready(obj: Dict[str, Any]) -> str:
+    """The Node's Ready condition status: True, False, Unknown (the node lifecycle controller's
+    word for a node that stopped renewing), "" before the kubelet wrote one."""
+    return next((c.get("status", "") for c in (obj.get("status") or {}).get("conditions") or []
+                 if c.get("type") == "Ready"), "")
 
 
 def node_summary(obj: Dict[str, Any]) -> Dict[str, Any]:
     meta, ann = obj.get("metadata") or {}, (obj.get("metadata") or {}).get("annotations") or {}
-    mco = "machineconfiguration.openshift.io/"
+    info = (obj.get("status") or {}).get("nodeInfo") or {}
     return {"kind": "Node", "name": meta.get("name"), "unschedulable": bool((obj.get("spec") or {}).get("unschedulable")),
             "roles": sorted(k[len(ROLE_PREFIX):] for k in (meta.get("labels") or {}) if k.startswith(ROLE_PREFIX)),
-            "state": ann.get(mco + "state"), "currentConfig": ann.get(mco + "currentConfig"),
-            "desiredConfig": ann.get(mco + "desiredConfig"), "reason": ann.get(mco + "reason")}
+            "ready": node_ready(obj), "state": ann.get(MCO + "state"), "currentConfig": ann.get(MCO + "currentConfig"),
+            "desiredConfig": ann.get(MCO + "desiredConfig"), "reason": ann.get(MCO + "reason"),
+            "drainLastError": ann.get(DRAIN_LAST_ERROR),
+            "managers": sorted({m.get("manager", "") for m in meta.get("managedFields") or []}),
+            "kubeletVersion": info.get("kubeletVersion"), "containerRuntimeVersion": info.get("containerRuntimeVersion")}
 
 
 def pod_summary(obj: Dict[str, Any]) -> Dict[str, Any]:
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     owners = [o.get("kind") for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    containers = status.get("containerStatuses") or []
     return {"kind": "Pod", "name": meta.get("name"), "uid": meta.get("uid"), "nodeName": spec.get("nodeName"),
-            "owner": owners[0] if owners else None, "phase": (obj.get("status") or {}).get("phase"),
-            "ready": is_ready(obj), "deleting": bool(meta.get("deletionTimestamp"))}
+            "app": (meta.get("labels") or {}).get("app"),
+            "owner": owners[0] if owners else None, "phase": status.get("phase"),
+            "ready": is_ready(obj), "deleting": bool(meta.get("deletionTimestamp")),
+            "containerIDs": [c["containerID"] for c in containers if c.get("containerID")],
+            "running": [bool((c.get("state") or {}).get("running")) for c in containers]}
+
+
+def pool_summary(obj: Dict[str, Any]) -> Dict[str, Any]:
+    status = obj.get("status") or {}
+    counts = ("machineCount", "readyMachineCount", "updatedMachineCount", "unavailableMachineCount",
+              "degradedMachineCount")
+    return dict({k: status.get(k) for k in counts}, kind="MachineConfigPool", name=(obj.get("metadata") or {}).get("name"),
+                updating=next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Updating"),
+                              None))
 
 
 class Recorder:
-    """Every watch event of the Node and of the workload's pods: {"at": host time.time() on arrival,
-    "type": ADDED/MODIFIED/DELETED, "rv": resourceVersion (int), ...the summary}."""
+    """Every watch event of the Node, of the workload's pods and of ``pool``: {"at": host
+    time.time() on arrival, "type": ADDED/MODIFIED/DELETED, "rv": resourceVersion (int), ...the
+    summary}."""
 
-    def __init__(self, kc: KubeCluster, node: str):
+    def __init__(self, kc: KubeCluster, node: str, pool: str):
         self.kc, self.events, self.lock, self.halt = kc, [], threading.Lock(), threading.Event()
         self.threads = [
             threading.Thread(target=self._watch, daemon=True, name="watch-node",
                              args=("/api/v1/nodes", {"fieldSelector": f"metadata.name={node}"}, node_summary)),
             threading.Thread(target=self._watch, daemon=True, name="watch-pods",
-                             args=(f"/api/v1/namespaces/{WORKLOAD}/pods", {}, pod_summary))]
+                             args=(f"/api/v1/namespaces/{WORKLOAD}/pods", {}, pod_summary)),
+            threading.Thread(target=self._watch, daemon=True, name="watch-pool",
+                             args=("/apis/machineconfiguration.openshift.io/v1/machineconfigpools",
+                                   {"fieldSelector": f"metadata.name={pool}"}, pool_summary))]
         self.errors: List[str] = []
 
     def start(self) -> "Recorder":

@@ -3,19 +3,23 @@
 A real node-config-server (gunicorn, TLS, bearer token) listens on the host's loopback; the
 guest reaches it at 10.0.2.2 (QEMU's user network). The server runs ``serve --backend
 kubernetes`` against a real control plane on the host's loopback (tests/vm/kube.py: the state
-objects are applied with kubectl, the server is a user bound to deploy/rbac.yaml's roles, and the
-test plays the kubelet of the guest's Node). The guest boots the clean image with a pointer
-config, agent settings and the token written in (as an installer would), and:
+objects and the workloads are applied with kubectl, the server is a user bound to
+deploy/rbac.yaml's roles). The guest boots the clean image with a pointer config, agent settings,
+the token and its kubelet's credentials written in (as an installer would), and:
 
 1. boot 1: node-agent-firstboot.service fetches, checks the planted aleph file against the served
    skew rules, joins the custom pool ``vm`` (labels in kubelet-env), applies files and a unit it
    enables over D-Bus, reports, and reboots once through logind (a file no policy covers);
-2. boot 2: first boot is skipped, node-agent.service reports Done; vm-kubelet-check.service
-   restarts and disables the first-boot unit and logs whether kubelet stayed up;
+2. boot 2: first boot is skipped, the real kubelet starts (the done-stamp is there), registers
+   the Node, the server labels it into pool vm, the scheduler places the workloads there;
+   node-agent.service reports Done; vm-kubelet-check.service restarts and disables the first-boot
+   unit and logs whether kubelet stayed up;
 3. day 2, still boot 2: the host changes /etc/vm-probe.conf in a MachineConfig (the served policy
    restarts vm-probe.service for it): applied and restarted without a reboot;
 4. day 2: the host adds a file no policy covers: drain lease (the server cordons the Node and
-   evicts its pod first), apply, one reboot; boot 3 reports Done; the server uncordons;
+   evicts the ReplicaSet's pods; the PDB blocks the second, named in the Node's annotation, until
+   the admin relaxes it), apply, one reboot (the Node goes Unknown, then Ready); boot 3 reports
+   Done; the server uncordons and the replacements run there;
 5. the host powers the guest off (ACPI) and reads the journal and state back from the disk.
 
 ``run(workdir)`` returns a Result with the server's views and the paths read back; the test
@@ -30,10 +34,23 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
+import yaml
+
 from tests.helpers.certs import make_tls
 from tests.helpers.server_proc import ServerProcess
 from tests.vm.guest import Guest, build_image, wait_until
-from tests.vm.kube import WORKLOAD, ControlPlane, Kubelet, Recorder, SerialMarks, is_ready, pod_summary
+from tests.vm.kube import (
+    APP,
+    DRAIN_LAST_ERROR,
+    WORKLOAD,
+    ControlPlane,
+    Recorder,
+    SerialMarks,
+    is_ready,
+    node_credentials,
+    pod_summary,
+    workloads,
+)
 
 NODE = "vm-node-0"
 POOL = "vm"
@@ -209,7 +226,7 @@ class Result:
     api_events: List[Dict[str, Any]] = field(default_factory=list)  # Node and workload Pod watch events
     serial_marks: List[Dict[str, Any]] = field(default_factory=list)  # kernel boot/reset lines
     phase_started: Dict[str, float] = field(default_factory=dict)  # phase -> when the host began it
-    kube: Dict[str, Any] = field(default_factory=dict)  # registration, the Node and pods at the end
+    kube: Dict[str, Any] = field(default_factory=dict)  # the drain's block, the Node and pods at the end, mcp
 
 
 class Phases:
@@ -261,21 +278,25 @@ def run(workdir: str) -> Result:
     tls = make_tls(os.path.join(workdir, "tls"), hosts=(SERVER_NAME, "localhost", "127.0.0.1",
                                                                          HOST_FROM_GUEST))
     result = Result(workdir=workdir, readback=os.path.join(workdir, "readback"))
-    guest = Guest(image, os.path.join(workdir, "guest"))
+    # 2 GiB: containerd, the kubelet and three pods beside the agent (1 GiB was the agent's).
+    guest = Guest(image, os.path.join(workdir, "guest"), memory_mb=2048)
     t = time.monotonic()
     cp = ControlPlane(workdir).start(state_objects())
     timings["control-plane"] = time.monotonic() - t
     result.kube["serveArgs"] = [a if a != cp.kubeconfig else "<user's kubeconfig>" for a in cp.serve_args]
-    kubelet, recorder = Kubelet(cp.kc, NODE), Recorder(cp.kc, NODE).start()
+    recorder = Recorder(cp.kc, NODE, POOL).start()
+    # The admin's workloads, before any node of the pool exists: Pending until the server has put
+    # a Node in pool vm (their nodeSelector), that is until a node first booted into its config.
+    cp.apply("---\n".join(yaml.safe_dump(w) for w in workloads()))
     serial = SerialMarks(guest.serial_log)
     try:
         # One worker: the watches, the write-back and the drainer's memory of what it evicted are
         # per process; the guest is one node.
         with ServerProcess(None, tls=tls, token=TOKEN, workers=1, extra_args=cp.serve_args) as srv:
-            guest.prepare(guest_files(srv.port, tls.ca_pem()))
+            guest.prepare(dict(guest_files(srv.port, tls.ca_pem()), **node_credentials(cp.kc, NODE)))
             with guest.running():
                 serial.start()
-                _phases(Phases(srv, guest, result), cp, kubelet, timings)
+                _phases(Phases(srv, guest, result), cp, timings)
                 t = time.monotonic()
                 if not guest.powerdown():
                     raise AssertionError("the guest did not power off within 180 s of the ACPI power button; "
@@ -283,10 +304,10 @@ def run(workdir: str) -> Result:
                 timings["powerdown"] = time.monotonic() - t
             result.serial = guest.serial_text(200000)
     finally:
-        for part in (serial, kubelet, recorder):
+        for part in (serial, recorder):
             part.stop()
         result.api_events, result.serial_marks = recorder.snapshot(), serial.marks
-        result.kube.update(kubeletErrors=kubelet.errors, recorderErrors=recorder.errors)
+        result.kube.update(recorderErrors=recorder.errors)
         cp.stop()
     if os.path.exists(result.readback):
         shutil.rmtree(result.readback)
@@ -297,23 +318,23 @@ def run(workdir: str) -> Result:
     return result
 
 
-def _phases(ph: Phases, cp: ControlPlane, kubelet: Kubelet, timings: Dict[str, float]) -> None:
+def _phases(ph: Phases, cp: ControlPlane, timings: Dict[str, float]) -> None:
     result, guest = ph.result, ph.guest
     result.targets["first"] = ph.target()
     t = time.monotonic()
     result.phase_started["first"] = time.time()
-    # The guest's first report (first boot joined the pool): its kubelet registers the Node now,
-    # with only the worker role (MCO-650: the server adds the vm role label), and the workload's
-    # pod is bound to it.
+    # Phases 1-3: first boot, its reboot, the kubelet registering the Node in boot 2 and
+    # node-agent.service reporting Done there.
     wait_until(ph.view, PHASE_TIMEOUT, guest, "the guest's first report")
-    result.kube["registeredAt"] = time.time()
-    result.kube["replicaSet"] = kubelet.register()["metadata"]["name"]
-    kubelet.start()
-    # Phases 1-3: first boot, its reboot, node-agent.service reporting Done in boot 2.
     ph.wait_done(result.targets["first"], "first boot, its reboot and the Done report of boot 2")
-    result.pool_after_second_boot = ph.get(f"/api/v1/pools/{POOL}")
     timings["first-boot-to-done"] = time.monotonic() - t
-    wait_until(lambda: _running_pod(cp, NODE), 120, guest, f"the workload's pod Running on Node {NODE}", poll=0.5)
+    t = time.monotonic()
+    wait_until(lambda: len(_running(cp, NODE)) == 3, PHASE_TIMEOUT, guest,
+               f"the ReplicaSet's 2 pods and the DaemonSet's pod Running on Node {NODE}", poll=1)
+    timings["workloads-running"] = time.monotonic() - t
+    # The pool counts the Node (not the report, which may come before the kubelet registers it).
+    result.pool_after_second_boot = ph.get(f"/api/v1/pools/{POOL}")
+    result.kube["mcpAfterSecondBoot"] = cp.get_mcp()
 
     t = time.monotonic()
     result.phase_started["restart"] = time.time()
@@ -326,20 +347,39 @@ def _phases(ph: Phases, cp: ControlPlane, kubelet: Kubelet, timings: Dict[str, f
     result.phase_started["reboot"] = time.time()
     set_probe(cp, "v2", extra_file=True)  # covered by nothing: drain and reboot
     result.targets["reboot"] = ph.new_target(result.targets["restart"])
+    _drain_past_the_pdb(cp, guest, result)
     ph.wait_done(result.targets["reboot"], "the day-2 reboot change reported Done after the reboot")
     timings["day2-reboot"] = time.monotonic() - t
-    # The server uncordons on the Done report, in its next write-back round; the workload's
-    # replacement pod then runs on the node again.
+    # The server uncordons on the Done report, in its next write-back round; the ReplicaSet's
+    # replacements are then placed on the node by the scheduler and run there.
     t = time.monotonic()
-    wait_until(lambda: not _node(cp, NODE)["spec"].get("unschedulable") and _running_pod(cp, NODE), 120, guest,
-               f"Node {NODE} uncordoned and the workload running on it again", poll=0.5)
-    timings["uncordon-after-done"] = time.monotonic() - t
+    wait_until(lambda: not _node(cp, NODE)["spec"].get("unschedulable") and len(_running(cp, NODE)) == 3,
+               PHASE_TIMEOUT, guest, f"Node {NODE} uncordoned and the 3 workload pods running on it again", poll=1)
+    timings["uncordon-to-running"] = time.monotonic() - t
 
     result.node = ph.get(f"/api/v1/nodes/{NODE}")
     result.pool = ph.get(f"/api/v1/pools/{POOL}")
     node = _node(cp, NODE)
-    result.kube.update(nodeAtEnd={"labels": node["metadata"].get("labels"), "spec": node["spec"]},
-                       podsAtEnd=[pod_summary(p) for p in _pods(cp)])
+    result.kube.update(nodeAtEnd={"labels": node["metadata"].get("labels"), "spec": node["spec"],
+                                  "nodeInfo": node["status"].get("nodeInfo")},
+                       podsAtEnd=[pod_summary(p) for p in _pods(cp)], mcpAtEnd=cp.get_mcp())
+
+
+def _drain_past_the_pdb(cp: ControlPlane, guest: Guest, result: Result) -> None:
+    """The drain evicts one of the ReplicaSet's pods; the PDB (minAvailable 1) then answers 429 for
+    the other (its replacement cannot run: the only node is cordoned) and the server names the PDB
+    on the Node. The admin, having read that, lowers minAvailable to 0; the drain goes on."""
+    def blocked() -> str:
+        message = (_node(cp, NODE)["metadata"].get("annotations") or {}).get(DRAIN_LAST_ERROR) or ""
+        return message if f"PodDisruptionBudget {WORKLOAD}/{APP}:" in message else ""
+
+    message = wait_until(blocked, PHASE_TIMEOUT, guest, f"the drain blocked by PDB {WORKLOAD}/{APP}, named on the Node",
+                         poll=0.5)
+    result.kube["blocked"] = {"at": time.time(), "message": message}
+    time.sleep(10)  # two more drain rounds (5 s apart) while blocked: the records show the pod stays
+    result.kube["mcpWhileDraining"] = cp.get_mcp()
+    cp.kc.kubectl("patch", "pdb", APP, "-n", WORKLOAD, "--type=merge", "-p", '{"spec": {"minAvailable": 0}}')
+    result.kube["pdbRelaxedAt"] = time.time()
 
 
 def _node(cp: ControlPlane, name: str) -> Dict[str, Any]:
@@ -350,9 +390,10 @@ def _pods(cp: ControlPlane) -> List[Dict[str, Any]]:
     return cp.kc.get(f"/api/v1/namespaces/{WORKLOAD}/pods").json()["items"]
 
 
-def _running_pod(cp: ControlPlane, node: str) -> Optional[Dict[str, Any]]:
-    return next((p for p in _pods(cp) if p["spec"].get("nodeName") == node and is_ready(p)
-                 and not p["metadata"].get("deletionTimestamp")), None)
+def _running(cp: ControlPlane, node: str) -> List[Dict[str, Any]]:
+    """The workload's pods Ready on ``node`` and not being deleted."""
+    return [p for p in _pods(cp) if p["spec"].get("nodeName") == node and is_ready(p)
+            and not p["metadata"].get("deletionTimestamp")]
 
 
 def save(result: Result) -> str:

@@ -1,63 +1,22 @@
 """A real boot: the RPM's units under a real systemd in a QEMU guest, against the real
 node-config-server on the host's loopback (TLS, token), itself on a real Kubernetes control plane
-(etcd, kube-apiserver, kube-controller-manager; tests/vm/kube.py plays the guest's kubelet).
-One combined scenario (scenario.py);
-each test below asserts one part of it from the guest's journal and files (read back from its
-disk) and the server's API. Run alone with ``make vm-test``; docs/vm-test.md has the details.
+(etcd, kube-apiserver, kube-controller-manager, kube-scheduler), with the guest's own kubelet and
+containerd. One combined scenario (scenario.py, run once: conftest.py); each test here asserts
+one part of it from the guest's journal and files (read back from its disk) and the server's API;
+test_vm_node.py asserts the cluster's side. Run alone with ``make vm-test``; docs/vm-test.md has
+the details.
 """
 
-import calendar
 import os
-import shutil
 import subprocess
-import tempfile
-import time
 
 import pytest
 
-from tests.helpers.etcd_cluster import ETCD
-from tests.helpers.kube_cluster import KUBECTL, find_kube_bin
 from tests.vm import scenario
-from tests.vm.journal import Journal, journalctl
+from tests.vm.journal import journalctl
 
 pytestmark = pytest.mark.vm
-
-MISSING = [tool for tool in ("qemu-system-x86_64", "debootstrap", "debugfs", "mkfs.ext4", "journalctl",
-                             "rpmbuild") if shutil.which(tool) is None]
-
-
-@pytest.fixture(scope="module")
-def run():
-    kept = os.environ.get("NODE_AGENT_VM_RESULT")
-    if kept:  # assertions only, on a run kept by `python -m tests.vm.scenario DIR`
-        yield scenario.load(kept)
-        return
-    if os.environ.get("NODE_AGENT_VM_TEST") != "1":
-        pytest.skip("the VM test (minutes of QEMU) runs under make test and make vm-test, which set "
-                    "NODE_AGENT_VM_TEST=1; a bare pytest skips it")
-    if MISSING:
-        pytest.skip(f"the VM test needs {', '.join(MISSING)} (make sysdeps installs them as root)")
-    if not find_kube_bin() or not os.access(ETCD, os.X_OK) or not os.access(KUBECTL, os.X_OK):
-        pytest.skip("the VM test's server runs on a Kubernetes control plane: make kube-bin builds "
-                    "kube-apiserver/kube-controller-manager; make sysdeps installs etcd-server and kubectl")
-    if os.geteuid() != 0:
-        pytest.skip("the VM test builds its guest image with debootstrap and rpm --root: run it as root")
-    # Not under pytest's basetemp: concurrent pytest runs of the same user prune it (keeping 3),
-    # which can take a 20-minute run's directory away under it.
-    workdir = tempfile.mkdtemp(prefix="node-agent-vm-")
-    try:
-        result = scenario.run(workdir)
-        print(f"VM scenario timings (s): {result.timings}")
-        print(f"result: {scenario.save(result)}")
-        yield result
-    finally:
-        if os.environ.get("NODE_AGENT_VM_KEEP") != "1":  # else kept for NODE_AGENT_VM_RESULT
-            shutil.rmtree(workdir, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def journal(run):
-    return Journal(os.path.join(run.readback, "journal"))
+KUBELET_START = "vm-kubelet-start: /usr/bin/kubelet"  # the kubelet's start line (vm-kubelet-start)
 
 
 def readback(run, path: str) -> str:
@@ -104,11 +63,15 @@ def test_first_boot_runs_once_fetches_checks_skew_joins_the_pool_and_applies(run
 
 def test_kubelet_waits_for_first_boot_and_survives_its_restart_and_disable(run, journal):
     stamp_written = max(int(e["__REALTIME_TIMESTAMP"]) for e in journal.select(1, NODE_AGENT_COMMAND="firstboot"))
-    kubelet_in_boot1 = journal.messages(1, "kubelet stand-in up")
+    kubelet_in_boot1 = journal.messages(1, KUBELET_START)
     if kubelet_in_boot1:  # it may start during the shutdown logind began; never before first boot ended
-        assert journal.first_time(1, "kubelet stand-in up") > stamp_written
-    up = journal.messages(2, "kubelet stand-in up")
-    assert up and "node-role.kubernetes.io/vm=" in up[0]
+        assert journal.first_time(1, KUBELET_START) > stamp_written
+    assert journal.messages(2, KUBELET_START, _SYSTEMD_UNIT="kubelet.service")
+    # The pool's role label node-agent wrote to kubelet-env is one an upstream kubelet refuses:
+    # left out of --node-labels (the server labels the Node, test_vm_node.py), said once a start.
+    left_out = journal.messages(2, "left out of --node-labels", _SYSTEMD_UNIT="kubelet.service")
+    assert left_out and "node-role.kubernetes.io/vm" in left_out[0], left_out
+    assert not [m for m in journal.messages(2, KUBELET_START) if "node-role.kubernetes.io" in m]
     checks = {m.split()[1]: m for m in journal.messages(2, "vm-kubelet-check:")}
     assert set(checks) >= {"before", "after-restart", "after-disable", "enabled-twice"}, checks
     pids = {step: checks[step].split("pid=")[1].split()[0] for step in ("before", "after-restart", "after-disable")}
@@ -124,7 +87,7 @@ def test_containerd_runs_with_the_locally_made_images_imported_before_kubelet_on
         listed = journal.messages(boot, "", _SYSTEMD_UNIT="vm-images.service")
         assert "localhost/pause:3.4" in listed and "localhost/busybox:1.35" in listed, listed
     imported = journal.first_time(2, "localhost/busybox:1.35", _SYSTEMD_UNIT="vm-images.service")
-    assert imported < journal.first_time(2, "kubelet stand-in up")
+    assert imported < journal.first_time(2, KUBELET_START)
     assert journal.messages(2, "containerd successfully booted", _SYSTEMD_UNIT="containerd.service")
     assert journal.messages(1, "systemd.unified_cgroup_hierarchy=0", _TRANSPORT="kernel")
 
@@ -165,100 +128,3 @@ def test_journal_fields_are_queryable_with_journalctl(run):
     plain = subprocess.run(["journalctl", "-D", directory, "--no-pager", "NODE_AGENT_STAGE=fetch"],
                            capture_output=True, text=True, timeout=60)
     assert plain.returncode == 0 and "node-agent" in plain.stdout
-
-
-# --- the control plane's records (tests/vm/kube.py): the API server's own order (resourceVersion,
-# one etcd revision for Node and Pod writes) and host times, set against the guest's reboot as the
-# host saw it. Why those reboot times: the guest's clock is a TCG guest's (it drifts and is set
-# from the host only at boot), so nothing of the guest's own is compared with the host's.
-# - "shutdown", "reset", "kernel-start": on the serial console, systemd stopping multi-user.target
-#   (the first lines of the shutdown logind began for the agent's reboot), the kernel's "reboot:
-#   Restarting system" ending boot 2 and its "Linux version" starting boot 3, each stamped when
-#   the host read it (SerialMarks: at most 0.1 s after QEMU wrote it);
-# - "announced": the server's record (reportedAt, the host's clock, cut to the second) of the
-#   report the agent sends just before it asks logind to reboot (Working on the new config,
-#   "reboot pending"; agent/node/update.py _carry_out). Cut to the second it can only bound the
-#   reboot from below, so it is set against the shutdown, not against the drain (the drain may
-#   end under a second before it).
-
-def epoch(rfc3339: str) -> float:
-    return calendar.timegm(time.strptime(rfc3339, "%Y-%m-%dT%H:%M:%SZ"))
-
-
-def report_seen(run, state: str, config: str):
-    """The first report the scenario saw with ``state`` on ``config`` (the server's view)."""
-    return next((v for v in run.reports if v["report"].get("state") == state
-                 and v["report"].get("currentConfig") == config), None)
-
-
-def node_flips(run):
-    """The Node's events where spec.unschedulable changed, in the API's order."""
-    nodes = [e for e in run.api_events if e["kind"] == "Node"]
-    assert nodes and nodes[0]["type"] in ("ADDED", "LISTED") and not nodes[0]["unschedulable"], nodes[:3]
-    return [e for prev, e in zip(nodes, nodes[1:]) if e["unschedulable"] != prev["unschedulable"]]
-
-
-def serial_marks(run, mark: str):
-    return [m for m in run.serial_marks if m["mark"] == mark]
-
-
-def test_the_node_registers_with_the_worker_role_and_the_server_adds_the_pool_label(run):
-    """MCO-650: the guest reported as pool vm from first boot; the Node its kubelet registers (the
-    test's, see tests/vm/kube.py) carries only the worker role; the server adds the vm role."""
-    nodes = [e for e in run.api_events if e["kind"] == "Node"]
-    assert nodes and nodes[0]["type"] == "ADDED" and nodes[0]["roles"] == ["worker"], nodes[:2]
-    labelled = next((e for e in nodes if "vm" in e["roles"]), None)
-    assert labelled, nodes
-    assert labelled["roles"] == ["vm", "worker"] and labelled["at"] - nodes[0]["at"] < 5.0, (nodes[0], labelled)
-    labels = run.kube["nodeAtEnd"]["labels"]
-    assert labels["node-role.kubernetes.io/vm"] == "" and labels["node-role.kubernetes.io/worker"] == ""
-    assert run.node["pool"] == scenario.POOL
-
-
-def test_day2_drain_cordons_and_evicts_before_the_reboot_and_uncordons_after_done(run):
-    flips = node_flips(run)
-    # One cordon and one uncordon in the whole run: for the day-2 reboot change, not for first boot
-    # (no drain there) nor the restart-only change.
-    assert [e["unschedulable"] for e in flips] == [True, False], flips
-    cordon, uncordon = flips
-    assert cordon["at"] > run.phase_started["reboot"], (cordon, run.phase_started)
-
-    pods = [e for e in run.api_events if e["kind"] == "Pod"]
-    running = [e for e in pods if e["rv"] < cordon["rv"] and e["nodeName"] == scenario.NODE and e["ready"]
-               and not e["deleting"]]
-    assert running and running[-1]["owner"] == "ReplicaSet", pods  # the workload ran there before the drain
-    uid = running[-1]["uid"]
-    # Its deletionTimestamp is the eviction's: the server may not delete pods (deploy/rbac.yaml),
-    # and the test's kubelet only finishes deletions begun by someone else.
-    evicted = next(e for e in pods if e["uid"] == uid and e["deleting"])
-    gone = next((e for e in pods if e["uid"] == uid and e["type"] == "DELETED"), None)
-    assert gone, f"the workload's pod {running[-1]['name']} was never deleted: {pods}"
-    assert cordon["rv"] < evicted["rv"] < gone["rv"] < uncordon["rv"], (cordon, evicted, gone, uncordon)
-
-    announced = report_seen(run, "Working", run.targets["reboot"])
-    assert announced and announced["report"].get("reason") == "reboot pending", run.reports
-    resets, starts = serial_marks(run, "reset"), serial_marks(run, "kernel-start")
-    assert len(resets) == 2 and len(starts) == 3, run.serial_marks  # first boot's reboot, the day-2 one
-    reset, boot3 = resets[1], starts[2]
-    # Boot 2's shutdown (first boot reboots before multi-user.target is reached: no such line there).
-    shutdowns = [m for m in serial_marks(run, "shutdown") if starts[1]["at"] < m["at"] < reset["at"]]
-    assert len(shutdowns) == 1 and reset["at"] < boot3["at"], run.serial_marks
-    shutdown = shutdowns[0]
-    # Cordoned and drained (the order of those two is the API's, above) before the guest began to
-    # shut down for its reboot; the agent announced that reboot before the reset.
-    assert max(cordon["at"], gone["at"]) < shutdown["at"], (cordon, gone, shutdown)
-    assert epoch(announced["reportedAt"]) <= reset["at"], (announced["reportedAt"], reset)
-    # While the node was cordoned no pod of the workload was placed on it: the replacement the
-    # ReplicaSet controller made waited (the test's scheduler skips a cordoned node, as
-    # kube-scheduler's NodeUnschedulable filter does).
-    placed = [e for e in pods if gone["rv"] < e["rv"] < uncordon["rv"] and e["nodeName"] == scenario.NODE]
-    assert placed == [], placed
-
-    done = report_seen(run, "Done", run.targets["reboot"])
-    assert done, run.reports
-    assert uncordon["at"] >= epoch(done["reportedAt"]) and uncordon["at"] > boot3["at"], (uncordon, done, boot3)
-    # In the API's own record the uncordon is the write of that Done report (one patch).
-    assert (uncordon["state"], uncordon["currentConfig"]) == ("Done", run.targets["reboot"]), uncordon
-    # And the workload runs on the node again (its replacement, bound once the node was schedulable).
-    again = [p for p in run.kube["podsAtEnd"] if p["nodeName"] == scenario.NODE and p["ready"]]
-    assert again and again[0]["uid"] != uid, run.kube["podsAtEnd"]

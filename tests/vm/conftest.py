@@ -1,0 +1,55 @@
+"""The VM scenario runs once per session (minutes of QEMU); test_vm_boot.py (the guest's side)
+and test_vm_node.py (the cluster's side) assert on the same run."""
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from tests.helpers.etcd_cluster import ETCD
+from tests.helpers.kube_cluster import KUBECTL, find_kube_bin
+from tests.helpers.paths import REPO
+from tests.vm import scenario, summary
+from tests.vm.journal import Journal
+
+MISSING = [tool for tool in ("qemu-system-x86_64", "debootstrap", "debugfs", "mkfs.ext4", "journalctl",
+                             "rpmbuild") if shutil.which(tool) is None]
+SUMMARY = os.path.join(REPO, "build", "vm-test", "summary.json")
+
+
+@pytest.fixture(scope="session")
+def run():
+    kept = os.environ.get("NODE_AGENT_VM_RESULT")
+    if kept:  # assertions only, on a run kept by `python -m tests.vm.scenario DIR`
+        result = scenario.load(kept)
+        summary.write(result, SUMMARY)
+        yield result
+        return
+    if os.environ.get("NODE_AGENT_VM_TEST") != "1":
+        pytest.skip("the VM test (minutes of QEMU) runs under make test and make vm-test, which set "
+                    "NODE_AGENT_VM_TEST=1; a bare pytest skips it")
+    if MISSING:
+        pytest.skip(f"the VM test needs {', '.join(MISSING)} (make sysdeps installs them as root)")
+    if not find_kube_bin() or not os.access(ETCD, os.X_OK) or not os.access(KUBECTL, os.X_OK):
+        pytest.skip("the VM test runs a Kubernetes control plane and the guest's kubelet: make kube-bin builds "
+                    "them; make sysdeps installs etcd-server and kubectl")
+    if os.geteuid() != 0:
+        pytest.skip("the VM test builds its guest image with debootstrap and rpm --root: run it as root")
+    # Not under pytest's basetemp: concurrent pytest runs of the same user prune it (keeping 3),
+    # which can take a 20-minute run's directory away under it.
+    workdir = tempfile.mkdtemp(prefix="node-agent-vm-")
+    try:
+        result = scenario.run(workdir)
+        print(f"VM scenario timings (s): {result.timings}")
+        print(f"result: {scenario.save(result)}")
+        print(f"summary: {summary.write(result, SUMMARY)}")
+        yield result
+    finally:
+        if os.environ.get("NODE_AGENT_VM_KEEP") != "1":  # else kept for NODE_AGENT_VM_RESULT
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def journal(run):
+    return Journal(os.path.join(run.readback, "journal"))
