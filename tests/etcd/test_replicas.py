@@ -185,12 +185,16 @@ def drain_storm(fleet, prefix, live, sample_every=0.02, done=None):
         body = done or {"pool": "worker", "state": "Done"}
         assert report(fleet.replicas[i % 3], n, body, fleet).status_code == 200
     limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
-    peak, stop = [0], threading.Event()
+    peak, stop, samples, errors = [0], threading.Event(), [0], []
 
     def sample():
-        while not stop.is_set():
-            peak[0] = max(peak[0], live())
-            stop.wait(sample_every)
+        try:
+            while not stop.is_set():
+                peak[0] = max(peak[0], live())
+                samples[0] += 1
+                stop.wait(sample_every)
+        except Exception as exc:  # reported below: a dead sampler would leave the peak at 0
+            errors.append(f"{type(exc).__name__}: {exc}")
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -206,6 +210,7 @@ def drain_storm(fleet, prefix, live, sample_every=0.02, done=None):
     finally:
         stop.set()
         sampler.join(5)
+    assert errors == [] and samples[0] > 0 and not sampler.is_alive(), (errors, samples)
     return nodes, answers, limit, peak[0]
 
 
@@ -275,6 +280,8 @@ def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, 
     peak, stop = [0], threading.Event()
     lb = {f"drainer-{i:02d}": fleet.session(f"drainer-{i:02d}") for i in range(30)}
 
+    hammer_errors = []
+
     def drain_hammer():  # existing members keep asking for leases through the balancer
         i = 0
         while not stop.is_set():
@@ -286,6 +293,9 @@ def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, 
                     lb[node].delete(f"{fleet.lb_url}/api/v1/nodes/{node}/drain", timeout=10)
             except requests.RequestException:
                 pass  # a replica being killed: the node would retry
+            except Exception as exc:  # anything else fails the test (below), not the thread alone
+                hammer_errors.append(f"{type(exc).__name__}: {exc}")
+                return
             i += 1
 
     samples, sample_errors = [0], []
@@ -331,6 +341,7 @@ def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, 
             seen[n] = resp.json()["report"].get("state") if resp.status_code == 200 else resp.status_code
         assert set(seen.values()) == {"Done"}, seen
     assert sample_errors == [] and samples[0] > 0, (sample_errors, samples)
+    assert hammer_errors == [], hammer_errors
     assert peak[0] <= limit
     watcher.close()
 

@@ -321,11 +321,10 @@ def test_nospace_makes_healthz_unhealthy_and_names_the_alarm(state, tmp_path):
                 for i in range(200):
                     client.put(f"/filler/{i}", os.urandom(256 << 10))
             filled = time.monotonic()
-            while True:  # no write through the server yet: its alarm poll (every 5 s) finds it
-                health = s.get(srv.url("/healthz"), timeout=30)
-                if health.status_code == 503 or time.monotonic() - filled > 30:
-                    break
-                time.sleep(0.1)
+            # No write through the server yet: its alarm poll (every 5 s) finds it. A tuple: a
+            # 503 Response is falsy and wait_for would never return it.
+            health, = wait_for(lambda: (lambda h: (h,) if h.status_code == 503 else None)(
+                s.get(srv.url("/healthz"), timeout=30)), "/healthz answers 503 once etcd raised NOSPACE", 30)
             seen = time.monotonic() - filled
             body = health.json()
             assert health.status_code == 503, body

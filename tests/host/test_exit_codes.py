@@ -53,22 +53,28 @@ def test_firstboot_0_done_and_status_0(server, tmp_path):
     assert agent("status", "--root", root).returncode == 0
 
 
-@pytest.mark.parametrize("argv", [
-    ["firstboot", "--node-name", "Bad_Name"],
-    ["firstboot", "--node-name", "-x." + "a" * 10],
-    ["firstboot", "--stat", "/x"],          # no abbreviations (--state is not an option here anyway)
-    ["firstboot", "--dry"],                 # would have meant --dry-run
-    ["update", "--interval", "-5"],
-    ["update", "--interval", "0"],
-    ["update", "--interval", "nan"],
-    ["status", "--js"],
-    ["nosuch"],
-    [],
+@pytest.mark.parametrize("argv,named", [
+    (["firstboot", "--node-name", "Bad_Name"], "--node-name: 'Bad_Name'"),
+    (["firstboot", "--node-name", "-x." + "a" * 10], "--node-name"),
+    (["firstboot", "--stat", "/x"], "--stat"),  # no abbreviations (--state is not an option here anyway)
+    (["firstboot", "--dry"], "--dry"),          # would have meant --dry-run
+    (["update", "--interval", "-5"], "--interval: '-5'"),
+    (["update", "--interval", "0"], "--interval: '0'"),
+    (["update", "--interval", "nan"], "--interval: 'nan'"),
+    (["status", "--js"], "--js"),
+    (["nosuch"], "'nosuch'"),
+    ([], None),  # no command: the usage, naming the commands
 ])
-def test_usage_errors_exit_2_and_name_the_option(argv):
+def test_usage_errors_exit_2_and_name_the_option(argv, named):
     r = agent(*argv)
     assert r.returncode == 2, (argv, r.stderr)
     assert "Traceback" not in r.stderr
+    if named is None:
+        assert r.stderr.startswith("usage: node-agent ") and "firstboot" in r.stderr, r.stderr
+        return
+    # the error line, not the usage above it (which lists every option)
+    errors = [line for line in r.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and named in errors[0], r.stderr
 
 
 def test_node_name_rule_is_agent_yaml_s(tmp_path):

@@ -223,8 +223,9 @@ def test_a_node_registered_after_its_report_gets_its_custom_pool_label_at_once(k
     assert labels["node-role.kubernetes.io/worker"] == ""
     node = server.session().get(server.url("/api/v1/nodes/infra-late"), timeout=10).json()
     assert node["pool"] == "infra"
-    history = server.session().get(server.url("/api/v1/pools/worker"), timeout=10).json()["status"]
-    assert "infra-late" not in history.get("nodes", {})
+    pools = our_pools(server)
+    assert "infra-late" in pools["infra"]["status"]["nodes"]
+    assert "infra-late" not in pools["worker"]["status"]["nodes"]  # no second pool
 
 
 def test_a_machineconfignode_is_owned_by_its_node_and_goes_with_it(kube, server):

@@ -351,11 +351,14 @@ def kubectl_drain(kc, ns, node, flags):
 
 
 def drain_until_done(drainer, node, timeout=60):
-    rounds = [drainer.drain_once(node)]
-    deadline = time.monotonic() + timeout
-    while not rounds[-1].done and not rounds[-1].refused and time.monotonic() < deadline:
-        time.sleep(0.5)  # the retry cadence, not a synchronisation: the loop ends on done
+    """Rounds of ``drain_once`` 0.5 s apart (the retry cadence) until one is done or refused."""
+    rounds = []
+
+    def next_round():
         rounds.append(drainer.drain_once(node))
+        return rounds[-1].done or bool(rounds[-1].refused)
+
+    wait_for(next_round, f"a drain round of {node} done or refused", timeout, interval=0.5)
     return rounds
 
 

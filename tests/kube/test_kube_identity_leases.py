@@ -313,16 +313,20 @@ def test_only_the_hash_is_stored_in_a_typed_labelled_secret(env):
 
 def test_concurrent_registrations_of_one_node_through_three_replicas_store_one(env):
     replicas = [env.creds() for _ in range(3)]
-    results = {}
+    results, errors = {}, []
 
     def register(i):
-        results[i] = replicas[i % 3].put_credential("w4", f"h-{i}", float(i), False)
+        try:
+            results[i] = replicas[i % 3].put_credential("w4", f"h-{i}", float(i), False)
+        except Exception as exc:  # reported below, with its cause
+            errors.append(f"{i}: {exc!r}")
 
     threads = [threading.Thread(target=register, args=(i,)) for i in range(9)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
+    assert errors == [] and not any(t.is_alive() for t in threads), errors
     winners = [i for i, ok in results.items() if ok]
     assert len(results) == 9 and len(winners) == 1
     assert all(r.credential("w4") == f"h-{winners[0]}" for r in replicas)
@@ -499,9 +503,12 @@ def test_thirty_concurrent_acquires_through_three_replicas_never_exceed_the_limi
     samples = []
 
     def sample():  # the API's objects, read independently while the acquires run
-        while not done.is_set():
-            samples.append(len(api_holders(env, "worker")))
-            done.wait(0.01)  # pacing (2 shared cores), not a synchronisation
+        try:
+            while not done.is_set():
+                samples.append(len(api_holders(env, "worker")))
+                done.wait(0.01)  # pacing (2 shared cores), not a synchronisation
+        except Exception as exc:  # reported below: a sampler that died would check only its first samples
+            errors.append(f"sampler: {exc!r}")
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -512,7 +519,7 @@ def test_thirty_concurrent_acquires_through_three_replicas_never_exceed_the_limi
         t.join(180)
     done.set()
     sampler.join(30)
-    assert not errors and not any(t.is_alive() for t in threads)
+    assert not errors and not any(t.is_alive() for t in threads + [sampler]), errors
     assert len(peaks) == 30 and max(peaks) <= limit and refusals
     assert samples and max(samples) <= limit
     names = {o["metadata"]["name"] for o in env.api(LEASES_PATH.format(env.ns))["items"]}

@@ -108,7 +108,9 @@ def test_getNodesForPool_a_reporting_name_with_no_Node_counts_for_nothing(kube, 
     # The real master gets its slot.
     report(server, "m-0", done(master, {M: ""}, pool="master"))
     assert ask_drain(server, "m-0", "master").status_code == 200
-    assert not kube.get(f"{MCO}/machineconfignodes/ghost-0").json()["metadata"].get("ownerReferences")  # no Node
+    ghost = kube.get(f"{MCO}/machineconfignodes/ghost-0")  # its report is kept on an MCN of its own
+    assert ghost.status_code == 200, ghost.text  # (a 404's Status has no ownerReferences either)
+    assert not ghost.json()["metadata"].get("ownerReferences")  # no Node to own it
 
 
 def test_getPrimaryPoolForNode_labels_move_a_node_and_a_report_claims_nothing(kube, server):

@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -117,19 +116,24 @@ def test_too_old_boot_image_is_refused_and_nothing_is_applied(server, tmp_path):
     assert st.returncode == 1
 
 
+PENDING_OS = "var/lib/node-agent/pending-os.json"
+
+
 @pytest.fixture(scope="module")
-def reference_tree(server, tmp_path_factory):
+def reference(server, tmp_path_factory):
+    """What one first boot that nobody killed leaves: the tree under etc/, and pending-os.json."""
     top = tmp_path_factory.mktemp("reference")
     root = node(server, top, "infra-ref", "infra")
     assert agent("firstboot", "--root", root).returncode == 0
-    return tree(root)
+    with open(os.path.join(root, PENDING_OS)) as f:
+        return tree(root), json.load(f)
 
 
 CRASH_POINTS = [(s, "enter") for s in STAGES] + [("apply", "exit"), ("act", "exit"), ("report", "exit")]
 
 
 @pytest.mark.parametrize("stage,when", CRASH_POINTS, ids=[f"{s}-{w}" for s, w in CRASH_POINTS])
-def test_sigkill_in_every_stage_resumes_to_the_same_node(server, tmp_path, reference_tree, stage, when):
+def test_sigkill_in_every_stage_resumes_to_the_same_node(server, tmp_path, reference, stage, when):
     name = f"infra-k-{stage}-{when}"
     root = node(server, tmp_path, name, "infra")
     killed = subprocess.run([sys.executable, "-m", "tests.helpers.kill_at_stage", stage, when, "--",
@@ -138,9 +142,12 @@ def test_sigkill_in_every_stage_resumes_to_the_same_node(server, tmp_path, refer
     assert not os.path.exists(os.path.join(root, "var/lib/node-agent/firstboot.done"))
     resumed = agent("firstboot", "--root", root)
     assert resumed.returncode == 0, resumed.stderr
+    reference_tree, reference_pending = reference
     assert tree(root) == reference_tree
-    pending = json.load(open(os.path.join(root, "var/lib/node-agent/pending-os.json")))
-    assert pending  # the OS update is recorded once, not stacked
+    with open(os.path.join(root, PENDING_OS)) as f:
+        pending = json.load(f)
+    assert pending["commands"]  # an OS update is pending (the infra pool's image and kernel arguments)
+    assert pending == reference_pending  # recorded once, as an unkilled run records it: not stacked
     assert server_node(server, name)["report"]["state"] in ("Done", "Working")
 
 
@@ -185,11 +192,15 @@ def test_update_waits_for_the_drain_lease_then_applies_and_reports(tmp_path):
 
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
-        deadline = time.monotonic() + 120
-        while not waiting.wait(1.0):
+
+        def agent_waits():
+            if waiting.wait(1.0):
+                return True
             assert proc.poll() is None, "".join(lines)
-            assert time.monotonic() < deadline, "the agent never waited for the drain lease"
             hold()  # renew (TTL 3 s) while the agent has not asked yet
+            return False
+
+        wait_for(agent_waits, "the agent waits for the drain lease", 120, interval=0)
         proc.wait(120)
         reader.join(10)
         stderr = "".join(lines)

@@ -198,5 +198,6 @@ def test_depth_limit(server):
 
 def test_unknown_pool_is_final(server):
     server.always("/config/nope", Reply(404, '{"error": "unknown pool"}'))
-    with pytest.raises(FetchError, match=f"pool nope is unknown to server {server.netloc}"):
+    with pytest.raises(FetchError, match=f"pool nope is unknown to server {server.netloc}") as err:
         resolve_pointer(config(config={"merge": [{"source": server.url("/config/nope")}]}), fetcher())
+    assert err.value.final and len(server.requests_for("/config/nope")) == 1  # asked once, not retried

@@ -70,7 +70,7 @@ def test_fips_flip_refused_and_first_boot_follows_the_node():
         check(nc(fips=True), nc(), None, firstboot=False)  # the kernel unknown: the previous config stands
     check(None, nc(fips=True), True, firstboot=True)  # installed in FIPS mode: fine
     check(None, nc(fips=True), None, firstboot=True)  # another root, nothing known: not refused
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="FIPS mode is off on this node and the config wants it on"):
         check(None, nc(fips=True), False, firstboot=True)
 
 

@@ -4,7 +4,7 @@ settings come from, and fetches, CA bundles and reports through a real proxy pro
 import pytest
 
 from agent.core.settings import FetchSettings, Settings, parse_settings
-from agent.errors import FetchError
+from agent.errors import ConfigError, FetchError
 from agent.resource import proxy
 from agent.resource.fetch import Fetcher
 from agent.resource.pointer import resolve_pointer
@@ -67,9 +67,9 @@ def test_sources_environment_agent_yaml_and_ignition():
 def test_agent_yaml_proxy_section_is_validated():
     s = parse_settings({"proxy": {"httpsProxy": "http://p:3128", "noProxy": ["a", ".b"]}})
     assert s.proxy == ProxySettings("", "http://p:3128", ("a", ".b"))
-    with pytest.raises(Exception, match="proxy.httpProxy"):
+    with pytest.raises(ConfigError, match="proxy.httpProxy"):
         parse_settings({"proxy": {"httpProxy": "ftp://p"}})
-    with pytest.raises(Exception, match="proxy.noProxy"):
+    with pytest.raises(ConfigError, match="proxy.noProxy"):
         parse_settings({"proxy": {"noProxy": "a,b"}})
 
 

@@ -47,14 +47,18 @@ def test_the_run_covers_both_sides_of_the_proof(scenario):
 
 
 def test_nodes_served_before_the_proof_got_the_old_config_and_no_new_image(scenario):
+    before, after = [], []
     for node in scenario.nodes_detail:
         roll = scenario.rollout[node["pool"]]
         if node["fetch_end"] < roll["proven_after"]:
+            before.append(node["name"])
             assert node["config"] == roll["old_config"], node["name"]
             assert node["image"] != roll["new_image"] or node["pool"] == "worker", node["name"]
         if node["fetch_start"] > roll["proven_by"]:
+            after.append(node["name"])
             assert node["config"] == roll["new_config"], node["name"]
         assert node["pool"] == node["pool_labels"] == node["pool_annotations"] == node["pool_registry"]
+    assert before and after, (before, after)  # both kinds of node were there to check
 
 
 def test_a_node_with_a_reboot_pending_does_not_prove_the_target():

@@ -158,7 +158,7 @@ def test_describe_pool_and_node(server):
     (["get", "pools", "--server", "http://127.0.0.1:{port}"], 69, "cannot reach"),
     (["get", "pools", "--server", "nope"], 2, "expected an http"),
     (["get", "pools", "--watch", "--interval", "0"], 2, "> 0"),
-    (["get", "pools", "--out", "json"], 2, ""),  # no abbreviations
+    (["get", "pools", "--out", "json"], 2, "--out"),  # no abbreviations (of --output)
 ])
 def test_get_and_describe_exit_codes(server, args, code, words):
     args = [a.replace("{port}", str(free_port())) for a in args]

@@ -29,12 +29,22 @@ def problems_of(state, rel):
 
 
 def bounded(fn):
-    """Run ``fn`` in a thread; a hang is a failure, not a stuck test run."""
+    """Run ``fn`` in a thread; a hang is a failure, not a stuck test run, and an exception in
+    ``fn`` is raised here, in the test."""
     out = {}
-    t = threading.Thread(target=lambda: out.setdefault("v", fn()), daemon=True)
+
+    def run():
+        try:
+            out["v"] = fn()
+        except BaseException as exc:  # handed to the test below
+            out["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
     t.start()
     t.join(60)
     assert not t.is_alive(), "blocked"
+    if "error" in out:
+        raise out["error"]
     return out["v"]
 
 

@@ -154,9 +154,12 @@ def test_an_emptied_file_through_the_server_with_its_default_settle(tmp_path):
         text = mc.read_text()
         mc.write_text("")
         deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline:
+
+        def unchanged_for_3s():  # every look within the 3 s serves the targets from before
             assert target() == before
-            time.sleep(0.2)
+            return time.monotonic() >= deadline
+
+        wait_for(unchanged_for_3s, "3 s of looks at the pools with the file emptied", 10, interval=0.2)
         mc.write_text(text)
 
         def state_clean():
