@@ -99,13 +99,15 @@ def test_files_laid_by_ignition_and_the_target_os_booted_mean_nothing_to_do(serv
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)  # not rewritten
     assert not os.path.exists(os.path.join(laid, "var/lib/node-agent/pending-os.json"))
 
-    # The same files, another boot image: exactly one reboot (the pivot), and a second run
-    # finds first boot done.
+    # The same files, another boot image: one reboot pending (the pivot), and a second run
+    # finds first boot done and leaves that one pending reboot as it was (adds none).
     pivot = _node(server, tmp_path, "pivot", "quay.io/example/older-boot-image:1", target.kernel_arguments)
     _lay_like_ignition(writer, pivot)
     assert agent_main(["firstboot", "--root", pivot]) == 0
     assert _status(pivot)["rebootPending"] is True
     pending = json.load(open(os.path.join(pivot, "var/lib/node-agent/pending-os.json")))
     assert pending["osImageURL"] == target.os_image_url
-    assert agent_main(["firstboot", "--root", pivot]) == 0  # already done: no second reboot
+    before = open(os.path.join(pivot, "var/lib/node-agent/pending-os.json")).read()
+    assert agent_main(["firstboot", "--root", pivot]) == 0  # already done
     assert _status(pivot)["rebootPending"] is True
+    assert open(os.path.join(pivot, "var/lib/node-agent/pending-os.json")).read() == before

@@ -1,5 +1,5 @@
 """The agent side of per-node identity, against the real server (TLS, bootstrap + admin tokens):
-first boot registers the node once and keeps its credential 0600 under ``--root``; reports,
+first boot registers the node and keeps its credential 0600 under ``--root``; reports,
 drain leases and day-2 member fetches carry it; a reinstalled machine reusing a registered name
 is refused until the admin deletes the old node, and then registers again.
 """
@@ -43,7 +43,7 @@ def firstboot(server, tmp_path, name, dirname=None):
     return root, r
 
 
-def test_first_boot_registers_once_and_reports_as_itself(server, tmp_path):
+def test_first_boot_registers_keeps_its_credential_0600_and_only_it_reports_as_the_node(server, tmp_path):
     root, r = firstboot(server, tmp_path, "id-node-1")
     assert r.returncode == 0, r.stderr
     assert "registered" in r.stderr
