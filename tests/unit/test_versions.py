@@ -152,7 +152,7 @@ def test_order_is_total_and_consistent():
         assert sum([a < b, a == b, a > b]) == 1, (a.raw, b.raw)
     chains = [(a, b, c) for a, b, c in itertools.product(versions[::3], repeat=3) if a < b and b < c]
     assert len(chains) > 10  # the transitivity check below is not vacuous
-    for a, b, c in chains:
+    for a, _b, c in chains:
         assert a < c
     assert sorted(versions) == sorted(reversed(versions))
 
