@@ -55,6 +55,8 @@ def written_mcn(node, body, annotations=None):
                                  _drain_written={}, cluster=types.SimpleNamespace(node_truth=None))
     node_obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "uid": "uid-" + node}}
     kube_sync.KubeSync._write_node_object(fake, node, body, "worker", annotations or {}, node_obj)
+    # both patches, or what KubeSync writes would go unchecked (node_object alone would be)
+    assert any("spec" in p for p in patches) and any("status" in p for p in patches), patches
     obj = node_object(node, body, "worker")
     for patch in patches:
         merge_patch(obj, patch)
@@ -76,7 +78,9 @@ def test_the_status_of_every_example_pool_validates_against_the_crd(app):
     report(app, "w-done", state="Done", currentConfig=target(app, "worker"), desiredConfig=target(app, "worker"))
     report(app, "w-degraded", state="Degraded", reason="disk full", currentConfig=target(app, "worker"),
            desiredConfig=target(app, "worker"))
-    for name, view in app.cluster.pool_views(pending=False, nodes=0).items():
+    views = app.cluster.pool_views(pending=False, nodes=0)
+    assert sorted(views) == ["infra", "master", "worker"]  # every example pool, not an empty loop
+    for name, view in views.items():
         obj = dict(pool_object(name), status=kube_sync.pool_status(view, 1, None, NOW))
         assert crd_validate.problems(obj) == [], name
 

@@ -152,16 +152,18 @@ def test_spec_36_converts_down_when_nothing_needs_it():
     assert convert_ignition(doc, "3.6.0") == doc
 
 
-def test_down_conversion_of_compatible_config_works():
+def test_down_conversion_of_a_compatible_config_changes_only_the_version():
     doc = {"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "/a", "mode": 420}]},
            "kernelArguments": {}}
-    assert convert_ignition(doc, "3.0.0")["ignition"]["version"] == "3.0.0"
+    assert convert_ignition(doc, "3.0.0") == dict(doc, ignition={"version": "3.0.0"})
+    assert doc["ignition"]["version"] == "3.4.0"
 
 
 @pytest.mark.parametrize("target", ["2.2.0", "3.7.0", "3.7.0-experimental", "x"])
-def test_unsupported_targets_are_refused(target):
-    with pytest.raises(ConfigError):
+def test_unsupported_targets_are_refused_naming_the_target(target):
+    with pytest.raises(ConfigError) as exc:
         convert_ignition({"ignition": {"version": "3.4.0"}}, target)
+    assert target in str(exc.value)
 
 
 def test_newer_features_empty_for_plain_config():

@@ -50,7 +50,7 @@ VALID = [
                                           "httpHeaders": [{"name": "Authorization", "value": "x"}]}}),
     files({"path": "/etc/a", "append": [{"source": "data:,x"}, {"source": "data:,y"}]}),
     files({"path": "/etc/a", "mode": 0o7777}),
-    files({"path": "/", "mode": 420}) if False else cfg(storage={"directories": [{"path": "/var/x", "mode": 493}]}),
+    cfg(storage={"directories": [{"path": "/var/x", "mode": 493}]}),
     cfg(storage={"links": [{"path": "/etc/l", "target": "/etc/a"}, {"path": "/etc/h", "target": "/etc/a",
                                                                     "hard": True}]}),
     units({"name": "a.service", "enabled": True, "contents": "[Service]\nExecStart=/bin/true\n[Install]\n"

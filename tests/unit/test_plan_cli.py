@@ -121,7 +121,7 @@ def test_registries_conf_special(tmp_path, capsys, old, new, drain):
     assert (out["drain"], out["reboot"]) == (drain, False)
 
 
-def test_firstboot(tmp_path, capsys):
+def test_firstboot_drops_the_drain_and_reloads_only_if_active(tmp_path, capsys):
     policy = {"files": [{"path": "/etc/app.conf", "actions": [
         {"type": "Drain"}, {"type": "Reload", "reload": {"serviceName": "app.service"}}]}]}
     rc, out = run_plan(tmp_path, capsys, ign(), ign([file("/etc/app.conf", "x")]), policy, "--firstboot")

@@ -36,8 +36,9 @@ def test_each_override_lets_its_section_through_and_only_it(section, value, over
     assert f"irreconcilableValidationOverrides.storage [{override}]" in e.value.problems[0].message
     assert reconcilable.check(nc(), new, None, firstboot=False, overrides=(override,)) == [section]
     others = tuple(o for o in reconcilable.OVERRIDES if o != override)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=f"the {section} section changed") as e:
         reconcilable.check(nc(), new, None, firstboot=False, overrides=others)
+    assert [p.path for p in e.value.problems] == [f"$.storage.{section}"]
 
 
 def test_luks_has_no_override_and_stays_refused():
@@ -89,7 +90,7 @@ def test_the_node_reads_them_from_the_served_policy_and_records_what_it_keeps(tm
     policy = yaml.safe_dump({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
                              "spec": {"irreconcilableValidationOverrides": {"storage": ["Disks"]}}})
     new = nc("rendered-b", disks=DISKS)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="the disks section changed"):
         planning.check_reconcilable(root, nc(), new, firstboot=False, policy_text=None)
     assert planning.check_reconcilable(root, nc(), new, firstboot=False, policy_text=policy) == ["disks"]
     # the difference is against the install-time config the server served at first boot

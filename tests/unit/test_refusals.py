@@ -119,11 +119,11 @@ def test_an_api_401_or_403_is_a_store_unavailable_that_keeps_its_status(status):
     assert "deploy/rbac.yaml" in str(err.value)
 
 
-def test_an_api_404_or_409_stays_a_plain_refusal():
-    for status in (404, 409, 422):
-        with pytest.raises(KubeError) as err:
-            _answer(_response(status, "X"), "GET /x")
-        assert not isinstance(err.value, StoreUnavailable)
+@pytest.mark.parametrize("status", [404, 409, 422])
+def test_an_api_404_409_or_422_stays_a_plain_refusal_that_keeps_its_status(status):
+    with pytest.raises(KubeError) as err:
+        _answer(_response(status, "X"), "GET /x")
+    assert not isinstance(err.value, StoreUnavailable) and err.value.status == status
 
 
 # -- the drain's topology ------------------------------------------------------------------------

@@ -36,3 +36,8 @@ def test_a_403_still_stops_every_report_until_the_identity_changes(tmp_path):
     assert rep.send({"pool": "worker", "state": "Degraded"}) is False
     assert rep.send({"pool": "worker", "state": "Done"}) is False
     assert rep.session.posts == 1
+    # the same kept refusal, read by a node with another name (the identity changed): asked again
+    renamed = Reporter("https://127.0.0.1:22623", "n2", Root(str(tmp_path)), "/var/lib/node-agent")
+    renamed.session = Session([Answer(200)])
+    assert renamed.kept()["refused"]["status"] == 403
+    assert renamed.send({"pool": "worker", "state": "Done"}) is True and renamed.session.posts == 1

@@ -119,9 +119,11 @@ def test_missing_or_corrupt_aleph_is_warn_exit_0(capsys, tmp_path, aleph_content
 
 
 def test_aleph_directory_is_unknown(capsys, tmp_path):
-    rules = write(tmp_path, "rules.json", {"mode": "Enforce"})
+    rules = write(tmp_path, "rules.json", {"mode": "Enforce", "target": {"rhelMajor": 9}})
     code, out, _ = run_main(capsys, "--aleph", str(tmp_path), "--rules", rules, "--json")
-    assert code == 0 and json.loads(out)["decision"] == "warn"
+    doc = json.loads(out)
+    assert code == 0 and doc["decision"] == "warn" and doc["code"] == "BootImageVersionUnknown"
+    assert doc["booted"]["scheme"] == "unknown" and doc["booted"]["error"]
 
 
 def test_a_missing_rules_file_exits_66(capsys, tmp_path):

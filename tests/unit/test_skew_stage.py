@@ -204,8 +204,10 @@ def test_report_fields_warn_and_ok_have_no_state(fs, root):
     put_aleph(fs, {"version": "412.86.202301311551-0"})
     warn = report_fields(check_boot_image(root, {"mode": "Warn", "minimum": {"rhcosVersion": "9.2"}}))
     assert warn["skew"] == "warn" and "state" not in warn
-    ok = report_fields(check_boot_image(root, {"mode": "None"}))
-    assert ok == {"skew": "ok", "bootImage": "412.86.202301311551-0", "reason": ok["reason"]}
+    off = check_boot_image(root, {"mode": "None"})
+    ok = report_fields(off)
+    assert ok == {"skew": "ok", "bootImage": "412.86.202301311551-0", "reason": f"{off.code}: {off.reason}"}
+    assert ok["reason"].startswith("SkewEnforcementOff: ")
 
 
 def test_report_fields_unknown_boot_image(fs, root):

@@ -295,7 +295,7 @@ def test_status_long_and_format_as_cloud_init(root, capsys):
     code, out, _ = run_cli(capsys, "--root", root.top, "--format", "tabular")
     assert code == 0 and out.startswith("status: done\n")
     code, out, _ = run_cli(capsys, "--root", root.top, "--format", "yaml", "--long")
-    assert code == 0
+    assert code == 0 and yaml.safe_load(out) == json.loads(alias)  # --long adds nothing to the record
     code, wide, _ = run_cli(capsys, "--root", root.top, "-o", "wide")  # as kubectl's wide: more detail, --long
     assert code == 0 and wide == run_cli(capsys, "--root", root.top, "--long")[1] and "[started " in wide
     empty = os.path.join(root.top, "empty-root")
