@@ -285,11 +285,11 @@ def run(workdir: str) -> Result:
     timings["control-plane"] = time.monotonic() - t
     result.kube["serveArgs"] = [a if a != cp.kubeconfig else "<user's kubeconfig>" for a in cp.serve_args]
     recorder = Recorder(cp.kc, NODE, POOL).start()
-    # The admin's workloads, before any node of the pool exists: Pending until the server has put
-    # a Node in pool vm (their nodeSelector), that is until a node first booted into its config.
-    cp.apply("---\n".join(yaml.safe_dump(w) for w in workloads()))
     serial = SerialMarks(guest.serial_log)
     try:
+        # The admin's workloads, before any node of the pool exists: Pending until the server has
+        # put a Node in pool vm (their nodeSelector), that is until a node first booted into its config.
+        cp.apply("---\n".join(yaml.safe_dump(w) for w in workloads()))
         # One worker: the watches, the write-back and the drainer's memory of what it evicted are
         # per process; the guest is one node.
         with ServerProcess(None, tls=tls, token=TOKEN, workers=1, extra_args=cp.serve_args) as srv:
