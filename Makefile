@@ -15,7 +15,7 @@ DEB_PACKAGES := dbus-daemon libdbus-1-dev libgirepository1.0-dev libcairo2-dev p
                 gir1.2-glib-2.0 rpm systemd python3-dev gcc man-db $(VM_DEB_PACKAGES)
 BENCH_DEB_PACKAGES := nginx-light cloud-init etcd-server haproxy wrk
 
-.PHONY: all demo kube-demo kube-demo-stop test lint compat unit py39 venv39 rpm bench sysdeps clean help vm-test kube-bin prepare vm-base
+.PHONY: all demo kube-demo kube-demo-stop test lint compat unit vm-boot suite py39 venv39 rpm bench sysdeps clean help vm-test kube-bin prepare vm-base
 
 all: test
 
@@ -67,16 +67,21 @@ compat: venv
 # NODE_AGENT_NO_SKIP=1: a test that would skip (a missing tool, file or venv) fails instead
 # (tests/conftest.py); a bare pytest may still skip, and says why.
 # venv39 first: the RHEL 9 RPM tests run the agent on CPython 3.9 from .venv39.
-# The VM boot runs first and alone (QEMU's TCG takes both cores; its waits are bounded per phase),
-# then everything else in TEST_JOBS pytest-xdist workers: most tests wait on processes (servers,
-# etcd, the control plane), not on the CPU. --dist loadgroup keeps each folder that shares one
-# session cluster (tests/etcd, tests/kube) on one worker (tests/conftest.py), so one etcd and one
-# control plane serve them, as in a serial run.
+# The VM boot (vm-boot) takes one core (one vCPU under TCG; its waits are bounded per phase), so
+# make test runs it beside the RHEL 9 run, then the rest of the suite (suite). Both suites run in
+# TEST_JOBS pytest-xdist workers: most tests wait on processes (servers, etcd, the control plane),
+# not on the CPU. --dist loadgroup keeps each folder that shares one session cluster (tests/etcd,
+# tests/kube) on one worker (tests/conftest.py), so one etcd and one control plane serve them, as
+# in a serial run.
 TEST_JOBS ?= 3
 XDIST = -n $(TEST_JOBS) --dist loadgroup --durations=30
-unit: venv venv39 kube-bin vm-base
+vm-boot: venv kube-bin vm-base
 	NODE_AGENT_VM_TEST=1 NODE_AGENT_NO_SKIP=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m vm tests/vm
+
+suite: venv venv39 kube-bin
 	NODE_AGENT_NO_SKIP=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m "not vm" $(XDIST)
+
+unit: vm-boot suite
 
 # On a fresh machine the slow set-up steps overlap: the Kubernetes build (CPU), the VM guest's
 # Debian base (mostly download and unpack) and the two venvs (pip). -O keeps each one's log whole.
@@ -84,7 +89,9 @@ prepare: sysdeps
 	@$(MAKE) --no-print-directory -j4 -O venv venv39 kube-bin vm-base
 
 test: prepare
-	@$(MAKE) --no-print-directory lint compat unit py39
+	@$(MAKE) --no-print-directory lint compat
+	@$(MAKE) --no-print-directory -j2 -O vm-boot py39
+	@$(MAKE) --no-print-directory suite
 
 # --- The RHEL 9 run: the whole suite again on CPython 3.9 with the library versions RHEL 9 ships
 # (tests/rhel9-constraints.txt) in a second venv. Its stamp makes re-runs cost only the tests.

@@ -49,7 +49,7 @@ def test_a_test_outside_the_groups_of_tests_is_a_usage_error_naming_the_groups(t
 
 
 def test_under_xdist_loadgroup_a_shared_cluster_folder_runs_on_one_worker(tmp_path):
-    # make test's workers (Makefile, "unit") rely on tests/etcd and tests/kube staying whole
+    # make test's workers (Makefile, "suite" and "py39") rely on tests/etcd and tests/kube staying whole
     for group in ("etcd", "unit"):
         (tmp_path / group).mkdir()
         (tmp_path / group / f"test_{group}.py").write_text(
