@@ -370,7 +370,9 @@ def test_tls_ca_added_later_is_trusted(tls_pair, fake):
     good, _ = tls_pair
     with ScriptedServer(tls=good) as srv:
         srv.always("/c", Reply(200, b"ok"))
-        fetcher = make(fake, total=0.5)
+        # A TLS verification failure is final (never retried), so a generous budget costs nothing;
+        # 0.5 s ran out before the handshake on a loaded machine and the test saw a timeout.
+        fetcher = make(fake, total=10)
         with pytest.raises(FetchError, match="TLS verification failed"):
             fetcher.fetch(srv.url("/c"))
         fetcher.add_ca(good.ca_pem())
@@ -404,7 +406,7 @@ def test_ip_literal_url_is_verified_against_the_ip_san(tmp_path, fake, sans):
     with ScriptedServer(tls=tls) as srv:
         srv.always("/c", Reply(200, b"ok"))
         assert srv.url("/c").startswith("https://127.0.0.1:")
-        fetcher = make(fake, total=0.5, ca_pems=[tls.ca_pem()])
+        fetcher = make(fake, total=10, ca_pems=[tls.ca_pem()])  # see test_tls_ca_added_later_is_trusted
         if sans == ("127.0.0.1",):
             assert fetcher.fetch(srv.url("/c")).body == b"ok"
         else:
