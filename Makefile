@@ -71,9 +71,9 @@ compat: venv
 # alone, then the rest of the suite (suite), then the RHEL 9 run (py39). Run beside the RHEL 9 run
 # the VM boot saved 2 minutes but loaded the machine so that tests with tight time budgets failed
 # (three found and fixed; more may hide). Both suites run in TEST_JOBS pytest-xdist workers: most
-# tests wait on processes (servers, etcd, the control plane), not on the CPU. --dist loadgroup keeps each folder that shares one session cluster (tests/etcd,
-# tests/kube) on one worker (tests/conftest.py), so one etcd and one control plane serve them, as
-# in a serial run.
+# tests wait on processes (servers, etcd, the control plane), not on the CPU. --dist loadgroup
+# keeps each folder that shares one session cluster (tests/etcd, tests/kube) on one worker
+# (tests/conftest.py), so one etcd and one control plane serve them, as in a serial run.
 TEST_JOBS ?= 3
 XDIST = -n $(TEST_JOBS) --dist loadgroup --durations=30
 vm-boot: venv kube-bin vm-base
