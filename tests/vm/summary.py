@@ -66,7 +66,7 @@ def serial_marks(run: Any, mark: str) -> List[Dict[str, Any]]:
     return [m for m in run.serial_marks if m["mark"] == mark]
 
 
-def _pod_events(uid: str, events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def _pod_events(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     name = events[0]["name"]
     out = []
     placed = next((e for e in events if e["nodeName"]), None)
@@ -96,8 +96,8 @@ def timeline(run: Any) -> List[Dict[str, Any]]:
     done = changes([dict(e, done=(e["state"], e["currentConfig"])) for e in nodes], "done")
     out += [{"what": f"Done on {e['currentConfig']} (Node annotations)", "at": e["at"]}
             for e in done if e["state"] == "Done"]
-    for uid, events in pods_by_uid(run).items():
-        out += _pod_events(uid, events)
+    for events in pods_by_uid(run).values():
+        out += _pod_events(events)
     names = {"shutdown": "shutdown begins (serial console)", "reset": "reboot: the guest resets (serial console)",
              "kernel-start": "kernel starts (serial console)", "power-off": "power off (serial console)"}
     out += [{"what": names[m["mark"]], "at": m["at"]} for m in run.serial_marks]

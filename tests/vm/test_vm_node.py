@@ -55,6 +55,12 @@ def reboot_marks(run):
     return shutdowns[0], reset, boot3
 
 
+def machine_counts(pool_event):
+    """(machines, updated, ready, unavailable) of a pool's recorded status."""
+    return tuple(pool_event[k] for k in ("machineCount", "updatedMachineCount", "readyMachineCount",
+                                         "unavailableMachineCount"))
+
+
 def app_pods(run):
     """The ReplicaSet's pods, each as its events in the API's order, oldest pod first."""
     pods = [events for events in pods_by_uid(run).values() if events[0]["app"] == APP]
@@ -180,12 +186,9 @@ def test_the_pool_counts_follow_the_node_as_kubectl_get_mcp_shows(run):
     registered = of_kind(run, "Node")[0]
     before = [e for e in pools if e["rv"] < registered["rv"]]
     assert before and all(e["machineCount"] == 0 for e in before), pools[:3]
-    counts = [(e["machineCount"], e["updatedMachineCount"], e["readyMachineCount"], e["unavailableMachineCount"])
-              for e in changes([dict(e, c=(e["machineCount"], e["updatedMachineCount"], e["readyMachineCount"],
-                                           e["unavailableMachineCount"])) for e in pools], "c")]
+    counts = [e["c"] for e in changes([dict(e, c=machine_counts(e)) for e in pools], "c")]
     cordon, uncordon = node_flips(run)[:2]
-    during = [(e["machineCount"], e["updatedMachineCount"], e["readyMachineCount"], e["unavailableMachineCount"])
-              for e in pools if cordon["rv"] < e["rv"] < uncordon["rv"]]
+    during = [machine_counts(e) for e in pools if cordon["rv"] < e["rv"] < uncordon["rv"]]
     assert (1, 0, 0, 1) in during, counts
     assert (1, 1, 1, 0) in counts[:counts.index((1, 0, 0, 1))] and counts[-1] == (1, 1, 1, 0), counts
     # kubectl get mcp as an admin reads it (printer columns of OpenShift's CRD).
