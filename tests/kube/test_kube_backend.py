@@ -148,8 +148,11 @@ def test_a_report_lands_on_the_node_object_as_the_mcd_writes_it(kube, server):
     assert ann["machineconfiguration.openshift.io/currentConfig"] == target
     assert ann["machineconfiguration.openshift.io/desiredConfig"] == target
     assert ann["machineconfiguration.openshift.io/reason"] == ""
+    # The MachineConfigNode is created, then its status written through the status subresource:
+    # two writes, so a reader may see it between them. Wait for the second.
     mcn = wait_for(lambda: kube.get(f"{MCO}/machineconfignodes/w-report").ok and
-                   api(kube, f"{MCO}/machineconfignodes/w-report"), "MachineConfigNode")
+                   (api(kube, f"{MCO}/machineconfignodes/w-report").get("status") or {}).get("conditions") and
+                   api(kube, f"{MCO}/machineconfignodes/w-report"), "MachineConfigNode with its status")
     assert mcn["spec"] == {"node": {"name": "w-report"}, "pool": {"name": "worker"},
                            "configVersion": {"desired": target}}
     conds = {c["type"]: c["status"] for c in mcn["status"]["conditions"]}
