@@ -41,7 +41,8 @@ def test_the_crds_are_established(kube_cluster):  # noqa: F811
                    if any(x["type"] == "Established" and x["status"] == "True"
                           for x in c.get("status", {}).get("conditions", []))}
     assert CRD_NAMES <= established
-    assert kube_cluster.get(MCO + "/machineconfigpools").json()["items"] is not None
+    pools = kube_cluster.get(MCO + "/machineconfigpools")  # served, not only registered
+    assert pools.status_code == 200 and pools.json()["kind"] == "MachineConfigPoolList", pools.text
 
 
 def test_an_infra_pool_with_empty_label_value_and_paused_false_is_accepted(kube_cluster):  # noqa: F811

@@ -208,8 +208,11 @@ def test_plan_takes_o_yaml_as_node_config_server_does(tmp_path, capsys):
     assert yaml.safe_load(capsys.readouterr().out)["reboot"] is False
 
 
-def test_missing_arguments_is_usage(capsys):
+def test_missing_arguments_is_usage_exit_2_naming_the_missing_options_on_stderr(capsys):
     assert main(["plan", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # --json promises a document on stdout only when there is one
+    assert "--from" in err and "--to" in err and "--help" in err, err
 
 
 def test_examples_run_as_a_real_process():
