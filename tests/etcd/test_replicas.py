@@ -184,6 +184,13 @@ def drain_storm(fleet, prefix, live, sample_every=0.02, done=None):
     for i, n in enumerate(nodes):
         body = done or {"pool": "worker", "state": "Done"}
         assert report(fleet.replicas[i % 3], n, body, fleet).status_code == 200
+
+    def every_replica_lists_them():
+        return all(set(nodes) <= {i["name"] for i in r.session().get(r.url("/api/v1/nodes"), timeout=10)
+                                  .json()["items"]} for r in fleet.replicas)
+    # Each report was acknowledged by one replica; the others count it once their watch has it,
+    # and maxUnavailable is scaled to that count: wait until every replica has all 30.
+    wait_for(every_replica_lists_them, "every replica lists the 30 reported nodes", 30)
     limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
     peak, stop, samples, errors = [0], threading.Event(), [0], []
 
@@ -334,11 +341,18 @@ def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, 
     assert {n["served"] for n in nodes} == {proven}  # only what a member had proven
     results = [day2(n) for n in nodes]
     assert [r for r in results if r[0] != 0] == []
-    for r in fleet.replicas:  # every node Done, on every replica
+
+    def states(r):
         seen = {}
         for n in names:
             resp = r.session().get(r.url(f"/api/v1/nodes/{n}"), timeout=10)
             seen[n] = resp.json()["report"].get("state") if resp.status_code == 200 else resp.status_code
+        return seen
+
+    for r in fleet.replicas:  # every node Done, on every replica
+        # A Done went through the balancer to one replica; the others see it through their watch.
+        seen = wait_for(lambda r=r: (lambda s: s if set(s.values()) == {"Done"} else None)(states(r)),
+                        f"every node Done on the replica on port {r.port}", 30)
         assert set(seen.values()) == {"Done"}, seen
     assert sample_errors == [] and samples[0] > 0, (sample_errors, samples)
     assert hammer_errors == [], hammer_errors

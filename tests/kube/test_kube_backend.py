@@ -230,9 +230,14 @@ def test_a_node_registered_after_its_report_gets_its_custom_pool_label_with_no_f
         api(kube, "/api/v1/nodes/infra-late")["metadata"].get("labels") or {}) and
         api(kube, "/api/v1/nodes/infra-late")["metadata"]["labels"], "infra role label", 60)
     assert labels["node-role.kubernetes.io/worker"] == ""
-    node = server.session().get(server.url("/api/v1/nodes/infra-late"), timeout=10).json()
+    # The server's pools and node view read the Node from its own watch cache, which sees the
+    # label after the API holds it: wait for the server's view, not only the API's.
+    node = wait_for(lambda: (lambda n: n if n.get("pool") == "infra" else None)(
+        server.session().get(server.url("/api/v1/nodes/infra-late"), timeout=10).json()),
+        "the server's node view puts infra-late in infra")
     assert node["pool"] == "infra"
-    pools = our_pools(server)
+    pools = wait_for(lambda: (lambda p: p if "infra-late" in p["infra"]["status"]["nodes"] else None)(
+        our_pools(server)), "the server's infra pool lists infra-late")
     assert "infra-late" in pools["infra"]["status"]["nodes"]
     assert "infra-late" not in pools["worker"]["status"]["nodes"]  # no second pool
 

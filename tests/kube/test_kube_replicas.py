@@ -218,7 +218,10 @@ def test_a_replica_started_afresh_knows_every_node(fleet):
     gone = before - announced()  # its worker took its announcement away as it exited (worker_exit)
     assert len(gone) == 1 and f":{fleet.replicas[2].port}/" in gone.pop(), (before, announced())
     fleet.replicas[2] = fleet.replica().start()  # a new process and an empty data directory
-    assert pool(fleet.replicas[2])["status"]["machineCount"] == count
+    # Healthy before its Node cache is listed: until then pools are counted from the node store
+    # (kube_nodes.NodeTruth.ready), so wait for the count from the Nodes.
+    assert wait_for(lambda: pool(fleet.replicas[2])["status"]["machineCount"] == count,
+                    f"the new replica counts {count} machines (its Node cache listed)", 30)
     node = fleet.session().get(fleet.replicas[2].url("/api/v1/nodes/kfresh-1"), timeout=10)
     assert node.status_code == 200 and node.json()["pool"] == "worker", node.text
     # Its credential too: the node acts as itself through the new replica.

@@ -49,10 +49,13 @@ def test_the_real_scheduler_binds_a_pending_pod_to_the_node_with_room(kube_clust
         bound = wait_for(lambda: kc.get(f"/api/v1/namespaces/{ns}/pods/p").json()["spec"].get("nodeName"),
                          "the pod bound by kube-scheduler", 60)
         assert bound == node
-        # 1.20's scheduler records through events.k8s.io: core/v1 shows it as reportingComponent
-        events = kc.get(f"/api/v1/namespaces/{ns}/events").json()["items"]
-        assert any(e["reason"] == "Scheduled" and e.get("reportingComponent") == "default-scheduler"
-                   for e in events), events
+        # 1.20's scheduler records through events.k8s.io: core/v1 shows it as reportingComponent.
+        # It records the event after the binding, through its asynchronous event broadcaster: wait for it.
+        def scheduled():
+            events = kc.get(f"/api/v1/namespaces/{ns}/events").json()["items"]
+            return [e for e in events if e["reason"] == "Scheduled"
+                    and e.get("reportingComponent") == "default-scheduler"]
+        assert wait_for(scheduled, "the Scheduled event from default-scheduler", 30)
     finally:
         kc.kubectl("delete", "namespace", ns, "--wait=false")
         kc.kubectl("delete", "node", node, "--wait=false", check=False)
