@@ -155,7 +155,7 @@ def test_update_waits_for_the_drain_lease_then_applies_and_reports(tmp_path):
     state = str(tmp_path / "state")
     shutil.copytree(EXAMPLES, state)
     tls = make_tls(str(tmp_path / "tls"))
-    with ServerProcess(state, tls=tls, token=TOKEN, extra_args=["--lease-ttl", "3"]) as srv:
+    with ServerProcess(state, tls=tls, token=TOKEN, extra_args=["--lease-ttl", "6"]) as srv:
         api = srv.session()
         a = node(srv, tmp_path, "infra-a", "infra")
         assert agent("firstboot", "--root", a).returncode == 0
@@ -172,8 +172,9 @@ def test_update_waits_for_the_drain_lease_then_applies_and_reports(tmp_path):
 
         # Another infra node holds the only lease (maxUnavailable 1), renewing it until the agent
         # is seen waiting for it, and then dies: the lease expires and the agent gets its own.
-        # (Held by renewal, not by a head start on the 3 s TTL: under load the agent may take longer
-        # than that to reach the drain stage, and would then find the lease already expired.)
+        # (Held by renewal, not by a head start on the TTL: under load the agent may take longer
+        # than that to reach the drain stage, and would then find the lease already expired.
+        # Renewed about every second: the 6 s TTL leaves each renewal request 5 s, 3 s left 2.)
         def hold():
             held = srv.node_session("infra-b").post(srv.url("/api/v1/nodes/infra-b/drain"),
                                                     json={"pool": "infra", "config": new_target})
@@ -197,7 +198,7 @@ def test_update_waits_for_the_drain_lease_then_applies_and_reports(tmp_path):
             if waiting.wait(1.0):
                 return True
             assert proc.poll() is None, "".join(lines)
-            hold()  # renew (TTL 3 s) while the agent has not asked yet
+            hold()  # renew (TTL 6 s) while the agent has not asked yet
             return False
 
         wait_for(agent_waits, "the agent waits for the drain lease", 120, interval=0)

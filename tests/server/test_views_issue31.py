@@ -275,7 +275,10 @@ def example_app(tmp_path):
     text = infra.read_text()
     assert "\nmetadata:\n" in text
     infra.write_text(text.replace("\nmetadata:\n", "\nmetadata:\n  creationTimestamp: \"2026-01-02T03:04:05Z\"\n", 1))
-    return App(str(state), token=BOOT, admin_token=ADMIN, reload_interval=0.0), state
+    made = time.time()
+    app = App(str(state), token=BOOT, admin_token=ADMIN, reload_interval=0.0)  # records each pool's first target
+    app.made_at = made  # for a test of "the store's first record: just now"
+    return app, state
 
 
 def test_get_pool_gives_updated_and_updating_a_stable_last_transition_time(example_app):
@@ -303,7 +306,9 @@ def test_pool_age_is_the_objects_creation_time_else_the_stores_first_record_neve
     from tests.kube.test_identity import ADMIN, call
 
     app, state = example_app
-    before = time.time()
+    # The App recorded the pools' first targets as it was made (in the fixture): a time taken
+    # here, later, may be in the next second (creationTimestamp has whole seconds).
+    before = app.made_at
     _, listed = call(app, "GET", "/api/v1/pools", ADMIN)
     created = {p["metadata"]["name"]: p["metadata"].get("creationTimestamp") for p in listed["items"]}
     assert created["worker"] != "2023-11-14T22:13:20Z"  # the file's mtime (a clone's age) is no pool's age

@@ -219,15 +219,17 @@ def test_watchdog_arming():
     with Watchdog(5, "budget") as w:
         assert not w.overdue()
         assert "within the fetch budget (fetch.totalTimeout 5s)" in w.reason("h:1", 1, 5, head=True)
-    with Watchdog(0.05, "attempt") as w:
+    # Re-armed (or left) before it fired: the test must get there before the first deadline, so
+    # that deadline is 1 s, not 0.05 s (a thread preempted for 50 ms on a loaded machine let it fire).
+    with Watchdog(1.0, "attempt") as w:
         w.arm(None, "budget")  # re-armed before it fired: the old timer is void
-        time.sleep(0.3)
+        time.sleep(1.3)  # past the old deadline
         assert not w.fired
     with Watchdog(5, "attempt") as w:
         w.arm(0.05, "budget")
         assert wait_for(lambda: w.fired_what, "the re-armed watchdog firing", timeout=10) == "budget"
-    w = Watchdog(0.05)
+    w = Watchdog(1.0)
     with w:
         pass
-    time.sleep(0.2)
+    time.sleep(1.3)  # past its deadline
     assert not w.fired  # nothing fires after the block
