@@ -136,6 +136,17 @@ def _report(server, node, body):
     return r.json()
 
 
+def _mcn_with_status(kube, node):
+    """The node's MachineConfigNode once its status is written. The server creates the object,
+    then writes its status through the status subresource: two writes, so a reader may come
+    between them."""
+    def written():
+        r = kube.get(f"{MCO}/machineconfignodes/{node}")
+        return r.ok and (r.json().get("status") or {}).get("conditions") and r.json()
+
+    return wait_for(written, f"MachineConfigNode {node} with its status")
+
+
 def test_a_report_lands_on_the_node_object_as_the_mcd_writes_it(kube, server):
     kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(_node("w-report", {"node-role.kubernetes.io/worker": ""})))
     target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
@@ -148,11 +159,7 @@ def test_a_report_lands_on_the_node_object_as_the_mcd_writes_it(kube, server):
     assert ann["machineconfiguration.openshift.io/currentConfig"] == target
     assert ann["machineconfiguration.openshift.io/desiredConfig"] == target
     assert ann["machineconfiguration.openshift.io/reason"] == ""
-    # The MachineConfigNode is created, then its status written through the status subresource:
-    # two writes, so a reader may see it between them. Wait for the second.
-    mcn = wait_for(lambda: kube.get(f"{MCO}/machineconfignodes/w-report").ok and
-                   (api(kube, f"{MCO}/machineconfignodes/w-report").get("status") or {}).get("conditions") and
-                   api(kube, f"{MCO}/machineconfignodes/w-report"), "MachineConfigNode with its status")
+    mcn = _mcn_with_status(kube, "w-report")
     assert mcn["spec"] == {"node": {"name": "w-report"}, "pool": {"name": "worker"},
                            "configVersion": {"desired": target}}
     conds = {c["type"]: c["status"] for c in mcn["status"]["conditions"]}
@@ -173,9 +180,7 @@ def _crd_validate():
 def _written_mcn(kube, server, node, body):
     kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(_node(node, {"node-role.kubernetes.io/worker": ""})))
     _report(server, node, dict(body, pool="worker", labels={"node-role.kubernetes.io/worker": ""}))
-    return wait_for(what=f"MachineConfigNode {node} with its status", check=lambda: kube.get(
-        f"{MCO}/machineconfignodes/{node}").ok and (api(kube, f"{MCO}/machineconfignodes/{node}").get("status") or
-                                                    {}).get("conditions") and api(kube, f"{MCO}/machineconfignodes/{node}"))
+    return _mcn_with_status(kube, node)
 
 
 @pytest.mark.cel
