@@ -15,12 +15,12 @@ status.controlPlaneTopology SingleReplica: the MCD's drainRequired, pkg/daemon/d
 while the topology cannot be read (agent/server/cluster/topology.py: unknown, retried).
 """
 
-import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from agent.server.cluster import kube_events
 from agent.server.cluster.kube_drain import DRAINED_FOR, RETRY_SECONDS, DrainResult, drain_for_lease
 from agent.server.rollout import draincadence
 from agent.server.rollout.draincadence import Cadence, DrainState
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 # Events go to the server's own namespace (Drainer.event_namespace, serve --namespace), as the MCO
 # writes its Events into its own (openshift-machine-config-operator), under its node controller's name.
-COMPONENT = "machineconfigcontroller-nodecontroller"
+COMPONENT = kube_events.NODE_CONTROLLER
 MAX_WAIT = 60  # a node told to wait longer still asks within a minute (its lease is renewed on each ask)
 
 
@@ -129,60 +129,19 @@ def _write_state(drainer: Any, node: str, state: DrainState, version: Optional[s
     drainer.client.merge_patch(NODES.path(node), {"metadata": meta})
 
 
-def event_name(node: str, uid: str, reason: str) -> str:
-    """One Event per Node (its UID: a Node made again under the same name is another object) and
-    reason, named as client-go names them, ``<object>.<suffix>``."""
-    suffix = f"{uid[:8]}.{reason.lower()}" if uid else reason.lower()
-    name = f"{node}.{suffix}"
-    return name if len(name) <= 253 else f"{hashlib.sha256(node.encode()).hexdigest()[:40]}.{suffix}"
-
-
 def _emit(drainer: Any, node_obj: Dict[str, Any], events: Any, now: float) -> None:
     """core/v1 Warning Events on the Node, as the MCO's recorder makes them (involvedObject the
-    Node, in the server's namespace), the MCO's node controller as the source. A repeat of the same reason on
-    the same Node counts up one Event (``count``, ``lastTimestamp``, the newest message) as
-    client-go's event correlator does for a recurring event, rather than one more object every
-    retry. A refused write is logged: the state annotations and the metric still say it."""
-    meta = node_obj.get("metadata") or {}
-    name = str(meta.get("name", ""))
+    Node, in the server's namespace), the MCO's node controller as the source; a repeat counts up
+    one Event per Node and reason (kube_events.py). A refused write is logged: the state
+    annotations and the metric still say it."""
+    name = str((node_obj.get("metadata") or {}).get("name", ""))
     stamp = draincadence.iso(now)
+    involved = kube_events.reference(node_obj, "v1", "Node", drainer.event_namespace)
     for reason, message in events:
         log.warning("node %s: %s: %s", name, reason, message)
-        body = {"apiVersion": "v1", "kind": "Event",
-                "metadata": {"name": event_name(name, str(meta.get("uid", "")), reason),
-                             "namespace": drainer.event_namespace},
-                # The reference carries the namespace, as the MCO's NamespacedEventRecorder
-                # (pkg/controller/common/helpers.go ensureEventNamespace) sets it on a cluster-scoped
-                # object: the API refuses an Event whose object's namespace is not its own (or "default").
-                "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, "uid": meta.get("uid", ""),
-                                   "namespace": drainer.event_namespace},
-                "reason": reason, "message": message, "type": "Warning", "count": 1,
-                "firstTimestamp": stamp, "lastTimestamp": stamp, "source": {"component": COMPONENT},
-                "reportingComponent": COMPONENT, "reportingInstance": COMPONENT}
-        try:
-            _write_event(drainer.client, drainer.event_namespace, body)
-        except (KubeError, KubeUnavailable) as exc:
-            log.error("node %s: the %s Event was not written: %s (deploy/rbac.yaml grants events)", name, reason, exc)
-
-
-def _write_event(client: Any, namespace: str, body: Dict[str, Any]) -> None:
-    events = f"/api/v1/namespaces/{namespace}/events"
-    for _ in range(3):
-        try:
-            client.create(events, body)
-            return
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
-        try:  # the series exists: one more of it (an Event expires after the API server's --event-ttl)
-            old = client.get(f"{events}/{body['metadata']['name']}")
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-            continue
-        client.merge_patch(f"{events}/{body['metadata']['name']}", {
-            "count": int(old.get("count") or 1) + 1, "lastTimestamp": body["lastTimestamp"], "message": body["message"]})
-        return
+        kube_events.record(drainer.client, drainer.event_namespace,
+                           kube_events.event_body(involved, drainer.event_namespace, reason, message, stamp,
+                                                  "Warning", COMPONENT))
 
 
 def active_drains(drainer: Any) -> Dict[str, DrainState]:
