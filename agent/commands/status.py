@@ -103,6 +103,16 @@ def drift_lines(drift: Optional[Dict[str, Any]], irreconcilable: Optional[Dict[s
     return lines
 
 
+def rollout_lines(rollout: Optional[Dict[str, Any]]) -> List[str]:
+    """The ``rollout:`` line: the node's turn in its pool's rollout as the server last said it."""
+    if not rollout or not rollout.get("state"):
+        return []
+    text = {"waiting": "waiting for its turn", "updating": "targeted, updating", "done": "done",
+            "deferred": "deferred by the server"}.get(str(rollout["state"]), str(rollout["state"]))
+    why = rollout.get("reason") or ""
+    return [f"rollout: {text} (served {rollout.get('config')}, since {rollout.get('since')})" + (f": {why}" if why else "")]
+
+
 def _drift_records(root: Root, state_dir: str):
     """The drift record when it is about the config the node is at, and the irreconcilable record."""
     from agent.node import nodestate
@@ -274,6 +284,9 @@ def run(args) -> int:
             print(f"status: not run\ndetail: node-agent has not run on this node (no {where})")
         return EXIT_FAILED
     drift, irreconcilable = _drift_records(root, state_dir)
+    from agent.node.nodestate import load_rollout
+
+    rollout = load_rollout(root, state_dir)
     result = effective_result(data, root, kept, drifted=bool((drift or {}).get("drifted")))
     if fmt != "tabular":
         out = dict(data)
@@ -284,6 +297,8 @@ def run(args) -> int:
             out["drift"] = drift
         if irreconcilable:
             out["irreconcilable"] = irreconcilable
+        if rollout:
+            out["rollout"] = rollout
         sys.stdout.write(_dump(out, fmt))
     else:
         firstboot = None
@@ -293,5 +308,5 @@ def run(args) -> int:
             except Exception:  # an unreadable old record must not hide the current one
                 firstboot = None
         print(render(data, result, firstboot, kept, long=long, where=where,
-                     extra=drift_lines(drift, irreconcilable)), end="")
+                     extra=rollout_lines(rollout) + drift_lines(drift, irreconcilable)), end="")
     return exit_code_for(result)

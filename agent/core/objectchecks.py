@@ -13,6 +13,7 @@ import math
 import re
 from typing import Any, Dict, List, Optional
 
+from agent.core.rolloutpolicy import policy_problems
 from agent.errors import Problem
 from agent.ignition.spec import SUPPORTED_VERSIONS
 
@@ -107,6 +108,11 @@ def check_pool(doc: Dict[str, Any], src: str) -> List[Problem]:
             parse_max_unavailable(mu, 10)
         except ValueError as exc:
             problems.append(Problem("$.spec.maxUnavailable", str(exc), "pool", value=mu, source=src))
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    for key, why in sorted(policy_problems(annotations).items()):
+        problems.append(Problem(f"$.metadata.annotations['{key}']", f"{why} (the pool's rollout policy: "
+                                f"docs/rollout.md)", "pool", value=annotations[key], source=src))
     return problems
 
 

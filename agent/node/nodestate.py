@@ -3,6 +3,7 @@
 - ``firstboot.done``: the stamp; ``node-agent-firstboot.service`` has a condition on it.
 - ``current-config.json``: the config the node is at (the day-2 loop plans against it).
 - ``<command>-progress.json``: what an interrupted run already did, so it resumes.
+- ``rollout.json``: the node's turn in its pool's rollout, as the server last said it.
 Every write is atomic (temporary file, fsync, rename, fsync of the directory).
 """
 
@@ -21,16 +22,17 @@ FIRSTBOOT_STAMP = "firstboot.done"
 CURRENT = "current-config.json"
 REBOOT_PENDING = "reboot-pending.json"
 IRRECONCILABLE = "irreconcilable.json"
+ROLLOUT = "rollout.json"  # the node's turn in its pool's rollout, as the server last said it (agent/node/turn.py)
 
 
-def _write_json(path: str, data: Any, mode: int = 0o600) -> None:
+def write_json(path: str, data: Any, mode: int = 0o600) -> None:
     from agent.host.files import atomic_write
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
     atomic_write(path, (json.dumps(data, sort_keys=True, indent=1) + "\n").encode(), mode=mode)
 
 
-def _read_json(path: str) -> Optional[Any]:
+def read_json(path: str) -> Optional[Any]:
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -49,20 +51,20 @@ class Progress:
         self.dir = root.path(state_dir)
         self.path = os.path.join(self.dir, f"{command}-progress.json")
         self.command = command
-        self.data: Dict[str, Any] = _read_json(self.path) or {}
+        self.data: Dict[str, Any] = read_json(self.path) or {}
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.data.get(key, default)
 
     def mark(self, **fields: Any) -> None:
         self.data.update(fields)
-        _write_json(self.path, self.data)
+        write_json(self.path, self.data)
 
     def save_json(self, name: str, data: Any) -> None:
-        _write_json(os.path.join(self.dir, f"{self.command}-{name}.json"), data)
+        write_json(os.path.join(self.dir, f"{self.command}-{name}.json"), data)
 
     def load_json(self, name: str) -> Optional[Any]:
-        return _read_json(os.path.join(self.dir, f"{self.command}-{name}.json"))
+        return read_json(os.path.join(self.dir, f"{self.command}-{name}.json"))
 
     def forget_json(self, name: str) -> bool:
         """Remove what save_json(name) kept; whether there was anything."""
@@ -81,7 +83,7 @@ class Progress:
 
 def write_stamp(root: Root, state_dir: str, config_name: str) -> None:
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    _write_json(root.path(os.path.join(state_dir, FIRSTBOOT_STAMP)), {"config": config_name, "at": now},
+    write_json(root.path(os.path.join(state_dir, FIRSTBOOT_STAMP)), {"config": config_name, "at": now},
                 mode=0o644)
 
 
@@ -90,7 +92,7 @@ def firstboot_done(root: Root, state_dir: str) -> bool:
 
 
 def save_current(root: Root, state_dir: str, config: NodeConfig, etag: Optional[str], url: str) -> None:
-    _write_json(root.path(os.path.join(state_dir, CURRENT)), {
+    write_json(root.path(os.path.join(state_dir, CURRENT)), {
         "name": config.name, "etag": etag, "url": url, "ignition": config.ignition,
         "osImageURL": config.os_image_url, "kernelArguments": list(config.kernel_arguments),
         "kernelType": config.kernel_type, "extensions": list(config.extensions), "fips": config.fips,
@@ -98,7 +100,7 @@ def save_current(root: Root, state_dir: str, config: NodeConfig, etag: Optional[
 
 
 def load_current(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:
-    return _read_json(root.path(os.path.join(state_dir, CURRENT)))
+    return read_json(root.path(os.path.join(state_dir, CURRENT)))
 
 
 def current_config(record: Dict[str, Any]) -> NodeConfig:
@@ -111,12 +113,12 @@ def current_config(record: Dict[str, Any]) -> NodeConfig:
 def mark_reboot_pending(root: Root, state_dir: str, config: NodeConfig, boot_id: Optional[str]) -> None:
     """The node asked for a reboot to finish ``config``: the day-2 loop reports it Done once the
     node has booted again (another boot id), not before (it does not run the config yet)."""
-    _write_json(root.path(os.path.join(state_dir, REBOOT_PENDING)),
+    write_json(root.path(os.path.join(state_dir, REBOOT_PENDING)),
                 {"config": config.name, "osImageURL": config.os_image_url, "bootId": boot_id})
 
 
 def reboot_pending(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:
-    return _read_json(root.path(os.path.join(state_dir, REBOOT_PENDING)))
+    return read_json(root.path(os.path.join(state_dir, REBOOT_PENDING)))
 
 
 def clear_reboot_pending(root: Root, state_dir: str) -> None:
@@ -136,11 +138,11 @@ def save_irreconcilable(root: Root, state_dir: str, config_name: str, difference
         except FileNotFoundError:
             pass
         return
-    _write_json(path, {"config": config_name, "differences": list(differences)}, mode=0o644)
+    write_json(path, {"config": config_name, "differences": list(differences)}, mode=0o644)
 
 
 def load_irreconcilable(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:
-    return _read_json(root.path(os.path.join(state_dir, IRRECONCILABLE)))
+    return read_json(root.path(os.path.join(state_dir, IRRECONCILABLE)))
 
 
 def read_token(root: Root, settings: Any) -> Optional[str]:
@@ -152,3 +154,12 @@ def read_token(root: Root, settings: Any) -> Optional[str]:
     except FileNotFoundError:
         log.warning("report token file %s does not exist; reporting without a token", root.path(path))
         return None
+
+
+def save_rollout(root: Root, state_dir: str, data: Dict[str, Any]) -> None:
+    write_json(root.path(os.path.join(state_dir, ROLLOUT)), data, mode=0o644)
+
+
+def load_rollout(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:
+    data = read_json(root.path(os.path.join(state_dir, ROLLOUT)))
+    return data if isinstance(data, dict) else None

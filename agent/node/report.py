@@ -36,6 +36,7 @@ from agent.node.credential import (  # noqa: F401 - read_credential, remove_cred
     read_credential,
     remove_credential,
 )
+from agent.node.turn import UpdateDeferred, deferral, remember
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +288,7 @@ class Reporter:
         if resp.status_code < 300:
             self._drop_pending()
             self.refused = None
+            remember(self.root, self.state_dir, body)
             log.info("reported state %s to %s", body.get("state"), self.base_url)
             return True
         said = _server_message(resp)
@@ -348,6 +350,9 @@ class Reporter:
             if resp.status_code == 200:
                 log.info("drain lease granted by %s for pool %s", self.base_url, pool)
                 return True
+            deferred = deferral(resp)
+            if deferred is not None:  # the server gave the slot to another node; this one keeps its config
+                raise UpdateDeferred(f"the update to {config} is deferred by {self.base_url}: {deferred}")
             # 429: maxUnavailable nodes hold a lease; 503: the server's shared store is away
             # (a replica on etcd): both say when to ask again, and neither granted anything.
             if resp.status_code not in (429, 503):

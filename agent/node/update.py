@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional
 from agent.errors import EXIT_OK, FetchError, NodeAgentError, NotReady
 from agent.host import files, selinux
 from agent.host.root import Root
-from agent.node import nodestate
+from agent.node import nodestate, turn
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,10 @@ class Updater:
         self.reporter = None
         self.force = bool(getattr(opts, "force", False))
         self.drift = None
+        # The loop asks the server to hold an unchanged fetch until its turn (agent/node/turn.py); --once does not wait.
+        self.hold = 0.0 if getattr(opts, "once", False) else turn.HOLD
+        self.held = False  # the last fetch was held by the server: the next pass may start at once
+        self.rollout: Optional[Dict[str, Any]] = None
 
     def _lock(self):
         path = self.root.path(os.path.join(self.state_dir, LOCK))
@@ -104,11 +108,12 @@ class Updater:
             elif last_problem:
                 log.info("update pass succeeded again")
             last_problem = problem
+            wait = turn.HELD_IDLE if getattr(self, "held", False) and not problem else interval
             monitor = getattr(self, "drift", None)
             if monitor is not None:
-                monitor.idle(interval)  # re-checks what changes on disk meanwhile
+                monitor.idle(wait)  # re-checks what changes on disk meanwhile
             else:
-                self.sleep(interval)
+                self.sleep(wait)
 
     def once(self) -> str:
         """One pass; returns what happened: unchanged, updated, reboot."""
@@ -134,10 +139,12 @@ class Updater:
             # Naming itself (with its credential) makes the server answer as to a member of the
             # pool: the pool's target, not only what a new node may have.
             result = self._fetch(record)
+            self.rollout = turn.follow(self.root, self.state_dir, result.headers, self.rollout)
             if forced:
                 self._take_force()
             if result.status == 304 and not forced:
                 log.debug("config unchanged (ETag %s)", record.get("etag"))
+                self._confirm(record, current)
                 return "unchanged"
             rec = RunRecorder(self.root, "update", state_dir=self.state_dir)
             try:
@@ -214,19 +221,31 @@ class Updater:
         return read_served(config.ignition).pool
 
     def _fetch(self, record: Dict[str, Any]) -> Any:
+        # A member (its credential names it) may be held until its turn comes (agent/node/turn.py).
+        hold = self.hold if self.reporter.credential else 0.0
+
         def fetch() -> Any:
-            return self.fetcher.fetch(record["url"], ignition=True, etag=record.get("etag"),
-                                      headers=self.reporter.member_headers(),
-                                      budget=self.settings.fetch.total_timeout or 300.0)
+            url = turn.with_wait(record["url"], hold) if hold else record["url"]
+            return self.fetcher.fetch(url, ignition=True, etag=record.get("etag"),
+                                      headers=self.reporter.member_headers(), hold=hold,
+                                      budget=(self.settings.fetch.total_timeout or 300.0) + hold)
 
         try:
-            return fetch()
+            result = fetch()
         except FetchError as exc:
             if exc.status != 401 or not self.reporter.credential:
                 raise
             self.reporter.forget_credential(f"HTTP 401 on {record['url']}")  # deleted by an admin?
             self.reporter.ensure_registered()
-            return fetch()
+            result = fetch()
+        self.held = bool(hold) and turn.held(result.headers)
+        return result
+
+    def _confirm(self, record: Dict[str, Any], current: Any) -> None:
+        """Served the config the node runs after it reported something else on another (a revert,
+        a retarget): it says it is Done on it (turn.confirm_done)."""
+        turn.confirm_done(self.reporter, record.get("pool") or self._pool(current), current.name,
+                          bool(self.drift is not None and self.drift.drifts))
 
     def _update(self, rec, record, current, result, forced: bool = False) -> str:
         from agent.node import planning
@@ -239,6 +258,7 @@ class Updater:
         same = target.name == current.name and target.ignition == current.ignition
         if same and not forced:
             nodestate.save_current(self.root, self.state_dir, current, etag, url)
+            self._confirm(record, current)
             rec.finish("done", EXIT_OK)
             return "unchanged"
         with rec.stage("validate") as stage:
@@ -308,12 +328,18 @@ class Updater:
     def _carry_out(self, rec, current, target, served, plan, etag, url) -> str:
         from agent.node import planning
         from agent.node.apply import apply_config
+        from agent.node.report import UpdateDeferred
 
         lease = False
         if plan.drain:
-            with rec.stage("drain"):
-                lease = self.reporter.acquire_drain(served.pool, target.name, sleep=self.sleep,
-                                                    timeout=self.settings.update.drain_timeout)
+            try:
+                with rec.stage("drain"):
+                    lease = self.reporter.acquire_drain(served.pool, target.name, sleep=self.sleep,
+                                                        timeout=self.settings.update.drain_timeout)
+            except UpdateDeferred as exc:  # not a failure: the node keeps its config until its turn comes again
+                log.warning("%s; the node keeps %s", exc, current.name)
+                rec.finish("done", EXIT_OK)
+                return "deferred"
         try:
             self.reporter.send({"pool": served.pool, "state": "Working", "currentConfig": current.name,
                                 "desiredConfig": target.name})

@@ -197,11 +197,11 @@ class Fetcher:
 
     def fetch(self, url: str, *, ignition: bool = False, verification: Optional[dict] = None,
               headers: Optional[dict] = None, budget: Optional[float] = None,
-              etag: Optional[str] = None) -> FetchResult:
+              etag: Optional[str] = None, hold: float = 0.0) -> FetchResult:
         """Fetch ``url`` (data:, http:, https:), retrying transient failures.
 
         ``budget`` (seconds) overrides ``fetch.totalTimeout``; 0 means no limit. ``etag`` makes a
-        conditional GET: an unchanged resource gives ``FetchResult(status=304, body=b"")``.
+        conditional GET: an unchanged resource gives ``FetchResult(status=304, body=b"")``; ``hold``: seconds the server may hold it (a long poll).
         ``verification`` is checked on the body as received: for a compressed resource pass None
         and check the decompressed bytes with check_hash (Ignition hashes decompressed data).
         Raises FetchError (final answer or budget spent) or ConfigError (bad URL or hash syntax).
@@ -251,7 +251,7 @@ class Fetcher:
 
         def attempt() -> FetchResult:
             attempts[0] += 1
-            timeout = self.settings.fetch.attempt_timeout  # the last attempt's: what is left of the budget
+            timeout = self.settings.fetch.attempt_timeout + hold  # the last attempt's: what is left of the budget
             timeout = max(MIN_ATTEMPT, min(timeout, start + limit - self._clock())) if limit else timeout
             log.debug("fetching %s (attempt %d)", short_url(url), attempts[0],
                       extra={"NODE_AGENT_ATTEMPT": attempts[0], "NODE_AGENT_STAGE": "fetch"})

@@ -169,19 +169,29 @@ def C(machine=0, ready=0):
     return progress.Counts(machine=machine, ready=ready, updated=ready)
 
 
-@pytest.mark.parametrize("rendered,row,paused,forced,counts,expect", [
-    ("R1", None, False, False, C(), ("R1", "R1", False)),  # brand-new pool
-    ("R2", {"target": "R1", "current": "R1"}, False, False, C(2, 2), ("R2", "R1", False)),  # starts rollout
-    ("R2", {"target": "R1", "current": "R1"}, False, False, C(0, 0), ("R2", "R2", False)),  # no nodes
-    ("R2", {"target": "R1", "current": "R1"}, True, False, C(2, 2), ("R1", "R1", True)),  # paused keeps
-    ("R3", {"target": "R2", "current": "R1"}, False, False, C(2, 1), ("R2", "R1", True)),  # held: incomplete
-    ("R3", {"target": "R2", "current": "R1"}, False, True, C(2, 1), ("R3", "R1", False)),  # forced
-    ("R2", {"target": "R2", "current": "R1"}, False, False, C(2, 2), ("R2", "R2", False)),  # all done: current moves
-    ("R3", {"target": "R2", "current": "R1"}, False, False, C(2, 2), ("R3", "R2", False)),  # done, then next
+@pytest.mark.parametrize("rendered,row,counts,waiting,expect", [
+    ("R1", None, C(), False, ("R1", "R1", False)),  # brand-new pool
+    ("R2", {"target": "R1", "current": "R1"}, C(2, 2), False, ("R2", "R1", False)),  # starts a rollout
+    ("R2", {"target": "R1", "current": "R1"}, C(0, 0), False, ("R2", "R2", False)),  # no nodes: nothing runs R1
+    # nodes wait for approval in it: R1 (what they run) stays what new nodes get until a counted node proves R2
+    ("R2", {"target": "R1", "current": "R1"}, C(0, 0), True, ("R2", "R1", False)),
+    ("R2", {"target": "R2", "current": "R1"}, C(0, 0), True, ("R2", "R1", False)),
+    # a new rendering is the target at once, also mid-rollout (a revert is one step; targeting paces nodes)
+    ("R3", {"target": "R2", "current": "R1"}, C(2, 1), False, ("R3", "R1", False)),
+    ("R1", {"target": "R2", "current": "R1"}, C(2, 0), False, ("R1", "R1", False)),  # reverted
+    ("R2", {"target": "R2", "current": "R1"}, C(2, 2), False, ("R2", "R2", False)),  # all done: current moves
+    ("R3", {"target": "R2", "current": "R1"}, C(2, 2), False, ("R3", "R2", False)),  # done, then next
+    # the admin rolled back from R2 to R1: R2 waits (RenderHeld) until a new rendering replaces it
+    ("R2", {"target": "R1", "current": "R1", "rollout": {"pinned": {"config": "R1", "from": "R2", "at": 1.0}}},
+     C(2, 2), False, ("R1", "R1", True)),
+    ("R3", {"target": "R1", "current": "R1", "rollout": {"pinned": {"config": "R1", "from": "R2", "at": 1.0}}},
+     C(2, 2), False, ("R3", "R1", False)),
 ])
-def test_rollout_step(rendered, row, paused, forced, counts, expect):
-    step = progress.rollout_step(rendered, row, paused, forced, counts)
+def test_rollout_step_moves_the_target_at_once_but_current_only_when_every_counted_node_is_done(rendered, row, counts,
+                                                                                             waiting, expect):
+    step = progress.rollout_step(rendered, row, counts, waiting)
     assert (step.target, step.current, bool(step.held)) == expect
+    assert step.unpin == bool(row and (row.get("rollout") or {}).get("pinned") and rendered == "R3")
 
 
 POOLS = {

@@ -126,6 +126,8 @@ class Client:
             raise ClientError(message, EXIT_NOT_FOUND)
         if resp.status_code in (401, 403):
             raise ClientError(for_client(message), EXIT_NOPERM)
+        if resp.status_code == 409:  # the server understood and refused in the state it is in (nothing to do)
+            raise ClientError(message, EXIT_NOT_FOUND)
         raise ClientError(f"{url}: HTTP {resp.status_code}: {message}", EXIT_UNREACHABLE)
 
 

@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     from agent.server.cli import admincmds
 
     admincmds.add_parsers(sub, _sub, add_client_options)
+    from agent.server.cli import rollbackcmd
+
+    rollbackcmd.add_parser(sub, _sub, add_client_options)
     parser.command_parsers = sub.choices  # type: ignore[attr-defined]  # a bad option shows its command's usage
     return parser
 
@@ -207,7 +210,7 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
     import logging
     import shutil
 
-    from agent.server.http.app import App
+    from agent.server.http.app import MAX_HOLD, App
     from agent.server.http.gunicorn_app import ServerApplication, options
     from agent.server.http.limits import Limits
     from agent.server.http.metrics import make_dir
@@ -221,6 +224,8 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
               admin_token=admin_token, anonymous_secrets=args.serve_secrets_anonymously, settle=args.settle_seconds,
               data_dir=args.nodes_dir)
     app.auth.admission = admission(args)
+    # Long polls hold a greenlet each under gevent; under gthread they would hold a thread: none there.
+    app.max_hold = MAX_HOLD if args.worker_class == "gevent" else 0.0
     rule = app.auth.admission.auto_approve  # approving names unseen is the operator's explicit choice: say it loud
     logging.getLogger(__name__).log(logging.WARNING if rule is not None else logging.INFO,
                                     "%s (docs/security.md \"Identity\")",
@@ -326,12 +331,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_USAGE
     from agent.server.cli.admincmds import cmd_approve, cmd_delete
     from agent.server.cli.client import ClientError
+    from agent.server.cli.rollbackcmd import cmd_rollback
     from agent.server.cli.viewcmds import cmd_describe, cmd_get
     from agent.server.store.sqlite.db import DatabaseUnusable
 
     handler = {"serve": cmd_serve, "render": cmd_render, "status": cmd_status, "get": cmd_get,
                "describe": cmd_describe, "load-state": cmd_load_state, "delete": cmd_delete,
-               "approve": cmd_approve}[args.command]
+               "approve": cmd_approve, "rollback": cmd_rollback}[args.command]
     try:
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit

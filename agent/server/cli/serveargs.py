@@ -146,7 +146,10 @@ DRAIN_FLAGS = (("--drain-attempt-timeout", "attempt_timeout", "one drain attempt
                ("--drain-slow-after", "slow_after", "drain time after which retries slow down "
                 "(DrainRequeueFailingThreshold)"),
                ("--drain-fail-after", "fail_after", "drain time after which each attempt emits a DrainFailed Event "
-                "on the Node and mcc_drain_err{node} is 1 (DrainTimeoutDuration)"))
+                "on the Node and mcc_drain_err{node} is 1 (DrainTimeoutDuration)"),
+               ("--drain-defer-after", "defer_after", "ours: drain time held by a PodDisruptionBudget after which "
+                "the node is uncordoned, keeps its config and gives its slot to the next node; it is tried again "
+                "once the others are done (0: never, as upstream)"))
 
 
 def add_drain_args(p: argparse.ArgumentParser) -> None:
@@ -155,8 +158,9 @@ def add_drain_args(p: argparse.ArgumentParser) -> None:
 
     default = Cadence()
     for flag, attr, what in DRAIN_FLAGS:
+        origin = "ours" if attr == "defer_after" else "the MCO's"
         p.add_argument(flag, type=float, default=None, metavar="SECONDS",
-                       help=f"with --backend kubernetes: {what} (default: {getattr(default, attr):g}, the MCO's)")
+                       help=f"with --backend kubernetes: {what} (default: {getattr(default, attr):g}, {origin})")
 
 
 def drain_cadence(args: argparse.Namespace):

@@ -109,6 +109,24 @@ def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = Non
     return out
 
 
+def end_drain(drainer: Any, node: str) -> None:
+    """Give a drain up (ours: deferred past a PodDisruptionBudget): the Node uncordoned and its drain
+    state removed in one write, what the Drainer evicted forgotten; the pods it evicted are gone
+    already, those the budget protects stay."""
+    patch = {"spec": {"unschedulable": None},
+             "metadata": {"annotations": dict(draincadence.annotations(DrainState()), **{DRAINED_FOR: None})}}
+    drainer.client.merge_patch(NODES.path(node), patch)
+    drainer.forget(node)
+
+
+def held_by_budget(paced: "Paced") -> bool:
+    """Whether a PodDisruptionBudget holds the drain: the last round's evictions were refused (429),
+    or, between attempts, the last error names one."""
+    if paced.result is not None and (paced.result.blocked or paced.result.too_many_requests):
+        return True
+    return "PodDisruptionBudget" in paced.state.last_error or "429" in paced.state.last_error
+
+
 def blocker(result: DrainResult) -> str:
     """What holds a round: the PDB behind a 429 (named), a failed or refused pod, else the pods
     still there (evicted, terminating)."""

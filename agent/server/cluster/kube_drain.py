@@ -105,6 +105,10 @@ class Drainer:
         self._evicted.pop(node, None)
         return True
 
+    def forget(self, node: str) -> None:
+        """Forget what was evicted from ``node`` (its drain was given up; the next starts afresh)."""
+        self._evicted.pop(node, None)
+
     # --- one round
     def pods_on(self, node: str) -> List[Dict[str, Any]]:
         items, _ = self.client.list("/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"})

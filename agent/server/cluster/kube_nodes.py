@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
 from agent.server.cluster import poolview
-from agent.server.rollout import nodestatus, progress
+from agent.server.rollout import nodestatus, progress, targeting
 from agent.server.store.errors import StoreUnavailable
 
 REFRESH = 0.25  # seconds a pool's numbers may be reused while reports keep changing the store
@@ -88,13 +88,34 @@ class NodeTruth:
             hit = self._memo.get(key)
         if hit is not None and generation is not None and (hit[1] == generation or now - hit[0] < REFRESH):
             return hit[2]
-        members = [(n, self._report(n)) for n in self._grouped(pools).get(pool, [])]
+        rollout = self._rollout(pool)
+        members = [(n, targeting.with_desired(self._report(n), targeting.entry_of(rollout, _name(n))))
+                   for n in self._grouped(pools).get(pool, [])]
         result = nodestatus.calculate_status(members, target, image)
         with self._lock:
             if len(self._memo) > 256:  # bounded: old targets and node versions fall out
                 self._memo.clear()
             self._memo[key] = (now, generation, result)
         return result
+
+    def _rollout(self, pool: str) -> Dict[str, Any]:
+        """The pool's rollout record: who the server targeted (their desiredConfig is the server's)."""
+        row = self.store.pools().get(pool)
+        return row.rollout if row is not None else {}
+
+    def members(self, pool: str, pools: Dict[str, Dict[str, Any]]) -> List[targeting.Member]:
+        """The pool's Nodes as targeting reads them: each with its counted node-agent report (ours),
+        else its own MCD annotations (a Node node-agent does not speak for: never targeted)."""
+        out = []
+        for node in self._grouped(pools).get(pool, []):
+            meta = node.get("metadata") or {}
+            rec = self.store.node(meta.get("name", ""))
+            ours = rec is not None and not _pending(rec.report)
+            report = rec.report if ours else nodestatus.report_from_annotations(meta.get("annotations") or {})
+            out.append(targeting.Member(_name(node), report, ours, nodestatus.check_node_ready(node),
+                                        dict(meta.get("labels") or {}), progress.epoch_of(meta.get("creationTimestamp"))
+                                        or 0.0))
+        return out
 
     def _grouped(self, pools: Dict[str, Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
         """Every pool's Nodes (nodestatus.group_by_pool), worked out again only when the Nodes or
@@ -138,8 +159,7 @@ class NodeTruth:
         rec = self.store.node(meta.get("name", ""))
         if rec is None:
             return nodestatus.report_from_annotations(meta.get("annotations") or {})
-        mark = rec.report.get(progress.SERVER_KEY)
-        if isinstance(mark, dict) and mark.get("pending"):
+        if _pending(rec.report):
             return None  # a registration waiting for approval reports nothing yet
         return rec.report
 
@@ -150,6 +170,15 @@ def counts_of(status: nodestatus.NodeStatus) -> progress.Counts:
                            degraded=status.degraded, refused=status.refused, working=status.working,
                            nodes=list(status.nodes), unavailable=status.unavailable,
                            degraded_reasons=list(status.degraded_reasons))
+
+
+def _name(node: Dict[str, Any]) -> str:
+    return str((node.get("metadata") or {}).get("name", ""))
+
+
+def _pending(report: Dict[str, Any]) -> bool:
+    mark = report.get(progress.SERVER_KEY)
+    return isinstance(mark, dict) and bool(mark.get("pending"))
 
 
 def _pools_key(pools: Dict[str, Dict[str, Any]]) -> Tuple:

@@ -27,6 +27,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.cluster.kube_drain import uncordon_patch
+from agent.server.cluster.kube_targets import TargetWriter, pool_event, served_desired
 from agent.server.rollout import draincadence
 from agent.server.rollout.mcnconditions import config_name, node_conditions
 from agent.server.rollout.nodestatus import slim_node
@@ -168,6 +169,7 @@ class KubeSync:
         # Whole Nodes (their conditions and spec.unschedulable count), each kept slim: only what
         # the rules read (nodestatus.slim_node: labels, the MCD's and our annotations, three conditions).
         self.node_cache = Reflector(client, NODES, self._node_seen, transform=slim_node)
+        self.targets = TargetWriter(cluster, client, self.node_cache)  # desiredConfig and the taint (kube_targets)
         # Two loops, so that a burst of node writes never delays a pool's status (nor the reverse).
         self._threads = [threading.Thread(target=self._loop, args=(self.sync_pools, None), name="kube-sync-pools",
                                           daemon=True),
@@ -176,6 +178,7 @@ class KubeSync:
 
     def start(self) -> "KubeSync":
         self.cluster.report_listeners.append(self.note_report)
+        self.cluster.pool_listeners.append(self.note_pool_event)
         self.node_cache.start()
         for thread in self._threads:
             thread.start()
@@ -189,6 +192,14 @@ class KubeSync:
     def note_report(self, node: str, body: Dict[str, Any], pool: Optional[str]) -> None:
         with self._lock:
             self._nodes[node] = (dict(body, _at=time.time()), pool or "")
+        self._wake.set()
+
+    def note_pool_event(self, pool: str, kind: str, reason: str, message: str) -> None:
+        """An Event on the pool (SetDesiredConfig ...), written now by the process that decided it."""
+        obj = self.source.reflectors["machineconfigpools"].snapshot().get(pool)
+        drainer = self.cluster.drainer
+        if obj is not None and drainer is not None:
+            pool_event(self.client, drainer.event_namespace, obj, kind, reason, message)
         self._wake.set()
 
     def _node_seen(self) -> None:
@@ -218,6 +229,7 @@ class KubeSync:
         if self.cluster.node_truth is not None:
             self.cluster.step_pools()
         self._sync_pools(pools)
+        self.targets.sync(pools)
 
     def sync_nodes(self) -> None:
         self._sync_nodes(self.source.reflectors["machineconfigpools"].snapshot())
@@ -268,9 +280,11 @@ class KubeSync:
             pending.update(self._unwritten(present, pending))
         failed: Dict[str, Tuple[Dict[str, Any], str]] = {}
         away = ""
-        for node, (body, pool) in pending.items():
+        rows = self.cluster.store.pools() if pending else {}
+        for node, (reported, pool) in pending.items():
+            body = served_desired(rows, pool, node, reported)  # desiredConfig: the server's decision
             if away or node not in present:  # next round; or when the Node appears (its kubelet registers it)
-                failed[node] = (body, pool)
+                failed[node] = (reported, pool)
                 continue
             try:
                 ours = (present[node].get("metadata") or {}).get("annotations") or {}
@@ -287,10 +301,10 @@ class KubeSync:
                 self.writes["node"] += 1
             except KubeUnavailable as exc:  # the API server is away: the rest waits for the next round
                 away = str(exc)
-                failed[node] = (body, pool)
+                failed[node] = (reported, pool)
             except KubeError as exc:
                 log.warning("Node %s: %s (retrying)", node, exc)
-                failed[node] = (body, pool)
+                failed[node] = (reported, pool)
         if away:
             log.warning("writing %d node(s) back: %s (retrying)", len(failed), away)
         with self._lock:

@@ -9,8 +9,9 @@ maximum below) and ``metadata.continue`` to pass back as ``?continue=`` for the 
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from agent.server.rollout import progress
-from agent.server.store.nodestore import NodeRecord
+from agent.server.cluster.rolloutctl import counted, member_of_record
+from agent.server.rollout import progress, targeting
+from agent.server.store.nodestore import NodeRecord, PoolRow
 
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 5000
@@ -28,18 +29,24 @@ def targets(views: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[str, Optional[s
             for name, v in views.items()}
 
 
-def node_item(rec: NodeRecord, pool_targets: Dict[str, Tuple[str, Optional[str]]]) -> Dict[str, Any]:
+def node_item(rec: NodeRecord, pool_targets: Dict[str, Tuple[str, Optional[str]]],
+              rows: Optional[Dict[str, PoolRow]] = None) -> Dict[str, Any]:
     target = pool_targets.get(rec.pool)
     item = {"name": rec.node, "pool": rec.pool, "membership": rec.why,
             "updated": bool(target) and progress.is_updated(rec.report, target[0], target[1]),
             "reportedAt": rfc3339(rec.received), "report": dict(rec.report)}
     if rec.degraded:
         item["degradedReason"] = rec.degraded
+    row = (rows or {}).get(rec.pool)
+    if target and row is not None and counted(rec):  # where the server's rollout has the node: its turn
+        state, why = targeting.node_state(member_of_record(rec, 0.0), row.rollout, target[0], target[1])
+        desired = targeting.desired_of(rec.report, targeting.entry_of(row.rollout, rec.node))[0]
+        item["rollout"] = {"state": state, "desiredConfig": desired, **({"reason": why} if why else {})}
     return item
 
 
 def node_list(records: List[NodeRecord], pool_targets: Dict[str, Tuple[str, Optional[str]]],
-              limit: int) -> Dict[str, Any]:
-    items = [node_item(r, pool_targets) for r in records]
+              limit: int, rows: Optional[Dict[str, PoolRow]] = None) -> Dict[str, Any]:
+    items = [node_item(r, pool_targets, rows) for r in records]
     meta = {"continue": items[-1]["name"]} if len(items) == limit and items else {}
     return {"apiVersion": "v1", "kind": "NodeList", "metadata": meta, "items": items}

@@ -27,8 +27,9 @@ from agent.server.cluster.approval import Approval
 from agent.server.cluster.firstbootfacts import with_first_boot_facts
 from agent.server.cluster.replicaview import ReplicaView
 from agent.server.cluster.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
+from agent.server.cluster.rolloutctl import RolloutControl
 from agent.server.cluster.serving import ConfigServing, Fetch, UnknownPool  # noqa: F401 - the API's names
-from agent.server.rollout import gating, progress
+from agent.server.rollout import gating, progress, targeting
 from agent.server.rollout.drains import DEFAULT_TTL
 from agent.server.rollout.render import Rendered, inputs_key, render_pool
 from agent.server.store.errors import StoreUnavailable
@@ -37,7 +38,7 @@ from agent.server.store.objectsource import ObjectSource
 from agent.server.store.sqlite.db import Database
 from agent.server.store.sqlite.nodestore import SqliteNodeStore
 from agent.server.store.statedir.watcher import StateWatcher
-from agent.server.store.stateformat import State, pool_forced
+from agent.server.store.stateformat import State
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def membership_signature(st: State) -> str:
     return hashlib.sha256(json.dumps(sel, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-class Cluster(Approval, ConfigServing, ReplicaView):
+class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl):
     def __init__(self, state_dir: Optional[str], db_path: Optional[str] = None, lease_ttl: float = DEFAULT_TTL,
                  reload_interval: float = 1.0, store: Optional[NodeStore] = None, watcher: Any = None,
                  settle: Optional[float] = None):
@@ -87,6 +88,8 @@ class Cluster(Approval, ConfigServing, ReplicaView):
         self.cache_size = 64
         # called with (node, report, pool) after a report is recorded (kube_sync writes the Node)
         self.report_listeners: List[Callable[[str, Dict[str, Any], Optional[str]], None]] = []
+        # called with (pool, type, reason, message) by the process that decided it (kube_sync: an Event on the pool)
+        self.pool_listeners: List[Callable[[str, str, str, str], None]] = []
         self.drainer: Any = None  # the Kubernetes backend's (kube_drain.Drainer): a lease drains the Node
         self.node_truth: Any = None  # the Kubernetes backend's (kube_nodes.NodeTruth): pools from Node objects
         self.reconcile(force=True)
@@ -165,38 +168,6 @@ class Cluster(Approval, ConfigServing, ReplicaView):
         st = self.state()
         for name in sorted(self._rendered):
             self._step_pool(st, name)
-
-    def _step_pool(self, st: State, name: str) -> None:
-        """Move one pool's target/current (progress.rollout_step) from its counters: O(1)."""
-        r = self._rendered.get(name)
-        pool = st.pools.get(name)
-        if r is None or pool is None:
-            return
-        paused = bool((pool.get("spec") or {}).get("paused"))
-        forced = st.force_rollout or pool_forced(pool)
-
-        def decide(row: Optional[PoolRow]) -> Optional[PoolRow]:
-            rendered = r.name
-            if row is not None and st.problems:
-                # A target moves only from a problem-free state: an empty or invalid file, or a
-                # process started on a directory holding one, never rewrites a pool. The rollout
-                # goes on (nodes still count) towards what the pool rendered from its last good
-                # state; /healthz names the files.
-                rendered = row.rendered or row.target
-            elif row is None and st.problems:
-                return None  # no first target from a directory with problems either
-            target = row.target if row else rendered
-            counts = self._counts(st, name, target)
-            step = progress.rollout_step(rendered, row.as_dict() if row else None, paused, forced, counts)
-            new = PoolRow(name, step.target, step.current, step.held, rendered)
-            if new == row:
-                return None
-            if row is None or (step.target, step.current) != (row.target, row.current):
-                log.info("pool %s: target %s, current %s%s", name, step.target, step.current,
-                         f" ({step.held})" if step.held else "")
-            return new
-
-        self.store.update_pool(name, decide)
 
     def _layered(self, st: State, pool: str, config: str) -> Optional[str]:
         key = ("image", st.signature, pool, config)
@@ -288,6 +259,7 @@ class Cluster(Approval, ConfigServing, ReplicaView):
                                               lambda n: getattr(self.store.node(n), "pool", None)))
         if counts.machine > len(listed):
             status["nodesTruncated"] = True
+        status["rollout"] = self._rollout_view(st, name, row, image, limit, max_nodes)
         disruption = poolview.pending_disruption(self.spec_of, st.cluster_spec, current, target) if pending else None
         if disruption is not None:
             status["pendingDisruption"] = disruption
@@ -296,6 +268,16 @@ class Cluster(Approval, ConfigServing, ReplicaView):
                                                   st.problems, bool(spec.get("paused")))
         return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
                 "metadata": poolview.metadata(pool, history), "spec": spec, "status": status}
+
+    def _rollout_view(self, st: State, name: str, row: PoolRow, image: Optional[str], limit: int,
+                      max_nodes: int) -> Dict[str, Any]:
+        """``status.rollout``: who updates, who waits and why, who failed or was deferred, and an
+        estimate of the end (targeting.summary, O(nodes)); a view listing no node (the status
+        writes, /metrics) gets only what the pool's row says (halted, why the others wait)."""
+        if max_nodes <= 0:
+            keep = {"halted": "halted", "waiting": "waitReason"}
+            return {"target": row.target, **{out: row.rollout[k] for k, out in keep.items() if row.rollout.get(k)}}
+        return targeting.summary(self.pool_members(st, name), row.rollout, row.target, image, limit, time.time())
 
     def _listed(self, pool: str, counts: progress.Counts, limit: int) -> Dict[str, Dict[str, Any]]:
         """The first ``limit`` nodes of the pool: its Nodes with the Kubernetes backend, else the store's."""

@@ -35,6 +35,7 @@ class Fetch:
     served: gating.Served
     node: Optional[NodeRecord]  # the asking node as the store knows it (None: anonymous or unknown)
     secrets: Tuple[str, ...] = ()  # paths of files in the body that hold credentials (secret_paths)
+    rollout: Tuple[str, str] = ("", "")  # a member's (state, why): updating, done, waiting, deferred
 
 
 def secret_paths(document: Dict[str, Any]) -> Tuple[str, ...]:
@@ -66,7 +67,8 @@ class ConfigServing:
         """A config fetch: one store round trip, then memoised decisions and cached bodies.
 
         A node naming itself (``node``) that the store knows as a member of ``pool_name`` gets
-        the pool's target; anyone else what a new node may have (gating). Raises UnknownPool
+        the config the server targeted for it (rolloutctl.desired_for: the pool's target only once
+        its turn came); anyone else what a new node may have (gating). Raises UnknownPool
         and accept.UnsupportedVersion / content.ConversionFailed. Bodies are cached per (pool, config, image, state, Accept),
         so a scale-up storm costs no re-rendering, and one thread renders while the others wait.
         """
@@ -81,14 +83,16 @@ class ConfigServing:
             if row is None:
                 raise UnknownPool(pool_name)
         member = snap.node is not None and snap.node.pool == pool_name
-        if member:
-            served = self._member_decision(st, pool_name, row.target)
+        rollout = ("", "")
+        if member:  # the config the server targeted for it (rolloutctl.desired_for), never the pool's by itself
+            config, state, why = self.desired_for(snap.node, row)
+            served, rollout = self._member_decision(st, pool_name, config), (state, why)
         else:
             image = self._layered(st, pool_name, row.target)
             updated = self._proof(st, pool_name, row.target, image, snap.target_proof(image).updated)
             served = self._new_node_decision(st, pool_name, row, updated, self._current_proof(st, pool_name, row, updated))
         body, etag, version, secrets = self._body(pool_name, st, served, accept)
-        return Fetch(body, etag, version, served, snap.node, secrets)
+        return Fetch(body, etag, version, served, snap.node, secrets, rollout)
 
     def _current_proof(self, st: State, pool: str, row: PoolRow, updated: int) -> int:
         """Nodes Done on the current config with its layered image: proof for what a new node is
@@ -117,11 +121,11 @@ class ConfigServing:
             self._remember(key, hit)
         return hit
 
-    def _member_decision(self, st: State, pool: str, target: str) -> gating.Served:
-        key = ("member", st.signature, pool, target)
+    def _member_decision(self, st: State, pool: str, config: str) -> gating.Served:
+        key = ("member", st.signature, pool, config)
         hit = self._decisions.get(key)
         if hit is None:
-            hit = gating.for_member(pool, target, self._base_images(target), st.os_configs, st.os_builds)
+            hit = gating.for_member(pool, config, self._base_images(config), st.os_configs, st.os_builds)
             self._remember(key, hit)
         return hit
 

@@ -7,6 +7,7 @@ Who may do what: agent/server/rollout/identity.py (the node routes: agent/server
 import logging
 import os
 import threading
+import time
 import urllib.parse
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
@@ -60,6 +61,8 @@ class App(NodeRoutes):
         self.settle = settle  # seconds a state directory change must rest before it is read
         self.counter = RequestCounter(metrics_dir)
         self.memo = FetchMemo()
+        self.max_hold = 0.0  # seconds a member's unchanged fetch may be held (serve: MAX_HOLD with gevent)
+        self.stopping = threading.Event()  # set as the worker stops: held fetches are answered at once
         self._cluster: Optional[Cluster] = None
         self.writer: Any = None
         self._lock = threading.Lock()
@@ -79,6 +82,8 @@ class App(NodeRoutes):
                     # the Kubernetes backend's status writes (its drain Events in the server's namespace)
                     self.writer = start_writers(cluster, watcher, self.store_config.drain,
                                                 self.store_config.kube_namespace())
+                    if self.writer is None:  # the Kubernetes backend's sync loop steps the pools there
+                        cluster.start_stepper()
                     self._cluster = cluster
         return self._cluster
 
@@ -147,6 +152,9 @@ class App(NodeRoutes):
     def api(self, environ: Dict[str, Any], method: str, rest: List[str]) -> Optional[Response]:
         if len(rest) >= 2 and rest[0] == "nodes":
             return self.node_route(environ, method, node_name(rest[1]), rest[2:])
+        if len(rest) == 3 and rest[0] == "pools" and rest[2] == "rollback":
+            allow(method, ("POST",))
+            return self.rollback(environ, pool_name(rest[1]))
         if rest not in (["pools"], ["nodes"], ["cluster"]) and not (len(rest) == 2 and rest[0] == "pools"):
             return None
         allow(method, ("GET", "HEAD"))
@@ -168,6 +176,23 @@ class App(NodeRoutes):
         return json_response(200, view, pool=name)
 
     # -- handlers ----------------------------------------------------------------------------
+
+    def rollback(self, environ: Dict[str, Any], pool: str) -> Response:
+        """``POST /api/v1/pools/<pool>/rollback`` (admin): target the last config every member was
+        Done on; ``{"dryRun": true}`` says what it would do, ``{"undo": true}`` lifts the hold."""
+        from agent.server.cluster.rolloutctl import RolloutNotPossible
+        from agent.server.http.httpio import json_body
+
+        self.auth.require_admin(self.caller(environ), f"rolling back pool {pool}")
+        body = json_body(environ) if (environ.get("CONTENT_LENGTH") or "").strip() not in ("", "0") else {}
+        if not isinstance(body, dict) or set(body) - {"dryRun", "undo"} or \
+                not all(isinstance(v, bool) for v in body.values()):
+            raise HTTPError(400, "the body must be {\"dryRun\": true|false, \"undo\": true|false} or empty", field="$")
+        try:
+            out = self.cluster.rollback(pool, dry_run=body.get("dryRun", False), undo=body.get("undo", False))
+        except RolloutNotPossible as exc:
+            raise HTTPError(404 if "unknown pool" in str(exc) else 409, str(exc))
+        return json_response(200, out, pool=pool)
 
     def _known(self) -> str:
         return ", ".join(sorted(self.cluster.state().pools)) or "none"
@@ -201,11 +226,33 @@ class App(NodeRoutes):
                 self.memo.put(key, generation, answer)
         else:
             answer = self._config_answer(caller, named, pool, accept)
+            hold = hold_seconds(environ, self.max_hold)
+            if hold and unchanged(environ, answer[1]):  # a member waits for its turn: answer once it changes
+                answer = self._held(caller, named, pool, accept, answer, hold)
         resp, etag = answer
-        inm = environ.get("HTTP_IF_NONE_MATCH", "")
-        if inm and (inm.strip() == "*" or etag in [t.strip() for t in inm.split(",")]):
+        if unchanged(environ, etag):
             return Response(304, b"", headers=resp.headers, pool=pool)
         return resp
+
+    def _held(self, caller: Caller, named: Optional[str], pool: str, accept: Optional[str],
+              answer: Tuple[Response, str], hold: float) -> Tuple[Response, str]:
+        """Long poll (``?wait=SECONDS`` with ``If-None-Match``): hold a member's unchanged answer
+        until its desired config changes (the server targeted it) or ``hold`` seconds passed, so a
+        node learns its turn within a second instead of at its next poll. What the answer depends
+        on is looked at again only when the store changed (its generation, when it has one)."""
+        deadline = time.monotonic() + hold
+        seen = self.cluster.store.generation()
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            time.sleep(min(HOLD_POLL, max(0.0, deadline - time.monotonic())))
+            now_gen = self.cluster.store.generation()
+            if now_gen is not None and now_gen == seen:
+                continue
+            seen = now_gen
+            fresh = self._config_answer(caller, named, pool, accept)
+            if fresh[1] != answer[1]:
+                return fresh
+            answer = fresh  # the same config: its rollout headers may have changed
+        return answer
 
     def _config_answer(self, caller: Caller, named: Optional[str], pool: str,
                        accept: Optional[str]) -> Tuple[Response, str]:
@@ -231,6 +278,10 @@ class App(NodeRoutes):
                                  f"(check its spec.machineConfigSelector)", [("Retry-After", "30")])
         headers = [("ETag", etag), ("Cache-Control", "no-cache"), ("Vary", "Accept"),
                    ("X-Served-Config", served.config), ("X-Served-Image", served.image)]
+        if fetched.rollout[0]:  # a member: whether it updates now or waits for its turn, and why
+            headers += [("X-Rollout", fetched.rollout[0]), ("X-Rollout-Reason", header_text(fetched.rollout[1]))]
+            if self.max_hold:
+                headers.append(("X-Rollout-Hold", f"{self.max_hold:g}"))
         return Response(200, body, f"{content.MEDIA_TYPE};version={version}", headers, pool=pool), etag
 
     @staticmethod
@@ -252,3 +303,31 @@ class App(NodeRoutes):
         if is_custom(known.pool):
             raise HTTPError(409, f"node {node} belongs to custom pool {known.pool} ({known.why}); it must not "
                                  f"get the {pool} config: fetch /config/{known.pool}")
+
+
+MAX_HOLD = 25.0  # seconds serve holds a member's unchanged fetch at most (node-agent asks for this long)
+HOLD_POLL = 0.5  # seconds between looks at the store while a member's fetch is held
+
+
+def hold_seconds(environ: Dict[str, Any], max_hold: float) -> float:
+    """The seconds a member asked its fetch to be held (``?wait=``), at most ``max_hold`` (0: this
+    server does not hold: the gthread worker, where a held request would hold a thread)."""
+    qs = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
+    try:
+        wait = float((qs.get("wait") or ["0"])[0])
+    except ValueError:
+        raise HTTPError(400, "wait: a number of seconds", field="wait")
+    if not wait >= 0:
+        raise HTTPError(400, "wait: a number of seconds, 0 or more", field="wait")
+    return min(wait, max_hold)
+
+
+def unchanged(environ: Dict[str, Any], etag: str) -> bool:
+    inm = environ.get("HTTP_IF_NONE_MATCH", "")
+    return bool(inm) and (inm.strip() == "*" or etag in [t.strip() for t in inm.split(",")])
+
+
+def header_text(text: str, limit: int = 1000) -> str:
+    """``text`` as a header value: one line of printable ASCII, at most ``limit`` characters."""
+    clean = "".join(c if 32 <= ord(c) < 127 else "?" for c in " ".join(text.split()))
+    return clean[:limit]

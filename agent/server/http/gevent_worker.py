@@ -149,6 +149,9 @@ class Worker(AsyncWorker):
         get up to ``graceful_timeout`` to finish."""
         for server in servers:
             server.close()
+        stopping = getattr(self.wsgi, "stopping", None)
+        if stopping is not None:  # held fetches (long polls) are answered now: nothing waits on them
+            stopping.set()
         deadline = time.monotonic() + self.cfg.graceful_timeout
         while time.monotonic() < deadline:
             for conn in list(self._conns):

@@ -50,6 +50,29 @@ def released_answer(node: str, pool: Optional[str], real_nodes: bool) -> Dict[st
     return out
 
 
+def deferred_answer(cluster: Any, drainer: Any, node: str, pool: str, paced: Any) -> Optional[Response]:
+        """Ours: a drain a PodDisruptionBudget has held past ``--drain-defer-after`` is given up: the
+        Node is uncordoned with its config, its lease and slot go to the next node, and it is tried
+        again once the others are done (targeting.defer). 409 ``"status": "deferred"`` tells the node."""
+        import time
+
+        from agent.server.cluster.drainpacer import end_drain, held_by_budget
+        from agent.server.rollout.draincadence import Cadence, defer_due
+
+        if paced.done or paced.skipped or paced.unknown:
+            return None
+        why = defer_due(paced.state, drainer.cadence or Cadence(), time.time(), held_by_budget(paced))
+        if not why:
+            return None
+        end_drain(drainer, node)
+        drains.release(cluster.store, node, f"deferred: {why}")
+        cluster.defer_node(node, pool, why)
+        out = {"status": "deferred", "granted": False, "node": node, "pool": pool,
+               "reason": f"node {node}: {why}; it is uncordoned and keeps its config, its slot goes to the next "
+                         f"node, and it is tried again once the others are done"}
+        return json_response(409, out, pool=pool)
+
+
 class NodeRoutes:
     """Needs ``self.cluster``, ``self.auth``, ``self.caller(environ)`` and ``self._known()``."""
 
@@ -214,10 +237,12 @@ class NodeRoutes:
         rec = self.cluster.store.node(node)
         if rec is None:
             raise HTTPError(404, f"node {node!r} has not reported")
-        item = node_item(rec, targets(self.cluster.pool_views(only=rec.pool, pending=False, nodes=0)))
+        item = node_item(rec, targets(self.cluster.pool_views(only=rec.pool, pending=False, nodes=0)),
+                         self.cluster.store.pools())
         out = {"node": node, "name": node, "report": rec.report, "pool": rec.pool,
                "membership": rec.why, "degradedReason": rec.degraded,
                "updated": item["updated"], "reportedAt": item["reportedAt"],
+               **({"rollout": item["rollout"]} if "rollout" in item else {}),
                "drainEvents": [dict(e, at=rfc3339(e.get("at"))) for e in self.cluster.store.drain_events(node)]}
         truth = self.cluster.node_truth
         if truth is not None and truth.ready():  # the Kubernetes backend: the Node's labels decide (kube_nodes.py)
@@ -250,7 +275,8 @@ class NodeRoutes:
                 out["continue"] = regs[-1].node
             return json_response(200, out)
         records = self.cluster.store.nodes(after=after, limit=limit)
-        return json_response(200, node_list(records, targets(self.cluster.pool_views(pending=False, nodes=0)), limit))
+        return json_response(200, node_list(records, targets(self.cluster.pool_views(pending=False, nodes=0)), limit,
+                                            self.cluster.store.pools()))
 
     def report(self, node: str, body: Any) -> Response:
         try:
@@ -286,6 +312,9 @@ class NodeRoutes:
             if member is not None and member.pool != pool:
                 raise HTTPError(409, f"node {node} belongs to pool {member.pool} ({member.why}), not {pool}",
                                 field="$.pool")
+        refused = cluster.drain_target_refusal(node, pool, config)
+        if refused:
+            raise HTTPError(409, refused, field="$.config")
         answer = drains.request_drain(cluster.store, node, pool, config, cluster.drain_limit(pool, node),
                                       cluster.lease_ttl)
         if answer.granted and cluster.drainer is not None:
@@ -316,6 +345,9 @@ class NodeRoutes:
         if paced is None:
             log.info("node %s: no Node object: nothing to drain, the lease is granted", node)
             return json_response(200, out, pool=pool)
+        deferred = deferred_answer(self.cluster, drainer, node, pool, paced) if paced.state.active else None
+        if deferred is not None:
+            return deferred
         out["drain"] = paced.to_dict()
         if paced.unknown:  # nothing cordoned: the node keeps its slot and asks again
             log.warning("node %s: %s", node, paced.unknown)

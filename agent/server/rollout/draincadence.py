@@ -40,6 +40,9 @@ class Cadence:
     slow_retry: float = 300.0  # DrainRequeueFailingDelay
     slow_after: float = 600.0  # DrainRequeueFailingThreshold
     fail_after: float = 3600.0  # DrainTimeoutDuration
+    # Ours: a drain a PodDisruptionBudget holds this long gives its node's slot to the next one (0: never,
+    # as upstream, where one pinned node holds the pool's rollout for as long as the budget holds).
+    defer_after: float = 600.0
 
     def check(self) -> Optional[str]:
         for flag, value in (("--drain-attempt-timeout", self.attempt_timeout), ("--drain-retry", self.retry),
@@ -47,7 +50,22 @@ class Cadence:
                             ("--drain-fail-after", self.fail_after)):
             if not value > 0:
                 return f"{flag} {value:g}: must be more than 0 seconds"
+        if not self.defer_after >= 0:
+            return f"--drain-defer-after {self.defer_after:g}: must be 0 (never) or more seconds"
         return None
+
+
+def defer_due(state: "DrainState", cadence: Cadence, now: float, held_by_budget: bool) -> str:
+    """Ours: why the drain under way is given up for now ("" while it is not): a PodDisruptionBudget
+    (``held_by_budget``: the last round's evictions were refused with 429, or the last error names
+    one) has held it for ``cadence.defer_after`` seconds since the cordon. No PDB is violated: the
+    node is uncordoned with its config, and its pods stay where the budget wants them."""
+    if not cadence.defer_after or not state.active or state.started is None or not held_by_budget:
+        return ""
+    if now - state.started < cadence.defer_after:
+        return ""
+    return (f"its drain has been held by a PodDisruptionBudget for {duration(now - state.started)} "
+            f"(--drain-defer-after {duration(cadence.defer_after)}): {state.last_error or 'evictions refused (429)'}")
 
 
 @dataclass(frozen=True)

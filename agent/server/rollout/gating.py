@@ -120,16 +120,18 @@ def decide(pool: str, target: str, current: str, updated: int, base_images: Dict
     return Served(config, base, why)
 
 
-def for_member(pool: str, target: str, base_images: Dict[str, str], os_configs: Dict[str, Dict[str, Any]],
+def for_member(pool: str, desired: str, base_images: Dict[str, str], os_configs: Dict[str, Dict[str, Any]],
                os_builds: Dict[str, Dict[str, Any]]) -> Served:
-    """What a node already in ``pool`` gets when it names itself: the pool's target.
+    """What a node already in ``pool`` gets when it names itself: its desired config, which the
+    server's node targeting chose for it (agent/server/rollout/targeting.py; upstream the node
+    controller writes each candidate's desiredConfig), with that config's layered image.
 
-    Proof gates only what *new* nodes boot into; a member must be able to reach the target, or
-    no node would ever prove it (upstream the node controller hands members their desiredConfig).
-    Members are paced by drain leases (maxUnavailable), not here.
+    Proof gates only what *new* nodes boot into; a member targeted to an unproven config gets it,
+    or no node would ever prove it. maxUnavailable paces which members are targeted, not here.
     """
-    image, image_why = layered_image_info(pool, target, os_configs, os_builds)
+    image, image_why = layered_image_info(pool, desired, os_configs, os_builds)
     if image:
-        return Served(target, image, f"member of {pool}: its target {target}; layered image ({image_why})", True)
-    return Served(target, base_images.get(target, ""), f"member of {pool}: its target {target}")
+        return Served(desired, image, f"member of {pool}: its desired config {desired}; layered image ({image_why})",
+                      True)
+    return Served(desired, base_images.get(desired, ""), f"member of {pool}: its desired config {desired}")
 

@@ -36,13 +36,16 @@ KEPT_ANNOTATIONS = (MCD, "node-config-server.openshift.io/")  # the only annotat
 
 
 def slim_node(obj: Dict[str, Any]) -> Dict[str, Any]:
-    """A Node as the server keeps it: name, uid, resourceVersion, labels, the annotations of the MCD
-    and of our drain, ``spec.unschedulable`` and the type and status of the three conditions
-    ``check_node_ready`` reads. A kubelet's Node is about 8 KB of JSON (images, addresses,
-    capacity, managedFields); none of the rest is read, so none of it is kept."""
+    """A Node as the server keeps it: name, uid, resourceVersion, creationTimestamp, labels, the
+    annotations of the MCD and of our drain, ``spec.unschedulable`` and ``spec.taints``, and the type
+    and status of the three conditions ``check_node_ready`` reads. A kubelet's Node is about 8 KB
+    of JSON (images, addresses, capacity, managedFields); none of the rest is read, so none of it
+    is kept."""
     meta = obj.get("metadata") or {}
     out_meta: Dict[str, Any] = {"name": meta.get("name", "")}
-    for key in ("uid", "resourceVersion"):  # uid: the MachineConfigNode's owner (kube_sync)
+    # uid: the MachineConfigNode's owner (kube_sync); creationTimestamp: upstream's update order
+    # (targeting.sort_node_list)
+    for key in ("uid", "resourceVersion", "creationTimestamp"):
         if meta.get(key):
             out_meta[key] = meta[key]
     if meta.get("labels"):
@@ -51,8 +54,11 @@ def slim_node(obj: Dict[str, Any]) -> Dict[str, Any]:
     if kept:
         out_meta["annotations"] = kept
     out: Dict[str, Any] = {"metadata": out_meta}
-    if (obj.get("spec") or {}).get("unschedulable"):
+    spec = obj.get("spec") or {}
+    if spec.get("unschedulable"):
         out["spec"] = {"unschedulable": True}
+    if spec.get("taints"):  # all of them: a taint is written back as the whole list (kube_sync)
+        out.setdefault("spec", {})["taints"] = [dict(t) for t in spec["taints"] if isinstance(t, dict)]
     conds = [{"type": c.get("type"), "status": c.get("status")}
              for c in (obj.get("status") or {}).get("conditions") or []
              if isinstance(c, dict) and c.get("type") in NODE_CONDITIONS]

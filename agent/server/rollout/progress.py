@@ -236,7 +236,7 @@ def conditions(counts: Counts, target: str, current: str, held: str,
          "reason": "NodesDegraded" if counts.degraded else ("RenderDegraded" if render_problem else ""),
          "message": "; ".join(m for m in (nodes_msg, render_msg) if m)},
         {"type": "RenderHeld", "status": _bool(held),
-         "reason": ("PoolPaused" if held.startswith("pool is paused") else "RolloutIncomplete") if held else "",
+         "reason": "RolledBack" if held else "",
          "message": held},
     ]
     since = _changed(history or [], "target" if target != current else "current")
@@ -254,36 +254,41 @@ def _bool(value: Any) -> str:
 class Step:
     target: str
     current: str
-    held: str  # why the rendered config is not the target, or ""
+    held: str  # why the rendered config is not the target (the admin's rollback), or ""
+    unpin: bool = False  # the rollback's hold is over: a new rendering replaced the one rolled back from
 
 
-def rollout_step(rendered: str, row: Optional[Dict[str, Any]], paused: bool, forced: bool,
-                 counts: Counts) -> Step:
+def rollout_step(rendered: str, row: Optional[Dict[str, Any]], counts: Counts, waiting_members: bool = False) -> Step:
     """The pool's next (target, current). ``counts`` are against the stored target.
 
     - A brand-new pool: current = target = the rendered config.
-    - current moves to target once every node of the pool is Done on it (or there are none).
-    - A paused pool keeps its target.
-    - A new rendered config waits while the previous rollout is incomplete, unless forced.
+    - current moves to target once every counted node of the pool is Done and Ready on it.
+    - The target is the newest rendering at once, as the MCO's render controller moves
+      ``spec.configuration`` whenever the MachineConfigs change (a deleted one included, and while
+      the pool is paused): a revert is one step. Which nodes take it, and when, is the node
+      targeting's decision (targeting.py), which nothing here bypasses.
+    - Ours: after the admin's rollback (``rollout.pinned``) the rendering rolled back from stays
+      held until a new rendering replaces it.
+    - A pool with no counted node makes its new target current at once (nothing runs the old
+      one), unless nodes wait for approval in it (``waiting_members``): then its current, what
+      they run, stays what new nodes get until a counted node proves the new target (MCO-1940).
     """
     if row is None:
         return Step(rendered, rendered, "")
     target, current = row["target"], row["current"]
-    if target != current and counts.ready == counts.machine:
+    if target != current and counts.ready == counts.machine and (counts.machine or not waiting_members):
         current = target
-    held = ""
+    pin = (row.get("rollout") or {}).get("pinned") or {}
+    if pin and pin.get("from") == rendered:
+        return Step(str(pin.get("config") or target), current,
+                    f"rolled back by the admin at {iso8601(pin.get('at'))} from {rendered} to {pin.get('config')}: "
+                    f"{rendered} waits until the MachineConfigs change (or node-config-server rollback pool "
+                    f"{row.get('name', 'NAME')} --undo)")
     if rendered != target:
-        if paused:
-            held = f"pool is paused: the new rendered config {rendered} waits (target stays {target})"
-        elif target != current and not forced:
-            held = (f"the rollout of {target} is incomplete ({counts.ready} of {counts.machine} node(s) done): "
-                    f"the new rendered config {rendered} waits; set annotation node-agent.io/force-rollout: "
-                    f"\"true\" on the pool or machineconfiguration.yaml to force it")
-        else:
-            target = rendered
-            if counts.machine == 0:
-                current = target
-    return Step(target, current, held)
+        target = rendered
+        if counts.machine == 0 and not waiting_members:
+            current = target
+    return Step(target, current, "", unpin=bool(pin))
 
 
 def pool_blocking(name: str, view: Dict[str, Any]) -> List[str]:
@@ -296,6 +301,8 @@ def pool_blocking(name: str, view: Dict[str, Any]) -> List[str]:
         reasons.append(status["held"] if not spec.get("paused") else f"paused: {status['held']}")
     elif spec.get("paused") and target != current:
         reasons.append(f"paused while updating to {target}")
+    if (status.get("rollout") or {}).get("halted"):
+        reasons.append(status["rollout"]["halted"])
     if status["degradedMachineCount"]:
         reasons.append(f"degraded: {status['degradedMachineCount']} node(s) degraded")
     if status.get("skewRefusedMachineCount"):

@@ -110,10 +110,23 @@ class PoolRow:
     current: str
     held: str = ""
     rendered: str = ""
+    # Which nodes the server targeted, and the rollout's own state (agent/server/rollout/targeting.py):
+    # changed with the row, so one compare-and-swap decides both for every replica.
+    rollout: Dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> Dict[str, Any]:
         return {"name": self.name, "target": self.target, "current": self.current, "held": self.held,
-                "rendered": self.rendered}
+                "rendered": self.rendered, "rollout": self.rollout}
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "PoolRow":
+        """A row as a store keeps it (JSON; SQLite: the rollout as JSON text); unknown keys are
+        left out, so a row written by a newer server still reads."""
+        rollout = d.get("rollout") or {}
+        if isinstance(rollout, str):
+            rollout = json.loads(rollout) if rollout else {}
+        return cls(str(d["name"]), str(d["target"]), str(d["current"]), str(d.get("held") or ""),
+                   str(d.get("rendered") or ""), rollout if isinstance(rollout, dict) else {})
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,6 @@ KINDS = {
     "machineosbuilds": "MachineOSBuild",
 }
 CLUSTER_FILE = "machineconfiguration.yaml"
-FORCE_ANNOTATION = "node-agent.io/force-rollout"
 BOOTSTRAP_DIR = "bootstrap"  # files served to new nodes as upstream does (agent.server.cluster.content)
 BOOTSTRAP_FILES = ("kubeconfig", "kubelet-ca.crt")
 MAX_BOOTSTRAP_BYTES = 1 << 20
@@ -67,19 +66,6 @@ class State:
     @property
     def cluster_spec(self) -> Dict[str, Any]:
         return (self.cluster or {}).get("spec") or {}
-
-    @property
-    def force_rollout(self) -> bool:
-        return _truthy(((self.cluster.get("metadata") or {}).get("annotations") or {}).get(FORCE_ANNOTATION)) or \
-            bool(self.cluster_spec.get("forceRollout"))
-
-
-def _truthy(value: Any) -> bool:
-    return str(value).lower() in ("true", "1", "yes")
-
-
-def pool_forced(pool: Dict[str, Any]) -> bool:
-    return _truthy(((pool.get("metadata") or {}).get("annotations") or {}).get(FORCE_ANNOTATION))
 
 
 def _yaml_files(directory: str) -> List[str]:

@@ -108,7 +108,7 @@ class EtcdNodeStore(EtcdIdentity, IndexedReads, NodeStore):
                 self._index.apply(name, _node_record(name, kv.value), kv.mod_revision)
             if self._index.assign is not None:
                 self._index.rebuild(self._index.signature or "", self._index.assign)
-            self._pools = {_tail(kv.key): PoolRow(**json.loads(kv.value)) for kv in pools}
+            self._pools = {_tail(kv.key): PoolRow.from_dict(json.loads(kv.value)) for kv in pools}
             self._pool_revs = {_tail(kv.key): kv.mod_revision for kv in pools}
             self._replicas = {kv.key.decode()[len(self._k("replicas/")):]: json.loads(kv.value) for kv in replicas}
             self._leases = {}
@@ -138,7 +138,7 @@ class EtcdNodeStore(EtcdIdentity, IndexedReads, NodeStore):
                 self._pools.pop(name, None)
                 self._pool_revs.pop(name, None)
             elif ev.kv.mod_revision >= self._pool_revs.get(name, 0):
-                self._pools[name] = PoolRow(**json.loads(ev.kv.value))
+                self._pools[name] = PoolRow.from_dict(json.loads(ev.kv.value))
                 self._pool_revs[name] = ev.kv.mod_revision
         elif kind == "leases":
             self._note_lease(name, ev.kv, deleted)
@@ -307,7 +307,7 @@ class EtcdNodeStore(EtcdIdentity, IndexedReads, NodeStore):
                 self._record_history(name, old, new)
                 return new
             kv = self.client.get(key)
-            old, rev = (PoolRow(**json.loads(kv.value)), kv.mod_revision) if kv else (None, 0)
+            old, rev = (PoolRow.from_dict(json.loads(kv.value)), kv.mod_revision) if kv else (None, 0)
         raise RuntimeError(f"pool {name}: too many concurrent updates in etcd; try again")
 
     def _record_history(self, pool: str, old: Optional[PoolRow], new: PoolRow) -> None:

@@ -44,7 +44,7 @@ def row_of(name: str, data: Dict[str, Any]) -> Tuple[Optional[PoolRow], List[Dic
     """A pool ConfigMap's row and history; an unreadable one (edited by hand) is no row, and the
     next update replaces it (its resourceVersion is kept), so the store never stops on it."""
     try:
-        row = PoolRow(**json.loads(data["row"]))
+        row = PoolRow.from_dict(json.loads(data["row"]))
         history = json.loads(data.get("history") or "[]")
         return row, history if isinstance(history, list) else []
     except (KeyError, TypeError, ValueError) as exc:

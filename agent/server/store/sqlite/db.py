@@ -84,6 +84,10 @@ MIGRATIONS = [
     UPDATE credentials SET approved = created, approved_by = 'upgrade';
     CREATE INDEX credentials_pending ON credentials (approved, node);
     """,
+    # 5 -> 6: the pool's rollout (which nodes the server targeted: agent/server/rollout/targeting.py), JSON.
+    """
+    ALTER TABLE pools ADD COLUMN rollout TEXT NOT NULL DEFAULT '{}';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -238,7 +242,7 @@ class Database:
         return [r[0] for r in rows]
 
     def pools(self) -> Dict[str, Dict[str, Any]]:
-        rows = self.conn().execute("SELECT name, target, current, held, rendered, updated FROM pools").fetchall()
+        rows = self.conn().execute("SELECT name, target, current, held, rendered, rollout, updated FROM pools").fetchall()
         return {r["name"]: dict(r) for r in rows}
 
     def history(self, pool: str) -> List[Dict[str, Any]]:
@@ -284,12 +288,12 @@ class Database:
 
     @staticmethod
     def set_pool(c: sqlite3.Connection, pool: str, target: str, current: str, held: str, rendered: str,
-                 old: Optional[Dict[str, Any]]) -> None:
+                 old: Optional[Dict[str, Any]], rollout: Optional[Dict[str, Any]] = None) -> None:
         now = time.time()
-        c.execute("INSERT INTO pools (name, target, current, held, rendered, updated) VALUES (?,?,?,?,?,?) "
-                  "ON CONFLICT(name) DO UPDATE SET target=excluded.target, current=excluded.current, "
-                  "held=excluded.held, rendered=excluded.rendered, updated=excluded.updated",
-                  (pool, target, current, held, rendered, now))
+        c.execute("INSERT INTO pools (name, target, current, held, rendered, rollout, updated) VALUES "
+                  "(?,?,?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET target=excluded.target, current=excluded.current, "
+                  "held=excluded.held, rendered=excluded.rendered, rollout=excluded.rollout, updated=excluded.updated",
+                  (pool, target, current, held, rendered, json.dumps(rollout or {}, sort_keys=True), now))
         if old is None or old["target"] != target:
             c.execute("INSERT INTO pool_history (pool, field, config, at) VALUES (?,?,?,?)", (pool, "target", target, now))
         if old is None or old["current"] != current:

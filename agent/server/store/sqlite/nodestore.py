@@ -263,18 +263,18 @@ class SqliteNodeStore(NodeStore):
     # -- pools, rendered configs, meta ----------------------------------------------------------
 
     def pools(self) -> Dict[str, PoolRow]:
-        return {name: PoolRow(**{k: row[k] for k in ("name", "target", "current", "held", "rendered")})
-                for name, row in self.db.pools().items()}
+        return {name: PoolRow.from_dict(row) for name, row in self.db.pools().items()}
 
     def update_pool(self, name: str, decide: Callable[[Optional[PoolRow]], Optional[PoolRow]]) -> PoolRow:
         with self.db.write() as c:
-            row = c.execute("SELECT name, target, current, held, rendered FROM pools WHERE name=?", (name,)).fetchone()
-            old = PoolRow(**dict(row)) if row is not None else None
+            row = c.execute("SELECT name, target, current, held, rendered, rollout FROM pools WHERE name=?",
+                            (name,)).fetchone()
+            old = PoolRow.from_dict(dict(row)) if row is not None else None
             new = decide(old)
             if new is None or new == old:
                 return old  # type: ignore[return-value]
             Database.set_pool(c, name, new.target, new.current, new.held, new.rendered,
-                              old.as_dict() if old is not None else None)
+                              old.as_dict() if old is not None else None, new.rollout)
             return new
 
     def history(self, pool: str) -> List[Dict[str, Any]]:
@@ -319,7 +319,7 @@ class SqliteNodeStore(NodeStore):
     def serving(self, pool: str, node: Optional[str] = None) -> Serving:
         rows = self._q(
             "SELECT (SELECT value FROM meta WHERE key='state_signature') AS sig, "
-            "p.name AS pname, p.target, p.current, p.held, p.rendered, pr.image, pr.updated, pr.ready, "
+            "p.name AS pname, p.target, p.current, p.held, p.rendered, p.rollout, pr.image, pr.updated, pr.ready, "
             "r.node, r.pool, r.why, r.degraded, r.body, r.received "
             "FROM (SELECT 1) AS one LEFT JOIN pools p ON p.name=? "
             "LEFT JOIN proofs pr ON pr.pool=p.name AND pr.config=p.target "
@@ -327,7 +327,8 @@ class SqliteNodeStore(NodeStore):
         first = rows[0]
         row = None
         if first["pname"] is not None:
-            row = PoolRow(first["pname"], first["target"], first["current"], first["held"], first["rendered"])
+            row = PoolRow.from_dict({"name": first["pname"], "target": first["target"], "current": first["current"],
+                                     "held": first["held"], "rendered": first["rendered"], "rollout": first["rollout"]})
         proofs = {r["image"]: Proof(r["updated"], r["ready"]) for r in rows if r["image"] is not None}
         rec = _record(first) if first["node"] is not None else None
         return Serving(first["sig"], row, proofs, rec)

@@ -1,0 +1,100 @@
+"""A pool's rollout policy beyond ``maxUnavailable`` (ours; pure): read from the
+MachineConfigPool's annotations, checked with the pool (agent/core/objectchecks.py) so that a bad
+value is a clear error naming the annotation, and read by the server's targeting
+(agent/server/rollout/targeting.py).
+
+| annotation on the MachineConfigPool | value | default (upstream's behaviour) |
+|---|---|---|
+| ``node-config-server.openshift.io/failure-budget`` | N >= 1: the rollout halts once N nodes failed on the pool's target | none: failing nodes take capacity, so ``maxUnavailable`` failures halt it (getAllCandidateMachines) |
+| ``node-config-server.openshift.io/canary-nodes`` | N >= 0: target only the first N nodes of a new target ... | 0: no canary phase |
+| ``node-config-server.openshift.io/canary-wait`` | ... then wait this long after they are Done and Ready before the rest: ``600``, ``90s``, ``10m``, ``1h30m`` | 0 |
+
+And on a Node (or, without Node objects, among the labels a node reports or the admin approved):
+``node-config-server.openshift.io/rollout-priority``: a whole number; nodes with a higher one are
+targeted first (a canary group: ``oc label node w1 w2 node-config-server.openshift.io/rollout-priority=10``);
+within one priority, upstream's order (zone, then oldest first).
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+PREFIX = "node-config-server.openshift.io/"
+FAILURE_BUDGET = PREFIX + "failure-budget"
+CANARY_NODES = PREFIX + "canary-nodes"
+CANARY_WAIT = PREFIX + "canary-wait"
+PRIORITY_LABEL = PREFIX + "rollout-priority"
+MAX_PRIORITY = 1_000_000
+MAX_WAIT = 7 * 24 * 3600  # a week: longer is surely a typo for minutes
+_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+@dataclass(frozen=True)
+class RolloutPolicy:
+    failure_budget: Optional[int] = None  # None: upstream's rule only
+    canary_nodes: int = 0
+    canary_wait: float = 0.0
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``600``, ``90s``, ``10m`` or ``1h30m`` (Go's duration units h, m, s); ValueError otherwise."""
+    text = text.strip()
+    if text.isdigit():
+        seconds = int(text)
+    else:
+        m = _DURATION.fullmatch(text)
+        if not text or m is None:
+            raise ValueError(f"{text!r} is not a duration: give seconds (600) or hours, minutes and seconds "
+                             f"(1h30m, 10m, 90s)")
+        h, mi, s = (int(g or 0) for g in m.groups())
+        seconds = h * 3600 + mi * 60 + s
+    if seconds > MAX_WAIT:
+        raise ValueError(f"{text!r} is longer than a week")
+    return float(seconds)
+
+
+def _whole(text: Any, low: int) -> int:
+    if not isinstance(text, str) or not text.strip().isdigit():
+        raise ValueError(f"{text!r} is not a whole number")
+    value = int(text)
+    if value < low or value > MAX_PRIORITY:
+        raise ValueError(f"{value} is out of range ({low} to {MAX_PRIORITY})")
+    return value
+
+
+def policy_problems(annotations: Mapping[str, Any]) -> Dict[str, str]:
+    """annotation -> what is wrong with its value (empty: the policy is valid)."""
+    out = {}
+    for key, check in ((FAILURE_BUDGET, lambda v: _whole(v, 1)), (CANARY_NODES, lambda v: _whole(v, 0)),
+                       (CANARY_WAIT, lambda v: parse_duration(str(v)) if isinstance(v, str) else _whole(v, 0))):
+        if key in annotations:
+            try:
+                check(annotations[key])
+            except ValueError as exc:
+                out[key] = str(exc)
+    return out
+
+
+def rollout_policy(pool: Mapping[str, Any]) -> RolloutPolicy:
+    """The pool's policy; a value that does not parse is the default (the pool's checks name it)."""
+    ann = (pool.get("metadata") or {}).get("annotations") or {}
+    bad = policy_problems(ann)
+
+    def get(key: str, parse: Any, default: Any) -> Any:
+        return default if key not in ann or key in bad else parse(ann[key])
+
+    return RolloutPolicy(get(FAILURE_BUDGET, lambda v: _whole(v, 1), None), get(CANARY_NODES, lambda v: _whole(v, 0), 0),
+                         get(CANARY_WAIT, lambda v: parse_duration(str(v)), 0.0))
+
+
+def node_priority(labels: Mapping[str, str]) -> Tuple[int, str]:
+    """(priority, why it was ignored or ""): the node's rollout priority label."""
+    value = labels.get(PRIORITY_LABEL)
+    if value is None:
+        return 0, ""
+    text = str(value).strip()
+    sign = -1 if text.startswith("-") else 1
+    digits = text[1:] if text[:1] in "+-" else text
+    if not digits.isdigit() or int(digits) > MAX_PRIORITY:
+        return 0, f"label {PRIORITY_LABEL}={value!r} ignored: not a whole number from -{MAX_PRIORITY} to {MAX_PRIORITY}"
+    return sign * int(digits), ""

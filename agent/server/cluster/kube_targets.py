@@ -1,0 +1,112 @@
+"""What the server's node targeting writes on the Nodes (``--backend kubernetes``), as the MCO's node
+controller writes it (pkg/controller/node/node_controller.go at 006209bb): each targeted Node's
+``machineconfiguration.openshift.io/desiredConfig`` (and ``desiredImage`` on a layered pool), the
+``UpdateInProgress:PreferNoSchedule`` taint on every Node of a pool that is not paused while its
+desired config is not the pool's (``syncMachineConfigPool``: the scheduler then prefers the Nodes
+already updated), and the ``SetDesiredConfig`` Event on the pool (``setDesiredAnnotations``).
+
+Only Nodes node-agent reports for (a counted report) are written: a Node a real MCD or nothing
+manages is read, never targeted (agent/server/rollout/targeting.py). The decision is in the store
+(the pool row's ``rollout``); any replica may write what it says, and a write that finds the Node
+already so writes nothing.
+"""
+
+import logging
+import time
+from typing import Any, Dict, Optional
+
+from agent.server.cluster import kube_events
+from agent.server.rollout import targeting
+from agent.server.rollout.progress import iso8601
+from agent.server.store.kube.client import NODES, KubeError
+
+log = logging.getLogger(__name__)
+
+MCD = "machineconfiguration.openshift.io/"
+TAINT = {"key": targeting.TAINT_KEY, "effect": targeting.TAINT_EFFECT}
+
+
+def has_taint(node: Dict[str, Any]) -> bool:
+    return any(t.get("key") == TAINT["key"] and t.get("effect") == TAINT["effect"]
+               for t in (node.get("spec") or {}).get("taints") or [])
+
+
+def target_patch(node: Dict[str, Any], desired: str, image: Optional[str], tainted: bool) -> Dict[str, Any]:
+    """The merge patch that makes ``node`` (slim, as the watch keeps it) desire ``desired`` (and
+    ``image``) and carry the taint or not (pure; empty when it already does). A taint change
+    writes the whole list with the Node's resourceVersion as a precondition: another writer's
+    taint is never lost (409: the next round reads it again)."""
+    meta = node.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    patch: Dict[str, Any] = {}
+    want = {MCD + "desiredConfig": desired or None, MCD + "desiredImage": image or None}
+    changed = {k: v for k, v in want.items() if ann.get(k) != v and (v is not None or k in ann)}
+    if desired and changed:
+        patch["metadata"] = {"annotations": changed}
+    if tainted != has_taint(node):
+        taints = [t for t in (node.get("spec") or {}).get("taints") or []
+                  if not (t.get("key") == TAINT["key"] and t.get("effect") == TAINT["effect"])]
+        patch["spec"] = {"taints": taints + [dict(TAINT)] if tainted else taints}
+        patch.setdefault("metadata", {})["resourceVersion"] = meta.get("resourceVersion")
+    return patch
+
+
+def pool_event(client: Any, namespace: str, pool_obj: Dict[str, Any], kind: str, reason: str, message: str) -> None:
+    """An Event on the MachineConfigPool (the node controller's recorder, in the server's namespace)."""
+    involved = kube_events.reference(pool_obj, "machineconfiguration.openshift.io/v1", "MachineConfigPool", namespace)
+    body = kube_events.event_body(involved, namespace, reason, message, iso8601(time.time()), kind)
+    # One series per pool and reason would hide which nodes were targeted: each targeting is its own Event.
+    body["metadata"]["name"] = f"{body['metadata']['name']}.{int(time.time() * 1000):x}"
+    kube_events.record(client, namespace, body)
+
+
+class TargetWriter:
+    """Writes each counted member's desired config and the taint from the pool rows (one pass over
+    the pools' Nodes, from the watch cache; a write only where the Node differs)."""
+
+    def __init__(self, cluster: Any, client: Any, node_cache: Any):
+        self.cluster, self.client, self.node_cache = cluster, client, node_cache
+        self.writes = 0
+
+    def sync(self, pools: Dict[str, Dict[str, Any]]) -> None:
+        truth = self.cluster.node_truth
+        if truth is None or not truth.ready():
+            return
+        st = self.cluster.state()
+        rows = self.cluster.store.pools()
+        nodes = self.node_cache.snapshot()
+        for name, row in sorted(rows.items()):
+            pool = st.pools.get(name)
+            if pool is None:
+                continue
+            paused = bool((pool.get("spec") or {}).get("paused"))
+            image = self.cluster._layered(st, name, row.target)
+            for member in truth.members(name, st.pools):
+                if member.ours and member.name in nodes:
+                    self._write(nodes[member.name], member, row, image, paused)
+
+    def _write(self, node: Dict[str, Any], member: targeting.Member, row: Any, image: Optional[str],
+               paused: bool) -> None:
+        entry = targeting.entry_of(row.rollout, member.name)
+        desired, desired_image = targeting.desired_of(member.report, entry)
+        eff = targeting.with_desired(member.report, entry)
+        tainted = not paused and targeting.needs_update_in_progress_taint(eff, row.target, image)
+        patch = target_patch(node, desired, desired_image, tainted)
+        if not patch:
+            return
+        try:
+            self.client.merge_patch(NODES.path(member.name), patch)
+            self.writes += 1
+        except KubeError as exc:
+            if exc.status not in (404, 409):  # 409: the Node changed meanwhile; 404: gone. The next round sees it
+                raise
+
+
+def served_desired(rows: Dict[str, Any], pool: str, node: str, report: Dict[str, Any]) -> Dict[str, Any]:
+    """``report`` with the desired config the server decided for ``node`` (what the MCD's
+    annotations and the MachineConfigNode carry: the node controller's, not the node's)."""
+    row = rows.get(pool)
+    entry = targeting.entry_of(row.rollout, node) if row is not None else None
+    if entry is None:
+        return report
+    return targeting.with_desired(report, entry) or report

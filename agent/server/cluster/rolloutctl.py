@@ -1,0 +1,262 @@
+"""The node controller's part of ``service.Cluster`` (a mixin): which node updates when, decided
+in one place for every replica (the pool row's compare-and-swap: ``NodeStore.update_pool``) by the
+pure rules of agent/server/rollout/targeting.py, and what follows from it: what a member is served
+(its desired config, ``desired_for``), the admin's rollback, a drain deferred past a
+PodDisruptionBudget, and who is told (``target_listeners``: the Kubernetes backend writes
+desiredConfig, the taint and the SetDesiredConfig Event).
+
+The pool's members: with ``--backend kubernetes`` its Node objects (kube_nodes.NodeTruth.members),
+else the nodes the store counts in it (approved, reporting).
+"""
+
+import logging
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from agent.core.objectchecks import parse_max_unavailable
+from agent.core.rolloutpolicy import rollout_policy
+from agent.server.rollout import progress, targeting
+from agent.server.rollout.targeting import Member
+from agent.server.store.nodestore import SERVER_KEY, NodeRecord, PoolRow
+from agent.server.store.stateformat import State
+
+log = logging.getLogger(__name__)
+
+PAGE = 5000
+WAITING_LOOKUPS = 200  # pending registrations looked at to tell whether any waits in an empty pool
+
+
+class RolloutNotPossible(ValueError):
+    """A rollback that cannot be done (nothing to roll back to, an unknown pool); the message says why."""
+
+
+class RolloutControl:
+    """Needs the Cluster's ``store``, ``node_truth``, ``state()``, ``_rendered``, ``_layered``, ``_counts``."""
+
+    # (pool, event type, reason, message): the Kubernetes backend writes each as an Event on the pool
+    pool_listeners: List[Callable[[str, str, str, str], None]]
+
+    # -- members -------------------------------------------------------------------------------
+
+    def pool_members(self, st: State, pool: str) -> List[Member]:
+        """The pool's members as targeting reads them."""
+        truth = getattr(self, "node_truth", None)
+        if truth is not None and truth.ready():
+            return truth.members(pool, st.pools)
+        created = {r.node: r.created for r in self.store.registrations(None, "", PAGE)}
+        out, after = [], ""
+        while True:
+            page = self.store.nodes(pool=pool, after=after, limit=PAGE)
+            out.extend(member_of_record(rec, created.get(rec.node, 0.0)) for rec in page if counted(rec))
+            if len(page) < PAGE:
+                return out
+            after = page[-1].node
+
+    def _waiting_members(self, pool: str) -> bool:
+        """Whether a node waiting for approval reported itself in ``pool`` (read only for a pool
+        that counts no node: its current config then stays what new nodes get)."""
+        for reg in self.store.registrations(True, "", WAITING_LOOKUPS):
+            rec = self.store.node(reg.node)
+            if rec is not None and rec.pool == pool:
+                return True
+        return False
+
+    # -- one sync of a pool -----------------------------------------------------------------------
+
+    def _step_pool(self, st: State, name: str) -> None:
+        """Move the pool's target/current (progress.rollout_step) and target its nodes
+        (targeting.step), in one compare-and-swap of its row."""
+        r = self._rendered.get(name)
+        pool = st.pools.get(name)
+        if r is None or pool is None:
+            return
+        spec = pool.get("spec") or {}
+        members = self.pool_members(st, name)
+        policy, now, seen = rollout_policy(pool), time.time(), {}
+
+        def decide(row: Optional[PoolRow]) -> Optional[PoolRow]:
+            rendered = r.name
+            if row is not None and st.problems:
+                # A target moves only from a problem-free state: an empty or invalid file, or a
+                # process started on a directory holding one, never rewrites a pool. The rollout
+                # goes on towards what the pool rendered from its last good state.
+                rendered = row.rendered or row.target
+            elif row is None and st.problems:
+                return None  # no first target from a directory with problems either
+            counts = self._counts(st, name, row.target if row else rendered)
+            waiting = row is not None and counts.machine == 0 and self._waiting_members(name)
+            step = progress.rollout_step(rendered, row.as_dict() if row else None, counts, waiting)
+            rollout = dict(row.rollout) if row else {}
+            if step.unpin:
+                rollout.pop("pinned", None)
+            image = self._layered(st, name, step.target)
+            limit = parse_max_unavailable(spec.get("maxUnavailable"), len(members))
+            decision = targeting.step(members, rollout, step.target, image, limit, policy,
+                                      bool(spec.get("paused")), now)
+            new = PoolRow(name, step.target, step.current, step.held, rendered, decision.rollout)
+            seen["step"] = (row, new, decision, image)
+            if new == row:
+                return None
+            if row is None or (step.target, step.current) != (row.target, row.current):
+                log.info("pool %s: target %s, current %s%s", name, step.target, step.current,
+                         f" ({step.held})" if step.held else "")
+            return new
+
+        stored = self.store.update_pool(name, decide)
+        old, new, decision, image = seen.get("step", (None, None, None, None))
+        if new is not None and stored is new and decision.targeted:  # this process wrote it: it tells
+            self._announce(name, decision.targeted, new.target, image)
+
+    def _announce(self, pool: str, nodes: List[str], config: str, image: Optional[str]) -> None:
+        """node_controller.go ``setDesiredAnnotations``' Event: SetDesiredConfig (layered:
+        SetDesiredConfigAndOSImage), "Targeted node X to MachineConfig Y" for one node, "Set target
+        for N nodes to ..." for more (status.go ``getPoolUpdateLine``: "MachineConfig Y / Image Z")."""
+        line = f"MachineConfig {config}" + (f" / Image {image}" if image else "")
+        reason = "SetDesiredConfigAndOSImage" if image else "SetDesiredConfig"
+        message = f"Targeted node {nodes[0]} to {line}" if len(nodes) == 1 else f"Set target for {len(nodes)} nodes to {line}"
+        log.info("pool %s: %s (%s)", pool, message, ", ".join(nodes))
+        self.pool_event(pool, "Normal", reason, message)
+
+    def pool_event(self, pool: str, kind: str, reason: str, message: str) -> None:
+        for listener in self.pool_listeners:
+            try:
+                listener(pool, kind, reason, message)
+            except Exception:  # a notice: the decision is stored, and the pool's status says it too
+                log.exception("pool %s: telling %s", pool, reason)
+
+    def start_stepper(self, interval: float = 1.0) -> None:
+        """Step every pool every ``interval`` seconds (the Kubernetes backend's sync loop does it
+        there), so that what no report announces moves the rollout: a canary's wait running out."""
+        import threading
+
+        def loop() -> None:
+            while True:
+                time.sleep(interval)
+                try:
+                    self.step_pools()
+                except Exception as exc:  # the store away, a race with a reload: the next round retries
+                    log.debug("stepping the pools: %s", exc)
+
+        threading.Thread(target=loop, name="rollout-stepper", daemon=True).start()
+
+    def drain_target_refusal(self, node: str, pool: str, config: str) -> str:
+        """Why ``node`` may not drain for ``config`` ("" when it may): only for the config the server
+        targeted it to (its desired config); a node not targeted never needs a drain."""
+        row = self.store.pools().get(pool)
+        rec = self.store.node(node)
+        if row is None or rec is None or not config:
+            return ""
+        desired = targeting.desired_of(rec.report, targeting.entry_of(row.rollout, node))[0]
+        if desired == config:
+            return ""
+        return (f"node {node} is not targeted to {config}: its desired config is {desired or 'none'} (the server "
+                f"targets the nodes of pool {pool} in turn, maxUnavailable at a time; fetch /config/{pool} for yours)")
+
+    # -- what a member gets ------------------------------------------------------------------------
+
+    def desired_for(self, rec: Optional[NodeRecord], row: PoolRow) -> Tuple[str, str, str]:
+        """(config, rollout state, why) of a member fetching its config: the config the server
+        targeted for it; a node not targeted keeps what it runs (a rendered config this server
+        knows), else the pool's current one (what every counted node is Done on)."""
+        node = rec.node if rec is not None else ""
+        report = rec.report if rec is not None else {}
+        entry = targeting.entry_of(row.rollout, node)
+        config = targeting.desired_of(report, entry)[0]
+        if not config or self.spec_of(config) is None:
+            config = row.current
+        if entry is not None and entry.get("deferred"):
+            return config, "deferred", str(entry["deferred"].get("why") or "")
+        if config == row.target:
+            done = report.get("state") == "Done" and report.get("currentConfig") == config
+            return config, "done" if done else "updating", "" if done else f"targeted to {config}"
+        why = str(row.rollout.get("halted") or row.rollout.get("waiting") or "")
+        return config, "waiting", (f"waiting for its turn to update to {row.target}" + (f": {why}" if why else ""))
+
+    # -- the admin's rollback, a deferred drain ------------------------------------------------
+
+    def rollback(self, pool: str, dry_run: bool = False, undo: bool = False) -> Dict[str, Any]:
+        """Target the last config every member was Done on (the pool's current, or before a
+        complete rollout the one before it) and hold the rendering rolled back from until the
+        MachineConfigs change; ``undo`` lifts that hold. What it does is answered either way."""
+        st = self.state()
+        row = self.store.pools().get(pool)
+        if pool not in st.pools or row is None:
+            raise RolloutNotPossible(f"unknown pool {pool!r}")
+        plan = rollback_plan(row, self.store.history(pool), undo)
+        members = self.pool_members(st, pool)
+        plan["nodes"] = sorted(m.name for m in members
+                               if targeting.desired_of(m.report, targeting.entry_of(row.rollout, m.name))[0]
+                               != plan["to"])
+        plan["dryRun"] = dry_run
+        if dry_run:
+            return plan
+
+        def decide(old: Optional[PoolRow]) -> Optional[PoolRow]:
+            if old is None:
+                return None
+            rollout = dict(old.rollout)
+            if undo:
+                rollout.pop("pinned", None)
+            else:
+                rollout["pinned"] = {"config": plan["to"], "from": plan["from"], "at": time.time(), "by": "admin"}
+            return PoolRow(old.name, old.target, old.current, old.held, old.rendered, rollout)
+
+        self.store.update_pool(pool, decide)
+        log.warning("pool %s: %s", pool, plan["summary"])
+        self._step_pool(st, pool)
+        return plan
+
+    def defer_node(self, node: str, pool: str, why: str) -> None:
+        """Ours: the node gives its slot back and keeps the config it runs; it is tried again once
+        every other node of the pool is done (targeting.defer)."""
+        rec = self.store.node(node)
+        current = str((rec.report if rec is not None else {}).get("currentConfig") or "")
+
+        def decide(old: Optional[PoolRow]) -> Optional[PoolRow]:
+            if old is None or not current:
+                return None
+            rollout = targeting.defer(old.rollout, node, current, why, time.time())
+            return PoolRow(old.name, old.target, old.current, old.held, old.rendered, rollout)
+
+        self.store.update_pool(pool, decide)
+        log.warning("pool %s: node %s deferred (%s); it keeps %s and is tried again once the others are done",
+                    pool, node, why, current)
+
+
+def rollback_plan(row: PoolRow, history: List[Dict[str, Any]], undo: bool) -> Dict[str, Any]:
+    """What a rollback of the pool does (pure): from its target to the last config every member
+    was Done on. RolloutNotPossible when there is none."""
+    pin = row.rollout.get("pinned") or {}
+    if undo:
+        if not pin:
+            raise RolloutNotPossible(f"pool {row.name} is not rolled back: nothing to undo")
+        return {"pool": row.name, "from": row.target, "to": str(pin.get("from") or row.rendered), "undo": True,
+                "summary": f"rollback undone: {pin.get('from')} is the target again (the nodes take it in turn)"}
+    to = row.current
+    if row.target == row.current:
+        currents = [h.get("config") for h in history if h.get("field") == "current"]
+        earlier = [c for c in currents[:-1] if c and c != row.current]
+        if not earlier:
+            raise RolloutNotPossible(f"pool {row.name} has run no config before {row.current}: nothing to roll back to")
+        to = str(earlier[-1])
+    if to == row.target:
+        raise RolloutNotPossible(f"pool {row.name} already targets {to}: nothing to roll back")
+    return {"pool": row.name, "from": row.target, "to": to, "undo": False,
+            "summary": (f"rolled back from {row.target} to {to}, the last config every member was Done on; "
+                        f"{row.target} waits until the MachineConfigs change (or rollback pool {row.name} --undo)")}
+
+
+def counted(rec: NodeRecord) -> bool:
+    """A record that counts in its pool (a registration waiting for approval does not)."""
+    mark = rec.report.get(SERVER_KEY)
+    return bool(rec.pool) and not (isinstance(mark, dict) and mark.get("pending"))
+
+
+def member_of_record(rec: NodeRecord, created: float) -> Member:
+    """A member from the node store (no Node objects): the labels the admin vouched for, else the
+    reported ones; registered at ``created``; ready as far as anyone knows."""
+    mark = rec.report.get(SERVER_KEY)
+    labels = mark.get("labels") if isinstance(mark, dict) and isinstance(mark.get("labels"), dict) else None
+    if labels is None:
+        labels = rec.report.get("labels") if isinstance(rec.report.get("labels"), dict) else {}
+    return Member(rec.node, rec.report, True, "", {str(k): str(v) for k, v in labels.items()}, created)
