@@ -2,12 +2,15 @@
 
 1. node-config-server on loopback (gunicorn, TLS with a throw-away CA, a bearer token), state
    copied from examples/state: pools master, worker and the custom pool infra, a node
-   disruption policy, boot image skew enforcement, a MachineOSConfig with a succeeded build.
-2. infra-0 first-boots into the custom pool infra: its boot image already is the served OS
-   image, so it joins at once with no reboot.
+   disruption policy, boot image skew enforcement (the demo leaves out the example's layered OS
+   image, so that its nodes need no reboot).
+2. infra-0 and infra-1 first-boot into the custom pool infra: their boot image already is the
+   served OS image, so they join at once with no reboot.
 3. worker-0 first-boots from a boot image too old for the skew rules: refused, console message.
-4. An admin changes infra's chrony config: `node-agent plan` tells what it will do, and
-   `node-agent update --once` applies it under the policy (a restart, no drain, no reboot).
+4. An admin changes infra's chrony config: `node-agent plan` tells what it will do; the server
+   targets infra-0 first (infra's maxUnavailable is 1) while infra-1 waits, and says why;
+   `node-agent update --once` applies it under the policy (a restart, no drain, no reboot), and
+   then infra-1 gets its turn.
 5. The pools' status and the cluster's progress over all pools.
 
 It ends with the commands that start the server again on the demo's state and data and look at
@@ -31,7 +34,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from tests.helpers.certs import make_tls  # noqa: E402
-from tests.helpers.noderoot import make_node_root  # noqa: E402
+from tests.helpers.noderoot import make_node_root, not_layered  # noqa: E402
 from tests.helpers.server_proc import ServerProcess  # noqa: E402
 
 RUN = os.environ.get("NODE_AGENT_DEMO_DIR") or os.path.join(REPO, "demo-run")  # tests run it elsewhere
@@ -88,6 +91,7 @@ def main() -> int:
     os.makedirs(RUN)
     state = os.path.join(RUN, "state")
     shutil.copytree(os.path.join(REPO, "examples", "state"), state)
+    not_layered(state)  # no layered OS image: no reboot in this demo
     data = os.path.join(RUN, "data")  # nodes.db: kept for the commands printed at the end
     tls = make_tls(os.path.join(RUN, "tls"))
 
@@ -101,17 +105,20 @@ def main() -> int:
                   f"\n  {'':12} serves {served.get('config')} + {served.get('image')}"
                   f"\n  {'':12} because {served.get('reason')}")
 
-        title("2. infra-0 first-boots into the custom pool 'infra'")
+        title("2. infra-0 and infra-1 first-boot into the custom pool 'infra'")
         infra = api.get(srv.url("/config/infra"),
                         headers={"Accept": "application/vnd.coreos.ignition+json;version=3.4.0"})
         image = infra.headers.get("X-Served-Image", "")
         with open(os.path.join(RUN, "infra-before.ign"), "wb") as f:
             f.write(infra.content)
         kargs = _served_kargs(infra.json())
-        print(f"  its boot image already runs {image} with kernel arguments {' '.join(kargs) or '(none)'}")
-        infra0 = make_node_root(os.path.join(RUN, "infra-0"), srv.base_url, "infra", ca_pem=tls.ca_pem(),
-                                token=TOKEN, node_name="infra-0", booted_image=image, cmdline=" ".join(kargs))
-        show(agent("firstboot", "--root", infra0))
+        print(f"  their boot image already runs {image} with kernel arguments {' '.join(kargs) or '(none)'}")
+        roots = {}
+        for name in ("infra-0", "infra-1"):
+            roots[name] = make_node_root(os.path.join(RUN, name), srv.base_url, "infra", ca_pem=tls.ca_pem(),
+                                         token=TOKEN, node_name=name, booted_image=image, cmdline=" ".join(kargs))
+            show(agent("firstboot", "--root", roots[name]), quiet_stderr=name != "infra-0")
+        infra0, infra1 = roots["infra-0"], roots["infra-1"]
         show(agent("status", "--root", infra0))
         with open(os.path.join(infra0, "etc/kubernetes/kubelet-env")) as f:
             print("  kubelet registers with: " + f.read().strip().replace("\n", "; "))
@@ -128,7 +135,7 @@ def main() -> int:
             with open(os.path.join(issue_dir, name)) as f:
                 print(textwrap.indent(f.read().rstrip(), "  | "))
 
-        title("4. the admin changes infra's chrony config")
+        title("4. the admin changes infra's chrony config; the server rolls it out a node at a time")
         before = _target(api, srv, "infra")
         mc = os.path.join(state, "machineconfigs", "50-infra.yaml")
         with open(mc) as f:
@@ -137,19 +144,21 @@ def main() -> int:
             f.write(text.replace("pool%20ntp.infra.example.com%20iburst", "pool%20ntp2.infra.example.com%20iburst"))
         new_target = _wait_for_new_target(api, srv, "infra", before)
         print(f"  pool infra's target is now {new_target}")
-        # What infra-0 itself will fetch: the pool's target, which only the node's own
-        # credential (kept by its first boot) may ask for by name.
-        credential = _node_credential(infra0)
-        after = api.get(srv.url("/config/infra"), params={"node": "infra-0"},
-                        headers={"Accept": "application/vnd.coreos.ignition+json;version=3.4.0",
-                                 "Authorization": f"Bearer {credential}"})
-        after.raise_for_status()
+        # What infra-0 itself will fetch: its desired config, which only the node's own credential
+        # (kept by its first boot) may ask for by name.
+        after = _member_fetch(api, srv, "infra-0", infra0)
         with open(os.path.join(RUN, "infra-after.ign"), "wb") as f:
             f.write(after.content)
         show(agent("plan", "--from", os.path.join(RUN, "infra-before.ign"), "--to",
                    os.path.join(RUN, "infra-after.ign"), "--policy",
                    os.path.join(state, "machineconfiguration.yaml")))
-        show(agent("update", "--once", "--root", infra0, "--node-name", "infra-0"))
+        print("  the server targets the nodes in turn (maxUnavailable 1): ROLLOUT says who updates, who waits")
+        client = _client_config(tls, srv.base_url)
+        show([os.path.join(BIN, "node-config-server"), "get", "nodes", "--config", client])
+        show(agent("update", "--once", "--root", infra1))  # not its turn: it says so and changes nothing
+        show(agent("update", "--once", "--root", infra0))
+        show(agent("update", "--once", "--root", infra1))  # infra-0 is done: infra-1's turn
+        show([os.path.join(BIN, "node-config-server"), "describe", "pool", "infra", "--config", client])
 
         title("5. pools and the cluster's progress over all pools")
         # exit 1: the cluster update is not complete (worker-0 is held back by its boot image)
@@ -201,6 +210,27 @@ def print_look_again(state: str, data: str, tls) -> None:
     print("  then, in another terminal:")
     for _, argv in commands[1:]:
         print("    " + shlex.join(argv))
+
+
+def _member_fetch(api, srv, node: str, root: str):
+    credential = _node_credential(root)
+    got = api.get(srv.url("/config/infra"), params={"node": node},
+                  headers={"Accept": "application/vnd.coreos.ignition+json;version=3.4.0",
+                           "Authorization": f"Bearer {credential}"})
+    got.raise_for_status()
+    return got
+
+
+def _client_config(tls, base_url: str) -> str:
+    """A client config for the demo's running server (its URL, CA and token)."""
+    token_file = os.path.join(RUN, "token")
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(TOKEN + "\n")
+    path = os.path.join(RUN, "client-during.yaml")
+    with open(path, "w") as f:
+        f.write(f"server: {base_url}\ncertificateAuthority: {tls.ca_cert}\ntokenFile: {os.path.abspath(token_file)}\n")
+    return path
 
 
 def _node_credential(root: str) -> str:

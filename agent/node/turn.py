@@ -74,18 +74,25 @@ def last_sent(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:
     return data if isinstance(data, dict) else None
 
 
+def not_its_turn(rollout: Optional[Dict[str, Any]]) -> bool:
+    """Whether the server said the node waits (or was deferred): the config it served then is the
+    one the node runs, for information; the node applies nothing (only its desired config, once
+    targeted, is to be applied)."""
+    return bool(rollout) and rollout.get("state") in ("waiting", "deferred")  # type: ignore[union-attr]
+
+
 def confirm_done(reporter: Any, pool: str, current: str, drifted: bool) -> bool:
-    """After a revert or a retarget the node is served the config it runs: a node that last
-    reported anything but Done on it says it is Done (the server then counts it again). Not while
-    its disk differs from the config (the drift report stands). Returns whether it reported."""
+    """After a revert or a retarget the node is served the config it runs: a node whose last
+    report was on its way to another config (Working or Degraded with another desiredConfig) says
+    it is Done on this one, so the server counts it again. Never while a reboot is pending, nor
+    over drift or a Degraded report about the config it runs (those stand until they clear).
+    Returns whether it reported."""
     last = last_sent(reporter.root, reporter.state_dir) or {}
-    if drifted or (last.get("state") == "Done" and last.get("currentConfig") == current
-                   and last.get("desiredConfig") in (None, current)):
+    elsewhere = last.get("desiredConfig") not in (None, "", current) and last.get("state") != "Done"
+    if not elsewhere or drifted or nodestate.reboot_pending(reporter.root, reporter.state_dir) is not None:
         return False
-    if not last:
-        return False  # nothing was ever reported from here (first boot reported Done itself)
-    log.info("served %s, the config this node runs: reporting Done on it (it last reported %s on %s)", current,
-             last.get("state"), last.get("desiredConfig") or last.get("currentConfig"))
+    log.info("served %s, the config this node runs: reporting Done on it (it last reported %s on its way to %s)",
+             current, last.get("state"), last.get("desiredConfig"))
     return reporter.send({"pool": pool, "state": "Done", "currentConfig": current, "desiredConfig": current})
 
 

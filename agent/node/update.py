@@ -140,6 +140,8 @@ class Updater:
             # pool: the pool's target, not only what a new node may have.
             result = self._fetch(record)
             self.rollout = turn.follow(self.root, self.state_dir, result.headers, self.rollout)
+            if turn.not_its_turn(self.rollout) and not forced:
+                return "waiting"  # the server serves what it runs, informational: nothing to apply
             if forced:
                 self._take_force()
             if result.status == 304 and not forced:
@@ -152,7 +154,7 @@ class Updater:
             except NodeAgentError as exc:
                 rec.finish("failed", exc.exit_code, error=str(exc), exc=exc)
                 self.reporter.send({"pool": record.get("pool") or self._pool(current), "state": "Degraded",
-                                    "currentConfig": current.name,
+                                    "currentConfig": current.name, "desiredConfig": getattr(self, "trying", None),
                                     "reason": getattr(exc, "reason", None) or str(exc).splitlines()[0]})
                 raise
         finally:
@@ -254,6 +256,7 @@ class Updater:
         with rec.stage("fetch"):
             target, served = self._target(record, current, result)
             rec.set(pool=served.pool, config=target.name)
+        self.trying = target.name  # a failure is reported as Degraded on its way to it
         etag = result.headers.get("ETag") if result.status != 304 else record.get("etag")
         same = target.name == current.name and target.ignition == current.ignition
         if same and not forced:

@@ -59,4 +59,30 @@ def make_node_root(top: str, server_url: str, pool: str, *, ca_pem: Optional[byt
     if cmdline:
         _write(os.path.join(top, "proc/cmdline"), cmdline + "\n")
     os.makedirs(os.path.join(top, "var/home/core"), exist_ok=True)
+    if not os.path.exists(os.path.join(top, BOOT_ID)):
+        reboot(top)
     return top
+
+
+BOOT_ID = "proc/sys/kernel/random/boot_id"
+
+
+def reboot(top: str) -> str:
+    """A reboot of a scratch root, as node-agent sees one: a new boot id (the kernel's, under
+    ``--root``). A reboot a first boot or an update asked for then ends on the next ``update``,
+    which reports Done (docs/operations.md, "A scratch root")."""
+    import uuid
+
+    boot = str(uuid.uuid4())
+    _write(os.path.join(top, BOOT_ID), boot + "\n")
+    return boot
+
+
+def not_layered(state: str) -> None:
+    """Leave the example state's layered OS image out (its MachineOSConfig and builds): a change to
+    infra's MachineConfigs then rolls out without waiting for an image build of the new rendered
+    config (the node controller's canLayeredPoolContinue), for tests about something else."""
+    import shutil
+
+    for sub in ("machineosconfigs", "machineosbuilds"):
+        shutil.rmtree(os.path.join(state, sub), ignore_errors=True)

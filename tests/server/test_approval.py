@@ -66,8 +66,9 @@ def pool(srv, name):
     return r.json()
 
 
-def drain(srv, node, pool_name):
-    return srv.node_session(node).post(srv.url(f"/api/v1/nodes/{node}/drain"), json={"pool": pool_name, "config": "c"})
+def drain(srv, node, pool_name, config):
+    """A lease for ``config``, the node's desired config (a node is drained only for that)."""
+    return srv.node_session(node).post(srv.url(f"/api/v1/nodes/{node}/drain"), json={"pool": pool_name, "config": config})
 
 
 def new_worker_target(srv, state):
@@ -117,22 +118,23 @@ def test_a_ghost_done_on_the_unproven_target_does_not_open_the_gate(tmp_path):
 def test_a_ghost_with_master_labels_takes_no_master_drain_lease(tmp_path):
     with start(tmp_path, "--auto-approve", "auto-[0-9]+") as srv:
         register(srv, "master-0", approve=True)
-        report(srv, "master-0", pool="master", state="Done", labels=MASTER)
+        c0 = pool(srv, "master")["spec"]["configuration"]["name"]
+        report(srv, "master-0", pool="master", state="Done", currentConfig=c0, labels=MASTER)
         assert pool(srv, "master")["status"]["machineCount"] == 1
         # A pending ghost claiming master: counted nowhere, no lease.
         register(srv, "ghost-m")
         report(srv, "ghost-m", pool="master", state="Working", labels=MASTER)
-        refused = drain(srv, "ghost-m", "master")
+        refused = drain(srv, "ghost-m", "master", c0)
         assert refused.status_code == 403 and "waits for approval" in refused.text
         # A ghost the --auto-approve rule let in: still no master membership without the admin.
         assert register(srv, "auto-7")["approval"] == "Approved"
         out = report(srv, "auto-7", pool="master", state="Working", labels=MASTER)
         assert out["pool"] == "" and "admin approved" in out["degradedReason"]
-        assert drain(srv, "auto-7", "master").status_code == 409
+        assert drain(srv, "auto-7", "master", c0).status_code == 409
         assert pool(srv, "master")["status"]["machineCount"] == 1
         assert pool(srv, "master")["status"]["drain"]["holders"] == []
         # The real master-0 gets the pool's only lease.
-        granted = drain(srv, "master-0", "master")
+        granted = drain(srv, "master-0", "master", c0)
         assert granted.status_code == 200, granted.text
         # Labels the admin vouches for decide the pool, not the reported ones.
         register(srv, "infra-0")
@@ -144,18 +146,19 @@ def test_a_ghost_with_master_labels_takes_no_master_drain_lease(tmp_path):
 
 def test_pending_ghosts_do_not_raise_max_unavailable(tmp_path):
     with start(tmp_path, "--max-pending", "25") as srv:
+        c0 = pool(srv, "worker")["spec"]["configuration"]["name"]
         for i in range(4):
             register(srv, f"worker-{i}", approve=True)
-            report(srv, f"worker-{i}", state="Done", labels=WORKER)
+            report(srv, f"worker-{i}", state="Done", currentConfig=c0, labels=WORKER)
         assert pool(srv, "worker")["status"]["drain"]["maxUnavailable"] == 1
         for i in range(21):
             register(srv, f"ghost-{i}")
             report(srv, f"ghost-{i}", state="Done", labels=WORKER)
         view = pool(srv, "worker")
         assert view["status"]["machineCount"] == 4 and view["status"]["drain"]["maxUnavailable"] == 1
-        assert drain(srv, "ghost-0", "worker").status_code == 403
-        assert drain(srv, "worker-0", "worker").status_code == 200
-        assert drain(srv, "worker-1", "worker").status_code == 429  # maxUnavailable is still 1
+        assert drain(srv, "ghost-0", "worker", c0).status_code == 403
+        assert drain(srv, "worker-0", "worker", c0).status_code == 200
+        assert drain(srv, "worker-1", "worker", c0).status_code == 429  # maxUnavailable is still 1
         # Approving one counts its kept report at once.
         assert as_admin(srv).post(srv.url("/api/v1/nodes/ghost-0/approve")).json()["pool"] == "worker"
         assert pool(srv, "worker")["status"]["machineCount"] == 5
@@ -218,7 +221,7 @@ def test_without_an_admin_token_a_new_name_is_pending_and_every_answer_says_how_
         answer = report(srv, "ghost-0", state="Done", labels=WORKER)
         assert answer["counted"] is False and "--admin-token-file" in answer["note"]
         assert pool(srv, "worker")["status"]["machineCount"] == 0
-        refused = drain(srv, "ghost-0", "worker")
+        refused = drain(srv, "ghost-0", "worker", "c")
         assert refused.status_code == 403 and "--auto-approve" in refused.text
         assert "approval: a newly registered name counts for nothing until approved" in srv.log_text()
 

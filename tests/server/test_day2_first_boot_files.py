@@ -15,7 +15,7 @@ import sys
 from agent.core.served import ANN, ANNOTATIONS_PATH, MCS_CONTENT_PATH, keep_first_boot_files
 from tests.helpers import paths
 from tests.helpers.certs import make_tls
-from tests.helpers.noderoot import make_node_root
+from tests.helpers.noderoot import make_node_root, not_layered, reboot
 from tests.helpers.server_proc import ServerProcess
 from tests.helpers.wait import wait_for
 
@@ -62,6 +62,7 @@ def read(root, path):
 def test_an_update_keeps_the_first_pivot_config_on_the_node(tmp_path):
     state = str(tmp_path / "state")
     shutil.copytree(EXAMPLES, state)
+    not_layered(state)
     with ServerProcess(state, tls=make_tls(str(tmp_path / "tls")), token=TOKEN) as srv:
         api = srv.session()
         root = make_node_root(str(tmp_path / "infra-d2"), srv.base_url, "infra", ca_pem=srv.tls.ca_pem(),
@@ -86,6 +87,7 @@ def test_an_update_keeps_the_first_pivot_config_on_the_node(tmp_path):
             api.get(srv.url("/api/v1/pools/infra")).json()["spec"]["configuration"]["name"]),
             "the server picks up the change", 30)  # the watcher's interval and settle time, with room
 
+        reboot(root)  # the reboot its first boot asked for: the node is Done, then the server targets it
         update = agent("update", "--once", "--root", root)
         assert update.returncode == 0, update.stderr
         assert read(root, "/etc/sysctl.d/90-day2.conf") == b"vm.swappiness=10"

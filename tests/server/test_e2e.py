@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import paths
 from tests.helpers.certs import make_tls
-from tests.helpers.noderoot import make_node_root
+from tests.helpers.noderoot import make_node_root, not_layered, reboot
 from tests.helpers.server_proc import ServerProcess
 from tests.helpers.wait import wait_for
 
@@ -154,11 +154,13 @@ def test_sigkill_in_every_stage_resumes_to_the_same_node(server, tmp_path, refer
 def test_update_waits_for_the_drain_lease_then_applies_and_reports(tmp_path):
     state = str(tmp_path / "state")
     shutil.copytree(EXAMPLES, state)
+    not_layered(state)
     tls = make_tls(str(tmp_path / "tls"))
     with ServerProcess(state, tls=tls, token=TOKEN, extra_args=["--lease-ttl", "6"]) as srv:
         api = srv.session()
         a = node(srv, tmp_path, "infra-a", "infra")
         assert agent("firstboot", "--root", a).returncode == 0
+        reboot(a)  # the reboot its first boot asked for: the node is Done, then the server targets it
         old_target = api.get(srv.url("/api/v1/pools/infra")).json()["spec"]["configuration"]["name"]
 
         # A disruptive change: a file no policy entry covers needs a reboot, so a drain first.

@@ -108,7 +108,7 @@ def test_day2_refusal_end_to_end_exit_65_nothing_written(tmp_path, change, words
 
     from agent.cli import main as agent_main
     from tests.helpers.certs import make_tls
-    from tests.helpers.noderoot import make_node_root
+    from tests.helpers.noderoot import make_node_root, reboot
     from tests.helpers.server_proc import ServerProcess
     from tests.server.test_mco_corpus import EXAMPLES
 
@@ -121,6 +121,7 @@ def test_day2_refusal_end_to_end_exit_65_nothing_written(tmp_path, change, words
         os.makedirs(os.path.join(top, "proc/sys/crypto"))
         open(os.path.join(top, "proc/sys/crypto/fips_enabled"), "w").write("0\n")
         assert agent_main(["firstboot", "--root", top]) == 0
+        reboot(top)  # the reboot its first boot asked for: Done, the server then targets it
         before = _tree(top)
         old = api.get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"]
         with open(os.path.join(state, "machineconfigs", "90-change.yaml"), "w") as f:

@@ -152,7 +152,7 @@ def test_metrics_and_healthz(shared):
 
 # -- gating and rollout -------------------------------------------------------------------------
 
-def test_gating_rollout_hold_and_state_reload(tmp_path, tls):
+def test_gating_a_second_change_is_the_target_at_once_and_the_state_survives_a_restart(tmp_path, tls):
     state = copy_state(tmp_path)
     with ServerProcess(str(state), tls=tls, token=TOKEN) as srv:
         c0 = pool_view(srv, "worker")["spec"]["configuration"]["name"]
@@ -164,6 +164,7 @@ def test_gating_rollout_hold_and_state_reload(tmp_path, tls):
         view = pool_view(srv, "worker")
         assert view["status"]["configuration"]["name"] == c0  # current: w1 is not on t1 yet
         assert view["status"]["served"]["config"] == c0 and "no node runs the target" in view["status"]["served"]["reason"]
+        assert view["status"]["rollout"]["updating"] == ["w1"]  # the server targeted it (maxUnavailable 1)
         pending = view["status"]["pendingDisruption"]  # a kernel argument change: reboot (and drain)
         assert pending["from"] == c0 and pending["to"] == t1 and pending["reboot"] is True
         assert [a["type"] for a in pending["actions"]] == ["Reboot"]
@@ -171,48 +172,58 @@ def test_gating_rollout_hold_and_state_reload(tmp_path, tls):
         cluster = srv.session().get(srv.url("/api/v1/cluster")).json()
         assert not cluster["complete"] and cluster["pools"]["master"]["complete"]
         assert any(b["pool"] == "worker" and b["reason"].startswith("updating") for b in cluster["blocking"])
-        # Another change while the rollout of t1 is incomplete: held, and said so.
+        # Another change while the rollout of t1 is incomplete: the target at once (a revert would be too);
+        # w1, targeted to t1 and not done, keeps its target until it is (the node controller's rule).
         edit_yaml(state / "machineconfigs" / "00-worker.yaml", "- quiet", "- quiet\n  - loglevel=3")
-        wait_for(lambda: pool_view(srv, "worker")["status"]["held"], "held rollout", PICKED_UP)
-        view = pool_view(srv, "worker")
-        assert view["spec"]["configuration"]["name"] == t1 and "incomplete" in view["status"]["held"]
-        cluster = srv.session().get(srv.url("/api/v1/cluster")).json()
-        assert any("force-rollout" in b["reason"] for b in cluster["blocking"])
-        # One node proves t1: served switches; all nodes done: current moves, the held config starts.
+        t2 = wait_for(lambda: (lambda n: n not in (c0, t1) and n)(pool_view(srv, "worker")["spec"]["configuration"]["name"]),
+                      "the second change is the target", PICKED_UP)
+        assert not pool_view(srv, "worker")["status"]["held"]
         # A Done proves only a config served to that node as itself (docs/security.md "Identity"):
-        # w1, a member, fetches with its credential and gets the target.
+        # w1, a member, fetches with its credential and gets its desired config, t1.
         got = srv.node_session("w1").get(srv.url("/config/worker"), headers={"Accept": IGN + "3.4.0"})
         assert got.status_code == 200 and got.headers["X-Served-Config"] == t1, got.headers
+        assert got.headers["X-Rollout"] == "updating"
         report(srv, "w1", pool="worker", state="Done", currentConfig=t1, desiredConfig=t1)
+        # Done on t1: its slot is free, and the server targets it to t2 at once.
+        got = srv.node_session("w1").get(srv.url("/config/worker"), headers={"Accept": IGN + "3.4.0"})
+        assert got.headers["X-Served-Config"] == t2 and got.headers["X-Rollout"] == "updating", got.headers
         view = pool_view(srv, "worker")
-        assert view["status"]["configuration"]["name"] == t1
-        t2 = view["spec"]["configuration"]["name"]
-        assert t2 not in (c0, t1) and not view["status"]["held"]
-        assert view["status"]["served"]["config"] == t1  # t2 runs nowhere yet
+        assert view["status"]["configuration"]["name"] == c0  # current moves once every node is Done on the target
+        assert view["status"]["served"]["config"] == c0 and view["status"]["rollout"]["updating"] == ["w1"]
         history = [(h["field"], h["config"]) for h in view["status"]["history"]]
-        assert ("target", t1) in history and ("current", t1) in history and ("target", t2) in history
-        # Restart: history, reports and pool state survive (SQLite).
+        assert ("target", t1) in history and ("target", t2) in history
+        # Restart: history, reports, the rollout and pool state survive (SQLite).
         srv.stop()
         srv.start()
         after = pool_view(srv, "worker")
-        assert after["spec"]["configuration"]["name"] == t2 and after["status"]["configuration"]["name"] == t1
+        assert after["spec"]["configuration"]["name"] == t2 and after["status"]["configuration"]["name"] == c0
         assert [(h["field"], h["config"]) for h in after["status"]["history"]] == history
+        assert after["status"]["rollout"]["updating"] == ["w1"]
         assert srv.session().get(srv.url("/api/v1/nodes/w1")).json()["report"]["currentConfig"] == t1
         assert after["status"]["machineCount"] == 1 and after["status"]["updatedMachineCount"] == 0
 
 
-def test_paused_pool_keeps_its_target(tmp_path, tls):
+def test_a_paused_pool_moves_its_target_and_targets_no_node(tmp_path, tls):
     state = copy_state(tmp_path)
-    edit_yaml(state / "machineconfigpools" / "master.yaml", "maxUnavailable: 1", "maxUnavailable: 1\n  paused: true")
+    edit_yaml(state / "machineconfigpools" / "infra.yaml", "maxUnavailable: 1", "maxUnavailable: 1\n  paused: true")
     with ServerProcess(str(state), tls=tls, token=TOKEN) as srv:
-        m0 = pool_view(srv, "master")["spec"]["configuration"]["name"]
-        edit_yaml(state / "machineconfigs" / "00-master.yaml", "- systemd.unified_cgroup_hierarchy=1",
-                  "- systemd.unified_cgroup_hierarchy=1\n  - quiet")
-        wait_for(lambda: pool_view(srv, "master")["status"]["held"], "paused hold", PICKED_UP)
-        view = pool_view(srv, "master")
-        assert view["spec"]["configuration"]["name"] == m0 and view["status"]["rendered"] != m0
+        i0 = pool_view(srv, "infra")["spec"]["configuration"]["name"]
+        report(srv, "i1", pool="infra", state="Done", currentConfig=i0, desiredConfig=i0)
+        edit_yaml(state / "machineconfigs" / "50-infra.yaml", "      files:\n",
+                  "      files:\n      - path: /etc/paused\n        contents:\n          source: data:,x\n")
+        # As upstream's render controller: spec.configuration moves; the node controller targets nobody.
+        i1 = wait_for(lambda: (lambda n: n != i0 and n)(pool_view(srv, "infra")["spec"]["configuration"]["name"]),
+                      "the paused pool's new target", PICKED_UP)
+        view = pool_view(srv, "infra")
+        assert view["status"]["configuration"]["name"] == i0 and view["status"]["rollout"]["waiting"] == ["i1"]
+        conds = {c["type"]: c for c in view["status"]["conditions"]}
+        assert conds["Updating"]["status"] == "False" and conds["Updating"]["message"] == \
+            f"Pool is paused; will not update to MachineConfig {i1}"
+        got = srv.node_session("i1").get(srv.url("/config/infra"), headers={"Accept": IGN + "3.4.0"})
+        assert got.headers["X-Served-Config"] == i0 and got.headers["X-Rollout"] == "waiting"
+        assert "paused" in got.headers["X-Rollout-Reason"]
         blocking = srv.session().get(srv.url("/api/v1/cluster")).json()["blocking"]
-        assert any(b["pool"] == "master" and "paused" in b["reason"] for b in blocking)
+        assert any(b["pool"] == "infra" and "paused" in b["reason"] for b in blocking)
 
 
 def test_layered_image_served_only_when_proven(tmp_path, tls):

@@ -15,7 +15,7 @@ import pytest
 
 from agent.cli import main as agent_main
 from tests.helpers.certs import make_tls
-from tests.helpers.noderoot import make_node_root
+from tests.helpers.noderoot import make_node_root, reboot
 from tests.helpers.server_proc import ServerProcess
 from tests.helpers.wait import wait_for
 from tests.server.test_mco_corpus import EXAMPLES
@@ -61,6 +61,7 @@ def cluster(tmp_path):
         top = make_node_root(str(tmp_path / "w"), srv.base_url, "worker", ca_pem=srv.tls.ca_pem(), token=TOKEN,
                              node_name="w-drift")
         assert agent_main(["firstboot", "--root", top]) == 0
+        reboot(top)  # the reboot its first boot asked for: the node is Done, then the server targets it
         yield srv, state, top
 
 
@@ -70,24 +71,9 @@ def test_drift_is_degraded_refuses_an_update_and_force_recovers(cluster, tmp_pat
     path = os.path.join(top, DRIFTED.lstrip("/"))
     assert open(path, "rb").read() == ORIGINAL
     assert agent_main(["update", "--once", "--root", top]) == 0
-    with open(path, "w") as f:
-        f.write("fs.inotify.max_user_watches = 1\n")
+    current = api.get(srv.url("/api/v1/nodes/w-drift")).json()["report"]["currentConfig"]
 
-    # Detected on the next pass: Degraded, naming the path and what differs.
-    assert agent_main(["update", "--once", "--root", top]) == 0
-    code, st = status(top)
-    assert code == 2 and st["result"] == "degraded"
-    assert [d["path"] for d in st["drift"]["drifted"]] == [DRIFTED]
-    assert st["drift"]["drifted"][0]["differences"][0].startswith("content differs (sha256 ")
-    report = api.get(srv.url("/api/v1/nodes/w-drift")).json()["report"]
-    current = report["currentConfig"]
-    assert report["state"] == "Degraded"
-    assert report["reason"].startswith(f"unexpected on-disk state validating against {current}")
-    text = describe(srv, tmp_path, "w-drift")
-    assert f"State:               Degraded (unexpected on-disk state validating against {current}" in text
-    assert f"{DRIFTED}: content differs (sha256 " in text
-
-    # A new target is not applied over the drift (the MCD's rule): exit 79, saying why.
+    # The server targets the node to a new config; meanwhile a file of its current config changes.
     with open(os.path.join(state, "machineconfigs", "90-day2.yaml"), "w") as f:
         f.write("apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n"
                 "  name: 90-day2\n  labels: {machineconfiguration.openshift.io/role: worker}\nspec:\n"
@@ -96,6 +82,12 @@ def test_drift_is_degraded_refuses_an_update_and_force_recovers(cluster, tmp_pat
                 "      - path: /etc/sysctl.d/90-day2.conf\n        mode: 420\n"
                 "        contents: {source: 'data:,vm.swappiness%3D10'}\n")
     target = wait_for_new_target(api, srv, current)
+    assert api.get(srv.url("/api/v1/pools/worker")).json()["status"]["rollout"]["updating"] == ["w-drift"]
+    with open(path, "w") as f:
+        f.write("fs.inotify.max_user_watches = 1\n")
+
+    # Detected on the next pass (Degraded, naming the path and what differs), and the target is not
+    # applied over the drift (the MCD's rule): exit 79, saying why.
     capsys.readouterr()
     assert agent_main(["update", "--once", "--root", top]) == 79
     err = capsys.readouterr().err
@@ -104,6 +96,14 @@ def test_drift_is_degraded_refuses_an_update_and_force_recovers(cluster, tmp_pat
     assert not os.path.exists(os.path.join(top, "etc/sysctl.d/90-day2.conf"))
     code, st = status(top)
     assert code == 2 and st["result"] == "degraded" and st["exitCode"] == 79
+    assert [d["path"] for d in st["drift"]["drifted"]] == [DRIFTED]
+    assert st["drift"]["drifted"][0]["differences"][0].startswith("content differs (sha256 ")
+    report = api.get(srv.url("/api/v1/nodes/w-drift")).json()["report"]
+    assert report["state"] == "Degraded"
+    assert report["reason"].startswith(f"unexpected on-disk state validating against {current}")
+    text = describe(srv, tmp_path, "w-drift")
+    assert f"State:               Degraded (unexpected on-disk state validating against {current}" in text
+    assert f"{DRIFTED}: content differs (sha256 " in text
 
     # Forced: validation skipped once, the target applied, the drifted file rewritten, no reboot.
     assert agent_main(["update", "--once", "--force", "--root", top]) == 0

@@ -82,9 +82,9 @@ def test_conditions_when_the_rollout_is_done_and_when_held():
                                 "message": f"All nodes are updated with MachineConfig {TARGET}",
                                 "lastTransitionTime": "2026-11-22T09:30:00Z"}
     assert conds["Degraded"]["status"] == "False" and conds["Degraded"]["reason"] == ""
-    held = progress.conditions(counts(updated=3), TARGET, TARGET, "pool is paused: the new rendered config x waits")
+    held = progress.conditions(counts(updated=3), TARGET, TARGET, "rolled back by the admin at ... from x to y")
     held_cond = {c["type"]: c for c in held}["RenderHeld"]
-    assert held_cond["reason"] == "PoolPaused" and held_cond["message"].startswith("pool is paused")
+    assert held_cond["reason"] == "RolledBack" and held_cond["message"].startswith("rolled back by the admin")
     assert all("lastTransitionTime" not in c for c in held)  # no history: no time made up
 
 
@@ -117,7 +117,7 @@ def node(name, reason="", state="Degraded"):
 def test_get_nodes_fits_100_columns_with_a_long_name_and_reason_leaving_out_skew_and_reported():
     text = views.nodes_table([node(LONG_NAME, LONG_REASON), node("w1", state="Done")], NOW)
     lines = text.splitlines()
-    assert lines[0].split() == ["NAME", "POOL", "STATE", "UPDATED", "CONFIG", "REASON"]  # SKEW, REPORTED left out
+    assert lines[0].split() == ["NAME", "POOL", "STATE", "UPDATED", "ROLLOUT", "CONFIG", "REASON"]  # SKEW, REPORTED left out
     assert max(map(len, lines)) <= 100, text
     assert "…" in lines[1] and lines[1].split()[0].startswith("worker-nnn") and "rpm-ostree failed" in lines[1]
     assert lines[2].split()[:3] == ["w1", "worker", "Done"]

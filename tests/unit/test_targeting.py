@@ -3,7 +3,13 @@
 
 import pytest
 
-from agent.core.rolloutpolicy import PRIORITY_LABEL, RolloutPolicy, parse_duration, policy_problems, rollout_policy
+from agent.core.rolloutpolicy import (
+    PRIORITY_LABEL,
+    RolloutPolicy,
+    parse_duration,
+    policy_problems,
+    rollout_policy,
+)
 from agent.server.rollout import targeting
 from agent.server.rollout.targeting import Member
 
@@ -48,12 +54,12 @@ def test_candidates_and_capacity_are_getAllCandidateMachines():
 
 def test_a_change_reaches_only_maxUnavailable_nodes_and_a_failing_one_halts_the_rollout():
     nodes = fleet(4)
-    first = targeting.step(nodes, {}, B, None, 1, UPSTREAM, False, 100.0)
+    first = targeting.step(nodes, {}, B, None, 1, UPSTREAM, "", 100.0)
     assert first.targeted == ["w0"] and set(first.rollout["targets"]) == {"w0"}
     assert "maxUnavailable 1" in first.waiting and "w0" in first.waiting
     # w0 tried B and failed: nobody else is targeted, and the pool says which node failed
     failing = with_reports(nodes, w0=failed(A, B))
-    again = targeting.step(failing, first.rollout, B, None, 1, UPSTREAM, False, 110.0)
+    again = targeting.step(failing, first.rollout, B, None, 1, UPSTREAM, "", 110.0)
     assert again.targeted == [] and set(again.rollout["targets"]) == {"w0"}
     assert again.halted.startswith("rollout halted: 1 node(s) failed on the target (w0)")
     states = {m.name: targeting.node_state(m, again.rollout, B, None)[0] for m in failing}
@@ -64,19 +70,19 @@ def test_a_revert_retargets_the_failing_node_at_once_and_touches_no_other():
     nodes = with_reports(fleet(4), w0=failed(A, B))
     halted = targeting.step(nodes, {"config": B, "targets": {"w0": {"config": B, "at": 100.0}}}, B, None, 1,
                             UPSTREAM, False, 110.0)
-    reverted = targeting.step(nodes, halted.rollout, A, None, 1, UPSTREAM, False, 120.0)
+    reverted = targeting.step(nodes, halted.rollout, A, None, 1, UPSTREAM, "", 120.0)
     assert reverted.targeted == ["w0"] and reverted.rollout["targets"]["w0"]["config"] == A
     assert not reverted.halted and reverted.rollout["config"] == A
     # w0 reports Done on A: the entry goes (its report says the same), nothing is left to do
-    back = targeting.step(with_reports(nodes, w0=done(A)), reverted.rollout, A, None, 1, UPSTREAM, False, 130.0)
+    back = targeting.step(with_reports(nodes, w0=done(A)), reverted.rollout, A, None, 1, UPSTREAM, "", 130.0)
     assert back.rollout["targets"] == {} and back.targeted == []
 
 
 def test_each_node_done_frees_its_slot_for_the_next_and_its_time_is_kept():
     nodes = fleet(3)
-    rollout = targeting.step(nodes, {}, B, None, 1, UPSTREAM, False, 100.0).rollout
+    rollout = targeting.step(nodes, {}, B, None, 1, UPSTREAM, "", 100.0).rollout
     nodes = with_reports(nodes, w0=done(B))
-    second = targeting.step(nodes, rollout, B, None, 1, UPSTREAM, False, 112.5)
+    second = targeting.step(nodes, rollout, B, None, 1, UPSTREAM, "", 112.5)
     assert second.targeted == ["w1"] and second.rollout["durations"] == [12.5]
     assert set(second.rollout["targets"]) == {"w1"}
 
@@ -85,14 +91,14 @@ def test_a_failure_budget_halts_earlier_or_later_than_upstream():
     nodes = with_reports(fleet(10), w0=failed(A, B))
     rollout = {"config": B, "targets": {"w0": {"config": B, "at": 1.0}}}
     # maxUnavailable 5, budget 1: the first failure halts the rollout (upstream would go on with 4 more)
-    one = targeting.step(nodes, rollout, B, None, 5, RolloutPolicy(failure_budget=1), False, 2.0)
+    one = targeting.step(nodes, rollout, B, None, 5, RolloutPolicy(failure_budget=1), "", 2.0)
     assert one.targeted == [] and "failure budget is 1" in one.halted
-    upstream = targeting.step(nodes, rollout, B, None, 5, UPSTREAM, False, 2.0)
+    upstream = targeting.step(nodes, rollout, B, None, 5, UPSTREAM, "", 2.0)
     assert len(upstream.targeted) == 4 and not upstream.halted
     # maxUnavailable 1, budget 3: a failure no longer takes the only slot (upstream halts)
-    three = targeting.step(nodes, rollout, B, None, 1, RolloutPolicy(failure_budget=3), False, 2.0)
+    three = targeting.step(nodes, rollout, B, None, 1, RolloutPolicy(failure_budget=3), "", 2.0)
     assert three.targeted == ["w1"] and not three.halted
-    assert targeting.step(nodes, rollout, B, None, 1, UPSTREAM, False, 2.0).halted
+    assert targeting.step(nodes, rollout, B, None, 1, UPSTREAM, "", 2.0).halted
 
 
 def test_order_is_zone_then_oldest_as_sortNodeList_with_the_priority_label_first():
@@ -105,46 +111,51 @@ def test_order_is_zone_then_oldest_as_sortNodeList_with_the_priority_label_first
     assert [m.name for m in targeting.sort_node_list(nodes)] == ["old-a", "young-a", "old-b", "nozone-old", "canary"]
     assert [m.name for m in targeting.rollout_order(nodes)] == ["canary", "old-a", "young-a", "old-b", "nozone-old"]
     assert [m.name for m in targeting.rollout_order(nodes, deferred=["canary", "old-a"])][-2:] == ["canary", "old-a"]
-    got = targeting.step(nodes, {}, B, None, 2, UPSTREAM, False, 1.0)
+    got = targeting.step(nodes, {}, B, None, 2, UPSTREAM, "", 1.0)
     assert got.targeted == ["canary", "old-a"]
 
 
 def test_a_canary_goes_first_and_the_rest_waits_its_time_after_it_is_done():
     nodes = fleet(4)
     policy = RolloutPolicy(canary_nodes=1, canary_wait=600.0)
-    first = targeting.step(nodes, {}, B, None, 2, policy, False, 100.0)
+    first = targeting.step(nodes, {}, B, None, 2, policy, "", 100.0)
     assert first.targeted == ["w0"] and "canary" in first.waiting
     nodes = with_reports(nodes, w0=done(B))
-    done_at = targeting.step(nodes, first.rollout, B, None, 2, policy, False, 200.0)
+    done_at = targeting.step(nodes, first.rollout, B, None, 2, policy, "", 200.0)
     assert done_at.targeted == [] and done_at.rollout["canaryAt"] == 200.0 and "600 s more" in done_at.waiting
-    assert targeting.step(nodes, done_at.rollout, B, None, 2, policy, False, 799.0).targeted == []
-    assert targeting.step(nodes, done_at.rollout, B, None, 2, policy, False, 800.0).targeted == ["w1", "w2"]
+    assert targeting.step(nodes, done_at.rollout, B, None, 2, policy, "", 799.0).targeted == []
+    assert targeting.step(nodes, done_at.rollout, B, None, 2, policy, "", 800.0).targeted == ["w1", "w2"]
 
 
-def test_a_paused_pool_targets_nobody():
-    got = targeting.step(fleet(3), {}, B, None, 3, UPSTREAM, True, 1.0)
+def test_a_paused_pool_or_a_layered_one_whose_image_is_not_built_targets_nobody():
+    paused = targeting.hold_reason(B, True, False, None, "")
+    got = targeting.step(fleet(3), {}, B, None, 3, UPSTREAM, paused, 1.0)
     assert got.targeted == [] and "paused" in got.waiting
+    building = targeting.hold_reason(B, False, True, None, "no MachineOSBuild of MachineOSConfig infra for " + B)
+    got = targeting.step(fleet(3), {}, B, None, 3, UPSTREAM, building, 1.0)
+    assert got.targeted == [] and "not ready (no MachineOSBuild" in got.waiting
+    assert targeting.hold_reason(B, False, True, "reg/infra@sha256:1", "") == ""
 
 
 def test_a_node_nodeagent_does_not_speak_for_is_counted_but_never_targeted():
     nodes = fleet(2) + [Member("mcd", {"state": "Working", "currentConfig": A, "desiredConfig": B}, ours=False)]
-    got = targeting.step(nodes, {}, B, None, 2, UPSTREAM, False, 1.0)
+    got = targeting.step(nodes, {}, B, None, 2, UPSTREAM, "", 1.0)
     assert got.targeted == ["w0"]  # mcd is unavailable (working on B): one slot left, and never its own
     assert targeting.node_state(nodes[2], got.rollout, B, None)[0] == "Unmanaged"
 
 
 def test_a_deferred_node_keeps_its_config_gives_its_slot_and_is_tried_again_last():
     nodes = fleet(3)
-    rollout = targeting.step(nodes, {}, B, None, 1, UPSTREAM, False, 1.0).rollout  # w0 targeted
+    rollout = targeting.step(nodes, {}, B, None, 1, UPSTREAM, "", 1.0).rollout  # w0 targeted
     rollout = targeting.defer(rollout, "w0", A, "PodDisruptionBudget app/web held its drain", 2.0)
     assert rollout["targets"]["w0"]["config"] == A and rollout["targets"]["w0"]["deferred"]["from"] == B
-    nxt = targeting.step(nodes, rollout, B, None, 1, UPSTREAM, False, 3.0)
+    nxt = targeting.step(nodes, rollout, B, None, 1, UPSTREAM, "", 3.0)
     assert nxt.targeted == ["w1"] and targeting.node_state(nodes[0], nxt.rollout, B, None)[0] == "Deferred"
     nodes = with_reports(nodes, w1=done(B))
-    nxt = targeting.step(nodes, nxt.rollout, B, None, 1, UPSTREAM, False, 4.0)
+    nxt = targeting.step(nodes, nxt.rollout, B, None, 1, UPSTREAM, "", 4.0)
     assert nxt.targeted == ["w2"]
     nodes = with_reports(nodes, w2=done(B))
-    last = targeting.step(nodes, nxt.rollout, B, None, 1, UPSTREAM, False, 5.0)
+    last = targeting.step(nodes, nxt.rollout, B, None, 1, UPSTREAM, "", 5.0)
     assert last.targeted == ["w0"] and last.rollout["targets"]["w0"] == {"config": B, "at": 5.0}
 
 

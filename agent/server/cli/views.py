@@ -19,13 +19,15 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from agent.server.cli.rolloutview import node_rollout_cell, node_rollout_line, pool_rollout_lines
+
 WIDTH = 100
 GAP = "  "
 ELLIPSIS = "…"
 
 POOL_COLUMNS = ("NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINES", "READY", "UPDATED-M",
                 "DEGRADED-M", "AGE")
-NODE_COLUMNS = ("NAME", "POOL", "STATE", "UPDATED", "CONFIG", "SKEW", "REPORTED", "REASON")
+NODE_COLUMNS = ("NAME", "POOL", "STATE", "UPDATED", "ROLLOUT", "CONFIG", "SKEW", "REPORTED", "REASON")
 POOL_OPTIONAL = ("DEGRADED-M", "UPDATED-M", "READY")  # left out first, in this order, when a table does not fit
 NODE_OPTIONAL = ("SKEW", "REPORTED")
 MIN_CELL = 12  # a cut cell keeps at least this many characters (its header's, when longer)
@@ -239,6 +241,7 @@ def describe_pool(pool: Dict[str, Any], now: float) -> str:
         f"Max unavailable:     {drain.get('maxUnavailable', '')} (draining: "
         f"{', '.join(drain.get('holders') or []) or 'none'})",
         *(f"  {node}: {_drain_text(d, now)}" for node, d in sorted((drain.get("nodes") or {}).items())),
+        *pool_rollout_lines(st),
         "Served to new nodes:",
         f"  Config:            {served.get('config', '')}",
         f"  Image:             {served.get('image') or '<none>'}",
@@ -302,7 +305,7 @@ def nodes_table(nodes: List[Dict[str, Any]], now: float, wide: bool = False, wid
             rep = n.get("report") or {}
             reported = parse_time(n.get("reportedAt"))
             rows.append([n.get("name", ""), n.get("pool", "") or "<none>", str(rep.get("state", "")),
-                         str(bool(n.get("updated"))), short(rep.get("currentConfig", "") or "-"),
+                         str(bool(n.get("updated"))), node_rollout_cell(n), short(rep.get("currentConfig", "") or "-"),
                          rep.get("skew", "") or "-", age(None if reported is None else now - reported),
                          node_reason(n)])
         return rows
@@ -314,7 +317,8 @@ def node_reason(node: Dict[str, Any]) -> str:
     """Why a node is not simply Done: the server's degraded reason, else the node's own; its
     first line in a table (a node's on-disk drift names each path on a line of its own:
     ``describe node`` shows them all)."""
-    text = str(node.get("degradedReason") or (node.get("report") or {}).get("reason") or "")
+    text = str(node.get("degradedReason") or (node.get("report") or {}).get("reason")
+               or (node.get("rollout") or {}).get("reason") or "")
     return text.split("\n", 1)[0]
 
 
@@ -338,6 +342,7 @@ def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: flo
         f"Last report:         {age(None if reported is None else now - reported)} ago",
         f"Current config:      {rep.get('currentConfig') or '<none>'}",
         f"Desired config:      {rep.get('desiredConfig') or '<none>'}",
+        *node_rollout_line(node),
         f"First pivot config:  {rep.get('firstPivotConfig') or '<none>'}",
         f"Current image:       {rep.get('currentImage') or '<none>'}",
         f"Boot image:          {rep.get('bootImage') or '<unknown>'}",

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
 from agent.core.rolloutpolicy import rollout_policy
-from agent.server.rollout import progress, targeting
+from agent.server.rollout import gating, progress, targeting
 from agent.server.rollout.targeting import Member
 from agent.server.store.nodestore import SERVER_KEY, NodeRecord, PoolRow
 from agent.server.store.stateformat import State
@@ -89,10 +89,11 @@ class RolloutControl:
             rollout = dict(row.rollout) if row else {}
             if step.unpin:
                 rollout.pop("pinned", None)
-            image = self._layered(st, name, step.target)
+            image, image_why = gating.layered_image_info(name, step.target, st.os_configs, st.os_builds)
+            hold = targeting.hold_reason(step.target, bool(spec.get("paused")),
+                                         gating.os_config_for_pool(name, st.os_configs) is not None, image, image_why)
             limit = parse_max_unavailable(spec.get("maxUnavailable"), len(members))
-            decision = targeting.step(members, rollout, step.target, image, limit, policy,
-                                      bool(spec.get("paused")), now)
+            decision = targeting.step(members, rollout, step.target, image, limit, policy, hold, now)
             new = PoolRow(name, step.target, step.current, step.held, rendered, decision.rollout)
             seen["step"] = (row, new, decision, image)
             if new == row:
@@ -154,23 +155,37 @@ class RolloutControl:
 
     # -- what a member gets ------------------------------------------------------------------------
 
-    def desired_for(self, rec: Optional[NodeRecord], row: PoolRow) -> Tuple[str, str, str]:
-        """(config, rollout state, why) of a member fetching its config: the config the server
-        targeted for it; a node not targeted keeps what it runs (a rendered config this server
-        knows), else the pool's current one (what every counted node is Done on)."""
+    def desired_for(self, rec: Optional[NodeRecord], row: PoolRow,
+                    pool_image: Optional[str] = None) -> Tuple[str, Optional[str], str, str]:
+        """(config, image or None, rollout state, why) of a member fetching its config: the config
+        the server targeted for it, with the image targeted (None: the config's own, layered or
+        base). A node not targeted desires what it reports (a config this server knows, else the
+        pool's current one); it is "waiting" unless that is the pool's target (and, on a layered
+        pool, it runs the pool's image ``pool_image``), and then it is served the image it runs,
+        for information only: node-agent applies nothing while it waits."""
         node = rec.node if rec is not None else ""
         report = rec.report if rec is not None else {}
+        if rec is not None and in_first_boot(rec):  # no member of the pool yet: its first boot gets the target
+            return row.target, None, "updating", "its first boot is not done: it gets the pool's target"
         entry = targeting.entry_of(row.rollout, node)
         config = targeting.desired_of(report, entry)[0]
         if not config or self.spec_of(config) is None:
             config = row.current
         if entry is not None and entry.get("deferred"):
-            return config, "deferred", str(entry["deferred"].get("why") or "")
-        if config == row.target:
+            return config, None, "deferred", str(entry["deferred"].get("why") or "")
+        on_target = config == row.target and (not pool_image or report.get("currentImage") == pool_image)
+        if entry is not None or on_target:
             done = report.get("state") == "Done" and report.get("currentConfig") == config
-            return config, "done" if done else "updating", "" if done else f"targeted to {config}"
-        why = str(row.rollout.get("halted") or row.rollout.get("waiting") or "")
-        return config, "waiting", (f"waiting for its turn to update to {row.target}" + (f": {why}" if why else ""))
+            later = "" if config == row.target else f" (an earlier target: the pool's is now {row.target})"
+            return config, entry.get("image") if entry else None, "done" if done else "updating", \
+                "" if done else f"targeted to {config}{later}"
+        if report.get("state") != "Done":  # its own update or reboot is not over: the server waits for it
+            why = f"it is not Done on {report.get('currentConfig') or config} yet ({report.get('state') or 'no report'}" + \
+                (f": {report['reason']}" if report.get("reason") else "") + "); a node is targeted once it is"
+        else:
+            why = str(row.rollout.get("halted") or row.rollout.get("waiting") or "")
+        running = str(report.get("currentImage") or "") or None
+        return config, running, "waiting", (f"waiting for its turn to update to {row.target}" + (f": {why}" if why else ""))
 
     # -- the admin's rollback, a deferred drain ------------------------------------------------
 
@@ -246,10 +261,18 @@ def rollback_plan(row: PoolRow, history: List[Dict[str, Any]], undo: bool) -> Di
                         f"{row.target} waits until the MachineConfigs change (or rollback pool {row.name} --undo)")}
 
 
-def counted(rec: NodeRecord) -> bool:
-    """A record that counts in its pool (a registration waiting for approval does not)."""
+def in_first_boot(rec: NodeRecord) -> bool:
+    """The node's newest report came from a first boot that is not Done (the server's mark)."""
     mark = rec.report.get(SERVER_KEY)
-    return bool(rec.pool) and not (isinstance(mark, dict) and mark.get("pending"))
+    return isinstance(mark, dict) and bool(mark.get("firstBoot"))
+
+
+def counted(rec: NodeRecord) -> bool:
+    """A record that is a member of its pool for the targeting: not a registration waiting for
+    approval, nor a node whose first boot is not Done yet (upstream it is no Node yet: its kubelet
+    starts after the first boot; it is targeted once it reports Done)."""
+    mark = rec.report.get(SERVER_KEY)
+    return bool(rec.pool) and not (isinstance(mark, dict) and mark.get("pending")) and not in_first_boot(rec)
 
 
 def member_of_record(rec: NodeRecord, created: float) -> Member:

@@ -297,8 +297,11 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl):
         st = self.state()
         reg = self.store.registration(node)
         previous = self.store.node(node)
+        first_boot = bool(body.get("firstPivotConfig")) and body.get("state") != "Done"
         body = with_first_boot_facts(previous.report if previous is not None else None, body)
         body = self._marked(st, node, body, reg)
+        if first_boot:  # not a member the server targets until its first boot is Done (rolloutctl.counted)
+            body[SERVER_KEY] = dict(body.get(SERVER_KEY) or {}, firstBoot=True)
         member = progress.membership(body, st.pools, self.pool_of_rendered)
         recorded = self.store.record_report(node, body, member, time.time())
         # Only the pools this node left or joined can step (their counters moved): O(1).

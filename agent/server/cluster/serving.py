@@ -85,8 +85,8 @@ class ConfigServing:
         member = snap.node is not None and snap.node.pool == pool_name
         rollout = ("", "")
         if member:  # the config the server targeted for it (rolloutctl.desired_for), never the pool's by itself
-            config, state, why = self.desired_for(snap.node, row)
-            served, rollout = self._member_decision(st, pool_name, config), (state, why)
+            config, image, state, why = self.desired_for(snap.node, row, self._layered(st, pool_name, row.target))
+            served, rollout = self._member_decision(st, pool_name, config, image), (state, why)
         else:
             image = self._layered(st, pool_name, row.target)
             updated = self._proof(st, pool_name, row.target, image, snap.target_proof(image).updated)
@@ -121,11 +121,12 @@ class ConfigServing:
             self._remember(key, hit)
         return hit
 
-    def _member_decision(self, st: State, pool: str, config: str) -> gating.Served:
-        key = ("member", st.signature, pool, config)
+    def _member_decision(self, st: State, pool: str, config: str, running: Optional[str] = None) -> gating.Served:
+        """``running``: the image a member not targeted runs (it keeps it until its turn)."""
+        key = ("member", st.signature, pool, config, running)
         hit = self._decisions.get(key)
         if hit is None:
-            hit = gating.for_member(pool, config, self._base_images(config), st.os_configs, st.os_builds)
+            hit = gating.for_member(pool, config, self._base_images(config), st.os_configs, st.os_builds, running)
             self._remember(key, hit)
         return hit
 

@@ -121,7 +121,7 @@ def decide(pool: str, target: str, current: str, updated: int, base_images: Dict
 
 
 def for_member(pool: str, desired: str, base_images: Dict[str, str], os_configs: Dict[str, Dict[str, Any]],
-               os_builds: Dict[str, Dict[str, Any]]) -> Served:
+               os_builds: Dict[str, Dict[str, Any]], running: Optional[str] = None) -> Served:
     """What a node already in ``pool`` gets when it names itself: its desired config, which the
     server's node targeting chose for it (agent/server/rollout/targeting.py; upstream the node
     controller writes each candidate's desiredConfig), with that config's layered image.
@@ -130,6 +130,9 @@ def for_member(pool: str, desired: str, base_images: Dict[str, str], os_configs:
     or no node would ever prove it. maxUnavailable paces which members are targeted, not here.
     """
     image, image_why = layered_image_info(pool, desired, os_configs, os_builds)
+    if running:  # not targeted: the image it runs, whatever the pool's is now, until its turn comes
+        return Served(desired, running, f"member of {pool}: its desired config {desired} with the image it runs",
+                      running == image)
     if image:
         return Served(desired, image, f"member of {pool}: its desired config {desired}; layered image ({image_why})",
                       True)

@@ -91,8 +91,12 @@ def desired_of(report: Optional[Mapping[str, Any]], entry: Optional[Mapping[str,
 
 def effective(member: Member, entry: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
     """The node's report as upstream's rules read its Node: desiredConfig (and desiredImage) the
-    server's decision, current config and state the node's own."""
-    return with_desired(member.report, entry)
+    server's decision, current config and state the node's own. A node-agent report that names
+    no desired config desires what it runs (desired_of)."""
+    out = with_desired(member.report, entry)
+    if member.ours and out is not None and not out.get("desiredConfig") and out.get("currentConfig"):
+        out["desiredConfig"] = out["currentConfig"]
+    return out
 
 
 def with_desired(report: Optional[Mapping[str, Any]], entry: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -212,8 +216,10 @@ def _canary_room(members: Sequence[Member], rollout: Dict[str, Any], target: str
 
 
 def step(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target: str, image: Optional[str],
-         max_unavailable: int, policy: RolloutPolicy, paused: bool, now: float) -> Decision:
-    """One sync of the pool: the new rollout record and the nodes targeted by it."""
+         max_unavailable: int, policy: RolloutPolicy, hold: str, now: float) -> Decision:
+    """One sync of the pool: the new rollout record and the nodes targeted by it. ``hold``: why
+    nobody is targeted now ("" when nothing holds): the pool is paused, or (a layered pool) the
+    target's image is not built yet (``hold_reason``)."""
     out: Dict[str, Any] = {k: v for k, v in dict(rollout or {}).items() if k not in ("halted", "waiting")}
     out["targets"] = {k: dict(v) for k, v in (out.get("targets") or {}).items()}
     if out.get("config") != target:
@@ -221,8 +227,8 @@ def step(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target
         out.pop("canaryAt", None)
     by_name = {m.name: m for m in members}
     _compact(by_name, out, target, now)
-    if paused:  # syncMachineConfigPool: a paused pool targets nobody
-        return _decided(out, [], "", f"the pool is paused: nothing is targeted to {target}")
+    if hold:
+        return _decided(out, [], "", hold)
     deferred = [n for n, e in out["targets"].items() if e.get("deferred")]
     cands = get_all_candidate_machines(members, out, target, image, max_unavailable)
     eligible = _eligible(cands.nodes, deferred, members, out, target, image)
@@ -243,6 +249,17 @@ def step(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target
     if len(chosen) < len(eligible):
         waiting = why or _capacity_reason(cands, chosen, max_unavailable)
     return _decided(out, [m.name for m in chosen], "", waiting)
+
+
+def hold_reason(target: str, paused: bool, layered: bool, image: Optional[str], image_why: str) -> str:
+    """Why syncMachineConfigPool targets nobody: a paused pool; a layered pool whose target's image
+    is not built yet (``canLayeredPoolContinue``: the desired config and image are set together,
+    once the build succeeded). "" when nothing holds."""
+    if paused:
+        return f"the pool is paused: nothing is targeted to {target}"
+    if layered and not image:
+        return f"the layered image of {target} is not ready ({image_why}): nothing is targeted until its build succeeds"
+    return ""
 
 
 def _halted(cands: Candidates, policy: RolloutPolicy) -> str:

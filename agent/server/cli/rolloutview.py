@@ -1,0 +1,57 @@
+"""The server's rollout in the operator views (pure): who updates, who waits and why, who failed
+or was deferred, and when it should end (``status.rollout`` of a pool, ``rollout`` of a node:
+agent/server/rollout/targeting.py ``summary`` and ``node_state``)."""
+
+from typing import Any, Dict, List
+
+
+def _names(names: List[str], count: int) -> str:
+    more = count - len(names)
+    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+
+def _about(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def pool_rollout_lines(status: Dict[str, Any]) -> List[str]:
+    """``describe pool``'s Rollout block: one line of counts, then why the others wait, what
+    halted the rollout, and each failed or deferred node with its reason."""
+    r = status.get("rollout") or {}
+    counts = r.get("counts") or {}
+    if not r or not counts:
+        return []
+    parts = []
+    for state, key in (("Updating", "updating"), ("Waiting", "waiting"), ("Failed", "failed"), ("Deferred", "deferred")):
+        if counts.get(state):
+            parts.append(f"{counts[state]} {state.lower()} ({_names(r.get(key) or [], counts[state])})")
+    done = counts.get("Done", 0)
+    head = f"Rollout:             to {r.get('target', '')}: {done} done" + "".join(f", {p}" for p in parts)
+    estimate = r.get("estimate") or {}
+    if estimate:
+        head += f"; ends in about {_about(float(estimate.get('seconds', 0)))} ({estimate.get('from', '')})"
+    lines = [head]
+    if r.get("halted"):
+        lines.append(f"  Halted:            {r['halted']}")
+    elif r.get("waitReason") and counts.get("Waiting"):
+        lines.append(f"  Waiting because:   {r['waitReason']}")
+    for node, why in sorted((r.get("reasons") or {}).items()):
+        lines.append(f"  {node}: {why}")
+    return lines
+
+
+def node_rollout_line(node: Dict[str, Any]) -> List[str]:
+    """``describe node``'s Rollout line: its state in the pool's rollout, its desired config, why."""
+    r = node.get("rollout") or {}
+    if not r:
+        return []
+    why = f" ({r['reason']})" if r.get("reason") else ""
+    return [f"Rollout:             {r.get('state', '')}{why}", f"Desired (server):    {r.get('desiredConfig') or '<none>'}"]
+
+
+def node_rollout_cell(node: Dict[str, Any]) -> str:
+    return str((node.get("rollout") or {}).get("state") or "-")
