@@ -98,7 +98,8 @@ def confirm_done(reporter: Any, pool: str, current: str, drifted: bool) -> bool:
 
 class UpdateDeferred(NotReady):
     """The server deferred this node's update (its drain held past the pool's limit by a
-    PodDisruptionBudget): the node keeps its config and is tried again later (exit 75)."""
+    PodDisruptionBudget), or retargeted it before it started: the node keeps its config and
+    starts over with its desired config on its next pass (exit 75)."""
 
 
 def deferral(resp: Any) -> Optional[str]:
@@ -109,6 +110,6 @@ def deferral(resp: Any) -> Optional[str]:
         answer = resp.json()
     except ValueError:
         return None
-    if isinstance(answer, dict) and answer.get("status") == "deferred":
-        return str(answer.get("reason") or "deferred")
+    if isinstance(answer, dict) and answer.get("status") in ("deferred", "retargeted"):
+        return str(answer.get("reason") or answer["status"])
     return None

@@ -151,7 +151,8 @@ class RolloutControl:
         if desired == config:
             return ""
         return (f"node {node} is not targeted to {config}: its desired config is {desired or 'none'} (the server "
-                f"targets the nodes of pool {pool} in turn, maxUnavailable at a time; fetch /config/{pool} for yours)")
+                f"targets the nodes of pool {pool} in turn, maxUnavailable at a time, and retargets a node that has "
+                f"not started when the pool's target changes); fetch /config/{pool} for yours")
 
     # -- what a member gets ------------------------------------------------------------------------
 

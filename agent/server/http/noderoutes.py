@@ -313,8 +313,9 @@ class NodeRoutes:
                 raise HTTPError(409, f"node {node} belongs to pool {member.pool} ({member.why}), not {pool}",
                                 field="$.pool")
         refused = cluster.drain_target_refusal(node, pool, config)
-        if refused:
-            raise HTTPError(409, refused, field="$.config")
+        if refused:  # not a failure of the node: it starts over with its desired config (node-agent: turn.py)
+            return json_response(409, {"status": "retargeted", "granted": False, "node": node, "pool": pool,
+                                       "reason": refused}, pool=pool)
         answer = drains.request_drain(cluster.store, node, pool, config, cluster.drain_limit(pool, node),
                                       cluster.lease_ttl)
         if answer.granted and cluster.drainer is not None:

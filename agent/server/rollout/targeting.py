@@ -169,6 +169,27 @@ def _done_on(eff: Optional[Mapping[str, Any]], entry: Optional[Mapping[str, Any]
     return entry is not None and not entry.get("deferred") and nodestatus.is_node_done(eff)
 
 
+def _retarget_unstarted(members: Dict[str, Member], rollout: Dict[str, Any], target: str, image: Optional[str],
+                        now: float) -> List[str]:
+    """Ours: a node targeted to an earlier target that has not started on it (none of its reports
+    desires it yet) takes the pool's target in its slot at once: a revert, a rollback or a newer
+    change reaches it without its first going through the config being replaced (upstream lets it
+    finish that one first). The slots in use do not change."""
+    out = []
+    for name, entry in sorted(rollout.get("targets", {}).items()):
+        member = members.get(name)
+        if member is None or entry.get("deferred") or entry.get("config") == target:
+            continue
+        if str((member.report or {}).get("desiredConfig") or "") == entry.get("config"):
+            continue  # it started on it (Working or failing there): it goes on, as upstream
+        new = {"config": target, "at": now, "retargetedFrom": entry.get("config")}
+        if image:
+            new["image"] = image
+        rollout["targets"][name] = new
+        out.append(name)
+    return out
+
+
 def _compact(members: Dict[str, Member], rollout: Dict[str, Any], target: str, now: float) -> None:
     """Drop entries of nodes gone from the pool and of nodes Done on their entry (then their own
     report says the same), keeping how long each update to the target took."""
@@ -226,9 +247,10 @@ def step(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target
         out.update(config=target, started=now)
         out.pop("canaryAt", None)
     by_name = {m.name: m for m in members}
+    retargeted = _retarget_unstarted(by_name, out, target, image, now)
     _compact(by_name, out, target, now)
     if hold:
-        return _decided(out, [], "", hold)
+        return _decided(out, [], "", hold)  # nobody newly targeted: a node retargeted in its slot waits too
     deferred = [n for n, e in out["targets"].items() if e.get("deferred")]
     cands = get_all_candidate_machines(members, out, target, image, max_unavailable)
     eligible = _eligible(cands.nodes, deferred, members, out, target, image)
@@ -248,7 +270,7 @@ def step(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target
     waiting = ""
     if len(chosen) < len(eligible):
         waiting = why or _capacity_reason(cands, chosen, max_unavailable)
-    return _decided(out, [m.name for m in chosen], "", waiting)
+    return _decided(out, [n for n in retargeted if n in out["targets"]] + [m.name for m in chosen], "", waiting)
 
 
 def hold_reason(target: str, paused: bool, layered: bool, image: Optional[str], image_why: str) -> str:

@@ -1,0 +1,167 @@
+"""The server decides which nodes update (issue 46), end to end on the directory backend: four
+workers Done on A (worker maxUnavailable 1), a MachineConfig B that fails on every node (a
+directory stands where its file goes; policy None: no drain, no reboot).
+
+- the four nodes' ``update --once`` run at the same time: one tries B, the others wait and say why;
+- the pool names the failed node and its reason, and says the rollout halted itself;
+- deleting B's MachineConfig makes A the target at once (no RenderHeld) and the failed node is
+  retargeted and recovers with no manual step;
+- ``rollback pool`` targets the last config every node was Done on, says so first (``--dry-run``),
+  holds the rendering it rolled back from (RenderHeld RolledBack) and ``--undo`` lifts the hold.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import paths
+from tests.helpers.certs import make_tls
+from tests.helpers.noderoot import make_node_root, not_layered, reboot
+from tests.helpers.server_proc import ServerProcess
+from tests.helpers.wait import wait_for
+
+REPO = paths.REPO
+TOKEN, ADMIN = "rollout-token", "rollout-admin"
+NODES = [f"w{i}" for i in range(4)]
+BAD_FILE = "/etc/nmstate/openshift/bond0.yml"
+C_FILE = "/etc/nmstate/openshift/c.yml"  # the default policy: None (no reboot, no drain)
+PICKED_UP = 20  # the server reads the state directory every second, after --settle-seconds
+
+
+def agent(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=120, env=env)
+
+
+def started(*args):
+    return subprocess.Popen([sys.executable, "-m", "agent.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+
+def mc(name, path, text="x"):
+    return ("apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n"
+            f"  name: {name}\n  labels: {{machineconfiguration.openshift.io/role: worker}}\nspec:\n"
+            f"  config:\n    ignition: {{version: 3.4.0}}\n    storage:\n      files:\n"
+            f"      - {{path: {path}, mode: 420, contents: {{source: 'data:,{text}'}}}}\n")
+
+
+def pool(srv):
+    r = srv.session().get(srv.url("/api/v1/pools/worker"))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def target(srv):
+    return pool(srv)["spec"]["configuration"]["name"]
+
+
+def all_at_once(roots):
+    """Every node's ``update --once`` at the same moment: (node -> exit code, stderr)."""
+    procs = {n: started("update", "--once", "--root", roots[n]) for n in NODES}
+    return {n: (p.wait(120), p.communicate()[1]) for n, p in procs.items()}
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    state = tmp_path / "state"
+    shutil.copytree(os.path.join(REPO, "examples", "state"), state)
+    not_layered(str(state))
+    worker = state / "machineconfigpools" / "worker.yaml"
+    worker.write_text(worker.read_text().replace('maxUnavailable: "25%"', "maxUnavailable: 1"))
+    (tmp_path / "admin-token").write_text(ADMIN + "\n")
+    with ServerProcess(str(state), tls=make_tls(str(tmp_path / "tls")), token=TOKEN,
+                       extra_args=["--admin-token-file", str(tmp_path / "admin-token")]) as srv:
+        roots = {}
+        for name in NODES:
+            roots[name] = make_node_root(str(tmp_path / name), srv.base_url, "worker", ca_pem=srv.tls.ca_pem(),
+                                         token=TOKEN, node_name=name)
+            r = agent("firstboot", "--root", roots[name])
+            assert r.returncode == 0, r.stderr
+            reboot(roots[name])  # the reboot its first boot asked for; the next pass reports Done
+            assert agent("update", "--once", "--root", roots[name]).returncode == 0
+        a = target(srv)
+        view = pool(srv)
+        assert view["status"]["updatedMachineCount"] == 4 and view["status"]["rollout"]["counts"] == {"Done": 4}
+        yield srv, state, roots, a
+
+
+def test_a_failing_change_reaches_one_node_halts_itself_and_a_revert_recovers_it(cluster):
+    srv, state, roots, a = cluster
+    for root in roots.values():  # B's file cannot be written on any node: a directory stands there
+        os.makedirs(os.path.join(root, BAD_FILE.lstrip("/"), "sub"))
+    (state / "machineconfigs" / "60-bond.yaml").write_text(mc("60-bond", BAD_FILE))
+    b = wait_for(lambda: (lambda t: t != a and t)(target(srv)), "B is the target", PICKED_UP)
+
+    ran = all_at_once(roots)
+    tried = sorted(n for n, (code, _) in ran.items() if code != 0)
+    assert tried == ["w0"], ran  # the oldest registration first (sortNodeList: no zone, oldest first)
+    assert ran["w0"][0] == 75 and "exists and is a directory" in ran["w0"][1], ran["w0"][1]
+    for n in NODES[1:]:
+        assert "waiting for its turn" in ran[n][1] and "w0" in ran[n][1], ran[n][1]
+    view = pool(srv)
+    rollout, conds = view["status"]["rollout"], {c["type"]: c for c in view["status"]["conditions"]}
+    assert rollout["failed"] == ["w0"] and rollout["waiting"] == ["w1", "w2", "w3"]
+    assert rollout["halted"].startswith("rollout halted: 1 node(s) failed on the target (w0)")
+    assert BAD_FILE in rollout["reasons"]["w0"]
+    assert conds["Degraded"]["status"] == "True" and conds["NodeDegraded"]["status"] == "True"
+    blocking = srv.session().get(srv.url("/api/v1/cluster")).json()["blocking"]
+    assert any(b_["reason"].startswith("rollout halted") for b_ in blocking)
+    # Again: still only w0 tries B (the rollout stopped itself; the others never fetched B).
+    ran = all_at_once(roots)
+    assert sorted(n for n, (code, _) in ran.items() if code != 0) == ["w0"]
+    for n in NODES[1:]:
+        assert not os.path.exists(os.path.join(roots[n], "var/lib/node-agent/status-update.json")) or \
+            b not in open(os.path.join(roots[n], "var/lib/node-agent/status-update.json")).read()
+
+    # The revert: B's MachineConfig deleted; A is the target at once, w0 is retargeted and recovers.
+    (state / "machineconfigs" / "60-bond.yaml").unlink()
+    wait_for(lambda: target(srv) == a, "A is the target again", PICKED_UP)
+    view = pool(srv)
+    assert {c["type"]: c["status"] for c in view["status"]["conditions"]}["RenderHeld"] == "False"
+    ran = all_at_once(roots)
+    assert all(code == 0 for code, _ in ran.values()), ran
+    assert "reporting Done on it" in ran["w0"][1]
+    view = pool(srv)
+    conds = {c["type"]: c["status"] for c in view["status"]["conditions"]}
+    assert view["status"]["updatedMachineCount"] == 4 and conds["Degraded"] == "False" and conds["Updated"] == "True"
+    assert view["status"]["rollout"]["counts"] == {"Done": 4} and "halted" not in view["status"]["rollout"]
+
+
+def test_rollback_says_what_it_will_do_then_targets_the_last_config_every_node_was_done_on(cluster, tmp_path):
+    srv, state, roots, a = cluster
+    (state / "machineconfigs" / "60-c.yaml").write_text(mc("60-c", C_FILE, "c"))
+    c = wait_for(lambda: (lambda t: t != a and t)(target(srv)), "C is the target", PICKED_UP)
+    assert agent("update", "--once", "--root", roots["w0"]).returncode == 0  # w0 Done on C; w1 targeted next
+
+    assert os.path.exists(os.path.join(roots["w0"], C_FILE.lstrip("/")))
+    admin = tmp_path / "admin.yaml"
+    admin.write_text(f"server: {srv.base_url}\ncertificateAuthority: {srv.tls.ca_cert}\n"
+                     f"tokenFile: {tmp_path / 'admin-token'}\n")
+
+    def ncs(*args):
+        return subprocess.run([sys.executable, "-m", "agent.server.cli", *args, "--config", str(admin)],
+                              capture_output=True, text=True, cwd=REPO, timeout=60)
+
+    dry = ncs("rollback", "pool", "worker", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith(f"would pool worker: roll back from {c} to {a};") and "w0" in dry.stdout
+    assert target(srv) == c  # a dry run changes nothing
+    done = ncs("rollback", "pool", "worker")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == dry.stdout.splitlines()[0][len("would "):]
+    view = pool(srv)
+    held = {c_["type"]: c_ for c_ in view["status"]["conditions"]}["RenderHeld"]
+    assert view["spec"]["configuration"]["name"] == a and held["status"] == "True" and held["reason"] == "RolledBack"
+    assert c in held["message"]
+    for n in NODES:  # w0 is retargeted to A (its file goes), the others are done already
+        assert agent("update", "--once", "--root", roots[n]).returncode == 0
+    assert not os.path.exists(os.path.join(roots["w0"], C_FILE.lstrip("/")))
+    assert pool(srv)["status"]["updatedMachineCount"] == 4
+    again = ncs("rollback", "pool", "worker")
+    assert again.returncode == 1 and "nothing to roll back" in again.stderr  # A is the last config every node ran
+    undo = ncs("rollback", "pool", "worker", "--undo")
+    assert undo.returncode == 0, undo.stderr
+    assert target(srv) == c and pool(srv)["status"]["rollout"]["updating"] == ["w0"]
