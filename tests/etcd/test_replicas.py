@@ -142,7 +142,9 @@ def test_the_cluster_view_lists_every_replica_and_metrics_time_the_store(fleet):
 def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     a, b, c = fleet.replicas
     before = [pool(r)["status"]["machineCount"] for r in (b, c)]
-    resp = report(a, "member-1", {"pool": "worker", "state": "Working"}, fleet)
+    current = pool(a)["status"]["configuration"]["name"]
+    resp = report(a, "member-1", {"pool": "worker", "state": "Done", "currentConfig": current,
+                                  "desiredConfig": current}, fleet)
     assert resp.status_code == 200, resp.text
     acked = time.monotonic()
     for r, n in zip((b, c), before):
@@ -181,8 +183,11 @@ def drain_storm(fleet, prefix, live, sample_every=0.02, done=None):
     replica's view) is sampled: (nodes, answers, the pool's limit, the peak of ``live()``).
     ``done``: each node's report (default: Done, nothing more)."""
     nodes = [f"{prefix}-{i:02d}" for i in range(30)]
+    target = pool(fleet.replicas[0])["spec"]["configuration"]["name"]
+    # Done on the pool's target: a lease is only ever for a node's desired config (here, what it runs)
+    body = done or {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target}
+    config = body["currentConfig"]
     for i, n in enumerate(nodes):
-        body = done or {"pool": "worker", "state": "Done"}
         assert report(fleet.replicas[i % 3], n, body, fleet).status_code == 200
 
     def every_replica_lists_them():
@@ -209,7 +214,7 @@ def drain_storm(fleet, prefix, live, sample_every=0.02, done=None):
     def ask(i):
         r = fleet.replicas[i % 3]
         return fleet.session(nodes[i]).post(r.url(f"/api/v1/nodes/{nodes[i]}/drain"),
-                                            data=json.dumps({"pool": "worker", "config": "c"}), timeout=30)
+                                            data=json.dumps({"pool": "worker", "config": config}), timeout=30)
 
     try:
         with ThreadPoolExecutor(max_workers=30) as ex:
@@ -225,8 +230,9 @@ def an_expired_lease_frees_its_slot(fleet, nodes, answers, ttl):
     """After the TTL a node that was told to wait is granted."""
     waiting = nodes[[a.status_code for a in answers].index(429)]
     r = fleet.replicas[1]
+    config = pool(r)["spec"]["configuration"]["name"]
     wait_for(lambda: fleet.session(waiting).post(r.url(f"/api/v1/nodes/{waiting}/drain"),
-                                              data=json.dumps({"pool": "worker", "config": "c"}),
+                                              data=json.dumps({"pool": "worker", "config": config}),
                                               timeout=30).status_code == 200,
           "an expired lease frees its slot", timeout=ttl + 15, interval=0.5)
 
@@ -288,6 +294,7 @@ def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, 
     lb = {f"drainer-{i:02d}": fleet.session(f"drainer-{i:02d}") for i in range(30)}
 
     hammer_errors = []
+    config = pool(fleet.replicas[0])["spec"]["configuration"]["name"]  # what the drainers run (drain_storm)
 
     def drain_hammer():  # existing members keep asking for leases through the balancer
         i = 0
@@ -295,7 +302,7 @@ def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, 
             node = f"drainer-{i % 30:02d}"
             try:
                 r = lb[node].post(f"{fleet.lb_url}/api/v1/nodes/{node}/drain",
-                                  data=json.dumps({"pool": "worker", "config": "c"}), timeout=10)
+                                  data=json.dumps({"pool": "worker", "config": config}), timeout=10)
                 if r.status_code == 200:
                     lb[node].delete(f"{fleet.lb_url}/api/v1/nodes/{node}/drain", timeout=10)
             except requests.RequestException:
