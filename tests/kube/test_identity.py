@@ -218,7 +218,7 @@ def test_admin_deletes_a_node_and_counts_stay_right(app):
     t = target(app)
     assert report(app, "node-a", a, currentConfig=t)[0] == 200
     assert report(app, "node-b", b, currentConfig=t)[0] == 200
-    assert call(app, "POST", "/api/v1/nodes/node-a/drain", a, {"pool": "worker", "config": "x"})[0] == 200
+    assert call(app, "POST", "/api/v1/nodes/node-a/drain", a, {"pool": "worker", "config": t})[0] == 200
     refused(call(app, "DELETE", "/api/v1/nodes/node-a", BOOT), 403, "admin token")
     refused(call(app, "DELETE", "/api/v1/nodes/node-a", a), 403, "admin token")
     refused(call(app, "DELETE", "/api/v1/nodes/node-a"), 401, "admin token")

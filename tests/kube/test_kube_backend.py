@@ -510,7 +510,7 @@ def test_a_drain_lease_cordons_and_evicts_before_it_is_granted_and_done_uncordon
     try:
         first, = wait_for(what="a drain slot once maxUnavailable is 100%", check=lambda: (lambda r: (r,) if r.json().get(
             "status") != "wait" else None)(ask.post(server.url(f"/api/v1/nodes/{node}/drain"), timeout=30,
-                                                    json={"pool": "worker", "config": "rendered-next"})))
+                                                    json={"pool": "worker", "config": target})))
     finally:
         kube.kubectl("patch", "mcp", "worker", "--type", "merge", "-p", json.dumps({"spec": {"maxUnavailable": before}}))
     assert first.status_code == 429 and first.json()["status"] == "draining", first.text
@@ -520,14 +520,13 @@ def test_a_drain_lease_cordons_and_evicts_before_it_is_granted_and_done_uncordon
     _kubelet_finishes_deletions(kube, ns)
 
     def granted():
-        r = ask.post(server.url(f"/api/v1/nodes/{node}/drain"), json={"pool": "worker", "config": "rendered-next"},
+        r = ask.post(server.url(f"/api/v1/nodes/{node}/drain"), json={"pool": "worker", "config": target},
                      timeout=30)
         return r.status_code == 200 and r.json()
     answer = wait_for(granted, "the lease, once drained")
     assert answer["granted"] and answer["drain"]["done"]
     assert kube.get(f"/api/v1/namespaces/{ns}/pods/app").status_code == 404  # gone before the lease
-    _report(server, node, {"pool": "worker", "state": "Done", "currentConfig": "rendered-next",
-                           "desiredConfig": "rendered-next"})
+    _report(server, node, {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target})
     wait_for(lambda: not api(kube, f"/api/v1/nodes/{node}")["spec"].get("unschedulable"), "uncordoned after Done")
     assert "node-config-server.openshift.io/drained-for" not in api(kube, f"/api/v1/nodes/{node}")["metadata"].get(
         "annotations", {})

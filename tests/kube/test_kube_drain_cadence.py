@@ -127,7 +127,7 @@ def test_a_drain_that_cannot_finish_is_paced_visible_and_alerted_and_completes_o
     answers = []
 
     def failed():
-        r = ask.post(server.url(f"/api/v1/nodes/{node}/drain"), json={"pool": "worker", "config": "rendered-next"},
+        r = ask.post(server.url(f"/api/v1/nodes/{node}/drain"), json={"pool": "worker", "config": target},
                      timeout=30)
         answers.append(r)
         return events(kube, node, "DrainThresholdExceeded") and events(kube, node, "DrainFailed")
@@ -180,7 +180,7 @@ def test_a_drain_that_cannot_finish_is_paced_visible_and_alerted_and_completes_o
     kube.kubectl("delete", "pdb", "app", "-n", ns)  # unblocked: the next attempt evicts
 
     def granted():
-        r = ask.post(server.url(f"/api/v1/nodes/{node}/drain"), json={"pool": "worker", "config": "rendered-next"},
+        r = ask.post(server.url(f"/api/v1/nodes/{node}/drain"), json={"pool": "worker", "config": target},
                      timeout=30)
         pod = kube.get(f"/api/v1/namespaces/{ns}/pods/app")
         if pod.status_code == 200 and pod.json()["metadata"].get("deletionTimestamp"):  # the kubelet's part
@@ -200,8 +200,7 @@ def test_a_drain_that_cannot_finish_is_paced_visible_and_alerted_and_completes_o
     assert "UpdateExecuted" in wait_for(condition_types, "the Drained condition back to its default, the others kept")
     wait_for(lambda: "mcc_drain_err{" not in server.session().get(server.url("/metrics"), timeout=10).text,
              "mcc_drain_err gone once drained")
-    report(server, node, {"pool": "worker", "state": "Done", "currentConfig": "rendered-next",
-                          "desiredConfig": "rendered-next"})
+    report(server, node, {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target})
     wait_for(lambda: not api(kube, f"/api/v1/nodes/{node}")["spec"].get("unschedulable"), "uncordoned after Done")
 
 

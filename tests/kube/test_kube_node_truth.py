@@ -80,9 +80,12 @@ def report(server, node, body):
     return r.json()
 
 
-def ask_drain(server, node, pool_name, config="rendered-next"):
+def ask_drain(server, node, pool_name, config=None):
+    """A drain for ``config``, by default the pool's target (what these nodes are Done on: a node
+    is drained only for its desired config)."""
     return server.node_session(node).post(server.url(f"/api/v1/nodes/{node}/drain"),
-                                          json={"pool": pool_name, "config": config}, timeout=30)
+                                          json={"pool": pool_name, "config": config or target(server, pool_name)},
+                                          timeout=30)
 
 
 def done(config, labels=None, **more):

@@ -84,8 +84,10 @@ def fleet(tmp_path_factory):
         os.killpg(cm.pid, signal.SIGTERM)
         cm.wait(15)
         kube.apply_examples()
-        for name in ["kmember-1", "kfresh-1"] + [f"kdrainer-{i:02d}" for i in range(30)]:
-            register_node(kube, name)
+        # Each test makes the Nodes it needs: a Node no node-agent reports for is unavailable as
+        # upstream counts it (its MCD never ran), and made up front they would leave the worker
+        # pool no capacity to target anything.
+        register_node(kube, "kmember-1")
         kube.bind_server_user(USER)
         f = Fleet(top, kube)
         try:
@@ -131,10 +133,11 @@ def test_the_cluster_view_lists_every_replica_from_their_heartbeat_leases(fleet)
 def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     a, b, c = fleet.replicas
     first = pool(a)["spec"]["configuration"]["name"]
-    resp = report(a, "kmember-1", {"pool": "worker", "state": "Working", "desiredConfig": first}, fleet)
+    resp = report(a, "kmember-1", {"pool": "worker", "state": "Done", "currentConfig": first,
+                                   "desiredConfig": first}, fleet)
     assert resp.status_code == 200, resp.text
     for r in (b, c):  # its Node counts in machineCount from the start; its report reaches every replica
-        wait_for(lambda r=r: (pool(r)["status"]["nodes"].get("kmember-1") or {}).get("state") == "Working",
+        wait_for(lambda r=r: (pool(r)["status"]["nodes"].get("kmember-1") or {}).get("state") == "Done",
                  "the other replicas see its report", 10)
     # The MCO-1940 gate: a new target is served to new nodes only once a member has proven it,
     # and the proof is what the API holds (the node's record on its MachineConfigNode).
@@ -154,8 +157,11 @@ def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     assert {v["status"]["served"]["config"] for v in views} == {old}  # unproven: nobody gets it
     # A Done proves only a config served to that node as itself (docs/security.md "Identity"):
     # the member fetches the target with its credential first, as node-agent does.
-    got = fleet.session("kmember-1").get(a.url("/config/worker"), timeout=10)
-    assert got.status_code == 200 and got.headers["X-Served-Config"] == target, got.headers
+    # The server targets it (one replica decides, through the pool row's compare-and-swap; replica a
+    # answers from its watch of that row).
+    got = wait_for(lambda: (lambda r: r.headers.get("X-Served-Config") == target and r)(
+        fleet.session("kmember-1").get(a.url("/config/worker"), timeout=10)), "kmember-1 targeted", 10)
+    assert got.status_code == 200 and got.headers["X-Rollout"] == "updating", got.headers
     resp = report(a, "kmember-1", {"pool": "worker", "state": "Done", "currentConfig": target,
                                    "desiredConfig": target}, fleet)
     assert resp.status_code == 200, resp.text
@@ -186,6 +192,8 @@ def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable
     # Each Done on the pool's target: available, as upstream's IsUnavailableForUpdate reads it.
     target = pool(fleet.replicas[0])["spec"]["configuration"]["name"]
     done = {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target}
+    for i in range(30):
+        register_node(fleet.kube, f"kdrainer-{i:02d}")
     nodes, answers, limit, peak = drain_storm(fleet, "kdrainer", lambda: live_drain_leases(fleet, "worker"), 0.05,
                                               done)
     granted = [a for a in answers if a.status_code == 200]
@@ -201,6 +209,7 @@ def test_thirty_concurrent_drains_through_three_replicas_respect_max_unavailable
 
 
 def test_a_replica_started_afresh_knows_every_node(fleet):
+    register_node(fleet.kube, "kfresh-1")
     r = report(fleet.replicas[0], "kfresh-1", {"pool": "worker", "state": "Done"}, fleet)
     assert r.status_code == 200, r.text
     wait_for(lambda: fleet.session().get(fleet.replicas[2].url("/api/v1/nodes/kfresh-1"), timeout=10).status_code
