@@ -165,3 +165,49 @@ def test_rollback_says_what_it_will_do_then_targets_the_last_config_every_node_w
     undo = ncs("rollback", "pool", "worker", "--undo")
     assert undo.returncode == 0, undo.stderr
     assert target(srv) == c and pool(srv)["status"]["rollout"]["updating"] == ["w0"]
+
+
+def test_a_waiting_node_learns_its_turn_from_a_held_fetch_not_its_next_poll(cluster):
+    """The day-2 loop's fetch is held by the server until the node's desired config changes (a long
+    poll): with a poll interval of 10 minutes, w1 still takes its turn as soon as w0 is done."""
+    import signal
+    import time
+
+    srv, state, roots, a = cluster
+    (state / "machineconfigs" / "60-c.yaml").write_text(mc("60-c", C_FILE, "c"))
+    wait_for(lambda: target(srv) != a and pool(srv)["status"]["rollout"]["updating"] == ["w0"], "w0 targeted",
+             PICKED_UP)
+    loop = started("update", "--root", roots["w1"], "--interval", "600")
+    try:
+        wait_for(lambda: "waiting for its turn" in open(os.path.join(roots["w1"], "var/lib/node-agent/rollout.json"))
+                 .read() if os.path.exists(os.path.join(roots["w1"], "var/lib/node-agent/rollout.json")) else False,
+                 "w1's loop waits for its turn", 30)
+        assert agent("update", "--once", "--root", roots["w0"]).returncode == 0
+        done = time.monotonic()
+        wait_for(lambda: os.path.exists(os.path.join(roots["w1"], C_FILE.lstrip("/"))),
+                 "w1 applied C, well before its next poll (600 s)", 60, interval=0.1)
+        print(f"w1 applied C {time.monotonic() - done:.2f} s after w0 reported Done")
+    finally:
+        loop.send_signal(signal.SIGTERM)
+        loop.communicate(timeout=30)
+
+
+def test_a_pool_whose_nodes_all_wait_for_approval_keeps_serving_what_they_run_to_new_nodes(tmp_path):
+    """With the bootstrap token alone nobody is approved and no node counts: a new rendering must
+    not become what new nodes get before any node ran it (MCO-1940). The pool's current config,
+    what its waiting nodes run, stays what new nodes get."""
+    state = tmp_path / "state"
+    shutil.copytree(os.path.join(REPO, "examples", "state"), state)
+    with ServerProcess(str(state), token=TOKEN, auto_approve=None) as srv:
+        a = target(srv)
+        r = srv.node_session("w-pending").post(srv.url("/api/v1/nodes/w-pending/report"), json={
+            "pool": "worker", "state": "Done", "currentConfig": a, "desiredConfig": a})
+        assert r.status_code == 200 and r.json()["approval"] == "Pending", r.text
+        (state / "machineconfigs" / "60-c.yaml").write_text(mc("60-c", C_FILE, "c"))
+        b = wait_for(lambda: (lambda t: t != a and t)(target(srv)), "the new rendering is the target", PICKED_UP)
+        view = pool(srv)
+        assert view["status"]["machineCount"] == 0 and view["status"]["configuration"]["name"] == a
+        assert view["status"]["served"]["config"] == a and "no node runs the target" in view["status"]["served"]["reason"]
+        new_node = srv.session().get(srv.url("/config/worker"))
+        assert new_node.status_code == 200 and new_node.headers["X-Served-Config"] == a
+        assert b != a

@@ -1,0 +1,160 @@
+"""The server's node targeting on a real kube-apiserver (``serve --backend kubernetes``), as the MCO's
+node controller writes it (pkg/controller/node/node_controller.go at 006209bb): each targeted
+Node's ``machineconfiguration.openshift.io/desiredConfig``, the ``UpdateInProgress:PreferNoSchedule``
+taint on the Nodes still to update, the ``SetDesiredConfig`` Event on the pool; and ours: a node
+whose drain a PodDisruptionBudget holds past ``--drain-defer-after`` is uncordoned with its config,
+gives its slot to the next node, is named in the pool's status and is tried again once the others
+are done, and no PDB is violated.
+
+A custom pool of its own (``rollout``, maxUnavailable 1) keeps this module's Nodes apart from the
+examples' pools. The test plays node-agent over HTTP (fetch as a member, drain, report) and the
+kubelet (Nodes, a Running pod under a PDB); kube-controller-manager runs (the disruption
+controller counts the PDB), and every Node is made within the node lifecycle controller's grace
+period of this test's end.
+"""
+
+import json
+
+import pytest
+import yaml
+
+from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
+from tests.helpers.wait import wait_for
+from tests.kube.test_kube_drain_cadence import TINY, USER, api, blocked_node, call, start_server
+
+MCO = "/apis/machineconfiguration.openshift.io/v1"
+ROLE = "node-role.kubernetes.io/rollout"
+MCD = "machineconfiguration.openshift.io/"
+POOL = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+        "metadata": {"name": "rollout"},
+        "spec": {"machineConfigSelector": {"matchExpressions": [{"key": "machineconfiguration.openshift.io/role",
+                                                                 "operator": "In", "values": ["worker", "rollout"]}]},
+                 "nodeSelector": {"matchLabels": {ROLE: ""}}, "maxUnavailable": 1}}
+
+
+def machine_config(name, path):
+    return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+            "metadata": {"name": name, "labels": {"machineconfiguration.openshift.io/role": "rollout"}},
+            "spec": {"config": {"ignition": {"version": "3.4.0"},
+                                "storage": {"files": [{"path": path, "contents": {"source": "data:,x"}}]}}}}
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory):
+    if not find_kube_bin():
+        pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
+    with KubeCluster(str(tmp_path_factory.mktemp("kube-rollout"))) as kc:
+        kc.apply_examples()
+        kc.kubectl("apply", "-f", "-", input=yaml.safe_dump(POOL))
+        kc.bind_server_user(USER)
+        yield kc
+
+
+def target(srv):
+    r = srv.session().get(srv.url("/api/v1/pools/rollout"), timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()["spec"]["configuration"]["name"]
+
+
+def rollout_status(srv):
+    return srv.session().get(srv.url("/api/v1/pools/rollout"), timeout=10).json()["status"]["rollout"]
+
+
+def report(srv, node, state, config):
+    r = srv.node_session(node).post(srv.url(f"/api/v1/nodes/{node}/report"), timeout=10, data=json.dumps(
+        {"pool": "rollout", "state": state, "currentConfig": config, "desiredConfig": config}))
+    assert r.status_code == 200, r.text
+
+
+def fetch(srv, node):
+    """What the node is served as a member: (its desired config, X-Rollout)."""
+    r = srv.node_session(node).get(srv.url("/config/rollout"), timeout=10)
+    assert r.status_code == 200, r.text
+    return r.headers["X-Served-Config"], r.headers["X-Rollout"]
+
+
+def drain(srv, node, config):
+    return srv.node_session(node).post(srv.url(f"/api/v1/nodes/{node}/drain"), timeout=30,
+                                       json={"pool": "rollout", "config": config})
+
+
+def node(kube, name):
+    return api(kube, f"/api/v1/nodes/{name}")
+
+
+def tainted(kube, name):
+    return any(t.get("key") == "UpdateInProgress" and t.get("effect") == "PreferNoSchedule"
+               for t in node(kube, name)["spec"].get("taints") or [])
+
+
+def test_the_server_targets_one_node_at_a_time_and_a_pdb_pinned_node_is_deferred_not_holding_the_rest(kube):
+    nodes = ["r-pinned", "r-free-1", "r-free-2"]
+    blocked_node(kube, "pinned", nodes[0])  # the oldest Node: sortNodeList targets it first
+    call(kube, "PATCH", f"/api/v1/nodes/{nodes[0]}", {"metadata": {"labels": {ROLE: ""}}}, merge=True)
+    for name in nodes[1:]:
+        kube.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": name, "labels": {"node-role.kubernetes.io/worker": "", ROLE: ""}}}))
+    with start_server(kube, *TINY, "--drain-defer-after", "3") as srv:
+        a = wait_for(lambda: target(srv), "the rollout pool's first target")
+        for name in nodes:
+            report(srv, name, "Done", a)
+        wait_for(lambda: rollout_status(srv).get("counts") == {"Done": 3}, "three nodes Done on A")
+        kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(machine_config("60-rollout", "/etc/rollout-b")))
+        b = wait_for(lambda: (lambda t: t != a and t)(target(srv)), "B is the target")
+
+        # The node controller's writes: desiredConfig on the targeted Node, the taint on the others,
+        # the SetDesiredConfig Event on the pool.
+        assert fetch(srv, nodes[0]) == (b, "updating") and fetch(srv, nodes[1])[1] == "waiting"
+        wait_for(lambda: node(kube, nodes[0])["metadata"]["annotations"].get(MCD + "desiredConfig") == b
+                 and tainted(kube, nodes[1]) and tainted(kube, nodes[2]) and not tainted(kube, nodes[0]),
+                 "desiredConfig on r-pinned, the UpdateInProgress taint on the Nodes still to update")
+
+        def targeted_event():
+            items = api(kube, "/api/v1/namespaces/node-config-server/events")["items"]
+            return [e for e in items if e["reason"] == "SetDesiredConfig" and e["involvedObject"]["name"] == "rollout"]
+        event = wait_for(targeted_event, "the SetDesiredConfig Event on the pool")[0]
+        assert event["message"] == f"Targeted node r-pinned to MachineConfig {b}"
+        assert event["involvedObject"]["kind"] == "MachineConfigPool" and event["type"] == "Normal"
+        assert event["source"]["component"] == "machineconfigcontroller-nodecontroller"
+
+        # r-pinned's drain: cordoned, its pod held by the PDB; past --drain-defer-after it is given up.
+        def deferred():
+            r = drain(srv, nodes[0], b)
+            assert r.status_code in (409, 429), r.text
+            return r.status_code == 409 and r.json()
+        answer = wait_for(deferred, "the pinned node's drain deferred", timeout=30)
+        assert answer["status"] == "deferred" and "PodDisruptionBudget" in answer["reason"]
+        pinned = node(kube, nodes[0])
+        assert not pinned["spec"].get("unschedulable")  # uncordoned, its config kept
+        assert not any(k.startswith("node-config-server.openshift.io/drain") for k in pinned["metadata"]["annotations"])
+        assert api(kube, "/api/v1/namespaces/pinned/pods/app")["metadata"].get("deletionTimestamp") is None  # no PDB violated
+        assert fetch(srv, nodes[0]) == (a, "deferred")
+        status = rollout_status(srv)
+        assert status["deferred"] == [nodes[0]] and "PodDisruptionBudget" in status["reasons"][nodes[0]]
+
+        # The slot went to the next node; each free node updates in turn, then r-pinned is tried again.
+        for name in nodes[1:]:
+            wait_for(lambda name=name: fetch(srv, name) == (b, "updating"), f"{name} targeted")
+            granted = wait_for(lambda name=name: (lambda r: r.status_code == 200 and r)(drain(srv, name, b)),
+                               f"{name}'s drain (no pod on it)")
+            assert granted.json()["granted"]
+            report(srv, name, "Done", b)
+            wait_for(lambda name=name: not node(kube, name)["spec"].get("unschedulable"), f"{name} uncordoned")
+        wait_for(lambda: fetch(srv, nodes[0]) == (b, "updating"), "r-pinned tried again once the others are done")
+        assert rollout_status(srv)["counts"] == {"Done": 2, "Updating": 1}
+        # still pinned: its PDB has not changed; the admin lowers it and the drain finishes
+        kube.kubectl("patch", "pdb", "app", "-n", "pinned", "--type", "merge", "-p",
+                     json.dumps({"spec": {"minAvailable": 0}}))
+
+        def evicted():
+            r = drain(srv, nodes[0], b)
+            pod = kube.get("/api/v1/namespaces/pinned/pods/app")
+            if pod.status_code == 200 and pod.json()["metadata"].get("deletionTimestamp"):  # the kubelet's part
+                kube.session().delete(f"{kube.url}/api/v1/namespaces/pinned/pods/app",
+                                      json={"gracePeriodSeconds": 0}, timeout=10)
+            return r.status_code == 200 and r.json()["granted"]
+        wait_for(evicted, "r-pinned drained once its PDB allows it", timeout=60)
+        report(srv, nodes[0], "Done", b)
+        wait_for(lambda: rollout_status(srv)["counts"] == {"Done": 3}, "every node Done on B")
+        wait_for(lambda: not any(tainted(kube, n) for n in nodes), "no taint once every node desires B")
+        assert all(node(kube, n)["metadata"]["annotations"].get(MCD + "desiredConfig") == b for n in nodes)
