@@ -10,10 +10,13 @@ where the MCO writes the same things, so that ``kubectl get mcp``/``oc get mcp``
   at most once per pool per ``interval`` however many reports arrive (coalesced), in a loop of
   its own so that writing thousands of Nodes never holds it back;
 - each reporting node's MCD annotations on its Node object
-  (``machineconfiguration.openshift.io/currentConfig``, ``desiredConfig``, ``state``,
-  ``reason``; ``currentImage``/``desiredImage`` on layered pools), and the role label of a
-  custom pool it joined (the MCO node controller's labelling for ``firstPivotConfig``, MCO-650).
-  A Node not registered yet gets them when it appears.
+  (``machineconfiguration.openshift.io/currentConfig``, ``state``, ``reason``, ``currentImage``
+  from its report; ``desiredConfig``/``desiredImage`` as the server targeted it), and the role
+  label of a custom pool it joined (the MCO node controller's labelling for ``firstPivotConfig``,
+  MCO-650). A Node not registered yet gets them when it appears;
+- the rollout's writes: each member's desiredConfig and the UpdateInProgress taint
+  (kube_targets.TargetWriter, once a second), and an Event on the pool for each targeting
+  (``note_pool_event``).
 
 A merge patch carries no resourceVersion, so a status write never conflicts (409) with another
 replica's: every replica computes the same status from the same shared node state, and the last
