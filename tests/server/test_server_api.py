@@ -172,35 +172,33 @@ def test_gating_a_second_change_is_the_target_at_once_and_the_state_survives_a_r
         cluster = srv.session().get(srv.url("/api/v1/cluster")).json()
         assert not cluster["complete"] and cluster["pools"]["master"]["complete"]
         assert any(b["pool"] == "worker" and b["reason"].startswith("updating") for b in cluster["blocking"])
-        # Another change while the rollout of t1 is incomplete: the target at once (a revert would be too);
-        # w1, targeted to t1 and not done, keeps its target until it is (the node controller's rule).
+        # Another change while the rollout of t1 is incomplete: the target at once (a revert would be too),
+        # and w1, targeted to t1 but not started on it (no report of it desires t1), takes t2 in its slot.
         edit_yaml(state / "machineconfigs" / "00-worker.yaml", "- quiet", "- quiet\n  - loglevel=3")
         t2 = wait_for(lambda: (lambda n: n not in (c0, t1) and n)(pool_view(srv, "worker")["spec"]["configuration"]["name"]),
                       "the second change is the target", PICKED_UP)
         assert not pool_view(srv, "worker")["status"]["held"]
         # A Done proves only a config served to that node as itself (docs/security.md "Identity"):
-        # w1, a member, fetches with its credential and gets its desired config, t1.
+        # w1, a member, fetches with its credential and gets its desired config, t2.
         got = srv.node_session("w1").get(srv.url("/config/worker"), headers={"Accept": IGN + "3.4.0"})
-        assert got.status_code == 200 and got.headers["X-Served-Config"] == t1, got.headers
+        assert got.status_code == 200 and got.headers["X-Served-Config"] == t2, got.headers
         assert got.headers["X-Rollout"] == "updating"
-        report(srv, "w1", pool="worker", state="Done", currentConfig=t1, desiredConfig=t1)
-        # Done on t1: its slot is free, and the server targets it to t2 at once.
-        got = srv.node_session("w1").get(srv.url("/config/worker"), headers={"Accept": IGN + "3.4.0"})
-        assert got.headers["X-Served-Config"] == t2 and got.headers["X-Rollout"] == "updating", got.headers
+        report(srv, "w1", pool="worker", state="Done", currentConfig=t2, desiredConfig=t2)
         view = pool_view(srv, "worker")
-        assert view["status"]["configuration"]["name"] == c0  # current moves once every node is Done on the target
-        assert view["status"]["served"]["config"] == c0 and view["status"]["rollout"]["updating"] == ["w1"]
+        assert view["status"]["configuration"]["name"] == t2  # every node Done on the target: current moves
+        assert view["status"]["served"]["config"] == t2 and view["status"]["rollout"]["counts"] == {"Done": 1}
         history = [(h["field"], h["config"]) for h in view["status"]["history"]]
-        assert ("target", t1) in history and ("target", t2) in history
+        assert ("target", t1) in history and ("target", t2) in history and ("current", t2) in history
+        assert ("current", t1) not in history  # no node ever ran t1
         # Restart: history, reports, the rollout and pool state survive (SQLite).
         srv.stop()
         srv.start()
         after = pool_view(srv, "worker")
-        assert after["spec"]["configuration"]["name"] == t2 and after["status"]["configuration"]["name"] == c0
+        assert after["spec"]["configuration"]["name"] == t2 and after["status"]["configuration"]["name"] == t2
         assert [(h["field"], h["config"]) for h in after["status"]["history"]] == history
-        assert after["status"]["rollout"]["updating"] == ["w1"]
-        assert srv.session().get(srv.url("/api/v1/nodes/w1")).json()["report"]["currentConfig"] == t1
-        assert after["status"]["machineCount"] == 1 and after["status"]["updatedMachineCount"] == 0
+        assert after["status"]["rollout"]["counts"] == {"Done": 1}
+        assert srv.session().get(srv.url("/api/v1/nodes/w1")).json()["report"]["currentConfig"] == t2
+        assert after["status"]["machineCount"] == 1 and after["status"]["updatedMachineCount"] == 1
 
 
 def test_a_paused_pool_moves_its_target_and_targets_no_node(tmp_path, tls):
