@@ -214,11 +214,13 @@ class NodeRoutes:
         rec = self.cluster.store.node(node)
         if rec is None:
             raise HTTPError(404, f"node {node!r} has not reported")
-        item = node_item(rec, targets(self.cluster.pool_views(only=rec.pool, pending=False, nodes=0)))
-        out = {"node": node, "name": node, "report": rec.report, "pool": rec.pool,
+        item = node_item(rec, targets(self.cluster.pool_views(only=rec.pool, pending=False, nodes=0)),
+                         self.cluster.first_boot_view(rec, stages=True))
+        out = {"node": node, "name": node, "report": item["report"], "pool": rec.pool,
                "membership": rec.why, "degradedReason": rec.degraded,
                "updated": item["updated"], "reportedAt": item["reportedAt"],
-               "drainEvents": [dict(e, at=rfc3339(e.get("at"))) for e in self.cluster.store.drain_events(node)]}
+               "drainEvents": [dict(e, at=rfc3339(e.get("at"))) for e in self.cluster.store.drain_events(node)],
+               **({"firstBoot": item["firstBoot"]} if "firstBoot" in item else {})}
         truth = self.cluster.node_truth
         if truth is not None and truth.ready():  # the Kubernetes backend: the Node's labels decide (kube_nodes.py)
             out.update(truth.describe(node, self.cluster.state().pools))
@@ -250,7 +252,9 @@ class NodeRoutes:
                 out["continue"] = regs[-1].node
             return json_response(200, out)
         records = self.cluster.store.nodes(after=after, limit=limit)
-        return json_response(200, node_list(records, targets(self.cluster.pool_views(pending=False, nodes=0)), limit))
+        deadlines = self.cluster.first_boot_deadlines()  # each node's first boot, decided now
+        return json_response(200, node_list(records, targets(self.cluster.pool_views(pending=False, nodes=0)), limit,
+                                            lambda rec: self.cluster.first_boot_view(rec, deadlines=deadlines)))
 
     def report(self, node: str, body: Any) -> Response:
         try:

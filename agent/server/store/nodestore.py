@@ -23,7 +23,9 @@ store it is given):
   every node with ``assign(report) -> Membership`` and recomputes every counter: the one O(N)
   operation, run once per change of the pools, not per request.
 - **Listing.** ``node(name)`` and ``nodes(pool, after, limit)`` (name order, paged) return
-  ``NodeRecord``; nothing else hands out all nodes.
+  ``NodeRecord``; nothing else hands out all nodes. ``open_first_boots(pool)``: the nodes whose
+  first boot is not done (the report's first-boot record, ``firstboots.is_open``), indexed, so
+  that a pool view or a scrape costs O(open first boots), not O(nodes).
 - **Leases.** ``acquire_lease`` / ``release_lease`` / ``leases`` / ``drain_events``: at most
   ``limit`` holders per pool, expiring after ``ttl``; acquire and release are atomic.
 - **Pools and rendered configs.** ``pools()``, ``update_pool(name, decide)`` (an atomic
@@ -272,6 +274,14 @@ class NodeStore(abc.ABC):
     @abc.abstractmethod
     def counts(self, pool: str) -> PoolCounts:
         ...
+
+    def open_first_boots(self, pool: Optional[str] = None) -> List[NodeRecord]:
+        """The nodes (of ``pool``) whose first boot is not done (``firstboots.is_open``: running,
+        failed, or stalled by now), in name order. The stores index them (O(their number)); this
+        default reads every node."""
+        from agent.server.rollout.firstboots import is_open
+
+        return [r for r in self.nodes(pool=pool, limit=1 << 30) if is_open(r.report)]
 
     @abc.abstractmethod
     def proof(self, pool: str, config: str, image: Optional[str] = None) -> Proof:

@@ -84,6 +84,12 @@ MIGRATIONS = [
     UPDATE credentials SET approved = created, approved_by = 'upgrade';
     CREATE INDEX credentials_pending ON credentials (approved, node);
     """,
+    # 5 -> 6: first boots not done (agent/server/rollout/firstboots.py is_open), indexed so that
+    # views and /metrics cost O(open first boots). Reports written before hold no first-boot record.
+    """
+    ALTER TABLE reports ADD COLUMN firstboot INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX reports_firstboot ON reports (firstboot, pool, node) WHERE firstboot = 1;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
