@@ -20,7 +20,8 @@ last report is older than the deadline (``serve --firstboot-deadline``, a pool's
 ``node-agent.io/firstboot-deadline``) is Stalled, naming the stage it last reported and when (a
 first boot killed after its config fetch; a node that reported "reboot pending" and never came
 back). It is a function of the record and ``now`` only: every replica decides the same, and a
-later report clears it. Times in records are RFC 3339 (UTC), as everything the API sends.
+later report clears it. Times in records are RFC 3339 (UTC, with milliseconds), as everything
+the API sends.
 """
 
 import re
@@ -135,19 +136,19 @@ def record(previous: Any, body: Dict[str, Any], now: float, registered: Optional
         began = now - float(sent.get("elapsed") or 0.0)
         if prev is None and registered is not None and 0 < registered < began:
             began = registered  # registered by a run that reported nothing (killed in between)
-        out.update(began=iso8601(began), runs=1)
+        out.update(began=stamp(began), runs=1)
     elif sent["run"] != prev.get("run"):
         out["runs"] = int(prev.get("runs") or 1) + 1  # the unit ran again: a retry after a failure, a resume
     out.update(run=sent["run"], stage=sent["stage"], result=sent["result"], startedAt=sent["startedAt"],
                stages=list(sent.get("stages") or []), rebootPending=bool(sent.get("rebootPending")),
-               reportedAt=iso8601(now))
+               reportedAt=stamp(now))
     for key in ("exitCode", "hint", "error", "endedAt", "rebooted"):
         out.pop(key, None)
     if sent["result"] == "failed":
-        out.update(outcome=FAILED, endedAt=iso8601(now), error=str(body.get("reason") or "")[:MAX_TEXT])
+        out.update(outcome=FAILED, endedAt=stamp(now), error=str(body.get("reason") or "")[:MAX_TEXT])
         out.update({k: sent[k] for k in ("exitCode", "hint") if sent.get(k) is not None})
     elif body.get("state") == "Done":
-        out.update(outcome=DONE, endedAt=iso8601(now))
+        out.update(outcome=DONE, endedAt=stamp(now))
     else:
         out["outcome"] = RUNNING
     return out
@@ -160,20 +161,29 @@ def _after_first_boot(prev: Optional[Dict[str, Any]], body: Dict[str, Any], now:
     keeps it running (an update under way) and counts as a report."""
     if prev is None or prev["outcome"] == DONE:
         return prev
-    out = dict(prev, reportedAt=iso8601(now))
+    out = dict(prev, reportedAt=stamp(now))
     state = body.get("state")
     if prev.get("rebootPending") and state in ("Done", "Degraded"):
-        out["rebooted"] = iso8601(now)
+        out["rebooted"] = stamp(now)
     if state == "Done":
         for key in ("exitCode", "hint", "error"):
             out.pop(key, None)
-        out.update(outcome=DONE, endedAt=iso8601(now))
+        out.update(outcome=DONE, endedAt=stamp(now))
     elif state == "Degraded":
         out.pop("exitCode", None)
         out.pop("hint", None)
-        out.update(outcome=FAILED, endedAt=iso8601(now), error=str(body.get("reason") or "")[:MAX_TEXT],
+        out.update(outcome=FAILED, endedAt=stamp(now), error=str(body.get("reason") or "")[:MAX_TEXT],
                    stage="reboot" if prev.get("rebootPending") else prev.get("stage", ""))
     return out
+
+
+def stamp(epoch: float) -> str:
+    """RFC 3339 in UTC with milliseconds (``2026-11-28T09:14:03.120Z``), as the node's own times:
+    a stall is decided to the deadline, not to the second before it."""
+    import datetime
+
+    at = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
 
 
 def is_open(report: Optional[Dict[str, Any]]) -> bool:
