@@ -157,10 +157,10 @@ def _seconds(text: str) -> float:
 
 
 def _deadline(text: str) -> float:
-    from agent.core.objectchecks import parse_deadline
+    from agent.server.rollout import firstboots  # the parse the pool annotation's check uses too
 
     try:
-        return parse_deadline(text)
+        return firstboots.parse_deadline(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
