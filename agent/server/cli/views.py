@@ -29,7 +29,7 @@ POOL_COLUMNS = ("NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINES",
                 "DEGRADED-M", "AGE")
 NODE_COLUMNS = ("NAME", "POOL", "STATE", "UPDATED", "CONFIG", "FIRSTBOOT", "SKEW", "REPORTED", "REASON")
 POOL_OPTIONAL = ("DEGRADED-M", "UPDATED-M", "READY")  # left out first, in this order, when a table does not fit
-NODE_OPTIONAL = ("SKEW", "REPORTED")
+NODE_OPTIONAL = ("SKEW", "REPORTED", "FIRSTBOOT")  # FIRSTBOOT last: REASON also names a failed or stalled one
 MIN_CELL = 12  # a cut cell keeps at least this many characters (its header's, when longer)
 
 
