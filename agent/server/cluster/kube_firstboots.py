@@ -21,7 +21,10 @@ Once per transition, by one replica: each replica decides every open first boot 
 from the shared store (a stall is a function of the record and now), and a transition is taken
 by writing its token into the MCN's annotation ``node-agent.openshift.io/first-boot-event`` with
 the MCN's resourceVersion as a precondition; the replica whose write the API takes writes the
-condition and records the Events, the others read the annotation and follow. Events are named
+condition and records the Events, the others read the annotation and follow. The condition is
+kept as decided at every change of outcome, with or without an Event (running, done after
+running): for a node with no Node object yet nobody else writes its MCN's status (kube_sync
+writes a Node's, with the same condition). Events are named
 as client-go names them (``<object>.<UnixNano in hex>``), so ``kubectl get events`` lists each
 object's in the order they happened (kube_events.py writes them).
 """
@@ -34,7 +37,7 @@ import urllib.parse
 from typing import Any, Dict, Optional, Set
 
 from agent.server.cluster import kube_events
-from agent.server.rollout import firstboots
+from agent.server.rollout import firstboots, mcnconditions
 from agent.server.rollout.progress import iso8601
 from agent.server.store.kube.client import MACHINE_CONFIG_NODES, KubeError, KubeUnavailable
 
@@ -72,10 +75,10 @@ def messages(node: str, decision: firstboots.Decision, record: Dict[str, Any], i
     return f"Node {node} reported its firstboot again: {decision.message}"
 
 
-def event_name(obj_name: str, now: float) -> str:
+def event_name(obj_name: str, nanos: int) -> str:
     """``<object>.<UnixNano in hex>``, as client-go's recorder names an Event: one per transition,
     listed in time order."""
-    suffix = f"{int(now * 1e9):x}"
+    suffix = f"{nanos:x}"
     name = f"{obj_name}.{suffix}"
     return name if len(name) <= 253 else f"{hashlib.sha256(obj_name.encode()).hexdigest()[:40]}.{suffix}"
 
@@ -89,6 +92,7 @@ class FirstBootEvents:
         self.announced = 0  # transitions this replica took (tests, benchmarks)
         self._seen: Dict[str, str] = {}  # node -> the token known to be announced (or nothing to announce)
         self._reported: Set[str] = set()  # nodes reported to this replica since the last round
+        self._last_nanos = 0  # each Event's name: a nanosecond of its own (two in one round must differ)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kube-first-boots", daemon=True)
@@ -139,29 +143,41 @@ class FirstBootEvents:
             del self._seen[node]  # done and said: nothing more will change
 
     def _announce(self, rec: Any, decision: firstboots.Decision, token: str, now: float) -> None:
+        """A transition: Events (once, by the replica whose write of the token the API takes) when
+        the first boot fails or stalls or comes back from that; in any case the MCN's condition as
+        decided now (a node without a Node object has no other writer of it)."""
         node = rec.node
         mcn = self._mcn(node)
         have = str((((mcn or {}).get("metadata") or {}).get("annotations") or {}).get(NOTICE) or "")
         was_warning = have.split("/", 1)[0] in (firstboots.FAILED, firstboots.STALLED)
-        if have == token or not (decision.warning or was_warning):
-            self._seen[node] = token  # said already (by another replica), or nothing to say
-            return
-        if mcn is None:  # no MachineConfigNode yet (node state in SQLite or etcd): made with its status
+        if have != token and (decision.warning or was_warning):
+            if mcn is None:  # no MachineConfigNode yet (node state in SQLite or etcd): made with its status
+                self._write_status(rec)
+                mcn = self._mcn(node)
+                if mcn is None:
+                    return
+            try:
+                mcn = self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), {"metadata": {
+                    "resourceVersion": mcn["metadata"]["resourceVersion"], "annotations": {NOTICE: token}}})
+            except KubeError as exc:
+                if exc.status in (404, 409):  # another replica took it, or a report moved the MCN: next round
+                    return
+                raise
             self._write_status(rec)
-            mcn = self._mcn(node)
-            if mcn is None:
-                return
-        try:
-            mcn = self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), {"metadata": {
-                "resourceVersion": mcn["metadata"]["resourceVersion"], "annotations": {NOTICE: token}}})
-        except KubeError as exc:
-            if exc.status in (404, 409):  # another replica took it, or a report moved the MCN: next round
-                return
-            raise
-        self._write_status(rec)
-        self._emit(rec, decision, mcn, now)
+            self._emit(rec, decision, mcn, now)
+            self._seen[node] = token
+            self.announced += 1
+            return
+        if mcn is None or _condition(mcn) != (mcnconditions.FIRST_BOOT_STATUS[decision.outcome], decision.reason):
+            self._write_status(rec)  # nothing to announce (running, done after running): the condition only
         self._seen[node] = token
-        self.announced += 1
+
+    def _nanos(self) -> int:
+        """Now in nanoseconds, later than any this process named an Event with: a name of its own
+        for each Event (the same name again would count up the first, as a series of one event)."""
+        with self._lock:
+            self._last_nanos = max(self._last_nanos + 1, time.time_ns())
+            return self._last_nanos
 
     def _mcn(self, node: str) -> Optional[Dict[str, Any]]:
         try:
@@ -190,8 +206,16 @@ class FirstBootEvents:
         about = [(mcn, "MachineConfigNode")]
         if rec.pool in pools:
             about.insert(0, (pools[rec.pool], "MachineConfigPool"))
-        for i, (obj, kind_of) in enumerate(about):
+        for obj, kind_of in about:
             involved = kube_events.reference(obj, MCO_V1, kind_of, self.namespace)
             body = kube_events.event_body(involved, self.namespace, reason, message, stamp, kind, COMPONENT,
-                                          name=event_name(involved["name"], now + i * 1e-9))
+                                          name=event_name(involved["name"], self._nanos()))
             kube_events.record(self.client, self.namespace, body)
+
+
+def _condition(mcn: Dict[str, Any]) -> Any:
+    """(status, reason) of the MCN's first-boot condition as the API holds it, None without one."""
+    for c in (mcn.get("status") or {}).get("conditions") or []:
+        if c.get("type") == mcnconditions.FIRST_BOOT:
+            return c.get("status"), c.get("reason")
+    return None
