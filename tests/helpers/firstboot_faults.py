@@ -75,10 +75,19 @@ class Run:
     went_wrong: float = 0.0  # time.time() of the failure (the node's exit) or of its last report
     shown: float = 0.0  # when the server first showed the outcome
     view: Dict[str, Any] = field(default_factory=dict)  # the node's firstBoot as the server showed it
+    at_exit: Dict[str, Any] = field(default_factory=dict)  # what the replica it reported to showed at its exit
 
     @property
     def seconds(self) -> float:
         return self.shown - self.went_wrong
+
+    @property
+    def after_last_report(self) -> float:
+        """Seconds from the node's last report (the record's reportedAt, on this host's clock as
+        the server's) to the moment every replica showed the outcome."""
+        from agent.server.rollout.progress import epoch_of
+
+        return self.shown - float(epoch_of(self.view.get("reportedAt")) or 0.0)
 
 
 def write_source_pool(state_dir: str) -> None:
@@ -158,6 +167,7 @@ def run_all(session: Any, base_url: str, ca_pem: Optional[bytes], token: str, tm
             if run.exit_code != run.scenario.exit_code:
                 raise AssertionError(f"{run.node}: exit {run.exit_code}, expected {run.scenario.exit_code}:\n"
                                      f"{run.stderr}")
+            run.at_exit = views[0](run.node).get("firstBoot") or {}  # one read, no wait
             for read in views:
                 run.view = wait(lambda read=read: _shows(read(run.node), run.scenario),
                                 f"{run.node}: {run.scenario.outcome}", deadline + 30, 0.05)

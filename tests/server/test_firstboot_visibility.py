@@ -78,7 +78,7 @@ def test_a_failed_first_boot_is_shown_with_its_stage_exit_code_reason_and_what_t
     # the same words, from the same exception
     assert f"firstboot failed (exit {run.exit_code})" in run.stderr
     assert fb["error"].split("\n")[0] in run.stderr and fb["hint"] == what_to_do(run.stderr)
-    assert run.seconds < DEADLINE  # there at the node's exit: its report went out just before
+    assert run.at_exit["outcome"] == "Failed"  # there at the node's exit: its report's round trip ended before
 
 
 def test_the_failures_say_why_in_the_nodes_words(runs):
@@ -98,7 +98,7 @@ def test_a_first_boot_with_no_report_within_the_deadline_is_stalled_naming_its_l
     fb = run.view
     assert (fb["outcome"], fb["reason"], fb["stage"]) == ("Stalled", "FirstBootStalled", run.scenario.stage)
     assert words in fb["message"] and fb["deadlineSeconds"] == DEADLINE
-    assert DEADLINE - 1 < run.seconds < DEADLINE + 30
+    assert run.after_last_report >= DEADLINE  # never before its deadline (within it plus 30 s: run_all waits so long)
 
 
 def test_the_pools_count_their_failed_and_stalled_first_boots(runs):
