@@ -52,9 +52,10 @@ class FirstBoots:
         for listener in self.first_boot_listeners:
             listener(pool, rec)
 
-    def first_boot_deadlines(self) -> Dict[str, float]:
-        """pool -> its first-boot deadline (annotation, else serve's), for the pools of the state."""
-        st = self.state()  # type: ignore[attr-defined]
+    def first_boot_deadlines(self, st: Any = None) -> Dict[str, float]:
+        """pool -> its first-boot deadline (annotation, else serve's), for the pools of the state
+        (``st``: the one the caller holds; else the state now)."""
+        st = self.state() if st is None else st  # type: ignore[attr-defined]
         return {name: firstboots.deadline_of(pool, self.firstboot_deadline) for name, pool in st.pools.items()}
 
     def first_boot_decision(self, report: Dict[str, Any], pool: str, now: Optional[float] = None,

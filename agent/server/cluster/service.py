@@ -289,7 +289,7 @@ class Cluster(Approval, ConfigServing, ReplicaView, FirstBoots):
                                               lambda n: getattr(self.store.node(n), "pool", None)))
         if counts.machine > len(listed):
             status["nodesTruncated"] = True
-        status["firstBoots"] = self.first_boot_summary(name)  # first boots not done, decided now
+        status["firstBoots"] = self.first_boot_summary(name, deadlines=self.first_boot_deadlines(st))  # decided now
         disruption = poolview.pending_disruption(self.spec_of, st.cluster_spec, current, target) if pending else None
         if disruption is not None:
             status["pendingDisruption"] = disruption
