@@ -27,7 +27,7 @@ from tests.helpers.wait import wait_for
 MCO = "/apis/machineconfiguration.openshift.io/v1"
 NAMESPACE = "node-config-server"
 TOKEN = "fb-kube-token"
-DEADLINE = 8.0
+DEADLINE = 8.0  # room for a loaded machine: a stall between two reports would be one more Event the tests count
 WARNINGS = {"Failed": "FirstbootFailed", "Stalled": "FirstBootStalled"}
 
 

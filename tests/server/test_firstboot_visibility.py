@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.helpers import firstboot_faults as faults
 from tests.helpers.certs import make_tls
@@ -20,7 +21,8 @@ from tests.helpers.server_proc import REPO, ServerProcess
 from tests.helpers.wait import wait_for
 
 TOKEN = "fb-token"
-DEADLINE = 8.0  # serve --firstboot-deadline: long enough for a loaded machine's gaps between reports
+DEADLINE = 5.0  # serve --firstboot-deadline: longer than a loaded machine's gaps between two reports
+INFRA_DEADLINE = 4.0  # the infra pool's own (its annotation node-agent.io/firstboot-deadline)
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +31,12 @@ def server(tmp_path_factory):
     state = str(top / "state")
     shutil.copytree(os.path.join(REPO, "examples", "state"), state)
     faults.write_source_pool(state)
+    infra = os.path.join(state, "machineconfigpools", "infra.yaml")
+    with open(infra) as f:
+        pool = yaml.safe_load(f)
+    pool["metadata"]["annotations"]["node-agent.io/firstboot-deadline"] = f"{INFRA_DEADLINE:g}s"
+    with open(infra, "w") as f:
+        yaml.safe_dump(pool, f)
     with ServerProcess(state, tls=make_tls(str(top / "tls")), token=TOKEN,
                        extra_args=["--firstboot-deadline", f"{DEADLINE:g}"]) as srv:
         yield srv
@@ -97,8 +105,9 @@ def test_a_first_boot_with_no_report_within_the_deadline_is_stalled_naming_its_l
     run = runs[0][name]
     fb = run.view
     assert (fb["outcome"], fb["reason"], fb["stage"]) == ("Stalled", "FirstBootStalled", run.scenario.stage)
-    assert words in fb["message"] and fb["deadlineSeconds"] == DEADLINE
-    assert run.after_last_report >= DEADLINE  # never before its deadline (within it plus 30 s: run_all waits so long)
+    deadline = INFRA_DEADLINE if run.scenario.pool == "infra" else DEADLINE  # a pool's own, else serve's
+    assert words in fb["message"] and fb["deadlineSeconds"] == deadline
+    assert run.after_last_report >= deadline  # never before its deadline (within it plus 30 s: run_all waits so long)
 
 
 def test_the_pools_count_their_failed_and_stalled_first_boots(runs):
@@ -154,3 +163,31 @@ def test_a_later_report_clears_the_stall_and_done_ends_the_first_boot(runs):
     assert got[("node_config_server_firstboots_stalled", (("pool", "worker"),))] == 0.0
     assert got[("node_config_server_firstboot_duration_seconds_count", (("pool", "worker"),))] == 1.0
     assert got[("node_config_server_firstboot_duration_seconds_count", (("pool", "infra"),))] == 1.0
+
+
+def test_a_failure_the_server_could_not_take_is_kept_and_sent_by_the_next_run(tmp_path):
+    """The server is down for the first run (its fetch gives up: exit 69, the failure report kept
+    on the node); the next run, with the server up, sends it before its own reports."""
+    import json
+
+    from tests.helpers.noderoot import make_node_root
+    from tests.helpers.server_proc import free_port
+
+    state = str(tmp_path / "state")
+    shutil.copytree(os.path.join(REPO, "examples", "state"), state)
+    tls = make_tls(str(tmp_path / "tls"))
+    srv = ServerProcess(state, tls=tls, token=TOKEN, port=free_port())
+    root = make_node_root(str(tmp_path / "fb-later"), srv.base_url, "worker", ca_pem=tls.ca_pem(), token=TOKEN,
+                          node_name="fb-later", fetch_budget=1)
+    first = faults.agent("firstboot", "--root", root)
+    assert first.returncode == 69, first.stderr
+    with open(os.path.join(root, "var/lib/node-agent/pending-report.json")) as f:
+        kept = json.load(f)["report"]
+    assert (kept["state"], kept["firstBoot"]["stage"], kept["firstBoot"]["exitCode"]) == ("Degraded", "fetch", 69)
+    assert kept["firstBoot"]["hint"] == what_to_do(first.stderr)
+    with srv:
+        second = faults.agent("firstboot", "--root", root)
+        assert second.returncode == 0, second.stderr
+        fb = faults.node_view(srv.session(), srv.base_url, "fb-later")["firstBoot"]
+    assert fb["runs"] == 2  # the kept failure's run, then this one
+    assert not os.path.exists(os.path.join(root, "var/lib/node-agent/pending-report.json"))
