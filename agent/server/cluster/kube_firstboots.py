@@ -190,7 +190,7 @@ class FirstBootEvents:
     def _write_status(self, rec: Any) -> None:
         """The MCN's spec and status as kube_sync writes them (the one writer of its conditions:
         the first boot's decided now), for a node that may have no Node object yet."""
-        node_obj = self.sync.node_cache.snapshot().get(rec.node) or {}
+        node_obj = self.sync.node_cache.get(rec.node) or {}
         annotations = (node_obj.get("metadata") or {}).get("annotations") or {}
         body = dict(rec.report, _at=rec.received, _rewrite=True)
         self.sync._write_node_object(rec.node, body, rec.pool, annotations, node_obj)
@@ -202,10 +202,10 @@ class FirstBootEvents:
         reason, kind = REASONS[decision.outcome], "Warning" if decision.warning else "Normal"
         (log.warning if decision.warning else log.info)("node %s: %s: %s", rec.node, reason, message)
         stamp = iso8601(now)
-        pools = self.sync.source.reflectors["machineconfigpools"].snapshot()
+        pool = self.sync.source.reflectors["machineconfigpools"].get(rec.pool) if rec.pool else None
         about = [(mcn, "MachineConfigNode")]
-        if rec.pool in pools:
-            about.insert(0, (pools[rec.pool], "MachineConfigPool"))
+        if pool is not None:
+            about.insert(0, (pool, "MachineConfigPool"))
         for obj, kind_of in about:
             involved = kube_events.reference(obj, MCO_V1, kind_of, self.namespace)
             body = kube_events.event_body(involved, self.namespace, reason, message, stamp, kind, COMPONENT,
