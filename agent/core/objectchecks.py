@@ -22,6 +22,33 @@ log = logging.getLogger(__name__)
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 KERNEL_TYPES = ("", "default", "realtime", "64k-pages")
+# A pool's own first-boot deadline (ours): how long a first boot may stay silent before the server
+# shows it FirstBootStalled (agent/server/rollout/firstboots.py); serve --firstboot-deadline else.
+FIRSTBOOT_DEADLINE_ANNOTATION = "node-agent.io/firstboot-deadline"
+MAX_FIRSTBOOT_DEADLINE = 7 * 86400.0
+_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def parse_deadline(value: Any) -> float:
+    """Seconds of a first-boot deadline: whole seconds (``"1800"``) or a duration as Kubernetes
+    writes one (metav1.Duration, Go's ``time.ParseDuration`` in hours, minutes and seconds:
+    ``"30m"``, ``"1h30m"``, ``"90s"``); more than 0 and at most 7 days. ValueError says what is
+    expected."""
+    text = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    seconds = None
+    if len(text) > 32:  # no deadline needs more; a long number is refused before it is read
+        text = ""
+    if text.isdigit():
+        seconds = float(text)
+    else:
+        m = _DURATION.fullmatch(text)
+        if text and m:
+            hours, minutes, secs = (int(g or 0) for g in m.groups())
+            seconds = hours * 3600.0 + minutes * 60.0 + secs
+    if seconds is None or not 0 < seconds <= MAX_FIRSTBOOT_DEADLINE:
+        raise ValueError("must be a duration such as \"30m\", \"1h30m\" or \"1800\" (seconds), more than 0 "
+                         "and at most 7 days (168h)")
+    return seconds
 
 
 def parse_max_unavailable(value: Any, machine_count: int) -> int:
@@ -113,6 +140,13 @@ def check_pool(doc: Dict[str, Any], src: str) -> List[Problem]:
     for key, why in sorted(policy_problems(annotations).items()):
         problems.append(Problem(f"$.metadata.annotations['{key}']", f"{why} (the pool's rollout policy: "
                                 f"docs/rollout.md)", "pool", value=annotations[key], source=src))
+    deadline = annotations.get(FIRSTBOOT_DEADLINE_ANNOTATION)
+    if deadline is not None:
+        try:
+            parse_deadline(deadline)
+        except ValueError as exc:
+            problems.append(Problem(f"$.metadata.annotations[{FIRSTBOOT_DEADLINE_ANNOTATION!r}]", str(exc), "pool",
+                                    value=deadline, source=src))
     return problems
 
 

@@ -18,10 +18,11 @@ from typing import Any, Dict, Optional, Tuple
 
 from agent.core.nodeconfig import NodeConfig
 from agent.core.paths import DEFAULT_POINTER
-from agent.errors import EXIT_OK, ConfigError, FetchError, NodeAgentError, SkewRefused
+from agent.errors import EXIT_OK, ConfigError, FetchError, SkewRefused
 from agent.host import files, selinux
 from agent.host.root import Root
 from agent.node import nodename, nodestate
+from agent.node.firstbootreport import failed_stage, failure_words, first_boot_object, pointer_url
 from agent.node.report import refusal_text
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ class FirstBoot:
         self.skew_decision: Optional[str] = None
         self._contents: Optional[Tuple[NodeConfig, Dict[str, bytes]]] = None
         self._joined: Optional[Dict[str, Any]] = None  # the Working report of the pool join, once sent
+        self.rec: Any = None  # the run's record: each report says the stage and the stages so far
+        self._served: Dict[str, Any] = {}  # the served config's pool and name, once validated
         self.validated = False  # the fetch validated the served config whole (validate it once)
 
     # -- stages -------------------------------------------------------------------------------
@@ -80,6 +83,10 @@ class FirstBoot:
 
         pointer = self._pointer()
         self.fetcher = Fetcher(self.settings)
+        # The server the pointer names hears of a fetch that fails too (kept for later when it
+        # cannot be reached): the pool asked for is in its URL.
+        self.config_url = pointer_url(pointer)
+        self._make_reporter(flush=False)
         saved = self.progress.load_json("served")
         if saved is not None:
             log.info("resuming: using the config the interrupted run fetched from %s",
@@ -130,15 +137,17 @@ class FirstBoot:
             return True
         return False
 
-    def _make_reporter(self) -> None:
+    def _make_reporter(self, flush: bool = True) -> None:
         from agent.node.report import Reporter, server_base
 
         if not self.config_url.startswith(("http://", "https://")):
             return
-        token = nodestate.read_token(self.root, self.settings)
-        self.reporter = Reporter(server_base(self.config_url), self.node, self.root, self.state_dir,
-                                 session=self.fetcher.session, token=token)
-        if not self.opts.dry_run:
+        base = server_base(self.config_url)
+        if self.reporter is None or self.reporter.base_url != base.rstrip("/"):
+            token = nodestate.read_token(self.root, self.settings)
+            self.reporter = Reporter(base, self.node, self.root, self.state_dir, session=self.fetcher.session,
+                                     token=token)
+        if flush and not self.opts.dry_run:
             self.reporter.flush()
 
     def report(self, payload: Dict[str, Any]) -> None:
@@ -157,28 +166,47 @@ class FirstBoot:
             print(f"first boot already done ({stamp}); nothing to do")
             return EXIT_OK
 
-        rec = RunRecorder(self.root, "firstboot", state_dir=self.state_dir, persist=not self.opts.dry_run)
+        rec = self.rec = RunRecorder(self.root, "firstboot", state_dir=self.state_dir, persist=not self.opts.dry_run)
         try:
             code = self._run(rec)
-        except NodeAgentError as exc:
-            self.forget_unapplied_config(exc)
-            self.report_failure(str(exc))
-            rec.finish("failed", exc.exit_code, error=str(exc), exc=exc)
-            raise
         except Exception as exc:
+            error, hint, exit_code = failure_words(exc)  # the words of the run's journal entry
             self.forget_unapplied_config(exc)
-            self.report_failure(f"internal error: {type(exc).__name__}: {exc}")
-            rec.finish("failed", 70, error=f"internal error: {type(exc).__name__}: {exc}", exc=exc)
+            self.report_failure(error, hint, exit_code)
+            rec.finish("failed", exit_code, error=error, exc=exc)
             raise
         return code
 
-    def report_failure(self, error: str) -> None:
-        """A run that failed after telling the server it joined (Working) says Degraded and why:
-        otherwise the server shows the node working on its first boot for ever."""
-        if self._joined is None:
-            return  # not joined yet (or a skew refusal, which reported Degraded itself)
+    def asked_pool(self) -> str:
+        """The pool of the reports: the one joined, else the served config's, else the one the
+        pointer's URL asks for."""
+        from agent.core.pool import pool_from_url
+
+        return str((self._joined or {}).get("pool") or self._served.get("pool") or pool_from_url(self.config_url)
+                   or "")
+
+    def report_progress(self, stage: str) -> None:
+        """Working, from ``stage``: the server learns the first boot began (and which run, which
+        stage) from the first stage that reached it, and notices if it stops (FirstBootStalled)."""
+        pool = self.asked_pool()
+        if pool:
+            self.report({"pool": pool, "state": "Working", "firstBoot": first_boot_object(self.rec, stage, "running")})
+
+    def report_failure(self, error: str, hint: str, exit_code: int) -> None:
+        """Every failed run says Degraded, the stage, the exit code, why and what to do, in the
+        journal's words, from the first stage that reached the server on (a server that cannot be
+        reached gets it later: the report is kept); else the server shows the node working on its
+        first boot for ever, or not at all."""
+        pool = self.asked_pool()
+        if self.rec is None or not pool:
+            return
+        body = dict(self._joined or {}, pool=pool, state="Degraded", reason=error,
+                    firstBoot=first_boot_object(self.rec, failed_stage(self.rec), "failed", exit_code, hint))
+        body.setdefault("desiredConfig", self._served.get("config"))
+        for key, value in (("bootImage", self.boot_image), ("skew", self.skew_decision)):
+            body.setdefault(key, value)
         try:
-            self.report(dict(self._joined, state="Degraded", reason=error.splitlines()[0][:500]))
+            self.report(body)
         except Exception as exc:  # the failure being reported matters more; the report is best effort
             log.warning("could not report the failure to the server: %s", exc)
 
@@ -217,11 +245,13 @@ class FirstBoot:
             nodename.record(self.root, self.state_dir, self.node)  # the name every later run uses
         with rec.stage("fetch"):
             ignition = self.fetch()
+        self.report_progress("fetch")
 
         with rec.stage("validate"):
             target, served = planning.target_from_served(ignition, source=self.config_url or "served config",
                                                          validated=self.validated)
             rec.set(config=target.name)
+            self._served = {"pool": served.pool, "config": target.name}
 
         with rec.stage("skew"):
             self.check_skew(served, target)
@@ -276,7 +306,8 @@ class FirstBoot:
                          "firstPivotConfig": identity.config,
                          "currentImage": (booted.image if reboot else target.os_image_url) or None,
                          "bootImage": self.boot_image, "skew": self.skew_decision,
-                         "reason": "reboot pending" if reboot else None})
+                         "reason": "reboot pending" if reboot else None,
+                         "firstBoot": first_boot_object(rec, "report", "done", reboot_pending=reboot)})
 
         nodestate.write_stamp(self.root, self.state_dir, target.name)
         self.progress.clear()
@@ -333,10 +364,8 @@ class FirstBoot:
             what = f"boot image refused: {outcome.code}: {refusal_facts(outcome)}"
             if self.opts.dry_run:
                 refused = SkewRefused(f"{what} (dry run: no console message written)")
-            else:
+            else:  # the failure report (report_failure) tells the server, with the skew's fields
                 path = write_console_message(self.root, outcome)
-                self.report(dict(fields, pool=served.pool or "unknown", state="Degraded",
-                                 desiredConfig=target.name))
                 refused = SkewRefused(f"{what} (kubelet will not start; console message {path})")
             refused.hint = refusal_fix(outcome)  # type: ignore[attr-defined]
             raise refused
@@ -354,7 +383,7 @@ class FirstBoot:
         # Tell the server at once, before kubelet starts, so it never counts us in another pool.
         joined = {"pool": identity.pool, "state": "Working", "firstPivotConfig": identity.config,
                   "desiredConfig": target.name, "bootImage": self.boot_image, "skew": self.skew_decision}
-        self.report(joined)
+        self.report(dict(joined, firstBoot=first_boot_object(self.rec, "pool", "running")))
         self._joined = joined
         return identity
 

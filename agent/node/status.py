@@ -175,6 +175,12 @@ class RunRecorder:
     def run_id(self) -> str:
         return self.data["runId"]
 
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the run started (the monotonic clock: what the server may subtract from
+        its own to know when the run began, whatever the node's wall clock says)."""
+        return self._monotonic() - self._started
+
     def persist(self) -> None:
         if not self._persist:
             return

@@ -62,7 +62,14 @@ def resolve_resource(res: Dict, where: str, fetcher, limit: Optional[int] = None
             fetcher = Fetcher()
         # The hash covers the decompressed contents (as Ignition), so the fetcher verifies it
         # only when there is nothing to decompress.
-        raw = fetcher.fetch(url, verification=None if compression else verification).body
+        try:
+            raw = fetcher.fetch(url, verification=None if compression else verification).body
+        except FetchError as exc:  # what to do names this file's source, not the pointer config's server
+            if not getattr(exc, "hint", None):
+                exc.hint = (f"the config's file source {where}.source ({url}) could not be fetched: make it reachable "  # type: ignore[attr-defined]
+                            f"from this node, or fix the MachineConfig that names it (a data: URL needs no server); "
+                            f"the journal shows each attempt (NODE_AGENT_ATTEMPT)")
+            raise
     else:
         raise ConfigError(f"{where}.source: scheme {scheme!r} is not supported by node-agent (use data, http or https)",
                           [Problem(f"{where}.source", f"unsupported scheme {scheme!r}", value=url)])

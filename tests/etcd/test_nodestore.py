@@ -86,6 +86,28 @@ def test_rebuild_reassigns_every_node_and_recounts(tmp_path):
     assert store.node("n3").membership() == progress.Membership("infra", "labels match custom pool infra")
 
 
+def test_open_first_boots_are_those_not_done_by_pool(tmp_path):
+    """The first boots a view lists (running, failed, and by now perhaps stalled), from the index
+    every store keeps of them (agent/server/rollout/firstboots.py is_open), in name order."""
+    store = make_store(tmp_path)
+
+    def report(node, pool, state, outcome=None, at=1.0):
+        body = {"pool": pool, "state": state}
+        if outcome:
+            body["firstBoot"] = {"outcome": outcome, "stage": "fetch", "reportedAt": "2027-01-15T08:00:00.000Z"}
+        store.record_report(node, body, progress.Membership(pool, "reported pool"), at)
+
+    report("n-run", "worker", "Working", "Running")
+    report("n-fail", "infra", "Degraded", "Failed")
+    report("n-done", "worker", "Done", "Done")
+    report("n-old", "worker", "Working")  # a first boot nobody reported: none to follow
+    assert [r.node for r in store.open_first_boots()] == ["n-fail", "n-run"]
+    assert [r.node for r in store.open_first_boots(pool="worker")] == ["n-run"]
+    report("n-run", "worker", "Done", "Done", at=2.0)
+    store.delete_node("n-fail", 3.0)
+    assert store.open_first_boots() == []
+
+
 def test_paging_by_pool(tmp_path):
     store = make_store(tmp_path)
     for i in range(25):

@@ -121,7 +121,8 @@ def test_reads_keep_answering_and_writes_fail_clearly_when_etcd_is_away(etcd_clu
 
 CONTRACT = ["test_counters_equal_a_full_recount_after_random_reports", "test_rebuild_reassigns_every_node_and_recounts",
             "test_paging_by_pool", "test_done_report_releases_the_lease_on_that_config",
-            "test_serving_is_one_snapshot", "test_update_pool_keeps_history_and_skips_no_change"]
+            "test_serving_is_one_snapshot", "test_update_pool_keeps_history_and_skips_no_change",
+            "test_open_first_boots_are_those_not_done_by_pool"]
 
 
 @pytest.mark.parametrize("name", CONTRACT)

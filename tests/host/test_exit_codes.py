@@ -149,7 +149,7 @@ def test_refused_report_ends_first_boot_degraded_and_status_says_why(server, tmp
     assert "HTTP 401" in st.stdout and "report.tokenFile" in st.stdout
     data = json.loads(agent("status", "--root", root, "--json").stdout)
     assert data["result"] == "degraded" and data["keptReport"]["refused"]["status"] == 401
-    # refused once: the pool-join report; the final report was kept without asking again
+    # refused once: the first report (after the fetch); the later ones were kept without asking again
     assert r.stderr.count("refused (HTTP 401") == 1, r.stderr
     assert server.session().get(server.url("/api/v1/nodes/notoken-0")).status_code == 404
 

@@ -204,16 +204,21 @@ def test_a_config_refused_at_apply_is_fetched_again_on_the_next_run(tmp_path):
         assert first.returncode == 65, first.stderr
         assert "pull secret" in first.stderr and "Traceback" not in first.stderr
         assert not os.path.exists(os.path.join(root, "var/lib/kubelet/config.json"))
-        # The server, told Working at the pool join, hears Degraded and why (not Working for ever).
+        # The server, told Working after the fetch and at the pool join, hears Degraded and why (not
+        # Working for ever): the stage, the exit code and what to do, as the journal says them.
         reports = [json.loads(r.body) for r in srv.requests_for("/api/v1/nodes/n1/report")]
-        assert [r["state"] for r in reports] == ["Working", "Degraded"]
-        assert "pull secret" in reports[1]["reason"] and reports[1]["pool"] == "worker"
+        assert [(r["state"], r["firstBoot"]["stage"]) for r in reports] == \
+            [("Working", "fetch"), ("Working", "pool"), ("Degraded", "plan")]
+        failed = reports[2]
+        assert "pull secret" in failed["reason"] and failed["pool"] == "worker"
+        assert failed["reason"] in first.stderr and f"what to do: {failed['firstBoot']['hint']}" in first.stderr
+        assert (failed["firstBoot"]["result"], failed["firstBoot"]["exitCode"]) == ("failed", 65)
 
         second = agent("firstboot", "--root", root)
         assert second.returncode == 0, second.stderr
         assert len(srv.requests_for("/config/worker")) == 2
         reports = [json.loads(r.body) for r in srv.requests_for("/api/v1/nodes/n1/report")]
-        assert [r["state"] for r in reports][2:] in (["Working", "Done"], ["Working", "Working"])
+        assert [r["state"] for r in reports][3:] in (["Working", "Working", "Done"], ["Working", "Working", "Working"])
     with open(os.path.join(root, "var/lib/kubelet/config.json"), "rb") as f:
         assert f.read() == GOOD
 

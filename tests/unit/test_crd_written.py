@@ -18,6 +18,7 @@ pytestmark = pytest.mark.cel  # cel-python; the RHEL 9 run (Python 3.9) does not
 from agent.server.cluster import kube_sync  # noqa: E402
 from agent.server.cluster.service import validate_report  # noqa: E402
 from agent.server.http.app import App  # noqa: E402
+from agent.server.rollout import firstboots, mcnconditions  # noqa: E402
 from agent.server.store.kube.mcnrecord import node_object  # noqa: E402
 from tests.helpers import crd_validate, paths  # noqa: E402
 
@@ -48,11 +49,18 @@ def report(app, node, **body):
     app.cluster.record_report(node, validate_report(dict({"pool": "worker", "labels": WORKER}, **body)))
 
 
-def written_mcn(node, body, annotations=None):
+def decided_at(epoch, deadline=60.0):
+    """The cluster's first-boot decision, at ``epoch``, as KubeSync asks it (firstbootview.py)."""
+    return lambda body, pool: firstboots.decide(body.get(firstboots.KEY), epoch, deadline)
+
+
+def written_mcn(node, body, annotations=None, first_boot=None):
     """The MachineConfigNode KubeSync writes for a report: its merge patches, applied in order."""
+    first_boot = first_boot or decided_at(1.8e9)
     patches = []
     fake = types.SimpleNamespace(client=types.SimpleNamespace(merge_patch=lambda path, p: patches.append(p)),
-                                 _drain_written={}, cluster=types.SimpleNamespace(node_truth=None))
+                                 _drain_written={},
+                                 cluster=types.SimpleNamespace(node_truth=None, first_boot_decision=first_boot))
     node_obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "uid": "uid-" + node}}
     kube_sync.KubeSync._write_node_object(fake, node, body, "worker", annotations or {}, node_obj)
     # both patches, or what KubeSync writes would go unchecked (node_object alone would be)
@@ -104,3 +112,26 @@ def test_the_machineconfignode_of_a_node_on_its_first_config_validates_against_t
     wants an RFC 1123 subdomain (issue 38)."""
     body = {"state": "Working", "desiredConfig": target(app, "worker"), "_at": 1.8e9}
     assert crd_validate.problems(written_mcn("worker-1", body)) == []
+
+
+FIRST_BOOT = {"run": "5b0c6c1e4d0a4f6c9a8f0c2d1e3b4a59", "startedAt": "2027-01-15T08:00:00.120Z", "result": "running",
+              "stage": "fetch", "elapsed": 2.5, "stages": [{"name": "fetch", "startedAt": "2027-01-15T08:00:00.120Z",
+                                                             "seconds": 2.4, "result": "ok"}]}
+
+
+@pytest.mark.parametrize("outcome", ["Running", "Failed", "Stalled", "Done"])
+def test_the_machineconfignode_of_a_first_boot_validates_against_the_crd_with_its_condition(app, outcome):
+    """Our FirstBootComplete condition (a type in our own domain, as the CRD's pattern admits)
+    in every outcome, beside upstream's types: the list stays within the CRD's 20."""
+    sent = dict(FIRST_BOOT, result="failed", stage="apply", exitCode=75, hint="the node is as before") \
+        if outcome == "Failed" else FIRST_BOOT
+    body = {"pool": "worker", "state": "Done" if outcome == "Done" else "Degraded" if outcome == "Failed" else
+            "Working", "reason": "applying failed: No space left on device", "firstBoot": sent}
+    now = 1.8e9
+    record = firstboots.record(None, body, now)
+    later = now + (120 if outcome == "Stalled" else 1)
+    mcn = written_mcn("worker-fb", dict(body, firstBoot=record, _at=now), first_boot=decided_at(later))
+    assert crd_validate.problems(mcn) == []
+    condition = [c for c in mcn["status"]["conditions"] if c["type"] == mcnconditions.FIRST_BOOT]
+    assert [(c["status"], c["reason"]) for c in condition] == \
+        [(mcnconditions.FIRST_BOOT_STATUS[outcome], firstboots.REASONS[outcome])]

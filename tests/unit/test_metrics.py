@@ -77,3 +77,30 @@ def test_a_dead_servers_directory_is_removed_a_live_ones_kept(tmp_path):
         (d / "counter_1.db").write_bytes(b"x")
     assert metrics.remove_stale_dirs(str(tmp_path)) == [str(dead)]
     assert not dead.exists() and live.exists() and other.exists()
+
+
+def test_first_boots_by_pool_stage_and_outcome_the_stalled_ones_and_their_duration():
+    """Gauges from the pools' status.firstBoots (the shared store: every replica the same), and
+    what this process saw end: a counter by pool, stage and outcome, Done ones' durations."""
+    c = metrics.RequestCounter(None)
+    c.observe_first_boot("worker", {"outcome": "Failed", "stage": "apply", "began": "2027-01-15T08:00:00.000Z",
+                                    "endedAt": "2027-01-15T08:01:00.000Z"})
+    c.observe_first_boot("worker", {"outcome": "Done", "stage": "report", "began": "2027-01-15T08:00:00.000Z",
+                                    "endedAt": "2027-01-15T08:12:00.000Z"})
+    first_boots = {"running": 1, "failed": 0, "stalled": 2,
+                   "stages": {"Running": {"pool": 1}, "Stalled": {"fetch": 1, "report": 1}}}
+    views = {"worker": {"spec": {"configuration": {"name": "rendered-worker-1"}},
+                        "status": {"configuration": {"name": "rendered-worker-1"},
+                                   "served": {"config": "rendered-worker-1", "image": ""},
+                                   "nodeStates": {}, "firstBoots": first_boots}}}
+    got = samples(metrics.exposition(c, views, 0, False))
+    assert {k[1]: v for k, v in got.items() if k[0] == "node_config_server_firstboots"} == {
+        (("outcome", "running"), ("pool", "worker"), ("stage", "pool")): 1,
+        (("outcome", "stalled"), ("pool", "worker"), ("stage", "fetch")): 1,
+        (("outcome", "stalled"), ("pool", "worker"), ("stage", "report")): 1}
+    assert got[("node_config_server_firstboots_stalled", (("pool", "worker"),))] == 2
+    assert got[("node_config_server_firstboots_ended_total", (("outcome", "failed"), ("pool", "worker"),
+                                                              ("stage", "apply")))] == 1
+    assert got[("node_config_server_firstboot_duration_seconds_count", (("pool", "worker"),))] == 1  # Done only
+    assert got[("node_config_server_firstboot_duration_seconds_sum", (("pool", "worker"),))] == 720
+    assert got[("node_config_server_firstboot_duration_seconds_bucket", (("le", "900.0"), ("pool", "worker")))] == 1

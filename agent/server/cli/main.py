@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_drain_args(p)
     p.add_argument("--lease-ttl", type=float, default=600.0, metavar="SECONDS",
                    help="drain lease lifetime unless renewed (default: 600)")
+    p.add_argument("--firstboot-deadline", type=_deadline, default=None, metavar="DURATION",
+                   help="a first boot with no report for this long (and not done) is shown FirstBootStalled: "
+                        "seconds or a duration such as 30m (default: 30m; a pool's annotation "
+                        "node-agent.io/firstboot-deadline overrides it; docs/operations.md)")
     p.add_argument("--settle-seconds", type=float, default=10.0, metavar="SECONDS",
                    help="a change of the state directory is read only once no file has changed for this long, "
                         "so a file rewritten in place (with pauses) is never read half-written (default: 10)")
@@ -153,6 +157,15 @@ def _seconds(text: str) -> float:
     if not 0 < value <= 3600:
         raise argparse.ArgumentTypeError(f"{text!r}: expected seconds, more than 0 and at most 3600")
     return value
+
+
+def _deadline(text: str) -> float:
+    from agent.server.rollout import firstboots  # the parse the pool annotation's check uses too
+
+    try:
+        return firstboots.parse_deadline(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
 def _sub(sub, name: str, **kwargs) -> argparse.ArgumentParser:
@@ -222,7 +235,7 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
     store = dataclasses.replace(store, replica=store.replica_name(f"{host}:{port}"))
     app = App(args.state, token=token, lease_ttl=args.lease_ttl, metrics_dir=metrics_dir, store=store,
               admin_token=admin_token, anonymous_secrets=args.serve_secrets_anonymously, settle=args.settle_seconds,
-              data_dir=args.nodes_dir)
+              data_dir=args.nodes_dir, firstboot_deadline=args.firstboot_deadline)
     app.auth.admission = admission(args)
     # Long polls hold a greenlet each under gevent; under gthread they would hold a thread: none there.
     app.max_hold = MAX_HOLD if args.worker_class == "gevent" else 0.0

@@ -19,6 +19,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from agent.server.cli import firstbootviews
 from agent.server.cli.rolloutview import node_rollout_cell, node_rollout_line, pool_rollout_lines
 
 WIDTH = 100
@@ -27,9 +28,9 @@ ELLIPSIS = "…"
 
 POOL_COLUMNS = ("NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINES", "READY", "UPDATED-M",
                 "DEGRADED-M", "AGE")
-NODE_COLUMNS = ("NAME", "POOL", "STATE", "UPDATED", "ROLLOUT", "CONFIG", "SKEW", "REPORTED", "REASON")
+NODE_COLUMNS = ("NAME", "POOL", "STATE", "UPDATED", "ROLLOUT", "CONFIG", "FIRSTBOOT", "SKEW", "REPORTED", "REASON")
 POOL_OPTIONAL = ("DEGRADED-M", "UPDATED-M", "READY")  # left out first, in this order, when a table does not fit
-NODE_OPTIONAL = ("SKEW", "REPORTED")
+NODE_OPTIONAL = ("SKEW", "REPORTED", "FIRSTBOOT")  # FIRSTBOOT last: REASON also names a failed or stalled one
 MIN_CELL = 12  # a cut cell keeps at least this many characters (its header's, when longer)
 
 
@@ -200,7 +201,8 @@ def pools_table(pools: List[Dict[str, Any]], now: float, wide: bool = False, wid
         return rows
 
     text = fit(build, width, wide, POOL_OPTIONAL)
-    return text + "".join(line + "\n" for line in draining_lines(pools, now)) if draining else text
+    under = draining_lines(pools, now) + firstbootviews.pool_lines(pools)  # failed and stalled first boots too
+    return text + "".join(line + "\n" for line in under) if draining else text
 
 
 def draining_lines(pools: List[Dict[str, Any]], now: float) -> List[str]:
@@ -253,6 +255,7 @@ def describe_pool(pool: Dict[str, Any], now: float) -> str:
     if pending and pending.get("from") != pending.get("to"):
         actions = ", ".join(_action(a) for a in pending.get("actions") or []) or "None"
         lines.append(f"Next update:         {actions} (drain: {'yes' if pending.get('drain') else 'no'})")
+    lines += [firstbootviews.pool_counts(pool), *firstbootviews.pool_lines([pool], indent="  ")]
     lines += ["Conditions:"] + _indent(_conditions_table(st.get("conditions") or []))
     nodes = st.get("nodes") or {}
     lines.append("Nodes:" if nodes else "Nodes:               <none>")
@@ -306,7 +309,7 @@ def nodes_table(nodes: List[Dict[str, Any]], now: float, wide: bool = False, wid
             reported = parse_time(n.get("reportedAt"))
             rows.append([n.get("name", ""), n.get("pool", "") or "<none>", str(rep.get("state", "")),
                          str(bool(n.get("updated"))), node_rollout_cell(n), short(rep.get("currentConfig", "") or "-"),
-                         rep.get("skew", "") or "-", age(None if reported is None else now - reported),
+                         firstbootviews.cell(n), rep.get("skew", "") or "-", age(None if reported is None else now - reported),
                          node_reason(n)])
         return rows
 
@@ -317,7 +320,7 @@ def node_reason(node: Dict[str, Any]) -> str:
     """Why a node is not simply Done: the server's degraded reason, else the node's own; its
     first line in a table (a node's on-disk drift names each path on a line of its own:
     ``describe node`` shows them all)."""
-    text = str(node.get("degradedReason") or (node.get("report") or {}).get("reason")
+    text = str(node.get("degradedReason") or firstbootviews.reason(node) or (node.get("report") or {}).get("reason")
                or (node.get("rollout") or {}).get("reason") or "")
     return text.split("\n", 1)[0]
 
@@ -348,6 +351,7 @@ def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: flo
         f"Boot image:          {rep.get('bootImage') or '<unknown>'}",
         f"Boot image skew:     {rep.get('skew') or '<not checked>'}",
     ]
+    lines += firstbootviews.describe_lines(node)
     if node.get("counted") is False:
         lines.append(f"Counted:             no: {node.get('notCounted') or ''}")
     if node.get("degradedReason"):

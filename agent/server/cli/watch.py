@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from agent.server.cli import views
+from agent.server.cli import firstbootviews, views
 from agent.server.cli.client import ClientError
 
 Fetch = Callable[[], List[Dict[str, Any]]]
@@ -106,8 +106,8 @@ def node_line(node: Dict[str, Any]) -> str:
     """What makes a node's row change (its REPORTED age aside)."""
     rep = node.get("report") or {}
     return "  ".join((str(node.get("name", "")), str(node.get("pool") or ""), str(rep.get("state", "")),
-                      str(bool(node.get("updated"))), str(rep.get("currentConfig") or ""), str(rep.get("skew") or ""),
-                      views.node_reason(node)))
+                      str(bool(node.get("updated"))), str(rep.get("currentConfig") or ""),
+                      firstbootviews.cell(node), str(rep.get("skew") or ""), views.node_reason(node)))
 
 
 def pool_rows(pools: List[Dict[str, Any]], now: float) -> List[str]:

@@ -17,12 +17,13 @@ FIRST_BOOT_FACTS = ("firstPivotConfig", "bootImage", "skew")
 
 def with_first_boot_facts(previous: Optional[Dict[str, Any]], body: Dict[str, Any]) -> Dict[str, Any]:
     """``body`` with the first-boot facts of ``previous`` it does not carry itself. A report that
-    names a ``firstPivotConfig`` comes from a first boot (a new or reinstalled node): its facts
-    stand as sent, nothing is carried over. With a shared store (etcd, Kubernetes) ``previous``
+    names a ``firstPivotConfig``, or carries a ``firstBoot`` object (every report a first boot
+    sends does, before its pool stage too), comes from a first boot (a new or reinstalled node):
+    its facts stand as sent, nothing is carried over. With a shared store (etcd, Kubernetes) ``previous``
     comes from this replica's watch index: a day-2 report within the watch's lag of the first
     boot's, on another replica, would not see it (a node's first update follows its first boot by
     far more than that lag)."""
-    if not previous or body.get("firstPivotConfig"):
+    if not previous or body.get("firstPivotConfig") or isinstance(body.get("firstBoot"), dict):
         return body
     carried = {k: previous[k] for k in FIRST_BOOT_FACTS if previous.get(k) and not body.get(k)}
     return dict(body, **carried) if carried else body

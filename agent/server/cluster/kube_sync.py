@@ -342,7 +342,8 @@ class KubeSync:
         status = {"observedGeneration": 1,
                   "configVersion": {"desired": obj["spec"]["configVersion"]["desired"],
                                     "current": config_name(body.get("currentConfig"))},
-                  "conditions": node_conditions(body, iso8601(body.get("_at") or time.time()), annotations)}
+                  "conditions": node_conditions(body, iso8601(body.get("_at") or time.time()), annotations,
+                                                self.cluster.first_boot_decision(body, pool))}
         self.client.merge_patch(MACHINE_CONFIG_NODES.path(node, sub="status"), {"status": status})
         mark = drain_mark(annotations)
         if mark:

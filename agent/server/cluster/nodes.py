@@ -1,13 +1,13 @@
 """The node list of ``GET /api/v1/nodes`` (and one node's entry), from the node store.
 
 Each item: ``{"name", "pool", "membership", "degradedReason"?, "updated", "reportedAt",
-"report"}``: ``updated`` as the pool counts it (its target config, and its layered image where
+"report", "firstBoot"?}``: ``updated`` as the pool counts it (its target config, and its layered image where
 the pool has one: agent/server/rollout/progress.py); ``reportedAt`` when the server received the last
 report (RFC 3339, UTC). The list is paged as Kubernetes lists are: ``?limit=N`` (default and
 maximum below) and ``metadata.continue`` to pass back as ``?continue=`` for the next page.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.cluster.rolloutctl import counted, member_of_record
 from agent.server.rollout import progress, targeting
@@ -30,11 +30,14 @@ def targets(views: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[str, Optional[s
 
 
 def node_item(rec: NodeRecord, pool_targets: Dict[str, Tuple[str, Optional[str]]],
-              rows: Optional[Dict[str, PoolRow]] = None) -> Dict[str, Any]:
+              rows: Optional[Dict[str, PoolRow]] = None, first_boot: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """One node of the list; ``rows``: the pools' rows (where the server's rollout has the node);
+    ``first_boot``: its first boot as decided now (firstbootview.py), shown as ``firstBoot`` in
+    place of the stored record under ``report``."""
     target = pool_targets.get(rec.pool)
     item = {"name": rec.node, "pool": rec.pool, "membership": rec.why,
             "updated": bool(target) and progress.is_updated(rec.report, target[0], target[1]),
-            "reportedAt": rfc3339(rec.received), "report": dict(rec.report)}
+            "reportedAt": rfc3339(rec.received), "report": {k: v for k, v in rec.report.items() if k != "firstBoot"}}
     if rec.degraded:
         item["degradedReason"] = rec.degraded
     row = (rows or {}).get(rec.pool)
@@ -42,11 +45,14 @@ def node_item(rec: NodeRecord, pool_targets: Dict[str, Tuple[str, Optional[str]]
         state, why = targeting.node_state(member_of_record(rec, 0.0), row.rollout, target[0], target[1])
         desired = targeting.desired_of(rec.report, targeting.entry_of(row.rollout, rec.node))[0]
         item["rollout"] = {"state": state, "desiredConfig": desired, **({"reason": why} if why else {})}
+    if first_boot is not None:
+        item["firstBoot"] = first_boot
     return item
 
 
 def node_list(records: List[NodeRecord], pool_targets: Dict[str, Tuple[str, Optional[str]]],
-              limit: int, rows: Optional[Dict[str, PoolRow]] = None) -> Dict[str, Any]:
-    items = [node_item(r, pool_targets, rows) for r in records]
+              limit: int, rows: Optional[Dict[str, PoolRow]] = None,
+              first_boot: Callable[[NodeRecord], Optional[Dict[str, Any]]] = lambda rec: None) -> Dict[str, Any]:
+    items = [node_item(r, pool_targets, rows, first_boot(r)) for r in records]
     meta = {"continue": items[-1]["name"]} if len(items) == limit and items else {}
     return {"apiVersion": "v1", "kind": "NodeList", "metadata": meta, "items": items}

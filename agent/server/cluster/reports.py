@@ -2,10 +2,10 @@
 
 from typing import Any, Dict
 
-from agent.server.rollout import progress
+from agent.server.rollout import firstboots, progress
 
 REPORT_FIELDS = ("pool", "currentConfig", "desiredConfig", "firstPivotConfig", "currentImage", "state",
-                 "bootImage", "skew", "reason", "labels", "desiredImage")
+                 "bootImage", "skew", "reason", "labels", "desiredImage", "firstBoot")
 SKEW_VALUES = ("ok", "warn", "refuse")
 CONFIG_NAMES = ("currentConfig", "desiredConfig", "firstPivotConfig")
 
@@ -44,7 +44,13 @@ def validate_report(body: Any) -> Dict[str, Any]:
     if body.get("skew") is not None and body.get("skew") not in SKEW_VALUES:
         raise ReportInvalid("$.skew", f"must be one of {', '.join(SKEW_VALUES)}")
     _check_labels(body.get("labels"))
-    return {k: v for k, v in body.items() if v is not None}
+    out = {k: v for k, v in body.items() if v is not None}
+    if "firstBoot" in out:  # the first boot's run, stage, outcome (agent/server/rollout/firstboots.py)
+        try:
+            out["firstBoot"] = firstboots.check_sent(out["firstBoot"])
+        except firstboots.Invalid as exc:
+            raise ReportInvalid(exc.field, str(exc).split(": ", 1)[1]) from None
+    return out
 
 
 # A Node's label as Kubernetes bounds it (apimachinery/pkg/util/validation/validation.go:

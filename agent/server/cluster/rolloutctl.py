@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
 from agent.core.rolloutpolicy import rollout_policy
-from agent.server.rollout import gating, progress, targeting
+from agent.server.rollout import firstboots, gating, progress, targeting
 from agent.server.rollout.targeting import Member
 from agent.server.store.nodestore import SERVER_KEY, NodeRecord, PoolRow
 from agent.server.store.stateformat import State
@@ -263,9 +263,11 @@ def rollback_plan(row: PoolRow, history: List[Dict[str, Any]], undo: bool) -> Di
 
 
 def in_first_boot(rec: NodeRecord) -> bool:
-    """The node's newest report came from a first boot that is not Done (the server's mark)."""
+    """The node's first boot is not Done: its record says so (firstboots.is_open: running or
+    failed), or (a node that sends no first-boot record) its newest report came from its first
+    boot and is not Done (the server's mark)."""
     mark = rec.report.get(SERVER_KEY)
-    return isinstance(mark, dict) and bool(mark.get("firstBoot"))
+    return (isinstance(mark, dict) and bool(mark.get("firstBoot"))) or firstboots.is_open(rec.report)
 
 
 def counted(rec: NodeRecord) -> bool:

@@ -25,6 +25,7 @@ from agent.core.objectchecks import parse_max_unavailable
 from agent.server.cluster import poolview
 from agent.server.cluster.approval import Approval
 from agent.server.cluster.firstbootfacts import with_first_boot_facts
+from agent.server.cluster.firstbootview import FirstBoots
 from agent.server.cluster.replicaview import ReplicaView
 from agent.server.cluster.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
 from agent.server.cluster.rolloutctl import RolloutControl
@@ -59,7 +60,7 @@ def membership_signature(st: State) -> str:
     return hashlib.sha256(json.dumps(sel, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl):
+class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
     def __init__(self, state_dir: Optional[str], db_path: Optional[str] = None, lease_ttl: float = DEFAULT_TTL,
                  reload_interval: float = 1.0, store: Optional[NodeStore] = None, watcher: Any = None,
                  settle: Optional[float] = None):
@@ -260,6 +261,7 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl):
         if counts.machine > len(listed):
             status["nodesTruncated"] = True
         status["rollout"] = self._rollout_view(st, name, row, image, limit, max_nodes)
+        status["firstBoots"] = self.first_boot_summary(name, deadlines=self.first_boot_deadlines(st))  # decided now
         disruption = poolview.pending_disruption(self.spec_of, st.cluster_spec, current, target) if pending else None
         if disruption is not None:
             status["pendingDisruption"] = disruption
@@ -298,12 +300,15 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl):
         reg = self.store.registration(node)
         previous = self.store.node(node)
         first_boot = bool(body.get("firstPivotConfig")) and body.get("state") != "Done"
-        body = with_first_boot_facts(previous.report if previous is not None else None, body)
+        before, now = (previous.report if previous is not None else None), time.time()
+        body = with_first_boot_facts(before, body)
+        body = self.with_first_boot(before, body, reg.created if reg is not None else None, now)
         body = self._marked(st, node, body, reg)
         if first_boot:  # not a member the server targets until its first boot is Done (rolloutctl.counted)
             body[SERVER_KEY] = dict(body.get(SERVER_KEY) or {}, firstBoot=True)
         member = progress.membership(body, st.pools, self.pool_of_rendered)
-        recorded = self.store.record_report(node, body, member, time.time())
+        recorded = self.store.record_report(node, body, member, now)
+        self.first_boot_ended(member.pool, before, body)
         # Only the pools this node left or joined can step (their counters moved): O(1).
         for name in sorted({member.pool, recorded.previous_pool} - {None, ""}):
             self._step_pool(st, name)  # type: ignore[arg-type]

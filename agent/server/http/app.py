@@ -51,7 +51,8 @@ class App(NodeRoutes):
     def __init__(self, state_dir: str, token: Optional[str] = None, lease_ttl: float = drains.DEFAULT_TTL,
                  metrics_dir: Optional[str] = None, reload_interval: float = 1.0,
                  store: Optional[StoreConfig] = None, admin_token: Optional[str] = None,
-                 anonymous_secrets: bool = False, settle: Optional[float] = None, data_dir: Optional[str] = None):
+                 anonymous_secrets: bool = False, settle: Optional[float] = None, data_dir: Optional[str] = None,
+                 firstboot_deadline: Optional[float] = None):
         self.state_dir = state_dir
         self.data_dir = data_dir  # where nodes.db is (serve --data-dir); None: the state directory (tests)
         self.store_config = store or StoreConfig()
@@ -59,6 +60,7 @@ class App(NodeRoutes):
         self.lease_ttl = lease_ttl
         self.reload_interval = reload_interval
         self.settle = settle  # seconds a state directory change must rest before it is read
+        self.firstboot_deadline = firstboot_deadline  # serve --firstboot-deadline (None: firstboots' default)
         self.counter = RequestCounter(metrics_dir)
         self.memo = FetchMemo()
         self.max_hold = 0.0  # seconds a member's unchanged fetch may be held (serve: MAX_HOLD with gevent)
@@ -78,6 +80,9 @@ class App(NodeRoutes):
                     cluster = Cluster(self.state_dir, db_path=db_path, lease_ttl=self.lease_ttl, store=store,
                                       watcher=watcher, reload_interval=self.reload_interval, settle=self.settle)
                     cluster.store.observe(self.counter.observe_store)
+                    cluster.first_boot_listeners.append(self.counter.observe_first_boot)
+                    if self.firstboot_deadline is not None:
+                        cluster.firstboot_deadline = self.firstboot_deadline
                     cluster.start_heartbeat(self.store_config.replica_name())
                     # the Kubernetes backend's status writes (its drain Events in the server's namespace)
                     self.writer = start_writers(cluster, watcher, self.store_config.drain,

@@ -59,6 +59,8 @@ def make_dir() -> str:
     return tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
 
 
+# Seconds: a first boot in a test takes seconds, an RHCOS one with its pivot reboot 5-30 minutes.
+FIRST_BOOT_BUCKETS = (5, 10, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 7200)
 METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"))
 
 
@@ -92,6 +94,14 @@ class RequestCounter:
                                        buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
         self.store_errors = Counter("node_config_server_store_errors", "Failed calls to the shared store (etcd) "
                                     "by API path.", ["operation"], registry=None)
+        # First boots this process saw end (the report that ended one came to it: sum over replicas).
+        self.first_boots = Counter("node_config_server_firstboots_ended", "First boots ended by a report this "
+                                   "server received, by pool, the stage they ended at and outcome (done, failed).",
+                                   ["pool", "stage", "outcome"], registry=None)
+        self.first_boot_seconds = Histogram("node_config_server_firstboot_duration_seconds",
+                                            "How long first boots took, from their beginning to their Done report "
+                                            "(the reboot included).", ["pool"], registry=None,
+                                            buckets=FIRST_BOOT_BUCKETS)
 
     def inc(self, pool: str, code: int, method: str) -> None:
         if method not in METHODS:
@@ -101,6 +111,16 @@ class RequestCounter:
         if child is None:  # labels() validates and looks up its labels under a lock: once per series
             child = self._children[key] = self.counter.labels(pool, str(code), method)
         child.inc()
+
+    def observe_first_boot(self, pool: str, record: Dict[str, Any]) -> None:
+        """A report ended a first boot (service.Cluster.first_boot_listeners)."""
+        from agent.server.rollout import firstboots
+
+        outcome = str(record.get("outcome") or "").lower()
+        self.first_boots.labels(pool, str(record.get("stage") or ""), outcome).inc()
+        seconds = firstboots.duration(record)
+        if record.get("outcome") == firstboots.DONE and seconds is not None:
+            self.first_boot_seconds.labels(pool).observe(seconds)
 
     def observe_store(self, operation: str, seconds: float, ok: bool) -> None:
         self.store_seconds.labels(operation).observe(seconds)
@@ -116,7 +136,8 @@ class RequestCounter:
 
             multiprocess.MultiProcessCollector(registry, path=self.directory)
         else:
-            for metric in (self.counter, self.store_seconds, self.store_errors):
+            for metric in (self.counter, self.store_seconds, self.store_errors, self.first_boots,
+                           self.first_boot_seconds):
                 registry.register(metric)
         return registry
 
@@ -163,6 +184,17 @@ class StateCollector:
                      lambda: (([node], 1) for _, v in views
                               for node, d in sorted(((v["status"].get("drain") or {}).get("nodes") or {}).items())
                               if d.get("failing")))
+        # First boots not done, from the store (every replica shows the same): by pool, the stage
+        # they last reported and outcome; the stalled ones by pool (0 when none), for the alerts.
+        yield family("node_config_server_firstboots", "First boots not done, by pool, the stage they last reported "
+                     "and outcome (running, failed, stalled).", ["pool", "stage", "outcome"],
+                     lambda: (([n, stage, outcome.lower()], count) for n, v in views
+                              for outcome, stages in sorted((v["status"].get("firstBoots") or {}).get("stages", {})
+                                                            .items())
+                              for stage, count in sorted(stages.items())))
+        yield family("node_config_server_firstboots_stalled", "First boots with no report within their deadline "
+                     "(FirstBootStalled), by pool.", ["pool"],
+                     lambda: (([n], (v["status"].get("firstBoots") or {}).get("stalled", 0)) for n, v in views))
         yield GaugeMetricFamily("node_config_server_state_problems",
                                 "Problems found in the state directory's newest files.", value=self.state_problems)
         yield GaugeMetricFamily("node_config_server_state_stale",

@@ -238,12 +238,13 @@ class NodeRoutes:
         if rec is None:
             raise HTTPError(404, f"node {node!r} has not reported")
         item = node_item(rec, targets(self.cluster.pool_views(only=rec.pool, pending=False, nodes=0)),
-                         self.cluster.store.pools())
-        out = {"node": node, "name": node, "report": rec.report, "pool": rec.pool,
+                         self.cluster.store.pools(), self.cluster.first_boot_view(rec, stages=True))
+        out = {"node": node, "name": node, "report": item["report"], "pool": rec.pool,
                "membership": rec.why, "degradedReason": rec.degraded,
                "updated": item["updated"], "reportedAt": item["reportedAt"],
                **({"rollout": item["rollout"]} if "rollout" in item else {}),
-               "drainEvents": [dict(e, at=rfc3339(e.get("at"))) for e in self.cluster.store.drain_events(node)]}
+               "drainEvents": [dict(e, at=rfc3339(e.get("at"))) for e in self.cluster.store.drain_events(node)],
+               **({"firstBoot": item["firstBoot"]} if "firstBoot" in item else {})}
         truth = self.cluster.node_truth
         if truth is not None and truth.ready():  # the Kubernetes backend: the Node's labels decide (kube_nodes.py)
             out.update(truth.describe(node, self.cluster.state().pools))
@@ -275,8 +276,10 @@ class NodeRoutes:
                 out["continue"] = regs[-1].node
             return json_response(200, out)
         records = self.cluster.store.nodes(after=after, limit=limit)
+        deadlines = self.cluster.first_boot_deadlines()  # each node's first boot, decided now
         return json_response(200, node_list(records, targets(self.cluster.pool_views(pending=False, nodes=0)), limit,
-                                            self.cluster.store.pools()))
+                                            self.cluster.store.pools(),
+                                            lambda rec: self.cluster.first_boot_view(rec, deadlines=deadlines)))
 
     def report(self, node: str, body: Any) -> Response:
         try:

@@ -9,11 +9,17 @@ NodeDegraded (with the node's reason); from the Node's drain annotations: Draine
 controller's child condition, draincadence.drain_condition). The other phases (prepared,
 post-action, cordoned, rebooted ...) are steps inside node-agent that its report does not
 separate: they stay at the default (docs/kubernetes.md, "How this differs from the MCO").
+
+Ours, beside them: ``node-agent.openshift.io/FirstBootComplete`` (``first_boot_condition``), the
+node's first boot as the server follows it (agent/server/rollout/firstboots.py): True once Done,
+False while it runs or after it failed, Unknown once it has stalled (the server cannot know what
+a silent node does, as a Node's Ready is Unknown once its kubelet stops posting).
 """
 
 from typing import Any, Dict, List, Optional
 
-from agent.server.rollout import draincadence
+from agent.server.rollout import draincadence, firstboots
+from agent.server.rollout.progress import iso8601
 
 # openshift/api machineconfiguration/v1 StateProgress values of a MachineConfigNode (upgrade_monitor.go
 # allConditionTypes, with NodeDegraded and the PinnedImageSets pair). At most 20 (the CRD's maxItems).
@@ -22,6 +28,11 @@ CONDITION_TYPES = ("UpdatePrepared", "UpdateExecuted", "UpdatePostActionComplete
                    "Updated", "NodeDegraded", "PinnedImageSetsProgressing", "PinnedImageSetsDegraded")
 NOT_YET = "NotYetOccured"  # upstream's reason, spelling included
 NOT_YET_SET = "not-yet-set"  # upstream's config name while none is known: the CRD's CEL rules need a subdomain
+# A type of ours, in our own domain ("foo.example.com/CamelCase", as the CRD admits): never one of
+# upstream's (a later upstream type of the same name would mean something else).
+FIRST_BOOT = "node-agent.openshift.io/FirstBootComplete"
+FIRST_BOOT_STATUS = {firstboots.DONE: "True", firstboots.RUNNING: "False", firstboots.FAILED: "False",
+                     firstboots.STALLED: "Unknown"}
 
 
 def default_condition(kind: str, at: str) -> Dict[str, str]:
@@ -29,10 +40,12 @@ def default_condition(kind: str, at: str) -> Dict[str, str]:
             "message": f"This node has not yet entered the {kind} phase", "lastTransitionTime": at}
 
 
-def node_conditions(body: Dict[str, Any], at: str, annotations: Optional[Dict[str, Any]] = None) -> List[Dict[str, str]]:
+def node_conditions(body: Dict[str, Any], at: str, annotations: Optional[Dict[str, Any]] = None,
+                    first_boot: Optional[firstboots.Decision] = None) -> List[Dict[str, str]]:
     """Every condition type, each with the time the report was recorded (the CRD requires all
     five fields); while the Node's ``annotations`` say a drain is under way, Drained names what
-    blocks it, so that a report written during a drain keeps it."""
+    blocks it, so that a report written during a drain keeps it; with ``first_boot`` (the node's
+    first boot decided now), ours last."""
     state, desired = body.get("state"), str(body.get("desiredConfig") or "")
     done = state == "Done" and body.get("currentConfig") == desired
     reason = str(body.get("reason") or "")
@@ -53,7 +66,16 @@ def node_conditions(body: Dict[str, Any], at: str, annotations: Optional[Dict[st
                         "lastTransitionTime": at})
         else:
             out.append(default_condition(kind, at))
+    if first_boot is not None:
+        out.append(first_boot_condition(first_boot))
     return out
+
+
+def first_boot_condition(decision: firstboots.Decision) -> Dict[str, str]:
+    """The node's first boot as a condition of ours (the module's docstring); its transition time
+    is when the first boot came to this outcome (a stall: the deadline after its last report)."""
+    return {"type": FIRST_BOOT, "status": FIRST_BOOT_STATUS[decision.outcome], "reason": decision.reason,
+            "message": decision.message[:32768], "lastTransitionTime": iso8601(decision.since)}
 
 
 def config_name(name: Any) -> str:

@@ -10,6 +10,7 @@ once, for read-your-writes) and the same write arriving later through the watch 
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from agent.server.rollout.firstboots import is_open
 from agent.server.rollout.progress import Membership
 from agent.server.store.nodestore import NodeRecord, PoolCounts, Proof, contribution
 
@@ -25,6 +26,7 @@ class NodeIndex:
         self.proofs: Dict[ProofKey, Tuple[int, int]] = {}
         self.assign: Optional[Callable[[Dict[str, Any]], Membership]] = None
         self.signature: Optional[str] = None
+        self.open: Dict[str, NodeRecord] = {}  # first boots not done (firstboots.is_open): what views list
 
     def apply(self, node: str, record: Optional[NodeRecord], revision: int) -> bool:
         """Set (or, with None, remove) a node's record at ``revision``; False if it is older."""
@@ -33,26 +35,31 @@ class NodeIndex:
         if record is not None and self.assign is not None:
             record = _with_membership(record, self.assign(record.report))
         old = self.records.pop(node, None)
+        self.open.pop(node, None)
         if old is not None:
             self._add(old, -1)
         if record is not None:
             self.records[node] = record
             self._add(record, 1)
+            if is_open(record.report):
+                self.open[node] = record
         self.revisions[node] = revision
         return True
 
     def rebuild(self, signature: str, assign: Callable[[Dict[str, Any]], Membership]) -> int:
         self.assign, self.signature = assign, signature
         records = list(self.records.values())
-        self.records, self.counts, self.proofs = {}, {}, {}
+        self.records, self.counts, self.proofs, self.open = {}, {}, {}, {}
         for rec in records:
             rec = _with_membership(rec, assign(rec.report))
             self.records[rec.node] = rec
             self._add(rec, 1)
+            if is_open(rec.report):
+                self.open[rec.node] = rec
         return len(records)
 
     def clear(self) -> None:
-        self.records, self.revisions, self.counts, self.proofs = {}, {}, {}, {}
+        self.records, self.revisions, self.counts, self.proofs, self.open = {}, {}, {}, {}, {}
 
     def pool_counts(self, pool: str) -> PoolCounts:
         c = self.counts.get(pool)
@@ -113,6 +120,10 @@ class IndexedReads:
     def counts(self, pool: str) -> PoolCounts:
         with self._lock:
             return self._index.pool_counts(pool)
+
+    def open_first_boots(self, pool: Optional[str] = None) -> List[NodeRecord]:
+        with self._lock:
+            return [r for _, r in sorted(self._index.open.items()) if pool is None or r.pool == pool]
 
     def proof(self, pool: str, config: str, image: Optional[str] = None) -> Proof:
         with self._lock:

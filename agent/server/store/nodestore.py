@@ -23,7 +23,8 @@ store it is given):
   every node with ``assign(report) -> Membership`` and recomputes every counter: the one O(N)
   operation, run once per change of the pools, not per request.
 - **Listing.** ``node(name)`` and ``nodes(pool, after, limit)`` (name order, paged) return
-  ``NodeRecord``; nothing else hands out all nodes.
+  ``NodeRecord``; nothing else hands out all nodes. ``open_first_boots(pool)``: the nodes whose
+  first boot is not done, indexed (a pool view or a scrape costs O(them), not O(nodes)).
 - **Leases.** ``acquire_lease`` / ``release_lease`` / ``leases`` / ``drain_events``: at most
   ``limit`` holders per pool, expiring after ``ttl``; acquire and release are atomic.
 - **Pools and rendered configs.** ``pools()``, ``update_pool(name, decide)`` (an atomic
@@ -110,9 +111,7 @@ class PoolRow:
     current: str
     held: str = ""
     rendered: str = ""
-    # Which nodes the server targeted, and the rollout's own state (agent/server/rollout/targeting.py):
-    # changed with the row, so one compare-and-swap decides both for every replica.
-    rollout: Dict[str, Any] = field(default_factory=dict)
+    rollout: Dict[str, Any] = field(default_factory=dict)  # the nodes targeted (rollout/targeting.py): one CAS with the row
 
     def as_dict(self) -> Dict[str, Any]:
         return {"name": self.name, "target": self.target, "current": self.current, "held": self.held,
@@ -120,11 +119,8 @@ class PoolRow:
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "PoolRow":
-        """A row as a store keeps it (JSON; SQLite: the rollout as JSON text); unknown keys are
-        left out, so a row written by a newer server still reads."""
-        rollout = d.get("rollout") or {}
-        if isinstance(rollout, str):
-            rollout = json.loads(rollout) if rollout else {}
+        """A row as a store keeps it (SQLite: the rollout as JSON text); unknown keys left out."""
+        rollout = json.loads(d["rollout"] or "{}") if isinstance(d.get("rollout"), str) else (d.get("rollout") or {})
         return cls(str(d["name"]), str(d["target"]), str(d["current"]), str(d.get("held") or ""),
                    str(d.get("rendered") or ""), rollout if isinstance(rollout, dict) else {})
 
@@ -285,6 +281,13 @@ class NodeStore(abc.ABC):
     @abc.abstractmethod
     def counts(self, pool: str) -> PoolCounts:
         ...
+
+    def open_first_boots(self, pool: Optional[str] = None) -> List[NodeRecord]:
+        """The nodes (of ``pool``) whose first boot is not done (``firstboots.is_open``), in name
+        order; the stores index them (O(their number)), this default reads every node."""
+        from agent.server.rollout.firstboots import is_open
+
+        return [r for r in self.nodes(pool=pool, limit=1 << 30) if is_open(r.report)]
 
     @abc.abstractmethod
     def proof(self, pool: str, config: str, image: Optional[str] = None) -> Proof:

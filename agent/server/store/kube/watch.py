@@ -70,6 +70,11 @@ class Reflector:
         with self._lock:
             return dict(self._objects)
 
+    def get(self, name: str) -> Optional[Dict[str, Any]]:
+        """One object as kept (None: not there), without a copy of them all."""
+        with self._lock:
+            return self._objects.get(name)
+
     @property
     def version(self) -> str:
         return self._version

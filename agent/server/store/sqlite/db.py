@@ -88,6 +88,12 @@ MIGRATIONS = [
     """
     ALTER TABLE pools ADD COLUMN rollout TEXT NOT NULL DEFAULT '{}';
     """,
+    # 6 -> 7: first boots not done (agent/server/rollout/firstboots.py is_open), indexed so that
+    # views and /metrics cost O(open first boots). Reports written before hold no first-boot record.
+    """
+    ALTER TABLE reports ADD COLUMN firstboot INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX reports_firstboot ON reports (firstboot, pool, node) WHERE firstboot = 1;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
