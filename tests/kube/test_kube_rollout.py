@@ -66,10 +66,12 @@ def report(srv, node, state, config):
     assert r.status_code == 200, r.text
 
 
-def fetch(srv, node):
-    """What the node is served as a member: (its desired config, X-Rollout)."""
+def fetch(srv, node, why=None):
+    """What the node is served as a member: (its desired config, X-Rollout); ``why`` gets the reason."""
     r = srv.node_session(node).get(srv.url("/config/rollout"), timeout=10)
     assert r.status_code == 200, r.text
+    if why is not None:
+        why.append(r.headers.get("X-Rollout-Reason"))
     return r.headers["X-Served-Config"], r.headers["X-Rollout"]
 
 
@@ -89,8 +91,11 @@ def tainted(kube, name):
 
 def test_the_server_targets_one_node_at_a_time_and_a_pdb_pinned_node_is_deferred_not_holding_the_rest(kube):
     nodes = ["r-pinned", "r-free-1", "r-free-2"]
-    blocked_node(kube, "pinned", nodes[0])  # the oldest Node: sortNodeList targets it first
-    call(kube, "PATCH", f"/api/v1/nodes/{nodes[0]}", {"metadata": {"labels": {ROLE: ""}}}, merge=True)
+    blocked_node(kube, "pinned", nodes[0])
+    # The priority label puts it first (Nodes made in one second tie on age: sortNodeList's order by
+    # creationTimestamp has a second's resolution, and then the name decides).
+    call(kube, "PATCH", f"/api/v1/nodes/{nodes[0]}", {"metadata": {"labels": {
+        ROLE: "", "node-config-server.openshift.io/rollout-priority": "10"}}}, merge=True)
     for name in nodes[1:]:
         kube.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node", "metadata": {
             "name": name, "labels": {"node-role.kubernetes.io/worker": "", ROLE: ""}}}))
@@ -104,7 +109,9 @@ def test_the_server_targets_one_node_at_a_time_and_a_pdb_pinned_node_is_deferred
 
         # The node controller's writes: desiredConfig on the targeted Node, the taint on the others,
         # the SetDesiredConfig Event on the pool.
-        assert fetch(srv, nodes[0]) == (b, "updating") and fetch(srv, nodes[1])[1] == "waiting"
+        why = []
+        assert fetch(srv, nodes[0], why) == (b, "updating"), why
+        assert fetch(srv, nodes[1])[1] == "waiting"
         wait_for(lambda: node(kube, nodes[0])["metadata"]["annotations"].get(MCD + "desiredConfig") == b
                  and tainted(kube, nodes[1]) and tainted(kube, nodes[2]) and not tainted(kube, nodes[0]),
                  "desiredConfig on r-pinned, the UpdateInProgress taint on the Nodes still to update")
