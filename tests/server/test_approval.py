@@ -143,7 +143,7 @@ def test_a_ghost_with_master_labels_takes_no_master_drain_lease(tmp_path):
 
 
 def test_pending_ghosts_do_not_raise_max_unavailable(tmp_path):
-    with start(tmp_path, "--max-pending", "25") as srv:
+    with start(tmp_path, "--max-pending", "25", "--max-pending-per-address", "25") as srv:
         for i in range(4):
             register(srv, f"worker-{i}", approve=True)
             report(srv, f"worker-{i}", state="Done", labels=WORKER)

@@ -176,6 +176,7 @@ class KubeSync:
 
     def start(self) -> "KubeSync":
         self.cluster.report_listeners.append(self.note_report)
+        self.cluster.delete_listeners.append(self.forget_node)
         self.node_cache.start()
         for thread in self._threads:
             thread.start()
@@ -190,6 +191,23 @@ class KubeSync:
         with self._lock:
             self._nodes[node] = (dict(body, _at=time.time()), pool or "")
         self._wake.set()
+
+    def forget_node(self, node: str, rec: Any) -> None:
+        """The admin deleted ``node``: nothing queued for it is written any more, and what its
+        reports made this server write on the API is taken back (kube_undo.py; issue 45)."""
+        from agent.server.cluster.kube_undo import forget_node
+
+        with self._lock:
+            self._nodes.pop(node, None)
+        self._drain_written.pop(node, None)
+        forget_node(self.client, self.cluster, self.source.reflectors["machineconfigpools"].snapshot(), node, rec)
+
+    def _counts(self, node: str) -> bool:
+        """Whether ``node``'s report (still) counts: recorded, and not pending (nor unproven). A
+        write queued before the admin deleted the node, or queued by another process, is dropped."""
+        rec = self.cluster.store.node(node)
+        mark = rec.report.get("_server") if rec is not None else None
+        return rec is not None and not (isinstance(mark, dict) and mark.get("pending"))
 
     def _node_seen(self) -> None:
         self._nodes_changed = True
@@ -269,6 +287,8 @@ class KubeSync:
         failed: Dict[str, Tuple[Dict[str, Any], str]] = {}
         away = ""
         for node, (body, pool) in pending.items():
+            if not self._counts(node):  # deleted since, or a report that counts for nothing: never on a Node
+                continue
             if away or node not in present:  # next round; or when the Node appears (its kubelet registers it)
                 failed[node] = (body, pool)
                 continue
@@ -345,6 +365,7 @@ class KubeSync:
                                    and drain_mark(annotations) == self._drain_written.get(name, "")):
                 continue
             rec = self.cluster.store.node(name)
-            if rec is not None:
+            mark = rec.report.get("_server") if rec is not None else None
+            if rec is not None and not (isinstance(mark, dict) and mark.get("pending")):
                 out[name] = (dict(rec.report, _at=rec.received, _rewrite=True), rec.pool or "")
         return out

@@ -84,6 +84,11 @@ MIGRATIONS = [
     UPDATE credentials SET approved = created, approved_by = 'upgrade';
     CREATE INDEX credentials_pending ON credentials (approved, node);
     """,
+    # 5 -> 6: where each registration came from (docs/security.md "Identity": the pending list
+    # shows it, and --max-pending-per-address counts pending names per address).
+    """
+    ALTER TABLE credentials ADD COLUMN address TEXT NOT NULL DEFAULT '';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
