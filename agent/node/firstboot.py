@@ -137,7 +137,8 @@ class FirstBoot:
             return
         token = nodestate.read_token(self.root, self.settings)
         self.reporter = Reporter(server_base(self.config_url), self.node, self.root, self.state_dir,
-                                 session=self.fetcher.session, token=token)
+                                 session=self.fetcher.session, token=token,
+                                 kubelet_cert=self.settings.report.kubelet_cert_file, fetcher=self.fetcher)
         if not self.opts.dry_run:
             self.reporter.flush()
 

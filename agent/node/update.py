@@ -77,7 +77,8 @@ class Updater:
             trust_config_cas(pointer, self.fetcher, source=self.root.path(pointer_path))
         token = nodestate.read_token(self.root, self.settings)
         self.reporter = Reporter(server_base(record["url"]), self.node, self.root, self.state_dir,
-                                 session=self.fetcher.session, token=token)
+                                 session=self.fetcher.session, token=token,
+                                 kubelet_cert=self.settings.report.kubelet_cert_file, fetcher=self.fetcher)
         self.reporter.ensure_registered()  # a node that first booted before registration existed
 
     def run(self) -> int:
@@ -105,10 +106,12 @@ class Updater:
                 log.info("update pass succeeded again")
             last_problem = problem
             monitor = getattr(self, "drift", None)
-            if monitor is not None:
-                monitor.idle(interval)  # re-checks what changes on disk meanwhile
+            idle = monitor.idle if monitor is not None else self.sleep  # the monitor re-checks the disk meanwhile
+            reporter = getattr(self, "reporter", None)
+            if reporter is not None:
+                reporter.wait(interval, idle)  # ends early once the kubelet's certificate appears
             else:
-                self.sleep(interval)
+                idle(interval)
 
     def once(self) -> str:
         """One pass; returns what happened: unchanged, updated, reboot."""

@@ -181,6 +181,17 @@ class KubeCluster:
             json.dump(cfg, f, indent=1)  # JSON is YAML: kubectl and client libraries read it
         return path
 
+    def kubelet_cert(self, node: str) -> Tuple[str, str]:
+        """Node ``node``'s kubelet client certificate from this cluster's CA (CN system:node:<node>,
+        O system:nodes), as its approved CSR gives it: (cert path, key path), made once per node.
+        The API server's client CA is this CA, which it publishes in
+        kube-system/extension-apiserver-authentication: node-config-server verifies it there."""
+        name = f"kubelet-{node}"
+        cert, key = self._path(f"{name}.pem"), self._path(f"{name}-key.pem")
+        if not os.path.exists(key):
+            cert, key = self.ca.issue(name, f"system:node:{node}", orgs=["system:nodes"])
+        return cert, key
+
     def kubeconfig_for(self, user: str, groups: Sequence[str] = ()) -> str:
         """A kubeconfig authenticating as ``user`` in ``groups`` (x509 client certificate: the CN
         and O of a certificate this cluster's CA signs). It has no rights until a test binds some."""
@@ -336,6 +347,10 @@ class KubeCluster:
         if namespace_role:
             for namespace in ("node-config-server", "node-config-server-credentials"):
                 self.kubectl("create", "rolebinding", user, "-n", namespace, f"--role={namespace}", f"--user={user}")
+        # The cluster's client CA, which kubelet certificates are verified against (deploy/rbac.yaml's
+        # RoleBinding in kube-system to the standard extension-apiserver-authentication-reader Role).
+        self.kubectl("create", "rolebinding", user, "-n", "kube-system",
+                     "--role=extension-apiserver-authentication-reader", f"--user={user}")
 
     def kubectl(self, *args: str, kubeconfig: Optional[str] = None, check: bool = True,
                 input: Optional[str] = None, timeout: float = 60) -> subprocess.CompletedProcess:

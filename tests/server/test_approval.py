@@ -199,7 +199,10 @@ def test_approve_command(tmp_path):
                                   capture_output=True, text=True, timeout=60, cwd=REPO)
 
         listed = ncs("--pending")
-        assert listed.returncode == 0 and listed.stdout.split() == ["node-x"], listed.stderr
+        assert listed.returncode == 0, listed.stderr
+        head, row = listed.stdout.splitlines()
+        assert head.split() == ["NAME", "REGISTERED", "ADDRESS", "NODE"]
+        assert row.split()[0] == "node-x" and row.split()[2] == "127.0.0.1" and row.split()[3] == "-"
         refused = ncs("node-x", who="boot")
         assert refused.returncode == 77 and "admin token" in refused.stderr
         ok = ncs("node-x")

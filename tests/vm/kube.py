@@ -41,8 +41,11 @@ DRAIN_LAST_ERROR = "node-config-server.openshift.io/drain-last-error"  # what bl
 
 def rbac_bindings(docs: List[Dict[str, Any]], user: str) -> List[List[str]]:
     """kubectl arguments binding ``user`` to each ClusterRole and Role that ``docs`` (deploy/rbac.yaml)
-    define: the file's own ClusterRoleBinding names its service account, not this test's user."""
+    define, and to each Role the file binds its service account to without defining it (the
+    cluster's own extension-apiserver-authentication-reader in kube-system): the file's own
+    bindings name its service account, not this test's user."""
     out = []
+    defined = {((d or {}).get("metadata") or {}).get("name") for d in docs if (d or {}).get("kind") == "Role"}
     for doc in docs:
         kind, meta = (doc or {}).get("kind"), (doc or {}).get("metadata") or {}
         if kind == "ClusterRole":
@@ -51,6 +54,10 @@ def rbac_bindings(docs: List[Dict[str, Any]], user: str) -> List[List[str]]:
         elif kind == "Role":
             out.append(["create", "rolebinding", f"{user}-{meta['name']}", "-n", meta["namespace"],
                         f"--role={meta['name']}", f"--user={user}"])
+        elif kind == "RoleBinding" and (doc.get("roleRef") or {}).get("kind") == "Role" and \
+                doc["roleRef"]["name"] not in defined:
+            out.append(["create", "rolebinding", f"{user}-{meta['name']}", "-n", meta["namespace"],
+                        f"--role={doc['roleRef']['name']}", f"--user={user}"])
     return out
 
 
@@ -75,7 +82,7 @@ class ControlPlane:
             wait_for(lambda: kc.kubectl("auth", "can-i", "patch", "nodes", f"--as={USER}", check=False)
                      .stdout.strip() == "yes", f"{USER}'s bindings in effect")
             # Node state in the API (the default with this backend), in the namespace rbac.yaml's Role covers.
-            namespace = [a[a.index("-n") + 1] for a in bindings if "-n" in a][0]
+            namespace = [a[a.index("-n") + 1] for a in bindings if "-n" in a and "kube-system" not in a][0]
             self.serve_args = ["--backend", "kubernetes", "--kubeconfig", self.kubeconfig, "--namespace", namespace]
             kc.create_namespace(WORKLOAD)
         except BaseException:
