@@ -117,9 +117,12 @@ class Approval:
             reg = self.store.registration(node) if node else None
         except StoreUnavailable:  # not in this replica's copy and etcd away: answer as before approval
             reg = None
-        if reg is None or not reg.managed and not self.unbound(reg):
+        why = self.unbound(reg) if node else ""
+        if not why and (reg is None or not reg.managed):
             return super().fetch(pool_name, accept, node)
-        fetched = super().fetch(pool_name, accept, None if self.unbound(reg) else node)
+        fetched = super().fetch(pool_name, accept, None if why else node)
+        if reg is None:
+            return fetched
         try:
             self.store.note_served(node, fetched.served.config)  # type: ignore[arg-type]
         except StoreUnavailable as exc:  # the config is served all the same; a Done on it may not prove

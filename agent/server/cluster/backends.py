@@ -241,4 +241,7 @@ def start_writers(cluster: Any, source: Any, drain: Any = None, namespace: str =
     sync = KubeSync(cluster, source, source.client)
     cluster.drainer.node_cache = sync.node_cache  # the views read each drain's state from the Nodes
     cluster.node_truth = NodeTruth(sync.node_cache, cluster.store)  # pools, counts, drain slots from the Nodes
+    from agent.server.cluster.kube_undo import forgetting
+
+    cluster.delete_listeners.append(forgetting(sync))  # the admin's delete takes back what a name wrote
     return sync.start()

@@ -176,7 +176,6 @@ class KubeSync:
 
     def start(self) -> "KubeSync":
         self.cluster.report_listeners.append(self.note_report)
-        self.cluster.delete_listeners.append(self.forget_node)
         self.node_cache.start()
         for thread in self._threads:
             thread.start()
@@ -192,15 +191,12 @@ class KubeSync:
             self._nodes[node] = (dict(body, _at=time.time()), pool or "")
         self._wake.set()
 
-    def forget_node(self, node: str, rec: Any) -> None:
-        """The admin deleted ``node``: nothing queued for it is written any more, and what its
-        reports made this server write on the API is taken back (kube_undo.py; issue 45)."""
-        from agent.server.cluster.kube_undo import forget_node
-
+    def drop(self, node: str) -> None:
+        """The admin deleted ``node``: nothing queued for it is written any more (kube_undo.py
+        takes back what was written: issue 45)."""
         with self._lock:
             self._nodes.pop(node, None)
         self._drain_written.pop(node, None)
-        forget_node(self.client, self.cluster, self.source.reflectors["machineconfigpools"].snapshot(), node, rec)
 
     def _counts(self, node: str) -> bool:
         """Whether ``node``'s report (still) counts: recorded, and not pending (nor unproven). A

@@ -17,7 +17,7 @@ the Node or MCN, so only the drain's marks could be there, and they are taken to
 """
 
 import logging
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from agent.server.cluster.kube_drain import DRAINED_FOR
 from agent.server.cluster.kube_sync import ANNOTATION, LABELS_APPLIED, NODE_FIELDS, pool_labels
@@ -50,6 +50,16 @@ def undo_patch(node_obj: Dict[str, Any], counted: bool, pivot_pool: Optional[Dic
     if DRAINED_FOR in annotations and (node_obj.get("spec") or {}).get("unschedulable"):
         patch["spec"] = {"unschedulable": None}
     return patch
+
+
+def forgetting(sync: Any) -> Callable[[str, Any], None]:
+    """The Cluster's delete listener for a kube_sync.KubeSync: drop what it has queued for the
+    node, then take back what was written (backends.start_writers registers it)."""
+    def forget(node: str, rec: Any) -> None:
+        sync.drop(node)
+        forget_node(sync.client, sync.cluster, sync.source.reflectors["machineconfigpools"].snapshot(), node, rec)
+
+    return forget
 
 
 def forget_node(client: Any, cluster: Any, pools: Dict[str, Dict[str, Any]], node: str, rec: Any) -> Dict[str, Any]:

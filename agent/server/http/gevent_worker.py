@@ -27,6 +27,11 @@ net/http server does when its timeouts are set (``ReadHeaderTimeout``, ``ReadTim
 
 A connection past a deadline is closed (a late body gets a 408 first: agent/server/http/app.py).
 
+Client certificates (issue 45): with the cluster's client CA (gunicorn_app.ssl_context_hook) the
+handshake asks for one and verifies one it gets; this worker, which does the handshake itself,
+reads the verified certificate and hands the app the node a kubelet's certificate names in each
+request's environ (identity.KUBELET_NODE). gunicorn's gthread worker hands over no such proof.
+
 gevent monkey-patches the worker process after the fork (before the app is built), so the
 app's locks, ``threading.local``, sleeps, and the etcd watch and heartbeat threads become
 cooperative; ``agent/server/store/sqlite/db.py`` keeps one SQLite connection per OS thread, not per greenlet.

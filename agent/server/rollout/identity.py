@@ -17,6 +17,12 @@ and compares with ``hmac.compare_digest``.
 | bootstrap (``--token-file``) | the bootstrap token | register a node that has no credential yet, fetch configs as a new node, GET APIs |
 | anonymous | nothing | fetch configs that carry no secrets as a new node (what stock Ignition does), ``/healthz``, ``/metrics`` |
 
+Besides the bearer token, a TLS client certificate the cluster's client CA verified that is N's
+kubelet's (``kubelet_node``: CN ``system:node:N``, O ``system:nodes``; the gevent worker hands
+it over in the environ, ``KUBELET_NODE``) proves the name N: the registration it comes with, or
+N's credential, is approved at once by ``kubelet`` (never held by the caps or the rate limit),
+and acting for another node with it is a 403 naming both (issue 45).
+
 A server with neither token ("open": a lab on loopback) checks only what it can: a node that has
 registered must still use its credential, and configs with secrets are withheld unless
 ``--serve-secrets-anonymously``.
@@ -25,14 +31,15 @@ Approval (``Admission``): upstream a node becomes a node only once its CSR is ap
 cluster-machine-approver checks that a Machine exists). On a server with a token (bootstrap or
 admin) a newly registered name is *pending* by default: it counts for nothing (no proof for the
 gate, no share of the pool's size or maxUnavailable, no drain lease) until the admin approves it
-(``POST /api/v1/nodes/<node>/approve``, ``node-config-server approve node NAME``) or a rule the
-operator set on ``serve`` does (``--auto-approve REGEX``; ``'.*'`` approves every name, an
-explicit choice serve logs at start). Registrations are bounded in total, counted in the store
-so every replica shares the caps: at most ``--max-pending`` names wait, and at most
-``--max-unvetted`` names exist that no admin approved (pending or approved by the rule); 429
-beyond either. They are also rate-limited per server process (``--register-rate`` /
-``--register-burst``, a token bucket). Only an open server (no token: a lab on loopback, where
-anyone may report for any unregistered name anyway) approves every name as it registers.
+(``POST /api/v1/nodes/<node>/approve``, ``node-config-server approve node NAME``), its kubelet's
+certificate proves it, or a rule the operator set on ``serve`` does (``--auto-approve REGEX``;
+``'.*'`` approves every name, an explicit choice serve logs at start; with ``--backend
+kubernetes`` a rule binds no name to a Node: service.Approval.unbound). Registrations are bounded
+in total, counted in the store so every replica shares the caps: at most ``--max-pending`` names
+wait (``--max-pending-per-address`` from one address), and at most ``--max-unvetted`` names exist
+that no admin approved and no kubelet proved; 429 beyond any. They are also rate-limited per
+server process (``--register-rate`` / ``--register-burst``, a token bucket). Only an open server
+(no token: a lab on loopback) approves every name as it registers.
 """
 
 import hashlib
