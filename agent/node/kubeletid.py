@@ -65,9 +65,9 @@ class KubeletIdentity:
         if fingerprint is not None and not self._probe():
             self._refused_cert, fingerprint = fingerprint, None
         self._presented = fingerprint
-        if fingerprint is not None:
+        if fingerprint is not None and self.kubelet is not None:  # the configured path (the file a link names)
             log.info("presenting the kubelet's client certificate %s to %s: it proves node %s's name",
-                     usable.path if usable else "", self.base_url, self.node)
+                     self.kubelet.path, self.base_url, self.node)
         return fingerprint
 
     def _probe(self) -> bool:
