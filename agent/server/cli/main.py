@@ -269,6 +269,8 @@ def _say_identity(app, args: argparse.Namespace, store, token: str, admin_token:
         app.kubelet_note = source
         say.warning("node identity by admin approval only: %s; no kubelet certificate can prove a node's name "
                     "(/healthz says so too)", source)
+    elif args.kubelet_client_ca:
+        say.warning("--kubelet-client-ca: no kubelet certificate can prove a node's name here: %s", source)
     if args.worker_class != "gevent":
         say.warning("--worker-class %s: no kubelet client certificate can prove a node's name here (only the "
                     "gevent worker, the default, verifies one and hands the app what it proves)", args.worker_class)
