@@ -26,7 +26,7 @@ from agent.node.kubeletcert import POLL, KubeletCert
 
 log = logging.getLogger(__name__)
 
-LAST_REPORT = "last-report.json"  # the newest delivered report, and the certificate it was sent with
+LAST_REPORT = "identity-report.json"  # the newest delivered report, and the kubelet certificate it went with
 
 
 class KubeletIdentity:
