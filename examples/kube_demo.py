@@ -5,8 +5,12 @@
 2. deploy/rbac.yaml and the example pools, MachineConfigs and MachineConfiguration applied as an
    admin applies them.
 3. ``node-config-server serve --backend kubernetes`` as a user bound to deploy/rbac.yaml's roles
-   only (least privilege), TLS and tokens; new names matching ``(infra|worker)-[0-9]+`` approved.
-4. infra-0 first-boots into the custom pool infra, worker-0 into worker.
+   only (least privilege), TLS and tokens; it reads the cluster's client CA from
+   kube-system/extension-apiserver-authentication, so a node's kubelet certificate proves its name.
+4. infra-0 first-boots into the custom pool infra, worker-0 into worker (pending: the bootstrap
+   token alone proves no name); the demo then plays each one's kubelet: it registers its Node and
+   writes its client certificate where node-agent looks, and ``node-agent update --once`` presents
+   it (proven: the report counts, infra's label lands on the Node).
 5. An admin edits infra's MachineConfig with kubectl: a new rendered config, which infra-0 takes
    with ``node-agent update --once``.
 6. ``kubectl get mcp`` and ``node-config-server get pools`` one above the other, and the commands
@@ -37,7 +41,6 @@ RUN = os.environ.get("NODE_AGENT_KUBE_DEMO_DIR") or os.path.join(REPO, "kube-dem
 BIN = os.path.dirname(sys.executable)
 TOKEN, ADMIN_TOKEN = "demo-token", "demo-admin-token"
 SERVER_USER = "node-config-server-demo"
-APPROVE = "(infra|worker)-[0-9]+"
 
 
 def title(text: str) -> None:
@@ -101,8 +104,8 @@ def start_server(kc, procs: "demoprocs.Recorded"):
     tls = make_tls(os.path.join(RUN, "tls"))
     admin = _secret_file("admin-token", ADMIN_TOKEN)
     srv = ServerProcess(None, tls=tls, token=TOKEN, workers=1, threads=4, data_dir=os.path.join(RUN, "data"),
-                        extra_args=["--backend", "kubernetes", "--kubeconfig", kubeconfig,
-                                    "--admin-token-file", admin, "--auto-approve", APPROVE])
+                        auto_approve=None, extra_args=["--backend", "kubernetes", "--kubeconfig", kubeconfig,
+                                                       "--admin-token-file", admin])
     procs.cleanup.append(srv.stop)
     srv.start(timeout=60)
     procs.add("node-config-server", srv.proc.pid)
@@ -124,15 +127,37 @@ def first_boots(srv, tls) -> str:
                              token=TOKEN, node_name="worker-0")
     show(_agent("firstboot", "--root", worker0))
     print("  infra-0 runs its boot image's OS already: Done at once. worker-0's config needs a reboot, which a "
-          "scratch root never gets: it stays Working (reboot pending), and pool worker Updating")
-    return infra0
+          "scratch root never gets: it stays Working (reboot pending), and pool worker Updating. Both are pending "
+          "until their kubelets' certificates prove their names")
+    return {"infra-0": infra0, "worker-0": worker0}
+
+
+def play_kubelets(kc, srv, roots) -> None:
+    """What each node's kubelet does once its first boot has ended: its CSR approved, it keeps its
+    client certificate (CN system:node:<name>, O system:nodes, from the cluster's CA) and key in
+    /var/lib/kubelet/pki/kubelet-client-current.pem, and registers its Node. A scratch root has no
+    kubelet, so the demo does both; node-agent presents the certificate (report.kubeletCertFile),
+    which proves the node's name to the server: only then is its report about the Node
+    (docs/security.md "Identity")."""
+    from tests.helpers.certs import write_combined
+
+    register_nodes(kc)
+    for name, root in roots.items():
+        cert, key = kc.kubelet_cert(name)
+        with open(cert, "rb") as c, open(key, "rb") as k:
+            pem = write_combined(os.path.join(root, "var/lib/kubelet/pki/kubelet-client-current.pem"), c.read(), k.read())
+        print(f"  {name}'s kubelet: its client certificate for system:node:{name} from the control plane's CA, in "
+              f"{_shown(pem)} (the demo plays the kubelet: a scratch root has none)")
+        show(_agent("update", "--once", "--root", root, "--node-name", name))
+        reg = srv.session().get(srv.url(f"/api/v1/nodes/{name}/registration")).json()
+        print(f"  the server: node {name} {reg.get('state')}, approvedBy {reg.get('approvedBy', '-')} (its kubelet's "
+              f"certificate proved the name: its report is about Node {name} now)")
 
 
 def register_nodes(kc) -> None:
-    """What each node's kubelet does once its first boot has ended: register its Node, Ready. A
-    scratch root has no kubelet, so the demo registers them (only the worker role, as an upstream
-    kubelet may set no role; the server labels infra-0 into pool infra). Pools count Nodes, never
-    names that only report (docs/kubernetes.md, "The Node is the truth")."""
+    """The Node each kubelet registers, Ready (only the worker role, as an upstream kubelet may set
+    no role; the server labels infra-0 into pool infra). Pools count Nodes, never names that only
+    report (docs/kubernetes.md, "The Node is the truth")."""
     for name in ("infra-0", "worker-0"):
         node = {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
@@ -214,8 +239,10 @@ def main() -> int:
         title("2-3. deploy/rbac.yaml, the example objects, node-config-server serve --backend kubernetes")
         srv, tls = start_server(kc, procs)
         title("4. infra-0 first-boots into the custom pool infra, worker-0 into worker")
-        infra0 = first_boots(srv, tls)
-        register_nodes(kc)
+        roots = first_boots(srv, tls)
+        title("4b. their kubelets (played: a scratch root has none) register the Nodes and get their certificates")
+        play_kubelets(kc, srv, roots)
+        infra0 = roots["infra-0"]
         title("5. an admin changes infra's MachineConfig with kubectl; infra-0 takes the new config")
         roll_out(kc, srv, infra0)
         title("6. the same pools, as kubectl and as node-config-server see them")

@@ -43,10 +43,16 @@ class FetchSettings:
     max_retry_after: float = 60.0
 
 
+KUBELET_CLIENT_CERT = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+
+
 @dataclass(frozen=True)
 class ReportSettings:
     token_file: str = ""  # bearer token for the config server's API; "" = send none
     retry_interval: float = 30.0
+    # The kubelet's client certificate and key (one PEM, as a bootstrapped kubelet keeps them),
+    # presented to the config server once it exists: it proves the node's name (agent/node/kubeletcert.py).
+    kubelet_cert_file: str = KUBELET_CLIENT_CERT
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,7 @@ _FIELDS: List[Tuple[str, Tuple[str, ...], Callable[[Any], Optional[str]]]] = [
     ("fetch.maxRetryAfter", ("fetch", "max_retry_after"), _number(0, 86400)),
     ("report.tokenFile", ("report", "token_file"), _abs_path(True)),
     ("report.retryInterval", ("report", "retry_interval"), _number(0, 86400, low_open=True)),
+    ("report.kubeletCertFile", ("report", "kubelet_cert_file"), _abs_path(True)),
     ("update.interval", ("update", "interval"), _number(0, 86400, low_open=True)),
     ("update.drainTimeout", ("update", "drain_timeout"), _number(0, 86400, low_open=True)),
     ("proxy.httpProxy", ("proxy", "http_proxy"), _proxy_url),

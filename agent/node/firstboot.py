@@ -146,7 +146,8 @@ class FirstBoot:
         if self.reporter is None or self.reporter.base_url != base.rstrip("/"):
             token = nodestate.read_token(self.root, self.settings)
             self.reporter = Reporter(base, self.node, self.root, self.state_dir, session=self.fetcher.session,
-                                     token=token)
+                                     token=token, kubelet_cert=self.settings.report.kubelet_cert_file,
+                                     fetcher=self.fetcher)
         if flush and not self.opts.dry_run:
             self.reporter.flush()
 

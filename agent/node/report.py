@@ -36,6 +36,7 @@ from agent.node.credential import (  # noqa: F401 - read_credential, remove_cred
     read_credential,
     remove_credential,
 )
+from agent.node.kubeletid import KubeletIdentity
 from agent.node.turn import UpdateDeferred, deferral, remember
 
 log = logging.getLogger(__name__)
@@ -109,9 +110,12 @@ def server_base(config_url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-class Reporter:
+class Reporter(KubeletIdentity):
     def __init__(self, base_url: str, node: str, root: Root, state_dir: str, *, session=None,
-                 token: Optional[str] = None, timeout: float = 10.0):
+                 token: Optional[str] = None, timeout: float = 10.0, kubelet_cert: str = "", fetcher=None):
+        """``kubelet_cert``: report.kubeletCertFile (under ``root``; "" presents none);
+        ``fetcher``: the run's Fetcher, whose session presents it to this server alone
+        (without one, this session presents it everywhere: tests)."""
         self.base_url = base_url.rstrip("/")
         self.node = node
         self.root = root
@@ -124,6 +128,7 @@ class Reporter:
         self._unregistered: Optional[str] = None  # made and kept, not yet taken by the server
         self.credential = self._load_credential()
         self.register_refused = ""  # why the server refused to register this node (said once)
+        self._kubelet_setup(kubelet_cert, fetcher)
 
     def _session(self):
         if self.session is None:
@@ -192,9 +197,8 @@ class Reporter:
             secret = self._unregistered = new_credential()
             self._save_credential(secret, registered=False)
         try:
-            resp = self._session().post(self._url("register"), data=json.dumps({"credential": secret}),
-                                        headers=self._headers(bootstrap=True), timeout=self.timeout,
-                                        allow_redirects=False)
+            resp = self._request("POST", self._url("register"), data=json.dumps({"credential": secret}),
+                                 headers=self._headers(bootstrap=True), timeout=self.timeout, allow_redirects=False)
         except Exception as exc:  # the server is away: the next report tries again
             log.warning("could not register node %s with %s: %s; will try again", self.node, self.base_url, exc)
             return False
@@ -280,8 +284,8 @@ class Reporter:
             self._keep(body, self.refused)
             return False
         try:
-            resp = self._session().post(self._url("report"), data=json.dumps(body), headers=self._headers(),
-                                        timeout=self.timeout, allow_redirects=False)
+            resp = self._request("POST", self._url("report"), data=json.dumps(body), headers=self._headers(),
+                                 timeout=self.timeout, allow_redirects=False)
         except Exception as exc:  # any transport failure: keep it, never block provisioning
             self._pending(body, f"not delivered: {exc}")
             return False
@@ -289,6 +293,7 @@ class Reporter:
             self._drop_pending()
             self.refused = None
             remember(self.root, self.state_dir, body)
+            self._delivered(body)
             log.info("reported state %s to %s", body.get("state"), self.base_url)
             return True
         said = _server_message(resp)
@@ -318,10 +323,12 @@ class Reporter:
         return read_kept(self._pending_path())
 
     def flush(self) -> Optional[bool]:
-        """Send a kept report, if any. None when there was nothing to send."""
+        """Send a kept report, if any; else, when the kubelet's certificate is newly there, the
+        node's last report again with it (its identity is upgraded: kubeletcert.py). None when
+        there was nothing to send."""
         kept = self.kept()
         if kept is None:
-            return None
+            return self.upgrade_identity()
         return self.send(kept["report"])
 
     def acquire_drain(self, pool: str, config: str, *, sleep=None, timeout: float = 600.0,
@@ -343,8 +350,8 @@ class Reporter:
         self.ensure_registered()
         while True:
             try:
-                resp = self._session().post(self._url("drain"), data=body, headers=self._headers(),
-                                            timeout=self.timeout, allow_redirects=False)
+                resp = self._request("POST", self._url("drain"), data=body, headers=self._headers(),
+                                     timeout=self.timeout, allow_redirects=False)
             except Exception as exc:
                 raise FetchError(f"could not ask {self.base_url} for a drain lease: {exc}", url=self._url("drain"))
             if resp.status_code == 200:
@@ -377,8 +384,8 @@ class Reporter:
     def release_drain(self) -> None:
         """Give the lease back (uncordon). A failure is logged: the lease expires on its own."""
         try:
-            resp = self._session().delete(self._url("drain"), headers=self._headers(), timeout=self.timeout,
-                                          allow_redirects=False)
+            resp = self._request("DELETE", self._url("drain"), headers=self._headers(), timeout=self.timeout,
+                                 allow_redirects=False)
             if resp.status_code >= 300 and resp.status_code != 404:
                 log.warning("drain lease release answered HTTP %s; it will expire", resp.status_code)
         except Exception as exc:

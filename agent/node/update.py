@@ -81,7 +81,8 @@ class Updater:
             trust_config_cas(pointer, self.fetcher, source=self.root.path(pointer_path))
         token = nodestate.read_token(self.root, self.settings)
         self.reporter = Reporter(server_base(record["url"]), self.node, self.root, self.state_dir,
-                                 session=self.fetcher.session, token=token)
+                                 session=self.fetcher.session, token=token,
+                                 kubelet_cert=self.settings.report.kubelet_cert_file, fetcher=self.fetcher)
         self.reporter.ensure_registered()  # a node that first booted before registration existed
 
     def run(self) -> int:
@@ -110,10 +111,12 @@ class Updater:
             last_problem = problem
             wait = turn.HELD_IDLE if getattr(self, "held", False) and not problem else interval
             monitor = getattr(self, "drift", None)
-            if monitor is not None:
-                monitor.idle(wait)  # re-checks what changes on disk meanwhile
+            idle = monitor.idle if monitor is not None else self.sleep  # the monitor re-checks the disk meanwhile
+            reporter = getattr(self, "reporter", None)
+            if reporter is not None:
+                reporter.wait(wait, idle)  # ends early once the kubelet's certificate appears
             else:
-                self.sleep(wait)
+                idle(wait)
 
     def once(self) -> str:
         """One pass; returns what happened: unchanged, updated, reboot."""

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import unquote, urlsplit
 
 import requests
+import urllib3
 
 from agent.resource import proxy as proxies
 
@@ -320,3 +321,28 @@ class TrustAdapter(WatchedAdapter):
     def proxy_manager_for(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["ssl_context"] = self._context
         return super().proxy_manager_for(*args, **kwargs)
+
+
+def present_certificate(session: Any, server: str, certfile: Optional[str], ca_pems: Any) -> None:
+    """Mount on ``session`` (a Fetcher's), for URLs under ``server`` (``https://host:port``) only,
+    an adapter whose TLS context trusts what the Fetcher's does (the system's CAs and
+    ``ca_pems``), routes as its https adapter does (proxies), and presents ``certfile`` (client
+    certificate and key in one PEM) as the client certificate: the kubelet's, which proves the
+    node's name to the config server (agent/node/kubeletid.py) and is shown to no other host.
+    None: remove it (the session's own adapter serves again). Raises ssl.SSLError when
+    certificate and key do not load together."""
+    prefix = server.rstrip("/").lower() + "/"
+    old = session.adapters.pop(prefix, None)
+    if old is not None:
+        old.close()
+    if certfile is None:
+        return
+    context = ssl.create_default_context()
+    for pem in ca_pems:
+        context.load_verify_locations(cadata=pem.decode("ascii"))
+    # urllib3 1.26 (RHEL 9) matches the name itself and sends no SNI to an IP literal (fetch.py _context)
+    context.check_hostname = not urllib3.__version__.startswith("1.")
+    context.load_cert_chain(certfile)
+    base = session.adapters.get("https://")
+    route = getattr(base, "_route", None) or (lambda url: None)
+    session.mount(prefix, TrustAdapter(context, route))

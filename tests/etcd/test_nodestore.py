@@ -12,8 +12,8 @@ import sqlite3
 import pytest
 
 from agent.server.rollout import progress
-from agent.server.store.errors import TooManyPending, TooManyUnvetted
-from agent.server.store.nodestore import SERVER_KEY, NodeStore, PoolRow, Proof
+from agent.server.store.errors import TooManyFromAddress, TooManyPending, TooManyUnvetted
+from agent.server.store.nodestore import SERVER_KEY, VETTED_BY, NodeStore, PoolRow, Proof
 from agent.server.store.sqlite.db import Database
 from agent.server.store.sqlite.nodestore import SqliteNodeStore
 from tests.helpers import paths
@@ -280,6 +280,8 @@ def test_a_pending_report_counts_for_nothing_and_an_unproven_done_proves_nothing
     store = make_store(tmp_path)
     member = progress.Membership("worker", "reported pool")
     done = {"pool": "worker", "state": "Done", "currentConfig": "c"}
+    for node in ("p", "q"):  # a report that counts for nothing is kept with the node's registration
+        assert store.put_credential(node, f"h-{node}", 0.5, False, approved=False)
     store.record_report("p", dict(done, **{SERVER_KEY: {"pending": True}}), member, 1.0)
     assert store.counts("worker").machine == 0 and store.proof("worker", "c") == Proof()
     assert store.node("p") is not None and [r.node for r in store.nodes(pool="worker")] == ["p"]  # listed, kept
@@ -315,8 +317,29 @@ def test_credentials_of_an_older_schema_stay_approved(tmp_path):
     assert (reg.pending, reg.by, reg.approved, reg.managed) == (False, "upgrade", 42.0, False)
 
 
+def test_registrations_keep_their_address_and_pending_names_are_capped_per_address(tmp_path):
+    store = make_store(tmp_path)
+    for node in ("a1", "a2"):
+        assert store.put_credential(node, f"h-{node}", 1.0, False, approved=False, address="192.0.2.1",
+                                    max_per_address=2)
+    with pytest.raises(TooManyFromAddress):  # a TooManyPending: the HTTP layer answers 429 naming it
+        store.put_credential("a3", "h-a3", 2.0, False, approved=False, address="192.0.2.1", max_per_address=2)
+    assert store.credential("a3") is None
+    assert store.put_credential("b1", "h-b1", 2.0, False, approved=False, address="192.0.2.9", max_per_address=2)
+    # approved names (a kubelet's certificate, the admin) are never held by it
+    assert store.put_credential("k1", "h-k1", 2.0, False, approved=True, by="kubelet", address="192.0.2.1",
+                                max_per_address=2)
+    assert store.registration("a1").address == "192.0.2.1" and store.registration("a1").to_dict()["address"] == \
+        "192.0.2.1"
+    k1 = store.registration("k1")
+    assert k1.binds_node and not k1.pending and k1.by in VETTED_BY and store.unvetted_count() == 3
+    store.approve("a1", 3.0, "admin")  # approving one frees a place at its address
+    assert store.put_credential("a3", "h-a3", 4.0, False, approved=False, address="192.0.2.1", max_per_address=2)
+
+
 IDENTITY_CONTRACT = ["test_registrations_and_approval", "test_max_unvetted_bounds_the_names_no_admin_approved",
-                     "test_a_pending_report_counts_for_nothing_and_an_unproven_done_proves_nothing"]
+                     "test_a_pending_report_counts_for_nothing_and_an_unproven_done_proves_nothing",
+                     "test_registrations_keep_their_address_and_pending_names_are_capped_per_address"]
 
 
 @pytest.mark.parametrize("name", IDENTITY_CONTRACT)

@@ -87,6 +87,9 @@ class _CA:
                          encipher_only=False, decipher_only=False), critical=True)
                      .sign(self.key, hashes.SHA256()))
         self.path = self._write("ca.pem", self.cert.public_bytes(serialization.Encoding.PEM))
+        # The controller manager's signer of approved kubelet CSRs (KubeCluster(tls_bootstrap=True)).
+        self.key_path = self._write("ca-key.pem", self.key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), 0o600)
 
     def _builder(self, subject: x509.Name, public_key, days: int) -> x509.CertificateBuilder:
         return (x509.CertificateBuilder().subject_name(subject).public_key(public_key)
@@ -130,9 +133,14 @@ class _CA:
 
 class KubeCluster:
     def __init__(self, base_dir: str, bin_dir: Optional[str] = None, crds: Optional[str] = CRDS,
-                 controller_manager_args: Sequence[str] = ()):
+                 controller_manager_args: Sequence[str] = (), tls_bootstrap: bool = False):
+        """``tls_bootstrap``: a kubelet may join as a real one does (bootstrap_token()): the API
+        server takes bootstrap tokens, the controller manager signs approved kubelet CSRs with the
+        cluster's CA (the API server's client CA) and approves those a bootstrap token's holder
+        may ask for, as kubeadm binds them (the stand-in for OpenShift's cluster-machine-approver)."""
         self.base_dir = base_dir
         self.controller_manager_args = list(controller_manager_args)
+        self.tls_bootstrap = tls_bootstrap
         self.bin_dir = bin_dir or find_kube_bin()
         if not self.bin_dir:
             raise FileNotFoundError(f"{'/'.join(BINARIES)} not built: run make kube-bin")
@@ -181,6 +189,39 @@ class KubeCluster:
             json.dump(cfg, f, indent=1)  # JSON is YAML: kubectl and client libraries read it
         return path
 
+    def kubelet_cert(self, node: str) -> Tuple[str, str]:
+        """Node ``node``'s kubelet client certificate from this cluster's CA (CN system:node:<node>,
+        O system:nodes), as its approved CSR gives it: (cert path, key path), made once per node.
+        The API server's client CA is this CA, which it publishes in
+        kube-system/extension-apiserver-authentication: node-config-server verifies it there."""
+        name = f"kubelet-{node}"
+        cert, key = self._path(f"{name}.pem"), self._path(f"{name}-key.pem")
+        if not os.path.exists(key):
+            cert, key = self.ca.issue(name, f"system:node:{node}", orgs=["system:nodes"])
+        return cert, key
+
+    def bootstrap_token(self) -> str:
+        """A bootstrap token (``<id>.<secret>``, kube-system/bootstrap-token-<id>) that lets a kubelet
+        ask for its client certificate, and the bindings that let it (system:node-bootstrapper)
+        and have its CSR approved at once (certificatesigningrequests:nodeclient: the controller
+        manager's csrapproving controller), as kubeadm makes them. Needs ``tls_bootstrap``."""
+        import secrets
+        import string
+
+        alphabet = string.ascii_lowercase + string.digits
+        token_id = "".join(secrets.choice(alphabet) for _ in range(6))
+        secret = "".join(secrets.choice(alphabet) for _ in range(16))
+        self.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
+            "metadata": {"name": f"bootstrap-token-{token_id}", "namespace": "kube-system"},
+            "stringData": {"token-id": token_id, "token-secret": secret, "usage-bootstrap-authentication": "true"}}))
+        for name, role in (("kubelet-bootstrap", "system:node-bootstrapper"),
+                           ("node-autoapprove-bootstrap",
+                            "system:certificates.k8s.io:certificatesigningrequests:nodeclient")):
+            self.kubectl("create", "clusterrolebinding", name, f"--clusterrole={role}", "--group=system:bootstrappers",
+                         check=False)  # made once per cluster
+        return f"{token_id}.{secret}"
+
     def kubeconfig_for(self, user: str, groups: Sequence[str] = ()) -> str:
         """A kubeconfig authenticating as ``user`` in ``groups`` (x509 client certificate: the CN
         and O of a certificate this cluster's CA signs). It has no rights until a test binds some."""
@@ -222,7 +263,8 @@ class KubeCluster:
                 f"--service-account-key-file={self.sa_pub}", f"--service-account-signing-key-file={self.sa_key}",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 # 127.0.0.1 is no valid endpoint for the kubernetes Service; nothing here needs it
-                "--endpoint-reconciler-type=none", f"--cert-dir={self._path('apiserver-certs')}"]
+                "--endpoint-reconciler-type=none", f"--cert-dir={self._path('apiserver-certs')}",
+                *(["--enable-bootstrap-token-auth"] if self.tls_bootstrap else [])]
 
     def _controller_manager_cmd(self) -> List[str]:
         cert, key = self.cm_serving
@@ -234,7 +276,9 @@ class KubeCluster:
                 f"--tls-cert-file={cert}", f"--tls-private-key-file={key}",
                 "--controllers=*", "--use-service-account-credentials", "--leader-elect=false",
                 f"--service-account-private-key-file={self.sa_key}", f"--root-ca-file={self.ca_path}",
-                f"--cert-dir={self._path('controller-manager-certs')}", *self.controller_manager_args]
+                f"--cert-dir={self._path('controller-manager-certs')}", *self.controller_manager_args,
+                *([f"--cluster-signing-cert-file={self.ca_path}", f"--cluster-signing-key-file={self.ca.key_path}"]
+                  if self.tls_bootstrap else [])]
 
     def _scheduler_cmd(self) -> List[str]:
         cert, key = self.sched_serving
@@ -336,6 +380,10 @@ class KubeCluster:
         if namespace_role:
             for namespace in ("node-config-server", "node-config-server-credentials"):
                 self.kubectl("create", "rolebinding", user, "-n", namespace, f"--role={namespace}", f"--user={user}")
+        # The cluster's client CA, which kubelet certificates are verified against (deploy/rbac.yaml's
+        # RoleBinding in kube-system to the standard extension-apiserver-authentication-reader Role).
+        self.kubectl("create", "rolebinding", user, "-n", "kube-system",
+                     "--role=extension-apiserver-authentication-reader", f"--user={user}")
 
     def kubectl(self, *args: str, kubeconfig: Optional[str] = None, check: bool = True,
                 input: Optional[str] = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -395,5 +443,5 @@ def kube_cluster(tmp_path_factory):
                     "(make test does; 10-15 minutes once, then cached)")
     if not os.access(ETCD, os.X_OK) or not os.access(KUBECTL, os.X_OK):
         pytest.skip("etcd (etcd-server) or kubectl is not installed (make sysdeps installs etcd-server)")
-    with KubeCluster(str(tmp_path_factory.mktemp("kube")), bin_dir) as kc:
+    with KubeCluster(str(tmp_path_factory.mktemp("kube")), bin_dir, tls_bootstrap=True) as kc:
         yield kc

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 import weakref
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import requests
 
@@ -55,7 +55,7 @@ class ServerProcess:
     def __init__(self, state_dir: Optional[str], tls=None, token: Optional[str] = None, workers: int = 2,
                  threads: int = 8, extra_args: Sequence[str] = (), port: Optional[int] = None,
                  settle: Optional[float] = 0.5, data_dir: Optional[str] = None,
-                 auto_approve: Optional[str] = EVERY_NAME):
+                 auto_approve: Optional[str] = EVERY_NAME, kubelet: Optional[Callable[[str], Any]] = None):
         self.state_dir = state_dir
         self._data_dir_cleanup = None
         if data_dir is None:
@@ -77,6 +77,11 @@ class ServerProcess:
         self._log_kept = ""  # the log's text once stop() has removed the file
         self._token_file: Optional[str] = None
         self.credentials: Dict[str, str] = {}  # node -> its credential (node_session registers it)
+        # node -> its kubelet's client certificate (a path, or (cert, key)), which node_session
+        # presents: on a server with that cluster's client CA it proves the node's name
+        # (docs/security.md "Identity"; with --backend kubernetes a report counts only then, or
+        # once the admin approved the name).
+        self.kubelet = kubelet
 
     @property
     def base_url(self) -> str:
@@ -98,16 +103,21 @@ class ServerProcess:
             s.headers["Authorization"] = f"Bearer {self.token}"
         return s
 
-    def node_session(self, node: str) -> requests.Session:
+    def node_session(self, node: str, kubelet: bool = True) -> requests.Session:
         """A session that is node ``node``: registered once with the bootstrap token, then its
-        own credential on every request (agent/server/rollout/identity.py)."""
+        own credential on every request (agent/server/rollout/identity.py); with ``kubelet`` and
+        a ``kubelet`` source, presenting the node's kubelet client certificate on each too."""
+        cert = self.kubelet(node) if kubelet and self.kubelet is not None else None
         cred = self.credentials.get(node)
         if cred is None:
-            r = self.session().post(self.url(f"/api/v1/nodes/{node}/register"))
+            reg = self.session()
+            reg.cert = cert
+            r = reg.post(self.url(f"/api/v1/nodes/{node}/register"))
             assert r.status_code == 201, r.text
             cred = self.credentials[node] = r.json()["credential"]
         s = self.session(token=False)
         s.headers["Authorization"] = f"Bearer {cred}"
+        s.cert = cert
         return s
 
     def command(self) -> List[str]:

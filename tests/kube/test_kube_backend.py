@@ -18,6 +18,7 @@ import yaml
 
 from agent.host.root import Root
 from agent.node.report import Reporter
+from tests.helpers.certs import make_tls
 from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
 from tests.helpers.server_proc import REPO, ServerProcess
 from tests.helpers.wait import wait_for
@@ -40,11 +41,13 @@ def kube(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(kube):
-    """The server as a user bound only to deploy/rbac.yaml's ClusterRole, never as admin."""
+def server(kube, tmp_path_factory):
+    """The server as a user bound only to deploy/rbac.yaml's ClusterRole, never as admin; over
+    TLS, where each node presents its kubelet's client certificate from this control plane's CA:
+    with this backend a report is about its Node only once the name is proven (or approved)."""
     kubeconfig = kube.kubeconfig_for("node-config-server-test")
-    srv = ServerProcess(None, token="b00tstrap", workers=1,
-                        extra_args=["--backend", "kubernetes", "--kubeconfig", kubeconfig])
+    srv = ServerProcess(None, tls=make_tls(str(tmp_path_factory.mktemp("tls"))), token="b00tstrap", workers=1,
+                        kubelet=kube.kubelet_cert, extra_args=["--backend", "kubernetes", "--kubeconfig", kubeconfig])
     with srv:
         yield srv
 
@@ -102,7 +105,8 @@ def _mcp_columns(kube):
 
 def _our_columns(server):
     r = subprocess.run([sys.executable, "-m", "agent.server.cli", "get", "pools", "--server", server.base_url,
-                        "--token-file", server._token_file, "-o", "wide"], capture_output=True, text=True, timeout=30, cwd=REPO)
+                        "--ca", server.tls.ca_cert, "--token-file", server._token_file, "-o", "wide"],
+                       capture_output=True, text=True, timeout=30, cwd=REPO)
     assert r.returncode == 0, r.stderr
     return _table(r.stdout)
 
@@ -325,8 +329,8 @@ def test_an_api_server_outage_loses_nothing(kube, server, tmp_path):
     target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
     rendered_before = sorted(m["metadata"]["name"] for m in api(kube, f"{MCO}/machineconfigs")["items"]
                              if m["metadata"]["name"].startswith("rendered-"))
-    # The agent's Reporter (registered before: its credential is a Secret in the API). This server
-    # is plain http, where the agent sends no secret itself: the session carries the credential.
+    # The agent's Reporter (registered before: its credential is a Secret in the API), on a
+    # session carrying its credential and its kubelet's certificate.
     agent = Reporter(server.base_url, "w-outage", Root(str(tmp_path)), "/var/lib/node-agent",
                      session=server.node_session("w-outage"))
     done = {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target}
@@ -414,6 +418,8 @@ def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_use
                ("watch", "machineconfigurations.operator.openshift.io"),
                ("watch", "machineosbuilds.machineconfiguration.openshift.io"),
                ("create", "machineconfignodes.machineconfiguration.openshift.io"),
+               ("delete", "machineconfignodes.machineconfiguration.openshift.io"),  # one it made, with its node
+               ("get", "configmaps/extension-apiserver-authentication", None, "kube-system"),  # the client CA
                ("patch", "machineconfignodes.machineconfiguration.openshift.io", "status"),
                ("patch", "nodes"), ("watch", "nodes"),
                ("list", "pods"), ("create", "pods", "eviction")]  # the drain: evictions only
@@ -446,7 +452,7 @@ def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_use
     denied = [("delete", "configmaps", None, ns), ("delete", "leases.coordination.k8s.io", None, "kube-system"),
               ("list", "secrets", None, "kube-system"), ("create", "configmaps", None, "default"),
               ("update", "leases.coordination.k8s.io", None, "kube-system"),
-              ("delete", "machineconfignodes.machineconfiguration.openshift.io"),
+              ("get", "configmaps", None, "kube-system"),  # that one ConfigMap of kube-system only
               # its own TLS and token Secrets: not readable, not listable, not watchable
               ("get", "secrets", None, ns), ("list", "secrets", None, ns), ("watch", "secrets", None, ns),
               ("create", "events", None, "default"), ("create", "events", None, "openshift-machine-config-operator")]

@@ -180,3 +180,42 @@ def test_a_user_without_a_binding_is_forbidden(kube_cluster):  # noqa: F811
              "list allowed by the new binding")
     out = kube_cluster.kubectl("get", "mc", kubeconfig=cfg, check=False)
     assert out.returncode != 0 and "forbidden" in out.stderr.lower(), out.stderr
+
+
+def test_a_bootstrap_token_gets_a_kubelet_its_client_certificate_as_a_real_cluster_does(kube_cluster):  # noqa: F811
+    """The TLS bootstrap the VM test's kubelet goes through (KubeCluster(tls_bootstrap=True)): with
+    a bootstrap token a kubelet creates a CSR for system:node:<name> (signer
+    kubernetes.io/kube-apiserver-client-kubelet), the controller manager approves it (the
+    nodeclient binding, the machine-approver's stand-in) and signs it with the cluster's CA, the
+    API server's client CA, which it publishes for node-config-server to verify the certificate."""
+    import base64
+
+    import requests
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    token, node = kube_cluster.bootstrap_token(), unique("boot")
+    key = ec.generate_private_key(ec.SECP256R1())
+    csr = (x509.CertificateSigningRequestBuilder().subject_name(x509.Name([
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+        x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node}")])).sign(key, hashes.SHA256()))
+    body = {"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"generateName": "csr-"},
+            "spec": {"request": base64.b64encode(csr.public_bytes(serialization.Encoding.PEM)).decode(),
+                     "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+                     "usages": ["digital signature", "key encipherment", "client auth"]}}
+    r = requests.post(kube_cluster.url + "/apis/certificates.k8s.io/v1/certificatesigningrequests", json=body,
+                      headers={"Authorization": f"Bearer {token}"}, verify=kube_cluster.ca_path, timeout=10)
+    assert r.status_code == 201, r.text
+    name = r.json()["metadata"]["name"]
+
+    def issued():
+        got = kube_cluster.get(f"/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}").json()
+        return (got.get("status") or {}).get("certificate")
+    cert = x509.load_pem_x509_certificate(base64.b64decode(wait_for(issued, "the CSR approved and signed", 30)))
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == f"system:node:{node}"
+    published = kube_cluster.get("/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication")
+    ca = x509.load_pem_x509_certificate(published.json()["data"]["client-ca-file"].encode())
+    assert cert.issuer == ca.subject

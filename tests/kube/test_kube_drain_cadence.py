@@ -23,6 +23,7 @@ from agent.server.cluster.kube_drain import Drainer
 from agent.server.rollout import draincadence as dc
 from agent.server.rollout.draincadence import Cadence
 from agent.server.store.kube.client import KubeClient, load_kubeconfig
+from tests.helpers.certs import make_tls
 from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
 from tests.helpers.server_proc import REPO, ServerProcess
 from tests.helpers.wait import wait_for
@@ -54,8 +55,11 @@ def kube(tmp_path_factory):
 
 def start_server(kube, *extra):
     # --store sqlite: node state in the data directory, whatever the Kubernetes backend's default
-    # store; the drain works the same with every store (it is the Node's, on the API).
-    return ServerProcess(None, token="b00tstrap", workers=1,
+    # store; the drain works the same with every store (it is the Node's, on the API). Each node
+    # proves its name with its kubelet's certificate (TLS): with this backend a name that is only
+    # registered gets no drain slot.
+    return ServerProcess(None, tls=make_tls(os.path.join(kube.base_dir, "server-tls")), token="b00tstrap",
+                         workers=1, kubelet=kube.kubelet_cert,
                          extra_args=["--backend", "kubernetes", "--store", "sqlite", "--kubeconfig",
                                      kube.kubeconfig_for(USER), *extra])
 

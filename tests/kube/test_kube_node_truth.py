@@ -16,6 +16,7 @@ import signal
 
 import pytest
 
+from tests.helpers.certs import make_tls
 from tests.helpers.kube_cluster import KubeCluster, find_kube_bin, wait_for
 from tests.helpers.server_proc import ServerProcess
 
@@ -37,10 +38,14 @@ def kube(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(kube):
-    """Bootstrap token only, no admin token: as the README runs it and as the issue's tester tried."""
-    srv = ServerProcess(None, token="b00tstrap", workers=1, extra_args=[
-        "--backend", "kubernetes", "--kubeconfig", kube.kubeconfig_for("node-config-server-test")])
+def server(kube, tmp_path_factory):
+    """Bootstrap token only, no admin token: as the README runs it and as the issue's tester tried.
+    TLS: each node proves its name with its kubelet's client certificate from this control
+    plane's CA (which the server reads from kube-system/extension-apiserver-authentication); the
+    ghosts have the bootstrap token only."""
+    srv = ServerProcess(None, tls=make_tls(str(tmp_path_factory.mktemp("tls"))), token="b00tstrap", workers=1,
+                        kubelet=kube.kubelet_cert, extra_args=[
+                            "--backend", "kubernetes", "--kubeconfig", kube.kubeconfig_for("node-config-server-test")])
     with srv:
         yield srv
 
@@ -99,21 +104,42 @@ def test_getNodesForPool_a_reporting_name_with_no_Node_counts_for_nothing(kube, 
     create_node(kube, "m-0", {M: ""})
     master = target(server, "master")
     wait_for(lambda: counts(server, "master")["machineCount"] == 1, "the master Node counted")
-    for i in range(3):
-        report(server, f"ghost-{i}", done(master, {M: ""}, pool="master"))
-    r = ask_drain(server, "ghost-0", "master")
+    for i in range(3):  # the bootstrap token only: pending, nothing they say counts
+        r = server.node_session(f"ghost-{i}", kubelet=False).post(
+            server.url(f"/api/v1/nodes/ghost-{i}/report"), data=json.dumps(done(master, {M: ""}, pool="master")),
+            timeout=10)
+        assert r.status_code == 200 and r.json()["counted"] is False, r.text
+    r = server.node_session("ghost-0", kubelet=False).post(server.url("/api/v1/nodes/ghost-0/drain"),
+                                                          json={"pool": "master", "config": "x"}, timeout=30)
+    assert r.status_code == 403 and "counts for nothing" in r.json()["error"]["message"], r.text
+    # A ghost with a kubelet certificate for a name that has no Node: proven, still nobody.
+    report(server, "ghost-k", done(master, {M: ""}, pool="master"))
+    r = ask_drain(server, "ghost-k", "master")
     assert r.status_code == 409, r.text
-    assert "no Node object named ghost-0" in r.json()["error"]["message"]
+    assert "no Node object named ghost-k" in r.json()["error"]["message"]
     st = counts(server, "master")
     assert st["machineCount"] == 1 and st["updatedMachineCount"] == 0  # m-0 never reported; ghosts are nobody
-    node = server.session().get(server.url("/api/v1/nodes/ghost-0"), timeout=10).json()
-    assert node["counted"] is False and "no Node object named ghost-0" in node["notCounted"]
+    node = server.session().get(server.url("/api/v1/nodes/ghost-k"), timeout=10).json()
+    assert node["counted"] is False and "no Node object named ghost-k" in node["notCounted"]
     # The real master gets its slot.
     report(server, "m-0", done(master, {M: ""}, pool="master"))
     assert ask_drain(server, "m-0", "master").status_code == 200
-    ghost = kube.get(f"{MCO}/machineconfignodes/ghost-0")  # its report is kept on an MCN of its own
+    ghost = kube.get(f"{MCO}/machineconfignodes/ghost-k")  # a proven name's report is kept on an MCN of its own
     assert ghost.status_code == 200, ghost.text  # (a 404's Status has no ownerReferences either)
     assert not ghost.json()["metadata"].get("ownerReferences")  # no Node to own it
+    assert kube.get(f"{MCO}/machineconfignodes/ghost-0").status_code == 404  # a pending one's never reaches one
+    # The harness's --auto-approve '.*' approved the ghosts' names: with this backend a rule binds no
+    # name to a Node, so they are kept and shown as pending (their reports in their Secrets), and
+    # serve said so at start.
+    reg = server.session().get(server.url("/api/v1/nodes/ghost-0/registration"), timeout=10).json()
+    assert reg["state"] == "Pending" and reg["approvedBy"] == "rule" and "kubelet" in reg["pendingBecause"]
+    kept = server.session().get(server.url("/api/v1/nodes/ghost-0"), timeout=10).json()
+    assert kept["report"]["_server"]["pending"] is True and kept["counted"] is False
+    listed = server.session().get(server.url("/api/v1/nodes?approval=pending"), timeout=10).json()
+    assert {"ghost-0", "ghost-1", "ghost-2"} <= {i["node"] for i in listed["items"]}
+    assert "ghost-k" not in {i["node"] for i in listed["items"]}
+    assert "cannot bind a name to a Node with --backend kubernetes" in server.log_text()
+    assert "kube-system/extension-apiserver-authentication proves its name" in server.log_text()
 
 
 def test_getPrimaryPoolForNode_labels_move_a_node_and_a_report_claims_nothing(kube, server):
@@ -189,3 +215,135 @@ def test_calculateStatus_NodeDegraded_names_each_node_as_upstream(kube, server):
     got = wait_for(cond, "NodeDegraded")
     assert got["reason"].endswith("nodes are reporting degraded status on sync")
     assert 'Node i-bad is reporting: "disk full"' in got["message"]
+
+
+# -- issue 45: a name binds to its Node only when its kubelet's certificate proves it or the admin approves it --
+
+ADMIN = "4dmin-token"
+POOL_KEYS = ("machineCount", "readyMachineCount", "updatedMachineCount", "unavailableMachineCount",
+             "degradedMachineCount")
+
+
+@pytest.fixture(scope="module")
+def admin_server(kube, server, tmp_path_factory):
+    """Another replica of the same node state (the same namespace), with an admin token."""
+    top = tmp_path_factory.mktemp("admin-replica")
+    (top / "admin").write_text(ADMIN + "\n")
+    srv = ServerProcess(None, tls=server.tls, token="b00tstrap", workers=1, kubelet=kube.kubelet_cert, extra_args=[
+        "--backend", "kubernetes", "--kubeconfig", kube.kubeconfig_for("node-config-server-test"),
+        "--admin-token-file", str(top / "admin")])
+    with srv:
+        yield srv
+
+
+def as_admin(srv):
+    s = srv.session(token=False)
+    s.headers["Authorization"] = f"Bearer {ADMIN}"
+    return s
+
+
+def seen_by_admin(kube, name):
+    """What `kubectl get node NAME -o yaml` shows an admin of it: labels, annotations, spec."""
+    obj = kube.get(f"/api/v1/nodes/{name}").json()
+    return {"labels": obj["metadata"].get("labels"), "annotations": obj["metadata"].get("annotations"),
+            "spec": obj.get("spec")}
+
+
+def synced(kube, srv, sentinel, mark):
+    """A proven node's report through ``srv`` written on its Node: the write-back round after
+    every report ``srv`` took before it has run (the server writes in separate steps)."""
+    report(srv, sentinel, {"pool": "worker", "state": "Working", "reason": mark, "labels": {W: ""}})
+    wait_for(lambda: (kube.get(f"/api/v1/nodes/{sentinel}").json()["metadata"].get("annotations") or {})
+             .get("machineconfiguration.openshift.io/reason") == mark, f"{sentinel}'s report {mark} on its Node")
+
+
+def test_a_bootstrap_token_holder_changes_nothing_an_admin_sees_for_a_real_Nodes_name(kube, admin_server):
+    """The issue's first finding: a pending name of a real, MCD-managed Node counted for it
+    (worker 4 -> 3 updated), wrote its annotations and MCN, took the drain slot. Now nothing: the
+    Node, its (absent) MCN, the pool's numbers and the drain slots are as before, until and after
+    the admin deletes the name."""
+    srv, worker = admin_server, target(admin_server, "worker")
+    managed = {f"machineconfiguration.openshift.io/{k}": v for k, v in (
+        ("currentConfig", worker), ("desiredConfig", worker), ("state", "Done"))}
+    create_node(kube, "real-w9", {W: ""})
+    patch_node(kube, "real-w9", {"metadata": {"annotations": managed}})  # a real MCD manages it
+    create_node(kube, "sentinel-0", {W: ""})
+    synced(kube, srv, "sentinel-0", "before")
+    wait_for(lambda: "real-w9" in pool(srv, "worker")["status"]["nodes"], "real-w9 counted from its annotations")
+    before = {"node": seen_by_admin(kube, "real-w9"), "pool": counts(srv, "worker")}
+    assert kube.get(f"{MCO}/machineconfignodes/real-w9").status_code == 404
+
+    squat = srv.node_session("real-w9", kubelet=False)  # the bootstrap token only
+    assert srv.session().get(srv.url("/api/v1/nodes/real-w9/registration")).json()["state"] == "Pending"
+    evil = {"pool": "worker", "state": "Degraded", "currentConfig": worker, "desiredConfig": "rendered-evil",
+            "reason": "squatted", "labels": {W: ""}}
+    out = squat.post(srv.url("/api/v1/nodes/real-w9/report"), data=json.dumps(evil), timeout=10).json()
+    assert out["counted"] is False and "kubelet" in out["note"]
+    r = squat.post(srv.url("/api/v1/nodes/real-w9/drain"), json={"pool": "worker", "config": "x"}, timeout=30)
+    assert r.status_code == 403, r.text
+    synced(kube, srv, "sentinel-0", "after-squat")
+    assert seen_by_admin(kube, "real-w9") == before["node"]
+    assert counts(srv, "worker") == before["pool"]
+    assert kube.get(f"{MCO}/machineconfignodes/real-w9").status_code == 404
+    described = srv.session().get(srv.url("/api/v1/nodes/real-w9"), timeout=10).json()
+    assert described["counted"] is False and "from its own annotations" in described["notCounted"]
+    # The pending list tells the admin this name is a real, managed Node.
+    items = {i["node"]: i for i in as_admin(srv).get(srv.url("/api/v1/nodes?approval=pending")).json()["items"]}
+    assert items["real-w9"]["nodeObject"]["exists"] is True and "Done" in items["real-w9"]["nodeObject"]["managed"]
+    assert items["real-w9"]["address"] == "127.0.0.1"
+    # The admin deletes the name: still exactly as before.
+    assert as_admin(srv).delete(srv.url("/api/v1/nodes/real-w9"), timeout=30).json()["deleted"] is True
+    synced(kube, srv, "sentinel-0", "after-delete")
+    assert seen_by_admin(kube, "real-w9") == before["node"] and counts(srv, "worker") == before["pool"]
+    assert kube.get(f"{MCO}/machineconfignodes/real-w9").status_code == 404
+
+
+def test_the_admins_delete_takes_back_everything_a_name_it_approved_wrote(kube, admin_server):
+    """Approving a squatted name by mistake hands it the Node: its report's annotations, the
+    custom pool's labels (its firstPivotConfig), a MachineConfigNode, a cordon. The admin's
+    delete takes every one of them back: the Node, its MCN and the pool's numbers as before."""
+    srv, role = admin_server, "node-role.kubernetes.io/sq45"
+    kube.kubectl("apply", "-f", "-", input=json.dumps({  # a custom pool of this test's own
+        "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool", "metadata": {"name": "sq45"},
+        "spec": {"machineConfigSelector": {"matchLabels": {"machineconfiguration.openshift.io/role": "worker"}},
+                 "nodeSelector": {"matchLabels": {role: ""}}, "maxUnavailable": 1}}))
+    infra = wait_for(lambda: srv.session().get(srv.url("/api/v1/pools/sq45"), timeout=10).ok and target(srv, "sq45"),
+                     "pool sq45 rendered")
+    create_node(kube, "plain-w8", {W: ""})  # a Node from before node-agent: no MCD annotations
+    wait_for(lambda: "plain-w8" in pool(srv, "worker")["status"]["nodes"], "plain-w8 in worker")
+    before = {"node": seen_by_admin(kube, "plain-w8"), "worker": counts(srv, "worker"), "infra": counts(srv, "sq45")}
+    squat = srv.node_session("plain-w8", kubelet=False)
+    body = {"pool": "sq45", "state": "Done", "currentConfig": infra, "desiredConfig": infra,
+            "firstPivotConfig": infra, "labels": {W: ""}}
+    assert squat.post(srv.url("/api/v1/nodes/plain-w8/report"), data=json.dumps(body), timeout=10).status_code == 200
+    assert as_admin(srv).post(srv.url("/api/v1/nodes/plain-w8/approve"), timeout=30).status_code == 200
+    wait_for(lambda: (seen_by_admin(kube, "plain-w8")["labels"] or {}).get(role) == "",
+             "the pool's label the approved report's firstPivotConfig applies")
+    wait_for(lambda: "plain-w8" in pool(srv, "sq45")["status"]["nodes"], "plain-w8 in pool sq45")
+    r = squat.post(srv.url("/api/v1/nodes/plain-w8/drain"), json={"pool": "sq45", "config": infra}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert seen_by_admin(kube, "plain-w8")["spec"].get("unschedulable") is True
+    wait_for(lambda: kube.get(f"{MCO}/machineconfignodes/plain-w8").status_code == 200, "its MachineConfigNode")
+    out = as_admin(srv).delete(srv.url("/api/v1/nodes/plain-w8"), timeout=30).json()
+    assert out["deleted"] is True and out["leaseReleased"] is True
+    assert seen_by_admin(kube, "plain-w8") == before["node"]
+    assert kube.get(f"{MCO}/machineconfignodes/plain-w8").status_code == 404
+    wait_for(lambda: counts(srv, "worker") == before["worker"] and counts(srv, "sq45") == before["infra"],
+             "the pools' numbers as before")
+
+
+def test_a_server_that_cannot_read_the_client_ca_says_identity_is_by_admin_approval_only(kube, tmp_path):
+    """A user bound to deploy/rbac.yaml's roles but for the RoleBinding in kube-system: no kubelet
+    certificate can prove a name; serve says so at start (one line) and /healthz carries it."""
+    user = "ncs-no-client-ca"
+    kube.kubectl("create", "clusterrolebinding", user, "--clusterrole=node-config-server", f"--user={user}")
+    for namespace in ("node-config-server", "node-config-server-credentials"):
+        kube.kubectl("create", "rolebinding", user, "-n", namespace, f"--role={namespace}", f"--user={user}")
+    srv = ServerProcess(None, tls=make_tls(str(tmp_path / "tls")), token="b00tstrap", workers=1, auto_approve=None,
+                        extra_args=["--backend", "kubernetes", "--kubeconfig", kube.kubeconfig_for(user)])
+    with srv:
+        said = [line for line in srv.log_text().splitlines() if "node identity by admin approval only" in line]
+        assert len(said) == 1 and "extension-apiserver-authentication-reader" in said[0], said
+        health = srv.session().get(srv.url("/healthz"), timeout=10).json()
+        assert any("node identity by admin approval only" in w for w in health["warnings"]), health
+        assert any("nobody can be approved" in w for w in health["warnings"]), health  # no admin token either

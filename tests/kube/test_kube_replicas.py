@@ -66,6 +66,7 @@ class Fleet:
     def session(self, node=None):
         s = self.replicas[0].session()
         if node is not None:
+            s.cert = self.kube.kubelet_cert(node)  # its kubelet's certificate: with this backend it proves the name
             if node not in self.credentials:
                 r = s.post(self.replicas[0].url(f"/api/v1/nodes/{node}/register"), timeout=10)
                 assert r.status_code == 201, r.text

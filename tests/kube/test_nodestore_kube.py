@@ -117,6 +117,28 @@ def test_max_unvetted_counts_the_secrets_every_replica_watches(replicas):
     assert b.put_credential("cap-2", "h-cap-2", 3.0, False, approved=True, by="admin", max_unvetted=2)
 
 
+def test_a_report_that_counts_for_nothing_stays_off_the_mcn_until_it_counts(kube_cluster, replicas):  # noqa: F811
+    """Issue 45: a pending report (or, with --backend kubernetes, one of a name neither proven nor
+    approved) is kept in the node's registration Secret, never on a MachineConfigNode; every
+    replica lists it; once it counts, the next write moves it onto the MCN and off the Secret."""
+    a, b = replicas
+    name = unique("pend")
+    assert a.put_credential(name, f"h-{name}", 1.0, False, approved=False)
+    body = {"pool": "worker", "state": "Done", "currentConfig": "r-1"}
+    a.record_report(name, dict(body, _server={"pending": True}), worker(), 2.0)
+    assert a.node(name) is not None and a.counts("worker").machine == 0
+    wait_for(lambda: b.node(name) is not None, "replica B lists the kept report", 10)
+    assert [r.node for r in b.nodes()] == [name]
+    assert kube_cluster.get(f"{MCN}/{name}").status_code == 404
+    a.approve(name, 3.0, "kubelet")
+    a.record_report(name, dict(body, _server={"approvedBy": "kubelet"}), worker(), 2.0)
+    assert REPORT in kube_cluster.get(f"{MCN}/{name}").json()["metadata"]["annotations"]
+    wait_for(lambda: b.counts("worker").machine == 1 and b.credentials.pending_report(name) is None,
+             "replica B counts it from the MCN, and the Secret's copy is gone", 10)
+    a.delete_node(name, 4.0)
+    wait_for(lambda: b.node(name) is None, "replica B drops it", 10)
+
+
 def test_concurrent_pool_updates_from_two_replicas_lose_nothing(replicas):
     """Each replica adds one to the row's target 15 times from 2 threads at once: every add lands
     (a 409 re-reads the ConfigMap and decides again), and the history has every one of them."""

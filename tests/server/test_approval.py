@@ -145,7 +145,7 @@ def test_a_ghost_with_master_labels_takes_no_master_drain_lease(tmp_path):
 
 
 def test_pending_ghosts_do_not_raise_max_unavailable(tmp_path):
-    with start(tmp_path, "--max-pending", "25") as srv:
+    with start(tmp_path, "--max-pending", "25", "--max-pending-per-address", "25") as srv:
         c0 = pool(srv, "worker")["spec"]["configuration"]["name"]
         for i in range(4):
             register(srv, f"worker-{i}", approve=True)
@@ -202,7 +202,10 @@ def test_approve_command(tmp_path):
                                   capture_output=True, text=True, timeout=60, cwd=REPO)
 
         listed = ncs("--pending")
-        assert listed.returncode == 0 and listed.stdout.split() == ["node-x"], listed.stderr
+        assert listed.returncode == 0, listed.stderr
+        head, row = listed.stdout.splitlines()
+        assert head.split() == ["NAME", "REGISTERED", "ADDRESS", "NODE"]
+        assert row.split()[0] == "node-x" and row.split()[2] == "127.0.0.1" and row.split()[3] == "-"
         refused = ncs("node-x", who="boot")
         assert refused.returncode == 77 and "admin token" in refused.stderr
         ok = ncs("node-x")

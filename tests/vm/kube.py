@@ -7,10 +7,12 @@ recorded about them.
   state objects applied with kubectl; node-config-server's user bound to what deploy/rbac.yaml
   defines, nothing more. node-config-server and the guest's kubelet talk to it; the agent talks
   to node-config-server alone (10.0.2.2).
-- Nothing here plays the kubelet: the guest's own kubelet registers the Node, renews its Lease,
-  runs the pods the real scheduler binds there and ends their deletion once containerd stopped
-  their containers. ``node_credentials`` is what it needs (a client certificate for
-  ``system:node:<name>``), ``workloads`` what the admin deploys.
+- Nothing here plays the kubelet: the guest's own kubelet joins as a real one does (TLS
+  bootstrap: with the bootstrap token of ``bootstrap_credentials`` it asks for its client
+  certificate for ``system:node:<name>``, the controller manager approves and signs it with the
+  cluster's CA, the kubelet keeps it in /var/lib/kubelet/pki/kubelet-client-current.pem), then
+  registers the Node, renews its Lease, runs the pods the real scheduler binds there and ends
+  their deletion once containerd stopped their containers; ``workloads`` is what the admin deploys.
 - ``Recorder``: watches the Node, the workload's pods and the pool, and keeps every event with the
   host time it arrived and its resourceVersion (one etcd revision counter orders Node and Pod
   writes).
@@ -41,8 +43,11 @@ DRAIN_LAST_ERROR = "node-config-server.openshift.io/drain-last-error"  # what bl
 
 def rbac_bindings(docs: List[Dict[str, Any]], user: str) -> List[List[str]]:
     """kubectl arguments binding ``user`` to each ClusterRole and Role that ``docs`` (deploy/rbac.yaml)
-    define: the file's own ClusterRoleBinding names its service account, not this test's user."""
+    define, and to each Role the file binds its service account to without defining it (the
+    cluster's own extension-apiserver-authentication-reader in kube-system): the file's own
+    bindings name its service account, not this test's user."""
     out = []
+    defined = {((d or {}).get("metadata") or {}).get("name") for d in docs if (d or {}).get("kind") == "Role"}
     for doc in docs:
         kind, meta = (doc or {}).get("kind"), (doc or {}).get("metadata") or {}
         if kind == "ClusterRole":
@@ -51,14 +56,20 @@ def rbac_bindings(docs: List[Dict[str, Any]], user: str) -> List[List[str]]:
         elif kind == "Role":
             out.append(["create", "rolebinding", f"{user}-{meta['name']}", "-n", meta["namespace"],
                         f"--role={meta['name']}", f"--user={user}"])
+        elif kind == "RoleBinding" and (doc.get("roleRef") or {}).get("kind") == "Role" and \
+                doc["roleRef"]["name"] not in defined:
+            out.append(["create", "rolebinding", f"{user}-{meta['name']}", "-n", meta["namespace"],
+                        f"--role={doc['roleRef']['name']}", f"--user={user}"])
     return out
 
 
 class ControlPlane:
     def __init__(self, workdir: str):
-        self.kc = KubeCluster(os.path.join(workdir, "kube"), controller_manager_args=CONTROLLER_MANAGER_ARGS)
+        self.kc = KubeCluster(os.path.join(workdir, "kube"), controller_manager_args=CONTROLLER_MANAGER_ARGS,
+                              tls_bootstrap=True)
         self.kubeconfig = ""
         self.serve_args: List[str] = []
+        self.bootstrap_token = ""  # the guest kubelet's (bootstrap_credentials)
 
     def start(self, objects: List[str]) -> "ControlPlane":
         """The control plane up, ``objects`` (YAML documents) applied, the server's user bound."""
@@ -75,9 +86,10 @@ class ControlPlane:
             wait_for(lambda: kc.kubectl("auth", "can-i", "patch", "nodes", f"--as={USER}", check=False)
                      .stdout.strip() == "yes", f"{USER}'s bindings in effect")
             # Node state in the API (the default with this backend), in the namespace rbac.yaml's Role covers.
-            namespace = [a[a.index("-n") + 1] for a in bindings if "-n" in a][0]
+            namespace = [a[a.index("-n") + 1] for a in bindings if "-n" in a and "kube-system" not in a][0]
             self.serve_args = ["--backend", "kubernetes", "--kubeconfig", self.kubeconfig, "--namespace", namespace]
             kc.create_namespace(WORKLOAD)
+            self.bootstrap_token = kc.bootstrap_token()
         except BaseException:
             kc.stop()
             raise
@@ -132,24 +144,20 @@ def workloads() -> List[Dict[str, Any]]:
     ]
 
 
-def node_credentials(kc: KubeCluster, node: str) -> Dict[str, Tuple[bytes, int]]:
-    """The guest's kubelet credentials, as an installer (or the kubelet's approved CSR) leaves them:
-    a client certificate for ``system:node:<node>`` in ``system:nodes`` (the Node authorizer and
-    NodeRestriction key on that name) from the cluster's CA, in /etc/kubernetes/kubeconfig with the
-    API server at the host's loopback as the guest sees it; the CA as kubelet-ca.crt."""
-    cert, key = kc.ca.issue(f"kubelet-{node}", f"system:node:{node}", orgs=["system:nodes"])
-
-    def b64(path: str) -> str:
-        with open(path, "rb") as f:
-            return base64.b64encode(f.read()).decode()
-
-    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "node",
-           "clusters": [{"name": "vm", "cluster": {"server": f"https://{GUEST_HOST_IP}:{kc.port}",
-                                                   "certificate-authority-data": b64(kc.ca_path)}}],
-           "users": [{"name": "node", "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}],
-           "contexts": [{"name": "node", "context": {"cluster": "vm", "user": "node"}}]}
+def bootstrap_credentials(kc: KubeCluster, token: str) -> Dict[str, Tuple[bytes, int]]:
+    """The guest's kubelet credentials as an installer leaves them on an OpenShift node: the
+    bootstrap kubeconfig /etc/kubernetes/kubeconfig (the API server at the host's loopback as the
+    guest sees it, a bootstrap token), from which the kubelet gets its own client certificate
+    (CN system:node:<name>, O system:nodes) once the cluster approved its CSR, and the CA as
+    kubelet-ca.crt. The kubelet then writes /var/lib/kubelet/kubeconfig pointing at
+    /var/lib/kubelet/pki/kubelet-client-current.pem, which node-agent presents to the server."""
     with open(kc.ca_path, "rb") as f:
         ca = f.read()
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "bootstrap",
+           "clusters": [{"name": "vm", "cluster": {"server": f"https://{GUEST_HOST_IP}:{kc.port}",
+                                                   "certificate-authority-data": base64.b64encode(ca).decode()}}],
+           "users": [{"name": "kubelet-bootstrap", "user": {"token": token}}],
+           "contexts": [{"name": "bootstrap", "context": {"cluster": "vm", "user": "kubelet-bootstrap"}}]}
     return {"/etc/kubernetes/kubeconfig": (json.dumps(cfg, indent=1).encode(), 0o600),
             "/etc/kubernetes/kubelet-ca.crt": (ca, 0o644)}
 

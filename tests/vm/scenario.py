@@ -5,15 +5,18 @@ guest reaches it at 10.0.2.2 (QEMU's user network). The server runs ``serve --ba
 kubernetes`` against a real control plane on the host's loopback (tests/vm/kube.py: the state
 objects and the workloads are applied with kubectl, the server is a user bound to
 deploy/rbac.yaml's roles). The guest boots the clean image with a pointer config, agent settings,
-the token and its kubelet's credentials written in (as an installer would), and:
+the token and its kubelet's bootstrap kubeconfig written in (as an installer would), and:
 
 1. boot 1: node-agent-firstboot.service fetches, checks the planted aleph file against the served
    skew rules, joins the custom pool ``vm`` (labels in kubelet-env), applies files and a unit it
    enables over D-Bus, reports, and reboots once through logind (a file no policy covers);
-2. boot 2: first boot is skipped, the real kubelet starts (the done-stamp is there), registers
-   the Node, the server labels it into pool vm, the scheduler places the workloads there;
-   node-agent.service reports Done; vm-kubelet-check.service restarts and disables the first-boot
-   unit and logs whether kubelet stayed up;
+2. boot 2: first boot is skipped, the real kubelet starts (the done-stamp is there), gets its
+   client certificate (TLS bootstrap: its CSR approved and signed by the controller manager) and
+   registers the Node; node-agent.service finds the certificate, presents it and the server
+   proves the node's name (pending until then: nothing on its Node), labels it into pool vm, the
+   scheduler places the workloads there; node-agent.service reports Done;
+   vm-kubelet-check.service restarts and disables the first-boot unit and logs whether kubelet
+   stayed up;
 3. day 2, still boot 2: the host changes /etc/vm-probe.conf in a MachineConfig (the served policy
    restarts vm-probe.service for it): applied and restarted without a reboot;
 4. day 2: the host adds a file no policy covers: drain lease (the server cordons the Node and
@@ -46,8 +49,8 @@ from tests.vm.kube import (
     ControlPlane,
     Recorder,
     SerialMarks,
+    bootstrap_credentials,
     is_ready,
-    node_credentials,
     pod_summary,
     workloads,
 )
@@ -221,6 +224,7 @@ class Result:
     pool: Dict[str, Any] = field(default_factory=dict)
     timings: Dict[str, float] = field(default_factory=dict)  # phase -> seconds
     reports: List[Dict[str, Any]] = field(default_factory=list)  # node views seen while polling (+ seenAt)
+    registrations: List[Dict[str, Any]] = field(default_factory=list)  # the node's registration as it changed (+ seenAt)
     serial: str = ""
     # The control plane's part, every time a host time.time() (tests/vm/kube.py):
     api_events: List[Dict[str, Any]] = field(default_factory=list)  # Node and workload Pod watch events
@@ -243,6 +247,11 @@ class Phases:
         return self.get(f"/api/v1/pools/{POOL}")["spec"]["configuration"]["name"]
 
     def view(self) -> Optional[Dict[str, Any]]:
+        reg = self.api.get(self.srv.url(f"/api/v1/nodes/{NODE}/registration"))
+        if reg.status_code == 200:
+            seen, regs = {k: reg.json().get(k) for k in ("state", "approvedBy")}, self.result.registrations
+            if not regs or {k: regs[-1].get(k) for k in seen} != seen:
+                regs.append(dict(seen, seenAt=time.time()))
         r = self.api.get(self.srv.url(f"/api/v1/nodes/{NODE}"))
         if r.status_code != 200:
             return None
@@ -292,8 +301,11 @@ def run(workdir: str) -> Result:
         cp.apply("---\n".join(yaml.safe_dump(w) for w in workloads()))
         # One worker: the watches, the write-back and the drainer's memory of what it evicted are
         # per process; the guest is one node.
-        with ServerProcess(None, tls=tls, token=TOKEN, workers=1, extra_args=cp.serve_args) as srv:
-            guest.prepare(dict(guest_files(srv.port, tls.ca_pem()), **node_credentials(cp.kc, NODE)))
+        # No --auto-approve (with this backend a rule binds no name to a Node anyway): the node is
+        # pending until its kubelet's certificate proves its name (the client CA the control plane
+        # publishes, read by the server's user).
+        with ServerProcess(None, tls=tls, token=TOKEN, workers=1, extra_args=cp.serve_args, auto_approve=None) as srv:
+            guest.prepare(dict(guest_files(srv.port, tls.ca_pem()), **bootstrap_credentials(cp.kc, cp.bootstrap_token)))
             with guest.running():
                 serial.start()
                 _phases(Phases(srv, guest, result), cp, timings)
@@ -312,7 +324,7 @@ def run(workdir: str) -> Result:
     if os.path.exists(result.readback):
         shutil.rmtree(result.readback)
     guest.read_back(["/var/log/journal", "/var/lib/node-agent", "/etc/node-agent-vm", "/etc/kubernetes",
-                     "/etc/systemd/system", "/etc/machine-config-daemon"], result.readback)
+                     "/etc/systemd/system", "/etc/machine-config-daemon", "/var/lib/kubelet/pki"], result.readback)
     timings["total"] = time.monotonic() - started
     result.timings = timings
     return result

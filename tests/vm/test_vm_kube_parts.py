@@ -17,12 +17,14 @@ def test_the_user_is_bound_to_every_role_deploy_rbac_defines_and_nothing_else():
     roles = [(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")) for d in docs
              if d and d.get("kind") in ("ClusterRole", "Role")]
     assert ("ClusterRole", "node-config-server", None) in roles
-    assert len(got) == len(roles)
-    for args, (kind, name, namespace) in zip(got, roles):
+    assert len(got) == len(roles) + 1  # and the cluster's own Role that reads its client CA
+    for args, (kind, name, namespace) in zip([a for a in got if "kube-system" not in a], roles):
         if kind == "ClusterRole":
             assert args == ["create", "clusterrolebinding", f"u-{name}", f"--clusterrole={name}", "--user=u"]
         else:
             assert args == ["create", "rolebinding", f"u-{name}", "-n", namespace, f"--role={name}", "--user=u"]
+    assert ["create", "rolebinding", "u-node-config-server-client-ca", "-n", "kube-system",
+            "--role=extension-apiserver-authentication-reader", "--user=u"] in got
     # The file's own bindings name its service account; they are never copied to the user.
     assert rbac_bindings([{"kind": "ClusterRoleBinding", "metadata": {"name": "x"}}], "u") == []
 

@@ -16,6 +16,8 @@ of the report the agent sends just before it asks logind to reboot: cut to the s
 bounds the reboot from below.
 """
 
+import os
+
 import pytest
 
 from tests.vm import scenario
@@ -182,7 +184,10 @@ def test_the_pool_counts_follow_the_node_as_kubectl_get_mcp_shows(run):
     """Pool vm's status as the API holds it: nothing counted before the Node existed (a report
     alone counts for nothing), the node updated and ready after boot 2, updating and unavailable
     during the drain, updated and ready again after the uncordon."""
-    pools = [e for e in of_kind(run, "MachineConfigPool") if e["machineCount"] is not None]
+    # Until the host pressed the power button at the end: a power-off slower than the node
+    # monitor's grace period (25 s under load) turns the Node Unknown, and the pool with it.
+    off = serial_marks(run, "shutdown")[-1]["at"]
+    pools = [e for e in of_kind(run, "MachineConfigPool") if e["machineCount"] is not None and e["at"] < off]
     registered = of_kind(run, "Node")[0]
     before = [e for e in pools if e["rv"] < registered["rv"]]
     assert before and all(e["machineCount"] == 0 for e in before), pools[:3]
@@ -216,3 +221,28 @@ def test_the_summary_lists_the_node_the_pods_and_the_events_in_time_order(run):
         assert hits, (what, whats)
         positions.append(hits[0])
     assert s["wallTime"] and s["wallTime"] > 0
+
+
+def test_the_node_is_pending_with_nothing_on_its_node_until_its_kubelets_certificate_proves_it(run, journal):
+    """Issue 45, with the real kubelet's certificate: first boot registers with the bootstrap token
+    alone (pending: nothing it reports is written to a Node); in boot 2 the kubelet's TLS
+    bootstrap leaves its client certificate in /var/lib/kubelet/pki, node-agent presents it and
+    the server proves the name (approvedBy kubelet); only then does the Node get the MCD's
+    annotations and the pool's label, still before any workload is bound to it (the test above)."""
+    regs = run.registrations
+    assert regs and regs[0]["state"] == "Pending" and not regs[0].get("approvedBy"), regs
+    proven = next((r for r in regs if r.get("approvedBy") == "kubelet"), None)
+    assert proven is not None and proven["state"] == "Approved", regs
+    last_pending = max(r["seenAt"] for r in regs if r["state"] == "Pending")
+    nodes = of_kind(run, "Node")
+    before = [e for e in nodes if e["at"] <= last_pending]
+    assert all(e["state"] is None and e["currentConfig"] is None and "vm" not in e["roles"] for e in before), before
+    labelled = next(e for e in nodes if "vm" in e["roles"])
+    assert labelled["at"] > last_pending and any(e["state"] for e in nodes), (labelled, last_pending)
+    # the standard layout a bootstrapped kubelet leaves, and node-agent presenting it in boot 2
+    pki = os.path.join(run.readback, "pki")
+    assert os.path.islink(pki + "/kubelet-client-current.pem"), os.listdir(pki)
+    presented = journal.messages(contains="presenting the kubelet's client certificate "
+                                          "/var/lib/kubelet/pki/kubelet-client-current.pem")
+    assert presented, "node-agent never presented the kubelet's certificate"
+    assert not journal.messages(1, "presenting the kubelet's client certificate")  # first boot: the kubelet has none

@@ -47,7 +47,8 @@ def add_approve_parser(sub, make, add_client_options) -> None:
     p.add_argument("name", nargs="?", help="the node to approve")
     p.add_argument("--label", action="append", default=None, metavar="NAME=VALUE",
                    help="a label the admin vouches for (repeatable); they replace the reported labels")
-    p.add_argument("--pending", action="store_true", help="list the registrations waiting for approval")
+    p.add_argument("--pending", action="store_true", help="list the registrations waiting for approval: when and from "
+                   "which address each registered, and whether a Node of that name exists and is managed")
     add_client_options(p)
 
 
@@ -78,20 +79,39 @@ def _request(client: Client, method: str, path: str, body=None):
         session.request = original  # type: ignore[method-assign]
 
 
+PENDING_COLUMNS = ("NAME", "REGISTERED", "ADDRESS", "NODE")
+
+
+def pending_row(item: dict) -> tuple:
+    """One waiting registration, as an admin decides on it (issue 45): when and from where it
+    registered, and (--backend kubernetes) whether a Node of that name exists and who manages it."""
+    node = item.get("nodeObject")
+    if node is None:
+        seen = "-"
+    elif not node.get("exists"):
+        seen = "no Node"
+    else:
+        seen = "Node exists" + (f"; MANAGED: {node['managed']}" if node.get("managed") else "")
+    return (item["node"], item.get("registered", "-"), item.get("address") or "-", seen)
+
+
 def cmd_approve(args: argparse.Namespace) -> int:
     client = Client.from_args(args)
     if args.pending:
         if args.name:
             raise ClientError("approve node --pending lists the waiting names: give no NAME", EXIT_USAGE)
-        after, out = "", {}
+        after, out, rows = "", {}, []
         while True:  # page through them, in name order
             query = urllib.parse.urlencode({"approval": "pending", "limit": 1000, "continue": after})
             out = client.request("GET", f"/api/v1/nodes?{query}")
-            for item in out.get("items", []):
-                print(item["node"])
+            rows += [pending_row(item) for item in out.get("items", [])]
             after = out.get("continue") or ""
             if not after:
                 break
+        if rows:
+            widths = [max(len(r[i]) for r in [PENDING_COLUMNS] + rows) for i in range(len(PENDING_COLUMNS) - 1)]
+            for row in [PENDING_COLUMNS] + rows:
+                print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
         print(f"{out.get('pending', 0)} registration(s) wait for approval", file=sys.stderr)
         return EXIT_OK
     if not args.name:

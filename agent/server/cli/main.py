@@ -9,7 +9,7 @@ import dataclasses
 import json
 import os
 import sys
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from agent import __version__
 from agent.server.cli.serveargs import (
@@ -23,6 +23,7 @@ from agent.server.cli.serveargs import (
     check_state_dir,
     checked_serve_args,
     drain_cadence,
+    kubelet_client_ca,
 )
 from agent.server.cli.storecmds import (
     add_load_state_parser,
@@ -194,10 +195,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         _first_render(args, store)
+        client_ca = kubelet_client_ca(args, store)
     except StoreSetupError as exc:  # one line that says what to do, not an internal error
         _err(f"serve: {getattr(exc, 'message', None) or exc}")
         return EXIT_USAGE
-    return _run_gunicorn(args, store, token, admin_token, host, port)
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    return _run_gunicorn(args, store, token, admin_token, host, port, client_ca)
 
 
 def _first_render(args: argparse.Namespace, store) -> None:
@@ -219,7 +224,8 @@ def _first_render(args: argparse.Namespace, store) -> None:
             closable.close()
 
 
-def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str, host: str, port: int) -> int:
+def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str, host: str, port: int,
+                  client_ca: Tuple[Optional[str], str] = (None, "")) -> int:
     import logging
     import shutil
 
@@ -239,10 +245,8 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
     app.auth.admission = admission(args)
     # Long polls hold a greenlet each under gevent; under gthread they would hold a thread: none there.
     app.max_hold = MAX_HOLD if args.worker_class == "gevent" else 0.0
-    rule = app.auth.admission.auto_approve  # approving names unseen is the operator's explicit choice: say it loud
-    logging.getLogger(__name__).log(logging.WARNING if rule is not None else logging.INFO,
-                                    "%s (docs/security.md \"Identity\")",
-                                    approval_line(app.auth.admission, token, admin_token))
+    app.forwarded_allow = tuple(a.strip() for a in args.forwarded_allow_ips.split(",") if a.strip())
+    _say_identity(app, args, store, token, admin_token, client_ca)
     if not token and not admin_token:
         logging.getLogger(__name__).warning(
             "no --token-file or --admin-token-file: anyone who can reach the server may register nodes, report "
@@ -251,7 +255,8 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
     limits = Limits(handshake=args.tls_handshake_timeout, header=args.header_timeout, body=args.body_timeout,
                     write=args.write_timeout, idle=args.idle_timeout)
     opts = options(bind, args.tls_cert, args.tls_key, args.workers, args.threads, args.log_level, args.access_log,
-                   worker_class=args.worker_class, limits=limits)
+                   worker_class=args.worker_class, limits=limits, client_ca=client_ca[0],
+                   forwarded_allow_ips=args.forwarded_allow_ips)
     logging.getLogger(__name__).info("node-config-server %s on %s://%s (state %s)", __version__,
                                      "https" if args.tls_cert else "http", bind, args.state)
     try:
@@ -259,6 +264,37 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
     return EXIT_OK
+
+
+def _say_identity(app, args: argparse.Namespace, store, token: str, admin_token: str,
+                  client_ca: Tuple[Optional[str], str]) -> None:
+    """The lines serve logs at start on how a name comes to count (docs/security.md "Identity"):
+    the approval rule, whether a kubelet certificate can prove a name (and if not, why: with
+    --backend kubernetes identity is then by admin approval only, which /healthz says too), and
+    a server that can approve nobody."""
+    import logging
+
+    say = logging.getLogger(__name__)
+    rule = app.auth.admission.auto_approve  # approving names unseen is the operator's explicit choice: say it loud
+    say.log(logging.WARNING if rule is not None else logging.INFO, "%s (docs/security.md \"Identity\")",
+            approval_line(app.auth.admission, token, admin_token, store.is_kubernetes))
+    pem, source = client_ca
+    app.auth.kubelet_proof = pem is not None
+    if pem is not None:
+        say.info("node identity: a node presenting its kubelet's client certificate (CN system:node:NAME, O "
+                 "system:nodes) verified against %s proves its name at once (approvedBy kubelet)", source)
+    elif store.is_kubernetes and (token or admin_token):
+        app.kubelet_note = source
+        say.warning("node identity by admin approval only: %s; no kubelet certificate can prove a node's name "
+                    "(/healthz says so too)", source)
+    elif args.kubelet_client_ca:
+        say.warning("--kubelet-client-ca: no kubelet certificate can prove a node's name here: %s", source)
+    if args.worker_class != "gevent":
+        say.warning("--worker-class %s: no kubelet client certificate can prove a node's name here (only the "
+                    "gevent worker, the default, verifies one and hands the app what it proves)", args.worker_class)
+    nobody = app.auth.nobody_approved(store.is_kubernetes)
+    if nobody:
+        say.warning("%s", nobody)
 
 
 def cmd_render(args: argparse.Namespace) -> int:

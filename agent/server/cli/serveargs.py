@@ -88,6 +88,17 @@ def add_approval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-unvetted", type=int, default=None, metavar="N",
                    help="at most N registered names no admin approved (pending or approved by --auto-approve), "
                         "counted in the store (every replica); more answer 429 (default: 5000)")
+    p.add_argument("--max-pending-per-address", type=int, default=None, metavar="N",
+                   help="at most N of the pending registrations from one client address (X-Forwarded-For only from "
+                        "--forwarded-allow-ips), so a flood from one place cannot fill --max-pending (default: 20)")
+    p.add_argument("--kubelet-client-ca", metavar="FILE", default=None,
+                   help="the CA bundle (PEM) that signs the kubelets' client certificates: a node presenting one for "
+                        "its own name (CN system:node:NAME, O system:nodes) on the TLS listener proves its name; with "
+                        "--backend kubernetes the API server's published one (kube-system/"
+                        "extension-apiserver-authentication) by default")
+    p.add_argument("--forwarded-allow-ips", metavar="IPS", default="127.0.0.1",
+                   help="comma-separated proxies whose X-Forwarded-For names a registration's address (gunicorn's "
+                        "forwarded_allow_ips; '*' trusts every peer; default: 127.0.0.1)")
     p.add_argument("--register-rate", type=float, default=None, metavar="PER_SECOND",
                    help="registrations a second per server process, a token bucket (default: 20)")
     p.add_argument("--register-burst", type=int, default=None, metavar="N",
@@ -110,21 +121,29 @@ def admission(args: argparse.Namespace):
     rate = identity.DEFAULT_REGISTER_RATE if args.register_rate is None else args.register_rate
     burst = identity.DEFAULT_REGISTER_BURST if args.register_burst is None else args.register_burst
     max_unvetted = identity.DEFAULT_MAX_UNVETTED if args.max_unvetted is None else args.max_unvetted
+    per_address = getattr(args, "max_pending_per_address", None)
+    per_address = identity.DEFAULT_MAX_PER_ADDRESS if per_address is None else per_address
     if max_pending < 0:
         raise ValueError("--max-pending must be 0 or more")
+    if per_address < 0:
+        raise ValueError("--max-pending-per-address must be 0 or more")
     if max_unvetted < 0:
         raise ValueError("--max-unvetted must be 0 or more")
     if not rate > 0:
         raise ValueError("--register-rate must be more than 0")
     if burst < 1:
         raise ValueError("--register-burst must be at least 1")
-    return identity.Admission(pattern, max_pending, rate, burst, max_unvetted)
+    return identity.Admission(pattern, max_pending, rate, burst, max_unvetted, per_address)
 
 
-def approval_line(admission, token: str, admin_token: str) -> str:
+def approval_line(admission, token: str, admin_token: str, real_nodes: bool = False) -> str:
     """The one line serve logs at start about how new names are approved (docs/security.md)."""
     if not token and not admin_token:
         return "approval: none (no token: an open server approves every name as it registers)"
+    if admission.auto_approve is not None and real_nodes:
+        return (f"approval: --auto-approve {admission.auto_approve.pattern!r} cannot bind a name to a Node with "
+                f"--backend kubernetes: a name it approves is kept and shown as pending, never written to a Node, "
+                f"until its kubelet's client certificate proves it or the admin approves it")
     if admission.auto_approve is not None:
         return (f"approval: --auto-approve {admission.auto_approve.pattern!r} approves every newly registered name "
                 f"it matches whole at once "
@@ -135,6 +154,44 @@ def approval_line(admission, token: str, admin_token: str) -> str:
     return (f"approval: a newly registered name counts for nothing until approved ({how}); at most "
             f"{admission.max_pending} pending (--max-pending), {admission.max_unvetted} never approved by the "
             f"admin (--max-unvetted)")
+
+
+def kubelet_client_ca(args: argparse.Namespace, store) -> Tuple[Optional[str], str]:
+    """(the client CA's PEM, where it came from) when a kubelet certificate can prove a node's
+    name on this server, else (None, why not: the note serve logs and, with --backend kubernetes,
+    /healthz carries). ValueError (exit 2) for a --kubelet-client-ca file that is no CA bundle."""
+    from agent.server.store.kube.clientca import check_bundle, read_client_ca
+
+    pem, source = None, ""
+    if args.kubelet_client_ca:
+        try:
+            with open(args.kubelet_client_ca, encoding="ascii") as fh:
+                pem = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--kubelet-client-ca {args.kubelet_client_ca}: {exc}") from None
+        problem = check_bundle(pem)
+        if problem:
+            raise ValueError(f"--kubelet-client-ca {args.kubelet_client_ca}: {problem}")
+        source = args.kubelet_client_ca
+    elif store.is_kubernetes:
+        from agent.server.store.kube.client import open_client
+
+        client = open_client(store.kubeconfig)
+        try:
+            pem, why = read_client_ca(client)
+        finally:
+            client.close()
+        if pem is None:
+            return None, why
+        source = "the API server's kube-system/extension-apiserver-authentication"
+    else:
+        return None, "no --kubelet-client-ca"
+    if not args.tls_cert:
+        return None, f"a client CA ({source}) but no TLS (--tls-cert): client certificates need it"
+    if args.worker_class != "gevent":
+        return None, (f"--worker-class {args.worker_class} hands the app no client certificate: only the gevent "
+                      f"worker (the default) does the TLS handshake itself and can say what one proves")
+    return pem, source
 
 
 # The MCO drain controller's cadence (draincadence.Cadence, drain_controller.go's DefaultConfig()).

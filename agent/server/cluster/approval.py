@@ -20,16 +20,36 @@ log = logging.getLogger(__name__)
 
 
 class Approval:
-    """Needs ``self.store``, ``self.state()``, ``self.pool_of_rendered`` and ``self._step_pool``."""
+    """Needs ``self.store``, ``self.state()``, ``self.pool_of_rendered``, ``self._step_pool``,
+    ``self.node_truth`` and ``self.report_listeners``."""
+
+    def unbound(self, reg: Optional[Registration]) -> str:
+        """Why a node's reports count for nothing ("" when they count): pending; or, with the
+        Kubernetes backend (Node objects: ``node_truth``), not approved by the admin nor proven
+        by the node's kubelet certificate (issue 45: a report is about a Node only then; a
+        --auto-approve rule, an open or older server's approval binds no name to a Node)."""
+        if reg is not None and reg.pending:
+            return "it waits for approval"
+        if self.node_truth is not None and (reg is None or not reg.binds_node):
+            how = f"approved by {reg.by}" if reg is not None else "not registered"
+            return (f"it is {how}, and with --backend kubernetes a report is about its Node only once the node "
+                    f"proved its name with its kubelet's client certificate or the admin approved it")
+        return ""
 
     def _marked(self, st: Any, node: str, body: Dict[str, Any], reg: Optional[Registration]) -> Dict[str, Any]:
         """The report with the server's own mark (``SERVER_KEY``) on a server that approves nodes:
-        pending; who approved it and the labels vouched for; whether a Done proves its config
-        (only a config served to the node as itself, or one the pool serves to new nodes)."""
+        pending (also a name that binds no Node: ``unbound``); who approved it and the labels
+        vouched for; whether a Done proves its config (only a config served to the node as
+        itself, or one the pool serves to new nodes)."""
         body = {k: v for k, v in body.items() if k != SERVER_KEY}
-        if reg is None or not reg.managed:
+        why = self.unbound(reg)
+        if not why and (reg is None or not reg.managed):
             return body
-        mark: Dict[str, Any] = {"pending": True} if reg.pending else {"approvedBy": reg.by}
+        mark: Dict[str, Any] = {"pending": True} if why else {"approvedBy": reg.by}  # type: ignore[union-attr]
+        if why and reg is not None and not reg.pending:
+            mark["approvedBy"] = reg.by
+        if reg is None:
+            return dict(body, **{SERVER_KEY: mark})
         if reg.labels is not None:
             mark["labels"] = dict(reg.labels)
         body[SERVER_KEY] = mark
@@ -53,10 +73,11 @@ class Approval:
             return True
         return config == row.target and self.store.proof(pool, row.target).updated > 0
 
-    def approve(self, node: str, labels: Optional[Dict[str, str]] = None) -> Optional[Dict[str, Any]]:
-        """Approve a registered node (the admin): its kept report counts from now on (recorded
-        again with the new mark, at the time it was received). None: no such registration."""
-        reg = self.store.approve(node, time.time(), "admin", labels)
+    def approve(self, node: str, labels: Optional[Dict[str, str]] = None, by: str = "admin") -> Optional[Dict[str, Any]]:
+        """Approve a registered node (the admin; ``by`` "kubelet": the node proved its name): its
+        kept report counts from now on (recorded again with the new mark, at the time it was
+        received, and written to its Node with the Kubernetes backend). None: no such registration."""
+        reg = self.store.approve(node, time.time(), by, labels)
         if reg is None:
             return None
         out: Dict[str, Any] = dict(reg.to_dict(), pool="")
@@ -68,11 +89,25 @@ class Approval:
             self.store.record_report(node, body, member, rec.received)
             for name in sorted({member.pool, rec.pool} - {None, ""}):
                 self._step_pool(st, name)
+            if not (body.get(SERVER_KEY) or {}).get("pending"):
+                for listener in self.report_listeners:  # kube_sync: the Node's annotations, labels, MCN
+                    listener(node, dict(body, _rewrite=True, _at=rec.received), member.pool)
             out["pool"] = member.pool
             out["membership"] = member.why
             if member.degraded:
                 out["degradedReason"] = member.degraded
         return out
+
+    def prove(self, node: str) -> None:
+        """A request from ``node`` arrived on a connection whose verified kubelet client
+        certificate names it: its registration becomes proven (``approvedBy: kubelet``) unless
+        the admin approved it already, and its kept report counts at once."""
+        reg = self.store.registration(node)
+        if reg is None or reg.binds_node:
+            return
+        log.info("node %s proved its name with its kubelet's client certificate (it was %s)", node,
+                 "pending" if reg.pending else f"approved by {reg.by}")
+        self.approve(node, by="kubelet")
 
     def fetch(self, pool_name: str, accept: Optional[str], node: Optional[str] = None):
         """ConfigServing.fetch, for a node on a server that approves: a pending node is answered
@@ -82,9 +117,12 @@ class Approval:
             reg = self.store.registration(node) if node else None
         except StoreUnavailable:  # not in this replica's copy and etcd away: answer as before approval
             reg = None
-        if reg is None or not reg.managed:
+        why = self.unbound(reg) if node else ""
+        if not why and (reg is None or not reg.managed):
             return super().fetch(pool_name, accept, node)
-        fetched = super().fetch(pool_name, accept, None if reg.pending else node)
+        fetched = super().fetch(pool_name, accept, None if why else node)
+        if reg is None:
+            return fetched
         try:
             self.store.note_served(node, fetched.served.config)  # type: ignore[arg-type]
         except StoreUnavailable as exc:  # the config is served all the same; a Done on it may not prove
@@ -93,15 +131,18 @@ class Approval:
 
     def register(self, node: str, replace: bool, secret: Optional[str] = None, approved: bool = True,
                  by: str = "", max_pending: Optional[int] = None,
-                 max_unvetted: Optional[int] = None) -> Optional[str]:
+                 max_unvetted: Optional[int] = None, address: str = "",
+                 max_per_address: Optional[int] = None) -> Optional[str]:
         """Store ``node``'s credential (``secret``, the node's own, else a new one: returned once;
         only its hash is kept), or None when the node already has one and ``replace`` is False
         (someone registered it meanwhile). A pending registration beyond ``max_pending`` raises
-        nodestore.TooManyPending, one no admin approved beyond ``max_unvetted`` TooManyUnvetted."""
+        nodestore.TooManyPending (beyond ``max_per_address`` from ``address``:
+        TooManyFromAddress), one no admin approved beyond ``max_unvetted`` TooManyUnvetted."""
         secret = secret or identity.new_credential()
         if not self.store.put_credential(node, identity.credential_hash(secret), time.time(), replace,
                                          approved=approved, by=by, max_pending=max_pending,
-                                         max_unvetted=max_unvetted):
+                                         max_unvetted=max_unvetted, address=address,
+                                         max_per_address=max_per_address):
             return None
         return secret
 

@@ -244,4 +244,8 @@ def start_writers(cluster: Any, source: Any, drain: Any = None, namespace: str =
     from agent.server.cluster.kube_firstboots import FirstBootEvents
 
     sync.first_boots = FirstBootEvents(cluster, sync, namespace).start()  # failed and stalled first boots' Events
+
+    from agent.server.cluster.kube_undo import forgetting
+
+    cluster.delete_listeners.append(forgetting(sync))  # the admin's delete takes back what a name wrote
     return sync.start()

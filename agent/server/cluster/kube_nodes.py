@@ -61,8 +61,16 @@ class NodeTruth:
         member, why = self.pool_of(name, pools)
         if member is None:
             return {"pool": "", "membership": why, "counted": False, "notCounted": why}
-        return {"pool": member, "membership": "the Node's labels (node_controller.go getPrimaryPoolForNode)",
-                "counted": True}
+        out = {"pool": member, "membership": "the Node's labels (node_controller.go getPrimaryPoolForNode)",
+               "counted": True}
+        rec = self.store.node(name)
+        mark = rec.report.get(progress.SERVER_KEY) if rec is not None else None
+        if isinstance(mark, dict) and mark.get("pending"):  # the Node counts, read from its annotations
+            out.update(counted=False, notCounted=(
+                f"this report counts for nothing (not proven by the node's kubelet certificate nor approved by the "
+                f"admin): Node {name} is counted in pool {member} from its own annotations, as a Node without "
+                f"node-agent"))
+        return out
 
     def drain_refusal(self, name: str, pool: str, pools: Dict[str, Dict[str, Any]]) -> str:
         """Why ``name`` may not take a drain slot of ``pool`` ("" when it may): a slot is only for
@@ -153,14 +161,16 @@ class NodeTruth:
         return out
 
     def _report(self, node: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-        """The node's report; without one, the MCD's annotations on its Node (what upstream reads:
-        a Node another server or a real MCD wrote them on), else None."""
+        """The node's report; without one that counts, the MCD's annotations on its Node (what
+        upstream reads: a Node another server or a real MCD wrote them on), else None. A report
+        that counts for nothing (pending, or a name neither proven by its kubelet's certificate
+        nor approved by the admin: issue 45) is no report about the Node: it is read exactly as a
+        Node without node-agent, so a squatter never changes what a real Node counts as."""
         meta = node.get("metadata") or {}
         rec = self.store.node(meta.get("name", ""))
-        if rec is None:
+        mark = rec.report.get(progress.SERVER_KEY) if rec is not None else None
+        if rec is None or isinstance(mark, dict) and mark.get("pending"):
             return nodestatus.report_from_annotations(meta.get("annotations") or {})
-        if _pending(rec.report):
-            return None  # a registration waiting for approval reports nothing yet
         return rec.report
 
 

@@ -205,6 +205,20 @@ class KubeSync:
             pool_event(self.client, drainer.event_namespace, obj, kind, reason, message)
         self._wake.set()
 
+    def drop(self, node: str) -> None:
+        """The admin deleted ``node``: nothing queued for it is written any more (kube_undo.py
+        takes back what was written: issue 45)."""
+        with self._lock:
+            self._nodes.pop(node, None)
+        self._drain_written.pop(node, None)
+
+    def _counts(self, node: str) -> bool:
+        """Whether ``node``'s report (still) counts: recorded, and not pending (nor unproven). A
+        write queued before the admin deleted the node, or queued by another process, is dropped."""
+        rec = self.cluster.store.node(node)
+        mark = rec.report.get("_server") if rec is not None else None
+        return rec is not None and not (isinstance(mark, dict) and mark.get("pending"))
+
     def _node_seen(self) -> None:
         self._nodes_changed = True
         self._wake.set()
@@ -285,6 +299,8 @@ class KubeSync:
         away = ""
         rows = self.cluster.store.pools() if pending else {}
         for node, (reported, pool) in pending.items():
+            if not self._counts(node):  # deleted since, or a report that counts for nothing: never on a Node
+                continue
             body = served_desired(rows, pool, node, reported)  # desiredConfig: the server's decision
             if away or node not in present:  # next round; or when the Node appears (its kubelet registers it)
                 failed[node] = (reported, pool)
@@ -363,6 +379,7 @@ class KubeSync:
                                    and drain_mark(annotations) == self._drain_written.get(name, "")):
                 continue
             rec = self.cluster.store.node(name)
-            if rec is not None:
+            mark = rec.report.get("_server") if rec is not None else None
+            if rec is not None and not (isinstance(mark, dict) and mark.get("pending")):
                 out[name] = (dict(rec.report, _at=rec.received, _rewrite=True), rec.pool or "")
         return out

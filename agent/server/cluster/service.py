@@ -91,6 +91,8 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         self.report_listeners: List[Callable[[str, Dict[str, Any], Optional[str]], None]] = []
         # called with (pool, type, reason, message) by the process that decided it (kube_sync: an Event on the pool)
         self.pool_listeners: List[Callable[[str, str, str, str], None]] = []
+        # called with (node, its record before) after the admin deleted a node (kube_sync undoes its writes)
+        self.delete_listeners: List[Callable[[str, Any], None]] = []
         self.drainer: Any = None  # the Kubernetes backend's (kube_drain.Drainer): a lease drains the Node
         self.node_truth: Any = None  # the Kubernetes backend's (kube_nodes.NodeTruth): pools from Node objects
         self.reconcile(force=True)
@@ -312,18 +314,18 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         # Only the pools this node left or joined can step (their counters moved): O(1).
         for name in sorted({member.pool, recorded.previous_pool} - {None, ""}):
             self._step_pool(st, name)  # type: ignore[arg-type]
-        for listener in self.report_listeners:
-            listener(node, body, member.pool)
+        mark = body.get(SERVER_KEY) or {}
+        if not mark.get("pending"):  # a report that counts for nothing is never written to a Node (issue 45)
+            for listener in self.report_listeners:
+                listener(node, body, member.pool)
         out = {"node": node, "pool": member.pool, "membership": member.why, "accepted": True,
                "leaseReleased": recorded.released}
         if member.degraded:
             out["degradedReason"] = member.degraded
-        mark = body.get(SERVER_KEY) or {}
         if mark.get("pending"):
             out["approval"] = "Pending"
             out["counted"] = False
-            out["note"] = (f"node {node} waits for approval: its report is kept but counts for nothing until the "
-                           f"admin approves it (node-config-server approve node {node})")
+            out["note"] = f"node {node}'s report is kept but counts for nothing: {self.unbound(reg)}"
         elif mark.get("proof") is False:
             out["proof"] = False
             out["note"] = (f"{body.get('currentConfig')} was never served to node {node}: it counts as a node "
@@ -332,12 +334,25 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
 
     def delete_node(self, node: str) -> Dict[str, Any]:
         """Forget a node (admin): its report, counters, proofs, lease and credential; the pool it
-        counted in steps again (its counters moved)."""
+        counted in steps again (its counters moved). With the Kubernetes backend the delete
+        listeners (kube_sync) then take back what the name made the server write on its Node and
+        MachineConfigNode (issue 45)."""
+        before = self.store.node(node)
         deleted = self.store.delete_node(node, time.time())
+        for listener in self.delete_listeners:
+            listener(node, before)
         if deleted.previous_pool is not None:
             self._step_pool(self.state(), deleted.previous_pool)
         return {"node": node, "deleted": deleted.existed, "pool": deleted.previous_pool or "",
                 "leaseReleased": deleted.lease_pool is not None}
+
+    def max_unavailable(self, pool: str) -> int:
+        """The pool's maxUnavailable scaled to its machines (its Nodes with the Kubernetes backend)."""
+        st = self.state()
+        value = (st.pools[pool].get("spec") or {}).get("maxUnavailable")
+        row = self.store.pools().get(pool)
+        machines = self._counts(st, pool, row.target).machine if row is not None else self.store.counts(pool).machine
+        return parse_max_unavailable(value, machines)
 
     def drain_limit(self, pool: str, node: str = "") -> int:
         """The drain slots ``node`` may take a lease in: maxUnavailable; with Node objects

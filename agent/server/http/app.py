@@ -23,6 +23,7 @@ from agent.server.http.httpio import (
     Response,
     allow,
     error_body,
+    finish_body,
     json_response,
     node_name,
     pool_name,
@@ -57,6 +58,7 @@ class App(NodeRoutes):
         self.data_dir = data_dir  # where nodes.db is (serve --data-dir); None: the state directory (tests)
         self.store_config = store or StoreConfig()
         self.auth = Auth(token, admin_token, anonymous_secrets)
+        self.forwarded_allow: Tuple[str, ...] = ("127.0.0.1",)  # serve --forwarded-allow-ips (httpio.client_address)
         self.lease_ttl = lease_ttl
         self.reload_interval = reload_interval
         self.settle = settle  # seconds a state directory change must rest before it is read
@@ -109,8 +111,11 @@ class App(NodeRoutes):
             resp = self.dispatch(environ, method)
         except HTTPError as exc:
             resp = json_response(exc.code, error_body(exc.code, exc.message, exc.field), exc.headers)
+            if 400 <= exc.code < 500 and exc.code not in (408, 413):
+                finish_body(environ)
         except Denied as exc:
             resp = json_response(exc.code, error_body(exc.code, exc.message, "Authorization"), exc.headers)
+            finish_body(environ)  # refused before the body was read: the client sees the answer, not a reset
         except ReportTooLarge as exc:  # nothing was written; final for this report (the agent keeps it refused)
             resp = json_response(413, error_body(413, str(exc), "$"))
         except StoreUnavailable as exc:  # nothing was written: the node retries (Retry-After)
@@ -151,8 +156,15 @@ class App(NodeRoutes):
         raise HTTPError(404, f"no such resource: {path}; see /config/<pool>, /healthz, /metrics, /api/v1/pools, "
                              f"/api/v1/cluster, /api/v1/nodes, /api/v1/nodes/<node>[/register|report|drain]")
 
-    def caller(self, environ: Dict[str, Any]) -> Caller:
-        return self.auth.identify(environ, self.cluster.store)
+    def caller(self, environ: Dict[str, Any], prove: bool = True) -> Caller:
+        """Who asks. A node acting with its own credential on a connection whose verified kubelet
+        client certificate names it proves its name (approvedBy "kubelet": service.Approval.prove);
+        a certificate naming another node is a 403 naming both (docs/security.md "Identity")."""
+        caller = self.auth.identify(environ, self.cluster.store)
+        if prove and caller.kind == NODE and caller.kubelet:
+            caller.check_acting_for(caller.node)
+            self.cluster.prove(caller.node)
+        return caller
 
     def api(self, environ: Dict[str, Any], method: str, rest: List[str]) -> Optional[Response]:
         if len(rest) >= 2 and rest[0] == "nodes":
@@ -212,11 +224,25 @@ class App(NodeRoutes):
                 "state": {"pools": sorted(st.pools), "machineConfigs": len(st.machine_configs),
                           "stale": st.stale, "problems": [p.to_dict() for p in st.problems]},
                 "store": store}
+        warnings = self.identity_warnings()
+        if warnings:
+            body["warnings"] = warnings
         if alarmed:
             body["reason"] = store["error"]
         if self.cluster.db is not None:
             body["schemaVersion"] = self.cluster.db.schema_version()
         return json_response(503 if alarmed else 200, body, [("Retry-After", "30")] if alarmed else None)
+
+    def identity_warnings(self) -> List[str]:
+        """What /healthz says about node identity: nobody can be approved (identity.Auth.nobody_approved),
+        or names are approved by the admin only (no kubelet certificate can prove one here)."""
+        real_nodes = self.cluster.node_truth is not None
+        out = [w for w in (self.auth.nobody_approved(real_nodes),) if w]
+        if self.auth.enabled and not self.auth.kubelet_proof and self.kubelet_note:
+            out.append(f"node identity by admin approval only: {self.kubelet_note}")
+        return out
+
+    kubelet_note = ""  # serve: why no kubelet certificate can prove a name here ("" when one can, or not asked)
 
     def config(self, environ: Dict[str, Any], pool: str) -> Response:
         caller = self.caller(environ)

@@ -27,6 +27,11 @@ net/http server does when its timeouts are set (``ReadHeaderTimeout``, ``ReadTim
 
 A connection past a deadline is closed (a late body gets a 408 first: agent/server/http/app.py).
 
+Client certificates (issue 45): with the cluster's client CA (gunicorn_app.ssl_context_hook) the
+handshake asks for one and verifies one it gets; this worker, which does the handshake itself,
+reads the verified certificate and hands the app the node a kubelet's certificate names in each
+request's environ (identity.KUBELET_NODE). gunicorn's gthread worker hands over no such proof.
+
 gevent monkey-patches the worker process after the fork (before the app is built), so the
 app's locks, ``threading.local``, sleeps, and the etcd watch and heartbeat threads become
 cooperative; ``agent/server/store/sqlite/db.py`` keeps one SQLite connection per OS thread, not per greenlet.
@@ -37,7 +42,7 @@ import socket
 import sys
 import time
 from functools import partial
-from typing import Any, Set
+from typing import Any, Dict, Set
 
 import gevent
 from gevent import monkey
@@ -49,6 +54,7 @@ from gunicorn.workers.base_async import AsyncWorker
 from agent.server.http.bodyfiles import BodyFiles
 from agent.server.http.limits import Limits
 from agent.server.http.timedsocket import Expired, TimedSocket
+from agent.server.rollout.identity import KUBELET_NODE, kubelet_node
 
 
 class FrozenConfig:
@@ -111,6 +117,10 @@ class Worker(AsyncWorker):
         if self.ppid != os.getppid():
             self.log.info("Parent changed, shutting down: %s", self)
             raise SystemExit(0)
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        self.wsgi = _WithKubeletNode(self.wsgi)
 
     def timeout_ctx(self) -> Any:
         # gunicorn wraps each wait for a request head in this; the deadlines of TimedSocket apply.
@@ -182,6 +192,7 @@ class Worker(AsyncWorker):
                 client.close()
                 return
         conn = TimedSocket(client, self.limits, self.log, peer, self._bodies)
+        conn.kubelet_node = _kubelet_node(client, self.log, peer) if self._ssl_ctx is not None else ""
         self._conns.add(conn)
         try:
             super().handle(listener, conn, addr)
@@ -200,6 +211,39 @@ class Worker(AsyncWorker):
         finally:
             del req.should_close  # gunicorn's own again (no cycle through the request)
             sock.request_done()
+
+
+def _kubelet_node(client: Any, log: Any, peer: str) -> str:
+    """The node a kubelet client certificate presented in the handshake names (identity.kubelet_node),
+    or "". The context verifies a client certificate against the cluster's client CA alone
+    (gunicorn_app.ssl_context_hook, CERT_OPTIONAL): a certificate it could not verify failed the
+    handshake, so whatever ``getpeercert`` returns here was verified; a client without one still
+    connected, and proves nothing."""
+    try:
+        cert = client.getpeercert()
+    except (ValueError, OSError):
+        return ""
+    name = kubelet_node(cert)
+    if cert and not name:
+        log.debug("%s: a client certificate the cluster's CA signed, but not a kubelet's (CN system:node:<name>, "
+                  "O system:nodes): it proves no node", peer)
+    return name
+
+
+class _WithKubeletNode:
+    """The app, handed the proven node of each request's connection in its environ
+    (identity.KUBELET_NODE; "" without a kubelet certificate). Everything else is the app's own
+    (gunicorn's hooks call ``warm`` and ``retire`` on it)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    def __call__(self, environ: Dict[str, Any], start_response: Any) -> Any:
+        environ[KUBELET_NODE] = getattr(environ.get("gunicorn.socket"), "kubelet_node", "")
+        return self.app(environ, start_response)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.app, name)
 
 
 class _NoTimeout:

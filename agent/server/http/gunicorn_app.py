@@ -61,15 +61,32 @@ class ServerApplication(BaseApplication):
 _SSL_CONTEXTS: Dict[int, Any] = {}
 
 
-def _ssl_context(conf: Any, default_ssl_context_factory: Any) -> Any:
-    """gunicorn's server hook, called for every TLS connection: build the context once per
-    worker. gunicorn's default builds a new one per connection, loading the system CA store
-    each time (tens of ms of CPU per connection: a storm of 200 new TLS connections then
-    served almost nothing)."""
-    ctx = _SSL_CONTEXTS.get(os.getpid())
-    if ctx is None:
-        ctx = _SSL_CONTEXTS[os.getpid()] = default_ssl_context_factory()
-    return ctx
+def ssl_context_hook(client_ca: Optional[str] = None) -> Any:
+    """gunicorn's ``ssl_context`` server hook, called for every TLS connection: the context is
+    built once per worker (gunicorn's default builds a new one per connection, loading the
+    system CA store each time: tens of ms of CPU per connection, so a storm of 200 new TLS
+    connections then served almost nothing).
+
+    ``client_ca`` (PEM: the cluster's client CA, serve --kubelet-client-ca or the API server's
+    published one): the context asks every client for a certificate and verifies one it gets
+    against these CAs alone (``CERT_OPTIONAL``: a client without one still connects; one whose
+    certificate does not verify fails the handshake). gunicorn's factory trusts no other CA here:
+    ``create_default_context(Purpose.CLIENT_AUTH)`` loads no system store for client
+    certificates (its verify mode is CERT_NONE when it would), and we load only ``client_ca``."""
+
+    def hook(conf: Any, default_ssl_context_factory: Any) -> Any:
+        ctx = _SSL_CONTEXTS.get(os.getpid())
+        if ctx is None:
+            ctx = default_ssl_context_factory()
+            if client_ca:
+                import ssl
+
+                ctx.load_verify_locations(cadata=client_ca)
+                ctx.verify_mode = ssl.CERT_OPTIONAL
+            _SSL_CONTEXTS[os.getpid()] = ctx
+        return ctx
+
+    return hook
 
 
 def _post_worker_init(worker: Any) -> None:
@@ -87,9 +104,12 @@ def _worker_exit(server: Any, worker: Any) -> None:
 
 def options(bind: str, certfile: Optional[str], keyfile: Optional[str], workers: Optional[int],
             threads: int, log_level: str = "info", access_log: Optional[str] = None,
-            worker_class: str = "gevent", limits: Any = None) -> Dict[str, Any]:
+            worker_class: str = "gevent", limits: Any = None, client_ca: Optional[str] = None,
+            forwarded_allow_ips: str = "127.0.0.1") -> Dict[str, Any]:
     """gunicorn settings. ``limits``: the gevent worker's deadlines (gevent_worker.Limits);
-    its ``idle`` is also gunicorn's ``keepalive``."""
+    its ``idle`` is also gunicorn's ``keepalive``. ``client_ca``: the cluster's client CA
+    (PEM), asked of clients on the TLS listener (ssl_context_hook); only the gevent worker hands
+    the app what a certificate proves."""
     if worker_class == "gevent":
         from agent.server.http.gevent_worker import worker_class as gevent_class
 
@@ -117,11 +137,11 @@ def options(bind: str, certfile: Optional[str], keyfile: Optional[str], workers:
         "accesslog": access_log,
         "post_worker_init": _post_worker_init,
         "worker_exit": _worker_exit,
-        "ssl_context": _ssl_context,
+        "ssl_context": ssl_context_hook(client_ca if worker_class == "gevent" else None),
         "proc_name": "node-config-server",
         "preload_app": False,
         "reuse_port": False,
-        "forwarded_allow_ips": "127.0.0.1",
+        "forwarded_allow_ips": forwarded_allow_ips,
         # gunicorn >= 25.1 opens a management socket by default ($XDG_RUNTIME_DIR/gunicorn.ctl,
         # else $HOME/.gunicorn/gunicorn.ctl: change the worker count, reload, stop). We offer
         # no such interface (systemctl does that), and every server of one user would share

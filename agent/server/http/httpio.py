@@ -77,6 +77,20 @@ def node_name(name: str) -> str:
     return name
 
 
+def client_address(environ: Dict[str, Any], trusted: Tuple[str, ...] = ("127.0.0.1",)) -> str:
+    """Where a request came from: the peer's address, or, when the peer is a proxy in
+    ``trusted`` (serve --forwarded-allow-ips, the list gunicorn trusts with forwarding headers;
+    "*" trusts every peer), the last address it appended to ``X-Forwarded-For``. A client that
+    is not such a proxy cannot choose the address it is counted under."""
+    peer = str(environ.get("REMOTE_ADDR") or "")
+    forwarded = str(environ.get("HTTP_X_FORWARDED_FOR") or "")
+    if forwarded and ("*" in trusted or peer in trusted):
+        last = forwarded.split(",")[-1].strip()
+        if last:
+            return last[:64]
+    return peer
+
+
 _REPORT_PATH = re.compile(r"^/api/v1/nodes/[^/]+/report/?$")
 
 
@@ -153,6 +167,36 @@ def _discard(stream: Any, length: int, stream_socket: Any = None) -> None:
     except Exception as exc:  # the client gave up or sent garbage: the 413 is still the answer
         if not isinstance(exc, OSError) and not type(exc).__module__.startswith("gunicorn.http"):
             raise
+
+
+def finish_body(environ: Dict[str, Any]) -> None:
+    """After an answer given before the request's body was read (a 401 or 403 before
+    authentication let it through, a 404 or 405): read and drop what is left of it, as for a
+    413 (``_discard``'s bounds: at most MAX_DISCARD bytes, DISCARD_SECONDS), so that a client
+    still sending sees the answer instead of a reset or a TLS EOF. A body past its limit ends the
+    connection after the answer (a lingering close, as nginx's); one within it is read whole and
+    the connection is kept."""
+    stream = environ.get("wsgi.input")
+    declared = environ.get("CONTENT_LENGTH")
+    chunked = "chunked" in str(environ.get("HTTP_TRANSFER_ENCODING") or "").lower()
+    if stream is None or (declared in (None, "", "0") and not chunked):
+        return
+    limit, _ = body_limit(environ)
+    try:
+        length = int(declared) if declared not in (None, "") else None
+    except ValueError:
+        return
+    if length is not None and length > limit:
+        _discard(stream, length, environ.get("gunicorn.socket"))
+        return
+    try:
+        rest = stream.read((length if length is not None else limit) + 1)
+    except Exception as exc:  # a stalled or malformed body: the connection closes after the answer
+        if not isinstance(exc, OSError) and not type(exc).__module__.startswith("gunicorn.http"):
+            raise
+        return
+    if length is None and len(rest) > limit:
+        _discard(stream, MAX_DISCARD, environ.get("gunicorn.socket"))
 
 
 def json_body(environ: Dict[str, Any]) -> Any:

@@ -14,16 +14,19 @@ as it, hold or give back its drain lease, delete it. Who may: agent/server/rollo
 | ``DELETE /api/v1/nodes/<node>`` | admin |
 """
 
+import dataclasses
 import logging
 import urllib.parse
 from typing import Any, Dict, List, Optional
 
+from agent.server.cluster import registrations
 from agent.server.cluster.nodes import DEFAULT_LIMIT, MAX_LIMIT, node_item, node_list, rfc3339, targets
 from agent.server.cluster.service import ReportInvalid, validate_report
-from agent.server.http.httpio import HTTPError, Response, allow, json_body, json_response
+from agent.server.http.httpio import HTTPError, Response, allow, client_address, json_body, json_response
 from agent.server.rollout import drains, identity
 from agent.server.rollout.identity import Denied
-from agent.server.store.errors import TooManyPending, TooManyUnvetted
+from agent.server.rollout.progress import ADMIN_APPROVED
+from agent.server.store.errors import TooManyFromAddress, TooManyPending, TooManyUnvetted
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +107,7 @@ class NodeRoutes:
             reg = self.cluster.store.registration(node)
             if reg is None:
                 raise HTTPError(404, f"node {node!r} is not registered")
-            return json_response(200, reg.to_dict())
+            return json_response(200, registrations.item(self.cluster, reg))
         if rest not in (["report"], ["drain"]):
             raise HTTPError(404, f"no such resource under node {node}: {'/'.join(rest)}; see "
                                  f"/api/v1/nodes/<node>[/register|report|drain]")
@@ -114,17 +117,27 @@ class NodeRoutes:
         registered = caller.node == node or self.cluster.store.credential(node) is not None
         if rest == ["report"]:
             self.auth.require_node(caller, node, registered, f"reporting as node {node}")
+            if not registered and self.cluster.node_truth is not None:  # an open server's unregistered name
+                raise Denied(403, f"reporting as node {node}: with --backend kubernetes a report is kept only for a "
+                                  f"registered name (it counts once proven or approved): {identity.register_hint(node)}")
             return self.report(node, json_body(environ))
         if method == "DELETE":
             self.auth.require_node(caller, node, registered, f"releasing node {node}'s drain lease", admin_may=True)
             pool = drains.release(self.cluster.store, node)
             return json_response(200, released_answer(node, pool, self.cluster.drainer is not None))
         self.auth.require_node(caller, node, registered, f"a drain lease for node {node}")
-        reg = self.cluster.store.registration(node) if caller.kind == identity.NODE else None
-        if reg is not None and reg.pending:
-            raise Denied(403, f"a drain lease for node {node}: node {node} waits for approval and counts for "
-                              f"nothing until approved: {identity.approve_hint(node, bool(self.auth.admin))}")
+        why = self.cluster.unbound(self.cluster.store.registration(node))
+        if why and (caller.kind == identity.NODE or self.cluster.node_truth is not None):
+            raise Denied(403, f"a drain lease for node {node}: node {node} counts for nothing: {why}; "
+                              f"{self._approve_hint(node)}")
         return self.drain(node, json_body(environ))
+
+    def _approve_hint(self, node: str) -> str:
+        hint = identity.approve_hint(node, bool(self.auth.admin))
+        if self.auth.kubelet_proof:
+            hint += (" (or the node proves its name: node-agent presents its kubelet's client certificate as soon as "
+                     "the kubelet has one)")
+        return hint
 
     @staticmethod
     def _offered_credential(environ: Dict[str, Any]) -> Optional[str]:
@@ -152,40 +165,78 @@ class NodeRoutes:
         idempotent, so a node cut off before it kept the answer completes on its next run), else
         a new one shown only now. The admin may register a node again (the old credential stops
         working at once). On a server that approves, a new name waits for approval."""
-        caller = self.caller(environ)
+        caller = self.caller(environ, prove=False)
+        caller.check_acting_for(node)  # a kubelet certificate for another node: 403 naming both
+        proven = caller.kubelet == node and caller.kind != identity.NODE
         offered = self._offered_credential(environ)
         store = self.cluster.store
         stored = store.credential(node)
         if offered is not None and stored is not None and identity.same_secret(stored, identity.credential_hash(offered)):
-            if caller.anonymous and self.auth.enabled:
+            if caller.anonymous and self.auth.enabled and not proven:
                 self.auth.may_register(caller, node, False)  # 401: the bootstrap token is needed
+            if proven:
+                self.cluster.prove(node)
             reg = store.registration(node)
             log.info("node %s registered again with the credential it holds (by %s)", node, caller.describe())
             return self._registered(node, None, False, reg, 200)
         registered = stored is not None
-        self.auth.may_register(caller, node, registered)
+        if proven and registered and caller.kind != identity.ADMIN:
+            registered = self._replace_unproven(node)
+        if not proven:
+            self.auth.may_register(caller, node, registered)
         if offered is not None and store.credential_owner(identity.credential_hash(offered)) is not None:
             raise HTTPError(409, "credential: another node holds this credential; make a new one", field="$.credential")
-        self.auth.throttle(caller, node)
+        if not proven:  # the cluster's own proof of the name is never held back by a cap or the rate limit
+            self.auth.throttle(caller, node)
         approved, by = self.auth.approval_of(caller, node)
         admission = self.auth.admission
+        caps = {} if proven or approved and by == "admin" else dict(
+            max_pending=admission.max_pending, max_unvetted=admission.max_unvetted,
+            max_per_address=admission.max_per_address)
+        address = client_address(environ, self.forwarded_allow)
         try:
             secret = self.cluster.register(node, replace=registered, secret=offered, approved=approved, by=by,
-                                           max_pending=admission.max_pending, max_unvetted=admission.max_unvetted)
+                                           address=address, **caps)
             if secret is None:  # registered by someone else between our check and our write
                 self.auth.may_register(caller, node, True)
                 secret = self.cluster.register(node, replace=True, secret=offered)
         except TooManyPending as exc:
-            raise self._over_cap(node, isinstance(exc, TooManyUnvetted))
+            raise self._over_cap(node, exc, address)
         reg = store.registration(node)
         log.info("node %s %s (by %s)%s", node, "credential rotated" if registered else "registered",
                  caller.describe(), "; it waits for approval" if reg is not None and reg.pending else "")
         return self._registered(node, None if offered else secret, registered, reg, 200 if registered else 201)
 
-    def _over_cap(self, node: str, unvetted: bool) -> Denied:
+    def _replace_unproven(self, node: str) -> bool:
+        """A node registering with a kubelet certificate for its own name, under which another
+        credential is registered: that one is a squatter's unless the admin approved it or a
+        kubelet certificate proved it. A squatter's registration goes with everything it wrote
+        (as the admin's delete); the proven node then registers afresh. False: nothing is left
+        registered under the name."""
+        reg = self.cluster.store.registration(node)
+        if reg is not None and reg.binds_node:
+            how = "approved by the admin" if reg.by == "admin" else "proven by its kubelet's certificate"
+            raise Denied(403, f"node {node} is already registered, {how}, with another credential: only the admin "
+                              f"may register it again (POST with the admin token) or delete it first "
+                              f"(DELETE /api/v1/nodes/{node})")
+        log.warning("node %s: its kubelet's certificate proves the name, which %s registered with another "
+                    "credential: that registration and what it recorded are removed", node,
+                    f"a registration {'pending' if reg is None or reg.pending else 'approved by ' + reg.by}")
+        self.cluster.delete_node(node)
+        return False
+
+    def _over_cap(self, node: str, exc: Exception, address: str = "") -> Denied:
         """429 naming the cap a new name hit (counted in the store: every replica's registrations)."""
         admission, admin = self.auth.admission, bool(self.auth.admin)
-        if unvetted:
+        if isinstance(exc, TooManyFromAddress):
+            what = (f"{admission.max_per_address} registration(s) from {address} already wait for approval (serve "
+                    f"--max-pending-per-address, counted in the store)")
+            fix = ("the admin approves or deletes some of them" if admin else
+                   "restart serve with --admin-token-file to approve or delete some") + (
+                   ", or the nodes prove their names with their kubelets' certificates" if self.auth.kubelet_proof
+                   else "")
+            return Denied(429, f"{what}: node {node} cannot register until {fix}", [("Retry-After", "60")])
+        if isinstance(exc, TooManyUnvetted):
             what = (f"{admission.max_unvetted} registered name(s) were never approved by the admin (serve "
                     f"--max-unvetted, the total of pending and rule-approved names in the store, shared by every "
                     f"replica)")
@@ -206,9 +257,13 @@ class NodeRoutes:
             body["credential"] = secret
             body["use"] = ("Authorization: Bearer <credential> on this node's reports, drain requests and config "
                            "fetches; it is shown only now")
-        if reg is not None and reg.pending:
-            body["note"] = (f"node {node} counts for nothing until approved; its reports are kept meanwhile: "
-                            f"{identity.approve_hint(node, bool(self.auth.admin))}")
+        why = self.cluster.unbound(reg) if reg is not None else ""
+        if why:
+            body["approval"] = "Pending"
+            body["note"] = (f"node {node} counts for nothing until approved or proven ({why}); its reports are kept "
+                            f"meanwhile: {self._approve_hint(node)}")
+        elif reg is not None:
+            body["approvedBy"] = reg.by
         return json_response(code, body, [("Cache-Control", "no-store")])
 
     def approve(self, environ: Dict[str, Any], node: str) -> Response:
@@ -269,12 +324,7 @@ class NodeRoutes:
         if approval:
             if approval not in ("pending", "approved", "all"):
                 raise HTTPError(400, "approval must be pending, approved or all", field="approval")
-            regs = self.cluster.store.registrations({"pending": True, "approved": False}.get(approval), after, limit)
-            out: Dict[str, Any] = {"kind": "RegistrationList", "items": [r.to_dict() for r in regs],
-                                   "pending": self.cluster.store.pending_count()}
-            if len(regs) == limit:
-                out["continue"] = regs[-1].node
-            return json_response(200, out)
+            return json_response(200, registrations.listing(self.cluster, approval, after, limit))
         records = self.cluster.store.nodes(after=after, limit=limit)
         deadlines = self.cluster.first_boot_deadlines()  # each node's first boot, decided now
         return json_response(200, node_list(records, targets(self.cluster.pool_views(pending=False, nodes=0)), limit,
@@ -288,8 +338,7 @@ class NodeRoutes:
             raise HTTPError(400, f"invalid report: {exc}", field=exc.field)
         out = self.cluster.record_report(node, report)
         if out.get("approval") == "Pending":
-            out["note"] = (f"node {node} waits for approval: its report is kept but counts for nothing until "
-                           f"approved; {identity.approve_hint(node, bool(self.auth.admin))}")
+            out["note"] = f"{out['note']}; {self._approve_hint(node)}"
         return json_response(200, out, pool=out["pool"])
 
     def drain(self, node: str, body: Any) -> Response:
@@ -315,12 +364,18 @@ class NodeRoutes:
             if member is not None and member.pool != pool:
                 raise HTTPError(409, f"node {node} belongs to pool {member.pool} ({member.why}), not {pool}",
                                 field="$.pool")
+            reg = cluster.store.registration(node)
+            if pool == "master" and reg is not None and reg.managed and reg.by not in ADMIN_APPROVED:
+                # Not yet reported (no membership), or reported elsewhere: a rule's approval never reaches master.
+                raise HTTPError(409, f"node {node} may not hold a drain lease of the master pool: only a node the "
+                                     f"admin approved may be in it (it is approved by {reg.by})", field="$.pool")
         refused = cluster.drain_target_refusal(node, pool, config)
         if refused:  # not a failure of the node: it starts over with its desired config (node-agent: turn.py)
             return json_response(409, {"status": "retargeted", "granted": False, "node": node, "pool": pool,
                                        "reason": refused}, pool=pool)
         answer = drains.request_drain(cluster.store, node, pool, config, cluster.drain_limit(pool, node),
                                       cluster.lease_ttl)
+        answer = dataclasses.replace(answer, max_unavailable=cluster.max_unavailable(pool))
         if answer.granted and cluster.drainer is not None:
             return self._drained(cluster.drainer, node, pool, config, answer)
         if answer.granted:

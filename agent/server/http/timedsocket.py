@@ -61,6 +61,7 @@ class TimedSocket:
         self.limits = limits
         self.log = log
         self.peer = peer
+        self.kubelet_node = ""  # the node a verified kubelet certificate of this connection names (gevent_worker)
         self.phase = "idle"
         self.first = True
         self.waiting: Any = None  # the greenlet blocked in a read before a request (the worker may stop it)

@@ -23,23 +23,31 @@ class DrainAnswer:
     retry_after: int = 0
     holders: List[str] = field(default_factory=list)
     renewed: bool = False
+    max_unavailable: Optional[int] = None  # the pool's (None: ``limit``, no unavailable Node takes a slot)
 
     def to_dict(self) -> dict:
+        """``maxUnavailable`` is the pool's; ``slots`` the drain slots lease holders may have now
+        (maxUnavailable less the pool's other unavailable Nodes with the Kubernetes backend),
+        ``free`` those not held."""
+        most = self.limit if self.max_unavailable is None else self.max_unavailable
         out = {"status": "granted" if self.granted else "wait", "granted": self.granted, "node": self.node,
-               "pool": self.pool, "maxUnavailable": self.limit, "holders": self.holders}
+               "pool": self.pool, "maxUnavailable": most, "slots": self.limit,
+               "free": max(0, self.limit - len(self.holders)), "holders": self.holders}
         if self.granted:
             out["expires"] = self.expires
             out["renewed"] = self.renewed
             out["actions"] = ["cordon", "drain"]
         else:
             out["retryAfter"] = self.retry_after
-            out["reason"] = (f"{len(self.holders)} of at most {self.limit} node(s) of pool {self.pool} are "
-                             f"being updated ({', '.join(self.holders)}); ask again later")
+            taken = most - self.limit
+            used = f"; {taken} of its maxUnavailable {most} taken by unavailable Nodes" if taken > 0 else ""
+            out["reason"] = (f"all {self.limit} drain slot(s) of pool {self.pool} are held ({', '.join(self.holders)})"
+                             f"{used}; the pool's maxUnavailable is {most}; ask again later")
             if self.limit <= 0:
                 # --backend kubernetes: other unavailable Nodes use up maxUnavailable (kube_nodes.py)
                 out["reason"] = (f"no drain slot of pool {self.pool} is free: its unavailable Nodes (NotReady, "
-                                 f"cordoned or updating: `node-config-server get pools -o wide`) use up its "
-                                 f"maxUnavailable; ask again later")
+                                 f"cordoned or updating: `node-config-server get pools -o wide`) use up all of its "
+                                 f"maxUnavailable {most}; ask again later")
         return out
 
 

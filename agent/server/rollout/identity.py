@@ -17,6 +17,12 @@ and compares with ``hmac.compare_digest``.
 | bootstrap (``--token-file``) | the bootstrap token | register a node that has no credential yet, fetch configs as a new node, GET APIs |
 | anonymous | nothing | fetch configs that carry no secrets as a new node (what stock Ignition does), ``/healthz``, ``/metrics`` |
 
+Besides the bearer token, a TLS client certificate the cluster's client CA verified that is N's
+kubelet's (``kubelet_node``: CN ``system:node:N``, O ``system:nodes``; the gevent worker hands
+it over in the environ, ``KUBELET_NODE``) proves the name N: the registration it comes with, or
+N's credential, is approved at once by ``kubelet`` (never held by the caps or the rate limit),
+and acting for another node with it is a 403 naming both (issue 45).
+
 A server with neither token ("open": a lab on loopback) checks only what it can: a node that has
 registered must still use its credential, and configs with secrets are withheld unless
 ``--serve-secrets-anonymously``.
@@ -25,14 +31,15 @@ Approval (``Admission``): upstream a node becomes a node only once its CSR is ap
 cluster-machine-approver checks that a Machine exists). On a server with a token (bootstrap or
 admin) a newly registered name is *pending* by default: it counts for nothing (no proof for the
 gate, no share of the pool's size or maxUnavailable, no drain lease) until the admin approves it
-(``POST /api/v1/nodes/<node>/approve``, ``node-config-server approve node NAME``) or a rule the
-operator set on ``serve`` does (``--auto-approve REGEX``; ``'.*'`` approves every name, an
-explicit choice serve logs at start). Registrations are bounded in total, counted in the store
-so every replica shares the caps: at most ``--max-pending`` names wait, and at most
-``--max-unvetted`` names exist that no admin approved (pending or approved by the rule); 429
-beyond either. They are also rate-limited per server process (``--register-rate`` /
-``--register-burst``, a token bucket). Only an open server (no token: a lab on loopback, where
-anyone may report for any unregistered name anyway) approves every name as it registers.
+(``POST /api/v1/nodes/<node>/approve``, ``node-config-server approve node NAME``), its kubelet's
+certificate proves it, or a rule the operator set on ``serve`` does (``--auto-approve REGEX``;
+``'.*'`` approves every name, an explicit choice serve logs at start; with ``--backend
+kubernetes`` a rule binds no name to a Node: service.Approval.unbound). Registrations are bounded
+in total, counted in the store so every replica shares the caps: at most ``--max-pending`` names
+wait (``--max-pending-per-address`` from one address), and at most ``--max-unvetted`` names exist
+that no admin approved and no kubelet proved; 429 beyond any. They are also rate-limited per
+server process (``--register-rate`` / ``--register-burst``, a token bucket). Only an open server
+(no token: a lab on loopback) approves every name as it registers.
 """
 
 import hashlib
@@ -47,6 +54,16 @@ from typing import Any, Dict, List, Optional, Pattern, Tuple
 
 CREDENTIAL_PREFIX = "nac1_"  # names the kind (and version) of secret in logs and leak scanners
 ANONYMOUS, BOOTSTRAP, ADMIN, NODE = "anonymous", "bootstrap", "admin", "node"
+# The kubelet's client certificate names its node as the API server's Node authorizer reads it
+# (kubernetes plugin/pkg/auth/authorizer/node/node_authorizer.go, NodeIdentifier in
+# pkg/auth/nodeidentifier/default.go: user "system:node:<name>" in group "system:nodes"); the x509
+# authenticator takes the user from the subject's CN and the groups from its O values.
+KUBELET_USER_PREFIX, KUBELET_GROUP = "system:node:", "system:nodes"
+# The WSGI environ key under which the gevent worker hands the app the node a verified kubelet
+# client certificate names ("" without one): agent/server/http/gevent_worker.py. A client cannot
+# set it: headers arrive as HTTP_* keys.
+KUBELET_NODE = "node_agent.kubelet_node"
+PROVEN_BY = "kubelet"  # a registration's approver when the node proved its name with that certificate
 _CHALLENGE = [("WWW-Authenticate", 'Bearer realm="node-config-server"')]
 
 
@@ -86,6 +103,31 @@ def same_secret(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
 
 
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def kubelet_node(peercert: Optional[Dict[str, Any]]) -> str:
+    """The node a peer certificate names as its kubelet's (pure): one CN ``system:node:<name>``
+    and ``system:nodes`` among its O values, as the API server's x509 authenticator and Node
+    authorizer read a kubelet's certificate; "" for no certificate or any other. ``peercert`` is
+    ``ssl.SSLSocket.getpeercert()``, which holds a certificate only once the TLS layer verified
+    it (the caller's context trusts nothing but the cluster's client CA)."""
+    if not peercert:
+        return ""
+    cns: List[str] = []
+    orgs: List[str] = []
+    for rdn in peercert.get("subject") or ():
+        for key, value in rdn:
+            if key == "commonName":
+                cns.append(value)
+            elif key == "organizationName":
+                orgs.append(value)
+    if len(cns) != 1 or KUBELET_GROUP not in orgs or not cns[0].startswith(KUBELET_USER_PREFIX):
+        return ""
+    name = cns[0][len(KUBELET_USER_PREFIX):]
+    return name if len(name) <= 253 and _NODE_NAME.match(name) else ""
+
+
 def bearer(environ: Dict[str, Any]) -> str:
     header = environ.get("HTTP_AUTHORIZATION", "") or ""
     return header[7:].strip() if header[:7].lower() == "bearer " else ""
@@ -113,6 +155,11 @@ class TokenBucket:
 
 
 DEFAULT_MAX_PENDING = 100
+# Pending names from one address: a flood from one place fills this, not --max-pending for
+# everyone (docs/security.md "Limits"). Nodes behind one NAT or TCP load balancer share an
+# address: a scale-up of more than this many new nodes at once registers the rest as names are
+# approved or proven (node-agent retries a 429), or name the proxy in --forwarded-allow-ips.
+DEFAULT_MAX_PER_ADDRESS = 20
 DEFAULT_MAX_UNVETTED = 5000  # OpenShift supports clusters of up to 2,000 nodes: room for that, twice
 DEFAULT_REGISTER_RATE = 20.0  # a second, per server process
 DEFAULT_REGISTER_BURST = 200
@@ -121,13 +168,15 @@ DEFAULT_REGISTER_BURST = 200
 @dataclass
 class Admission:
     """How a new name is approved (serve's flags): ``auto_approve`` names matching the pattern
-    (the whole name), at most ``max_pending`` waiting and ``max_unvetted`` not approved by the
-    admin, registrations through a token bucket."""
+    (the whole name), at most ``max_pending`` waiting (``max_per_address`` of them from one
+    address) and ``max_unvetted`` not approved by the admin, registrations through a token
+    bucket. A name proven by its kubelet's certificate is never held by any of these."""
     auto_approve: Optional[Pattern[str]] = None
     max_pending: int = DEFAULT_MAX_PENDING
     rate: float = DEFAULT_REGISTER_RATE
     burst: int = DEFAULT_REGISTER_BURST
     max_unvetted: int = DEFAULT_MAX_UNVETTED
+    max_per_address: int = DEFAULT_MAX_PER_ADDRESS
     bucket: TokenBucket = field(init=False)
 
     def __post_init__(self) -> None:
@@ -141,14 +190,23 @@ class Admission:
 class Caller:
     kind: str  # ANONYMOUS, BOOTSTRAP, ADMIN or NODE
     node: str = ""  # the node a NODE caller is
+    kubelet: str = ""  # the node a verified kubelet client certificate on the connection names ("" none)
 
     @property
     def anonymous(self) -> bool:
         return self.kind == ANONYMOUS
 
     def describe(self) -> str:
-        return f"node {self.node}'s credential" if self.kind == NODE else {
+        who = f"node {self.node}'s credential" if self.kind == NODE else {
             ANONYMOUS: "no credential", BOOTSTRAP: "the bootstrap token", ADMIN: "the admin token"}[self.kind]
+        return who + (f" (with node {self.kubelet}'s kubelet certificate)" if self.kubelet else "")
+
+    def check_acting_for(self, node: str) -> None:
+        """A kubelet certificate proves one name: acting for another node with it is a 403."""
+        if self.kubelet and self.kubelet != node:
+            raise Denied(403, f"the client certificate is node {self.kubelet}'s kubelet's (CN "
+                              f"{KUBELET_USER_PREFIX}{self.kubelet}), but this request acts for node {node}: a "
+                              f"certificate proves only the node it names")
 
 
 def approve_hint(node: str, admin: bool) -> str:
@@ -176,6 +234,9 @@ class Auth:
         self.admin = admin or None
         self.anonymous_secrets = anonymous_secrets
         self.admission = admission or Admission()
+        # Whether a verified kubelet client certificate can reach the app (serve: a client CA on
+        # the TLS listener of the gevent worker): it proves a node's name (docs/security.md).
+        self.kubelet_proof = False
 
     @property
     def approves(self) -> bool:
@@ -188,11 +249,32 @@ class Auth:
         """(approved, by) for a name registering now."""
         if caller.kind == ADMIN:
             return True, "admin"
+        if caller.kubelet == node:
+            return True, PROVEN_BY
         if not self.approves:
             return True, "open"
         if self.admission.rule_approves(node):
             return True, "rule"
         return False, ""
+
+    def nobody_approved(self, real_nodes: bool) -> str:
+        """Why no registered name can ever count on this server ("" when one can): it keeps new
+        names pending (a token) but has no admin token, no --auto-approve rule (which binds no
+        name to a Node with ``real_nodes``, the Kubernetes backend) and no kubelet certificate to
+        prove a name with. Then no pool counts a node-agent's report, no drain is granted and the
+        rollout gate has nothing to prove a rendering with: serve says so at start and /healthz
+        carries it (issue 45)."""
+        if not self.approves or self.admin or self.kubelet_proof:
+            return ""
+        if self.admission.auto_approve is not None and not real_nodes:
+            return ""
+        rule = (" (--auto-approve binds no name to its Node with --backend kubernetes)"
+                if self.admission.auto_approve is not None else ", no --auto-approve rule")
+        return (f"nobody can be approved: this server has a token but no --admin-token-file{rule} and no kubelet "
+                f"client CA to prove a node's name with, so every newly registered name stays pending and counts "
+                f"for nothing (no pool counts its reports, no drain lease is granted, nothing proves a rendering "
+                f"to the rollout gate): give serve --admin-token-file, or TLS with the cluster's client CA "
+                f"(docs/security.md \"Identity\")")
 
     def throttle(self, caller: "Caller", node: str) -> None:
         """The registration rate limit (the admin is not limited): 429 with Retry-After."""
@@ -213,16 +295,17 @@ class Auth:
         """The caller behind the Authorization header; an unknown bearer token is a 401 (a
         mistyped token should not silently become anonymous)."""
         given = bearer(environ)
+        kubelet = str(environ.get(KUBELET_NODE) or "")
         if not given:
-            return Caller(ANONYMOUS)
+            return Caller(ANONYMOUS, kubelet=kubelet)
         if self.admin and same_secret(given, self.admin):
-            return Caller(ADMIN)
+            return Caller(ADMIN, kubelet=kubelet)
         if self.bootstrap and same_secret(given, self.bootstrap):
-            return Caller(BOOTSTRAP)
+            return Caller(BOOTSTRAP, kubelet=kubelet)
         if given.startswith(CREDENTIAL_PREFIX):
             node = store.credential_owner(credential_hash(given))
             if node is not None:
-                return Caller(NODE, node)
+                return Caller(NODE, node, kubelet)
         raise Denied(401, "the bearer token is not one this server issued or was given (Authorization: Bearer "
                           "<token>): a node uses its own credential (from registering) or the bootstrap token "
                           "(--token-file); an admin the admin token (--admin-token-file)")

@@ -9,6 +9,11 @@ class TooManyUnvetted(TooManyPending):
     """``max_unvetted`` registrations exist that no admin approved: nothing was stored."""
 
 
+class TooManyFromAddress(TooManyPending):
+    """``max_per_address`` registrations from the same address already wait for approval: nothing
+    was stored (a flood from one place cannot fill ``max_pending`` for everyone)."""
+
+
 class StoreUnavailable(Exception):
     """The shared store cannot be reached: nothing was written. The HTTP layer answers 503 with
     Retry-After (nodes retry); reads keep answering from what the replica already has."""

@@ -45,9 +45,11 @@ store it is given):
 - **Registrations (approval).** ``registration(node)`` -> ``Registration`` or None: the node's
   credential row with its approval (``approved`` time, 0 while pending, ``by`` whom or what
   rule), the ``labels`` the admin vouched for and the configs ``served`` to it as itself.
-  ``put_credential(..., max_pending, max_unvetted)`` stores a new name only while fewer than
-  ``max_pending`` are pending and ``max_unvetted`` unvetted, counted in the store (else
-  ``TooManyPending`` / ``TooManyUnvetted``, nothing stored); ``approve(node, now, by, labels)``,
+  ``put_credential(..., max_pending, max_unvetted, address, max_per_address)`` stores a new name
+  only while fewer than ``max_pending`` are pending, ``max_unvetted`` unvetted and
+  ``max_per_address`` pending ones came from ``address``, counted in the store (else
+  ``TooManyPending`` / ``TooManyUnvetted`` / ``TooManyFromAddress``, nothing stored); the record
+  keeps ``address``; ``approve(node, now, by, labels)``,
   ``note_served``, ``pending_count()``, ``unvetted_count()``, ``registrations(pending, after, limit)``.
   A report carries the server's own mark under ``SERVER_KEY`` (set by the service, never by a
   node): a pending node's report counts for nothing, and a Done report marked ``proof: false``
@@ -71,8 +73,13 @@ from agent.server.rollout.progress import Counts, Membership, iso8601
 STATES = ("Done", "Working", "Degraded")
 SERVER_KEY = "_server"  # the server's own mark on a stored report (identity.py): nodes cannot send it
 SERVED_KEEP = 8  # configs remembered per node as served to it (newest last)
-APPROVERS_MANAGED = ("admin", "rule")  # approvals a server that approves gives ("" = pending)
-VETTED_BY = ("admin", "upgrade")  # approvals a person gave (or that predate approval); the rest count as unvetted
+PROVEN_BY = "kubelet"  # the node proved its name with its kubelet's client certificate (identity.PROVEN_BY)
+APPROVERS_MANAGED = ("admin", "rule", PROVEN_BY)  # approvals a server that approves gives ("" = pending)
+# Approvals a person gave, the cluster's own proof of the name, or ones that predate approval; the
+# rest (pending, a rule's, an open server's) count as unvetted (--max-unvetted).
+VETTED_BY = ("admin", "upgrade", PROVEN_BY)
+# With --backend kubernetes a report is about its Node only under these approvals (issue 45).
+BINDS_NODE = ("admin", PROVEN_BY)
 
 
 @dataclass(frozen=True)
@@ -146,10 +153,17 @@ class Registration:
     by: str = ""  # "admin", "rule" (--auto-approve), "bootstrap"/"open" (a server without an admin token), "upgrade"
     labels: Optional[Dict[str, str]] = None  # labels the admin vouched for (membership uses them)
     served: Tuple[str, ...] = ()  # configs served to the node as itself, newest last
+    address: str = ""  # where the registration came from (the client's address as the server decided it)
 
     @property
     def pending(self) -> bool:
         return not self.approved
+
+    @property
+    def binds_node(self) -> bool:
+        """Approved by the admin or proven by the node's kubelet certificate: with --backend
+        kubernetes only then is a report about the Node of that name."""
+        return not self.pending and self.by in BINDS_NODE
 
     @property
     def managed(self) -> bool:
@@ -165,6 +179,8 @@ class Registration:
             out["labels"] = dict(self.labels)
         if self.served:
             out["served"] = list(self.served)
+        if self.address:
+            out["address"] = self.address
         return out
 
 
@@ -182,7 +198,7 @@ def registration_from(node: str, d: Dict[str, Any]) -> Registration:
     else:
         by = str(d.get("by") or d.get("approved_by") or "")
     return Registration(node, float(d.get("created") or 0.0), float(approved or 0.0), by,
-                        dict(labels) if isinstance(labels, dict) else None, tuple(served))
+                        dict(labels) if isinstance(labels, dict) else None, tuple(served), str(d.get("address") or ""))
 
 
 @dataclass(frozen=True)
@@ -316,7 +332,8 @@ class NodeStore(abc.ABC):
 
     @abc.abstractmethod
     def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
-                       by: str = "", max_pending: Optional[int] = None, max_unvetted: Optional[int] = None) -> bool:
+                       by: str = "", max_pending: Optional[int] = None, max_unvetted: Optional[int] = None,
+                       address: str = "", max_per_address: Optional[int] = None) -> bool:
         """Store the node's credential hash; without ``replace``, only if it has none (-> False).
         A new name is approved (by ``by``) or pending, while the caps allow (above); ``replace`` keeps its approval."""
 

@@ -70,7 +70,8 @@ class EtcdIdentity(RegistrationChanges):
 
     def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
                        by: str = "", max_pending: Optional[int] = None,
-                       max_unvetted: Optional[int] = None) -> bool:
+                       max_unvetted: Optional[int] = None, address: str = "",
+                       max_per_address: Optional[int] = None) -> bool:
         """``max_pending`` and ``max_unvetted`` are checked against this replica's copy of every
         record (followed by the watch): with several replicas registering at once, a few more
         may pass (docs/security.md)."""
@@ -80,7 +81,7 @@ class EtcdIdentity(RegistrationChanges):
             if kv is not None and not replace:
                 return False
             doc = self._new_record(node, json.loads(kv.value) if kv is not None else None, credential_hash, now,
-                                   approved, by, max_pending, max_unvetted)
+                                   approved, by, max_pending, max_unvetted, address, max_per_address)
             value = json.dumps(doc, sort_keys=True)
             ops = [op_put(key, value), op_put(self._k("credhash", credential_hash), node)]
             if kv is not None:

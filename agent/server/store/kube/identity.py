@@ -4,8 +4,11 @@ part (composed by ``kube.nodestore.KubeNodeStore``; the etcd version is ``etcd.i
 One Secret per node, type ``node-agent.openshift.io/credential``, named
 ``node-credential-<node>`` (or ``node-credential-<sha256(node)[:40]>`` when that is longer than a
 name may be), the node in the annotation ``node-agent.openshift.io/node``. ``data.record`` is the
-JSON record etcd keeps (``hash``, ``created``, ``approved``, ``by``, ``labels``, ``served``): the
-SHA-256 of the node's credential, never the credential. The label
+JSON record etcd keeps (``hash``, ``created``, ``approved``, ``by``, ``labels``, ``served``,
+``address``): the SHA-256 of the node's credential, never the credential; and, while the node's
+reports count for nothing (pending, or with --backend kubernetes neither proven by its kubelet's
+certificate nor approved by the admin), its newest report (``pendingReport``): such a report is
+never written to a MachineConfigNode or a Node (issue 45). The label
 ``node-agent.openshift.io/credential-hash`` (the hash's first 63 hex digits: a label value's
 limit) finds a credential's owner with one list when this replica has not seen it yet.
 
@@ -23,11 +26,13 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.store.kube.client import SECRETS, KubeClient, KubeError
+from agent.server.store.kube.mcnrecord import node_record
 from agent.server.store.kube.watch import Follower, NewestObjects, permission
-from agent.server.store.nodestore import VETTED_BY, Registration, registration_from
+from agent.server.store.nodestore import VETTED_BY, NodeRecord, Registration, registration_from
 from agent.server.store.registration_changes import RegistrationChanges
 
 SECRET_TYPE = "node-agent.openshift.io/credential"
+PENDING_REPORT = "pendingReport"  # the record's field holding a report that counts for nothing (issue 45)
 NODE_ANNOTATION = "node-agent.openshift.io/node"
 APP_LABEL, APP = "app.kubernetes.io/name", "node-config-server"
 KIND_LABEL, KIND = "node-agent.openshift.io/kind", "credential"
@@ -97,6 +102,7 @@ class KubeCredentials(Follower, RegistrationChanges):
         self._credentials: Dict[str, str] = {}  # node -> hash
         self._owners: Dict[str, str] = {}  # hash -> node
         self._regs: Dict[str, Registration] = {}
+        self._reports: Dict[str, NodeRecord] = {}  # node -> the report kept while it counts for nothing
         self.lookup_rate, self.lookup_burst = LOOKUPS_PER_SECOND, LOOKUP_BURST
         self._lookups = (float(LOOKUP_BURST), time.monotonic())  # (tokens, when counted)
         self._follow(client, SECRETS, namespace, f"{KIND_LABEL}={KIND}", watch)
@@ -125,16 +131,57 @@ class KubeCredentials(Follower, RegistrationChanges):
             if old is not None and self._owners.get(old) == node:
                 del self._owners[old]  # a rotated credential's old hash no longer owns the node
             self._regs.pop(node, None)
+            self._reports.pop(node, None)
         if after is not None:
             node, doc = after
             self._credentials[node], self._owners[doc["hash"]] = doc["hash"], node
             self._regs[node] = registration_from(node, doc)
+            self._keep_pending(node, doc)
+
+    def _keep_pending(self, node: str, doc: Doc) -> None:
+        rec = node_record(node, doc.get(PENDING_REPORT)) if doc.get(PENDING_REPORT) else None
+        if rec is not None:
+            self._reports[node] = rec
+        else:
+            self._reports.pop(node, None)
 
     def _reindex(self) -> None:
         records = [r for r in map(record_of, self._secrets.objects.values()) if r is not None]
         self._credentials = {n: d["hash"] for n, d in records}
         self._owners = {d["hash"]: n for n, d in records}
         self._regs = {n: registration_from(n, d) for n, d in records}
+        self._reports = {}
+        for node, doc in records:
+            self._keep_pending(node, doc)
+
+    # -- reports that count for nothing (issue 45) ------------------------------------------------
+
+    def pending_report(self, node: str) -> Optional[NodeRecord]:
+        """The report ``node`` sent while it counted for nothing (pending, or not proven with
+        --backend kubernetes), kept in its registration record: never on its MachineConfigNode
+        or Node."""
+        with self._lock:
+            return self._reports.get(node)
+
+    def pending_reports(self) -> Dict[str, NodeRecord]:
+        with self._lock:
+            return dict(self._reports)
+
+    def keep_report(self, node: str, value: Optional[str]) -> bool:
+        """Keep ``value`` (mcnrecord.report_annotation's JSON; None: drop it) as the node's
+        pending report, in its Secret's record (compare-and-swap). False: the node has no
+        registration (deleted meanwhile)."""
+        def change(doc: Doc) -> Optional[Doc]:
+            if doc.get(PENDING_REPORT) == value:
+                return None
+            doc = dict(doc)
+            if value is None:
+                doc.pop(PENDING_REPORT, None)
+            else:
+                doc[PENDING_REPORT] = value
+            return doc
+
+        return self._update_registration(node, change)
 
     def _refresh(self) -> None:
         """Without a watch, listings read the API (one list)."""
@@ -214,7 +261,8 @@ class KubeCredentials(Follower, RegistrationChanges):
 
     def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
                        by: str = "", max_pending: Optional[int] = None,
-                       max_unvetted: Optional[int] = None) -> bool:
+                       max_unvetted: Optional[int] = None, address: str = "",
+                       max_per_address: Optional[int] = None) -> bool:
         """``max_pending`` and ``max_unvetted`` are checked against this replica's copy of every
         record (followed by the watch): with several replicas registering at once, a few more
         may pass (docs/security.md)."""
@@ -224,7 +272,7 @@ class KubeCredentials(Follower, RegistrationChanges):
             if rec is not None and not replace:
                 return False
             doc = self._new_record(node, rec[1] if rec is not None else None, credential_hash, now, approved, by,
-                                   max_pending, max_unvetted)
+                                   max_pending, max_unvetted, address, max_per_address)
             if rec is None:
                 if self._write(node, doc, ""):
                     return True

@@ -12,6 +12,9 @@ from agent.server.store.nodestore import NodeRecord
 log = logging.getLogger(__name__)
 
 REPORT = "node-agent.openshift.io/report"
+# On every MachineConfigNode this server makes: it is ours to delete with its node (the admin's
+# DELETE /api/v1/nodes/<node>); one the MCO made keeps existing without our annotations.
+CREATED_BY, CREATOR = "node-agent.openshift.io/created-by", "node-config-server"
 # The API server refuses an object whose annotations pass 256 KiB (TotalAnnotationSizeLimitB,
 # apimachinery/pkg/api/validation/objectmeta.go); a report is at most 64 KiB (httpio.MAX_REPORT).
 ANNOTATIONS_MAX = 256 << 10
@@ -21,7 +24,7 @@ def node_object(node: str, body: Dict[str, Any], pool: str) -> Dict[str, Any]:
     """A MachineConfigNode (one per node, named after it) with its spec (pure); an unknown config
     or pool is upstream's "not-yet-set" (the CRD's CEL rules want an RFC 1123 subdomain, never "")."""
     return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigNode",
-            "metadata": {"name": node},
+            "metadata": {"name": node, "annotations": {CREATED_BY: CREATOR}},
             "spec": {"node": {"name": node}, "pool": {"name": config_name(pool)},
                      "configVersion": {"desired": config_name(body.get("desiredConfig"))}}}
 

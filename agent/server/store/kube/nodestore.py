@@ -3,19 +3,16 @@ cluster keeps it, so replicas are stateless (``serve --store kubernetes``; issue
 
 | what | where |
 |---|---|
-| a node's report, pool and membership | its MachineConfigNode (cluster-scoped, named after the node): annotation ``node-agent.openshift.io/report`` (JSON: pool, why, degraded, report, received) |
+| a node's report, pool and membership | its MachineConfigNode (cluster-scoped, named after the node): annotation ``node-agent.openshift.io/report`` (JSON: pool, why, degraded, report, received); while it counts for nothing, its registration's Secret instead |
 | its cordon/drain/uncordon log | the same MachineConfigNode: annotation ``node-agent.openshift.io/drain-log`` (JSON list, newest 50) |
 | pool rows, history, meta, rendered configs | ConfigMaps in the namespace (``kube.nodestate``) |
 | credentials and registrations | Secrets in the credentials namespace (``kube.identity.KubeCredentials``) |
 | drain leases | coordination.k8s.io/v1 Leases in the namespace (``kube.leases.KubeLeases``) |
 
-Why the MachineConfigNode and not only the Node: a node reports from its first boot, before its
-kubelet registers the Node object (and after the Node is deleted, until the admin deletes the
-node here), and the MCN is the MCO's own per-node state object; the Node's MCD annotations and
-the MCN's status stay kube_sync's (what ``oc`` shows). The MCNs this store writes carry the label
-``node-agent.openshift.io/store=<namespace>``: the store follows those only, so two servers in
-one cluster (two namespaces) keep apart, and an MCN without the report annotation (made by the
-MCO or kube_sync) is no node record.
+Why the MachineConfigNode: it is the MCO's own per-node state object (docs/kubernetes.md "Node
+state in the API"). The MCNs this store writes carry the label ``node-agent.openshift.io/store=
+<namespace>``: the store follows those only (two servers in two namespaces keep apart); an MCN
+without the report annotation (made by the MCO or kube_sync) is no node record.
 
 Reads come from memory, as in EtcdNodeStore: each process lists the MCNs and ConfigMaps once and
 follows them with a watch into a ``NodeIndex`` (revision = the object's resourceVersion), so
@@ -31,6 +28,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from agent.server.rollout.progress import Membership
+from agent.server.store.errors import StoreUnavailable
 from agent.server.store.kube.client import (
     CONFIGMAPS,
     MACHINE_CONFIG_NODES,
@@ -48,6 +46,7 @@ from agent.server.store.kube.watch import resource_version as rv
 from agent.server.store.nodeindex import IndexedReads, NodeIndex
 from agent.server.store.nodestore import (
     DRAIN_GRANTED,
+    SERVER_KEY,
     Deleted,
     NodeRecord,
     NodeStore,
@@ -65,9 +64,6 @@ STORE_LABEL = "node-agent.openshift.io/store"
 DRAINLOG_KEEP = 50
 CAS_TRIES = 50
 SYNC_TIMEOUT = 30.0
-
-
-
 
 
 class KubeNodeStore(IndexedReads, NodeStore):
@@ -201,21 +197,34 @@ class KubeNodeStore(IndexedReads, NodeStore):
         """The MCN with the spec kube_sync makes (the CRD requires node, pool and
         configVersion.desired), our labels and annotations."""
         obj = node_object(node, body, pool)
+        made = obj["metadata"]["annotations"]
         obj["metadata"].update(metadata, labels={STORE_LABEL: self.namespace})
+        obj["metadata"]["annotations"] = dict(made, **(metadata.get("annotations") or {}))
         return self.client.create(MACHINE_CONFIG_NODES.path(), obj)
 
     def record_report(self, node: str, body: Dict[str, Any], member: Membership, now: float) -> Recorded:
         """The report on the node's MCN; then, when it is Done on the leased config, the end of
         its drain lease (a second write: a replica dying between the two leaves the lease to
-        expire, or to the node's next Done report)."""
+        expire, or to the node's next Done report). A report that counts for nothing (the
+        server's pending mark) goes into the node's credential record instead, never onto an MCN
+        (issue 45); once it counts, the next write moves it (the record's copy is dropped after)."""
         rec = NodeRecord(node, member.pool, member.why, member.degraded, dict(body), now)
         value = report_annotation(rec)
         with self._lock:
             old = self._index.records.get(node)
+        if _pending(body):
+            if old is not None:  # it counted before (a rotated registration): off the MCN first
+                self._strip_mcn(node)
+            if not self.credentials.keep_report(node, value):
+                raise StoreUnavailable(f"node {node} has no registration to keep its report with (deleted "
+                                       f"meanwhile): register again")
+            return Recorded(False, old.pool if old is not None else None)
         obj = self._patch_mcn(node, {"metadata": {"annotations": {REPORT: value}}}, member.pool, body)
         with self._lock:  # read-your-writes: the object as stored (its drain log too)
             self._mcn_note(obj, False)
         self._wrote(rv(obj))
+        if self.credentials.pending_report(node) is not None:
+            self.credentials.keep_report(node, None)
         released = False
         lease = self.drain_leases.held_by(node) if body.get("state") == "Done" else None
         if lease is not None and lease_ends(str(lease.get("config") or ""), body):
@@ -232,23 +241,45 @@ class KubeNodeStore(IndexedReads, NodeStore):
         with self._lock:
             old = self._index.records.get(node)
             had_log = node in self._drainlogs
+        kept = self.credentials.pending_report(node)
         held = self.drain_leases.held_by(node)
         if old is not None or had_log:
-            try:
-                obj = self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), {"metadata": {
-                    "annotations": {REPORT: None, DRAIN_LOG: None}, "labels": {STORE_LABEL: None}}})
-            except KubeError as exc:
-                if exc.status != 404:
-                    raise
-                obj = {}
-            with self._lock:
-                self._index.apply(node, None, rv(obj))
-                self._drainlogs.pop(node, None)
-            self._wrote(rv(obj))
-        had_credential = self.credentials.forget(node)
+            self._strip_mcn(node)
+        old = old or kept
+        had_credential = self.credentials.forget(node)  # its pending report goes with it
         lease_pool = self.drain_leases.release(node) if held is not None else None
         return Deleted(bool(old is not None or had_credential or held is not None),
                        old.pool if old is not None else None, lease_pool or (held or {}).get("pool"))
+
+    def _strip_mcn(self, node: str) -> None:
+        """Take our report, drain log and store label off the node's MCN (the object stays:
+        kube_sync deletes one it made when the admin deletes the node)."""
+        try:
+            obj = self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), {"metadata": {
+                "annotations": {REPORT: None, DRAIN_LOG: None}, "labels": {STORE_LABEL: None}}})
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            obj = {}
+        with self._lock:
+            self._index.apply(node, None, rv(obj))
+            self._drainlogs.pop(node, None)
+        self._wrote(rv(obj))
+
+    # -- reads: the MCNs' records, then the reports that count for nothing (identity's) -----------
+
+    def node(self, node: str) -> Optional[NodeRecord]:
+        with self._lock:
+            rec = self._index.records.get(node)
+        return rec if rec is not None else self.credentials.pending_report(node)
+
+    def nodes(self, pool: Optional[str] = None, after: str = "", limit: int = 500) -> List[NodeRecord]:
+        merged = {n: r for n, r in self.credentials.pending_reports().items()
+                  if n > after and (pool is None or r.pool == pool)}
+        with self._lock:
+            merged.update((n, r) for n, r in self._index.records.items()
+                          if n > after and (pool is None or r.pool == pool))
+        return [merged[n] for n in sorted(merged)[:limit]]
 
     # -- identity (KubeCredentials) -------------------------------------------------------------
 
@@ -260,9 +291,10 @@ class KubeNodeStore(IndexedReads, NodeStore):
 
     def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
                        by: str = "", max_pending: Optional[int] = None,
-                       max_unvetted: Optional[int] = None) -> bool:
+                       max_unvetted: Optional[int] = None, address: str = "",
+                       max_per_address: Optional[int] = None) -> bool:
         return self.credentials.put_credential(node, credential_hash, now, replace, approved, by, max_pending,
-                                               max_unvetted)
+                                               max_unvetted, address, max_per_address)
 
     def registration(self, node: str) -> Optional[Registration]:
         return self.credentials.registration(node)
@@ -370,7 +402,14 @@ class KubeNodeStore(IndexedReads, NodeStore):
             row = self.cm.pool(pool)
             proofs = self._index.proofs_of(pool, row.target) if row is not None else {}
             rec = self._index.records.get(node) if node else None
-            return Serving(self.cm.meta("state_signature"), row, proofs, rec)
+        if rec is None and node:
+            rec = self.credentials.pending_report(node)
+        return Serving(self.cm.meta("state_signature"), row, proofs, rec)
+
+
+def _pending(body: Dict[str, Any]) -> bool:
+    mark = body.get(SERVER_KEY)
+    return isinstance(mark, dict) and bool(mark.get("pending"))
 
 
 def _json_list(value: Optional[str]) -> List[Dict[str, Any]]:

@@ -94,6 +94,11 @@ MIGRATIONS = [
     ALTER TABLE reports ADD COLUMN firstboot INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX reports_firstboot ON reports (firstboot, pool, node) WHERE firstboot = 1;
     """,
+    # 7 -> 8: where each registration came from (docs/security.md "Identity": the pending list
+    # shows it, and --max-pending-per-address counts pending names per address).
+    """
+    ALTER TABLE credentials ADD COLUMN address TEXT NOT NULL DEFAULT '';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

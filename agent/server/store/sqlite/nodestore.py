@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.rollout.firstboots import is_open
 from agent.server.rollout.progress import Membership
-from agent.server.store.errors import TooManyPending, TooManyUnvetted
+from agent.server.store.errors import TooManyFromAddress, TooManyPending, TooManyUnvetted
 from agent.server.store.nodestore import (
     DRAIN_GRANTED,
     SERVED_KEEP,
@@ -33,9 +33,10 @@ from agent.server.store.nodestore import (
 )
 from agent.server.store.sqlite.db import Database
 
-_REG_COLUMNS = "node, created, approved, approved_by, labels, served"
+_REG_COLUMNS = "node, created, approved, approved_by, labels, served, address"
 # Registrations no admin approved (nodestore.VETTED_BY): pending, or approved by a rule.
-_UNVETTED_COUNT = "SELECT COUNT(*) FROM credentials WHERE approved=0 OR approved_by NOT IN (?, ?)"
+_UNVETTED_COUNT = ("SELECT COUNT(*) FROM credentials WHERE approved=0 OR approved_by NOT IN "
+                   f"({', '.join('?' * len(VETTED_BY))})")
 
 _COUNTERS = ("machine", "done", "working", "reported_degraded", "degraded", "refused")
 
@@ -168,7 +169,8 @@ class SqliteNodeStore(NodeStore):
 
     def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
                        by: str = "", max_pending: Optional[int] = None,
-                       max_unvetted: Optional[int] = None) -> bool:
+                       max_unvetted: Optional[int] = None, address: str = "",
+                       max_per_address: Optional[int] = None) -> bool:
         """The caps are counted in the same write transaction: every worker shares them."""
         with self.db.write() as c:
             exists = c.execute("SELECT 1 FROM credentials WHERE node=?", (node,)).fetchone() is not None
@@ -177,12 +179,17 @@ class SqliteNodeStore(NodeStore):
             if not exists and not approved and max_pending is not None and \
                     c.execute("SELECT COUNT(*) FROM credentials WHERE approved=0").fetchone()[0] >= max_pending:
                 raise TooManyPending(node)
+            if not exists and not approved and max_per_address is not None and address and c.execute(
+                    "SELECT COUNT(*) FROM credentials WHERE approved=0 AND address=?", (address,)
+            ).fetchone()[0] >= max_per_address:
+                raise TooManyFromAddress(node)
             if not exists and not (approved and by in VETTED_BY) and max_unvetted is not None and \
                     c.execute(_UNVETTED_COUNT, VETTED_BY).fetchone()[0] >= max_unvetted:
                 raise TooManyUnvetted(node)
-            c.execute("INSERT INTO credentials (node, hash, created, approved, approved_by) VALUES (?,?,?,?,?) "
+            c.execute("INSERT INTO credentials (node, hash, created, approved, approved_by, address) "
+                      "VALUES (?,?,?,?,?,?) "
                       "ON CONFLICT(node) DO UPDATE SET hash=excluded.hash, created=excluded.created",
-                      (node, credential_hash, now, now if approved else 0, by if approved else ""))
+                      (node, credential_hash, now, now if approved else 0, by if approved else "", address))
             return True
 
     def registration(self, node: str) -> Optional[Registration]:
