@@ -357,9 +357,8 @@ class Reporter(KubeletIdentity):
             if resp.status_code == 200:
                 log.info("drain lease granted by %s for pool %s", self.base_url, pool)
                 return True
-            deferred = deferral(resp)
-            if deferred is not None:  # the server gave the slot to another node; this one keeps its config
-                raise UpdateDeferred(f"the update to {config} is deferred by {self.base_url}: {deferred}")
+            if deferral(resp) is not None:  # the server gave the slot to another node; this one keeps its config
+                raise UpdateDeferred(f"the update to {config} is deferred by {self.base_url}: {deferral(resp)}")
             # 429: maxUnavailable nodes hold a lease; 503: the server's shared store is away
             # (a replica on etcd): both say when to ask again, and neither granted anything.
             if resp.status_code not in (429, 503):

@@ -14,7 +14,6 @@ as it, hold or give back its drain lease, delete it. Who may: agent/server/rollo
 | ``DELETE /api/v1/nodes/<node>`` | admin |
 """
 
-import dataclasses
 import logging
 import urllib.parse
 from typing import Any, Dict, List, Optional
@@ -22,61 +21,18 @@ from typing import Any, Dict, List, Optional
 from agent.server.cluster import registrations
 from agent.server.cluster.nodes import DEFAULT_LIMIT, MAX_LIMIT, node_item, node_list, rfc3339, targets
 from agent.server.cluster.service import ReportInvalid, validate_report
+from agent.server.http.drainroutes import DrainRoutes, released_answer
 from agent.server.http.httpio import HTTPError, Response, allow, client_address, json_body, json_response
 from agent.server.rollout import drains, identity
 from agent.server.rollout.identity import Denied
-from agent.server.rollout.progress import ADMIN_APPROVED
 from agent.server.store.errors import TooManyFromAddress, TooManyPending, TooManyUnvetted
 
 log = logging.getLogger(__name__)
 
 
-MAX_CONFIG_NAME = 4096  # as a report's config names (agent/server/cluster/reports.py)
 
 
-def released_answer(node: str, pool: Optional[str], real_nodes: bool) -> Dict[str, Any]:
-    """What ``DELETE /api/v1/nodes/<node>/drain`` did (pure). With the Kubernetes backend only the
-    lease ends: the Node stays cordoned until the node reports Done on the config it was drained
-    for (kube_sync uncordons it then, as the MCO's drain controller uncordons once the MCD asks
-    after its update), so a node that gave up is not put back to work half-updated. The other
-    backends have no Node to cordon: the uncordon is recorded in the node's drain log."""
-    out: Dict[str, Any] = {"node": node, "released": pool is not None, "pool": pool or "", "actions": []}
-    if pool is None:
-        out["effect"] = f"node {node} held no drain lease: nothing changed"
-    elif real_nodes:
-        out["effect"] = (f"the drain lease in pool {pool} is released; the Node stays cordoned until node {node} "
-                         f"reports Done on the config it was drained for (kubectl uncordon {node} to uncordon it now)")
-    else:
-        out["actions"] = ["uncordon"]
-        out["effect"] = (f"the drain lease in pool {pool} is released and an uncordon recorded in the node's drain "
-                         f"log (this backend has no Node objects to uncordon)")
-    return out
-
-
-def deferred_answer(cluster: Any, drainer: Any, node: str, pool: str, paced: Any) -> Optional[Response]:
-        """Ours: a drain a PodDisruptionBudget has held past ``--drain-defer-after`` is given up: the
-        Node is uncordoned with its config, its lease and slot go to the next node, and it is tried
-        again once the others are done (targeting.defer). 409 ``"status": "deferred"`` tells the node."""
-        import time
-
-        from agent.server.cluster.drainpacer import end_drain, held_by_budget
-        from agent.server.rollout.draincadence import Cadence, defer_due
-
-        if paced.done or paced.skipped or paced.unknown:
-            return None
-        why = defer_due(paced.state, drainer.cadence or Cadence(), time.time(), held_by_budget(paced))
-        if not why:
-            return None
-        end_drain(drainer, node)
-        drains.release(cluster.store, node, f"deferred: {why}")
-        cluster.defer_node(node, pool, why)
-        out = {"status": "deferred", "granted": False, "node": node, "pool": pool,
-               "reason": f"node {node}: {why}; it is uncordoned and keeps its config, its slot goes to the next "
-                         f"node, and it is tried again once the others are done"}
-        return json_response(409, out, pool=pool)
-
-
-class NodeRoutes:
+class NodeRoutes(DrainRoutes):
     """Needs ``self.cluster``, ``self.auth``, ``self.caller(environ)`` and ``self._known()``."""
 
     def node_route(self, environ: Dict[str, Any], method: str, node: str, rest: List[str]) -> Response:
@@ -340,94 +296,3 @@ class NodeRoutes:
         if out.get("approval") == "Pending":
             out["note"] = f"{out['note']}; {self._approve_hint(node)}"
         return json_response(200, out, pool=out["pool"])
-
-    def drain(self, node: str, body: Any) -> Response:
-        if not isinstance(body, dict):
-            raise HTTPError(400, "the body must be a JSON object {\"pool\": ..., \"config\": ...}", field="$")
-        pool = body.get("pool")
-        if not isinstance(pool, str) or not pool:
-            raise HTTPError(400, "pool: required", field="$.pool")
-        config = body.get("config", "")
-        if not isinstance(config, str) or len(config) > MAX_CONFIG_NAME:
-            raise HTTPError(400, f"config: must be a string of at most {MAX_CONFIG_NAME} characters (a rendered "
-                                 f"config's name)", field="$.config")
-        cluster = self.cluster
-        if pool not in cluster.state().pools:
-            raise HTTPError(404, f"unknown pool {pool!r}; known pools: {self._known()}", field="$.pool")
-        if cluster.node_truth is not None:  # --backend kubernetes: only an existing Node of that pool, by its
-            # labels (kube_nodes.py); the node's report is evidence about that Node, never a claim to a pool
-            refused = cluster.node_truth.drain_refusal(node, pool, cluster.state().pools)
-            if refused:
-                raise HTTPError(409, refused, field="$.pool")
-        else:
-            member = cluster.node_pool(node)
-            if member is not None and member.pool != pool:
-                raise HTTPError(409, f"node {node} belongs to pool {member.pool} ({member.why}), not {pool}",
-                                field="$.pool")
-            reg = cluster.store.registration(node)
-            if pool == "master" and reg is not None and reg.managed and reg.by not in ADMIN_APPROVED:
-                # Not yet reported (no membership), or reported elsewhere: a rule's approval never reaches master.
-                raise HTTPError(409, f"node {node} may not hold a drain lease of the master pool: only a node the "
-                                     f"admin approved may be in it (it is approved by {reg.by})", field="$.pool")
-        refused = cluster.drain_target_refusal(node, pool, config)
-        if refused:  # not a failure of the node: it starts over with its desired config (node-agent: turn.py)
-            return json_response(409, {"status": "retargeted", "granted": False, "node": node, "pool": pool,
-                                       "reason": refused}, pool=pool)
-        answer = drains.request_drain(cluster.store, node, pool, config, cluster.drain_limit(pool, node),
-                                      cluster.lease_ttl)
-        answer = dataclasses.replace(answer, max_unavailable=cluster.max_unavailable(pool))
-        if answer.granted and cluster.drainer is not None:
-            return self._drained(cluster.drainer, node, pool, config, answer)
-        if answer.granted:
-            return json_response(200, answer.to_dict(), pool=pool)
-        return json_response(429, answer.to_dict(), [("Retry-After", str(answer.retry_after))], pool=pool)
-
-    def _drained(self, drainer: Any, node: str, pool: str, config: str, answer: Any) -> Response:
-        """The Kubernetes backend: the lease is granted only once the Node is cordoned and its
-        pods are evicted (agent/server/cluster/kube_drain.py), attempts paced as the MCO's drain
-        controller paces them (agent/server/cluster/drainpacer.py). Until then the node keeps its
-        slot and is told when to ask again; what holds the drain (a PodDisruptionBudget, a pod
-        that cannot be evicted) and since when is in the answer. A single-node cluster never
-        drains: granted at once, the answer says why."""
-        from agent.server.cluster.drainpacer import paced_drain
-        from agent.server.store.errors import StoreUnavailable
-        from agent.server.store.kube.client import KubeError, KubeUnavailable
-
-        try:
-            paced = paced_drain(drainer, node, config)
-        except KubeUnavailable as exc:
-            raise StoreUnavailable(f"draining node {node}: {exc}") from None
-        except KubeError as exc:  # refused by the API (RBAC, a conflict): nothing granted, ask again
-            log.error("draining node %s: %s (the server's role needs deploy/rbac.yaml's rules)", node, exc)
-            raise StoreUnavailable(f"draining node {node}: the Kubernetes API refused: {exc}") from None
-        out = answer.to_dict()
-        if paced is None:
-            log.info("node %s: no Node object: nothing to drain, the lease is granted", node)
-            return json_response(200, out, pool=pool)
-        deferred = deferred_answer(self.cluster, drainer, node, pool, paced) if paced.state.active else None
-        if deferred is not None:
-            return deferred
-        out["drain"] = paced.to_dict()
-        if paced.unknown:  # nothing cordoned: the node keeps its slot and asks again
-            log.warning("node %s: %s", node, paced.unknown)
-            out.update(status="waiting", granted=False, retryAfter=paced.wait,
-                       reason=f"node {node} is not drained yet: {paced.unknown}; ask again in {paced.wait} s")
-            return json_response(429, out, [("Retry-After", str(paced.wait))], pool=pool)
-        if paced.skipped:
-            log.info("node %s: %s; the lease is granted", node, paced.skipped)
-            return json_response(200, out, pool=pool)
-        if paced.done:
-            log.info("node %s: cordoned and drained (%d pod(s) evicted this round)", node,
-                     len(paced.result.evicted) if paced.result else 0)
-            return json_response(200, out, pool=pool)
-        state = paced.state
-        held = state.last_error or "the drain is under way"
-        if paced.result is not None:
-            where = f"{len(paced.result.still_running)} pod(s) still on it"
-        else:
-            where = f"attempt {state.attempts} failed; the next in {paced.wait} s (the MCO's cadence)"
-        out.update(status="draining", granted=False, retryAfter=paced.wait,
-                   reason=f"node {node} is cordoned and draining since {out['drain']['state']['since']}: {where}; "
-                          f"{held}" + ("; past the failure threshold: DrainFailed events, mcc_drain_err 1"
-                                       if state.failed is not None else ""))
-        return json_response(429, out, [("Retry-After", str(paced.wait))], pool=pool)
