@@ -158,15 +158,17 @@ def test_certificates_the_cluster_ca_did_not_sign_or_that_are_no_kubelets_prove_
 
 def test_the_429_drain_answer_names_max_unavailable_and_the_slots_apart(server):
     sessions = {}
+    view = server.session().get(server.url("/api/v1/pools/worker")).json()
+    c = view["spec"]["configuration"]["name"]  # what the nodes run: a lease is only for a node's desired config
     for n in ("slot-0", "slot-1"):
         sessions[n] = server.node_session(n)
-        assert report(sessions[n], server, n).status_code == 200
+        assert report(sessions[n], server, n, currentConfig=c, desiredConfig=c).status_code == 200
     limit = server.session().get(server.url("/api/v1/pools/worker")).json()["status"]["drain"]["maxUnavailable"]
     for i in range(limit):  # whatever other tests of the module left: fill the pool's slots
-        sessions["slot-0"].post(server.url("/api/v1/nodes/slot-0/drain"), json={"pool": "worker", "config": "c"})
+        sessions["slot-0"].post(server.url("/api/v1/nodes/slot-0/drain"), json={"pool": "worker", "config": c})
         server.node_session(f"slot-x{i}").post(server.url(f"/api/v1/nodes/slot-x{i}/drain"),
-                                               json={"pool": "worker", "config": "c"})
-    r = sessions["slot-1"].post(server.url("/api/v1/nodes/slot-1/drain"), json={"pool": "worker", "config": "c"})
+                                               json={"pool": "worker", "config": c})
+    r = sessions["slot-1"].post(server.url("/api/v1/nodes/slot-1/drain"), json={"pool": "worker", "config": c})
     assert r.status_code == 429, r.text
     out = r.json()
     assert out["maxUnavailable"] == limit and out["slots"] == limit and out["free"] == 0

@@ -56,6 +56,6 @@ def test_a_drain_slot_when_unavailable_nodes_use_up_maxUnavailable_getAllCandida
     store = SqliteNodeStore(Database(str(tmp_path / "nodes.db")))
     answer = request_drain(store, "w1", "worker", "c", 0, 60.0, now=100.0)
     assert not answer.granted and answer.retry_after >= 1
-    assert "use up its maxUnavailable" in answer.to_dict()["reason"]
+    assert "use up all of its maxUnavailable" in answer.to_dict()["reason"]
     assert request_drain(store, "w1", "worker", "c", 1, 60.0, now=100.0).granted
     assert request_drain(store, "w1", "worker", "c", 0, 60.0, now=110.0).renewed

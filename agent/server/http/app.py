@@ -258,7 +258,8 @@ class App(NodeRoutes):
         else:
             answer = self._config_answer(caller, named, pool, accept)
             hold = hold_seconds(environ, self.max_hold)
-            if hold and unchanged(environ, answer[1]):  # a member waits for its turn: answer once it changes
+            member = any(name == "X-Rollout" for name, _ in answer[0].headers)  # not one waiting for approval
+            if hold and member and unchanged(environ, answer[1]):  # it waits for its turn: answer once it changes
                 answer = self._held(caller, named, pool, accept, answer, hold)
         resp, etag = answer
         if unchanged(environ, etag):

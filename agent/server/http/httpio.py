@@ -171,11 +171,11 @@ def _discard(stream: Any, length: int, stream_socket: Any = None) -> None:
 
 def finish_body(environ: Dict[str, Any]) -> None:
     """After an answer given before the request's body was read (a 401 or 403 before
-    authentication let it through, a 404 or 405): read and drop what is left of it, as for a
+    authentication let it through, a 404, 405 or 415): read and drop what is left of it, as for a
     413 (``_discard``'s bounds: at most MAX_DISCARD bytes, DISCARD_SECONDS), so that a client
-    still sending sees the answer instead of a reset or a TLS EOF. A body past its limit ends the
-    connection after the answer (a lingering close, as nginx's); one within it is read whole and
-    the connection is kept."""
+    still sending sees the answer instead of a reset or a TLS EOF, and close the connection after
+    the answer (a lingering close, as nginx's: an unwanted body is not a reason to keep it). A body
+    the route had read whole keeps the connection."""
     stream = environ.get("wsgi.input")
     declared = environ.get("CONTENT_LENGTH")
     chunked = "chunked" in str(environ.get("HTTP_TRANSFER_ENCODING") or "").lower()
@@ -197,6 +197,10 @@ def finish_body(environ: Dict[str, Any]) -> None:
         return
     if length is None and len(rest) > limit:
         _discard(stream, MAX_DISCARD, environ.get("gunicorn.socket"))
+    elif rest:  # the body was left unread: "Connection: close" on the answer (the gevent worker)
+        close = getattr(environ.get("gunicorn.socket"), "close_after_response", None)
+        if close is not None:
+            close()
 
 
 def json_body(environ: Dict[str, Any]) -> Any:
