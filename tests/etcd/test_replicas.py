@@ -281,6 +281,66 @@ def day2(node):
     return r.returncode, r.stderr[-2000:]
 
 
+def test_three_replicas_target_at_most_max_unavailable_nodes_while_reports_race_through_them(fleet):
+    """The server's targeting (agent/server/rollout/targeting.py) is decided in the pool row's
+    compare-and-swap: with the drainers' 30 reports, Done on each target they are given, racing
+    through the three replicas, the nodes targeted and not done never exceed maxUnavailable (read
+    from etcd itself, not from any replica), and every node ends Done on the new target."""
+    from agent.server.store.etcd.client import EtcdClient, parse_store_url
+
+    # The worker pool's nodes: Done on its target (the drain storm above; member-1, the first test)
+    nodes = [f"drainer-{i:02d}" for i in range(30)] + ["member-1"]
+    url = parse_store_url(fleet.etcd.url)
+    watcher = EtcdClient(url.endpoints, timeout=10)
+    old = pool(fleet.replicas[0])["spec"]["configuration"]["name"]
+    with open(os.path.join(fleet.state, "machineconfigs", "98-targeting.yaml"), "w") as f:
+        f.write("apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n"
+                "  name: 98-targeting\n  labels:\n    machineconfiguration.openshift.io/role: worker\n"
+                "spec:\n  config:\n    ignition:\n      version: 3.4.0\n    storage:\n      files:\n"
+                "      - path: /etc/targeting\n        contents:\n          source: data:,t\n")
+    assert ncs("load-state", "--store", fleet.etcd.url, fleet.state).returncode == 0
+    target = wait_for(lambda: (lambda names: len(names) == 1 and old not in names and names.pop())(
+        {pool(r)["spec"]["configuration"]["name"] for r in fleet.replicas}), "every replica has the new target", 20)
+    limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
+    peak, stop, errors = [0], threading.Event(), []
+
+    def sample():
+        try:
+            while not stop.is_set():
+                kv = watcher.get(f"{url.prefix}pools/worker")
+                targets = (json.loads(kv.value).get("rollout") or {}).get("targets") or {}
+                peak[0] = max(peak[0], sum(1 for e in targets.values() if e.get("config") == target))
+                stop.wait(0.02)
+        except Exception as exc:  # a dead sampler would leave the peak at 0: reported below
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    def take_turn(i):  # what node-agent does: fetch its desired config, and once it is the target, report Done
+        node, replica = nodes[i], fleet.replicas[i % 3]
+        got = fleet.session(node).get(replica.url("/config/worker"), timeout=10)
+        if got.headers.get("X-Served-Config") != target or got.headers.get("X-Rollout") != "updating":
+            return False
+        body = {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target}
+        return report(replica, node, body, fleet).status_code == 200
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    done = set()
+    try:
+        with ThreadPoolExecutor(max_workers=30) as ex:
+            def rounds():
+                left = [i for i in range(len(nodes)) if i not in done]
+                done.update(i for i, ok in zip(left, ex.map(take_turn, left)) if ok)
+                return len(done) == len(nodes)
+            wait_for(rounds, "every node Done on the new target, maxUnavailable at a time", 120, interval=0.2)
+    finally:
+        stop.set()
+        sampler.join(5)
+        watcher.close()
+    assert errors == [] and 1 <= peak[0] <= limit, (errors, peak[0], limit)
+    view = pool(fleet.replicas[1])
+    assert view["status"]["rollout"]["counts"].get("Done", 0) == len(nodes) and "updating" not in view["status"]["rollout"]
+
+
 def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, tmp_path):
     from agent.server.store.errors import StoreUnavailable
     from agent.server.store.etcd import drains
