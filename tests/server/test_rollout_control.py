@@ -211,3 +211,28 @@ def test_a_pool_whose_nodes_all_wait_for_approval_keeps_serving_what_they_run_to
         new_node = srv.session().get(srv.url("/config/worker"))
         assert new_node.status_code == 200 and new_node.headers["X-Served-Config"] == a
         assert b != a
+
+
+def test_a_canary_goes_first_and_the_rest_wait_the_pools_canary_wait_after_it_is_done(cluster):
+    """Ours (docs/rollout.md): canary-nodes "1", canary-wait "4": one node takes a new target,
+    the others wait until it is Done and then 4 s more, told why; then they go in turn."""
+    import time
+
+    srv, state, roots, a = cluster
+    worker = state / "machineconfigpools" / "worker.yaml"
+    worker.write_text(worker.read_text().replace("  name: worker\n", "  name: worker\n  annotations:\n"
+                                                 "    node-config-server.openshift.io/canary-nodes: \"1\"\n"
+                                                 "    node-config-server.openshift.io/canary-wait: \"4\"\n", 1))
+    (state / "machineconfigs" / "60-c.yaml").write_text(mc("60-c", C_FILE, "c"))
+    wait_for(lambda: target(srv) != a and pool(srv)["status"]["rollout"].get("updating") == ["w0"], "the canary",
+             PICKED_UP)
+    assert "canary: the first 1 node(s) update first" in pool(srv)["status"]["rollout"]["waitReason"]
+    assert agent("update", "--once", "--root", roots["w0"]).returncode == 0
+    done = time.monotonic()
+    waiting = agent("update", "--once", "--root", roots["w1"])
+    assert waiting.returncode == 0 and "canary: 1 node(s) Done and Ready" in waiting.stderr, waiting.stderr
+    assert not os.path.exists(os.path.join(roots["w1"], C_FILE.lstrip("/")))
+    wait_for(lambda: pool(srv)["status"]["rollout"].get("updating") == ["w1"], "w1's turn after the canary wait", 30)
+    assert time.monotonic() - done >= 4.0
+    assert agent("update", "--once", "--root", roots["w1"]).returncode == 0
+    assert os.path.exists(os.path.join(roots["w1"], C_FILE.lstrip("/")))
