@@ -9,8 +9,11 @@ whose source is unreachable, a skew refusal, an apply rolled back, a first boot 
 fetch, a reboot that never comes back). Each is timed from the node's exit (a failure's report
 went out just before it; a stalled node's last report too) to the moment every replica's API
 shows it (polled every 50 ms); with Kubernetes also to its Event on the MachineConfigNode, whose
-name carries the nanosecond it was made (client-go's naming). Targets: a reported failure within
-one report round trip (it is there at the node's exit), a stall within the deadline plus 30 s.
+name carries the nanosecond it was made (client-go's naming): there each node's root holds a
+kubelet client certificate from the control plane's CA, which proves its name (a name not proven
+yet gets its Events on the pool only, and no MachineConfigNode: docs/security.md "Identity").
+Targets: a reported failure within one report round trip (it is there at the node's exit), a
+stall within the deadline plus 30 s.
 """
 
 import argparse
@@ -38,10 +41,23 @@ def _views(servers):
     return [lambda node, srv=srv: faults.node_view(srv.session(), srv.base_url, node) for srv in servers]
 
 
-def _run(servers, top: str, deadline: float) -> Dict[str, Any]:
+def _run(servers, top: str, deadline: float, prepare=None) -> Dict[str, Any]:
     one = servers[0]
     return faults.run_all(one.session(), one.base_url, one.tls.ca_pem(), TOKEN, top, "bench-", wait_for, deadline,
-                          views=_views(servers))
+                          views=_views(servers), prepare=prepare)
+
+
+def _kubelet_cert(kc):
+    """Each run's kubelet client certificate in its root (report.kubeletCertFile's default): the
+    node proves its name, so its first boot's Events go on its MachineConfigNode too."""
+    from tests.helpers.certs import write_combined
+
+    def prepare(run) -> None:
+        cert, key = kc.kubelet_cert(run.node)
+        with open(cert, "rb") as c, open(key, "rb") as k:
+            write_combined(os.path.join(run.root, "var/lib/kubelet/pki/kubelet-client-current.pem"), c.read(),
+                           k.read())
+    return prepare
 
 
 def sqlite(top: str, deadline: float) -> Dict[str, Any]:
@@ -76,7 +92,7 @@ def kube(top: str, deadline: float) -> Dict[str, Any]:
                 "--firstboot-deadline", f"{deadline:g}"]
         with ServerProcess(None, tls=tls, token=TOKEN, workers=1, extra_args=args) as a, \
                 ServerProcess(None, tls=tls, token=TOKEN, workers=1, extra_args=args) as b:
-            runs = _run([a, b], top, deadline)
+            runs = _run([a, b], top, deadline, prepare=_kubelet_cert(kc))
 
             def made(node):  # when each node's MachineConfigNode Event was made (its name: UnixNano)
                 items = kc.get("/api/v1/namespaces/node-config-server/events").json()["items"]

@@ -151,16 +151,19 @@ def node_view(session: Any, base_url: str, node: str) -> Dict[str, Any]:
 
 
 def run_all(session: Any, base_url: str, ca_pem: Optional[bytes], token: str, tmp: str, prefix: str,
-            wait: Callable[..., Any], deadline: float, views: Optional[List[Callable[[str], Dict]]] = None
-            ) -> Dict[str, Run]:
+            wait: Callable[..., Any], deadline: float, views: Optional[List[Callable[[str], Dict]]] = None,
+            prepare: Optional[Callable[[Run], None]] = None) -> Dict[str, Run]:
     """The five scenarios at once (one thread each); each run's node shown by the server
     (``views``: readers of a node's view, one per replica; every one must show it) with the
-    scenario's outcome. ``wait``: tests.helpers.wait.wait_for."""
+    scenario's outcome. ``wait``: tests.helpers.wait.wait_for; ``prepare``: called with each run
+    once its root is made (a kubelet's client certificate put in it, to prove the name)."""
     infra_image = served_target(session, base_url, "infra").os_image_url
     views = views or [lambda node: node_view(session, base_url, node)]
     runs = {sc.name: Run(sc, f"{prefix}{sc.name}", "") for sc in SCENARIOS}
     for run in runs.values():
         run.root = make_root(tmp, run.scenario, run.node, base_url, ca_pem, token, infra_image)
+        if prepare is not None:
+            prepare(run)
     errors: List[BaseException] = []
 
     def one(run: Run) -> None:

@@ -1,34 +1,46 @@
 """First boots that go wrong, seen with ``kubectl``: two replicas of ``serve --backend
 kubernetes`` (node state in the API) on a real kube-apiserver 1.20.2 with OpenShift's CRDs, and
-the five first boots of tests/helpers/firstboot_faults.py against one of them.
+the five first boots of tests/helpers/firstboot_faults.py against one of them, twice: once as a
+first boot runs (before its kubelet, with the bootstrap token only: names not proven yet), once
+with each name proven by a kubelet client certificate from the control plane's CA (a name that
+binds a Node: issue 45).
 
-Each failed or stalled first boot is a Warning Event on its pool (upstream's MCO-2224:
-FirstbootFailed, "Node N failed during firstboot at stage 'S': ... (image: ...)") and on its
-MachineConfigNode, written once however many replicas decide it, and the MCN's condition of ours
-says it; a later report or Done gives a Normal Event after the Warning, which kubectl lists in
-the order they happened.
+A name not proven yet: each failed or stalled first boot is one Warning Event on its pool
+(upstream's MCO-2224: FirstbootFailed, "Node N failed during firstboot at stage 'S': ... (image:
+...)", with "(not proven yet: its registration is pending)" after it), made once however many
+replicas decide it; never an Event on a MachineConfigNode, and no MCN is made for it. A name
+not proven yet whose Node object exists gets nothing at all (a bootstrap-token holder makes no
+Event about a real Node's name). A proven name: the Warning is on its pool and its MCN, and the
+MCN's condition of ours says it. A later report or Done gives a Normal Event after the Warning,
+which kubectl lists in the order they happened. The pools' first-boot counts and /metrics count
+every name's first boots, proven or not.
 
 The module has a control plane of its own, as test_kube_backend.py: a server with this backend
 reads every pool and MachineConfig of its cluster, and other modules' objects must not count.
 """
 
 import json
+import re
+from collections import Counter
 
 import pytest
 import yaml
 
 from agent.server.rollout.mcnconditions import FIRST_BOOT
 from tests.helpers import firstboot_faults as faults
-from tests.helpers.certs import make_tls
+from tests.helpers.certs import make_tls, write_combined
 from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
 from tests.helpers.server_proc import ServerProcess
 from tests.helpers.wait import wait_for
 
 MCO = "/apis/machineconfiguration.openshift.io/v1"
 NAMESPACE = "node-config-server"
-TOKEN = "fb-kube-token"
+TOKEN, ADMIN = "fb-kube-token", "fb-kube-admin"
 DEADLINE = 8.0  # room for a loaded machine: a stall between two reports would be one more Event the tests count
 WARNINGS = {"Failed": "FirstbootFailed", "Stalled": "FirstBootStalled"}
+NOT_PROVEN = "(not proven yet: its registration is pending)"
+SQUATTED = "fbn-real-node"  # a Node that exists; a bootstrap-token holder's first boot under its name
+KUBELET_PEM = "var/lib/kubelet/pki/kubelet-client-current.pem"  # report.kubeletCertFile's default
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +50,8 @@ def kube(tmp_path_factory):
     with KubeCluster(str(tmp_path_factory.mktemp("kube-firstboots"))) as kc:
         kc.apply_examples()
         kc.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(faults.SOURCE_OBJECTS))
+        kc.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Node",
+                                                         "metadata": {"name": SQUATTED}}))
         kc.bind_server_user("node-config-server-fb")
         yield kc
 
@@ -45,8 +59,11 @@ def kube(tmp_path_factory):
 @pytest.fixture(scope="module")
 def replicas(kube, tmp_path_factory):
     kubeconfig = kube.kubeconfig_for("node-config-server-fb")
-    tls = make_tls(str(tmp_path_factory.mktemp("fb-tls")))
-    args = ["--backend", "kubernetes", "--kubeconfig", kubeconfig, "--firstboot-deadline", f"{DEADLINE:g}"]
+    top = tmp_path_factory.mktemp("fb-tls")
+    tls = make_tls(str(top))
+    (top / "admin-token").write_text(ADMIN + "\n")
+    args = ["--backend", "kubernetes", "--kubeconfig", kubeconfig, "--firstboot-deadline", f"{DEADLINE:g}",
+            "--admin-token-file", str(top / "admin-token")]
     with ServerProcess(None, tls=tls, token=TOKEN, workers=1, extra_args=args) as one, \
             ServerProcess(None, tls=tls, token=TOKEN, workers=1, extra_args=args) as two:
         yield one, two
@@ -58,74 +75,154 @@ def events(kube):
     return [e for e in r.json()["items"] if e["reason"].lower().startswith("firstboot")]
 
 
-def about(items, kind, name):
-    return [e for e in items if (e["involvedObject"]["kind"], e["involvedObject"]["name"]) == (kind, name)]
+def about(items, kind, name, node=None):
+    """The Events about object ``kind``/``name`` (and whose message is about ``node``)."""
+    return [e for e in items if (e["involvedObject"]["kind"], e["involvedObject"]["name"]) == (kind, name)
+            and (node is None or e["message"].startswith(f"Node {node} "))]
+
+
+def mentioning(kube, node):
+    """Every Event of the namespace about ``node`` or naming it, whatever its reason."""
+    r = kube.get(f"/api/v1/namespaces/{NAMESPACE}/events")
+    assert r.status_code == 200, r.text
+    return [e for e in r.json()["items"] if node in e["message"] or e["involvedObject"]["name"] == node]
+
+
+def mcn(kube, node):
+    r = kube.get(f"{MCO}/machineconfignodes/{node}")
+    return r.json() if r.ok else None
 
 
 def condition(kube, node):
-    r = kube.get(f"{MCO}/machineconfignodes/{node}")
-    if not r.ok:
-        return None
-    found = [c for c in (r.json().get("status") or {}).get("conditions") or [] if c["type"] == FIRST_BOOT]
+    found = [c for c in ((mcn(kube, node) or {}).get("status") or {}).get("conditions") or [] if c["type"] == FIRST_BOOT]
     return found[0] if found else None
+
+
+def shown_everywhere(replicas, node, outcome, stage):
+    def shown():
+        views = [faults.node_view(srv.session(), srv.base_url, node).get("firstBoot") or {} for srv in replicas]
+        return all((v.get("outcome"), v.get("stage")) == (outcome, stage) for v in views)
+
+    wait_for(shown, f"{node}: {outcome} at stage {stage} on every replica", 60)
+
+
+def one_first_boot(replicas, top, node, sc=faults.SCENARIOS[1]):
+    """``node``'s first boot as scenario ``sc`` (by default the skew refusal: it fails at once),
+    shown by every replica."""
+    one = replicas[0]
+    run = faults.Run(sc, node, faults.make_root(top, sc, node, one.base_url, one.tls.ca_pem(), TOKEN, ""))
+    faults.first_boot(run)
+    assert run.exit_code == sc.exit_code, run.stderr
+    shown_everywhere(replicas, node, sc.outcome, sc.stage)
+    return run
+
+
+def squat(kube, replicas, top):
+    """A bootstrap-token holder's first boot under the name of a Node that exists: it fails (the
+    skew refusal), and every replica shows it, as any first boot."""
+    return one_first_boot(replicas, top, SQUATTED)
 
 
 @pytest.fixture(scope="module")
 def seen(kube, replicas, tmp_path_factory):
-    """The five first boots, and what the API held once each was announced; then again once the
-    two stalled nodes went on (a report, then Done)."""
+    """The squatted name's first boot, then the five first boots not proven, then the five
+    proven; what the API held once each was announced; then again once the stalled nodes of
+    both went on (a report, then Done)."""
     one, two = replicas
+    top = str(tmp_path_factory.mktemp("fb-kube-nodes"))
     views = [lambda node, srv=srv: faults.node_view(srv.session(), srv.base_url, node) for srv in (one, two)]
-    runs = faults.run_all(one.session(), one.base_url, one.tls.ca_pem(), TOKEN,
-                          str(tmp_path_factory.mktemp("fb-kube-nodes")), "fbk-", wait_for, DEADLINE, views=views)
-    print("first boots shown by both replicas after (s):", faults.summary(runs))
+    out = {"squat": squat(kube, replicas, top)}
+
+    def kubelet(run):  # the kubelet's certificate in the root before the first boot: the name is proven
+        cert, key = kube.kubelet_cert(run.node)
+        with open(cert, "rb") as c, open(key, "rb") as k:
+            write_combined(f"{run.root}/{KUBELET_PEM}", c.read(), k.read())
+
+    for which, prefix, prepare in (("unproven", "fbu-", None), ("proven", "fbp-", kubelet)):
+        out[which] = faults.run_all(one.session(), one.base_url, one.tls.ca_pem(), TOKEN, top, prefix, wait_for,
+                                    DEADLINE, views=views, prepare=prepare)
+        print(f"{which} first boots shown by both replicas after (s):", faults.summary(out[which]))
+    unproven, proven = out["unproven"].values(), out["proven"].values()
 
     def announced():
         got = events(kube)
-        return all(about(got, "MachineConfigNode", r.node) and about(got, "MachineConfigPool", r.scenario.pool)
-                   for r in runs.values()) and got
+        return all(about(got, "MachineConfigPool", r.scenario.pool, r.node) for r in unproven) and all(
+            about(got, "MachineConfigNode", r.node) and about(got, "MachineConfigPool", r.scenario.pool, r.node)
+            for r in proven) and got
 
-    before = wait_for(announced, "a Warning Event about every failed and stalled first boot", 60)
-    mcns = {r.node: wait_for(lambda r=r: (condition(kube, r.node) or {}).get("reason") ==
-                             f"FirstBoot{r.scenario.outcome}" and kube.get(f"{MCO}/machineconfignodes/{r.node}").json(),
-                             f"{r.node}'s condition") for r in runs.values()}
-    faults.recover(runs)
-    stalled = [r for r in runs.values() if r.scenario.outcome == "Stalled"]
-    for r in stalled:
+    out["before"] = wait_for(announced, "a Warning Event about every failed and stalled first boot", 60)
+    out["mcns"] = {r.node: wait_for(lambda r=r: (condition(kube, r.node) or {}).get("reason") ==
+                                    f"FirstBoot{r.scenario.outcome}" and mcn(kube, r.node), f"{r.node}'s condition")
+                   for r in proven}
+    out["pools"] = {name: one.session().get(one.url(f"/api/v1/pools/{name}")).json()["status"]["firstBoots"]
+                    for name in {r.scenario.pool for r in unproven}}
+    out["metrics"] = one.session().get(one.url("/metrics")).text  # the replica every node reported to
+    faults.recover(out["unproven"])
+    faults.recover(out["proven"])
+    stalled_proven = [r for r in proven if r.scenario.outcome == "Stalled"]
+    stalled_unproven = [r for r in unproven if r.scenario.outcome == "Stalled"]
+    for r in stalled_proven:
         wait_for(lambda r=r: (condition(kube, r.node) or {}).get("status") == "True", f"{r.node} done")
-    after = wait_for(lambda: all(len(about(events(kube), "MachineConfigNode", r.node)) == 2 for r in stalled)
-                     and events(kube), "a Normal Event after each stalled first boot's Warning")
-    listed = {r.node: kube.kubectl("get", "events", "-n", NAMESPACE, "-o", "json", "--field-selector",
-                                   f"involvedObject.name={r.node}").stdout for r in stalled}
-    return runs, before, mcns, after, listed
+    out["after"] = wait_for(
+        lambda: (all(len(about(events(kube), "MachineConfigNode", r.node)) == 2 for r in stalled_proven)
+                 and all(len(about(events(kube), "MachineConfigPool", r.scenario.pool, r.node)) == 2
+                         for r in stalled_unproven) and events(kube)),
+        "a Normal Event after each stalled first boot's Warning")
+    out["listed"] = {name: json.loads(kube.kubectl("get", "events", "-n", NAMESPACE, "-o", "json", "--field-selector",
+                                                   f"involvedObject.name={name}").stdout)["items"]
+                     for name in [r.node for r in stalled_proven] + [r.scenario.pool for r in stalled_unproven]}
+    return out
 
 
-def test_each_failed_and_stalled_first_boot_is_a_warning_event_on_its_pool_and_its_machineconfignode_once(seen):
-    runs, before, _, _, _ = seen
-    for run in runs.values():
+def test_a_failed_or_stalled_first_boot_not_proven_yet_is_one_warning_event_on_its_pool_of_two_replicas(seen):
+    for run in seen["unproven"].values():
+        mine = about(seen["before"], "MachineConfigPool", run.scenario.pool, run.node)
+        assert [(e["type"], e["reason"], e["count"]) for e in mine] == [("Warning", WARNINGS[run.scenario.outcome],
+                                                                         1)], mine  # once, of two replicas
+        assert mine[0]["message"].endswith(NOT_PROVEN), mine[0]["message"]
+        assert mine[0]["source"]["component"] == "machine-config-server"
+        assert mine[0]["involvedObject"]["namespace"] == NAMESPACE
+        assert re.fullmatch(rf"{run.scenario.pool}\.[0-9a-f]+\.[0-9a-f]{{8}}", mine[0]["metadata"]["name"])
+
+
+def test_no_machineconfignode_is_made_or_given_an_event_for_a_name_not_proven(seen, kube):
+    for run in seen["unproven"].values():
+        assert about(seen["after"], "MachineConfigNode", run.node) == []
+        assert mcn(kube, run.node) is None, run.node
+
+
+def test_a_name_not_proven_whose_node_exists_gets_no_event_and_no_machineconfignode(seen, kube):
+    # the squatted name failed and was shown by both replicas before the ten other first boots
+    # ran: every round of both replicas since (one a second) decided it
+    assert mentioning(kube, SQUATTED) == []
+    assert mcn(kube, SQUATTED) is None
+
+
+def test_a_proven_names_failed_and_stalled_first_boot_is_a_warning_event_on_its_pool_and_its_machineconfignode_once(
+        seen):
+    for run in seen["proven"].values():
         reason = WARNINGS[run.scenario.outcome]
         for kind, name in (("MachineConfigPool", run.scenario.pool), ("MachineConfigNode", run.node)):
-            mine = [e for e in about(before, kind, name) if run.node in e["message"]]
+            mine = about(seen["before"], kind, name, run.node)
             assert [(e["type"], e["reason"], e["count"]) for e in mine] == [("Warning", reason, 1)], mine  # once,
             # of two replicas
+            assert NOT_PROVEN not in mine[0]["message"]
             assert mine[0]["source"]["component"] == "machine-config-server"
             assert mine[0]["involvedObject"]["namespace"] == NAMESPACE
 
 
 def test_a_failure_event_says_what_upstreams_says(seen):
-    runs, before, _, _, _ = seen
-    run = runs["apply-rolled-back"]
-    message = about(before, "MachineConfigPool", "worker")
-    message = [e["message"] for e in message if run.node in e["message"]][0]
-    assert message.startswith(f"Node {run.node} failed during firstboot at stage 'apply': applying ")
-    assert message.endswith("(image: quay.io)") and "No space left on device" in message
+    for which, tail in (("proven", "(image: quay.io)"), ("unproven", f"(image: quay.io) {NOT_PROVEN}")):
+        run = seen[which]["apply-rolled-back"]
+        message = about(seen["before"], "MachineConfigPool", "worker", run.node)[0]["message"]
+        assert message.startswith(f"Node {run.node} failed during firstboot at stage 'apply': applying ")
+        assert message.endswith(tail) and "No space left on device" in message
 
 
-def test_the_machineconfignode_condition_says_each_first_boots_outcome(seen):
-    runs, _, mcns, _, _ = seen
+def test_the_machineconfignode_condition_says_each_proven_first_boots_outcome(seen):
     status = {"Failed": "False", "Stalled": "Unknown"}
-    for run in runs.values():
-        cond = [c for c in mcns[run.node]["status"]["conditions"] if c["type"] == FIRST_BOOT][0]
+    for run in seen["proven"].values():
+        cond = [c for c in seen["mcns"][run.node]["status"]["conditions"] if c["type"] == FIRST_BOOT][0]
         assert (cond["status"], cond["reason"]) == (status[run.scenario.outcome], f"FirstBoot{run.scenario.outcome}")
         assert f"stage {run.scenario.stage}" in cond["message"]
 
@@ -134,24 +231,81 @@ def test_the_machineconfignode_condition_says_each_first_boots_outcome(seen):
 def test_the_machineconfignodes_written_validate_against_the_crd(seen):
     from tests.helpers import crd_validate
 
-    for node, mcn in seen[2].items():
-        assert crd_validate.problems(mcn) == [], node
+    for node, obj in seen["mcns"].items():
+        assert crd_validate.problems(obj) == [], node
 
 
 def test_a_later_report_or_done_follows_the_warning_with_a_normal_event_kubectl_lists_in_order(seen):
-    runs, _, _, after, listed = seen
-    for name in ("killed-after-fetch", "reboot-never-back"):
-        node = runs[name].node
-        mine = about(after, "MachineConfigNode", node)
-        assert [e["type"] for e in mine] == ["Warning", "Normal"] and mine[0]["reason"] == "FirstBootStalled"
-        # the killed first boot ran again (a report: resumed) before its Done; the other came back Done
-        assert mine[1]["reason"] in (("FirstBootResumed", "FirstBootCompleted") if name == "killed-after-fetch"
-                                     else ("FirstBootCompleted",))
-        assert [e["reason"] for e in json.loads(listed[node])["items"]] == [e["reason"] for e in mine]
+    for which, kind in (("proven", "MachineConfigNode"), ("unproven", "MachineConfigPool")):
+        for name in ("killed-after-fetch", "reboot-never-back"):
+            run = seen[which][name]
+            obj = run.node if kind == "MachineConfigNode" else run.scenario.pool
+            mine = about(seen["after"], kind, obj, run.node)
+            assert [e["type"] for e in mine] == ["Warning", "Normal"] and mine[0]["reason"] == "FirstBootStalled", mine
+            # the killed first boot ran again (a report: resumed) before its Done; the other came back Done
+            assert mine[1]["reason"] in (("FirstBootResumed", "FirstBootCompleted") if name == "killed-after-fetch"
+                                         else ("FirstBootCompleted",))
+            assert [e["count"] for e in mine] == [1, 1]  # once each, of two replicas
+            listed = [e["reason"] for e in seen["listed"][obj] if e["message"].startswith(f"Node {run.node} ")]
+            assert listed == [e["reason"] for e in mine]
+
+
+def samples(text):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_the_pools_and_metrics_count_first_boots_whether_proven_or_not(seen):
+    runs = [seen["squat"], *seen["unproven"].values(), *seen["proven"].values()]
+    for run in runs:
+        listed = seen["pools"][run.scenario.pool]["nodes"][run.node]
+        assert (listed["outcome"], listed["stage"]) == (run.scenario.outcome, run.scenario.stage)
+        assert listed.get("pending", False) is (not run.node.startswith("fbp-"))  # shown as pending, listed all the same
+    got = samples(seen["metrics"])
+    by = Counter((r.scenario.outcome.lower(), r.scenario.pool, r.scenario.stage) for r in runs)
+    assert {k: v for k, v in got.items() if k[0] == "node_config_server_firstboots"} == {
+        ("node_config_server_firstboots", (("outcome", o), ("pool", p), ("stage", s))): float(n)
+        for (o, p, s), n in by.items()}
+    for pool, n in Counter(r.scenario.pool for r in runs if r.scenario.outcome == "Stalled").items():
+        assert got[("node_config_server_firstboots_stalled", (("pool", pool),))] == float(n)
+    # every failure reported to this replica ended a first boot, the squatted name's too
+    assert got[("node_config_server_firstboots_ended_total", (("outcome", "failed"), ("pool", "worker"),
+                                                              ("stage", "skew")))] == 3.0
+
+
+@pytest.fixture(scope="module")
+def approved_later(seen, kube, replicas, tmp_path_factory):
+    """A first boot that failed under a name not proven yet, announced on its pool; then the admin
+    approves the name (it binds a Node from then on): what the API holds once it is announced
+    again."""
+    node = "fbl-skew-refused"
+    one_first_boot(replicas, str(tmp_path_factory.mktemp("fb-later")), node)
+    before = wait_for(lambda: about(events(kube), "MachineConfigPool", "worker", node), f"{node}'s pool Event", 30)
+    admin = replicas[1].session(token=False)
+    admin.headers["Authorization"] = f"Bearer {ADMIN}"
+    r = admin.post(replicas[1].url(f"/api/v1/nodes/{node}/approve"))
+    assert r.status_code == 200 and r.json()["state"] == "Approved", r.text
+    after = wait_for(lambda: about(events(kube), "MachineConfigNode", node) and
+                     (condition(kube, node) or {}).get("reason") == "FirstBootFailed" and events(kube),
+                     f"{node}'s Event on its MachineConfigNode once approved", 30)
+    return node, before, after
+
+
+def test_a_name_the_admin_approves_later_has_its_failed_first_boot_announced_again_on_its_machineconfignode(
+        approved_later, kube):
+    node, before, after = approved_later
+    assert [e["message"].endswith(NOT_PROVEN) for e in about(before, "MachineConfigPool", "worker", node)] == [True]
+    pool = about(after, "MachineConfigPool", "worker", node)
+    assert [(e["type"], e["reason"], e["message"].endswith(NOT_PROVEN)) for e in pool] == [
+        ("Warning", "FirstbootFailed", True), ("Warning", "FirstbootFailed", False)], pool
+    assert [(e["type"], e["reason"], e["count"]) for e in about(after, "MachineConfigNode", node)] == [
+        ("Warning", "FirstbootFailed", 1)]
+    assert condition(kube, node)["status"] == "False"
 
 
 def test_every_replica_names_each_first_boot_the_same(seen, replicas):
-    runs = seen[0]
-    for run in runs.values():
+    for run in [*seen["unproven"].values(), *seen["proven"].values()]:
         views = [faults.node_view(srv.session(), srv.base_url, run.node)["firstBoot"] for srv in replicas]
         assert (views[0]["outcome"], views[0]["stage"]) == (views[1]["outcome"], views[1]["stage"])

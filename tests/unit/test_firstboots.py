@@ -142,3 +142,14 @@ def test_the_views_show_the_outcome_and_stage_as_kubectl_shows_a_pods_init_phase
         assert max(len(line) for line in table.splitlines()) <= width
         assert "Stalled:fetch" in table and "FirstBootStall" in table  # the reason cut first, at 80
     assert "FirstBootStalled: no report for 31m" in views.nodes_table([node], NOW, width=200)
+
+
+def test_a_pools_first_boot_of_a_name_not_proven_yet_says_so():
+    pool = {"metadata": {"name": "worker"}, "status": {"firstBoots": {"nodes": {
+        "w-1": {"reason": "FirstBootFailed", "since": "2027-01-15T08:00:00Z", "message": "failed at stage skew"},
+        "w-2": {"reason": "FirstBootFailed", "since": "2027-01-15T08:00:00Z", "message": "failed at stage skew",
+                "pending": True}}}}}
+    assert firstbootviews.pool_lines([pool]) == [
+        "worker: node w-1: FirstBootFailed since 2027-01-15T08:00:00Z: failed at stage skew",
+        "worker: node w-2: FirstBootFailed since 2027-01-15T08:00:00Z: failed at stage skew (not proven yet: its "
+        "registration is pending)"]

@@ -80,14 +80,16 @@ def describe_lines(node: Dict[str, Any]) -> List[str]:
 
 def pool_lines(pools: List[Dict[str, Any]], indent: Optional[str] = None) -> List[str]:
     """Each failed or stalled first boot of the pools, one a line (``get pools`` prints them under
-    the table prefixed with the pool; ``describe pool``, ``indent`` given, under its counts)."""
+    the table prefixed with the pool; ``describe pool``, ``indent`` given, under its counts); a
+    name not proven yet (pending) says so."""
     out = []
     for p in pools:
         name = (p.get("metadata") or {}).get("name", "")
         fbs = (p.get("status") or {}).get("firstBoots") or {}
         for node, d in sorted((fbs.get("nodes") or {}).items()):
             head = f"{indent}{node}" if indent is not None else f"{name}: node {node}"
-            out.append(f"{head}: {d.get('reason', '')} since {_when(d.get('since'))}: {d.get('message', '')}")
+            note = " (not proven yet: its registration is pending)" if d.get("pending") else ""
+            out.append(f"{head}: {d.get('reason', '')} since {_when(d.get('since'))}: {d.get('message', '')}{note}")
     return out
 
 

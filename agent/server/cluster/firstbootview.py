@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from agent.server.rollout import firstboots
 from agent.server.rollout.progress import iso8601
-from agent.server.store.nodestore import NodeRecord
+from agent.server.store.nodestore import SERVER_KEY, NodeRecord
 
 # What a node view carries of the record (the stages only in one node's view: a list of nodes
 # stays small), besides the decision.
@@ -86,12 +86,19 @@ class FirstBoots:
     def first_boot_summary(self, pool: str, now: Optional[float] = None,
                            deadlines: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
         """``status.firstBoots`` of a pool view: its first boots not done, decided now (O(them):
-        the store indexes them)."""
+        the store indexes them), whatever the node's approval: a name still pending (not proven,
+        not approved) is listed and counted too, marked ``pending``."""
         now = time.time() if now is None else now
         deadlines = self.first_boot_deadlines() if deadlines is None else deadlines
-        decided = []
+        decided, unproven = [], set()
         for rec in self.store.open_first_boots(pool=pool):  # type: ignore[attr-defined]
             decision = self.first_boot_decision(rec.report, pool, now, deadlines)
             if decision is not None:
                 decided.append((rec.node, decision, rec.report.get(firstboots.KEY) or {}))
-        return firstboots.summary(decided)
+                if (rec.report.get(SERVER_KEY) or {}).get("pending"):
+                    unproven.add(rec.node)
+        out = firstboots.summary(decided)
+        for node, entry in (out.get("nodes") or {}).items():
+            if node in unproven:
+                entry["pending"] = True
+        return out

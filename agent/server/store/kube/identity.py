@@ -89,6 +89,24 @@ def record_of(obj: Optional[Dict[str, Any]]) -> Optional[Tuple[str, Doc]]:
     return node, doc
 
 
+class KeptFirstBoots:
+    """``open_first_boots`` of the Kubernetes node store (a mixin before ``IndexedReads``): the
+    MachineConfigNodes' (the index), and the reports kept in registrations while they count for
+    nothing (issue 45: never on an MCN, yet a first boot that failed or stalled is shown, and
+    counted in its pool's first boots, whatever its approval: issue 47). Needs ``self.credentials``
+    and ``self.node`` (a name's MCN record first, else its kept report)."""
+
+    credentials: "KubeCredentials"
+    node: Callable[[str], Optional[NodeRecord]]
+
+    def open_first_boots(self, pool: Optional[str] = None) -> List[NodeRecord]:
+        from agent.server.rollout.firstboots import is_open
+
+        kept = [r for r in self.credentials.pending_reports().values()
+                if (pool is None or r.pool == pool) and is_open(r.report) and self.node(r.node) is r]
+        return sorted(super().open_first_boots(pool) + kept, key=lambda r: r.node)  # type: ignore[misc]
+
+
 class KubeCredentials(Follower, RegistrationChanges):
     """The NodeStore identity methods, on Secrets in ``namespace``. With ``watch`` (a server) the
     Secrets are followed and read from memory; without (one-shot tools, tests), listings read

@@ -37,7 +37,7 @@ from agent.server.store.kube.client import (
     KubeUnavailable,
 )
 from agent.server.store.kube.heartbeat import KubeHeartbeat
-from agent.server.store.kube.identity import KubeCredentials
+from agent.server.store.kube.identity import KeptFirstBoots, KubeCredentials
 from agent.server.store.kube.leases import KubeLeases
 from agent.server.store.kube.mcnrecord import REPORT, node_object, node_record, report_annotation
 from agent.server.store.kube.nodestate import ConfigMapState
@@ -66,7 +66,7 @@ CAS_TRIES = 50
 SYNC_TIMEOUT = 30.0
 
 
-class KubeNodeStore(IndexedReads, NodeStore):
+class KubeNodeStore(KeptFirstBoots, IndexedReads, NodeStore):
     kind = "kubernetes"
     def __init__(self, client: KubeClient, namespace: str, watch: bool = True, sync_timeout: float = SYNC_TIMEOUT,
                  credentials_namespace: Optional[str] = None):
