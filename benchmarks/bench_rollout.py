@@ -104,6 +104,15 @@ def peak_concurrency(spans: Iterable[Tuple[float, float]]) -> int:
     return peak
 
 
+def mean_concurrency(spans: Iterable[Tuple[float, float]]) -> float:
+    """Spans open on average between the first start and the last end (their total over that time)."""
+    spans = list(spans)
+    if not spans:
+        return 0.0
+    width = max(e for _, e in spans) - min(s for s, _ in spans)
+    return sum(e - s for s, e in spans) / width if width > 0 else float(len(spans))
+
+
 LINE = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\}\s+(?P<value>[0-9.eE+]+)\s*$')
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -199,6 +208,10 @@ def handovers(targeted: Dict[Tuple[str, str], List[float]], events: Sequence[Dic
 
 
 # -- the set-up: a control plane, the server, the light agents ----------------------------------------
+
+def say(text: str) -> None:
+    print(f"  bench_rollout {time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
+
 
 def approval_args() -> List[str]:
     """How a simulated node comes to count: every registered name approved by the rule at once
@@ -394,6 +407,7 @@ class Fleet:
         time.sleep(1.1)  # creationTimestamp has whole seconds: the pinned Node is strictly the oldest
         self.create_rate = create_nodes(self.kc, self.names[1:])
         pin(self.kc, self.pinned)
+        say(f"n={n}: control plane up, {n} Nodes made ({self.create_rate:.0f}/s)")
 
     def start(self) -> "Fleet":
         from tests.helpers.server_proc import ServerProcess
@@ -417,6 +431,7 @@ class Fleet:
         self.wait(lambda: self.pool_status().get("updatedMachineCount") == self.n,
                   f"the pool's status counting all {self.n} nodes updated", 300)
         self.quiet()
+        say(f"n={self.n}: server up, {self.n} light agents Done on their first config in {self.setup_s:.0f} s")
         return self
 
     def quiet(self, still: float = 3.0, timeout: float = 300.0) -> None:
@@ -504,24 +519,28 @@ class Fleet:
 # -- one rollout ----------------------------------------------------------------------------------------
 
 class ViewSampler(threading.Thread):
-    """Our API's pool view every few seconds during a rollout: when the pinned node was first named
-    in ``status.rollout.deferred``, and why."""
+    """Our API's pool view every few seconds during a rollout: how many nodes it shows updating and
+    unavailable, and when the pinned node was first named in ``status.rollout.deferred``, and why."""
 
     def __init__(self, fleet: Fleet, node: str, every: float = 3.0):
         super().__init__(daemon=True)
         self.fleet, self.node, self.every = fleet, node, every
         self.first: Optional[Dict[str, Any]] = None
         self.samples = 0
+        self.series: List[Tuple[float, int, int]] = []  # (time, Updating, unavailableMachineCount)
         self.stopping = threading.Event()
         self.start()
 
     def run(self) -> None:
         while not self.stopping.wait(self.every):
             try:
-                rollout = self.fleet.pool_view()["status"].get("rollout") or {}
+                status = self.fleet.pool_view()["status"]
             except Exception:  # a sample missed: the next one counts
                 continue
+            rollout = status.get("rollout") or {}
             self.samples += 1
+            self.series.append((time.time(), int((rollout.get("counts") or {}).get("Updating", 0)),
+                                int(status.get("unavailableMachineCount") or 0)))
             if self.first is None and self.node in (rollout.get("deferred") or []):
                 self.first = {"t": time.time(), "reason": (rollout.get("reasons") or {}).get(self.node, ""),
                               "counts": rollout.get("counts")}
@@ -543,14 +562,15 @@ def rollout(fleet: Fleet, name: str, path: str, pinned: bool) -> Dict[str, Any]:
     t0 = time.time()
     fleet.post(name, path, name)
     target = fleet.wait(lambda: (lambda t: t if t != old else "")(rows.target()), "the pool's new target", 120)
-    sampler = ViewSampler(fleet, fleet.pinned) if pinned else None
+    say(f"n={fleet.n}: {name} POSTed, the pool targets {target} (ideal {ideal:.0f} s)")
+    sampler = ViewSampler(fleet, fleet.pinned)
     try:
         fleet.wait(lambda: set(others) <= set(fleet.done_on(target)), f"{len(others)} nodes Done on {target}",
                    4 * ideal + 300)
     finally:
-        if sampler is not None:
-            sampler.close()
+        sampler.close()
     t_others = max(fleet.done_on(target)[n] for n in others)
+    say(f"n={fleet.n}: {len(others)} nodes Done on {target} {t_others - t0:.1f} s after the POST")
     ours: Dict[str, int] = {"machineconfigs POST 201": 1}
     out: Dict[str, Any] = {"nodes": fleet.n, "counted": len(others), "maxUnavailable": fleet.max_unavailable,
                            "update_s": fleet.update_s, "target": target, "ideal_s": ideal,
@@ -567,6 +587,9 @@ def rollout(fleet: Fleet, name: str, path: str, pinned: bool) -> Dict[str, Any]:
     fleet.quiet()  # the last nodes' Node and MachineConfigNode writes
     after, cpu1 = fleet.writes(), fleet.cpu()
     out.update(figures(fleet, rows, target, t0, writes_between(before, after, ours)))
+    shown = [(u, un) for t, u, un in sampler.series if t <= t0 + out["wall_s"]]
+    out["view"] = {"samples": len(shown), "updating_mean": statistics.mean(u for u, _ in shown) if shown else None,
+                   "unavailable_mean": statistics.mean(un for _, un in shown) if shown else None}
     out["cpu_s"] = {k: round(cpu1[k] - cpu0[k], 2) for k in cpu0}
     out["window_s"] = time.time() - t0
     return out
@@ -608,7 +631,7 @@ def figures(fleet: Fleet, rows: RowWatch, target: str, t0: float, writes: Dict[s
             "events": events if os.environ.get("BENCH_ROLLOUT_EVENTS") else [],
             "target_s": next((t for t, name in rows.targets if name == target), t0) - t0,
             "first_targeted_s": first - t0, "first_learned_s": (min(learned) - t0) if learned else None,
-            "peak": peak_concurrency(spans.values()), "spans": len(spans),
+            "peak": peak_concurrency(spans.values()), "spans": len(spans), "mean_updating": mean_concurrency(spans.values()),
             "learn_s": quantiles(learn_delays(targeted, events, target)),
             "handover_s": quantiles(handovers(targeted, events, target, first)),
             "targeted": sum(len(v) for v in targeted.values()),
@@ -650,6 +673,12 @@ def measure(sizes: Sequence[int], update_s: float, rounds: int = 1,
         shutil.rmtree(top, ignore_errors=True)
 
 
+def _mean(run: Dict[str, Any]) -> str:
+    """Nodes updating on average over the rollout: the agents' spans, and the server's view."""
+    view = (run.get("view") or {}).get("updating_mean")
+    return f"{run.get('mean_updating', 0):.0f}" + (f" ({view:.0f} in the pool view)" if view is not None else "")
+
+
 def _learn_note(run: Dict[str, Any]) -> str:
     learn, hand = run["learn_s"], run["handover_s"]
     text = f"p90 {learn.get('p90', 0):.2f} s, max {learn.get('max', 0):.2f} s over {learn['n']} targetings"
@@ -683,7 +712,8 @@ def rows_from(doc: Dict[str, Any]) -> List[Row]:
         peak = max(r["peak"] for r in plain + [pinned])
         rows.append(Row(GROUP, f"{size} nodes: peak updating at once", float(peak), unit="nodes",
                         note=f"maxUnavailable {m}: {'never above it' if peak <= m else 'ABOVE IT'} (both changes; "
-                             f"exact, from the agents' spans)"))
+                             f"exact, from the agents' spans); on average {_mean(last)} with no drain, "
+                             f"{_mean(pinned)} with drains"))
         rows.append(Row(GROUP, f"{size} nodes, no drain: API writes per node", last["writes_per_node"], unit="writes",
                         note=_writes_note(last)))
         rows.append(Row(GROUP, f"{size} nodes: targeted -> the node's fetch returns", last["learn_s"].get("median"),

@@ -30,6 +30,8 @@ def test_peak_concurrency_counts_spans_open_at_one_instant_a_span_ending_as_anot
     assert br.peak_concurrency([(0, 10), (1, 2), (3, 4)]) == 2
     assert br.peak_concurrency([(0, 1), (1, 2), (2, 3)]) == 1
     assert br.peak_concurrency([(0, 5), (1, 5), (2, 5), (5, 6)]) == 3
+    assert br.mean_concurrency([(0, 10), (0, 5), (5, 10)]) == 2.0
+    assert br.mean_concurrency([]) == 0.0
 
 
 def test_write_counts_keep_write_verbs_by_resource_subresource_and_code():
@@ -68,7 +70,7 @@ def test_learning_is_timed_from_the_latest_targeting_before_it_and_handovers_fro
 def run(target, wall, peak, pinned=None):
     out = {"nodes": 10, "counted": 10 if pinned is None else 9, "maxUnavailable": 2, "update_s": 5.0,
            "target": target, "ideal_s": 25.0, "wall_s": wall, "target_s": 0.5, "first_targeted_s": 0.5,
-           "first_learned_s": 0.9, "peak": peak, "learn_s": br.quantiles([0.3, 0.4, 0.5]),
+           "first_learned_s": 0.9, "peak": peak, "mean_updating": 1.6, "view": {"updating_mean": 1.5}, "learn_s": br.quantiles([0.3, 0.4, 0.5]),
            "handover_s": br.quantiles([0.1]), "writes_by_resource": {"nodes": 60, "machineconfignodes": 40},
            "writes_total": 100, "writes_per_node": 10.0,
            "cpu_s": {"server": 3.0, "apiserver+etcd": 5.0, "agents": 0.5}}
