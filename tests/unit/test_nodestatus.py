@@ -168,6 +168,17 @@ def test_getAllCandidateMachines_capacity_subtracts_every_unavailable_node(limit
     assert nodestatus.drain_capacity(limit, unavailable, holders, asking) == want
 
 
+def test_drain_capacity_counts_the_nodes_the_server_targeted_once_by_their_targeting():
+    """A wave of 10 targeted nodes (all unavailable: not done) asking for their leases at once: one
+    holds its lease already, which the asking replica's list of holders does not show yet. Each is
+    granted (the lease store counts the holder); another unavailable Node still takes a slot."""
+    wave = [f"t{i}" for i in range(10)]
+    assert nodestatus.drain_capacity(10, wave, [], "t1", targeted=wave) == 10
+    assert nodestatus.drain_capacity(10, wave, [], "t1") == 1  # before: t0, holding its lease, counted twice
+    assert nodestatus.drain_capacity(10, wave + ["cordoned"], [], "t1", targeted=wave) == 9
+    assert nodestatus.drain_capacity(10, wave[:9] + ["deferred"], [], "t1", targeted=wave[:9]) == 9
+
+
 def test_slim_node_keeps_only_what_the_rules_read():
     full = node("n", {W: ""}, network="False", unschedulable=True)
     full["metadata"].update(resourceVersion="7", uid="u-1", annotations={"machineconfiguration.openshift.io/state": "Done",

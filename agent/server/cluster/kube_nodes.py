@@ -142,14 +142,17 @@ class NodeTruth:
         return counts_of(self.status(pool, pools, target, image))
 
     def drain_limit(self, cluster: Any, st: Any, pool: str, value: Any, asking: str) -> int:
-        """maxUnavailable of the pool's Nodes less every other unavailable Node not holding a
-        lease (nodestatus.drain_capacity); ``cluster``: the service, for the pool's target and leases."""
+        """maxUnavailable of the pool's Nodes less every other unavailable Node neither holding a
+        lease nor targeted by the server (nodestatus.drain_capacity); ``cluster``: the service, for
+        the pool's row (target, targeted nodes) and leases."""
         row = cluster.store.pools().get(pool)
         target = row.target if row is not None else ""
         status = self.status(pool, st.pools, target, cluster._layered(st, pool, target))
         holders = [lease["node"] for lease in cluster.store.leases(pool=pool)]
+        targeted = [n for n, e in ((row.rollout if row is not None else {}).get("targets") or {}).items()
+                    if isinstance(e, dict) and not e.get("deferred")]
         return nodestatus.drain_capacity(parse_max_unavailable(value, status.machine), status.unavailable_nodes,
-                                         holders, asking)
+                                         holders, asking, targeted)
 
     def entries(self, names: List[str]) -> Dict[str, Dict[str, Any]]:
         """The pool view's entry of each Node named: its report's, or that it has not reported."""

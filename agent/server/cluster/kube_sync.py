@@ -193,6 +193,18 @@ class KubeSync:
         self.node_cache.stop()
 
     def note_report(self, node: str, body: Dict[str, Any], pool: Optional[str]) -> None:
+        """Queue the node's write-back (the node loop); a Done that ends our drain writes the Node
+        now, its annotations and the uncordon in one patch, as the MCD uncordons before it says
+        Done: until then the Node counts as unavailable and holds a slot of its pool, and behind a
+        queue of reports (three writes each) that took seconds at 1,000 nodes (docs/performance.md,
+        "Rollout at fleet scale"). The node loop writes the rest (the same patch again: no change)."""
+        obj = self.node_cache.snapshot().get(node) if self._counts(node) else None  # never for an unbound report
+        if obj is not None and uncordon_patch((obj.get("metadata") or {}).get("annotations") or {}, body):
+            try:
+                self._patch_node(node, body, pool or "", obj, self.source.reflectors["machineconfigpools"].snapshot(),
+                                 self.cluster.store.pools())
+            except (KubeUnavailable, KubeError) as exc:  # the node loop's patch uncordons it too
+                log.warning("uncordoning Node %s: %s (the next write-back retries)", node, exc)
         with self._lock:
             self._nodes[node] = (dict(body, _at=time.time()), pool or "")
         self._wake.set()
@@ -301,21 +313,11 @@ class KubeSync:
         for node, (reported, pool) in pending.items():
             if not self._counts(node):  # deleted since, or a report that counts for nothing: never on a Node
                 continue
-            body = served_desired(rows, pool, node, reported)  # desiredConfig: the server's decision
             if away or node not in present:  # next round; or when the Node appears (its kubelet registers it)
                 failed[node] = (reported, pool)
                 continue
             try:
-                ours = (present[node].get("metadata") or {}).get("annotations") or {}
-                pivot = str(body.get("firstPivotConfig") or "")
-                patch = node_patch(body, pools.get(pool), ours, self.cluster.pool_of_rendered(pivot) if pivot else None)
-                # Done on the config it was drained for; a rewrite of a kept report never uncordons
-                # (that report may predate the drain: only a fresh Done ends it).
-                end = {} if body.get("_rewrite") else uncordon_patch(ours, body)
-                if end:
-                    patch["spec"] = end["spec"]
-                    patch["metadata"]["annotations"].update(end["metadata"]["annotations"])
-                self.client.merge_patch(NODES.path(node), patch)
+                body, ours = self._patch_node(node, reported, pool, present[node], pools, rows)
                 self._write_node_object(node, body, pool, ours, present[node])
                 self.writes["node"] += 1
             except KubeUnavailable as exc:  # the API server is away: the rest waits for the next round
@@ -329,6 +331,23 @@ class KubeSync:
         with self._lock:
             for node, item in failed.items():
                 self._nodes.setdefault(node, item)
+
+    def _patch_node(self, node: str, reported: Dict[str, Any], pool: str, node_obj: Dict[str, Any],
+                    pools: Dict[str, Dict[str, Any]], rows: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """The report's merge patch of the Node (node_patch; the uncordon when it ends our drain);
+        returns (the report as written, the Node's annotations it was written over)."""
+        body = served_desired(rows, pool, node, reported)  # desiredConfig: the server's decision
+        ours = (node_obj.get("metadata") or {}).get("annotations") or {}
+        pivot = str(body.get("firstPivotConfig") or "")
+        patch = node_patch(body, pools.get(pool), ours, self.cluster.pool_of_rendered(pivot) if pivot else None)
+        # Done on the config it was drained for; a rewrite of a kept report never uncordons
+        # (that report may predate the drain: only a fresh Done ends it).
+        end = {} if body.get("_rewrite") else uncordon_patch(ours, body)
+        if end:
+            patch["spec"] = end["spec"]
+            patch["metadata"]["annotations"].update(end["metadata"]["annotations"])
+        self.client.merge_patch(NODES.path(node), patch)
+        return body, ours
 
     def _write_node_object(self, node: str, body: Dict[str, Any], pool: str, annotations: Dict[str, Any],
                            node_obj: Dict[str, Any]) -> None:

@@ -10,11 +10,13 @@ else the nodes the store counts in it (approved, reporting).
 """
 
 import logging
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
 from agent.core.rolloutpolicy import rollout_policy
+from agent.server.cluster.sharedruns import SharedRuns
 from agent.server.rollout import firstboots, gating, progress, targeting
 from agent.server.rollout.targeting import Member
 from agent.server.store.nodestore import SERVER_KEY, NodeRecord, PoolRow
@@ -24,6 +26,7 @@ log = logging.getLogger(__name__)
 
 PAGE = 5000
 WAITING_LOOKUPS = 200  # pending registrations looked at to tell whether any waits in an empty pool
+_RUNS_LOCK = threading.Lock()
 
 
 class RolloutNotPossible(ValueError):
@@ -65,7 +68,13 @@ class RolloutControl:
 
     def _step_pool(self, st: State, name: str) -> None:
         """Move the pool's target/current (progress.rollout_step) and target its nodes
-        (targeting.step), in one compare-and-swap of its row."""
+        (targeting.step), in one compare-and-swap of its row. Callers at the same time share one
+        step (sharedruns.py: a burst of reports costs a few steps, not one each racing the others)."""
+        with _RUNS_LOCK:
+            runs = self.__dict__.setdefault("_pool_steps", SharedRuns())
+        runs.run((name, st.signature), lambda: self._step_pool_now(st, name))
+
+    def _step_pool_now(self, st: State, name: str) -> None:
         r = self._rendered.get(name)
         pool = st.pools.get(name)
         if r is None or pool is None:

@@ -271,20 +271,36 @@ class App(NodeRoutes):
         """Long poll (``?wait=SECONDS`` with ``If-None-Match``): hold a member's unchanged answer
         until its desired config changes (the server targeted it) or ``hold`` seconds passed, so a
         node learns its turn within a second instead of at its next poll. What the answer depends
-        on is looked at again only when the store changed (its generation, when it has one)."""
+        on is looked at again only when the store changed (its generation, when it has one), and
+        made again only when that changed too (``_hold_inputs``)."""
         deadline = time.monotonic() + hold
-        seen = self.cluster.store.generation()
+        seen, inputs = self.cluster.store.generation(), self._hold_inputs(pool, named)
         while time.monotonic() < deadline and not self.stopping.is_set():
             time.sleep(min(HOLD_POLL, max(0.0, deadline - time.monotonic())))
             now_gen = self.cluster.store.generation()
             if now_gen is not None and now_gen == seen:
                 continue
-            seen = now_gen
+            seen, before, inputs = now_gen, inputs, self._hold_inputs(pool, named)
+            if inputs is not None and inputs == before:
+                continue
             fresh = self._config_answer(caller, named, pool, accept)
             if fresh[1] != answer[1]:
                 return fresh
             answer = fresh  # the same config: its rollout headers may have changed
         return answer
+
+    def _hold_inputs(self, pool: str, named: Optional[str]) -> Optional[Tuple[Any, ...]]:
+        """What a member's answer is made from (rolloutctl.desired_for): the state served, the
+        pool's row (its target, who is targeted, why the others wait) and the node's record; None
+        when the node is no member of ``pool`` (a new node's answer also depends on proofs). With
+        a thousand held fetches and a store that changes with every report, making each answer
+        again every HOLD_POLL was a fifth of a worker's CPU (docs/performance.md, "Rollout at
+        fleet scale"); comparing these costs a few microseconds."""
+        cluster = self.cluster
+        rec = cluster.store.node(named) if named is not None else None
+        if rec is None or rec.pool != pool:
+            return None
+        return cluster.watcher.current().signature, cluster.store.pools().get(pool), rec
 
     def _config_answer(self, caller: Caller, named: Optional[str], pool: str,
                        accept: Optional[str]) -> Tuple[Response, str]:

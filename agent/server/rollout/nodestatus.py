@@ -260,10 +260,15 @@ def _go_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
 
 
-def drain_capacity(limit: int, unavailable: Sequence[str], holders: Sequence[str], asking: str) -> int:
+def drain_capacity(limit: int, unavailable: Sequence[str], holders: Sequence[str], asking: str,
+                   targeted: Sequence[str] = ()) -> int:
     """How many drain slots the pool has for lease holders (``getAllCandidateMachines``:
     capacity = maxUnavailable - unavailable Nodes). Lease holders are counted by the lease store
-    itself, and the asking node is the candidate, so only the other unavailable Nodes are
-    subtracted here: a Node a user cordoned, one NotReady, one working on its own."""
-    others = {n for n in unavailable if n != asking} - set(holders)
+    itself, the asking node is the candidate, and the nodes the server targeted (``targeted``:
+    the rollout's entries) took their slot when they were targeted (a lease is only for a node's
+    desired config), so only the other unavailable Nodes are subtracted here: a Node a user
+    cordoned, one NotReady, one working on its own. Ours: counting a targeted node here too
+    counted it twice once it held a lease this replica's list of holders did not show yet (the
+    lease store's does), and refused the rest of its wave for the lease's Retry-After (30 s)."""
+    others = {n for n in unavailable if n != asking} - set(holders) - set(targeted)
     return max(0, limit - len(others))

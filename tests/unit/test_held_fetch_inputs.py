@@ -1,0 +1,76 @@
+"""A member's held fetch (``?wait=`` with ``If-None-Match``, agent/server/http/app.py ``_held``) makes its
+answer again only when what it is made from changed (the state, the pool's row, the node's own
+record), not on every change of the store: a thousand held fetches and a report a few milliseconds
+apart made every answer again twice a second (docs/performance.md, "Rollout at fleet scale").
+In-process, the directory backend, an open server (a node is taken at its name)."""
+
+import json
+import os
+import shutil
+import threading
+import time
+
+from tests.campaigns.test_hostile_campaign import wsgi
+from tests.helpers import paths
+from tests.helpers.noderoot import not_layered
+from tests.helpers.wait import wait_for
+
+MC = ("apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 60-held\n"
+      "  labels: {machineconfiguration.openshift.io/role: worker}\nspec:\n  config:\n    ignition: {version: 3.4.0}\n"
+      "    storage:\n      files:\n      - {path: /etc/nmstate/openshift/held.yml, mode: 420, contents: {source: 'data:,x'}}\n")
+
+
+def test_a_held_fetch_is_made_again_only_when_its_inputs_change_and_answers_once_its_node_is_targeted(tmp_path):
+    from agent.server.http.app import App
+
+    state = tmp_path / "state"
+    shutil.copytree(os.path.join(paths.REPO, "examples", "state"), state)
+    not_layered(str(state))
+    worker = state / "machineconfigpools" / "worker.yaml"
+    worker.write_text(worker.read_text().replace('maxUnavailable: "25%"', "maxUnavailable: 1"))
+    app = App(str(state), reload_interval=0.0, settle=0.0)
+    app.max_hold = 3.0
+    status, a = wsgi(app, "GET", "/api/v1/pools/worker")
+    a = json.loads(a)["spec"]["configuration"]["name"]
+    done = {"pool": "worker", "state": "Done", "currentConfig": a, "desiredConfig": a}
+    for n in ("n1", "n2"):
+        assert wsgi(app, "POST", f"/api/v1/nodes/{n}/report", json.dumps(done).encode())[0] == 200
+    answer = {}
+
+    def held():  # n1's answer: its ETag on A, held
+        first = app._config_answer(app.caller({}), "n1", "worker", None)
+        answer["etag"] = first[1]
+        made = []
+        inner = app._config_answer
+        app._config_answer = lambda *args: made.append(1) or inner(*args)
+        start = time.monotonic()
+        answer["status"], _ = wsgi(app, "GET", "/config/worker", headers={
+            "X-Node-Name": "n1", "If-None-Match": first[1]}, query="wait=3")
+        answer["made"], answer["took"] = len(made), time.monotonic() - start
+
+    t = threading.Thread(target=held)
+    t.start()
+    for i in range(12):  # n2's reports move the store's generation; nothing n1's answer is made from
+        body = dict(done, reason=f"report {i}")
+        assert wsgi(app, "POST", "/api/v1/nodes/n2/report", json.dumps(body).encode())[0] == 200
+        time.sleep(0.2)
+    t.join(10)
+    assert answer["status"] == 304 and answer["took"] >= 2.9
+    assert answer["made"] == 1  # the first answer only: none made again while its inputs stood still
+
+    # B: n1 (the oldest registration) is targeted; its held fetch answers within a poll or two.
+    (state / "machineconfigs" / "60-held.yaml").write_text(MC)
+    got = {}
+
+    def targeted():
+        got["status"], got["body"] = wsgi(app, "GET", "/config/worker", headers={
+            "X-Node-Name": "n1", "If-None-Match": answer["etag"]}, query="wait=3")
+        got["at"] = time.monotonic()
+
+    t = threading.Thread(target=targeted)
+    t.start()
+    wait_for(lambda: json.loads(wsgi(app, "GET", "/api/v1/pools/worker")[1])["spec"]["configuration"]["name"] != a,
+             "B is the target")
+    b_at = time.monotonic()
+    t.join(10)
+    assert got["status"] == 200 and got["at"] - b_at < 2.0
