@@ -76,6 +76,7 @@ MAX_UNAVAILABLE = "10%"
 DEFER_AFTER = 5  # serve --drain-defer-after: seconds a PodDisruptionBudget may hold a drain
 GROUP = "rollout (kubernetes)"
 TOKEN = "bench-rollout"
+ADMIN_TOKEN = "bench-rollout-admin"
 USER = "node-config-server-rollout"
 NAMESPACE = "node-config-server"  # the server's (deploy/rbac.yaml)
 PINNED_NS = "pinned"
@@ -213,15 +214,15 @@ def say(text: str) -> None:
     print(f"  bench_rollout {time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
 
-def approval_args() -> List[str]:
-    """How a simulated node comes to count: every registered name approved by the rule at once
-    (serve --auto-approve '.*'). The one place to change when the Kubernetes backend asks a node
-    for proof of its name (issue 45)."""
-    return ["--auto-approve", ".*"]
+def approval_args(admin_token_file: str) -> List[str]:
+    """How a simulated node comes to count: with --backend kubernetes only a kubelet certificate or
+    the admin proves a name (a --auto-approve rule binds nothing: docs/security.md), so each light
+    agent is approved with the admin token right after it registers (rollout_fleet.py)."""
+    return ["--admin-token-file", admin_token_file]
 
 
-def server_args(kubeconfig: str) -> List[str]:
-    return ["--backend", "kubernetes", "--kubeconfig", kubeconfig, *approval_args(),
+def server_args(kubeconfig: str, admin_token_file: str) -> List[str]:
+    return ["--backend", "kubernetes", "--kubeconfig", kubeconfig, *approval_args(admin_token_file),
             # registration is the fleet's set-up, not what is measured: never its bottleneck
             "--register-rate", "100000", "--register-burst", "100000", "--max-unvetted", "1000000",
             # the pinned node's drain: attempts a second apart, given up (deferred) after DEFER_AFTER
@@ -412,13 +413,16 @@ class Fleet:
     def start(self) -> "Fleet":
         from tests.helpers.server_proc import ServerProcess
 
+        admin = os.path.join(self.top, "admin-token")
+        with open(os.open(admin, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(ADMIN_TOKEN + "\n")
         self.srv = ServerProcess(None, token=TOKEN, workers=2, auto_approve=None,
-                                 extra_args=server_args(self.kc.kubeconfig_for(USER)))
+                                 extra_args=server_args(self.kc.kubeconfig_for(USER), admin))
         self.srv.start(timeout=180)
         self.rows = RowWatch(self.kc)
         spec = os.path.join(self.top, "fleet.json")
         with open(spec, "w") as f:
-            json.dump({"url": self.srv.base_url, "token": TOKEN, "pool": "worker", "names": self.names,
+            json.dump({"url": self.srv.base_url, "token": TOKEN, "admin": ADMIN_TOKEN, "pool": "worker", "names": self.names,
                        "update_s": self.update_s}, f)
         self.fleet_log = open(os.path.join(self.top, "fleet.log"), "wb")
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))

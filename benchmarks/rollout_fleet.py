@@ -2,10 +2,13 @@
 protocol node-agent speaks to node-config-server, in a process of its own (gevent monkey-patches
 it, which must not happen to the benchmark's process: run.py runs the other benchmarks there).
 
-    python benchmarks/rollout_fleet.py SPEC.json      # SPEC: {"url", "token", "pool", "names", "update_s"}
+    python benchmarks/rollout_fleet.py SPEC.json      # SPEC: {"url", "token", "admin", "pool", "names", "update_s"}
 
 Each node, as after its first boot: registers (``POST /api/v1/nodes/<n>/register`` with the
-bootstrap token and the credential it made itself, ``nac1_...``), fetches its config as a member
+bootstrap token and the credential it made itself, ``nac1_...``), is approved as the admin
+approves a name (``POST /api/v1/nodes/<n>/approve`` with the admin token: with
+``--backend kubernetes`` a report counts only once a kubelet certificate or the admin proved the
+name, docs/security.md; a kubelet certificate per simulated node would measure TLS set-up), fetches its config as a member
 and reports Done on it. Then the day-2 loop of agent/node/update.py: a member fetch of
 ``/config/<pool>?wait=25`` with its credential, ``X-Node-Name`` and ``If-None-Match`` of the config it
 runs (held by the server until its desired config changes), ``turn.HELD_IDLE`` between passes. When
@@ -94,7 +97,7 @@ class Plans:
 class Agent:
     def __init__(self, spec: Dict[str, Any], name: str, out: Out, plans: Plans):
         self.base, self.pool, self.name = spec["url"].rstrip("/"), spec["pool"], name
-        self.token, self.update_s = spec["token"], float(spec["update_s"])
+        self.token, self.admin, self.update_s = spec["token"], spec["admin"], float(spec["update_s"])
         self.out, self.plans = out, plans
         self.s = requests.Session()
         self.s.trust_env = False
@@ -142,6 +145,7 @@ class Agent:
         """Registered, on the pool's config, Done: a node after its first boot."""
         self._call("POST", self._url("register"), (200, 201), data=json.dumps({"credential": self.credential}),
                    headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
+        self._call("POST", self._url("approve"), (200,), headers={"Authorization": f"Bearer {self.admin}"})
         r = self.fetch(0)
         self._took(r)
         self.report("Done", self.config, self.config, image=self.image)
