@@ -160,12 +160,23 @@ def test_describe_pool_and_node(server):
     (["get", "pools", "--server", "nope"], 2, "expected an http"),
     (["get", "pools", "--watch", "--interval", "0"], 2, "> 0"),
     (["get", "pools", "--out", "json"], 2, "--out"),  # no abbreviations (of --output)
+    # a name that is no Kubernetes name: the server's 400 is a usage error with its fix, never 69 (issue 49)
+    (["describe", "node", "INFRA-0"], 2, "what to do: did you mean infra-0? node names are lower case"),
+    (["get", "pool", "Worker"], 2, "what to do: did you mean worker? pool names are lower case"),
 ])
 def test_get_and_describe_exit_codes(server, args, code, words):
     args = [a.replace("{port}", str(free_port())) for a in args]
     r = ncs(*args, *server.client_args) if "--server" not in args else ncs(*args)
     assert r.returncode == code, (r.stdout, r.stderr)
     assert words in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_malformed_name_is_said_once_in_two_lines_without_a_url_or_http_status(server):
+    r = ncs("describe", "node", "INFRA-0", *server.client_args)
+    assert r.stderr.splitlines() == [
+        "node-config-server: describe: invalid node name 'INFRA-0': a node name is a DNS-1123 subdomain",
+        "what to do: did you mean infra-0? node names are lower case (letters, digits, '-' and '.'): "
+        "node-config-server get nodes lists them"], r.stderr
 
 
 def test_a_node_as_yaml_or_json_is_a_kubernetes_shaped_object_without_internal_fields(server):

@@ -1,8 +1,9 @@
 """``node-config-server get|describe|status``: ask a running server, print what it says.
 
 Exit codes: 0 shown (``status``: the cluster update is complete); 1 no such pool or node
-(``status``: not complete); 2 bad command line or client config flag; 65 client config file
-invalid; 69 server unreachable or not a node-config-server; 77 the server wants a token.
+(``status``: not complete); 2 bad command line or client config flag, or a name the server refuses
+as malformed (HTTP 400: ``INFRA-0`` is no node name); 65 client config file invalid; 69 server
+unreachable or not a node-config-server; 77 the server wants a token.
 """
 
 import argparse
@@ -28,8 +29,9 @@ def add_client_options(p: argparse.ArgumentParser) -> None:
                         "(default: ~/.config/node-config-server/client.yaml when it exists)")
 
 
-EXITS = ("Exit codes: 0 shown; 1 no such pool or node; 2 bad command line or client config flag; 65 client "
-         "config file invalid; 69 server unreachable or not a node-config-server; 77 the server wants a token.")
+EXITS = ("Exit codes: 0 shown; 1 no such pool or node; 2 bad command line or client config flag, or a name that "
+         "is no Kubernetes name (the server refuses it); 65 client config file invalid; 69 server unreachable or "
+         "not a node-config-server; 77 the server wants a token.")
 GET_DOC = ("List the pools (as oc get mcp) or the nodes of a running server. A table takes the terminal's "
            "width (COLUMNS, else the terminal's; to a pipe every value whole): when it does not fit, a few count "
            "columns are left out first (a line under the table names them), then config names are shortened, "
