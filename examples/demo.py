@@ -19,6 +19,8 @@ its pools and nodes (get, describe, get --watch), as printed they work from the 
 Everything lives under ./demo-run, ignored by git (removed and made again at each run;
 $NODE_AGENT_DEMO_DIR elsewhere): state/ (the YAML), data/ (nodes.db), tls/, token, client.yaml.
 The server printed at the end listens on 127.0.0.1:22623 ($NODE_AGENT_DEMO_PORT another port).
+While that server runs, the demo refuses to start (it would wipe ./demo-run under it) and says
+how to stop it; Ctrl-C stops the demo and its server with one line.
 """
 
 import os
