@@ -29,7 +29,8 @@ GET = "node-config-server get pools"
 DESCRIBE = "describe pool worker"
 DEMO = "make demo"
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None or not os.path.isdir(os.path.join(REPO, ".git")),
+# .git: a directory in a clone, a file in a worktree (git worktree add): both are checkouts.
+pytestmark = pytest.mark.skipif(shutil.which("git") is None or not os.path.exists(os.path.join(REPO, ".git")),
                                 reason="needs git and a git checkout")
 
 
