@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # Installing qemu-system-x86 upgrades some of the host's systemd packages on Debian 12.
 # Defined before DEB_PACKAGES: `:=` expands what it names at once (an empty list, before).
 VM_DEB_PACKAGES := qemu-system-x86 debootstrap e2fsprogs
-# Debian packages the tests need (Fedora/RHEL equivalents are in README.md).
+# Debian packages the tests need (Fedora/RHEL equivalents are in docs/install.md).
 DEB_PACKAGES := dbus-daemon libdbus-1-dev libgirepository1.0-dev libcairo2-dev pkg-config \
                 gir1.2-glib-2.0 rpm systemd python3-dev gcc man-db $(VM_DEB_PACKAGES)
 BENCH_DEB_PACKAGES := nginx-light cloud-init etcd-server haproxy wrk
@@ -42,7 +42,7 @@ sysdeps:
 	    echo "installing Debian packages:$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	  else \
-	    echo "missing system packages:$$missing (see README.md, 'Development set-up')"; \
+	    echo "missing system packages:$$missing (see docs/install.md, 'With pip')"; \
 	  fi; \
 	fi
 

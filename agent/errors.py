@@ -1,6 +1,6 @@
 """Error types shared by every part of node-agent, and the exit codes they map to.
 
-Exit codes are a contract (README.md, "Commands" and "Troubleshoot").
+Exit codes are a contract (docs/commands.md; what to do about each: docs/troubleshooting.md).
 Every error says what was wrong, where (JSON path, file, field) and what to do.
 """
 

@@ -19,12 +19,15 @@ its pools and nodes (get, describe, get --watch), as printed they work from the 
 Everything lives under ./demo-run, ignored by git (removed and made again at each run;
 $NODE_AGENT_DEMO_DIR elsewhere): state/ (the YAML), data/ (nodes.db), tls/, token, client.yaml.
 The server printed at the end listens on 127.0.0.1:22623 ($NODE_AGENT_DEMO_PORT another port).
+While that server runs, the demo refuses to start (it would wipe ./demo-run under it) and says
+how to stop it; Ctrl-C stops the demo and its server with one line.
 """
 
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -33,6 +36,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from examples import demoprocs  # noqa: E402
 from tests.helpers.certs import make_tls  # noqa: E402
 from tests.helpers.noderoot import make_node_root, not_layered  # noqa: E402
 from tests.helpers.server_proc import ServerProcess  # noqa: E402
@@ -85,7 +89,26 @@ def agent(*args):
     return [os.path.join(BIN, "node-agent"), *args]
 
 
+def refuse_if_served() -> None:
+    """The server the last demo printed how to start may still run on ./demo-run: wiping the
+    directory under it would leave it serving files that are gone, and its clients a new CA."""
+    pids = demoprocs.servers_of(RUN)
+    if pids:
+        listed = " ".join(str(p) for p in pids)
+        raise SystemExit(f"demo: {_shown(RUN)}/ is in use: node-config-server (pid {listed}) serves from it, as the "
+                         f"last demo printed; make demo would wipe it under the server\nwhat to do: stop that server "
+                         f"(Ctrl-C in its terminal, or kill {listed}), then run make demo again")
+
+
+def _interrupted(*_) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the server's stop short
+    raise KeyboardInterrupt
+
+
 def main() -> int:
+    refuse_if_served()
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a background job ignores Ctrl-C: so do we
+        signal.signal(signal.SIGINT, _interrupted)
     started = time.monotonic()
     shutil.rmtree(RUN, ignore_errors=True)
     os.makedirs(RUN)
@@ -267,4 +290,11 @@ def _wait_for_new_target(api, srv, pool: str, old: str, timeout: float = 10.0) -
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # its server is stopped by then (ServerProcess); the nodes' commands got the Ctrl-C too
+        print(f"\ndemo: interrupted (Ctrl-C); its server is stopped, and what it made is under {_shown(RUN)}/ "
+              f"(make demo starts over)", file=sys.stderr)
+        # Under make, which got the Ctrl-C too and ends by it (the shell sees 130 all the same), an
+        # exit 130 here would add make's "*** [Makefile: demo] Error 130" under this line.
+        sys.exit(0 if os.environ.get("MAKELEVEL") else 130)

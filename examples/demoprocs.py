@@ -82,6 +82,46 @@ def refuse_if_running(run: str) -> None:
                          f"stop it first: make kube-demo-stop")
 
 
+def servers_of(run: str) -> List[int]:
+    """The pids of the running ``node-config-server serve`` processes whose ``--state`` or
+    ``--data-dir`` lies under ``run`` (read from /proc: each process's command line and working
+    directory), gunicorn's workers left out (their parent is listed): the server a user started
+    from a demo's printed command, which ``make demo`` must not wipe the directory under."""
+    run = os.path.realpath(run)
+    found: Dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            cwd = os.readlink(f"/proc/{name}/cwd")
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone, or not ours to read
+        if "serve" in argv and any("node-config-server" in a or "agent.server.cli" in a for a in argv) and \
+                any(_under(run, os.path.join(cwd, path)) for path in _paths(argv)):
+            found[int(name)] = ppid
+    return sorted(pid for pid, ppid in found.items() if ppid not in found)
+
+
+def _paths(argv: List[str]) -> List[str]:
+    out = []
+    for i, arg in enumerate(argv):
+        for flag in ("--state", "--data-dir"):
+            if arg == flag and i + 1 < len(argv):
+                out.append(argv[i + 1])
+            elif arg.startswith(flag + "="):
+                out.append(arg[len(flag) + 1:])
+    return out
+
+
+def _under(top: str, path: str) -> bool:
+    path = os.path.realpath(path)
+    return path == top or path.startswith(top + os.sep)
+
+
 def stop(run: str, timeout: float = 60.0) -> int:
     """SIGTERM the demo (it stops its components in order) and wait; then end, by process group,
     any component still running (a demo killed with SIGKILL left them). Exit 0 when nothing of

@@ -11,7 +11,7 @@ from agent.errors import ConfigError
 from agent.ignition.dataurl import decode_data_url, decompress
 
 PEM_BEGIN = b"-----BEGIN CERTIFICATE-----"
-DOCS = "README.md, section 'Configure' (pointer config)"
+DOCS = "docs/install.md, section 'Configure' (pointer config)"
 
 
 def inline_ca_problem(source: str, compression: Optional[str]) -> Optional[str]:

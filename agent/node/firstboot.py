@@ -74,7 +74,7 @@ class FirstBoot:
             data = self.root.read_bytes(path)
         except FileNotFoundError:
             raise ConfigError(f"pointer config {self.root.path(path)} does not exist: write it "
-                              f"(see README, 'Configure') or pass --pointer")
+                              f"(see docs/install.md, 'Configure') or pass --pointer")
         return parse_document(data, source=self.root.path(path))
 
     def fetch(self) -> Dict[str, Any]:

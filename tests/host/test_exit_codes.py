@@ -1,4 +1,4 @@
-"""Every exit code of README's tables, one test per row, against the real server where one is needed.
+"""Every exit code of docs/commands.md's tables, one test per row, against the real server where one is needed.
 
 Also: a report the server refuses ends first boot degraded (and is not sent again), a closed
 pipe ends quietly, no abbreviated options, and a fatal error is said once with what to do.

@@ -79,6 +79,9 @@ def test_agent_package_file_list(rpms):
         "/etc/node-agent/agent.yaml",
         "/var/lib/node-agent",
         "/usr/share/doc/node-agent/operations.md",
+        "/usr/share/doc/node-agent/troubleshooting.md",  # firstboot's exit codes and what to do, on the node
+        "/usr/share/doc/node-agent/install.md",
+        "/usr/share/doc/node-agent/commands.md",
         f"{sitelib}/agent/cli.py",
         f"{sitelib}/agent/host/log.py",
         f"{sitelib}/agent/node/status.py",

@@ -1,6 +1,6 @@
 """Issue 31: what each ``node-agent`` command prints when it fails, counted line by line.
 
-README's rule: a fatal error is one line of what and where plus one ``what to do:`` line, on
+docs/commands.md's rule: a fatal error is one line of what and where plus one ``what to do:`` line, on
 stderr only, once. Each row of FAILURES runs a command's failure path as a real process (the
 log on stderr, as in a terminal or a pipe without a journal) and counts the lines that say it.
 Also here: the hints that misled (the fetch hint's port, the skew refusal's three fixes) and

@@ -3,7 +3,9 @@ fetching a pool's target by node name started to need the node's own credential)
 make demo does, in a scratch directory; the demo itself checks every exit code it expects.
 
 It ends by printing the commands that reopen its cluster (a TLS + token server on the demo's
-state and data, then get and describe): they are run here as printed, the watch bounded."""
+state and data, then get and describe): they are run here as printed, the watch bounded. While
+that server runs, a second demo refuses to wipe the directory under it; Ctrl-C ends a demo with
+one line (issue 49)."""
 
 import os
 import shlex
@@ -14,6 +16,7 @@ import sys
 import pytest
 import requests
 
+from examples import demoprocs
 from tests.helpers import paths
 from tests.helpers.server_proc import free_port, terminate
 from tests.helpers.wait import wait_for
@@ -21,15 +24,40 @@ from tests.helpers.wait import wait_for
 REPO = paths.REPO
 
 
+def demo_env(run, port):
+    return dict(os.environ, NODE_AGENT_DEMO_DIR=str(run), NODE_AGENT_DEMO_PORT=str(port), NO_COLOR="1")
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     run = tmp_path_factory.mktemp("demo") / "demo-run"
     port = free_port()
-    env = dict(os.environ, NODE_AGENT_DEMO_DIR=str(run), NODE_AGENT_DEMO_PORT=str(port), NO_COLOR="1")
-    out = subprocess.run([sys.executable, os.path.join(REPO, "examples", "demo.py")], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, os.path.join(REPO, "examples", "demo.py")], cwd=REPO,
+                         env=demo_env(run, port), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out, run, port
+
+
+def serve_as_printed(serve, run, port) -> subprocess.Popen:
+    """The printed serve command, started and answering /healthz."""
+    log = open(run / "serve.log", "w")
+    srv = subprocess.Popen(serve, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+
+    def up():
+        assert srv.poll() is None, (run / "serve.log").read_text()
+        try:
+            return requests.get(f"https://127.0.0.1:{port}/healthz", verify=str(run / "tls" / "ca.pem"),
+                                timeout=2).status_code == 200
+        except requests.ConnectionError:  # not listening yet
+            return False
+
+    try:
+        wait_for(up, f"the demo's server answers /healthz (its log: {run / 'serve.log'})", 60, interval=0.2)
+    except BaseException:
+        terminate(srv, 20)
+        raise
+    return srv
 
 
 def test_make_demo_runs_to_the_end(demo):
@@ -60,18 +88,8 @@ def test_the_printed_commands_reopen_the_cluster(demo):
     assert "--watch" in watch and "--tls-cert" in serve and "--token-file" in serve
     assert serve[serve.index("--listen") + 1] == f"127.0.0.1:{port}"
     assert serve[serve.index("--data-dir") + 1] == str(run / "data")
-    log = open(run / "serve.log", "w")
-    srv = subprocess.Popen(serve, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    srv = serve_as_printed(serve, run, port)
     try:
-        def up():
-            assert srv.poll() is None, (run / "serve.log").read_text()
-            try:
-                return requests.get(f"https://127.0.0.1:{port}/healthz", verify=str(run / "tls" / "ca.pem"),
-                                    timeout=2).status_code == 200
-            except requests.ConnectionError:  # not listening yet
-                return False
-
-        wait_for(up, f"the demo's server answers /healthz (its log: {run / 'serve.log'})", 60, interval=0.2)
         shown = {}
         for argv in looks:
             r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60)
@@ -96,7 +114,52 @@ def test_the_printed_commands_reopen_the_cluster(demo):
         assert w.returncode == 0 and "infra" in first + wout and "Traceback" not in werr, (first, wout, werr)
     finally:
         terminate(srv, 20)
-        log.close()
+
+
+def test_a_second_demo_refuses_to_wipe_the_directory_its_reopened_server_serves(demo):
+    out, run, port = demo
+    srv = serve_as_printed(printed_commands(out.stdout)[0], run, port)
+    try:
+        db = run / "data" / "nodes.db"
+        before = db.stat().st_ino
+        again = subprocess.run([sys.executable, os.path.join(REPO, "examples", "demo.py")], cwd=REPO,
+                               env=demo_env(run, port), capture_output=True, text=True, timeout=120)
+        assert again.returncode == 1 and again.stdout == "", (again.stdout, again.stderr)
+        lines = again.stderr.splitlines()
+        assert len(lines) == 2 and f"(pid {srv.pid})" in lines[0] and "is in use" in lines[0], again.stderr
+        assert lines[1].startswith("what to do: stop that server") and f"kill {srv.pid}" in lines[1], again.stderr
+        assert db.stat().st_ino == before and srv.poll() is None  # nothing wiped, the server still up
+        assert demoprocs.servers_of(str(run)) == [srv.pid]  # its gunicorn workers are not listed
+    finally:
+        terminate(srv, 20)
+    assert demoprocs.servers_of(str(run)) == []
+
+
+def test_ctrl_c_ends_the_demo_with_one_line_and_stops_its_server(tmp_path):
+    """As a terminal's Ctrl-C: SIGINT to the demo's process group (the demo and the node-agent it
+    runs), mid-way through its first boots."""
+    run = tmp_path / "demo-run"
+    demo = subprocess.Popen([sys.executable, os.path.join(REPO, "examples", "demo.py")], cwd=REPO,
+                            env=demo_env(run, free_port()), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        seen = ""
+        while "== 2." not in seen:  # its server is up and the first boots run
+            line = demo.stdout.readline()
+            assert line, demo.communicate(timeout=60)
+            seen += line
+        os.killpg(demo.pid, signal.SIGINT)
+        out, err = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+    assert demo.returncode == 130, (out[-2000:], err)
+    assert [line for line in err.splitlines() if line.strip()] == [
+        "demo: interrupted (Ctrl-C); its server is stopped, and what it made is under "
+        f"{run}/ (make demo starts over)"], err
+    assert demoprocs.servers_of(str(run)) == []
 
 
 def _first_line(proc, timeout):

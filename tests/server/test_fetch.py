@@ -433,7 +433,7 @@ def test_https_redirect_to_http_is_refused(tls_pair, fake):
         assert not plain.requests_for("/c")  # refused before anything went out in clear
     assert fake.sleeps == []  # final: retrying cannot make it secure
     # exit 69, "could not fetch", documented as covering a fetch refused as insecure
-    # (README "Troubleshoot", docs/operations.md "Fetch deadlines and exit 69")
+    # (docs/troubleshooting.md, docs/operations.md "Fetch deadlines and exit 69")
     assert err.value.final and err.value.status == 302 and err.value.exit_code == EXIT_UNREACHABLE
     assert "answer over https, or point the pointer config at the https URL" in str(err.value)  # what to do
 

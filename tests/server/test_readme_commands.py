@@ -21,7 +21,7 @@ from tests.helpers.wait import wait_for
 
 REPO = paths.REPO
 
-# As README.md shows them ("What works", "Commands"); each must be in README.md word for word.
+# As README.md ("Commands") and docs/commands.md show them; each must be in one of them word for word.
 SERVE = "node-config-server serve --state examples/state --data-dir ~/.local/share/node-config-server"
 RENDER = "render --state DIR"
 STATUS = "status [--json] [--state DIR [--data-dir DIR]]"
@@ -29,7 +29,8 @@ GET = "node-config-server get pools"
 DESCRIBE = "describe pool worker"
 DEMO = "make demo"
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None or not os.path.isdir(os.path.join(REPO, ".git")),
+# .git: a directory in a clone, a file in a worktree (git worktree add): both are checkouts.
+pytestmark = pytest.mark.skipif(shutil.which("git") is None or not os.path.exists(os.path.join(REPO, ".git")),
                                 reason="needs git and a git checkout")
 
 
@@ -76,10 +77,12 @@ def sh(command: str, clone: str, env: dict, codes=(0,)) -> subprocess.CompletedP
 
 
 def test_readme_commands_leave_the_checkout_clean(tmp_path):
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        readme = f.read()
+    documents = ""
+    for name in ("README.md", os.path.join("docs", "commands.md")):
+        with open(os.path.join(REPO, name), encoding="utf-8") as f:
+            documents += f.read()
     for documented in (SERVE, RENDER, STATUS, GET, DESCRIBE, DEMO):
-        assert documented in readme, documented
+        assert documented in documents, documented
     clone = clean_clone(tmp_path)
     env = shims(tmp_path, clone)
 

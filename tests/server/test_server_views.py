@@ -129,11 +129,12 @@ def test_get_pools_and_nodes(server):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("NAME") and "AGE" in lines[0] and max(map(len, lines)) <= 100
-    assert [line.split()[0] for line in lines[1:]] == ["infra", "master", "worker"]
+    assert [line.split()[0] for line in lines[1:4]] == ["infra", "master", "worker"]
+    assert lines[4:] == ["3 columns hidden at this width (READY, UPDATED-M, DEGRADED-M): -o wide shows every column"]
     r = ncs("get", "nodes", *server.client_args)
     assert r.returncode == 0 and r.stdout.splitlines()[1].split()[:3] == ["w1", "worker", "Working"]
     r = ncs("get", "nodes", "-o", "json", *server.client_args)
-    assert json.loads(r.stdout)["items"][0]["name"] == "w1"
+    assert json.loads(r.stdout)["items"][0]["metadata"]["name"] == "w1"
     r = ncs("get", "pool", "worker", "-o", "yaml", *server.client_args)
     assert yaml.safe_load(r.stdout)["metadata"]["name"] == "worker"
 
@@ -159,12 +160,40 @@ def test_describe_pool_and_node(server):
     (["get", "pools", "--server", "nope"], 2, "expected an http"),
     (["get", "pools", "--watch", "--interval", "0"], 2, "> 0"),
     (["get", "pools", "--out", "json"], 2, "--out"),  # no abbreviations (of --output)
+    # a name that is no Kubernetes name: the server's 400 is a usage error with its fix, never 69 (issue 49)
+    (["describe", "node", "INFRA-0"], 2, "what to do: did you mean infra-0? node names are lower case"),
+    (["get", "pool", "Worker"], 2, "what to do: did you mean worker? pool names are lower case"),
 ])
 def test_get_and_describe_exit_codes(server, args, code, words):
     args = [a.replace("{port}", str(free_port())) for a in args]
     r = ncs(*args, *server.client_args) if "--server" not in args else ncs(*args)
     assert r.returncode == code, (r.stdout, r.stderr)
     assert words in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_malformed_name_is_said_once_in_two_lines_without_a_url_or_http_status(server):
+    r = ncs("describe", "node", "INFRA-0", *server.client_args)
+    assert r.stderr.splitlines() == [
+        "node-config-server: describe: invalid node name 'INFRA-0': a node name is a DNS-1123 subdomain",
+        "what to do: did you mean infra-0? node names are lower case (letters, digits, '-' and '.'): "
+        "node-config-server get nodes lists them"], r.stderr
+
+
+def test_a_node_as_yaml_or_json_is_a_kubernetes_shaped_object_without_internal_fields(server):
+    """Issue 49: ``get nodes NAME -o yaml`` showed the API's record, with the server's own mark
+    ``report._server``; now a ManagedNode object, the same from get and describe, one or listed."""
+    got = yaml.safe_load(ncs("get", "nodes", "w1", "-o", "yaml", *server.client_args).stdout)
+    assert (got["apiVersion"], got["kind"], got["metadata"]) == ("node-agent.openshift.io/v1", "ManagedNode",
+                                                                 {"name": "w1"})
+    assert got["spec"]["pool"] == "worker" and set(got) == {"apiVersion", "kind", "metadata", "spec", "status"}
+    assert got["status"]["report"]["state"] == "Working" and got["status"]["membership"]
+    raw = server.session().get(server.url("/api/v1/nodes/w1")).json()
+    assert "_server" in raw["report"]  # the API keeps its mark (docs/api.md); the view leaves it out
+    assert "_server" not in json.dumps(got) and "node" not in got["status"] and "name" not in got["status"]
+    described = json.loads(ncs("describe", "node", "w1", "-o", "json", *server.client_args).stdout)
+    listed = json.loads(ncs("get", "nodes", "-o", "json", *server.client_args).stdout)["items"]
+    assert described["metadata"] == got["metadata"] and described["spec"] == got["spec"]
+    assert [i for i in listed if i["metadata"]["name"] == "w1"][0]["kind"] == "ManagedNode"
 
 
 def test_status_asks_the_running_server(server):

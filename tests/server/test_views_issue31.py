@@ -293,13 +293,47 @@ def test_get_pool_gives_updated_and_updating_a_stable_last_transition_time(examp
     for kind in ("Updated", "Updating"):
         assert re.match(ISO, conds[kind]["lastTransitionTime"]), conds[kind]
     assert conds["Updated"]["lastTransitionTime"] in [h["at"] for h in history]
-    for kind in ("Degraded", "RenderHeld"):  # the store records no time for these: none is made up
-        assert "lastTransitionTime" not in conds[kind]
+    for kind in ("NodeDegraded", "RenderDegraded", "Degraded", "RenderHeld"):  # recorded by the pool's step (issue 49)
+        assert re.match(ISO, conds[kind]["lastTransitionTime"]), conds[kind]
     time.sleep(1.1)
     _, again = call(app, "GET", "/api/v1/pools/worker", ADMIN)
     assert again["status"]["conditions"] == first["status"]["conditions"]
     out = views.describe_pool(again, NOW)
     assert conds["Updated"]["lastTransitionTime"] in out
+
+
+def test_a_pool_condition_keeps_its_time_while_its_status_stays_and_takes_a_new_one_when_it_changes(example_app):
+    """Issue 49: ``describe pool`` showed ``LAST TRANSITION -`` for every condition but Updated and
+    Updating. The pool's step records when each condition took its status (poolview.condition_times)."""
+    from agent.server.cluster.service import validate_report
+
+    app, _ = example_app
+    before = {c["type"]: c for c in app.cluster.pool_views(only="worker")["worker"]["status"]["conditions"]}
+    time.sleep(1.1)
+    target = app.cluster.store.pools()["worker"].target
+    app.cluster.record_report("w-degraded", validate_report({
+        "pool": "worker", "labels": {"node-role.kubernetes.io/worker": ""}, "state": "Degraded",
+        "reason": "disk full", "currentConfig": target, "desiredConfig": target}))
+    after = {c["type"]: c for c in app.cluster.pool_views(only="worker")["worker"]["status"]["conditions"]}
+    for kind in ("NodeDegraded", "Degraded"):  # False -> True: a new time
+        assert (before[kind]["status"], after[kind]["status"]) == ("False", "True")
+        assert after[kind]["lastTransitionTime"] > before[kind]["lastTransitionTime"], (before[kind], after[kind])
+    for kind in ("RenderDegraded", "RenderHeld"):  # unchanged: the same time
+        assert after[kind]["lastTransitionTime"] == before[kind]["lastTransitionTime"]
+    text = views.describe_pool(app.cluster.pool_views(only="worker")["worker"], NOW)
+    conditions = text.split("Conditions:\n", 1)[1].split("Nodes:", 1)[0].splitlines()[1:]
+    assert conditions and all(re.match(r"^\s+\w+\s+(True|False)\s+\d{4}-", line) for line in conditions), text
+
+
+def test_condition_times_keep_a_status_time_and_write_nothing_when_nothing_changed():
+    conds = [{"type": "Degraded", "status": "False"}, {"type": "RenderHeld", "status": "False"}]
+    rollout = poolview.condition_times({"targets": {}}, conds, 1800000000.0)
+    assert rollout[poolview.TIMES] == {"Degraded": ["False", "2027-01-15T08:00:00Z"],
+                                       "RenderHeld": ["False", "2027-01-15T08:00:00Z"]}
+    assert poolview.condition_times(rollout, conds, 1800000100.0) is rollout  # no change: the row is not written
+    flipped = poolview.condition_times(rollout, [dict(conds[0], status="True"), conds[1]], 1800000100.0)
+    assert flipped[poolview.TIMES] == {"Degraded": ["True", "2027-01-15T08:01:40Z"],
+                                       "RenderHeld": ["False", "2027-01-15T08:00:00Z"]}
 
 
 def test_pool_age_is_the_objects_creation_time_else_the_stores_first_record_never_the_files_mtime(example_app):

@@ -26,7 +26,7 @@ def test_the_example_pointer_s_placeholder_ca_is_refused_with_a_pointer_to_the_d
     assert main(["validate", str(EXAMPLES / "pointer.ign")]) == 1
     out = capsys.readouterr().out
     assert out.startswith("$.ignition.security.tls.certificateAuthorities.0.source: error:")
-    assert "placeholder" in out and "README.md, section 'Configure'" in out and "[ca-not-pem]" in out
+    assert "placeholder" in out and "docs/install.md, section 'Configure'" in out and "[ca-not-pem]" in out
 
 
 @pytest.mark.parametrize("name,first_path", [

@@ -1,11 +1,13 @@
 """Every view at 80 and 200 columns: each line fits, pool and node names and states are whole,
-and at 200 a rendered config's whole name is there to paste into ``oc get mc`` (issue 40)."""
+and at 200 a rendered config's whole name is there to paste into ``oc get mc`` (issue 40).
+Every view that leaves a column out says so under the table, and ``-o wide`` adds columns as
+kubectl's does (issue 49)."""
 
 import io
 
 import pytest
 
-from agent.server.cli import views, watch
+from agent.server.cli import tables, views, watch
 
 HASH = "c7f50b7fa4545f0bbd8222ee6d0f9201"
 NOW = views.parse_time("2026-11-22T10:00:00Z")
@@ -50,7 +52,8 @@ def node_views(width):
 
 
 def rows(text):
-    return [line.split() for line in text.splitlines()[1:] if line.strip()]
+    """The table's rows, without the line that names hidden columns."""
+    return [line.split() for line in text.splitlines()[1:] if line.strip() and "hidden at this width" not in line]
 
 
 @pytest.mark.parametrize("width", [80, 200])
@@ -86,6 +89,72 @@ def test_the_watch_bar_gives_way_before_the_target_name():
 
 def test_terminal_width_is_columns_else_the_terminal_else_no_limit(monkeypatch):
     monkeypatch.setenv("COLUMNS", "132")
-    assert views.terminal_width(io.StringIO()) == 132
+    assert tables.terminal_width(io.StringIO()) == 132
     monkeypatch.delenv("COLUMNS")
-    assert views.terminal_width(io.StringIO()) is None  # a pipe or a file: every value whole
+    assert tables.terminal_width(io.StringIO()) is None  # a pipe or a file: every value whole
+
+
+# -- hidden columns, -o wide (issue 49) -------------------------------------------------------------
+
+def tables_at(width, wide=False):
+    pools, nodes = [pool(n) for n in POOLS], [node(*n) for n in NODES]
+    return {"get pools": (views.pools_table(pools, NOW, wide=wide, width=width), views.POOL_COLUMNS),
+            "get nodes": (views.nodes_table(nodes, NOW, wide=wide, width=width), views.NODE_COLUMNS),
+            "get nodes --watch": (rich_text(watch.render_nodes(nodes, now=NOW), width), views.NODE_COLUMNS)}
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 200])
+def test_every_table_that_leaves_columns_out_says_how_many_under_it_and_that_o_wide_shows_them(width):
+    for view, (text, columns) in tables_at(width).items():
+        lines = text.rstrip("\n").splitlines()
+        hidden = [c for c in columns if c not in lines[0].split()]
+        notes = [line for line in lines if "hidden at this width" in line]
+        if not hidden:
+            assert not notes, (view, text)
+            continue
+        assert len(notes) == 1 and notes[0] == lines[len(rows(text)) + 1], (view, text)  # right under the rows
+        n = len(hidden)
+        assert notes[0].startswith(f"{n} column{'s' if n > 1 else ''} hidden at this width"), (view, text)
+        assert "-o wide" in notes[0] and len(notes[0]) <= width, (view, text)
+        named = notes[0].split("(", 1)[1].split(")")[0].split(", ") if "(" in notes[0] else hidden
+        assert named == hidden, (view, text)
+
+
+def test_at_80_columns_the_tables_the_issue_tried_name_what_they_hide():
+    text = tables_at(80)
+    assert "1 column hidden at this width (DEGRADED-M): -o wide shows every column" in text["get pools"][0]
+    assert "3 columns hidden at this width: -o wide" in text["get nodes"][0]  # the names do not fit in 80
+    assert "3 columns hidden at this width (READY, UPDATED-M, DEGRADED-M)" in tables_at(100)["get pools"][0]
+
+
+def test_any_column_a_view_adds_is_named_when_it_is_left_out():
+    """The mechanism knows no column by name: a view's new optional column (a READY, say) is named too."""
+    def build(short):
+        return [["NAME", "STATE", "READY", "NEWCOLUMN"], ["node-0", "Done", "True", "x" * 40]]
+
+    text = tables.fit(build, width=40, optional=("NEWCOLUMN", "READY"))
+    assert text.splitlines()[-1] == "1 column hidden at this width: -o wide"
+    assert tables.fit(build, width=80, optional=("NEWCOLUMN",)).count("hidden") == 0
+    assert tables.hidden_note(["NEWCOLUMN"], 200) == \
+        "1 column hidden at this width (NEWCOLUMN): -o wide shows every column\n"
+
+
+def test_o_wide_adds_the_wide_only_columns_as_kubectl_adds_its_priority_columns():
+    for view, (text, columns) in tables_at(200, wide=True).items():
+        if view.endswith("--watch"):
+            continue
+        header = text.splitlines()[0].split()
+        extra = views.POOL_WIDE if view == "get pools" else views.NODE_WIDE
+        assert set(columns) | set(extra) == set(header) and len(header) == len(columns) + len(extra), (view, header)
+        assert "hidden" not in text and "…" not in text, (view, text)
+    for view, (text, columns) in tables_at(None).items():  # to a pipe: the default columns, whole
+        if not view.endswith("--watch"):
+            assert text.splitlines()[0].split() == list(columns), (view, text)
+    wide = views.pools_table([pool("worker")], NOW, wide=True, width=80).splitlines()
+    cells = dict(zip(wide[0].split(), wide[1].split()))
+    assert cells["TARGET"] == f"rendered-worker-{HASH}" and cells["PAUSED"] == "False" and cells["MAXUNAVAILABLE"] == "1"
+
+
+def test_the_node_tables_wide_columns_come_before_the_reason():
+    header = views.nodes_table([node(*NODES[2])], NOW, wide=True).splitlines()[0].split()
+    assert header[-1] == "REASON" and header[-4:-1] == list(views.NODE_WIDE)

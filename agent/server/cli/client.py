@@ -128,6 +128,10 @@ class Client:
             raise ClientError(for_client(message), EXIT_NOPERM)
         if resp.status_code == 409:  # the server understood and refused in the state it is in (nothing to do)
             raise ClientError(message, EXIT_NOT_FOUND)
+        if 400 <= resp.status_code < 500 and resp.status_code not in (408, 429):
+            # What the command line asked is malformed (a name that is no Kubernetes name): a usage
+            # error, said once with its fix; never "unreachable", which sends one looking at the network.
+            raise ClientError(f"{message}\nwhat to do: {_fix(resp, message)}", EXIT_USAGE)
         raise ClientError(f"{url}: HTTP {resp.status_code}: {message}", EXIT_UNREACHABLE)
 
 
@@ -172,6 +176,23 @@ def _why(exc: Exception) -> str:
 
     found = re.findall(r"\[Errno -?\d+\] [^'\")]+", str(exc))
     return found[-1] if found else type(exc).__name__
+
+
+def _fix(resp, message: str) -> str:
+    """What to do about a request the server refused as malformed, by the field it names."""
+    import re
+
+    try:
+        field = str((resp.json().get("error") or {}).get("field") or "")
+    except (ValueError, AttributeError):
+        field = ""
+    if field in ("node", "pool"):
+        named = re.search(r"invalid \w+ name '([^']*)'", message)
+        lower = named.group(1).lower() if named else ""
+        guess = f"did you mean {lower}? " if named and lower != named.group(1) else ""
+        chars = "letters, digits, '-' and '.'" if field == "node" else "letters, digits and '-'"
+        return f"{guess}{field} names are lower case ({chars}): node-config-server get {field}s lists them"
+    return "check the command's names and options (node-config-server COMMAND --help)"
 
 
 def _error_message(resp) -> str:

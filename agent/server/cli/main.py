@@ -190,7 +190,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         store = dataclasses.replace(store, drain=drain_cadence(args))
     except ValueError as exc:
         _err(str(exc))
-        return EXIT_USAGE
+        return getattr(exc, "exit_code", EXIT_USAGE)  # serveargs.ListenError: 69 for an address in use
     from agent.server.store.errors import StoreSetupError
 
     try:

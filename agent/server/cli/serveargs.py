@@ -1,5 +1,6 @@
 """``serve``'s command line checked before anything starts: every problem is a ValueError naming
-the flag (exit 2). Kept apart from main.py, which parses and dispatches."""
+the flag (exit 2; a ``--listen`` address another process holds: exit 69, ``ListenError``). Kept
+apart from main.py, which parses and dispatches."""
 
 import argparse
 import os
@@ -19,6 +20,42 @@ def parse_listen(text: str) -> Tuple[str, int]:
         raise ValueError(f"--listen {text!r}: expected HOST:PORT, e.g. 0.0.0.0:{TLS_PORT}")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
+
+
+EXIT_ADDRESS_IN_USE = 69  # EX_UNAVAILABLE: the address serve must take is another process's
+
+
+class ListenError(ValueError):
+    """The ``--listen`` address cannot be taken; ``exit_code``: 69 in use, 2 not this process's."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def check_listen(host: str, port: int, default: bool = False) -> None:
+    """Bind ``host:port`` as gunicorn will (SO_REUSEADDR: a closed connection's TIME_WAIT is no
+    obstacle) and let it go: a second ``serve`` on a busy port is told so before it logs that it
+    serves, instead of gunicorn's five retries and exit 1. (The port can still be taken between
+    this and gunicorn's bind; gunicorn then fails as it always did.)"""
+    import errno
+    import socket
+
+    where = (f"[{host}]:{port}" if ":" in host else f"{host}:{port}") + (" (the default)" if default else "")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ListenError(f"--listen {where}: the address is in use: another process listens there (another "
+                              f"node-config-server? ss -ltnp 'sport = :{port}' names it)\nwhat to do: stop that "
+                              f"process, or serve on a free port with --listen HOST:PORT", EXIT_ADDRESS_IN_USE) from None
+        raise ListenError(f"--listen {where}: cannot listen there: {exc.strerror or exc}\nwhat to do: give an "
+                          f"address of this machine and a port above 1023 (below it needs root or "
+                          f"CAP_NET_BIND_SERVICE)", 2) from None
 
 
 def check_state_dir(path: str) -> Optional[str]:
@@ -73,6 +110,7 @@ def checked_serve_args(args: argparse.Namespace, store) -> Tuple[str, str, str, 
                              "RPM: python3-gevent): install it, or pass --worker-class gthread, which has no "
                              "per-connection timeouts (docs/security.md, \"Timeouts\")")
     args.nodes_dir = serve_nodes_dir(args.data_dir, args.state, store.shared)  # checked last: made if missing
+    check_listen(host, port, default=not args.listen)
     return token, admin_token, host, port
 
 

@@ -1,8 +1,9 @@
 """``node-config-server get|describe|status``: ask a running server, print what it says.
 
 Exit codes: 0 shown (``status``: the cluster update is complete); 1 no such pool or node
-(``status``: not complete); 2 bad command line or client config flag; 65 client config file
-invalid; 69 server unreachable or not a node-config-server; 77 the server wants a token.
+(``status``: not complete); 2 bad command line or client config flag, or a name the server refuses
+as malformed (HTTP 400: ``INFRA-0`` is no node name); 65 client config file invalid; 69 server
+unreachable or not a node-config-server; 77 the server wants a token.
 """
 
 import argparse
@@ -10,8 +11,9 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from agent.server.cli import views
+from agent.server.cli import objects, views
 from agent.server.cli.client import Client, ClientError
+from agent.server.cli.tables import terminal_width
 
 EXIT_OK = 0
 EXIT_NOT_COMPLETE = 1
@@ -27,12 +29,16 @@ def add_client_options(p: argparse.ArgumentParser) -> None:
                         "(default: ~/.config/node-config-server/client.yaml when it exists)")
 
 
-EXITS = ("Exit codes: 0 shown; 1 no such pool or node; 2 bad command line or client config flag; 65 client "
-         "config file invalid; 69 server unreachable or not a node-config-server; 77 the server wants a token.")
+EXITS = ("Exit codes: 0 shown; 1 no such pool or node; 2 bad command line or client config flag, or a name that "
+         "is no Kubernetes name (the server refuses it); 65 client config file invalid; 69 server unreachable or "
+         "not a node-config-server; 77 the server wants a token.")
 GET_DOC = ("List the pools (as oc get mcp) or the nodes of a running server. A table takes the terminal's "
            "width (COLUMNS, else the terminal's; to a pipe every value whole): when it does not fit, a few count "
-           "columns are left out first, then config names are shortened, then long values cut (…); -o wide "
-           "prints every column and value whole, -o json|yaml the API's objects, -o name kind/name per line. "
+           "columns are left out first (a line under the table names them), then config names are shortened, "
+           "then long values cut (…); -o wide prints every column and value whole and adds more (pools: target, "
+           "served config and image, paused, maxUnavailable; nodes: desired config, OS image, boot image), "
+           "-o json|yaml Kubernetes-shaped objects (a pool as the API has it; a node as kind ManagedNode), "
+           "-o name kind/name per line. "
            "--watch refreshes the table until Ctrl-C; without a terminal it prints the same columns, a row "
            "each time a pool or node changes (as kubectl get -w).")
 DESCRIBE_DOC = ("One pool or node of a running server in detail: its conditions (status, reason, message, last "
@@ -51,8 +57,9 @@ def add_parsers(sub, make) -> None:
     p.add_argument("kind", choices=("pools", "pool", "mcp", "nodes", "node"), help="what to list")
     p.add_argument("name", nargs="?", help="only this pool or node")
     p.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml", "name"), default="table",
-                   help="table (default), wide (every column, whole values), json or yaml (the API's objects; a list "
-                        "as kubectl prints one: apiVersion v1, kind List, items), name (kind/name, one a line)")
+                   help="table (default), wide (every column and more, whole values), json or yaml (Kubernetes-shaped "
+                        "objects; a list as kubectl prints one: apiVersion v1, kind List, items), name (kind/name, "
+                        "one a line)")
     p.add_argument("-w", "--watch", action="store_true",
                    help="refresh until interrupted (Ctrl-C): pools with a progress bar each, nodes as a table; "
                         "without a terminal, a line each time a pool or node changes")
@@ -64,7 +71,7 @@ def add_parsers(sub, make) -> None:
     p.add_argument("kind", choices=("pool", "mcp", "node"))
     p.add_argument("name")
     p.add_argument("-o", "--output", choices=("text", "json", "yaml", "name"), default="text",
-                   help="text (default), json or yaml (the API's object), name (kind/name)")
+                   help="text (default), json or yaml (the object, as get -o prints it), name (kind/name)")
     add_client_options(p)
 
 
@@ -123,17 +130,18 @@ def cmd_get(args: argparse.Namespace) -> int:
         return watch_nodes(lambda: _nodes(client, args.name), args.interval)
     items = _pools(client, args.name) if pools else _nodes(client, args.name)
     if args.output in ("json", "yaml"):
-        obj: Any = items[0] if args.name and items else views.as_list(items)
-        sys.stdout.write(views.dump(obj, args.output))
+        shaped = items if pools else [objects.node_object(n) for n in items]
+        obj: Any = shaped[0] if args.name and shaped else objects.as_list(shaped)
+        sys.stdout.write(objects.dump(obj, args.output))
         return EXIT_OK
     if args.output == "name":
-        sys.stdout.write("".join(views.kind_name(item, pools) + "\n" for item in items))
+        sys.stdout.write("".join(objects.kind_name(item, pools) + "\n" for item in items))
         return EXIT_OK
     if not items:
         print(f"No {'pools' if pools else 'nodes'} found.", file=sys.stderr)
         return EXIT_OK
     render = views.pools_table if pools else views.nodes_table
-    sys.stdout.write(render(items, time.time(), wide=args.output == "wide", width=views.terminal_width()))
+    sys.stdout.write(render(items, time.time(), wide=args.output == "wide", width=terminal_width()))
     return EXIT_OK
 
 
@@ -143,16 +151,19 @@ def cmd_describe(args: argparse.Namespace) -> int:
     if args.output == "name":  # as kubectl: the object's kind/name, once it is known to exist
         item = _pools(client, args.name)[0] if args.kind in ("pool", "mcp") else \
             dict(client.get(f"/api/v1/nodes/{_quote(args.name)}"), name=args.name)
-        sys.stdout.write(views.kind_name(item, args.kind in ("pool", "mcp")) + "\n")
+        sys.stdout.write(objects.kind_name(item, args.kind in ("pool", "mcp")) + "\n")
         return EXIT_OK
     if args.kind in ("pool", "mcp"):
         pool = _pools(client, args.name)[0]
         if args.output != "text":
-            sys.stdout.write(views.dump(pool, args.output))
+            sys.stdout.write(objects.dump(pool, args.output))
         else:
             sys.stdout.write(views.describe_pool(pool, now))
         return EXIT_OK
     node = client.get(f"/api/v1/nodes/{_quote(args.name)}")
+    if args.output != "text":  # the node as get -o prints it (its pool: describe pool -o)
+        sys.stdout.write(objects.dump(objects.node_object(node), args.output))
+        return EXIT_OK
     pool = None
     if node.get("pool"):
         try:
@@ -160,10 +171,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
         except ClientError as exc:
             if exc.exit_code != 1:
                 raise
-    if args.output != "text":
-        sys.stdout.write(views.dump({"node": node, "pool": pool}, args.output))
-    else:
-        sys.stdout.write(views.describe_node(node, pool, now))
+    sys.stdout.write(views.describe_node(node, pool, now))
     return EXIT_OK
 
 
@@ -175,7 +183,7 @@ def cmd_status_remote(args: argparse.Namespace) -> int:
     progress = client.get("/api/v1/cluster")
     pools = _pools(client, None)
     if getattr(args, "output", None):
-        sys.stdout.write(views.dump(dict(progress, items=pools), args.output))
+        sys.stdout.write(objects.dump(dict(progress, items=pools), args.output))
     elif args.json:
         out = dict(progress)
         out["items"] = pools
@@ -186,7 +194,7 @@ def cmd_status_remote(args: argparse.Namespace) -> int:
 
 
 def render_status(progress: Dict[str, Any], pools: List[Dict[str, Any]], now: float) -> str:
-    lines = [views.pools_table(pools, now, width=views.terminal_width()).rstrip("\n"), "",
+    lines = [views.pools_table(pools, now, width=terminal_width()).rstrip("\n"), "",
              "cluster update: " + ("complete" if progress.get("complete") else "NOT complete")]
     for b in progress.get("blocking", []):
         lines.append(f"  {b.get('pool') or '-'}: {b.get('reason')}")

@@ -1,53 +1,32 @@
 """What ``node-config-server get`` and ``describe`` print (pure: objects in, text out).
 
-Tables follow ``oc get mcp``: NAME, CONFIG, UPDATED, UPDATING, DEGRADED, MACHINECOUNT,
-READYMACHINECOUNT, UPDATEDMACHINECOUNT, DEGRADEDMACHINECOUNT, AGE (upstream:
-openshift/machine-config-operator install/0000_80_machine-config_01_machineconfigpools.crd.yaml,
-additionalPrinterColumns). Upstream's table is about 190 columns wide; ours takes the terminal's
-width (``terminal_width``: COLUMNS, else the terminal's; on a pipe, as kubectl, every value whole),
-so the count columns carry short headers (MACHINES, READY, UPDATED-M, DEGRADED-M). When a table
-does not fit, it gives up, in this order: the optional columns (``POOL_OPTIONAL``,
-``NODE_OPTIONAL``: counts other columns already imply), then the length of a rendered config name
-(``rendered-worker-c7f50b7f…``, ``worker-c7f50b7f…``, ``c7f50b7f…``), then the widest cells of the
-other columns; a pool or node name is cut last of all. ``-o wide`` prints every column and every
-value whole; ``-o json|yaml`` the objects as the API returns them.
+Tables follow ``oc get mcp``: NAME, CONFIG, UPDATED, UPDATING, DEGRADED, MACHINES, READY,
+UPDATED-M, DEGRADED-M, AGE (upstream: openshift/machine-config-operator
+install/0000_80_machine-config_01_machineconfigpools.crd.yaml, additionalPrinterColumns, whose
+count columns are MACHINECOUNT, READYMACHINECOUNT, UPDATEDMACHINECOUNT, DEGRADEDMACHINECOUNT:
+upstream's table is about 190 columns wide). How a table fits the terminal, and says which
+columns it left out: tables.py. ``-o wide`` adds the wide-only columns (``POOL_WIDE``,
+``NODE_WIDE``), as kubectl adds a resource's columns of priority > 0; ``-o json|yaml``:
+objects.py.
 """
 
 import datetime
-import json
-import os
-import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional
 
 from agent.server.cli import firstbootviews
+from agent.server.cli.objects import dump  # noqa: F401  (main.py's name for it)
 from agent.server.cli.rolloutview import node_rollout_cell, node_rollout_line, pool_rollout_lines
-
-WIDTH = 100
-GAP = "  "
-ELLIPSIS = "…"
+from agent.server.cli.tables import WIDTH, fit, table
 
 POOL_COLUMNS = ("NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINES", "READY", "UPDATED-M",
                 "DEGRADED-M", "AGE")
 NODE_COLUMNS = ("NAME", "POOL", "STATE", "UPDATED", "ROLLOUT", "CONFIG", "FIRSTBOOT", "SKEW", "REPORTED", "REASON")
 POOL_OPTIONAL = ("DEGRADED-M", "UPDATED-M", "READY")  # left out first, in this order, when a table does not fit
 NODE_OPTIONAL = ("SKEW", "REPORTED", "FIRSTBOOT")  # FIRSTBOOT last: REASON also names a failed or stalled one
-MIN_CELL = 12  # a cut cell keeps at least this many characters (its header's, when longer)
-
-
-def terminal_width(stream: Any = None) -> Optional[int]:
-    """The width a table may take: $COLUMNS, else the terminal ``stream`` (stdout) is; None (no
-    limit, every value whole, as ``kubectl get`` prints to a pipe) when it is no terminal."""
-    try:
-        columns = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
-        columns = 0
-    if columns > 0:
-        return columns
-    try:
-        fd = (stream if stream is not None else sys.stdout).fileno()
-        return os.get_terminal_size(fd).columns if os.isatty(fd) else None
-    except (AttributeError, ValueError, OSError):
-        return None
+# -o wide only (kubectl's priority > 0 columns): the pool's target, what new nodes get, paused, its
+# maxUnavailable; a node's desired config (the server's targeting), OS image and boot image
+POOL_WIDE = ("TARGET", "SERVED", "IMAGE", "PAUSED", "MAXUNAVAILABLE")
+NODE_WIDE = ("DESIRED", "IMAGE", "BOOTIMAGE")
 
 
 # -- small helpers ------------------------------------------------------------------------------
@@ -81,100 +60,11 @@ def parse_time(value: Any) -> Optional[float]:
     return None
 
 
-def shorten_config(name: str, keep: int, drop: str = "") -> str:
-    """``rendered-worker-<32 hex>`` -> ``rendered-worker-<keep hex>…``; other names unchanged.
-
-    ``drop="prefix"`` also leaves out ``rendered-`` (``worker-c7f50b7f…``), ``drop="name"`` all
-    but the hash (``c7f50b7f…``: the NAME column already says which pool's config it is).
-    """
-    head, sep, digest = name.rpartition("-")
-    if not sep or len(digest) <= keep or not all(c in "0123456789abcdef" for c in digest):
-        return name
-    short = digest[:keep] + ELLIPSIS
-    if drop == "name":
-        return short
-    if drop == "prefix" and head.startswith("rendered-"):
-        head = head[len("rendered-"):]
-    return f"{head}-{short}"
-
-
 def _condition(obj: Dict[str, Any], kind: str) -> str:
     for c in (obj.get("status") or {}).get("conditions") or []:
         if c.get("type") == kind:
             return str(c.get("status", "Unknown"))
     return "Unknown"
-
-
-def table(rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "".join(GAP.join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)
-
-
-SHORTER = ((64, ""), (12, ""), (8, ""), (8, "prefix"), (8, "name"))
-
-
-def fit(build: Callable[[Callable[[str], str]], List[List[str]]], width: Optional[int] = WIDTH, wide: bool = False,
-        optional: Sequence[str] = (), free: str = "") -> str:
-    """The table ``build(short)`` that fits in ``width`` giving up least. Whole config names come
-    first: the ``optional`` columns go (in their order) while that makes them fit; else the
-    names are shortened (``SHORTER``) with every column kept, and only at their shortest do the
-    optional columns go. At each step the ``free`` column (a reason: prose) may be cut before
-    anything else; at the end the widest cells of any column, a name last. ``wide`` or no
-    ``width``: every column and value whole."""
-    if wide or not width:
-        return table(build(lambda name: name))
-    whole = build(lambda name: name)
-    steps = [without(whole, optional[:n]) for n in range(len(optional) + 1)]
-    for keep, drop in SHORTER:
-        steps.append(build(lambda name, keep=keep, drop=drop: shorten_config(name, keep, drop)))
-    steps += [without(steps[-1], optional[:n]) for n in range(1, len(optional) + 1)]
-    for rows in steps:
-        for candidate in (rows, cut_column(rows, free, width)):
-            if candidate is not None and _fits(candidate, width):
-                return table(candidate)
-    return table(cut_rows(steps[-1], width))
-
-
-def cut_column(rows: List[List[str]], header: str, width: int) -> Optional[List[List[str]]]:
-    """``rows`` with the cells of the column ``header`` cut as far as a line must shrink to fit
-    ``width``, not below ``MIN_CELL``; None when there is no such column or it cannot give enough."""
-    if header not in rows[0]:
-        return None
-    i = rows[0].index(header)
-    excess = max(len(line) for line in table(rows).splitlines()) - width
-    limit = max(len(r[i]) for r in rows) - excess
-    if limit < max(MIN_CELL, len(header)):
-        return None
-    return [rows[0]] + [r[:i] + [cut(r[i], limit)] + r[i + 1:] for r in rows[1:]]
-
-
-def without(rows: List[List[str]], columns: Sequence[str]) -> List[List[str]]:
-    """``rows`` (a header first) without the columns headed ``columns``."""
-    keep = [i for i, h in enumerate(rows[0]) if h not in columns]
-    return [[r[i] for i in keep] for r in rows]
-
-
-def _fits(rows: List[List[str]], width: int) -> bool:
-    return max(len(line) for line in table(rows).splitlines()) <= width
-
-
-def cut(value: str, limit: int) -> str:
-    return value if len(value) <= limit else value[:max(limit - 1, 0)] + ELLIPSIS
-
-
-def cut_rows(rows: List[List[str]], width: int) -> List[List[str]]:
-    """``rows`` (a header first) with the widest columns' cells cut until a line fits ``width``."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    floors = [max(MIN_CELL, len(h)) for h in rows[0]]
-    floors[0] = widths[0]  # the name stays whole while another column can give
-    if sum(floors) + len(GAP) * (len(widths) - 1) > width:
-        floors[0] = max(MIN_CELL, len(rows[0][0]))
-    while sum(widths) + len(GAP) * (len(widths) - 1) > width:
-        cuttable = [i for i, w in enumerate(widths) if w > floors[i]]
-        if not cuttable:
-            break
-        widths[max(cuttable, key=lambda k: (widths[k], k))] -= 1  # the widest; of equals, the rightmost
-    return [rows[0]] + [[cut(c, w) for c, w in zip(r, widths)] for r in rows[1:]]
 
 
 # -- pools --------------------------------------------------------------------------------------
@@ -187,20 +77,23 @@ def pool_age(pool: Dict[str, Any], now: float) -> Optional[float]:
 def pools_table(pools: List[Dict[str, Any]], now: float, wide: bool = False, width: Optional[int] = WIDTH,
                 draining: bool = True) -> str:
     def build(short: Callable[[str], str]) -> List[List[str]]:
-        rows = [list(POOL_COLUMNS)]
+        rows = [list(POOL_COLUMNS + POOL_WIDE)]
         for p in pools:
-            st = p.get("status") or {}
+            spec, st = p.get("spec") or {}, p.get("status") or {}
             current = (st.get("configuration") or {}).get("name", "")
+            served = st.get("served") or {}
             rows.append([
                 (p.get("metadata") or {}).get("name", ""), short(current),
                 _condition(p, "Updated"), _condition(p, "Updating"), _condition(p, "Degraded"),
                 str(st.get("machineCount", 0)), str(st.get("readyMachineCount", 0)),
                 str(st.get("updatedMachineCount", 0)), str(st.get("degradedMachineCount", 0)),
                 age(pool_age(p, now)),
+                (spec.get("configuration") or {}).get("name") or "-", served.get("config") or "-",
+                served.get("image") or "-", str(bool(spec.get("paused"))), str(spec.get("maxUnavailable", 1)),
             ])
         return rows
 
-    text = fit(build, width, wide, POOL_OPTIONAL)
+    text = fit(build, width, wide, POOL_OPTIONAL, wide_only=POOL_WIDE)
     under = draining_lines(pools, now) + firstbootviews.pool_lines(pools)  # failed and stalled first boots too
     return text + "".join(line + "\n" for line in under) if draining else text
 
@@ -303,17 +196,18 @@ def _when(at: Any) -> str:
 
 def nodes_table(nodes: List[Dict[str, Any]], now: float, wide: bool = False, width: Optional[int] = WIDTH) -> str:
     def build(short: Callable[[str], str]) -> List[List[str]]:
-        rows = [list(NODE_COLUMNS)]
+        rows = [list(NODE_COLUMNS[:-1] + NODE_WIDE + NODE_COLUMNS[-1:])]  # the wide ones before REASON (prose)
         for n in nodes:
             rep = n.get("report") or {}
             reported = parse_time(n.get("reportedAt"))
             rows.append([n.get("name", ""), n.get("pool", "") or "<none>", str(rep.get("state", "")),
                          str(bool(n.get("updated"))), node_rollout_cell(n), short(rep.get("currentConfig", "") or "-"),
                          firstbootviews.cell(n), rep.get("skew", "") or "-", age(None if reported is None else now - reported),
-                         node_reason(n)])
+                         (n.get("rollout") or {}).get("desiredConfig") or rep.get("desiredConfig") or "-",
+                         rep.get("currentImage") or "-", rep.get("bootImage") or "-", node_reason(n)])
         return rows
 
-    return fit(build, width, wide, NODE_OPTIONAL, free="REASON")
+    return fit(build, width, wide, NODE_OPTIONAL, free="REASON", wide_only=NODE_WIDE)
 
 
 def node_reason(node: Dict[str, Any]) -> str:
@@ -380,29 +274,3 @@ def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: flo
             rows.append([_when(e.get("at")), str(e.get("action", "")), str(e.get("detail") or "")])
         lines += ["Drain events (last 10):"] + _indent(table(rows))
     return "\n".join(lines) + "\n"
-
-
-# -- machine output -----------------------------------------------------------------------------
-
-POOL_RESOURCE = "machineconfigpool.machineconfiguration.openshift.io"  # kubectl get mcp -o name
-
-
-def as_list(items: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """A list as ``kubectl get -o json|yaml`` prints one (its List of the items it got)."""
-    return {"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}}
-
-
-def kind_name(item: Dict[str, Any], pool: bool) -> str:
-    """``-o name``: ``machineconfigpool.machineconfiguration.openshift.io/worker`` as kubectl
-    names a pool, ``node/worker-0`` for a node."""
-    if pool:
-        return f"{POOL_RESOURCE}/{(item.get('metadata') or {}).get('name', '')}"
-    return f"node/{item.get('name') or item.get('node', '')}"
-
-
-def dump(obj: Any, fmt: str) -> str:
-    if fmt == "json":
-        return json.dumps(obj, indent=2, sort_keys=True) + "\n"
-    import yaml
-
-    return yaml.safe_dump(obj, sort_keys=True, default_flow_style=False)

@@ -4,7 +4,7 @@ pool, or the node table refreshed.
 Drawn with rich (Live + Table + ProgressBar): redrawing in place, colour only on a terminal and
 NO_COLOR are its job, and it is packaged for RHEL 9 (EPEL python3-rich) and installs on Python 3.9.
 The pool view takes the terminal's width and gives up the progress bar's length first (24 columns
-down to 6), then the target config name's (views.SHORTER), never a pool's name or state. When
+down to 6), then the target config name's (tables.SHORTER), never a pool's name or state. When
 stdout is not a terminal, the columns of ``get pools`` / ``get nodes`` are printed, the header
 once and then a row each time a pool (node) changes, as ``kubectl get -w`` does, so the output can
 be logged, piped or read by a script with the same columns as the table.
@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from agent.server.cli import firstbootviews, views
+from agent.server.cli import firstbootviews, tables, views
 from agent.server.cli.client import ClientError
 
 Fetch = Callable[[], List[Dict[str, Any]]]
@@ -59,13 +59,13 @@ def _pool_cells(p: Dict[str, Any]) -> Tuple[str, str, str, str, str, str]:
 
 def layout(pools: List[Dict[str, Any]], width: int) -> Tuple[int, Callable[[str], str]]:
     """(the bar's width, how to show a target name) for ``width`` columns: the bar gives way first,
-    from ``BAR_MAX`` to ``BAR_MIN``, then the target name as views.fit shortens a config name."""
+    from ``BAR_MAX`` to ``BAR_MIN``, then the target name as tables.fit shortens a config name."""
     cells = [_pool_cells(p) for p in pools]
     others = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(POOL_WATCH_COLUMNS[:2] +
                                                                                 POOL_WATCH_COLUMNS[3:6])]
-    gaps = len(views.GAP) * (len(POOL_WATCH_COLUMNS) - 1)
+    gaps = len(tables.GAP) * (len(POOL_WATCH_COLUMNS) - 1)
     shorts: List[Callable[[str], str]] = [lambda name: name] + [
-        (lambda name, keep=keep, drop=drop: views.shorten_config(name, keep, drop)) for keep, drop in views.SHORTER]
+        (lambda name, keep=keep, drop=drop: tables.shorten_config(name, keep, drop)) for keep, drop in tables.SHORTER]
     for short in shorts:
         target = max([len("TARGET")] + [len(short(c[5])) for c in cells])
         room = width - sum(others) - target - gaps

@@ -10,19 +10,43 @@ from agent.server.store.nodestore import NodeRecord
 log = logging.getLogger(__name__)
 
 
+TIMES = "conditionTimes"  # ours, in a pool row's rollout record: {type: [status, when it last changed]}
+
+
 def conditions(counts: progress.Counts, target: str, current: str, row: Dict[str, Any],
                history: Optional[List[Dict[str, Any]]] = None, problems: Sequence[Any] = (),
                paused: bool = False) -> List[Dict[str, str]]:
     """status.conditions (agent.server.rollout.progress.conditions); ``history``: the pool's
-    target/current changes in the store, which give each condition its lastTransitionTime;
-    ``problems``: the state's invalid objects (while there are any, every pool's target holds on
-    its last good rendering: RenderDegraded)."""
+    target/current changes in the store, which give Updated and Updating their lastTransitionTime;
+    every other condition (and those two without a history) gets the time the pool's step recorded
+    when its status last changed (``condition_times``, in the row's rollout record); ``problems``:
+    the state's invalid objects (while there are any, every pool's target holds on its last good
+    rendering: RenderDegraded)."""
     render = ""
     if problems:
         render = str(problems[0]) + (f" (and {len(problems) - 1} more problem(s): node-config-server status)"
                                      if len(problems) > 1 else "")
     paused_for = str(row.get("rendered") or target) if paused else ""  # what a paused pool will not update to
-    return progress.conditions(counts, target, current, str(row.get("held") or ""), history, render, paused_for)
+    out = progress.conditions(counts, target, current, str(row.get("held") or ""), history, render, paused_for)
+    recorded = (row.get("rollout") or {}).get(TIMES) or {}
+    for c in out:
+        kept = recorded.get(c["type"])
+        if not c.get("lastTransitionTime") and isinstance(kept, list) and len(kept) == 2 and kept[0] == c["status"]:
+            c["lastTransitionTime"] = str(kept[1])
+    return out
+
+
+def condition_times(rollout: Dict[str, Any], conds: List[Dict[str, str]], now: float) -> Dict[str, Any]:
+    """``rollout`` (a pool row's record) with when each of ``conds`` took its status: kept while
+    the status stays, ``now`` when it changed (as the MCO's SetMachineConfigPoolCondition keeps
+    lastTransitionTime); the same object when nothing changed, so that the row is not written."""
+    old = rollout.get(TIMES) or {}
+    new = {}
+    for c in conds:
+        kept = old.get(c["type"])
+        same = isinstance(kept, list) and len(kept) == 2 and kept[0] == c["status"]
+        new[c["type"]] = list(kept) if same else [c["status"], progress.iso8601(now)]
+    return rollout if new == old else dict(rollout, **{TIMES: new})
 
 
 def metadata(pool: Dict[str, Any], history: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:

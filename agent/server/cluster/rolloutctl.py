@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
 from agent.core.rolloutpolicy import rollout_policy
+from agent.server.cluster import poolview
 from agent.server.cluster.sharedruns import SharedRuns
 from agent.server.rollout import firstboots, gating, progress, targeting
 from agent.server.rollout.targeting import Member
@@ -103,7 +104,10 @@ class RolloutControl:
                                          gating.os_config_for_pool(name, st.os_configs) is not None, image, image_why)
             limit = parse_max_unavailable(spec.get("maxUnavailable"), len(members))
             decision = targeting.step(members, rollout, step.target, image, limit, policy, hold, now)
-            new = PoolRow(name, step.target, step.current, step.held, rendered, decision.rollout)
+            conds = poolview.conditions(counts, step.target, step.current, {"held": step.held, "rendered": rendered},
+                                        None, st.problems, bool(spec.get("paused")))
+            new = PoolRow(name, step.target, step.current, step.held, rendered,
+                          poolview.condition_times(decision.rollout, conds, now))
             seen["step"] = (row, new, decision, image)
             if new == row:
                 return None

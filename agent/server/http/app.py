@@ -34,6 +34,7 @@ from agent.server.http.noderoutes import NodeRoutes
 from agent.server.rollout import drains
 from agent.server.rollout.identity import NODE, Auth, Caller, Denied
 from agent.server.store.errors import ReportTooLarge, StoreUnavailable
+from agent.server.store.stateformat import no_pools_warning
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +225,8 @@ class App(NodeRoutes):
                 "state": {"pools": sorted(st.pools), "machineConfigs": len(st.machine_configs),
                           "stale": st.stale, "problems": [p.to_dict() for p in st.problems]},
                 "store": store}
-        warnings = self.identity_warnings()
+        where = f"state directory {self.cluster.state_dir}" if self.cluster.state_dir else "the state served"
+        warnings = self.identity_warnings() + [w for w in (no_pools_warning(st, where),) if w]
         if warnings:
             body["warnings"] = warnings
         if alarmed:

@@ -68,6 +68,17 @@ class State:
         return (self.cluster or {}).get("spec") or {}
 
 
+def no_pools_warning(state: State, where: str) -> str:
+    """A warning (log and /healthz) when ``state`` holds no MachineConfigPool: an empty or wrong
+    state directory, or a cluster without pools, serves every node a 404. Not a problem: nothing
+    in it is invalid, and pools may come later; "" when there is a pool."""
+    if state.pools:
+        return ""
+    return (f"{where} has no MachineConfigPool: no node can join a pool (every /config/<pool> answers 404); "
+            f"put the pools and their MachineConfigs there (examples/state shows the layout: docs/api.md, "
+            f"\"State directory\")")
+
+
 def _yaml_files(directory: str) -> List[str]:
     try:
         names = os.listdir(directory)

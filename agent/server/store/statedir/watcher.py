@@ -22,7 +22,13 @@ import threading
 import time
 from typing import Optional, Tuple
 
-from agent.server.store.stateformat import State, load_state, signature, signature_and_newest
+from agent.server.store.stateformat import (
+    State,
+    load_state,
+    no_pools_warning,
+    signature,
+    signature_and_newest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +66,12 @@ class StateWatcher:
         self._next = time.monotonic() + self.interval
         return state
 
-    @staticmethod
-    def _log_problems(state: State) -> None:
+    def _log_problems(self, state: State) -> None:
         for p in state.problems:
             log.error("state: %s", p)
+        empty = no_pools_warning(state, f"state directory {self.state_dir}")
+        if empty:
+            log.warning("%s", empty)
 
     def current(self, check_now: bool = False, settled: Optional[str] = None) -> State:
         """The state to serve. ``check_now`` looks at once; ``settled`` is a signature another
@@ -124,6 +132,7 @@ class StateWatcher:
     def _apply(self, new: State) -> None:
         if not new.problems:
             log.info("state directory %s reloaded", self.state_dir)
+            self._log_problems(new)  # none, but an emptied directory is worth a warning
             self._state, self._partial = new, False
             return
         self._log_problems(new)
