@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from agent.server.cli import firstbootviews
+from agent.server.cli import firstbootviews, rolloutview
 from agent.server.cli.rolloutview import node_rollout_cell, node_rollout_line, pool_rollout_lines
 
 WIDTH = 100
@@ -255,6 +255,7 @@ def describe_pool(pool: Dict[str, Any], now: float) -> str:
     if pending and pending.get("from") != pending.get("to"):
         actions = ", ".join(_action(a) for a in pending.get("actions") or []) or "None"
         lines.append(f"Next update:         {actions} (drain: {'yes' if pending.get('drain') else 'no'})")
+    lines += rolloutview.review_lines(st)  # what the next update removes, validator warnings, a rendering held for review
     lines += [firstbootviews.pool_counts(pool), *firstbootviews.pool_lines([pool], indent="  ")]
     lines += ["Conditions:"] + _indent(_conditions_table(st.get("conditions") or []))
     nodes = st.get("nodes") or {}
