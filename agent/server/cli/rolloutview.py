@@ -41,6 +41,8 @@ def pool_rollout_lines(status: Dict[str, Any]) -> List[str]:
         lines.append(f"  Waiting because:   {r['waitReason']}")
     for node, why in sorted((r.get("reasons") or {}).items()):
         lines.append(f"  {node}: {why}")
+    for node, why in sorted((r.get("notReady") or {}).items()):  # a NotReady, cordoned or pressured Node
+        lines.append(f"  Not ready:         {node} ({why})")
     return lines
 
 

@@ -28,7 +28,8 @@ ELLIPSIS = "…"
 
 POOL_COLUMNS = ("NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINES", "READY", "UPDATED-M",
                 "DEGRADED-M", "AGE")
-NODE_COLUMNS = ("NAME", "POOL", "STATE", "UPDATED", "ROLLOUT", "CONFIG", "FIRSTBOOT", "SKEW", "REPORTED", "REASON")
+NODE_COLUMNS = ("NAME", "POOL", "READY", "STATE", "UPDATED", "ROLLOUT", "CONFIG", "FIRSTBOOT", "SKEW", "REPORTED",
+                "REASON")
 POOL_OPTIONAL = ("DEGRADED-M", "UPDATED-M", "READY")  # left out first, in this order, when a table does not fit
 NODE_OPTIONAL = ("SKEW", "REPORTED", "FIRSTBOOT")  # FIRSTBOOT last: REASON also names a failed or stalled one
 MIN_CELL = 12  # a cut cell keeps at least this many characters (its header's, when longer)
@@ -308,11 +309,13 @@ def nodes_table(nodes: List[Dict[str, Any]], now: float, wide: bool = False, wid
         for n in nodes:
             rep = n.get("report") or {}
             reported = parse_time(n.get("reportedAt"))
-            rows.append([n.get("name", ""), n.get("pool", "") or "<none>", str(rep.get("state", "")),
+            rows.append([n.get("name", ""), n.get("pool", "") or "<none>", str(n.get("ready") or "-"),
+                         str(rep.get("state", "")),
                          str(bool(n.get("updated"))), node_rollout_cell(n), short(rep.get("currentConfig", "") or "-"),
                          firstbootviews.cell(n), rep.get("skew", "") or "-", age(None if reported is None else now - reported),
                          node_reason(n)])
-        return rows
+        # READY is the Node object's (--backend kubernetes); without Node objects there is none to show
+        return rows if any("ready" in n for n in nodes) else without(rows, ("READY",))
 
     return fit(build, width, wide, NODE_OPTIONAL, free="REASON")
 
@@ -321,8 +324,8 @@ def node_reason(node: Dict[str, Any]) -> str:
     """Why a node is not simply Done: the server's degraded reason, else the node's own; its
     first line in a table (a node's on-disk drift names each path on a line of its own:
     ``describe node`` shows them all)."""
-    text = str(node.get("degradedReason") or firstbootviews.reason(node) or (node.get("report") or {}).get("reason")
-               or (node.get("rollout") or {}).get("reason") or "")
+    text = str(node.get("degradedReason") or firstbootviews.reason(node) or node.get("notReady")
+               or (node.get("report") or {}).get("reason") or (node.get("rollout") or {}).get("reason") or "")
     return text.split("\n", 1)[0]
 
 
@@ -342,6 +345,8 @@ def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: flo
         f"Name:                {node.get('name') or node.get('node', '')}",
         f"Pool:                {node.get('pool') or '<none>'}",
         f"Membership:          {node.get('membership') or ''}",
+        *([f"Ready:               {node['ready']}" + (f" ({node['notReady']})" if node.get("notReady") else "")]
+          if node.get("ready") else []),  # the Node's (--backend kubernetes)
         *_state_lines(rep),
         f"Last report:         {age(None if reported is None else now - reported)} ago",
         f"Current config:      {rep.get('currentConfig') or '<none>'}",
