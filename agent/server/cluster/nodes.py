@@ -70,4 +70,3 @@ def with_readiness(truth: Any, items: List[Dict[str, Any]]) -> None:
             item["ready"] = "False" if why else "True"
             if why:
                 item["notReady"] = why
-
