@@ -18,9 +18,10 @@ its pools and nodes (get, describe, get --watch), as printed they work from the 
 
 Everything lives under ./demo-run, ignored by git (removed and made again at each run;
 $NODE_AGENT_DEMO_DIR elsewhere): state/ (the YAML), data/ (nodes.db), tls/, token, client.yaml.
-The server printed at the end listens on 127.0.0.1:22623 ($NODE_AGENT_DEMO_PORT another port).
-While that server runs, the demo refuses to start (it would wipe ./demo-run under it) and says
-how to stop it; Ctrl-C stops the demo and its server with one line.
+Its server listens on 127.0.0.1:22623 ($NODE_AGENT_DEMO_PORT another port), the port its nodes'
+pointer configs name, and the command printed at the end starts it there again. While that
+server runs, the demo refuses to start (it would wipe ./demo-run under it) and says how to stop
+it; Ctrl-C stops the demo and its server with one line.
 """
 
 import os
@@ -119,7 +120,8 @@ def main() -> int:
     tls = make_tls(os.path.join(RUN, "tls"))
 
     title("1. node-config-server on loopback (TLS, bearer token), state from examples/state")
-    with ServerProcess(state, tls=tls, token=TOKEN, workers=2, threads=4, data_dir=data) as srv:
+    # On the port the printed commands reopen it on: the nodes' pointer configs name that server.
+    with ServerProcess(state, tls=tls, token=TOKEN, workers=2, threads=4, data_dir=data, port=_free(PORT)) as srv:
         api = srv.session()
         print(f"  listening on {srv.base_url}")
         for pool in api.get(srv.url("/api/v1/pools")).json()["items"]:
@@ -194,6 +196,18 @@ def main() -> int:
     print(f"\ndemo finished in {time.monotonic() - started:.1f} s; everything is under {_shown(RUN)}/")
     print_look_again(state, data, tls)
     return 0
+
+
+def _free(port: int) -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise SystemExit(f"demo: 127.0.0.1:{port} is in use ({exc.strerror}): stop what listens there (the "
+                             f"demo's server started again?), or choose another port: NODE_AGENT_DEMO_PORT=N") from None
+    return port
 
 
 def _shown(path: str) -> str:

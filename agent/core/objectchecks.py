@@ -13,6 +13,7 @@ import math
 import re
 from typing import Any, Dict, List, Optional
 
+from agent.core.loadconfig import MC_SPEC_FIELDS
 from agent.core.rolloutpolicy import policy_problems
 from agent.errors import Problem
 from agent.ignition.spec import SUPPORTED_VERSIONS
@@ -127,6 +128,7 @@ def check_pool(doc: Dict[str, Any], src: str) -> List[Problem]:
         _check_selector(spec.get("machineConfigSelector"), "$.spec.machineConfigSelector", src, problems)
     if "nodeSelector" in spec:
         _check_selector(spec.get("nodeSelector"), "$.spec.nodeSelector", src, problems)
+    _unused_keys(spec, POOL_SPEC_FIELDS, src, problems)
     if "paused" in spec and not isinstance(spec["paused"], bool):
         problems.append(Problem("$.spec.paused", "must be true or false", "pool", value=spec["paused"], source=src))
     mu = spec.get("maxUnavailable")
@@ -174,13 +176,15 @@ def _check_ignition(cfg: Any, src: str, problems: List[Problem]) -> None:
         except Exception as exc:  # never let a validator bug take the server down
             log.warning("validator failed on %s: %s", src, exc)
             found = []
-        for p in found:
-            if p.is_error:
-                path = p.path if p.path.startswith("$.spec") else "$.spec.config" + p.path[1:]
-                problems.append(Problem(path, p.message, p.rule, source=src))
+        for p in found:  # errors leave the object out; warnings are kept with it (the server shows them)
+            path = p.path if p.path.startswith("$.spec") else "$.spec.config" + p.path[1:]
+            problems.append(Problem(path, p.message, p.rule, severity=p.severity, source=src))
 
 
 def check_machine_config(doc: Dict[str, Any], src: str) -> List[Problem]:
+    """Its errors (the object is refused) and warnings (``severity`` "warning": an unused key,
+    whatever else ``node-agent validate`` warns of; the object is admitted and the server shows
+    them: docs/machineconfigs.md "Warnings")."""
     problems: List[Problem] = []
     _meta_name(doc, src, problems, label=False)
     metadata = doc.get("metadata")
@@ -193,6 +197,7 @@ def check_machine_config(doc: Dict[str, Any], src: str) -> List[Problem]:
     if not isinstance(spec, dict):
         return problems + [Problem("$.spec", "must be a map", "machineconfig", source=src)]
     _check_ignition(spec.get("config"), src, problems)
+    _unused_keys(spec, MC_SPEC_FIELDS, src, problems)
     for key in ("kernelArguments", "extensions"):
         v = spec.get(key)
         if v is not None and (not isinstance(v, list) or not all(isinstance(a, str) for a in v)):
@@ -205,6 +210,19 @@ def check_machine_config(doc: Dict[str, Any], src: str) -> List[Problem]:
     if spec.get("osImageURL") is not None and not isinstance(spec.get("osImageURL"), str):
         problems.append(Problem("$.spec.osImageURL", "must be a string", "machineconfig", source=src))
     return problems
+
+
+# What a MachineConfigPool's spec holds (deploy/crds/machineconfigpools.crd.yaml, v1).
+POOL_SPEC_FIELDS = ("configuration", "machineConfigSelector", "maxUnavailable", "nodeSelector", "osImageStream",
+                    "paused", "pinnedImageSets")
+
+
+def _unused_keys(spec: Dict[str, Any], known: tuple, src: str, problems: List[Problem]) -> None:
+    """A key the object's spec does not have (a typo such as ``pasued``): a warning, as
+    ``node-agent validate`` gives one (the API server would prune it)."""
+    for key in spec:
+        if key not in known:
+            problems.append(Problem(f"$.spec.{key}", f"unused key {key}", "unused-key", severity="warning", source=src))
 
 
 def check_cluster(doc: Dict[str, Any], src: str) -> List[Problem]:

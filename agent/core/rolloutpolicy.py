@@ -8,6 +8,8 @@ value is a clear error naming the annotation, and read by the server's targeting
 | ``node-config-server.openshift.io/failure-budget`` | N >= 1: the rollout halts once N nodes failed on the pool's target | none: failing nodes take capacity, so ``maxUnavailable`` failures halt it (getAllCandidateMachines) |
 | ``node-config-server.openshift.io/canary-nodes`` | N >= 0: target only the first N nodes of a new target ... | 0: no canary phase |
 | ``node-config-server.openshift.io/canary-wait`` | ... then wait this long after they are Done and Ready before the rest: ``600``, ``90s``, ``10m``, ``1h30m`` | 0 |
+| ``node-config-server.openshift.io/require-ack`` | ``warnings``, ``file-removal``, ``reboot`` (comma-separated), ``all`` or ``none``: a new rendering with validator warnings, that removes a file or needs a reboot is held until the admin acknowledges it (agent/server/rollout/review.py) | none: every rendering is the target at once |
+| ``node-config-server.openshift.io/acknowledged`` | the rendered config the admin acknowledges (as ``node-config-server ack pool NAME`` does) | |
 
 And on a Node (or, without Node objects, among the labels a node reports or the admin approved):
 ``node-config-server.openshift.io/rollout-priority``: a whole number; nodes with a higher one are
@@ -24,6 +26,9 @@ FAILURE_BUDGET = PREFIX + "failure-budget"
 CANARY_NODES = PREFIX + "canary-nodes"
 CANARY_WAIT = PREFIX + "canary-wait"
 PRIORITY_LABEL = PREFIX + "rollout-priority"
+REQUIRE_ACK = PREFIX + "require-ack"
+ACKNOWLEDGED = PREFIX + "acknowledged"
+REVIEW_KINDS = ("warnings", "file-removal", "reboot")
 MAX_PRIORITY = 1_000_000
 MAX_WAIT = 7 * 24 * 3600  # a week: longer is surely a typo for minutes
 _DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
@@ -34,6 +39,8 @@ class RolloutPolicy:
     failure_budget: Optional[int] = None  # None: upstream's rule only
     canary_nodes: int = 0
     canary_wait: float = 0.0
+    require_ack: Tuple[str, ...] = ()  # of REVIEW_KINDS: what holds a new rendering for the admin
+    acknowledged: str = ""  # the rendered config the admin acknowledged by annotation
 
 
 def parse_duration(text: str) -> float:
@@ -62,11 +69,27 @@ def _whole(text: Any, low: int) -> int:
     return value
 
 
+def parse_review_kinds(value: Any) -> Tuple[str, ...]:
+    """``warnings,reboot`` -> ("warnings", "reboot"); ``all``, ``none`` (or empty); ValueError naming the words."""
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a list of {', '.join(REVIEW_KINDS)} (or all, none)")
+    words = [w.strip().lower() for w in value.split(",") if w.strip()]
+    if words == ["all"]:
+        return REVIEW_KINDS
+    if words in ([], ["none"]):
+        return ()
+    bad = [w for w in words if w not in REVIEW_KINDS]
+    if bad:
+        raise ValueError(f"unknown {', '.join(bad)}: give {', '.join(REVIEW_KINDS)} (comma-separated), all or none")
+    return tuple(k for k in REVIEW_KINDS if k in words)
+
+
 def policy_problems(annotations: Mapping[str, Any]) -> Dict[str, str]:
     """annotation -> what is wrong with its value (empty: the policy is valid)."""
     out = {}
     for key, check in ((FAILURE_BUDGET, lambda v: _whole(v, 1)), (CANARY_NODES, lambda v: _whole(v, 0)),
-                       (CANARY_WAIT, lambda v: parse_duration(str(v)) if isinstance(v, str) else _whole(v, 0))):
+                       (CANARY_WAIT, lambda v: parse_duration(str(v)) if isinstance(v, str) else _whole(v, 0)),
+                       (REQUIRE_ACK, parse_review_kinds)):
         if key in annotations:
             try:
                 check(annotations[key])
@@ -84,7 +107,8 @@ def rollout_policy(pool: Mapping[str, Any]) -> RolloutPolicy:
         return default if key not in ann or key in bad else parse(ann[key])
 
     return RolloutPolicy(get(FAILURE_BUDGET, lambda v: _whole(v, 1), None), get(CANARY_NODES, lambda v: _whole(v, 0), 0),
-                         get(CANARY_WAIT, lambda v: parse_duration(str(v)), 0.0))
+                         get(CANARY_WAIT, lambda v: parse_duration(str(v)), 0.0),
+                         get(REQUIRE_ACK, parse_review_kinds, ()), str(ann.get(ACKNOWLEDGED) or ""))
 
 
 def node_priority(labels: Mapping[str, str]) -> Tuple[int, str]:

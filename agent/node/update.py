@@ -65,25 +65,43 @@ class Updater:
             raise UpdateBusy(f"another node-agent update is running (lock {path} is held); try again later")
         return fd
 
-    def _connect(self, record) -> None:
+    def _pointer_path(self) -> str:
+        from agent.core.paths import DEFAULT_POINTER
+
+        return getattr(self.opts, "pointer", None) or DEFAULT_POINTER
+
+    def _pointer(self):
+        """(the pointer config's path, its document or None when there is none), read every pass."""
         from agent.ignition.parse import parse_document
-        from agent.node.firstboot import DEFAULT_POINTER
+
+        path = self._pointer_path()
+        if not self.root.exists(path):
+            return path, None
+        return path, parse_document(self.root.read_bytes(path), source=self.root.path(path))
+
+    def _connect(self, record) -> Dict[str, Any]:
+        """Connected to the server the pointer config names (agent/node/follow.py: the loop follows
+        it when it changes); returns ``record`` with that server's URL."""
+        from agent.node import follow
         from agent.node.report import Reporter, server_base
         from agent.resource.fetch import Fetcher
         from agent.resource.pointer import trust_config_cas
 
-        if self.fetcher is not None:
-            return
+        pointer_path, pointer = self._pointer()
+        record = follow.follow(self.root, self.state_dir, record, pointer, self.root.path(pointer_path))
+        if self.fetcher is not None and self.reporter.base_url == server_base(record["url"]):
+            return record
         self.fetcher = Fetcher(self.settings)
-        pointer_path = getattr(self.opts, "pointer", None) or DEFAULT_POINTER
-        if self.root.exists(pointer_path):
-            pointer = parse_document(self.root.read_bytes(pointer_path), source=self.root.path(pointer_path))
+        if pointer is not None:
             trust_config_cas(pointer, self.fetcher, source=self.root.path(pointer_path))
         token = nodestate.read_token(self.root, self.settings)
         self.reporter = Reporter(server_base(record["url"]), self.node, self.root, self.state_dir,
                                  session=self.fetcher.session, token=token,
                                  kubelet_cert=self.settings.report.kubelet_cert_file, fetcher=self.fetcher)
         self.reporter.ensure_registered()  # a node that first booted before registration existed
+        if self.drift is not None:  # reports go to the server followed
+            self.drift.send = self.reporter.send
+        return record
 
     def run(self) -> int:
         if getattr(self.opts, "once", False):
@@ -131,7 +149,7 @@ class Updater:
             if record is None:
                 raise NotReady(f"no current config recorded in {self.state_dir}/{nodestate.CURRENT}; "
                                "first boot did not finish: check node-agent status")
-            self._connect(record)
+            record = self._connect(record)
             self.reporter.flush()
             current = nodestate.current_config(record)
             self._report_rebooted(record, current)
@@ -236,13 +254,20 @@ class Updater:
                                       budget=(self.settings.fetch.total_timeout or 300.0) + hold)
 
         try:
-            result = fetch()
-        except FetchError as exc:
-            if exc.status != 401 or not self.reporter.credential:
-                raise
-            self.reporter.forget_credential(f"HTTP 401 on {record['url']}")  # deleted by an admin?
-            self.reporter.ensure_registered()
-            result = fetch()
+            try:
+                result = fetch()
+            except FetchError as exc:
+                if exc.status != 401 or not self.reporter.credential:
+                    raise
+                self.reporter.forget_credential(f"HTTP 401 on {record['url']}")  # deleted by an admin?
+                self.reporter.ensure_registered()
+                result = fetch()
+        except FetchError as exc:  # what to do, naming the file that holds what to fix
+            from agent.node.follow import fetch_hint
+
+            exc.hint = fetch_hint(exc, self.root, self._pointer_path(), self.state_dir,  # type: ignore[attr-defined]
+                                  self.settings.report.token_file)
+            raise
         self.held = bool(hold) and turn.held(result.headers)
         return result
 

@@ -217,6 +217,22 @@ def test_calculateStatus_NodeDegraded_names_each_node_as_upstream(kube, server):
     assert 'Node i-bad is reporting: "disk full"' in got["message"]
 
 
+def test_CheckNodeReady_a_notready_Node_is_named_in_get_nodes_describe_node_and_the_pools_rollout(kube, server):
+    """Issue 49: a node Done on its pool's target whose Node is NotReady: READY False and why in
+    the node list and the node, and the pool's status.rollout.notReady (describe pool) names it."""
+    infra = target(server, "infra")
+    create_node(kube, "i-down", {W: "", INFRA_ROLE: ""}, ready="Unknown")
+    report(server, "i-down", done(infra, {W: "", INFRA_ROLE: ""}, pool="infra"))
+    why = "node i-down is reporting NotReady=Unknown"
+    wait_for(lambda: (pool(server, "infra")["status"].get("rollout") or {}).get("notReady", {}).get("i-down") == why,
+             "i-down named in infra's rollout")
+    one = server.session().get(server.url("/api/v1/nodes/i-down"), timeout=10).json()
+    assert (one.get("ready"), one.get("notReady")) == ("False", why), one
+    items = {i["name"]: i for i in server.session().get(server.url("/api/v1/nodes"), timeout=10).json()["items"]}
+    assert (items["i-down"].get("ready"), items["i-down"].get("notReady")) == ("False", why)
+    assert items["i-ready"].get("ready") == "True" and "notReady" not in items["i-ready"]
+
+
 # -- issue 45: a name binds to its Node only when its kubelet's certificate proves it or the admin approves it --
 
 ADMIN = "4dmin-token"

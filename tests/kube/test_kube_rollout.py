@@ -165,3 +165,51 @@ def test_the_server_targets_one_node_at_a_time_and_a_pdb_pinned_node_is_deferred
         wait_for(lambda: rollout_status(srv)["counts"] == {"Done": 3}, "every node Done on B")
         wait_for(lambda: not any(tainted(kube, n) for n in nodes), "no taint once every node desires B")
         assert all(node(kube, n)["metadata"]["annotations"].get(MCD + "desiredConfig") == b for n in nodes)
+
+
+REVIEWED = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+            "metadata": {"name": "review",
+                         "annotations": {"node-config-server.openshift.io/require-ack": "warnings,file-removal"}},
+            "spec": {"machineConfigSelector": {"matchLabels": {"machineconfiguration.openshift.io/role": "review"}},
+                     "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/review": ""}}}}
+
+
+def test_a_misspelled_key_is_an_event_on_the_pool_and_its_rendering_waits_for_the_acknowledgement_annotation(kube):
+    """Issue 49: ``storge:`` for ``storage:`` (spec.config keeps unknown fields through the API) is
+    admitted, named in a Warning Event RenderWarnings on the pool and its RenderWarnings condition;
+    with require-ack the rendering (which removes the file) is held (AwaitingAcknowledgement) until
+    the pool's annotation acknowledges it, as ``kubectl annotate`` writes it."""
+    mc = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+          "metadata": {"name": "60-review", "labels": {"machineconfiguration.openshift.io/role": "review"}},
+          "spec": {"config": {"ignition": {"version": "3.4.0"},
+                              "storage": {"files": [{"path": "/etc/review", "contents": {"source": "data:,x"}}]}}}}
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(REVIEWED))
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(mc))
+    with start_server(kube, *TINY) as srv:
+        def pool():
+            return srv.session().get(srv.url("/api/v1/pools/review"), timeout=10).json()
+        a = wait_for(lambda: pool()["spec"]["configuration"]["name"], "pool review's first target")
+        mc["spec"]["config"]["storge"] = mc["spec"]["config"].pop("storage")
+        kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(mc))
+        held = wait_for(lambda: (lambda p: p["status"].get("review") and p)(pool()), "the rendering held for review")
+        b = held["status"]["review"]["config"]
+        assert held["spec"]["configuration"]["name"] == a and held["status"]["review"]["removes"] == ["/etc/review"]
+
+        def events():
+            items = api(kube, "/api/v1/namespaces/node-config-server/events")["items"]
+            got = {e["reason"]: e for e in items if e["involvedObject"]["name"] == "review"}
+            return "RenderWarnings" in got and "AwaitingAcknowledgement" in got and got
+        got = wait_for(events, "the Warning Events RenderWarnings and AwaitingAcknowledgement on pool review")
+        assert got["RenderWarnings"]["type"] == "Warning"
+        assert "MachineConfig 60-review: $.spec.config.storge: unused key storge" in got["RenderWarnings"]["message"]
+        assert "removes /etc/review" in got["AwaitingAcknowledgement"]["message"]
+
+        def conditions():
+            st = json.loads(kube.kubectl("get", "mcp", "review", "-o", "json").stdout).get("status") or {}
+            return {c["type"]: c for c in st.get("conditions") or []}
+        written = wait_for(lambda: (lambda c: c.get("RenderWarnings", {}).get("status") == "True" and c)(conditions()),
+                           "kubectl get mcp review: RenderWarnings True")
+        assert (written["RenderHeld"]["status"], written["RenderHeld"]["reason"]) == ("True", "AwaitingAcknowledgement")
+        kube.kubectl("annotate", "mcp", "review", f"node-config-server.openshift.io/acknowledged={b}")
+        wait_for(lambda: pool()["spec"]["configuration"]["name"] == b, "the acknowledged rendering as the target")
+        wait_for(lambda: conditions()["RenderHeld"]["status"] == "False", "kubectl get mcp review: RenderHeld False")

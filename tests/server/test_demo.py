@@ -100,6 +100,11 @@ def test_the_printed_commands_reopen_the_cluster(demo):
         assert "worker" in shown["describe pool worker"]
         assert "infra-0" in shown["describe node infra-0"] and "infra" in shown["describe node infra-0"]
         assert "Done" in shown["describe node infra-0"]
+        # Its nodes name the reopened server: their day-2 loop reaches it.
+        assert f"https://127.0.0.1:{port}/config/infra" in (run / "infra-0/etc/node-agent/pointer.ign").read_text()
+        upd = subprocess.run([sys.executable, "-m", "agent.cli", "update", "--once", "--root", str(run / "infra-0")],
+                             cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert upd.returncode == 0 and "stage fetch ok" in upd.stderr, upd.stderr
         # The watch, bounded: it draws the pools, then is stopped as a user would (Ctrl-C).
         # Ctrl-C's default action restored in the child: a shell runs a background job with SIGINT
         # ignored, and Python then installs no KeyboardInterrupt handler (seen once: .ci/run

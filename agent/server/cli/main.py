@@ -306,7 +306,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from agent.server.store.stateformat import load_state
 
     st = load_state(args.state)
-    _print_problems(st.problems)
+    _print_problems(st.problems + [p for found in st.warnings.values() for p in found])  # warnings: exit 0
     out = {name: render_pool(pool, st.machine_configs) for name, pool in sorted(st.pools.items())}
     if args.json or args.output:
         from agent.server.cli.views import dump
@@ -380,13 +380,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_USAGE
     from agent.server.cli.admincmds import cmd_approve, cmd_delete
     from agent.server.cli.client import ClientError
-    from agent.server.cli.rollbackcmd import cmd_rollback
+    from agent.server.cli.rollbackcmd import cmd_ack, cmd_rollback
     from agent.server.cli.viewcmds import cmd_describe, cmd_get
     from agent.server.store.sqlite.db import DatabaseUnusable
 
     handler = {"serve": cmd_serve, "render": cmd_render, "status": cmd_status, "get": cmd_get,
                "describe": cmd_describe, "load-state": cmd_load_state, "delete": cmd_delete,
-               "approve": cmd_approve, "rollback": cmd_rollback}[args.command]
+               "approve": cmd_approve, "rollback": cmd_rollback, "ack": cmd_ack}[args.command]
     try:
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit

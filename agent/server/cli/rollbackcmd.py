@@ -25,6 +25,30 @@ def add_parser(sub, make, add_client_options) -> None:
     p.add_argument("--dry-run", action="store_true", help="say what it would do, change nothing")
     p.add_argument("--undo", action="store_true", help="lift a rollback's hold: the newest rendering is the target again")
     add_client_options(p)
+    p = make(sub, "ack", help="acknowledge a pool's rendering held for review (require-ack; admin token)",
+             description=ACK_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("kind", choices=("pool",))
+    p.add_argument("name", help="the pool")
+    p.add_argument("--rendered", default="", metavar="NAME",
+                   help="acknowledge only if this rendered config is the one held (what describe pool showed)")
+    add_client_options(p)
+
+
+ACK_DOC = """``node-config-server ack pool NAME``: the pool's new rendering that waits for the admin (the pool
+annotation node-config-server.openshift.io/require-ack: it has validator warnings, removes a file
+or needs a reboot; describe pool says which) becomes the pool's target; its nodes then take it in
+turn. POST /api/v1/pools/<pool>/ack (admin token; docs/rollout.md "Held for review").
+
+Exit codes: 0 acknowledged; 1 nothing waits (or another rendering than --rendered); 2 bad command
+line; 69 server unreachable; 77 the server wants the admin token."""
+
+
+def cmd_ack(args: argparse.Namespace) -> int:
+    client = Client.from_args(args)
+    path = f"/api/v1/pools/{urllib.parse.quote(args.name, safe='')}/ack"
+    done = _post(client, path, {"config": args.rendered} if args.rendered else {})
+    print(done.get("summary") or "done")
+    return EXIT_OK
 
 
 def _post(client: Client, path: str, body: dict):

@@ -41,6 +41,8 @@ def pool_rollout_lines(status: Dict[str, Any]) -> List[str]:
         lines.append(f"  Waiting because:   {r['waitReason']}")
     for node, why in sorted((r.get("reasons") or {}).items()):
         lines.append(f"  {node}: {why}")
+    for node, why in sorted((r.get("notReady") or {}).items()):  # a NotReady, cordoned or pressured Node
+        lines.append(f"  Not ready:         {node} ({why})")
     return lines
 
 
@@ -55,3 +57,25 @@ def node_rollout_line(node: Dict[str, Any]) -> List[str]:
 
 def node_rollout_cell(node: Dict[str, Any]) -> str:
     return str((node.get("rollout") or {}).get("state") or "-")
+
+
+def review_lines(status: Dict[str, Any]) -> List[str]:
+    """``describe pool``'s review (agent/server/rollout/review.py): what the next update removes,
+    the validator warnings of the pool's inputs, and a rendering held for the admin's
+    acknowledgement with what it does."""
+    lines = []
+    pending = status.get("pendingDisruption") or {}
+    if pending.get("removes") and pending.get("from") != pending.get("to"):
+        lines.append(f"  Removes:           {', '.join(pending['removes'])}")
+    held = status.get("review") or {}
+    if held.get("held"):
+        what = [f"removes {', '.join(held['removes'])}" if held.get("removes") else "removes nothing",
+                ("reboot" if held.get("reboot") else "no reboot") + (", drain" if held.get("drain") else ""),
+                f"{len(held.get('warnings') or [])} validator warning(s)"]
+        lines.append(f"Held for review:     {held.get('config', '')} from {held.get('from', '')}: {'; '.join(what)} "
+                     f"(node-config-server ack pool NAME takes it)")
+    warnings = status.get("renderWarnings") or []
+    if warnings:
+        lines.append(f"Render warnings:     {len(warnings)} (condition RenderWarnings)")
+        lines += [f"  {w}" for w in warnings]
+    return lines

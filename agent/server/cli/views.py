@@ -13,14 +13,15 @@ objects.py.
 import datetime
 from typing import Any, Callable, Dict, List, Optional
 
-from agent.server.cli import firstbootviews
+from agent.server.cli import firstbootviews, rolloutview
 from agent.server.cli.objects import dump  # noqa: F401  (main.py's name for it)
 from agent.server.cli.rolloutview import node_rollout_cell, node_rollout_line, pool_rollout_lines
-from agent.server.cli.tables import WIDTH, fit, table
+from agent.server.cli.tables import WIDTH, fit, table, without
 
 POOL_COLUMNS = ("NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINES", "READY", "UPDATED-M",
                 "DEGRADED-M", "AGE")
-NODE_COLUMNS = ("NAME", "POOL", "STATE", "UPDATED", "ROLLOUT", "CONFIG", "FIRSTBOOT", "SKEW", "REPORTED", "REASON")
+NODE_COLUMNS = ("NAME", "POOL", "READY", "STATE", "UPDATED", "ROLLOUT", "CONFIG", "FIRSTBOOT", "SKEW", "REPORTED",
+                "REASON")
 POOL_OPTIONAL = ("DEGRADED-M", "UPDATED-M", "READY")  # left out first, in this order, when a table does not fit
 NODE_OPTIONAL = ("SKEW", "REPORTED", "FIRSTBOOT")  # FIRSTBOOT last: REASON also names a failed or stalled one
 # -o wide only (kubectl's priority > 0 columns): the pool's target, what new nodes get, paused, its
@@ -148,6 +149,7 @@ def describe_pool(pool: Dict[str, Any], now: float) -> str:
     if pending and pending.get("from") != pending.get("to"):
         actions = ", ".join(_action(a) for a in pending.get("actions") or []) or "None"
         lines.append(f"Next update:         {actions} (drain: {'yes' if pending.get('drain') else 'no'})")
+    lines += rolloutview.review_lines(st)  # what the next update removes, validator warnings, a rendering held for review
     lines += [firstbootviews.pool_counts(pool), *firstbootviews.pool_lines([pool], indent="  ")]
     lines += ["Conditions:"] + _indent(_conditions_table(st.get("conditions") or []))
     nodes = st.get("nodes") or {}
@@ -200,12 +202,14 @@ def nodes_table(nodes: List[Dict[str, Any]], now: float, wide: bool = False, wid
         for n in nodes:
             rep = n.get("report") or {}
             reported = parse_time(n.get("reportedAt"))
-            rows.append([n.get("name", ""), n.get("pool", "") or "<none>", str(rep.get("state", "")),
+            rows.append([n.get("name", ""), n.get("pool", "") or "<none>", str(n.get("ready") or "-"),
+                         str(rep.get("state", "")),
                          str(bool(n.get("updated"))), node_rollout_cell(n), short(rep.get("currentConfig", "") or "-"),
                          firstbootviews.cell(n), rep.get("skew", "") or "-", age(None if reported is None else now - reported),
                          (n.get("rollout") or {}).get("desiredConfig") or rep.get("desiredConfig") or "-",
                          rep.get("currentImage") or "-", rep.get("bootImage") or "-", node_reason(n)])
-        return rows
+        # READY is the Node object's (--backend kubernetes); without Node objects there is none to show
+        return rows if any("ready" in n for n in nodes) else without(rows, ("READY",))
 
     return fit(build, width, wide, NODE_OPTIONAL, free="REASON", wide_only=NODE_WIDE)
 
@@ -214,8 +218,8 @@ def node_reason(node: Dict[str, Any]) -> str:
     """Why a node is not simply Done: the server's degraded reason, else the node's own; its
     first line in a table (a node's on-disk drift names each path on a line of its own:
     ``describe node`` shows them all)."""
-    text = str(node.get("degradedReason") or firstbootviews.reason(node) or (node.get("report") or {}).get("reason")
-               or (node.get("rollout") or {}).get("reason") or "")
+    text = str(node.get("degradedReason") or firstbootviews.reason(node) or node.get("notReady")
+               or (node.get("report") or {}).get("reason") or (node.get("rollout") or {}).get("reason") or "")
     return text.split("\n", 1)[0]
 
 
@@ -235,6 +239,8 @@ def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: flo
         f"Name:                {node.get('name') or node.get('node', '')}",
         f"Pool:                {node.get('pool') or '<none>'}",
         f"Membership:          {node.get('membership') or ''}",
+        *([f"Ready:               {node['ready']}" + (f" ({node['notReady']})" if node.get("notReady") else "")]
+          if node.get("ready") else []),  # the Node's (--backend kubernetes)
         *_state_lines(rep),
         f"Last report:         {age(None if reported is None else now - reported)} ago",
         f"Current config:      {rep.get('currentConfig') or '<none>'}",

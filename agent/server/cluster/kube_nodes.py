@@ -46,6 +46,12 @@ class NodeTruth:
     def node(self, name: str) -> Optional[Dict[str, Any]]:
         return self.node_cache.snapshot().get(name)
 
+    def not_ready(self, name: str) -> Optional[str]:
+        """Why the Node may not take workloads (nodestatus.check_node_ready; "" when it may), None
+        when there is no Node of that name."""
+        node = self.node(name)
+        return None if node is None else nodestatus.check_node_ready(node)
+
     def pool_of(self, name: str, pools: Dict[str, Dict[str, Any]]) -> Tuple[Optional[str], str]:
         """(the pool the Node's labels put it in, or None; why not). No Node: None."""
         node = self.node(name)
@@ -182,7 +188,8 @@ def counts_of(status: nodestatus.NodeStatus) -> progress.Counts:
     return progress.Counts(machine=status.machine, updated=status.updated, ready=status.ready,
                            degraded=status.degraded, refused=status.refused, working=status.working,
                            nodes=list(status.nodes), unavailable=status.unavailable,
-                           degraded_reasons=list(status.degraded_reasons))
+                           degraded_reasons=list(status.degraded_reasons),
+                           unavailable_reasons=list(status.unavailable_reasons))
 
 
 def _name(node: Dict[str, Any]) -> str:

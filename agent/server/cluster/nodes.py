@@ -56,3 +56,17 @@ def node_list(records: List[NodeRecord], pool_targets: Dict[str, Tuple[str, Opti
     items = [node_item(r, pool_targets, rows, first_boot(r)) for r in records]
     meta = {"continue": items[-1]["name"]} if len(items) == limit and items else {}
     return {"apiVersion": "v1", "kind": "NodeList", "metadata": meta, "items": items}
+
+
+def with_readiness(truth: Any, items: List[Dict[str, Any]]) -> None:
+    """``ready`` of each node item from its Node object (``--backend kubernetes``): "True", or
+    "False" with ``notReady``, why (layered_node_state.go CheckNodeReady: NotReady, DiskPressure,
+    NetworkUnavailable, cordoned); nothing without Node objects or for a name with no Node."""
+    if truth is None or not truth.ready():
+        return
+    for item in items:
+        why = truth.not_ready(str(item.get("name") or ""))
+        if why is not None:
+            item["ready"] = "False" if why else "True"
+            if why:
+                item["notReady"] = why

@@ -66,9 +66,25 @@ def metadata(pool: Dict[str, Any], history: Optional[List[Dict[str, Any]]] = Non
 
 def pending_disruption(spec_of: Callable[[str], Optional[Dict[str, Any]]], cluster_spec: Dict[str, Any],
                        current: str, target: str) -> Optional[Dict[str, Any]]:
-    """Actions a node on ``current`` takes to reach ``target`` (agent.core.disruption), if available."""
+    """Actions a node on ``current`` takes to reach ``target`` (agent.core.disruption), if
+    available, and the paths it removes (``removes``: a change that deletes a file is named)."""
     if current == target:
         return {"from": current, "to": target, "actions": [{"type": "None"}], "reboot": False, "drain": False}
+    out = plan_between(spec_of, cluster_spec, current, target)
+    if out is None:
+        return None
+    from agent.server.rollout.review import LISTED, removed_paths
+
+    removes = removed_paths(out.pop("changes", None) or {})  # the action list is the point; the full diff can be large
+    if removes:
+        out["removes"] = removes[:LISTED]
+    return {"from": current, "to": target, **out}
+
+
+def plan_between(spec_of: Callable[[str], Optional[Dict[str, Any]]], cluster_spec: Dict[str, Any],
+                 current: str, target: str) -> Optional[Dict[str, Any]]:
+    """The disruption plan (agent.core.disruption.Plan.to_dict(), its changes included) of a node
+    on ``current`` taking ``target``; None when it cannot be made (a config unknown here)."""
     try:
         from agent.core.disruption import merge_policy, plan_disruption
         from agent.core.nodeconfig import NodeConfig
@@ -89,9 +105,7 @@ def pending_disruption(spec_of: Callable[[str], Optional[Dict[str, Any]]], clust
     except Exception as exc:  # an optional view: never fail the pool object for it
         log.warning("pending disruption of %s -> %s not computed: %s", current, target, exc)
         return None
-    out = plan.to_dict()
-    out.pop("changes", None)  # the action list is the point; the full diff can be large
-    return {"from": current, "to": target, **out}
+    return plan.to_dict()
 
 
 def node_entry(rec: NodeRecord) -> Dict[str, Any]:

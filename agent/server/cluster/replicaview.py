@@ -3,7 +3,7 @@ the part of ``service.Cluster`` that speaks for the replica (a mixin, as ``appro
 
 import os
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from agent.server.rollout import progress, skewpolicy
 from agent.server.store.stateformat import State
@@ -38,7 +38,7 @@ class ReplicaView:
 
     def cluster(self) -> Dict[str, Any]:
         st = self.state()
-        warnings = [str(p) for p in st.problems]
+        warnings = [str(p) for p in st.problems] + validator_warnings(st)
         if st.stale:
             warnings.insert(0, "the state directory has invalid objects: the last good state keeps serving")
         views = self.pool_views(pending=False, nodes=0)
@@ -70,3 +70,12 @@ class ReplicaView:
         """This process stops serving: its replica announcement goes at once, not a TTL later."""
         if self._heartbeat is not None:
             self._heartbeat.stop()
+
+
+def validator_warnings(st: State) -> List[str]:
+    """Each validator warning of an admitted object, named (``MachineConfig 50-infra:
+    $.spec.config.storge: unused key storge``): /api/v1/cluster, ``status``, /healthz."""
+    from agent.server.rollout.review import warning_text
+
+    return [warning_text(key, p) for key in sorted(st.warnings) for p in st.warnings[key]]
+

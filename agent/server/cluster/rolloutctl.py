@@ -16,9 +16,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
 from agent.core.rolloutpolicy import rollout_policy
-from agent.server.cluster import poolview
+from agent.server.cluster import poolview, renderreview
 from agent.server.cluster.sharedruns import SharedRuns
-from agent.server.rollout import firstboots, gating, progress, targeting
+from agent.server.rollout import firstboots, gating, progress, review, targeting
 from agent.server.rollout.targeting import Member
 from agent.server.store.nodestore import SERVER_KEY, NodeRecord, PoolRow
 from agent.server.store.stateformat import State
@@ -97,6 +97,7 @@ class RolloutControl:
             waiting = row is not None and counts.machine == 0 and self._waiting_members(name)
             step = progress.rollout_step(rendered, row.as_dict() if row else None, counts, waiting)
             rollout = dict(row.rollout) if row else {}
+            step = renderreview.gate(self, st, name, policy, row, step, rendered, rollout, now)  # ours: require-ack
             if step.unpin:
                 rollout.pop("pinned", None)
             image, image_why = gating.layered_image_info(name, step.target, st.os_configs, st.os_builds)
@@ -106,6 +107,7 @@ class RolloutControl:
             decision = targeting.step(members, rollout, step.target, image, limit, policy, hold, now)
             conds = poolview.conditions(counts, step.target, step.current, {"held": step.held, "rendered": rendered},
                                         None, st.problems, bool(spec.get("paused")))
+            conds.append(review.warnings_condition(renderreview.pool_warnings(self, st, name), rendered))
             new = PoolRow(name, step.target, step.current, step.held, rendered,
                           poolview.condition_times(decision.rollout, conds, now))
             seen["step"] = (row, new, decision, image)
@@ -118,8 +120,10 @@ class RolloutControl:
 
         stored = self.store.update_pool(name, decide)
         old, new, decision, image = seen.get("step", (None, None, None, None))
-        if new is not None and stored is new and decision.targeted:  # this process wrote it: it tells
-            self._announce(name, decision.targeted, new.target, image)
+        if new is not None and stored is new:  # this process wrote it: it tells
+            renderreview.announce(self, st, name, old, new)
+            if decision.targeted:
+                self._announce(name, decision.targeted, new.target, image)
 
     def _announce(self, pool: str, nodes: List[str], config: str, image: Optional[str]) -> None:
         """node_controller.go ``setDesiredAnnotations``' Event: SetDesiredConfig (layered:

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
-from agent.server.cluster import poolview
+from agent.server.cluster import poolview, renderreview
 from agent.server.cluster.approval import Approval
 from agent.server.cluster.firstbootfacts import with_first_boot_facts
 from agent.server.cluster.firstbootview import FirstBoots
@@ -270,6 +270,7 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         history = self.store.history(name)
         status["conditions"] = poolview.conditions(counts, target, current, row.as_dict(), history,
                                                   st.problems, bool(spec.get("paused")))
+        renderreview.add_to_view(self, st, name, row, status)  # ours: validator warnings, a rendering held for review
         return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
                 "metadata": poolview.metadata(pool, history), "spec": spec, "status": status}
 

@@ -16,6 +16,7 @@ from agent.server.cluster import content
 from agent.server.cluster.accept import UnsupportedVersion
 from agent.server.cluster.backends import NODES_DB, StoreConfig, open_backends, start_writers
 from agent.server.cluster.nodes import rfc3339
+from agent.server.cluster.replicaview import validator_warnings
 from agent.server.cluster.service import Cluster, UnknownPool
 from agent.server.http.fetchmemo import FetchMemo
 from agent.server.http.httpio import (
@@ -170,9 +171,9 @@ class App(NodeRoutes):
     def api(self, environ: Dict[str, Any], method: str, rest: List[str]) -> Optional[Response]:
         if len(rest) >= 2 and rest[0] == "nodes":
             return self.node_route(environ, method, node_name(rest[1]), rest[2:])
-        if len(rest) == 3 and rest[0] == "pools" and rest[2] == "rollback":
+        if len(rest) == 3 and rest[0] == "pools" and rest[2] in ("rollback", "ack"):
             allow(method, ("POST",))
-            return self.rollback(environ, pool_name(rest[1]))
+            return (self.rollback if rest[2] == "rollback" else self.ack)(environ, pool_name(rest[1]))
         if rest not in (["pools"], ["nodes"], ["cluster"]) and not (len(rest) == 2 and rest[0] == "pools"):
             return None
         allow(method, ("GET", "HEAD"))
@@ -212,6 +213,21 @@ class App(NodeRoutes):
             raise HTTPError(404 if "unknown pool" in str(exc) else 409, str(exc))
         return json_response(200, out, pool=pool)
 
+    def ack(self, environ: Dict[str, Any], pool: str) -> Response:
+        """``POST /api/v1/pools/<pool>/ack`` (admin): the rendering held for the admin's
+        acknowledgement (require-ack) becomes the target; ``{"config": NAME}``: only if it is that one."""
+        from agent.server.cluster.renderreview import NothingToAcknowledge, acknowledge
+        from agent.server.http.httpio import json_body
+
+        self.auth.require_admin(self.caller(environ), f"acknowledging pool {pool}'s rendering")
+        body = json_body(environ) if (environ.get("CONTENT_LENGTH") or "").strip() not in ("", "0") else {}
+        if not isinstance(body, dict) or set(body) - {"config"} or not isinstance(body.get("config", ""), str):
+            raise HTTPError(400, "the body must be {\"config\": \"rendered-...\"} or empty", field="$")
+        try:
+            return json_response(200, acknowledge(self.cluster, pool, body.get("config", "")), pool=pool)
+        except NothingToAcknowledge as exc:
+            raise HTTPError(404 if "unknown pool" in str(exc) else 409, str(exc))
+
     def _known(self) -> str:
         return ", ".join(sorted(self.cluster.state().pools)) or "none"
 
@@ -223,10 +239,12 @@ class App(NodeRoutes):
         alarmed = bool(store.get("alarms"))
         body = {"status": "unhealthy" if alarmed else "ok", "version": __version__,
                 "state": {"pools": sorted(st.pools), "machineConfigs": len(st.machine_configs),
-                          "stale": st.stale, "problems": [p.to_dict() for p in st.problems]},
+                          "stale": st.stale, "problems": [p.to_dict() for p in st.problems],
+                          "warnings": [dict(p.to_dict(), object=k) for k in sorted(st.warnings) for p in st.warnings[k]]},
                 "store": store}
         where = f"state directory {self.cluster.state_dir}" if self.cluster.state_dir else "the state served"
         warnings = self.identity_warnings() + [w for w in (no_pools_warning(st, where),) if w]
+        warnings += validator_warnings(st)  # admitted objects' validator warnings too
         if warnings:
             body["warnings"] = warnings
         if alarmed:

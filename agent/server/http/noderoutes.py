@@ -19,7 +19,15 @@ import urllib.parse
 from typing import Any, Dict, List, Optional
 
 from agent.server.cluster import registrations
-from agent.server.cluster.nodes import DEFAULT_LIMIT, MAX_LIMIT, node_item, node_list, rfc3339, targets
+from agent.server.cluster.nodes import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    node_item,
+    node_list,
+    rfc3339,
+    targets,
+    with_readiness,
+)
 from agent.server.cluster.service import ReportInvalid, validate_report
 from agent.server.http.drainroutes import DrainRoutes, released_answer
 from agent.server.http.httpio import HTTPError, Response, allow, client_address, json_body, json_response
@@ -259,6 +267,7 @@ class NodeRoutes(DrainRoutes):
         truth = self.cluster.node_truth
         if truth is not None and truth.ready():  # the Kubernetes backend: the Node's labels decide (kube_nodes.py)
             out.update(truth.describe(node, self.cluster.state().pools))
+        with_readiness(truth, [out])
         if self.cluster.drainer is not None:  # the Kubernetes backend: a drain under way, from the Node
             from agent.server.cluster.drainpacer import node_drain
 
@@ -283,9 +292,10 @@ class NodeRoutes(DrainRoutes):
             return json_response(200, registrations.listing(self.cluster, approval, after, limit))
         records = self.cluster.store.nodes(after=after, limit=limit)
         deadlines = self.cluster.first_boot_deadlines()  # each node's first boot, decided now
-        return json_response(200, node_list(records, targets(self.cluster.pool_views(pending=False, nodes=0)), limit,
-                                            self.cluster.store.pools(),
-                                            lambda rec: self.cluster.first_boot_view(rec, deadlines=deadlines)))
+        out = node_list(records, targets(self.cluster.pool_views(pending=False, nodes=0)), limit,
+                        self.cluster.store.pools(), lambda rec: self.cluster.first_boot_view(rec, deadlines=deadlines))
+        with_readiness(self.cluster.node_truth, out["items"])  # READY, from the Node objects
+        return json_response(200, out)
 
     def report(self, node: str, body: Any) -> Response:
         try:

@@ -220,6 +220,7 @@ class NodeStatus:
     refused: int = 0
     nodes: List[str] = field(default_factory=list)
     unavailable_nodes: List[str] = field(default_factory=list)
+    unavailable_reasons: List[str] = field(default_factory=list)  # ours: why each is unavailable, for the conditions
     degraded_reasons: List[str] = field(default_factory=list)
 
 
@@ -243,6 +244,7 @@ def calculate_status(members: Sequence[Tuple[Dict[str, Any], Optional[Mapping[st
         if is_unavailable_for_update(not_ready, report):
             out.unavailable += 1
             out.unavailable_nodes.append(name)
+            out.unavailable_reasons.append(not_ready or f"node {name} is {_not_done(report)}")
         if is_degraded(report):
             out.degraded += 1
             reason = str(report.get("reason") or "")  # type: ignore[union-attr]
@@ -253,6 +255,14 @@ def calculate_status(members: Sequence[Tuple[Dict[str, Any], Optional[Mapping[st
         if report and report.get("skew") == "refuse":
             out.refused += 1
     return out
+
+
+def _not_done(report: Optional[Mapping[str, Any]]) -> str:
+    """Why a ready Node is unavailable (IsUnavailableForUpdate): it is not done on its desired config."""
+    if not report:
+        return "not reporting (no node-agent report, no MCD annotations)"
+    reason = f": {report['reason']}" if report.get("reason") else ""
+    return f"{report.get('state') or 'not done'} on {report.get('desiredConfig') or report.get('currentConfig') or '?'}{reason}"
 
 
 def _go_quote(text: str) -> str:

@@ -35,6 +35,7 @@ class Counts:
     # message parts ('Node X is reporting: "..."').
     unavailable: Optional[int] = None
     degraded_reasons: List[str] = field(default_factory=list)
+    unavailable_reasons: List[str] = field(default_factory=list)  # ours: "node X is reporting NotReady=Unknown"
 
     def to_status(self) -> Dict[str, int]:
         return {"machineCount": self.machine, "updatedMachineCount": self.updated,
@@ -214,6 +215,7 @@ def conditions(counts: Counts, target: str, current: str, held: str,
     updating = target != current or not all_updated or bool(paused_for and paused_for != target)
     behind = f"{counts.updated} of {counts.machine} node(s) updated to {target}" + \
         (f" (current {current})" if target != current else "")
+    waiting = _waiting_for(counts, unavailable) if target == current and counts.updated == counts.machine else ""
     sentence = f"{counts.degraded} nodes are reporting degraded status on sync"
     listed = ", ".join(counts.degraded_reasons) or \
         "their reasons: status.nodes, `node-config-server get nodes`"
@@ -223,10 +225,12 @@ def conditions(counts: Counts, target: str, current: str, held: str,
     out = [
         {"type": "Updated", "status": "False" if updating else "True",
          "reason": "Updating" if updating else "AllNodesUpdated",
-         "message": behind if updating else f"All nodes are updated with MachineConfig {target}"},
+         "message": (behind + (f"; {waiting}" if waiting else "")) if updating else
+         f"All nodes are updated with MachineConfig {target}"},
         {"type": "Updating", "status": "True" if updating and not stopped else "False",
          "reason": ("PoolPaused" if stopped else "RolloutInProgress") if updating else "AllNodesUpdated",
          "message": (f"Pool is paused; will not update to MachineConfig {paused_for}" if stopped else
+                     f"All nodes are updated to MachineConfig {target}; {waiting}" if waiting else
                      f"All nodes are updating to MachineConfig {target}") if updating else ""},
         {"type": "NodeDegraded", "status": _bool(counts.degraded), "reason": sentence if counts.degraded else "",
          "message": listed if counts.degraded else ""},
@@ -244,6 +248,19 @@ def conditions(counts: Counts, target: str, current: str, held: str,
         for c in out[:2]:
             c["lastTransitionTime"] = since
     return out
+
+
+def _waiting_for(counts: Counts, unavailable: int) -> str:
+    """Ours: what an updated pool still waits for, named (a NotReady Node: upstream then says "All
+    nodes are updating to ...", which no node is; with "N of N updated" beside it that read as a
+    contradiction). "" when nothing is named or counted."""
+    left = max(unavailable, counts.machine - counts.ready)
+    if not left:
+        return ""
+    named = "; ".join(counts.unavailable_reasons[:10]) + \
+        (f" and {len(counts.unavailable_reasons) - 10} more" if len(counts.unavailable_reasons) > 10 else "")
+    return f"waiting for {left} node(s) to be ready and available: " + \
+        (named or "their state: status.nodes, `node-config-server get nodes`")
 
 
 def _bool(value: Any) -> str:

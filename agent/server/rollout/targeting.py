@@ -385,6 +385,9 @@ def summary(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], tar
             out[state.lower()] = names[:LISTED]
     if reasons:
         out["reasons"] = {k: reasons[k] for k in sorted(reasons)[:LISTED]}
+    not_ready = {m.name: m.not_ready for m in members if m.not_ready}  # ours: why a Node counts as unavailable
+    if not_ready:
+        out["notReady"] = {k: not_ready[k] for k in sorted(not_ready)[:LISTED]}
     for key, name in (("halted", "halted"), ("waiting", "waitReason"), ("started", "started"),
                       ("canaryAt", "canaryAt")):
         if (rollout or {}).get(key):

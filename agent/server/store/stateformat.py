@@ -57,6 +57,9 @@ class State:
     loaded_at: float = 0.0
     stale: bool = False  # True when the newest files were invalid and an older state serves
     bootstrap: Dict[str, bytes] = field(default_factory=dict)  # bootstrap/kubeconfig, bootstrap/kubelet-ca.crt
+    # Validator warnings of the admitted objects ("MachineConfig/50-infra" -> its warnings: an unused
+    # key, whatever node-agent validate warns of); the server shows them (docs/machineconfigs.md).
+    warnings: Dict[str, List[Problem]] = field(default_factory=dict)
 
     def bucket(self, sub: str) -> Dict[str, Dict[str, Any]]:
         """The objects of one ``KINDS`` folder by name."""
@@ -149,8 +152,9 @@ def admit(state: State, sub: str, doc: Dict[str, Any], where: str) -> Optional[s
         doc, found = _spec2_converted(doc, where)
     else:
         found = _CHECKS[sub](doc, where)
-    if found:
-        state.problems.extend(found)
+    errors = [p for p in found if p.is_error]
+    if errors:
+        state.problems.extend(errors)
         return None
     bucket = state.bucket(sub)
     name = doc["metadata"]["name"]
@@ -159,6 +163,8 @@ def admit(state: State, sub: str, doc: Dict[str, Any], where: str) -> Optional[s
                                       source=where))
         return None
     bucket[name] = doc
+    if found:  # only warnings: the object serves, and the server says what it warns of
+        state.warnings[f"{kind}/{name}"] = found
     return name
 
 

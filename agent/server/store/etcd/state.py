@@ -195,7 +195,8 @@ class EtcdStateSource:
                 for p in new.problems:
                     log.error("state generation %s: %s", gen, p)
                 self._state = State(old.pools, old.machine_configs, old.cluster, old.os_configs, old.os_builds,
-                                    old.signature, list(new.problems), old.loaded_at, stale=True)
+                                    old.signature, list(new.problems), old.loaded_at, stale=True,
+                                    warnings=old.warnings)
             else:
                 self._state = new
             self._generation = gen

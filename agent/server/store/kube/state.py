@@ -136,6 +136,9 @@ class KubeStateSource:
         state = build_state(objects, cluster)
         for p in state.problems:
             log.error("Kubernetes object refused: %s", p)
+        for found in state.warnings.values():
+            for p in found:
+                log.warning("Kubernetes object admitted with a warning: %s", p)
         with self._lock:
             if seen >= self._built:
                 self._state, self._built = state, seen

@@ -72,6 +72,9 @@ class StateWatcher:
         empty = no_pools_warning(state, f"state directory {self.state_dir}")
         if empty:
             log.warning("%s", empty)
+        for found in state.warnings.values():  # admitted, and served: said once per load
+            for p in found:
+                log.warning("state: %s", p)
 
     def current(self, check_now: bool = False, settled: Optional[str] = None) -> State:
         """The state to serve. ``check_now`` looks at once; ``settled`` is a signature another
@@ -132,7 +135,7 @@ class StateWatcher:
     def _apply(self, new: State) -> None:
         if not new.problems:
             log.info("state directory %s reloaded", self.state_dir)
-            self._log_problems(new)  # none, but an emptied directory is worth a warning
+            self._log_problems(new)  # none, but its warnings and an emptied directory are worth saying
             self._state, self._partial = new, False
             return
         self._log_problems(new)
@@ -143,6 +146,7 @@ class StateWatcher:
             # (carrying the last good signature made a removed bad file look "unchanged")
             old = self._state
             self._state = State(old.pools, old.machine_configs, old.cluster, old.os_configs, old.os_builds,
-                                new.signature, new.problems, old.loaded_at, stale=True, bootstrap=old.bootstrap)
+                                new.signature, new.problems, old.loaded_at, stale=True, bootstrap=old.bootstrap,
+                                warnings=old.warnings)
         log.error("state directory %s has %d problem(s); %s", self.state_dir, len(new.problems),
                   "valid objects serve" if self._partial else "the last good state keeps serving")
