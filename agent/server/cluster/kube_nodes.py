@@ -137,6 +137,11 @@ class NodeTruth:
             self._groups = (key, groups)
         return groups
 
+    def pools_by_node(self, pools: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
+        """Each Node's pool by its labels (Nodes in no pool are not in it): the MachineConfigNodes'
+        spec.pool (kube_mcn), from the same grouping as the pools' numbers."""
+        return {_name(node): pool for pool, nodes in self._grouped(pools).items() for node in nodes}
+
     def counts(self, pool: str, pools: Dict[str, Dict[str, Any]], target: str,
                image: Optional[str]) -> progress.Counts:
         return counts_of(self.status(pool, pools, target, image))

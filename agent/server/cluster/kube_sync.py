@@ -16,7 +16,9 @@ where the MCO writes the same things, so that ``kubectl get mcp``/``oc get mcp``
   MCO-650). A Node not registered yet gets them when it appears;
 - the rollout's writes: each member's desiredConfig and the UpdateInProgress taint
   (kube_targets.TargetWriter, once a second), and an Event on the pool for each targeting
-  (``note_pool_event``).
+  (``note_pool_event``);
+- a MachineConfigNode for every Node (kube_mcn.McnWriter): at each report and each change of
+  the Node's drain state, and a sweep of every Node's when Nodes or MCNs change.
 
 A merge patch carries no resourceVersion, so a status write never conflicts (409) with another
 replica's: every replica computes the same status from the same shared node state, and the last
@@ -29,14 +31,13 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from agent.server.cluster.kube_drain import uncordon_patch
+from agent.server.cluster.kube_drain import DRAINED_FOR, uncordon_patch
+from agent.server.cluster.kube_mcn import McnWriter
 from agent.server.cluster.kube_targets import TargetWriter, pool_event, served_desired
 from agent.server.rollout import draincadence
-from agent.server.rollout.mcnconditions import config_name, node_conditions
 from agent.server.rollout.nodestatus import slim_node
 from agent.server.rollout.progress import iso8601
 from agent.server.store.kube.client import (
-    MACHINE_CONFIG_NODES,
     MACHINE_CONFIG_POOLS,
     MACHINE_CONFIGS,
     NODES,
@@ -44,7 +45,6 @@ from agent.server.store.kube.client import (
     KubeError,
     KubeUnavailable,
 )
-from agent.server.store.kube.mcnrecord import node_object
 from agent.server.store.kube.watch import Reflector
 
 log = logging.getLogger(__name__)
@@ -124,21 +124,11 @@ def pool_labels(pool: Optional[Dict[str, Any]]) -> Dict[str, str]:
     return out
 
 
-def node_owner(node_obj: Dict[str, Any]) -> Dict[str, Any]:
-    """The MachineConfigNode's ownerReferences to its Node (pure; none without the Node's uid). No
-    blockOwnerDeletion: it would need update on nodes/finalizers where OwnerReferencesPermission-
-    Enforcement is on (OpenShift), and nothing needs the Node's deletion held up."""
-    meta = node_obj.get("metadata") or {}
-    if not meta.get("uid"):
-        return {}
-    return {"ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": meta.get("name", ""),
-                                 "uid": meta["uid"]}]}
-
-
-def drain_mark(annotations: Dict[str, Any]) -> str:
-    """The Node's drain state as its annotations hold it ("" with none): what the MCN's Drained
-    condition was last written from."""
-    return "|".join(str(annotations.get(k) or "") for k in draincadence.KEYS).strip("|")
+def drain_mark(annotations: Dict[str, Any], cordoned: bool = False) -> str:
+    """The Node's drain state as its annotations hold it, our cordon's config and the cordon ("" with
+    none): what the MCN's Cordoned and Drained conditions were last written from."""
+    keys = draincadence.KEYS + (DRAINED_FOR,)
+    return ("|".join(str(annotations.get(k) or "") for k in keys) + ("|cordoned" if cordoned else "")).strip("|")
 
 
 def rendered_object(name: str, pool: str, pool_uid: str, spec: Dict[str, Any], version: str) -> Dict[str, Any]:
@@ -166,6 +156,7 @@ class KubeSync:
         self._drain_written: Dict[str, str] = {}  # node -> drain_mark its MCN was written with (none: "")
         self._nodes: Dict[str, Tuple[Dict[str, Any], str]] = {}  # node -> (report, pool) not written yet
         self._nodes_changed = False
+        self._sweep_due, self._swept_at = True, 0.0  # every Node's MCN: when Nodes or MCNs changed, once a second
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -173,6 +164,7 @@ class KubeSync:
         # the rules read (nodestatus.slim_node: labels, the MCD's and our annotations, three conditions).
         self.node_cache = Reflector(client, NODES, self._node_seen, transform=slim_node)
         self.targets = TargetWriter(cluster, client, self.node_cache)  # desiredConfig and the taint (kube_targets)
+        self.mcns = McnWriter(cluster, client, self._mcn_seen)  # a MachineConfigNode per Node (kube_mcn)
         # Two loops, so that a burst of node writes never delays a pool's status (nor the reverse).
         self._threads = [threading.Thread(target=self._loop, args=(self.sync_pools, None), name="kube-sync-pools",
                                           daemon=True),
@@ -183,6 +175,7 @@ class KubeSync:
         self.cluster.report_listeners.append(self.note_report)
         self.cluster.pool_listeners.append(self.note_pool_event)
         self.node_cache.start()
+        self.mcns.start()
         for thread in self._threads:
             thread.start()
         return self
@@ -191,6 +184,7 @@ class KubeSync:
         self._stop.set()
         self._wake.set()
         self.node_cache.stop()
+        self.mcns.stop()
 
     def note_report(self, node: str, body: Dict[str, Any], pool: Optional[str]) -> None:
         """Queue the node's write-back (the node loop); a Done that ends our drain writes the Node
@@ -232,7 +226,11 @@ class KubeSync:
         return rec is not None and not (isinstance(mark, dict) and mark.get("pending"))
 
     def _node_seen(self) -> None:
-        self._nodes_changed = True
+        self._nodes_changed = self._sweep_due = True
+        self._wake.set()
+
+    def _mcn_seen(self) -> None:
+        self._sweep_due = True
         self._wake.set()
 
     def _loop(self, step: Callable[[], None], wake: Optional[threading.Event]) -> None:
@@ -317,8 +315,8 @@ class KubeSync:
                 failed[node] = (reported, pool)
                 continue
             try:
-                body, ours = self._patch_node(node, reported, pool, present[node], pools, rows)
-                self._write_node_object(node, body, pool, ours, present[node])
+                body, ours, written = self._patch_node(node, reported, pool, present[node], pools, rows)
+                self._write_node_object(node, body, pool, ours, written)
                 self.writes["node"] += 1
             except KubeUnavailable as exc:  # the API server is away: the rest waits for the next round
                 away = str(exc)
@@ -331,11 +329,34 @@ class KubeSync:
         with self._lock:
             for node, item in failed.items():
                 self._nodes.setdefault(node, item)
+        if not away:
+            self._sweep(present, pools)
+
+    def _sweep(self, present: Dict[str, Dict[str, Any]], pools: Dict[str, Dict[str, Any]]) -> None:
+        """Every Node's MachineConfigNode made or brought up to date, orphans deleted
+        (kube_mcn.McnWriter.sweep), once the Nodes are listed, when Nodes or MCNs changed, once
+        a second at most."""
+        truth = self.cluster.node_truth
+        now = time.time()
+        if not self._sweep_due or now - self._swept_at < self.interval or truth is None or not truth.ready():
+            return
+        self._sweep_due, self._swept_at = False, now
+        rows = self.cluster.store.pools()
+
+        def counted(name: str) -> Optional[Tuple[Dict[str, Any], str]]:
+            rec = self.cluster.store.node(name) if self._counts(name) else None
+            if rec is None:
+                return None
+            return served_desired(rows, rec.pool, name, dict(rec.report, _rewrite=True)), rec.pool
+
+        self.mcns.sweep(present, truth.pools_by_node(pools), counted, now)
+        self._sweep_due = self._sweep_due or self.mcns.waiting  # an orphan's grace not over: again next round
 
     def _patch_node(self, node: str, reported: Dict[str, Any], pool: str, node_obj: Dict[str, Any],
                     pools: Dict[str, Dict[str, Any]], rows: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """The report's merge patch of the Node (node_patch; the uncordon when it ends our drain);
-        returns (the report as written, the Node's annotations it was written over)."""
+        returns (the report as written, the Node's annotations it was written over, the Node as
+        written, slim)."""
         body = served_desired(rows, pool, node, reported)  # desiredConfig: the server's decision
         ours = (node_obj.get("metadata") or {}).get("annotations") or {}
         pivot = str(body.get("firstPivotConfig") or "")
@@ -346,41 +367,23 @@ class KubeSync:
         if end:
             patch["spec"] = end["spec"]
             patch["metadata"]["annotations"].update(end["metadata"]["annotations"])
-        self.client.merge_patch(NODES.path(node), patch)
-        return body, ours
+        written = self.client.merge_patch(NODES.path(node), patch)
+        return body, ours, slim_node(written) if isinstance(written, dict) and written.get("metadata") else node_obj
 
     def _write_node_object(self, node: str, body: Dict[str, Any], pool: str, annotations: Dict[str, Any],
                            node_obj: Dict[str, Any]) -> None:
-        """The node's MachineConfigNode: its spec and status patched, made first when missing
-        (with the Drained condition while the Node's ``annotations`` say it is draining), owned by
-        its Node (``node_obj``) as upstream's are, so that the garbage collector deletes it with
-        the Node; its pool the one the Node's labels put it in. Patch first: after a node's first
-        report the MCN exists (the API node store makes it with the report, before the Node may
-        exist), so a create would be refused on almost every write."""
+        """The node's MachineConfigNode for its counted report ``body`` (kube_mcn.McnWriter.write):
+        ``node_obj`` the Node as just written (none: no MCN), ``annotations`` the Node's before this
+        report (the config it ran); the MCN's pool the one the Node's labels put it in, its desired
+        config the server's decision."""
         truth = self.cluster.node_truth
+        member = None
         if truth is not None and truth.ready():
-            pool = truth.pool_of(node, self.source.reflectors["machineconfigpools"].snapshot())[0] or pool
-        obj = node_object(node, body, pool)
-        meta = node_owner(node_obj)
-        obj["metadata"].update(meta)
-        try:
-            self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), dict({"spec": obj["spec"]},
-                                                                           **({"metadata": meta} if meta else {})))
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-            try:
-                self.client.create(MACHINE_CONFIG_NODES.path(), obj)
-            except KubeError as exc2:
-                if exc2.status != 409:  # 409: another replica made it meanwhile, with the same spec
-                    raise
-        status = {"observedGeneration": 1,
-                  "configVersion": {"desired": obj["spec"]["configVersion"]["desired"],
-                                    "current": config_name(body.get("currentConfig"))},
-                  "conditions": node_conditions(body, iso8601(body.get("_at") or time.time()), annotations,
-                                                self.cluster.first_boot_decision(body, pool))}
-        self.client.merge_patch(MACHINE_CONFIG_NODES.path(node, sub="status"), {"status": status})
-        mark = drain_mark(annotations)
+            member = truth.pool_of(node, self.source.reflectors["machineconfigpools"].snapshot())[0]
+        body = served_desired(self.cluster.store.pools(), pool, node, body)
+        self.mcns.write(node, node_obj, member, body, str(annotations.get(ANNOTATION + "currentConfig") or ""))
+        meta = (node_obj or {}).get("metadata") or {}
+        mark = drain_mark(meta.get("annotations") or {}, bool(((node_obj or {}).get("spec") or {}).get("unschedulable")))
         if mark:
             self._drain_written[node] = mark
         else:
@@ -394,8 +397,9 @@ class KubeSync:
         out = {}
         for name, obj in present.items():
             annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            cordoned = bool((obj.get("spec") or {}).get("unschedulable"))
             if name in pending or (ANNOTATION + "state" in annotations
-                                   and drain_mark(annotations) == self._drain_written.get(name, "")):
+                                   and drain_mark(annotations, cordoned) == self._drain_written.get(name, "")):
                 continue
             rec = self.cluster.store.node(name)
             mark = rec.report.get("_server") if rec is not None else None

@@ -37,10 +37,10 @@ KEPT_ANNOTATIONS = (MCD, "node-config-server.openshift.io/")  # the only annotat
 
 def slim_node(obj: Dict[str, Any]) -> Dict[str, Any]:
     """A Node as the server keeps it: name, uid, resourceVersion, creationTimestamp, labels, the
-    annotations of the MCD and of our drain, ``spec.unschedulable`` and ``spec.taints``, and the type
-    and status of the three conditions ``check_node_ready`` reads. A kubelet's Node is about 8 KB
-    of JSON (images, addresses, capacity, managedFields); none of the rest is read, so none of it
-    is kept."""
+    annotations of the MCD and of our drain, ``spec.unschedulable`` and ``spec.taints``, the type
+    and status of the three conditions ``check_node_ready`` reads, and a Pending or Provisioning
+    phase. A kubelet's Node is about 8 KB of JSON (images, addresses, capacity, managedFields); none
+    of the rest is read, so none of it is kept."""
     meta = obj.get("metadata") or {}
     out_meta: Dict[str, Any] = {"name": meta.get("name", "")}
     # uid: the MachineConfigNode's owner (kube_sync); creationTimestamp: upstream's update order
@@ -64,6 +64,9 @@ def slim_node(obj: Dict[str, Any]) -> Dict[str, Any]:
              if isinstance(c, dict) and c.get("type") in NODE_CONDITIONS]
     if conds:
         out["status"] = {"conditions": conds}
+    phase = (obj.get("status") or {}).get("phase")
+    if phase in ("Pending", "Provisioning"):  # no MachineConfigNode yet (sync.go syncMachineConfigNodes)
+        out.setdefault("status", {})["phase"] = phase
     return out
 
 
