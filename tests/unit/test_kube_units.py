@@ -246,6 +246,18 @@ def test_a_machineconfignode_with_no_known_config_or_pool_says_not_yet_set():
     assert obj["spec"]["configVersion"]["desired"] == "not-yet-set" and obj["spec"]["pool"]["name"] == "not-yet-set"
 
 
+def test_a_report_that_waits_for_its_reboot_leaves_the_nodes_currentConfig_as_it_is():
+    """pkg/daemon/writer.go: the daemon writes the new currentConfig with SetDone once the node has
+    booted it; until then the Node keeps naming what it runs."""
+    body = {"pool": "worker", "state": "Working", "currentConfig": "rendered-b", "desiredConfig": "rendered-b",
+            "reason": "reboot pending"}
+    annotations = kube_sync.node_patch(body, None)["metadata"]["annotations"]
+    assert kube_sync.ANNOTATION + "currentConfig" not in annotations
+    assert annotations[kube_sync.ANNOTATION + "state"] == "Working"
+    done = kube_sync.node_patch(dict(body, state="Done", reason=None), None)["metadata"]["annotations"]
+    assert done[kube_sync.ANNOTATION + "currentConfig"] == "rendered-b"
+
+
 def test_a_rendered_config_is_owned_by_its_pool():
     obj = kube_sync.rendered_object("rendered-infra-a", "infra", "u-1", {"config": {}}, "node-config-server 1")
     owner = obj["metadata"]["ownerReferences"][0]

@@ -35,6 +35,7 @@ from agent.server.cluster.kube_drain import DRAINED_FOR, uncordon_patch
 from agent.server.cluster.kube_mcn import McnWriter
 from agent.server.cluster.kube_targets import TargetWriter, pool_event, served_desired
 from agent.server.rollout import draincadence
+from agent.server.rollout.mcnconditions import reboot_pending
 from agent.server.rollout.nodestatus import slim_node
 from agent.server.rollout.progress import iso8601
 from agent.server.store.kube.client import (
@@ -99,6 +100,8 @@ def node_patch(body: Dict[str, Any], pool: Optional[Dict[str, Any]], annotations
     out[ANNOTATION + "reason"] = reason
     for k in NODE_FIELDS[4:]:
         out[ANNOTATION + k] = str(body[k]) if body.get(k) else None
+    if reboot_pending(body):  # writer.go: the new currentConfig only after its reboot (SetDone on the booted node)
+        del out[ANNOTATION + "currentConfig"]
     meta: Dict[str, Any] = {"annotations": out}
     name = (pool or {}).get("metadata", {}).get("name")
     labels = pool_labels(pool) if name and name == pivot_pool else {}
