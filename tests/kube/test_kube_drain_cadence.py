@@ -199,9 +199,10 @@ def test_a_drain_that_cannot_finish_is_paced_visible_and_alerted_and_completes_o
     def condition_types():  # kube_sync rewrites the MCN once the Node's drain annotations are gone
         status = api(kube, f"/apis/machineconfiguration.openshift.io/v1/machineconfignodes/{node}").get("status") or {}
         by_type = {c["type"]: c for c in status.get("conditions") or []}
-        return by_type if by_type.get("Drained", {}).get("reason") == "NotYetOccured" else None
-    # Drained back to upstream's default (upgrade_monitor.go), the others kept.
-    assert "UpdateExecuted" in wait_for(condition_types, "the Drained condition back to its default, the others kept")
+        return by_type if by_type.get("Drained", {}).get("status") == "True" else None
+    # Drained True once drained, still cordoned (drain_controller.go drainNode)
+    drained = wait_for(condition_types, "the Drained condition True once drained")
+    assert drained["Drained"]["message"].startswith("Drained node.") and drained["Cordoned"]["status"] == "True"
     wait_for(lambda: "mcc_drain_err{" not in server.session().get(server.url("/metrics"), timeout=10).text,
              "mcc_drain_err gone once drained")
     report(server, node, {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target})
