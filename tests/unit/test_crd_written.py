@@ -213,6 +213,18 @@ def test_the_sweep_makes_one_for_every_node_and_deletes_orphans_every_write_vali
     assert w.sweep(nodes, {"plain": "worker", "mine": "worker"}, counted.get, 1.8e9 + 3601) == 0  # as wanted
 
 
+def test_a_sweep_writes_at_most_its_batch_and_says_more_is_waiting(app, monkeypatch):
+    monkeypatch.setattr(kube_mcn, "SWEEP_BATCH", 1)
+    kube = FakeKube()
+    w = writer(kube)
+    nodes = {"a": node("a"), "b": node("b")}
+    pools = {"a": "worker", "b": "worker"}
+    assert w.sweep(nodes, pools, {}.get, 1.8e9) == 1 and w.waiting and sorted(kube.objects) == ["a"]
+    assert w.sweep(nodes, pools, {}.get, 1.8e9) == 1 and sorted(kube.objects) == ["a", "b"]
+    assert w.sweep(nodes, pools, {}.get, 1.8e9) == 0 and not w.waiting
+    every_write_valid(kube)
+
+
 FIRST_BOOT = {"run": "5b0c6c1e4d0a4f6c9a8f0c2d1e3b4a59", "startedAt": "2027-01-15T08:00:00.120Z", "result": "running",
               "stage": "fetch", "elapsed": 2.5, "stages": [{"name": "fetch", "startedAt": "2027-01-15T08:00:00.120Z",
                                                              "seconds": 2.4, "result": "ok"}]}

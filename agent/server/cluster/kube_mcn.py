@@ -42,6 +42,7 @@ MCD = "machineconfiguration.openshift.io/"
 SKIPPED_PHASES = ("Pending", "Provisioning")  # syncMachineConfigNodes: no MCN for such a Node yet
 ORPHAN_GRACE = 10.0  # seconds an MCN without a Node is left to another replica's Node cache catching up
 TRIES = 3
+SWEEP_BATCH = 50  # MCNs a sweep writes at most, so that a fleet's first sweep never holds back reports' write-back
 
 
 def slim_mcn(obj: Dict[str, Any]) -> Dict[str, Any]:
@@ -195,13 +196,18 @@ class McnWriter:
               counted: Callable[[str], Optional[Tuple[Dict[str, Any], str]]], now: float) -> int:
         """Every Node's MCN made or brought up to date where it is missing or not as wanted
         (``pools_of``: each Node's pool by its labels; ``counted(node)``: its counted report and
-        pool, else None), and every MCN whose Node is gone deleted. Only with both caches listed.
-        Returns how many objects it wrote."""
+        pool, else None), and every MCN whose Node is gone deleted. Only with both caches listed;
+        at most ``SWEEP_BATCH`` writes, ``waiting`` set when more are left. Returns how many objects
+        it wrote."""
         if not self.cache.synced.is_set():
             return 0
         mcns = self.cache.snapshot()
         done = 0
+        self.waiting = False
         for name, node_obj in nodes.items():
+            if done >= SWEEP_BATCH:
+                self.waiting = True
+                return done
             if skipped(node_obj):
                 continue
             kept = mcns.get(name)
@@ -215,7 +221,6 @@ class McnWriter:
                 done += 1
             except KubeError as exc:
                 log.warning("MachineConfigNode %s: %s (the next round retries)", name, exc)
-        self.waiting = False
         for name, kept in mcns.items():
             if name in nodes:
                 continue

@@ -353,7 +353,7 @@ class KubeSync:
             return served_desired(rows, rec.pool, name, dict(rec.report, _rewrite=True)), rec.pool
 
         self.mcns.sweep(present, truth.pools_by_node(pools), counted, now)
-        self._sweep_due = self._sweep_due or self.mcns.waiting  # an orphan's grace not over: again next round
+        self._sweep_due = self._sweep_due or self.mcns.waiting  # more to write, or an orphan's grace: next round
 
     def _patch_node(self, node: str, reported: Dict[str, Any], pool: str, node_obj: Dict[str, Any],
                     pools: Dict[str, Dict[str, Any]], rows: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
