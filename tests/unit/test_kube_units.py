@@ -222,6 +222,23 @@ def test_node_patch_carries_the_mcd_annotations_as_the_mcd_writes_them():
     assert ann["machineconfiguration.openshift.io/currentImage"] is None
 
 
+def test_node_patch_SetWorking_keeps_the_reason_and_SetDone_writes_currentImage_only_on_a_layered_pool():
+    """pkg/daemon/writer.go: SetWorking writes the state alone (a Degraded's reason stays until
+    Done clears it); SetDone writes currentImage only with an image on disk (image mode) and
+    deletes it otherwise: a real MCO reading it on a plain pool takes the node as not done."""
+    working = {"state": "Working", "currentConfig": "rendered-infra-a", "desiredConfig": "rendered-infra-b",
+               "reason": "", "currentImage": "quay.io/os@sha256:1"}
+    ann = kube_sync.node_patch(working, POOL)["metadata"]["annotations"]
+    assert "machineconfiguration.openshift.io/reason" not in ann
+    assert ann["machineconfiguration.openshift.io/state"] == "Working"
+    done = dict(working, state="Done", desiredConfig="rendered-infra-a")
+    plain = kube_sync.node_patch(done, POOL)["metadata"]["annotations"]
+    assert plain["machineconfiguration.openshift.io/reason"] == "" and \
+        plain["machineconfiguration.openshift.io/currentImage"] is None
+    layered = kube_sync.node_patch(done, POOL, layered=True)["metadata"]["annotations"]
+    assert layered["machineconfiguration.openshift.io/currentImage"] == "quay.io/os@sha256:1"
+
+
 def test_applyCustomPoolLabels_once_for_a_node_booted_into_the_custom_pool():
     """node_controller.go isCustomPoolBootedNode: only the owner of the firstPivotConfig, only
     while the guard annotation is absent; the patch sets it."""

@@ -86,19 +86,22 @@ LABELS_APPLIED = ANNOTATION + "customPoolLabelsApplied"  # node_controller.go ap
 
 
 def node_patch(body: Dict[str, Any], pool: Optional[Dict[str, Any]], annotations: Optional[Dict[str, Any]] = None,
-               pivot_pool: Optional[str] = None) -> Dict[str, Any]:
-    """The merge patch of a Node for a report (pure): the MCD's annotations (the reason cut to
-    ``REASON_MAX`` characters; currentImage/desiredImage removed when empty, as the MCD removes
-    them: a stale desiredImage keeps upstream's IsDone false), and a custom pool's selector
+               pivot_pool: Optional[str] = None, layered: bool = False) -> Dict[str, Any]:
+    """The merge patch of a Node for a report (pure): the MCD's annotations as pkg/daemon/writer.go
+    writes them (the reason cut to ``REASON_MAX`` characters; a Working report leaves the reason
+    as it is, as ``SetWorking`` writes the state only; currentImage only on a ``layered`` pool, as
+    ``SetDone`` writes it only with an image on disk, and removed otherwise, as is an empty
+    desiredImage: a stale one keeps upstream's IsDone false), and a custom pool's selector
     labels once, as node_controller.go ``isCustomPoolBootedNode``/``applyCustomPoolLabels``: only
     when the node first booted into a rendered config of that pool (``pivot_pool``, the owner of
     its firstPivotConfig) and the Node does not carry the guard annotation yet (``annotations``:
     the Node's), which the same patch sets; an admin who removes the label later is obeyed."""
     reason = str(body.get("reason") or "")[:REASON_MAX]
     out: Dict[str, Any] = {ANNOTATION + k: str(body.get(k) or "") for k in NODE_FIELDS[:3]}
-    out[ANNOTATION + "reason"] = reason
+    if body.get("state") != "Working":
+        out[ANNOTATION + "reason"] = reason
     for k in NODE_FIELDS[4:]:
-        out[ANNOTATION + k] = str(body[k]) if body.get(k) else None
+        out[ANNOTATION + k] = str(body[k]) if body.get(k) and (layered or k != "currentImage") else None
     meta: Dict[str, Any] = {"annotations": out}
     name = (pool or {}).get("metadata", {}).get("name")
     labels = pool_labels(pool) if name and name == pivot_pool else {}
@@ -339,7 +342,8 @@ class KubeSync:
         body = served_desired(rows, pool, node, reported)  # desiredConfig: the server's decision
         ours = (node_obj.get("metadata") or {}).get("annotations") or {}
         pivot = str(body.get("firstPivotConfig") or "")
-        patch = node_patch(body, pools.get(pool), ours, self.cluster.pool_of_rendered(pivot) if pivot else None)
+        patch = node_patch(body, pools.get(pool), ours, self.cluster.pool_of_rendered(pivot) if pivot else None,
+                           self.cluster.is_layered_pool(pool))
         # Done on the config it was drained for; a rewrite of a kept report never uncordons
         # (that report may predate the drain: only a fresh Done ends it).
         end = {} if body.get("_rewrite") else uncordon_patch(ours, body)

@@ -178,6 +178,10 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
             self._remember(key, gating.layered_image(pool, config, st.os_configs, st.os_builds))
         return self._decisions[key]
 
+    def is_layered_pool(self, pool: str) -> bool:
+        """Whether a MachineOSConfig opts ``pool`` in to image mode (its nodes carry currentImage)."""
+        return gating.os_config_for_pool(pool, self.state().os_configs) is not None
+
     def _remember(self, key: Tuple, value: Any) -> None:
         if len(self._decisions) > 4096:  # bounded: inputs that no longer occur fall out
             self._decisions = {}
