@@ -82,16 +82,20 @@ class RolloutControl:
         spec = pool.get("spec") or {}
         members = self.pool_members(st, name)
         policy, now, seen = rollout_policy(pool), time.time(), {}
+        failing = self.render_failure(st, name)
+        refused = st.refused_pools().get(name)  # the pool itself is invalid: nobody in it is targeted
+        invalid = f"the pool is invalid: {refused[0]}" if refused else ""
 
         def decide(row: Optional[PoolRow]) -> Optional[PoolRow]:
             rendered = r.name
-            if row is not None and st.problems:
-                # A target moves only from a problem-free state: an empty or invalid file, or a
-                # process started on a directory holding one, never rewrites a pool. The rollout
-                # goes on towards what the pool rendered from its last good state.
+            if row is not None and failing:
+                # A target moves only when the pool can be rendered (render_controller.go fails the
+                # pool's sync: renderstatus.py): an invalid object it reads, an empty or invalid
+                # file, or a process started on a directory holding one, never rewrites it. The
+                # rollout goes on towards what the pool rendered from its last good state.
                 rendered = row.rendered or row.target
-            elif row is None and st.problems:
-                return None  # no first target from a directory with problems either
+            elif row is None and failing:
+                return None  # no first target either
             counts = self._counts(st, name, row.target if row else rendered)
             waiting = row is not None and counts.machine == 0 and self._waiting_members(name)
             step = progress.rollout_step(rendered, row.as_dict() if row else None, counts, waiting)
@@ -99,8 +103,8 @@ class RolloutControl:
             if step.unpin:
                 rollout.pop("pinned", None)
             image, image_why = gating.layered_image_info(name, step.target, st.os_configs, st.os_builds)
-            hold = targeting.hold_reason(step.target, bool(spec.get("paused")),
-                                         gating.os_config_for_pool(name, st.os_configs) is not None, image, image_why)
+            hold = invalid or targeting.hold_reason(step.target, bool(spec.get("paused")), gating.os_config_for_pool(
+                name, st.os_configs) is not None, image, image_why)
             limit = parse_max_unavailable(spec.get("maxUnavailable"), len(members))
             decision = targeting.step(members, rollout, step.target, image, limit, policy, hold, now)
             new = PoolRow(name, step.target, step.current, step.held, rendered, decision.rollout)
