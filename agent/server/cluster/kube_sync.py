@@ -29,7 +29,10 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from agent.server.cluster import kube_pools
 from agent.server.cluster.kube_drain import uncordon_patch
+from agent.server.cluster.kube_events import NODE_CONTROLLER
+from agent.server.cluster.kube_pools import rendered_object  # noqa: F401 - kube_sync's name for it too
 from agent.server.cluster.kube_targets import TargetWriter, pool_event, served_desired
 from agent.server.rollout import draincadence
 from agent.server.rollout.mcnconditions import config_name, node_conditions
@@ -144,17 +147,6 @@ def drain_mark(annotations: Dict[str, Any]) -> str:
     return "|".join(str(annotations.get(k) or "") for k in draincadence.KEYS).strip("|")
 
 
-def rendered_object(name: str, pool: str, pool_uid: str, spec: Dict[str, Any], version: str) -> Dict[str, Any]:
-    """A rendered config as the MCO's render controller creates it (pure)."""
-    return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
-            "metadata": {"name": name,
-                         "annotations": {ANNOTATION + "generated-by-controller-version": version},
-                         "ownerReferences": [{"apiVersion": "machineconfiguration.openshift.io/v1",
-                                              "kind": "MachineConfigPool", "name": pool, "uid": pool_uid,
-                                              "controller": True, "blockOwnerDeletion": True}]},
-            "spec": spec}
-
-
 class KubeSync:
     """Writes rendered configs, pool status and Node annotations, in one daemon thread."""
 
@@ -166,6 +158,7 @@ class KubeSync:
         self.writes = {"status": 0, "rendered": 0, "node": 0}
         self._created: set = set()
         self._written: Dict[str, Dict[str, Any]] = {}
+        self._spec_written: Dict[str, Tuple[Any, Dict[str, Any]]] = {}  # pool -> (its resourceVersion, the patch)
         self._drain_written: Dict[str, str] = {}  # node -> drain_mark its MCN was written with (none: "")
         self._nodes: Dict[str, Tuple[Dict[str, Any], str]] = {}  # node -> (report, pool) not written yet
         self._nodes_changed = False
@@ -212,12 +205,12 @@ class KubeSync:
             self._nodes[node] = (dict(body, _at=time.time()), pool or "")
         self._wake.set()
 
-    def note_pool_event(self, pool: str, kind: str, reason: str, message: str) -> None:
+    def note_pool_event(self, pool: str, kind: str, reason: str, message: str, component: str = NODE_CONTROLLER) -> None:
         """An Event on the pool (SetDesiredConfig ...), written now by the process that decided it."""
         obj = self.source.reflectors["machineconfigpools"].snapshot().get(pool)
         drainer = self.cluster.drainer
         if obj is not None and drainer is not None:
-            pool_event(self.client, drainer.event_namespace, obj, kind, reason, message)
+            pool_event(self.client, drainer.event_namespace, obj, kind, reason, message, component)
         self._wake.set()
 
     def drop(self, node: str) -> None:
@@ -283,8 +276,10 @@ class KubeSync:
                 try:
                     self.client.create(MACHINE_CONFIGS.path(), body)
                     self.writes["rendered"] += 1
+                    self.note_pool_event(pool, "Normal", *kube_pools.rendered_event(name, body["metadata"][
+                        "annotations"][kube_pools.GENERATED_BY]), component=kube_pools.RENDER_CONTROLLER)
                 except KubeError as exc:
-                    if exc.status != 409:  # 409: another replica made it (same name, same content)
+                    if exc.status != 409:  # 409: another replica made it (same name, same content): its Event
                         raise
                 self._created.add(name)
 
@@ -294,14 +289,27 @@ class KubeSync:
             obj = pools.get(name)
             if obj is None:
                 continue
-            status = pool_status(view, obj["metadata"].get("generation"), (obj.get("status") or {}).get("conditions"),
-                                 iso8601(time.time()))
+            generation = self._sync_spec(name, obj, view["spec"]["configuration"]["name"])
+            status = pool_status(view, generation, (obj.get("status") or {}).get("conditions"), iso8601(time.time()))
+            current = status["configuration"]["name"]
+            status["configuration"] = kube_pools.configuration(current, self.cluster.sources_of(current), obj)
             have = {k: v for k, v in (obj.get("status") or {}).items() if k in STATUS_FIELDS}
             if status in (have, self._written.get(name)):
                 continue
             self.client.merge_patch(MACHINE_CONFIG_POOLS.path(name, sub="status"), {"status": status})
             self._written[name] = status
             self.writes["status"] += 1
+
+    def _sync_spec(self, name: str, obj: Dict[str, Any], target: str) -> Any:
+        """The pool's spec.configuration as the render controller writes it (kube_pools.spec_patch),
+        when it differs; the pool's generation after it (the status's observedGeneration)."""
+        meta = obj.get("metadata") or {}
+        patch = kube_pools.spec_patch(obj, target, self.cluster.sources_of(target))
+        if patch is None or self._spec_written.get(name) == (meta.get("resourceVersion"), patch):
+            return meta.get("generation")
+        written = self.client.merge_patch(MACHINE_CONFIG_POOLS.path(name), patch)
+        self._spec_written[name] = (meta.get("resourceVersion"), patch)
+        return ((written or {}).get("metadata") or {}).get("generation") or meta.get("generation")
 
     def _sync_nodes(self, pools: Dict[str, Dict[str, Any]]) -> None:
         with self._lock:

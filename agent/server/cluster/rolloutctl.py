@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
 from agent.core.rolloutpolicy import rollout_policy
+from agent.server.cluster.kube_pools import pool_update_events
 from agent.server.cluster.sharedruns import SharedRuns
 from agent.server.rollout import firstboots, gating, progress, targeting
 from agent.server.rollout.targeting import Member
@@ -118,7 +119,13 @@ class RolloutControl:
 
         stored = self.store.update_pool(name, decide)
         old, new, decision, image = seen.get("step", (None, None, None, None))
-        if new is not None and stored is new and decision.targeted:  # this process wrote it: it tells
+        if new is None or stored is not new:
+            return
+        # this process wrote it: it tells (status.go syncStatusOnly's Events, then setDesiredAnnotations')
+        for reason, message in pool_update_events(name, (old.target, old.current) if old else None,
+                                                  (new.target, new.current), image):
+            self.pool_event(name, "Normal", reason, message)
+        if decision.targeted:
             self._announce(name, decision.targeted, new.target, image)
 
     def _announce(self, pool: str, nodes: List[str], config: str, image: Optional[str]) -> None:

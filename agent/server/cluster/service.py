@@ -228,6 +228,11 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
     def _base_images(self, *names: str) -> Dict[str, str]:
         return {n: (self.spec_of(n) or {}).get("osImageURL", "") for n in names}
 
+    def sources_of(self, rendered_name: str) -> Optional[List[str]]:
+        """The MachineConfigs ``rendered_name`` was rendered from, when this process rendered it."""
+        r = self._by_name.get(rendered_name)
+        return list(r.sources) if r is not None else None
+
     def is_empty_rendering(self, rendered_name: str) -> bool:
         r = self._by_name.get(rendered_name)
         return r is not None and not r.sources
