@@ -171,8 +171,9 @@ def pool_update_line_events(pool: str, target: str) -> Dict[str, str]:
 
 
 def set_desired_event(node: str, target: str) -> str:
-    """node_controller.go ``setDesiredAnnotations``' SetDesiredConfig message for one node."""
-    return f"Targeted node {node} to MachineConfig {target}"
+    """node_controller.go ``setDesiredAnnotations``' SetDesiredConfig message for one node (its
+    ``updateName`` "MachineConfig: %s", not getPoolUpdateLine's)."""
+    return f"Targeted node {node} to MachineConfig: {target}"
 
 
 def rendered_event_prefix(rendered: str) -> str:

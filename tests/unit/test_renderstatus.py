@@ -86,7 +86,7 @@ def test_a_pool_selecting_no_machineconfig_fails_with_upstreams_words():
 def test_a_pool_whose_max_unavailable_upstream_cannot_read_is_kept_for_its_nodes_and_marked(value):
     """stateformat.admit: the pool stays (its Nodes are its own, its status is written), its
     refused field left out; the problem is recorded as the pool's own."""
-    st = State()
+    st = State(attributable=True)
     admit(st, "machineconfigpools", pool("infra", maxUnavailable=value), "machineconfigpools/infra (API)")
     assert "infra" in st.pools and "maxUnavailable" not in st.pools["infra"]["spec"]
     assert [p.path for p in st.refused_pools()["infra"]] == ["$.spec.maxUnavailable"]
@@ -99,3 +99,12 @@ def test_a_pool_with_an_unreadable_selector_is_still_left_out():
     st = State()
     admit(st, "machineconfigpools", pool("infra", nodeSelector=[1]), "machineconfigpools/infra (API)")
     assert "infra" not in st.pools and st.refused_pools() == {} and st.problems
+
+
+def test_in_a_state_directory_any_problem_fails_every_pool():
+    """A directory may be read mid-write (a file cut short, its labels gone): there no problem is
+    taken as one object's, and every pool holds (docs/security.md, "State directory")."""
+    st = State()
+    admit(st, "machineconfigs", {"metadata": {"name": "99-cut"}, "spec": {"config": 5}}, "machineconfigs/99-cut.yaml")
+    assert st.unattributed() == st.problems and st.problems
+    assert renderstatus.render_failures(POOLS, MCS, {}, (), st.unattributed()).keys() == POOLS.keys()

@@ -130,9 +130,9 @@ class RolloutControl:
 
     def _announce(self, pool: str, nodes: List[str], config: str, image: Optional[str]) -> None:
         """node_controller.go ``setDesiredAnnotations``' Event: SetDesiredConfig (layered:
-        SetDesiredConfigAndOSImage), "Targeted node X to MachineConfig Y" for one node, "Set target
-        for N nodes to ..." for more (status.go ``getPoolUpdateLine``: "MachineConfig Y / Image Z")."""
-        line = f"MachineConfig {config}" + (f" / Image {image}" if image else "")
+        SetDesiredConfigAndOSImage), "Targeted node X to MachineConfig: Y" for one node, "Set target
+        for N nodes to ..." for more, its ``updateName`` ("MachineConfig: Y / Image: Z")."""
+        line = f"MachineConfig: {config}" + (f" / Image: {image}" if image else "")
         reason = "SetDesiredConfigAndOSImage" if image else "SetDesiredConfig"
         message = f"Targeted node {nodes[0]} to {line}" if len(nodes) == 1 else f"Set target for {len(nodes)} nodes to {line}"
         log.info("pool %s: %s (%s)", pool, message, ", ".join(nodes))

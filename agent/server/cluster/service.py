@@ -183,8 +183,8 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         key = ("render", st.signature)
         failures = self._decisions.get(key)
         if failures is None:
-            failures = renderstatus.render_failures(st.pools, st.machine_configs, st.os_configs, st.rejected,
-                                                    st.unattributed())
+            failures = renderstatus.render_failures(st.pools, st.machine_configs, st.os_configs,
+                                                    st.rejected if st.attributable else (), st.unattributed())
             self._remember(key, failures)
         return failures.get(pool, [])
 

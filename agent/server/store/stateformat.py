@@ -61,6 +61,10 @@ class State:
     # each keeps from rendering (agent/server/rollout/renderstatus.py); the problems of no such
     # object (a file that is not one, the cluster object, a stale directory's) fail every pool
     rejected: List[Tuple[str, Any, List[Problem]]] = field(default_factory=list)
+    # Whether a refused object fails only the pools it affects: each API object is written whole
+    # (the Kubernetes backend); a state directory may be mid-write (a file cut short, its labels
+    # gone), so any problem there holds every pool (docs/security.md, "State directory")
+    attributable: bool = False
 
     def refused_pools(self) -> Dict[str, List[Problem]]:
         """Each invalid pool kept for its Nodes and status (``admit``) -> its problems."""
@@ -68,7 +72,9 @@ class State:
                 if sub == "machineconfigpools" and pool_name(doc) in self.pools}
 
     def unattributed(self) -> List[Problem]:
-        """The problems of no refused object (``rejected``)."""
+        """The problems of no refused object (``rejected``): all of them unless ``attributable``."""
+        if not self.attributable:
+            return list(self.problems)
         known = {id(p) for _, _, found in self.rejected for p in found}
         return [p for p in self.problems if id(p) not in known]
 

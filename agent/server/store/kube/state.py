@@ -82,7 +82,7 @@ def input_version(sub: str, obj: Dict[str, Any]) -> str:
 def build_state(objects: Dict[str, Dict[str, Dict[str, Any]]], cluster: Optional[Dict[str, Any]]) -> State:
     """A State from the caches' objects (pure). ``signature`` names every object's version, so
     any change of an input is a new state and nothing else is."""
-    state = State(loaded_at=time.time())
+    state = State(loaded_at=time.time(), attributable=True)  # each object whole: a refused one fails its pools only
     h = hashlib.sha256()
     for sub in SOURCES:
         for name in sorted(objects.get(sub) or {}):
