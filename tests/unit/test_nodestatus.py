@@ -216,3 +216,18 @@ def test_IsDone_a_config_never_served_to_the_node_counts_as_updated_but_proves_n
     st = nodestatus.calculate_status(members, "t", None)
     assert (st.updated, st.proven) == (2, 1)
 
+
+
+def test_describe_node_says_a_master_matching_a_custom_pool_is_defaulting_to_master():
+    """GetPoolsForNode's "Found master node that matches selector for custom pool X, defaulting to
+    master": what describe node says of the Node (kube_nodes.NodeTruth.describe)."""
+    import types
+
+    from agent.server.cluster.kube_nodes import NodeTruth
+
+    nodes = {"m0": node("m0", {M: "", INFRA_ROLE: ""}), "m1": node("m1", {M: ""})}
+    cache = types.SimpleNamespace(snapshot=lambda: nodes)
+    truth = NodeTruth(cache, types.SimpleNamespace(node=lambda name: None))
+    said = truth.describe("m0", POOLS)
+    assert said["pool"] == "master" and "also matches custom pool infra, defaulting to master" in said["membership"]
+    assert "defaulting" not in truth.describe("m1", POOLS)["membership"]
