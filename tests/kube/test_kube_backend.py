@@ -423,6 +423,7 @@ def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_use
                ("watch", "machineconfigs.machineconfiguration.openshift.io"),
                ("create", "machineconfigs.machineconfiguration.openshift.io"),
                ("patch", "machineconfigpools.machineconfiguration.openshift.io", "status"),
+               ("patch", "machineconfigpools.machineconfiguration.openshift.io"),  # spec.configuration (render)
                ("watch", "machineconfigurations.operator.openshift.io"),
                ("watch", "machineosbuilds.machineconfiguration.openshift.io"),
                ("create", "machineconfignodes.machineconfiguration.openshift.io"),
@@ -434,7 +435,7 @@ def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_use
     denied = [("delete", "pods"), ("delete", "pods", None, "default"),  # no pod DELETE: the drain never falls back
               ("delete", "machineconfigs.machineconfiguration.openshift.io"),
               ("update", "machineconfigs.machineconfiguration.openshift.io"),
-              ("patch", "machineconfigpools.machineconfiguration.openshift.io"),  # the spec: the admin's
+              ("update", "machineconfigpools.machineconfiguration.openshift.io"),  # the spec is the admin's
               ("patch", "machineconfigurations.operator.openshift.io"),
               ("get", "secrets"), ("delete", "nodes"), ("create", "pods"), ("create", "clusterrolebindings"),
               ("create", "events")]  # Events only in its own namespace (below), never cluster-wide

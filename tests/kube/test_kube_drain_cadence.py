@@ -144,8 +144,10 @@ def test_a_drain_that_cannot_finish_is_paced_visible_and_alerted_and_completes_o
     ev = failed_events[0]
     assert ev["type"] == "Warning" and ev["source"]["component"] == "machineconfigcontroller-nodecontroller"
     assert ev["involvedObject"]["kind"] == "Node" and ev["involvedObject"]["uid"]
-    assert ev["message"].startswith(f"node {node}: drain exceeded timeout: 4s. Will continue to retry.")
-    assert "PodDisruptionBudget blocked/app" in ev["message"]
+    assert ev["message"] == f"node {node}: drain exceeded timeout: 4s. Will continue to retry."  # drainNode's words
+    slow = events(kube, node, "DrainThresholdExceeded")[0]["message"]
+    assert slow.startswith("Drain failed. Drain has been failing for more than 0.05 minutes. Waiting ")
+    assert "PodDisruptionBudget blocked/app" in slow
     ann = drain_annotations(kube, node)
     assert ann[dc.FAILED] and int(ann[dc.ATTEMPTS]) >= 3 and "PodDisruptionBudget blocked/app" in ann[dc.LAST_ERROR]
     assert api(kube, f"/api/v1/nodes/{node}")["spec"]["unschedulable"] is True

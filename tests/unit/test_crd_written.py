@@ -69,6 +69,23 @@ def test_the_status_of_every_example_pool_validates_against_the_crd(app):
         assert crd_validate.problems(obj) == [], name
 
 
+def test_every_pools_spec_and_status_configuration_with_its_source_validates_against_the_crd(app):
+    """kube_pools: spec.configuration (render_controller.go syncGeneratedMachineConfig) and
+    status.configuration, name and source, as KubeSync patches them onto the pool."""
+    from agent.server.cluster import kube_pools
+
+    for name, view in app.cluster.pool_views(pending=False, nodes=0).items():
+        obj = pool_object(name)
+        config = view["spec"]["configuration"]["name"]
+        merge_patch(obj, kube_pools.spec_patch(obj, config, app.cluster.sources_of(config)))
+        status = kube_sync.pool_status(view, 2, None, NOW)
+        status["configuration"] = kube_pools.configuration(status["configuration"]["name"],
+                                                           app.cluster.sources_of(status["configuration"]["name"]), obj)
+        obj["status"] = status
+        assert obj["spec"]["configuration"]["source"] and obj["status"]["configuration"]["source"], name
+        assert crd_validate.problems(obj) == [], name
+
+
 def test_every_rendered_machineconfig_validates_against_the_crd(app):
     for pool in ("master", "worker", "infra"):
         name = target(app, pool)

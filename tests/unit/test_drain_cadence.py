@@ -77,8 +77,11 @@ def test_retries_slow_down_after_ten_minutes_and_drain_failed_after_an_hour_stil
     # each attempt after the hour emits it again, as upstream (90 s attempt + 5 min apart), still retrying
     assert all(b[0] - a[0] == 390 for a, b in zip(failed, failed[1:])) and len(failed) == 18
     assert state.failed is not None
-    assert failed[0][2].startswith("node w1: drain exceeded timeout: 1h0m0s. Will continue to retry.")
-    assert "PodDisruptionBudget ns/app" in failed[0][2] and "PodDisruptionBudget ns/app" in slow[0][2]
+    # drain_controller.go drainNode's texts, word for word
+    assert failed[0][2] == "node w1: drain exceeded timeout: 1h0m0s. Will continue to retry."
+    assert slow[0][2].startswith("Drain failed. Drain has been failing for more than 10 minutes. Waiting 5 minutes "
+                                 "then retrying. Error message from drain: ")
+    assert "PodDisruptionBudget ns/app" in slow[0][2]
     before = [e for e in events if e[0] < 600]
     assert before == []  # a minute apart before ten minutes: no Event
 
@@ -204,3 +207,7 @@ def test_plan_says_a_single_node_cluster_does_not_drain(tmp_path):
     out = json.loads(plan("--control-plane-topology", "SingleReplica", "--json"))
     assert out["drain"] is False and out["reboot"] is True and "drainRequired" in out["drainSkipped"]
     assert json.loads(plan("--control-plane-topology", "HighlyAvailable", "--json"))["drain"] is True
+
+
+def test_go_minutes_prints_a_float64_as_go_prints_it():
+    assert [dc.go_minutes(s) for s in (600, 300, 3, 90)] == ["10", "5", "0.05", "1.5"]

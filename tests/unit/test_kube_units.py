@@ -160,19 +160,27 @@ def test_the_state_signature_moves_with_any_objects_version_only():
     assert one.signature == same.signature != newer.signature
 
 
-def test_a_pools_status_write_is_not_a_new_state_but_its_spec_labels_and_annotations_are():
-    """A status write moves a pool's resourceVersion (ours, once a second while nodes report):
-    for pools the signature takes the generation and the metadata the server reads instead, so
-    that a status write is not a new state in every replica."""
-    def sig(**meta):
-        pool = dict(POOL, metadata=dict(dict(POOL["metadata"], generation=3), **meta))
-        return kube_state.build_state({"machineconfigpools": {"infra": pool}}, None).signature
+def test_a_pools_status_or_configuration_write_is_not_a_new_state_but_its_spec_labels_and_annotations_are():
+    """A status write moves a pool's resourceVersion (ours, once a second while nodes report), a
+    spec.configuration write (ours, each new target: kube_pools.py) its generation: for pools the
+    signature takes the spec the server reads and its labels and annotations instead, so that
+    neither is a new state in every replica, nor part of what is rendered."""
+    def pool(spec=None, **meta):
+        return dict(POOL, metadata=dict(dict(POOL["metadata"], generation=3), **meta),
+                    spec=dict(POOL["spec"], **(spec or {})), status={"machineCount": int(meta.get("generation", 3))})
+
+    def sig(spec=None, **meta):
+        return kube_state.build_state({"machineconfigpools": {"infra": pool(spec, **meta)}}, None).signature
 
     base = sig(resourceVersion="70")
     assert sig(resourceVersion="71") == base  # the status subresource written
-    assert sig(resourceVersion="72", generation=4) != base  # the spec changed
+    configured = {"configuration": {"name": "rendered-infra-1", "source": [{"kind": "MachineConfig", "name": "a"}]}}
+    assert sig(configured, resourceVersion="72", generation=4) == base  # the render controller's spec.configuration
+    assert sig({"maxUnavailable": 2}, resourceVersion="72", generation=4) != base  # the spec changed
     assert sig(resourceVersion="73", annotations={"node-agent.io/force-rollout": "true"}) != base
     assert sig(resourceVersion="74", labels={"custom": ""}) != base
+    doc = kube_state.build_state({"machineconfigpools": {"infra": pool(configured)}}, None).pools["infra"]
+    assert "status" not in doc and "configuration" not in doc["spec"]
 
 
 def test_the_machineconfiguration_is_checked_as_the_file_is():
@@ -219,6 +227,23 @@ def test_node_patch_carries_the_mcd_annotations_as_the_mcd_writes_them():
     assert ann["machineconfiguration.openshift.io/desiredImage"] == "quay.io/x@sha256:1"
     # An empty image is removed (null in a merge patch): a stale desiredImage keeps IsDone false upstream.
     assert ann["machineconfiguration.openshift.io/currentImage"] is None
+
+
+def test_node_patch_SetWorking_keeps_the_reason_and_SetDone_writes_currentImage_only_on_a_layered_pool():
+    """pkg/daemon/writer.go: SetWorking writes the state alone (a Degraded's reason stays until
+    Done clears it); SetDone writes currentImage only with an image on disk (image mode) and
+    deletes it otherwise: a real MCO reading it on a plain pool takes the node as not done."""
+    working = {"state": "Working", "currentConfig": "rendered-infra-a", "desiredConfig": "rendered-infra-b",
+               "reason": "", "currentImage": "quay.io/os@sha256:1"}
+    ann = kube_sync.node_patch(working, POOL)["metadata"]["annotations"]
+    assert "machineconfiguration.openshift.io/reason" not in ann
+    assert ann["machineconfiguration.openshift.io/state"] == "Working"
+    done = dict(working, state="Done", desiredConfig="rendered-infra-a")
+    plain = kube_sync.node_patch(done, POOL)["metadata"]["annotations"]
+    assert plain["machineconfiguration.openshift.io/reason"] == "" and \
+        plain["machineconfiguration.openshift.io/currentImage"] is None
+    layered = kube_sync.node_patch(done, POOL, layered=True)["metadata"]["annotations"]
+    assert layered["machineconfiguration.openshift.io/currentImage"] == "quay.io/os@sha256:1"
 
 
 def test_applyCustomPoolLabels_once_for_a_node_booted_into_the_custom_pool():

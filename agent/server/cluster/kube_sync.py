@@ -31,8 +31,11 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from agent.server.cluster import kube_pools
 from agent.server.cluster.kube_drain import DRAINED_FOR, uncordon_patch
+from agent.server.cluster.kube_events import NODE_CONTROLLER
 from agent.server.cluster.kube_mcn import McnWriter
+from agent.server.cluster.kube_pools import rendered_object  # noqa: F401 - kube_sync's name for it too
 from agent.server.cluster.kube_targets import TargetWriter, pool_event, served_desired
 from agent.server.rollout import draincadence
 from agent.server.rollout.mcnconditions import reboot_pending
@@ -87,19 +90,22 @@ LABELS_APPLIED = ANNOTATION + "customPoolLabelsApplied"  # node_controller.go ap
 
 
 def node_patch(body: Dict[str, Any], pool: Optional[Dict[str, Any]], annotations: Optional[Dict[str, Any]] = None,
-               pivot_pool: Optional[str] = None) -> Dict[str, Any]:
-    """The merge patch of a Node for a report (pure): the MCD's annotations (the reason cut to
-    ``REASON_MAX`` characters; currentImage/desiredImage removed when empty, as the MCD removes
-    them: a stale desiredImage keeps upstream's IsDone false), and a custom pool's selector
+               pivot_pool: Optional[str] = None, layered: bool = False) -> Dict[str, Any]:
+    """The merge patch of a Node for a report (pure): the MCD's annotations as pkg/daemon/writer.go
+    writes them (the reason cut to ``REASON_MAX`` characters; a Working report leaves the reason
+    as it is, as ``SetWorking`` writes the state only; currentImage only on a ``layered`` pool, as
+    ``SetDone`` writes it only with an image on disk, and removed otherwise, as is an empty
+    desiredImage: a stale one keeps upstream's IsDone false), and a custom pool's selector
     labels once, as node_controller.go ``isCustomPoolBootedNode``/``applyCustomPoolLabels``: only
     when the node first booted into a rendered config of that pool (``pivot_pool``, the owner of
     its firstPivotConfig) and the Node does not carry the guard annotation yet (``annotations``:
     the Node's), which the same patch sets; an admin who removes the label later is obeyed."""
     reason = str(body.get("reason") or "")[:REASON_MAX]
     out: Dict[str, Any] = {ANNOTATION + k: str(body.get(k) or "") for k in NODE_FIELDS[:3]}
-    out[ANNOTATION + "reason"] = reason
+    if body.get("state") != "Working":
+        out[ANNOTATION + "reason"] = reason
     for k in NODE_FIELDS[4:]:
-        out[ANNOTATION + k] = str(body[k]) if body.get(k) else None
+        out[ANNOTATION + k] = str(body[k]) if body.get(k) and (layered or k != "currentImage") else None
     if reboot_pending(body):  # writer.go: the new currentConfig only after its reboot (SetDone on the booted node)
         del out[ANNOTATION + "currentConfig"]
     meta: Dict[str, Any] = {"annotations": out}
@@ -134,17 +140,6 @@ def drain_mark(annotations: Dict[str, Any], cordoned: bool = False) -> str:
     return ("|".join(str(annotations.get(k) or "") for k in keys) + ("|cordoned" if cordoned else "")).strip("|")
 
 
-def rendered_object(name: str, pool: str, pool_uid: str, spec: Dict[str, Any], version: str) -> Dict[str, Any]:
-    """A rendered config as the MCO's render controller creates it (pure)."""
-    return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
-            "metadata": {"name": name,
-                         "annotations": {ANNOTATION + "generated-by-controller-version": version},
-                         "ownerReferences": [{"apiVersion": "machineconfiguration.openshift.io/v1",
-                                              "kind": "MachineConfigPool", "name": pool, "uid": pool_uid,
-                                              "controller": True, "blockOwnerDeletion": True}]},
-            "spec": spec}
-
-
 class KubeSync:
     """Writes rendered configs, pool status and Node annotations, in one daemon thread."""
 
@@ -156,6 +151,7 @@ class KubeSync:
         self.writes = {"status": 0, "rendered": 0, "node": 0}
         self._created: set = set()
         self._written: Dict[str, Dict[str, Any]] = {}
+        self._spec_written: Dict[str, Tuple[Any, Dict[str, Any]]] = {}  # pool -> (its resourceVersion, the patch)
         self._drain_written: Dict[str, str] = {}  # node -> drain_mark its MCN was written with (none: "")
         self._nodes: Dict[str, Tuple[Dict[str, Any], str]] = {}  # node -> (report, pool) not written yet
         self._nodes_changed = False
@@ -206,12 +202,12 @@ class KubeSync:
             self._nodes[node] = (dict(body, _at=time.time()), pool or "")
         self._wake.set()
 
-    def note_pool_event(self, pool: str, kind: str, reason: str, message: str) -> None:
+    def note_pool_event(self, pool: str, kind: str, reason: str, message: str, component: str = NODE_CONTROLLER) -> None:
         """An Event on the pool (SetDesiredConfig ...), written now by the process that decided it."""
         obj = self.source.reflectors["machineconfigpools"].snapshot().get(pool)
         drainer = self.cluster.drainer
         if obj is not None and drainer is not None:
-            pool_event(self.client, drainer.event_namespace, obj, kind, reason, message)
+            pool_event(self.client, drainer.event_namespace, obj, kind, reason, message, component)
         self._wake.set()
 
     def drop(self, node: str) -> None:
@@ -281,8 +277,10 @@ class KubeSync:
                 try:
                     self.client.create(MACHINE_CONFIGS.path(), body)
                     self.writes["rendered"] += 1
+                    self.note_pool_event(pool, "Normal", *kube_pools.rendered_event(name, body["metadata"][
+                        "annotations"][kube_pools.GENERATED_BY]), component=kube_pools.RENDER_CONTROLLER)
                 except KubeError as exc:
-                    if exc.status != 409:  # 409: another replica made it (same name, same content)
+                    if exc.status != 409:  # 409: another replica made it (same name, same content): its Event
                         raise
                 self._created.add(name)
 
@@ -292,14 +290,27 @@ class KubeSync:
             obj = pools.get(name)
             if obj is None:
                 continue
-            status = pool_status(view, obj["metadata"].get("generation"), (obj.get("status") or {}).get("conditions"),
-                                 iso8601(time.time()))
+            generation = self._sync_spec(name, obj, view["spec"]["configuration"]["name"])
+            status = pool_status(view, generation, (obj.get("status") or {}).get("conditions"), iso8601(time.time()))
+            current = status["configuration"]["name"]
+            status["configuration"] = kube_pools.configuration(current, self.cluster.sources_of(current), obj)
             have = {k: v for k, v in (obj.get("status") or {}).items() if k in STATUS_FIELDS}
             if status in (have, self._written.get(name)):
                 continue
             self.client.merge_patch(MACHINE_CONFIG_POOLS.path(name, sub="status"), {"status": status})
             self._written[name] = status
             self.writes["status"] += 1
+
+    def _sync_spec(self, name: str, obj: Dict[str, Any], target: str) -> Any:
+        """The pool's spec.configuration as the render controller writes it (kube_pools.spec_patch),
+        when it differs; the pool's generation after it (the status's observedGeneration)."""
+        meta = obj.get("metadata") or {}
+        patch = kube_pools.spec_patch(obj, target, self.cluster.sources_of(target))
+        if patch is None or self._spec_written.get(name) == (meta.get("resourceVersion"), patch):
+            return meta.get("generation")
+        written = self.client.merge_patch(MACHINE_CONFIG_POOLS.path(name), patch)
+        self._spec_written[name] = (meta.get("resourceVersion"), patch)
+        return ((written or {}).get("metadata") or {}).get("generation") or meta.get("generation")
 
     def _sync_nodes(self, pools: Dict[str, Dict[str, Any]]) -> None:
         with self._lock:
@@ -356,14 +367,14 @@ class KubeSync:
         self._sweep_due = self._sweep_due or self.mcns.waiting  # more to write, or an orphan's grace: next round
 
     def _patch_node(self, node: str, reported: Dict[str, Any], pool: str, node_obj: Dict[str, Any],
-                    pools: Dict[str, Dict[str, Any]], rows: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+                    pools: Dict[str, Dict[str, Any]], rows: Dict[str, Any]) -> Tuple[Dict[str, Any], ...]:
         """The report's merge patch of the Node (node_patch; the uncordon when it ends our drain);
-        returns (the report as written, the Node's annotations it was written over, the Node as
-        written, slim)."""
+        returns (the report as written, the Node's annotations before it, the Node as written, slim)."""
         body = served_desired(rows, pool, node, reported)  # desiredConfig: the server's decision
         ours = (node_obj.get("metadata") or {}).get("annotations") or {}
         pivot = str(body.get("firstPivotConfig") or "")
-        patch = node_patch(body, pools.get(pool), ours, self.cluster.pool_of_rendered(pivot) if pivot else None)
+        patch = node_patch(body, pools.get(pool), ours, self.cluster.pool_of_rendered(pivot) if pivot else None,
+                           self.cluster.is_layered_pool(pool))
         # Done on the config it was drained for; a rewrite of a kept report never uncordons
         # (that report may predate the drain: only a fresh Done ends it).
         end = {} if body.get("_rewrite") else uncordon_patch(ours, body)
@@ -376,13 +387,11 @@ class KubeSync:
     def _write_node_object(self, node: str, body: Dict[str, Any], pool: str, annotations: Dict[str, Any],
                            node_obj: Dict[str, Any]) -> None:
         """The node's MachineConfigNode for its counted report ``body`` (kube_mcn.McnWriter.write):
-        ``node_obj`` the Node as just written (none: no MCN), ``annotations`` the Node's before this
-        report (the config it ran); the MCN's pool the one the Node's labels put it in, its desired
-        config the server's decision."""
+        ``node_obj`` the Node as just written (none: no MCN), ``annotations`` the Node's before this report
+        (the config it ran); its pool the one the Node's labels put it in, its desired config the server's."""
         truth = self.cluster.node_truth
-        member = None
-        if truth is not None and truth.ready():
-            member = truth.pool_of(node, self.source.reflectors["machineconfigpools"].snapshot())[0]
+        member = (truth.pool_of(node, self.source.reflectors["machineconfigpools"].snapshot())[0]
+                  if truth is not None and truth.ready() else None)
         body = served_desired(self.cluster.store.pools(), pool, node, body)
         self.mcns.write(node, node_obj, member, body, str(annotations.get(ANNOTATION + "currentConfig") or ""))
         meta = (node_obj or {}).get("metadata") or {}

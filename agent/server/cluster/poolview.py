@@ -4,7 +4,7 @@ disruption of the next update, one node's entry."""
 import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from agent.server.rollout import progress
+from agent.server.rollout import progress, renderstatus
 from agent.server.store.nodestore import NodeRecord
 
 log = logging.getLogger(__name__)
@@ -12,15 +12,12 @@ log = logging.getLogger(__name__)
 
 def conditions(counts: progress.Counts, target: str, current: str, row: Dict[str, Any],
                history: Optional[List[Dict[str, Any]]] = None, problems: Sequence[Any] = (),
-               paused: bool = False) -> List[Dict[str, str]]:
+               paused: bool = False, pool: str = "") -> List[Dict[str, str]]:
     """status.conditions (agent.server.rollout.progress.conditions); ``history``: the pool's
     target/current changes in the store, which give each condition its lastTransitionTime;
-    ``problems``: the state's invalid objects (while there are any, every pool's target holds on
-    its last good rendering: RenderDegraded)."""
-    render = ""
-    if problems:
-        render = str(problems[0]) + (f" (and {len(problems) - 1} more problem(s): node-config-server status)"
-                                     if len(problems) > 1 else "")
+    ``problems``: why ``pool`` cannot be rendered (agent/server/rollout/renderstatus.py: its
+    target holds on its last good rendering, RenderDegraded)."""
+    render = renderstatus.failure_message(pool or str(row.get("name") or ""), [str(p) for p in problems])
     paused_for = str(row.get("rendered") or target) if paused else ""  # what a paused pool will not update to
     return progress.conditions(counts, target, current, str(row.get("held") or ""), history, render, paused_for)
 

@@ -57,6 +57,26 @@ class State:
     loaded_at: float = 0.0
     stale: bool = False  # True when the newest files were invalid and an older state serves
     bootstrap: Dict[str, bytes] = field(default_factory=dict)  # bootstrap/kubeconfig, bootstrap/kubelet-ca.crt
+    # (folder, the object as written, its problems) of each object the checks refused: which pools
+    # each keeps from rendering (agent/server/rollout/renderstatus.py); the problems of no such
+    # object (a file that is not one, the cluster object, a stale directory's) fail every pool
+    rejected: List[Tuple[str, Any, List[Problem]]] = field(default_factory=list)
+    # Whether a refused object fails only the pools it affects: each API object is written whole
+    # (the Kubernetes backend); a state directory may be mid-write (a file cut short, its labels
+    # gone), so any problem there holds every pool (docs/security.md, "State directory")
+    attributable: bool = False
+
+    def refused_pools(self) -> Dict[str, List[Problem]]:
+        """Each invalid pool kept for its Nodes and status (``admit``) -> its problems."""
+        return {pool_name(doc): found for sub, doc, found in self.rejected
+                if sub == "machineconfigpools" and pool_name(doc) in self.pools}
+
+    def unattributed(self) -> List[Problem]:
+        """The problems of no refused object (``rejected``): all of them unless ``attributable``."""
+        if not self.attributable:
+            return list(self.problems)
+        known = {id(p) for _, _, found in self.rejected for p in found}
+        return [p for p in self.problems if id(p) not in known]
 
     def bucket(self, sub: str) -> Dict[str, Dict[str, Any]]:
         """The objects of one ``KINDS`` folder by name."""
@@ -66,6 +86,37 @@ class State:
     @property
     def cluster_spec(self) -> Dict[str, Any]:
         return (self.cluster or {}).get("spec") or {}
+
+
+def pool_name(doc: Any) -> str:
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+KEPT_POOL_PROBLEMS = ("$.spec.maxUnavailable", "$.metadata.annotations[")
+
+
+def kept_pool(doc: Dict[str, Any], found: List[Problem], where: str) -> Optional[Dict[str, Any]]:
+    """An invalid MachineConfigPool kept, its refused fields left out (a ``maxUnavailable`` the
+    API admits and upstream cannot read, "3" or -1; a rollout policy or first boot annotation), so
+    that its Nodes stay its own and its status is written: only that pool's sync fails, as
+    upstream's node controller fails only that pool's (``syncStatusOnly``), never moves its Nodes
+    to worker. None when anything else is wrong with it (its name, selectors, spec)."""
+    if any(not p.path.startswith(KEPT_POOL_PROBLEMS) for p in found):
+        return None
+    meta, spec = doc.get("metadata"), doc.get("spec")
+    out = dict(doc, metadata=dict(meta or {}), spec=dict(spec or {}))
+    annotations = dict(out["metadata"].get("annotations") or {})
+    for p in found:
+        if p.path == "$.spec.maxUnavailable":
+            out["spec"].pop("maxUnavailable", None)
+        for key in [k for k in annotations if p.path in (f"$.metadata.annotations['{k}']",
+                                                         f"$.metadata.annotations[{k!r}]")]:
+            del annotations[key]
+    if annotations or "annotations" in out["metadata"]:
+        out["metadata"]["annotations"] = annotations
+    return out if not _CHECKS["machineconfigpools"](out, where) else None
 
 
 def _yaml_files(directory: str) -> List[str]:
@@ -140,7 +191,11 @@ def admit(state: State, sub: str, doc: Dict[str, Any], where: str) -> Optional[s
         found = _CHECKS[sub](doc, where)
     if found:
         state.problems.extend(found)
-        return None
+        state.rejected.append((sub, doc, found))
+        kept = kept_pool(doc, found, where) if sub == "machineconfigpools" else None
+        if kept is None:
+            return None
+        doc = kept
     bucket = state.bucket(sub)
     name = doc["metadata"]["name"]
     if name in bucket:
