@@ -19,7 +19,7 @@ import yaml
 
 pytestmark = pytest.mark.cel  # cel-python; the RHEL 9 run (Python 3.9) does not collect this module
 
-from agent.server.cluster import kube_mcn, kube_sync  # noqa: E402
+from agent.server.cluster import kube_mcn, kube_pools, kube_sync  # noqa: E402
 from agent.server.cluster.kube_drain import DRAINED_FOR  # noqa: E402
 from agent.server.cluster.service import validate_report  # noqa: E402
 from agent.server.http.app import App  # noqa: E402
@@ -29,7 +29,7 @@ from agent.server.store.kube import nodestore  # noqa: E402
 from agent.server.store.kube.mcnrecord import REPORT, report_annotation  # noqa: E402
 from agent.server.store.nodestore import NodeRecord  # noqa: E402
 from tests.helpers import crd_validate, paths  # noqa: E402
-from tests.helpers.fakekube import FakeCache, FakeKube  # noqa: E402
+from tests.helpers.fakekube import FakeCache, FakeKube, merge_patch  # noqa: E402
 
 EXAMPLE = os.path.join(paths.REPO, "examples", "state")
 NOW = "2026-11-27T04:00:00Z"
@@ -72,8 +72,6 @@ def test_the_status_of_every_example_pool_validates_against_the_crd(app):
 def test_every_pools_spec_and_status_configuration_with_its_source_validates_against_the_crd(app):
     """kube_pools: spec.configuration (render_controller.go syncGeneratedMachineConfig) and
     status.configuration, name and source, as KubeSync patches them onto the pool."""
-    from agent.server.cluster import kube_pools
-
     for name, view in app.cluster.pool_views(pending=False, nodes=0).items():
         obj = pool_object(name)
         config = view["spec"]["configuration"]["name"]
