@@ -100,10 +100,11 @@ def conditions(obj):
 
 
 def mcn_where(kube, name, check, what):
-    """``name``'s MCN once ``check(conditions, object)`` holds (every version read is kept)."""
+    """``name``'s MCN once ``check(conditions, object)`` holds (every version read is kept); one
+    just made has no status yet (its status is the next write), so it is not checked."""
     def seen():
         obj = mcn(kube, name)
-        return obj if obj is not None and check(conditions(obj), obj) else None
+        return obj if obj is not None and conditions(obj) and check(conditions(obj), obj) else None
     return wait_for(seen, f"MachineConfigNode {name}: {what}", 60)
 
 

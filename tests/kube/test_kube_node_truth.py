@@ -266,10 +266,11 @@ def as_made(mcn):
 
 def synced(kube, srv, sentinel, mark):
     """A proven node's report through ``srv`` written on its Node: the write-back round after
-    every report ``srv`` took before it has run (the server writes in separate steps)."""
-    report(srv, sentinel, {"pool": "worker", "state": "Working", "reason": mark, "labels": {W: ""}})
+    every report ``srv`` took before it has run (the server writes in separate steps). The mark is
+    its currentConfig: a Working write leaves the Node's reason as it was (writer.go SetWorking)."""
+    report(srv, sentinel, {"pool": "worker", "state": "Working", "currentConfig": mark, "labels": {W: ""}})
     wait_for(lambda: (kube.get(f"/api/v1/nodes/{sentinel}").json()["metadata"].get("annotations") or {})
-             .get("machineconfiguration.openshift.io/reason") == mark, f"{sentinel}'s report {mark} on its Node")
+             .get("machineconfiguration.openshift.io/currentConfig") == mark, f"{sentinel}'s report {mark} on its Node")
 
 
 def test_a_bootstrap_token_holder_changes_nothing_an_admin_sees_for_a_real_Nodes_name(kube, admin_server):

@@ -154,10 +154,12 @@ def describe_node(kube, node):
             if k.startswith(MCD)}
 
 
-def mcn_matches(kube, pools, node):
+def mcn_matches(kube, pools, node, failed=False):
     """The overlap of ``kubectl get mcn NODE -o yaml`` with what upstream derives from the Node:
     its pool (GetPrimaryPoolForNode), its configs (the MCD's annotations), Updated (IsNodeDone)
-    and NodeDegraded (state Degraded)."""
+    and NodeDegraded: True from the daemon's Degraded write (``failed``: the node reported
+    Degraded during this update) until the Updated write resets every other condition to False
+    (upgrade_monitor.go generateAndApplyMachineConfigNodes); a Working retry leaves it True."""
     out = kube.kubectl("get", "machineconfignode", node, "-o", "yaml", check=False)
     if out.returncode != 0:
         return None
@@ -168,7 +170,7 @@ def mcn_matches(kube, pools, node):
     want = {"node": node, "pool": ref.primary_pool(pools, node_obj),
             "desired": ann.get(MCD + "desiredConfig"), "current": ann.get(MCD + "currentConfig"),
             "Updated": "True" if ref.is_node_done(node_obj) else "False",
-            "NodeDegraded": "True" if ann.get(MCD + "state") == "Degraded" else "False"}
+            "NodeDegraded": "True" if failed or ann.get(MCD + "state") == "Degraded" else "False"}
     have = {"node": mcn["spec"]["node"]["name"], "pool": mcn["spec"]["pool"]["name"],
             "desired": (mcn.get("status") or {}).get("configVersion", {}).get("desired"),
             "current": (mcn.get("status") or {}).get("configVersion", {}).get("current"),
@@ -199,6 +201,7 @@ def test_oc_views_of_one_rollout_match_what_the_mcos_functions_compute_for_the_s
                  .get("name"), "worker's spec.configuration written (the render controller's)")
     # What each Node's MCD annotations would be upstream, step by step (pkg/daemon/writer.go).
     mcd = {name: {} for name in workers}
+    failed = set()  # nodes that reported Degraded during this update (their MCN's NodeDegraded stays True)
     for name in workers:
         report(server, name, "worker", "Done", a, a)
         mcd[name] = ref.mcd_write(ref.set_desired(mcd[name], a), "Done", a)
@@ -206,13 +209,12 @@ def test_oc_views_of_one_rollout_match_what_the_mcos_functions_compute_for_the_s
     def views_agree(config, why, unstarted=()):
         """Every view as upstream computes it (None, and the difference in ``why``, until then).
         ``unstarted``: a node targeted that has not reported since, whose MachineConfigNode is
-        not compared (upstream's follows once the daemon has picked the new desired config up;
-        the MCN's own updates are issue 48's other part)."""
+        not compared (upstream's follows once the daemon has picked the new desired config up)."""
         for name in workers:
             have = describe_node(kube, name)
             if {k: have.get(k) for k in mcd[name]} != mcd[name] or MCD + "currentImage" in have:
                 return why.append(f"describe node {name}: {have} != {mcd[name]}")
-            if name not in unstarted and mcn_matches(kube, pools, name) is None:
+            if name not in unstarted and mcn_matches(kube, pools, name, name in failed) is None:
                 return why.append(f"get mcn {name}: {kube.kubectl('get', 'machineconfignode', name, '-o', 'yaml').stdout}")
         found = mcp_matches(kube, "worker", config, why)
         return found
@@ -252,6 +254,7 @@ def test_oc_views_of_one_rollout_match_what_the_mcos_functions_compute_for_the_s
         if i == 1:  # this one fails first: Degraded with its reason, then Working again (the reason stays)
             report(server, name, "worker", "Degraded", a, b, reason="rpm-ostree failed: disk full")
             mcd[name] = ref.mcd_write(mcd[name], "Degraded", reason="rpm-ostree failed: disk full")
+            failed.add(name)
             settle(config, f"every view with {name} Degraded")
             assert get_mcp(kube)["worker"]["DEGRADED"] == "True"
         report(server, name, "worker", "Working", a, b)
@@ -261,6 +264,7 @@ def test_oc_views_of_one_rollout_match_what_the_mcos_functions_compute_for_the_s
             assert describe_node(kube, name)[MCD + "reason"] == "rpm-ostree failed: disk full"  # SetWorking kept it
         report(server, name, "worker", "Done", b, b)
         mcd[name] = ref.mcd_write(mcd[name], "Done", b)
+        failed.discard(name)
         config = b if i == len(workers) - 1 else a
         following = workers[i + 1:i + 2]
         if following:
