@@ -140,15 +140,16 @@ def _report(server, node, body):
     return r.json()
 
 
-def _mcn_with_status(kube, node):
-    """The node's MachineConfigNode once its status is written. The server creates the object,
-    then writes its status through the status subresource: two writes, so a reader may come
-    between them."""
+def _mcn_with_status(kube, node, config):
+    """The node's MachineConfigNode once its status says the report on ``config``. The server makes
+    the object for the Node (its defaults), then writes what the report says through the status
+    subresource: writes apart, so a reader may come between them."""
     def written():
         r = kube.get(f"{MCO}/machineconfignodes/{node}")
-        return r.ok and (r.json().get("status") or {}).get("conditions") and r.json()
+        status = r.json().get("status") or {} if r.ok else {}
+        return status.get("conditions") and (status.get("configVersion") or {}).get("current") == config and r.json()
 
-    return wait_for(written, f"MachineConfigNode {node} with its status")
+    return wait_for(written, f"MachineConfigNode {node} with its status on {config}")
 
 
 def test_a_report_lands_on_the_node_object_as_the_mcd_writes_it(kube, server):
@@ -163,12 +164,12 @@ def test_a_report_lands_on_the_node_object_as_the_mcd_writes_it(kube, server):
     assert ann["machineconfiguration.openshift.io/currentConfig"] == target
     assert ann["machineconfiguration.openshift.io/desiredConfig"] == target
     assert ann["machineconfiguration.openshift.io/reason"] == ""
-    mcn = _mcn_with_status(kube, "w-report")
+    mcn = _mcn_with_status(kube, "w-report", target)
     assert mcn["spec"] == {"node": {"name": "w-report"}, "pool": {"name": "worker"},
                            "configVersion": {"desired": target}}
     conds = {c["type"]: c["status"] for c in mcn["status"]["conditions"]}
     assert (conds["Updated"], conds["UpdateExecuted"], conds["NodeDegraded"]) == ("True", "False", "False")
-    assert len(conds) == 15  # every type, upstream's default where not reached (upgrade_monitor.go)
+    assert len(conds) == 14  # allConditionTypes and the PinnedImageSets pair (upgrade_monitor.go; tests/kube/test_kube_mcn.py)
     assert mcn["status"]["configVersion"] == {"current": target, "desired": target}
 
 
@@ -182,9 +183,11 @@ def _crd_validate():
 
 
 def _written_mcn(kube, server, node, body):
+    """(the MCN made for the Node, the MCN once the report is on it)."""
     kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(_node(node, {"node-role.kubernetes.io/worker": ""})))
+    made = _mcn_with_status(kube, node, None)
     _report(server, node, dict(body, pool="worker", labels={"node-role.kubernetes.io/worker": ""}))
-    return _mcn_with_status(kube, node)
+    return made, _mcn_with_status(kube, node, body.get("currentConfig"))
 
 
 @pytest.mark.cel
@@ -212,19 +215,24 @@ def test_a_rendered_machineconfig_written_validates_against_the_machineconfig_cr
 def test_the_machineconfignode_of_a_node_done_on_its_config_validates_against_the_crd(kube, server):
     crd_validate = _crd_validate()
     target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
-    mcn = _written_mcn(kube, server, "w-crd-done", {"state": "Done", "currentConfig": target,
-                                                    "desiredConfig": target})
-    assert crd_validate.problems(mcn) == []
+    made, mcn = _written_mcn(kube, server, "w-crd-done", {"state": "Done", "currentConfig": target,
+                                                          "desiredConfig": target})
+    assert crd_validate.problems(made) == [] and crd_validate.problems(mcn, old=made) == []
 
 
 @pytest.mark.cel
 def test_the_machineconfignode_of_a_node_still_on_its_first_config_validates_against_the_crd(kube, server):
-    """A node working towards its first config reports no currentConfig yet: upstream writes
-    "not-yet-set" where the CRD's CEL rule wants an RFC 1123 subdomain, never "" (issue 38)."""
+    """A node working towards its first config reports no currentConfig yet: status.configVersion
+    has no current (upstream omits it until the Node has one), never "", which the CRD's CEL rule
+    refuses (issue 38)."""
     crd_validate = _crd_validate()
     target = our_pools(server)["worker"]["spec"]["configuration"]["name"]
-    mcn = _written_mcn(kube, server, "w-crd-first", {"state": "Working", "desiredConfig": target})
-    assert crd_validate.problems(mcn) == []
+    made, _ = _written_mcn(kube, server, "w-crd-first", {"state": "Working", "desiredConfig": target})
+    mcn = wait_for(lambda: (lambda o: o if {c["type"]: c["status"] for c in o["status"]["conditions"]}[
+        "UpdateExecuted"] == "Unknown" else None)(api(kube, f"{MCO}/machineconfignodes/w-crd-first")),
+        "the MachineConfigNode applying its first config")
+    assert "current" not in mcn["status"]["configVersion"]
+    assert crd_validate.problems(made) == [] and crd_validate.problems(mcn, old=made) == []
 
 
 def test_a_node_registered_after_its_report_gets_its_custom_pool_label_with_no_further_report(kube, server):
@@ -415,6 +423,7 @@ def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_use
                ("watch", "machineconfigs.machineconfiguration.openshift.io"),
                ("create", "machineconfigs.machineconfiguration.openshift.io"),
                ("patch", "machineconfigpools.machineconfiguration.openshift.io", "status"),
+               ("patch", "machineconfigpools.machineconfiguration.openshift.io"),  # spec.configuration (render)
                ("watch", "machineconfigurations.operator.openshift.io"),
                ("watch", "machineosbuilds.machineconfiguration.openshift.io"),
                ("create", "machineconfignodes.machineconfiguration.openshift.io"),
@@ -426,7 +435,7 @@ def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_use
     denied = [("delete", "pods"), ("delete", "pods", None, "default"),  # no pod DELETE: the drain never falls back
               ("delete", "machineconfigs.machineconfiguration.openshift.io"),
               ("update", "machineconfigs.machineconfiguration.openshift.io"),
-              ("patch", "machineconfigpools.machineconfiguration.openshift.io"),  # the spec: the admin's
+              ("update", "machineconfigpools.machineconfiguration.openshift.io"),  # the spec is the admin's
               ("patch", "machineconfigurations.operator.openshift.io"),
               ("get", "secrets"), ("delete", "nodes"), ("create", "pods"), ("create", "clusterrolebindings"),
               ("create", "events")]  # Events only in its own namespace (below), never cluster-wide

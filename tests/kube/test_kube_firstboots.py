@@ -26,6 +26,7 @@ from collections import Counter
 import pytest
 import yaml
 
+from agent.server.cluster.kube_firstboots import NOTICE
 from agent.server.rollout.mcnconditions import FIRST_BOOT
 from tests.helpers import firstboot_faults as faults
 from tests.helpers.certs import make_tls, write_combined
@@ -117,6 +118,13 @@ def one_first_boot(replicas, top, node, sc=faults.SCENARIOS[1]):
     return run
 
 
+def node_object(kube, name, pool):
+    body = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {f"node-role.kubernetes.io/{pool}": ""}}}
+    r = kube.session().post(kube.url + "/api/v1/nodes", json=body, timeout=10)
+    assert r.status_code == 201, r.text
+
+
 def squat(kube, replicas, top):
     """A bootstrap-token holder's first boot under the name of a Node that exists: it fails (the
     skew refusal), and every replica shows it, as any first boot."""
@@ -133,7 +141,9 @@ def seen(kube, replicas, tmp_path_factory):
     views = [lambda node, srv=srv: faults.node_view(srv.session(), srv.base_url, node) for srv in (one, two)]
     out = {"squat": squat(kube, replicas, top)}
 
-    def kubelet(run):  # the kubelet's certificate in the root before the first boot: the name is proven
+    def kubelet(run):  # the kubelet's certificate in the root before the first boot: the name is proven;
+        # and the Node it registered (a name with no Node has no MachineConfigNode: issue 48)
+        node_object(kube, run.node, run.scenario.pool)
         cert, key = kube.kubelet_cert(run.node)
         with open(cert, "rb") as c, open(key, "rb") as k:
             write_combined(f"{run.root}/{KUBELET_PEM}", c.read(), k.read())
@@ -191,11 +201,14 @@ def test_no_machineconfignode_is_made_or_given_an_event_for_a_name_not_proven(se
         assert mcn(kube, run.node) is None, run.node
 
 
-def test_a_name_not_proven_whose_node_exists_gets_no_event_and_no_machineconfignode(seen, kube):
+def test_a_name_not_proven_whose_node_exists_gets_no_event_and_nothing_on_its_machineconfignode(seen, kube):
     # the squatted name failed and was shown by both replicas before the ten other first boots
-    # ran: every round of both replicas since (one a second) decided it
+    # ran: every round of both replicas since (one a second) decided it. Its Node has an MCN, as
+    # every Node (issue 48), with nothing of the squatter's on it.
     assert mentioning(kube, SQUATTED) == []
-    assert mcn(kube, SQUATTED) is None
+    obj = wait_for(lambda: mcn(kube, SQUATTED), f"{SQUATTED}'s MachineConfigNode")
+    assert condition(kube, SQUATTED) is None
+    assert not set(obj["metadata"].get("annotations") or {}) & {"node-agent.openshift.io/report", NOTICE}
 
 
 def test_a_proven_names_failed_and_stalled_first_boot_is_a_warning_event_on_its_pool_and_its_machineconfignode_once(
@@ -283,6 +296,7 @@ def approved_later(seen, kube, replicas, tmp_path_factory):
     node = "fbl-skew-refused"
     one_first_boot(replicas, str(tmp_path_factory.mktemp("fb-later")), node)
     before = wait_for(lambda: about(events(kube), "MachineConfigPool", "worker", node), f"{node}'s pool Event", 30)
+    node_object(kube, node, "worker")  # its kubelet registers the Node, then the admin approves the name
     admin = replicas[1].session(token=False)
     admin.headers["Authorization"] = f"Bearer {ADMIN}"
     r = admin.post(replicas[1].url(f"/api/v1/nodes/{node}/approve"))
@@ -309,3 +323,21 @@ def test_every_replica_names_each_first_boot_the_same(seen, replicas):
     for run in [*seen["unproven"].values(), *seen["proven"].values()]:
         views = [faults.node_view(srv.session(), srv.base_url, run.node)["firstBoot"] for srv in replicas]
         assert (views[0]["outcome"], views[0]["stage"]) == (views[1]["outcome"], views[1]["stage"])
+
+
+def test_a_name_approved_before_its_node_exists_has_its_first_boot_announced_on_its_pool_only(kube, replicas,
+                                                                                              tmp_path_factory):
+    """Approved by the admin, so it binds a Node, but none exists yet: no MachineConfigNode to
+    announce it on (issue 48: one per Node), so the pool's Event, once more after the one that
+    said it was not proven, without those words."""
+    node = "fbl-nodeless"
+    one_first_boot(replicas, str(tmp_path_factory.mktemp("fb-nodeless")), node)
+    wait_for(lambda: about(events(kube), "MachineConfigPool", "worker", node), f"{node}'s pool Event", 30)
+    admin = replicas[1].session(token=False)
+    admin.headers["Authorization"] = f"Bearer {ADMIN}"
+    assert admin.post(replicas[1].url(f"/api/v1/nodes/{node}/approve")).json()["state"] == "Approved"
+    pool = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(about(events(kube), "MachineConfigPool", "worker",
+                                                                           node)), f"{node} announced again", 30)
+    assert [(e["reason"], e["message"].endswith(NOT_PROVEN)) for e in pool] == [
+        ("FirstbootFailed", True), ("FirstbootFailed", False)], pool
+    assert about(events(kube), "MachineConfigNode", node) == [] and mcn(kube, node) is None

@@ -124,10 +124,11 @@ def test_getNodesForPool_a_reporting_name_with_no_Node_counts_for_nothing(kube, 
     # The real master gets its slot.
     report(server, "m-0", done(master, {M: ""}, pool="master"))
     assert ask_drain(server, "m-0", "master").status_code == 200
-    ghost = kube.get(f"{MCO}/machineconfignodes/ghost-k")  # a proven name's report is kept on an MCN of its own
-    assert ghost.status_code == 200, ghost.text  # (a 404's Status has no ownerReferences either)
-    assert not ghost.json()["metadata"].get("ownerReferences")  # no Node to own it
-    assert kube.get(f"{MCO}/machineconfignodes/ghost-0").status_code == 404  # a pending one's never reaches one
+    # No Node, no MachineConfigNode (upstream makes one per Node): a proven name's report is kept in
+    # its registration, as a pending one's, and a pending one never reaches one either
+    assert kube.get(f"{MCO}/machineconfignodes/ghost-k").status_code == 404
+    assert node["report"]["state"] == "Done"
+    assert kube.get(f"{MCO}/machineconfignodes/ghost-0").status_code == 404
     # The harness's --auto-approve '.*' approved the ghosts' names: with this backend a rule binds no
     # name to a Node, so they are kept and shown as pending (their reports in their Secrets), and
     # serve said so at start.
@@ -265,12 +266,27 @@ def seen_by_admin(kube, name):
             "spec": obj.get("spec")}
 
 
+def mcn_of(kube, name):
+    """The Node's MachineConfigNode as the API holds it, once made with its conditions (kube_mcn
+    makes one for every Node)."""
+    return wait_for(lambda: (lambda r: r.ok and (r.json().get("status") or {}).get("conditions") and r.json())(
+        kube.get(f"{MCO}/machineconfignodes/{name}")), f"{name}'s MachineConfigNode")
+
+
+def as_made(mcn):
+    """What an MCN says, but for when it was made and written (uid, times, versions)."""
+    return {"spec": mcn["spec"], "report": (mcn["metadata"].get("annotations") or {}).get("node-agent.openshift.io/report"),
+            "conditions": [{k: c[k] for k in ("type", "status", "reason", "message")} for c in mcn["status"]["conditions"]],
+            "configVersion": mcn["status"].get("configVersion")}
+
+
 def synced(kube, srv, sentinel, mark):
     """A proven node's report through ``srv`` written on its Node: the write-back round after
-    every report ``srv`` took before it has run (the server writes in separate steps)."""
-    report(srv, sentinel, {"pool": "worker", "state": "Working", "reason": mark, "labels": {W: ""}})
+    every report ``srv`` took before it has run (the server writes in separate steps). The mark is
+    its currentConfig: a Working write leaves the Node's reason as it was (writer.go SetWorking)."""
+    report(srv, sentinel, {"pool": "worker", "state": "Working", "currentConfig": mark, "labels": {W: ""}})
     wait_for(lambda: (kube.get(f"/api/v1/nodes/{sentinel}").json()["metadata"].get("annotations") or {})
-             .get("machineconfiguration.openshift.io/reason") == mark, f"{sentinel}'s report {mark} on its Node")
+             .get("machineconfiguration.openshift.io/currentConfig") == mark, f"{sentinel}'s report {mark} on its Node")
 
 
 def test_a_bootstrap_token_holder_changes_nothing_an_admin_sees_for_a_real_Nodes_name(kube, admin_server):
@@ -286,8 +302,10 @@ def test_a_bootstrap_token_holder_changes_nothing_an_admin_sees_for_a_real_Nodes
     create_node(kube, "sentinel-0", {W: ""})
     synced(kube, srv, "sentinel-0", "before")
     wait_for(lambda: "real-w9" in pool(srv, "worker")["status"]["nodes"], "real-w9 counted from its annotations")
-    before = {"node": seen_by_admin(kube, "real-w9"), "pool": counts(srv, "worker")}
-    assert kube.get(f"{MCO}/machineconfignodes/real-w9").status_code == 404
+    wait_for(lambda: mcn_of(kube, "real-w9")["status"]["configVersion"].get("current") == worker,
+             "real-w9's MachineConfigNode (every Node has one), its current config from its annotations")
+    before = {"node": seen_by_admin(kube, "real-w9"), "pool": counts(srv, "worker"), "mcn": mcn_of(kube, "real-w9")}
+    assert "node-agent.openshift.io/report" not in (before["mcn"]["metadata"].get("annotations") or {})
 
     squat = srv.node_session("real-w9", kubelet=False)  # the bootstrap token only
     assert srv.session().get(srv.url("/api/v1/nodes/real-w9/registration")).json()["state"] == "Pending"
@@ -300,7 +318,7 @@ def test_a_bootstrap_token_holder_changes_nothing_an_admin_sees_for_a_real_Nodes
     synced(kube, srv, "sentinel-0", "after-squat")
     assert seen_by_admin(kube, "real-w9") == before["node"]
     assert counts(srv, "worker") == before["pool"]
-    assert kube.get(f"{MCO}/machineconfignodes/real-w9").status_code == 404
+    assert mcn_of(kube, "real-w9") == before["mcn"]  # not one write
     described = srv.session().get(srv.url("/api/v1/nodes/real-w9"), timeout=10).json()
     assert described["counted"] is False and "from its own annotations" in described["notCounted"]
     # The pending list tells the admin this name is a real, managed Node.
@@ -311,7 +329,7 @@ def test_a_bootstrap_token_holder_changes_nothing_an_admin_sees_for_a_real_Nodes
     assert as_admin(srv).delete(srv.url("/api/v1/nodes/real-w9"), timeout=30).json()["deleted"] is True
     synced(kube, srv, "sentinel-0", "after-delete")
     assert seen_by_admin(kube, "real-w9") == before["node"] and counts(srv, "worker") == before["pool"]
-    assert kube.get(f"{MCO}/machineconfignodes/real-w9").status_code == 404
+    assert mcn_of(kube, "real-w9") == before["mcn"]
 
 
 def test_the_admins_delete_takes_back_everything_a_name_it_approved_wrote(kube, admin_server):
@@ -327,7 +345,8 @@ def test_the_admins_delete_takes_back_everything_a_name_it_approved_wrote(kube, 
                      "pool sq45 rendered")
     create_node(kube, "plain-w8", {W: ""})  # a Node from before node-agent: no MCD annotations
     wait_for(lambda: "plain-w8" in pool(srv, "worker")["status"]["nodes"], "plain-w8 in worker")
-    before = {"node": seen_by_admin(kube, "plain-w8"), "worker": counts(srv, "worker"), "infra": counts(srv, "sq45")}
+    before = {"node": seen_by_admin(kube, "plain-w8"), "worker": counts(srv, "worker"), "infra": counts(srv, "sq45"),
+              "mcn": as_made(mcn_of(kube, "plain-w8"))}
     squat = srv.node_session("plain-w8", kubelet=False)
     body = {"pool": "sq45", "state": "Done", "currentConfig": infra, "desiredConfig": infra,
             "firstPivotConfig": infra, "labels": {W: ""}}
@@ -339,11 +358,15 @@ def test_the_admins_delete_takes_back_everything_a_name_it_approved_wrote(kube, 
     r = squat.post(srv.url("/api/v1/nodes/plain-w8/drain"), json={"pool": "sq45", "config": infra}, timeout=60)
     assert r.status_code == 200, r.text
     assert seen_by_admin(kube, "plain-w8")["spec"].get("unschedulable") is True
-    wait_for(lambda: kube.get(f"{MCO}/machineconfignodes/plain-w8").status_code == 200, "its MachineConfigNode")
+    wait_for(lambda: as_made(mcn_of(kube, "plain-w8"))["report"], "its report on its MachineConfigNode")
+    uid = mcn_of(kube, "plain-w8")["metadata"]["uid"]
     out = as_admin(srv).delete(srv.url("/api/v1/nodes/plain-w8"), timeout=30).json()
     assert out["deleted"] is True and out["leaseReleased"] is True
     assert seen_by_admin(kube, "plain-w8") == before["node"]
-    assert kube.get(f"{MCO}/machineconfignodes/plain-w8").status_code == 404
+    # the MCN its reports wrote is gone; the one made again for the Node says what it said before
+    again = wait_for(lambda: (lambda m: m["metadata"]["uid"] != uid and m)(mcn_of(kube, "plain-w8")),
+                     "plain-w8's MachineConfigNode made again from the Node alone")
+    assert as_made(again) == before["mcn"]
     wait_for(lambda: counts(srv, "worker") == before["worker"] and counts(srv, "sq45") == before["infra"],
              "the pools' numbers as before")
 

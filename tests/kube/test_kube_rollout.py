@@ -120,7 +120,7 @@ def test_the_server_targets_one_node_at_a_time_and_a_pdb_pinned_node_is_deferred
             items = api(kube, "/api/v1/namespaces/node-config-server/events")["items"]
             return [e for e in items if e["reason"] == "SetDesiredConfig" and e["involvedObject"]["name"] == "rollout"]
         event = wait_for(targeted_event, "the SetDesiredConfig Event on the pool")[0]
-        assert event["message"] == f"Targeted node r-pinned to MachineConfig {b}"
+        assert event["message"] == f"Targeted node r-pinned to MachineConfig: {b}"
         assert event["involvedObject"]["kind"] == "MachineConfigPool" and event["type"] == "Normal"
         assert event["source"]["component"] == "machineconfigcontroller-nodecontroller"
 

@@ -54,8 +54,10 @@ def test_conditions_carry_reason_message_and_last_transition_time():
     assert conds["Updating"]["status"] == "True" and conds["Updating"]["reason"] == "RolloutInProgress"
     assert conds["Updating"]["message"] == f"All nodes are updating to MachineConfig {TARGET}"
     assert conds["Updated"]["message"] == f"1 of 3 node(s) updated to {TARGET} (current {OLD})"
-    assert conds["Degraded"]["status"] == "True" and conds["Degraded"]["message"].startswith(
-        "1 nodes are reporting degraded status on sync")  # the MCO's words (pkg/controller/node/status.go)
+    # status.go calculateStatus: NodeDegraded's reason is its sentence; Degraded copies its message, reason ""
+    assert conds["NodeDegraded"]["reason"] == "1 nodes are reporting degraded status on sync"
+    assert conds["Degraded"]["status"] == "True" and conds["Degraded"]["reason"] == "" and \
+        conds["Degraded"]["message"] == conds["NodeDegraded"]["message"]
     assert conds["NodeDegraded"]["status"] == "True" and conds["RenderDegraded"]["status"] == "False"
     # Updating since the target changed (09:00), whatever the time now: stable while it stays so.
     assert conds["Updating"]["lastTransitionTime"] == conds["Updated"]["lastTransitionTime"] == "2026-11-22T09:00:00Z"
@@ -66,13 +68,17 @@ def test_conditions_carry_reason_message_and_last_transition_time():
 
 
 def test_an_invalid_object_makes_the_pool_render_degraded_and_degraded():
-    """As the MCO: Degraded = NodeDegraded or RenderDegraded; the message names the object."""
+    """As the MCO: Degraded = NodeDegraded or RenderDegraded; RenderDegraded's message is
+    render_controller.go syncFailingStatus' and names the object, reason "" (both)."""
     problems = ["machineconfigs/99-bad (API): $.spec.config: not an Ignition config", "second"]
     conds = {c["type"]: c for c in poolview.conditions(counts(updated=3), TARGET, TARGET, {"held": ""}, [],
-                                                         problems)}
+                                                         problems, pool="worker")}
     assert conds["RenderDegraded"]["status"] == "True" and conds["NodeDegraded"]["status"] == "False"
-    assert "99-bad" in conds["RenderDegraded"]["message"] and "1 more problem" in conds["RenderDegraded"]["message"]
-    assert conds["Degraded"]["status"] == "True" and conds["Degraded"]["reason"] == "RenderDegraded"
+    assert conds["RenderDegraded"]["message"] == (
+        "Failed to render configuration for pool worker: machineconfigs/99-bad (API): $.spec.config: not an "
+        "Ignition config (and 1 more problem(s): node-config-server status)")
+    assert conds["RenderDegraded"]["reason"] == ""
+    assert (conds["Degraded"]["status"], conds["Degraded"]["reason"], conds["Degraded"]["message"]) == ("True", "", "")
 
 
 def test_conditions_when_the_rollout_is_done_and_when_held():
@@ -98,7 +104,7 @@ def test_describe_pool_shows_every_field_of_a_condition():
     head = next(line for line in text.splitlines() if "TYPE" in line)
     assert head.split() == ["TYPE", "STATUS", "LAST", "TRANSITION", "REASON", "MESSAGE"]
     row = next(line for line in text.splitlines() if line.strip().startswith("Degraded"))
-    assert "True" in row and "NodesDegraded" in row and "1 nodes are reporting degraded" in row
+    assert "True" in row and "their reasons: status.nodes" in row
     row = next(line for line in text.splitlines() if line.strip().startswith("Updating"))
     assert "2026-11-22T09:00:00Z" in row and "RolloutInProgress" in row
     assert "2025-11-22T10:00:00Z" in text  # the history's old epoch float, shown as ISO 8601

@@ -16,11 +16,12 @@ from agent.server.cli import views
 from agent.server.cli.main import build_parser
 from agent.server.cli.serveargs import drain_cadence
 from agent.server.cluster.drainpacer import Paced, blocker
-from agent.server.cluster.kube_drain import DrainResult
-from agent.server.cluster.kube_sync import drain_mark, node_conditions
+from agent.server.cluster.kube_drain import DRAINED_FOR, DrainResult
+from agent.server.cluster.kube_sync import drain_mark
 from agent.server.http.metrics import RequestCounter, exposition
 from agent.server.rollout import draincadence as dc
 from agent.server.rollout.draincadence import Cadence, DrainState
+from agent.server.rollout.mcnconditions import Facts, node_conditions
 
 T0 = 1_700_000_000.0
 SMALL = Cadence(attempt_timeout=90, retry=60, slow_retry=300, slow_after=600, fail_after=3600)
@@ -76,8 +77,11 @@ def test_retries_slow_down_after_ten_minutes_and_drain_failed_after_an_hour_stil
     # each attempt after the hour emits it again, as upstream (90 s attempt + 5 min apart), still retrying
     assert all(b[0] - a[0] == 390 for a, b in zip(failed, failed[1:])) and len(failed) == 18
     assert state.failed is not None
-    assert failed[0][2].startswith("node w1: drain exceeded timeout: 1h0m0s. Will continue to retry.")
-    assert "PodDisruptionBudget ns/app" in failed[0][2] and "PodDisruptionBudget ns/app" in slow[0][2]
+    # drain_controller.go drainNode's texts, word for word
+    assert failed[0][2] == "node w1: drain exceeded timeout: 1h0m0s. Will continue to retry."
+    assert slow[0][2].startswith("Drain failed. Drain has been failing for more than 10 minutes. Waiting 5 minutes "
+                                 "then retrying. Error message from drain: ")
+    assert "PodDisruptionBudget ns/app" in slow[0][2]
     before = [e for e in events if e[0] < 600]
     assert before == []  # a minute apart before ten minutes: no Event
 
@@ -135,15 +139,17 @@ def test_the_mcn_drained_condition_names_the_blocker():
     assert cond["message"].startswith("Error: Node Drain has not succeeded. Error is: ns/app-1")
     assert "PodDisruptionBudget ns/app" in cond["message"] and cond["lastTransitionTime"] == dc.iso(T0)
     assert dc.drain_condition(DrainState(), "now") is None
-    # kube_sync rewrites the MCN when the Node's drain state moves: drain_mark says when.
+    # kube_sync rewrites the MCN when the Node's drain state, our cordon's mark or the cordon moves
     assert drain_mark({}) == "" and drain_mark(dc.annotations(DrainState())) == ""
     assert drain_mark(dc.annotations(state)) != drain_mark(dc.annotations(dc.after_round(state, False, "x")[0]))
+    assert drain_mark({DRAINED_FOR: "rendered-b"}) != drain_mark({DRAINED_FOR: "rendered-b"}, cordoned=True)
     report = {"state": "Working", "desiredConfig": "rendered-b", "currentConfig": "rendered-a"}
-    with_drain = node_conditions(report, "2026-01-01T00:00:00Z", dc.annotations(state))
-    drained = {c["type"]: c for c in with_drain}["Drained"]
+    facts = Facts(node="w1", desired="rendered-b", report=report, cordoned=True, drain=state, drained_for="rendered-b")
+    drained = {c["type"]: c for c in node_conditions(None, facts, "2026-01-01T00:00:00Z")}["Drained"]
     assert drained["status"] == "Unknown" and drained["reason"] == "UpdateExecutedDrained"
-    idle = {c["type"]: c for c in node_conditions(report, "2026-01-01T00:00:00Z")}["Drained"]
-    assert (idle["status"], idle["reason"]) == ("False", "NotYetOccured")  # upstream's default, no drain
+    assert "PodDisruptionBudget ns/app" in drained["message"]
+    idle = {c["type"]: c for c in node_conditions(None, Facts(node="w1", desired="rendered-b"), "t")}["Drained"]
+    assert (idle["status"], idle["reason"]) == ("False", "NotYetOccurred")  # upstream's default, no drain
 
 
 def test_the_blocker_names_the_pdb_else_the_pods_left():
@@ -201,3 +207,7 @@ def test_plan_says_a_single_node_cluster_does_not_drain(tmp_path):
     out = json.loads(plan("--control-plane-topology", "SingleReplica", "--json"))
     assert out["drain"] is False and out["reboot"] is True and "drainRequired" in out["drainSkipped"]
     assert json.loads(plan("--control-plane-topology", "HighlyAvailable", "--json"))["drain"] is True
+
+
+def test_go_minutes_prints_a_float64_as_go_prints_it():
+    assert [dc.go_minutes(s) for s in (600, 300, 3, 90)] == ["10", "5", "0.05", "1.5"]

@@ -48,6 +48,9 @@ class Cluster:
     def pool_of_rendered(self, name):
         return None
 
+    def is_layered_pool(self, name):
+        return False
+
 
 class Source:
     reflectors = {"machineconfigpools": Cache({"worker": {"metadata": {"name": "worker"}}})}

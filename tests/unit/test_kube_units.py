@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.server.cluster import kube_sync
-from agent.server.rollout import mcnconditions
 from agent.server.store.kube import client as kube_client
 from agent.server.store.kube import state as kube_state
 from agent.server.store.kube import watch as kube_watch
@@ -161,19 +160,27 @@ def test_the_state_signature_moves_with_any_objects_version_only():
     assert one.signature == same.signature != newer.signature
 
 
-def test_a_pools_status_write_is_not_a_new_state_but_its_spec_labels_and_annotations_are():
-    """A status write moves a pool's resourceVersion (ours, once a second while nodes report):
-    for pools the signature takes the generation and the metadata the server reads instead, so
-    that a status write is not a new state in every replica."""
-    def sig(**meta):
-        pool = dict(POOL, metadata=dict(dict(POOL["metadata"], generation=3), **meta))
-        return kube_state.build_state({"machineconfigpools": {"infra": pool}}, None).signature
+def test_a_pools_status_or_configuration_write_is_not_a_new_state_but_its_spec_labels_and_annotations_are():
+    """A status write moves a pool's resourceVersion (ours, once a second while nodes report), a
+    spec.configuration write (ours, each new target: kube_pools.py) its generation: for pools the
+    signature takes the spec the server reads and its labels and annotations instead, so that
+    neither is a new state in every replica, nor part of what is rendered."""
+    def pool(spec=None, **meta):
+        return dict(POOL, metadata=dict(dict(POOL["metadata"], generation=3), **meta),
+                    spec=dict(POOL["spec"], **(spec or {})), status={"machineCount": int(meta.get("generation", 3))})
+
+    def sig(spec=None, **meta):
+        return kube_state.build_state({"machineconfigpools": {"infra": pool(spec, **meta)}}, None).signature
 
     base = sig(resourceVersion="70")
     assert sig(resourceVersion="71") == base  # the status subresource written
-    assert sig(resourceVersion="72", generation=4) != base  # the spec changed
+    configured = {"configuration": {"name": "rendered-infra-1", "source": [{"kind": "MachineConfig", "name": "a"}]}}
+    assert sig(configured, resourceVersion="72", generation=4) == base  # the render controller's spec.configuration
+    assert sig({"maxUnavailable": 2}, resourceVersion="72", generation=4) != base  # the spec changed
     assert sig(resourceVersion="73", annotations={"node-agent.io/force-rollout": "true"}) != base
     assert sig(resourceVersion="74", labels={"custom": ""}) != base
+    doc = kube_state.build_state({"machineconfigpools": {"infra": pool(configured)}}, None).pools["infra"]
+    assert "status" not in doc and "configuration" not in doc["spec"]
 
 
 def test_the_machineconfiguration_is_checked_as_the_file_is():
@@ -222,6 +229,23 @@ def test_node_patch_carries_the_mcd_annotations_as_the_mcd_writes_them():
     assert ann["machineconfiguration.openshift.io/currentImage"] is None
 
 
+def test_node_patch_SetWorking_keeps_the_reason_and_SetDone_writes_currentImage_only_on_a_layered_pool():
+    """pkg/daemon/writer.go: SetWorking writes the state alone (a Degraded's reason stays until
+    Done clears it); SetDone writes currentImage only with an image on disk (image mode) and
+    deletes it otherwise: a real MCO reading it on a plain pool takes the node as not done."""
+    working = {"state": "Working", "currentConfig": "rendered-infra-a", "desiredConfig": "rendered-infra-b",
+               "reason": "", "currentImage": "quay.io/os@sha256:1"}
+    ann = kube_sync.node_patch(working, POOL)["metadata"]["annotations"]
+    assert "machineconfiguration.openshift.io/reason" not in ann
+    assert ann["machineconfiguration.openshift.io/state"] == "Working"
+    done = dict(working, state="Done", desiredConfig="rendered-infra-a")
+    plain = kube_sync.node_patch(done, POOL)["metadata"]["annotations"]
+    assert plain["machineconfiguration.openshift.io/reason"] == "" and \
+        plain["machineconfiguration.openshift.io/currentImage"] is None
+    layered = kube_sync.node_patch(done, POOL, layered=True)["metadata"]["annotations"]
+    assert layered["machineconfiguration.openshift.io/currentImage"] == "quay.io/os@sha256:1"
+
+
 def test_applyCustomPoolLabels_once_for_a_node_booted_into_the_custom_pool():
     """node_controller.go isCustomPoolBootedNode: only the owner of the firstPivotConfig, only
     while the guard annotation is absent; the patch sets it."""
@@ -241,28 +265,22 @@ def test_applyCustomPoolLabels_once_for_a_node_booted_into_the_custom_pool():
     assert kube_sync.pool_labels(exprs) == {"node-role.kubernetes.io/infra": "", "zone": "a"}
 
 
-def test_a_machineconfignode_says_what_the_report_says():
-    conds = {c["type"]: c for c in kube_sync.node_conditions(
-        {"state": "Degraded", "desiredConfig": "b", "currentConfig": "a", "reason": "disk full"}, "2026-11-25T10:00:00Z")}
-    assert conds["NodeDegraded"]["status"] == "True" and conds["NodeDegraded"]["message"] == "disk full"
-    assert conds["Updated"]["status"] == "False"
-    assert all(set(c) == {"type", "status", "reason", "message", "lastTransitionTime"} for c in conds.values())
-    done = {c["type"]: c["status"] for c in kube_sync.node_conditions(
-        {"state": "Done", "desiredConfig": "b", "currentConfig": "b"}, "t")}
-    assert (done["Updated"], done["UpdateExecuted"], done["NodeDegraded"]) == ("True", "False", "False")
-
-
-def test_generateAndApplyMachineConfigNodes_sets_every_condition_type_with_upstreams_default():
-    """upgrade_monitor.go: all condition types present; those not reached are False, NotYetOccured,
-    "This node has not yet entered the <type> phase"; an unknown config is "not-yet-set"."""
-    conds = kube_sync.node_conditions({"state": "Working", "desiredConfig": "b", "currentConfig": ""}, "t")
-    assert [c["type"] for c in conds] == list(mcnconditions.CONDITION_TYPES) and len(conds) <= 20  # CRD maxItems
-    by = {c["type"]: c for c in conds}
-    assert by["Cordoned"] == {"type": "Cordoned", "status": "False", "reason": "NotYetOccured",
-                              "message": "This node has not yet entered the Cordoned phase", "lastTransitionTime": "t"}
-    assert by["UpdateExecuted"]["status"] == "True"
+def test_a_machineconfignode_with_no_known_config_or_pool_says_not_yet_set():
+    """upgrade_monitor.go NotYetSet: the CRD's CEL rules want an RFC 1123 subdomain, never ""."""
     obj = node_object("n1", {"desiredConfig": ""}, "")
     assert obj["spec"]["configVersion"]["desired"] == "not-yet-set" and obj["spec"]["pool"]["name"] == "not-yet-set"
+
+
+def test_a_report_that_waits_for_its_reboot_leaves_the_nodes_currentConfig_as_it_is():
+    """pkg/daemon/writer.go: the daemon writes the new currentConfig with SetDone once the node has
+    booted it; until then the Node keeps naming what it runs."""
+    body = {"pool": "worker", "state": "Working", "currentConfig": "rendered-b", "desiredConfig": "rendered-b",
+            "reason": "reboot pending"}
+    annotations = kube_sync.node_patch(body, None)["metadata"]["annotations"]
+    assert kube_sync.ANNOTATION + "currentConfig" not in annotations
+    assert annotations[kube_sync.ANNOTATION + "state"] == "Working"
+    done = kube_sync.node_patch(dict(body, state="Done", reason=None), None)["metadata"]["annotations"]
+    assert done[kube_sync.ANNOTATION + "currentConfig"] == "rendered-b"
 
 
 def test_a_rendered_config_is_owned_by_its_pool():

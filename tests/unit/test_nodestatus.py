@@ -37,25 +37,30 @@ def report(current, desired=None, state="Done", **more):
 
 @pytest.mark.parametrize("labels,want", [
     ({W: ""}, "worker"), ({M: "", W: ""}, "master"), ({W: "", INFRA_ROLE: ""}, "infra"), ({INFRA_ROLE: ""}, "infra"),
-    ({"other": "x"}, None), ({W: "", INFRA_ROLE: "", "gpu": "yes"}, None), ({M: "", INFRA_ROLE: ""}, None)])
-def test_getPoolsForNode_getPrimaryPoolForNode(labels, want):
-    """master beats worker; one custom pool beats worker (matchExpressions Exists included); two
-    custom pools or master with a custom pool is no pool, with upstream's reason; an empty
+    ({"other": "x"}, None), ({W: "", INFRA_ROLE: "", "gpu": "yes"}, None), ({M: "", INFRA_ROLE: ""}, "master"),
+    ({M: "", W: "", INFRA_ROLE: ""}, "master"), ({W: "", "kubernetes.io/os": "windows"}, None),
+    ({W: "", "kubernetes.io/os": "linux"}, "worker")])
+def test_GetPoolsForNode_GetPrimaryPoolForNode(labels, want):
+    """pkg/helpers/helpers.go: master beats worker; one custom pool beats worker (matchExpressions
+    Exists included); master with one custom pool is master ("defaulting to master"); two custom
+    pools is no pool, with upstream's reason; a Windows Node is in no pool (IsWindows); an empty
     selector selects nothing."""
     pool, why = nodestatus.pool_for_node(POOLS, labels)
     assert pool == want
     assert bool(why) == (want is None)
-    if labels == {M: "", INFRA_ROLE: ""}:
-        assert why == "it has both master role and custom role infra"
+    if labels == {W: "", INFRA_ROLE: "", "gpu": "yes"}:
+        assert why == "it belongs to 2 custom roles (gpu, infra), cannot proceed with this Node"
+    assert nodestatus.master_over_custom(POOLS, labels) == ("infra" if M in labels and INFRA_ROLE in labels else "")
 
 
 def test_getNodesForPool_of_every_pool_in_one_pass_agrees_with_each():
-    nodes = [node("a"), node("b", {W: "", INFRA_ROLE: ""}), node("c", {M: "", W: ""}), node("d", {"x": "y"})]
+    nodes = [node("a"), node("b", {W: "", INFRA_ROLE: ""}), node("c", {M: "", W: ""}), node("d", {"x": "y"}),
+             node("e", {M: "", INFRA_ROLE: ""}), node("f", {W: "", "kubernetes.io/os": "windows"})]
     groups = nodestatus.group_by_pool(POOLS, nodes)
     for name in POOLS:
         assert groups.get(name, []) == nodestatus.nodes_for_pool(name, POOLS, nodes)
     assert {k: [n["metadata"]["name"] for n in v] for k, v in groups.items()} == {
-        "worker": ["a"], "infra": ["b"], "master": ["c"]}
+        "worker": ["a"], "infra": ["b"], "master": ["c", "e"]}
 
 
 def test_getNodesForPool_follows_the_labels():
@@ -211,3 +216,18 @@ def test_IsDone_a_config_never_served_to_the_node_counts_as_updated_but_proves_n
     st = nodestatus.calculate_status(members, "t", None)
     assert (st.updated, st.proven) == (2, 1)
 
+
+
+def test_describe_node_says_a_master_matching_a_custom_pool_is_defaulting_to_master():
+    """GetPoolsForNode's "Found master node that matches selector for custom pool X, defaulting to
+    master": what describe node says of the Node (kube_nodes.NodeTruth.describe)."""
+    import types
+
+    from agent.server.cluster.kube_nodes import NodeTruth
+
+    nodes = {"m0": node("m0", {M: "", INFRA_ROLE: ""}), "m1": node("m1", {M: ""})}
+    cache = types.SimpleNamespace(snapshot=lambda: nodes)
+    truth = NodeTruth(cache, types.SimpleNamespace(node=lambda name: None))
+    said = truth.describe("m0", POOLS)
+    assert said["pool"] == "master" and "also matches custom pool infra, defaulting to master" in said["membership"]
+    assert "defaulting" not in truth.describe("m1", POOLS)["membership"]

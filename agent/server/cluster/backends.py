@@ -238,6 +238,8 @@ def start_writers(cluster: Any, source: Any, drain: Any = None, namespace: str =
     from agent.server.cluster.kube_sync import KubeSync
 
     cluster.drainer = Drainer(source.client, cadence=drain, event_namespace=namespace)
+    if hasattr(cluster.store, "makes_mcns"):  # the node store in the API: an MCN is a Node's, made by kube_mcn
+        cluster.store.makes_mcns = False
     sync = KubeSync(cluster, source, source.client)
     cluster.drainer.node_cache = sync.node_cache  # the views read each drain's state from the Nodes
     cluster.node_truth = NodeTruth(sync.node_cache, cluster.store)  # pools, counts, drain slots from the Nodes

@@ -31,7 +31,10 @@ never written to a Node or an MCN (issue 45). For it:
 
 A pending name claiming the master pool is in no pool (progress.membership): no Event either.
 A name that binds later while its first boot is failed or stalled is announced again, on its
-pool and its MCN, as a name that binds a Node.
+pool and its MCN, as a name that binds a Node. A name that binds a Node whose Node object does not
+exist yet (approved by the admin before its kubelet registered) has no MCN either (kube_mcn makes
+one per Node: issue 48): its Events go on the pool only, as a pending name's, without the
+"not proven" words, and on its MCN too once its Node appears.
 
 Once per transition, by one replica: each replica decides every open first boot once a second
 from the shared store (a stall is a function of the record and now). For a name that binds a
@@ -39,8 +42,7 @@ Node, a transition is taken by writing its token into the MCN's annotation
 ``node-agent.openshift.io/first-boot-event`` with the MCN's resourceVersion as a precondition; the
 replica whose write the API takes writes the condition and records the Events, the others read
 the annotation and follow. The condition is kept as decided at every change of outcome, with or
-without an Event (running, done after running): for a node with no Node object yet nobody else
-writes its MCN's status (kube_sync writes a Node's, with the same condition). These Events are
+without an Event (running, done after running; kube_sync writes it too, at each report). These Events are
 named as client-go names them (``<object>.<UnixNano in hex>``), so ``kubectl get events`` lists
 each object's in the order they happened (kube_events.py writes them).
 
@@ -77,6 +79,7 @@ REASONS = {firstboots.FAILED: "FirstbootFailed", firstboots.STALLED: "FirstBootS
            firstboots.RUNNING: "FirstBootResumed", firstboots.DONE: "FirstBootCompleted"}
 ERROR_MAX = 200  # characters of the error in the message, as upstream's sanitizeErrorMessage
 NOT_PROVEN = " (not proven yet: its registration is pending)"
+BOUND = "#bound"  # a name that binds a Node with no Node object yet: its own tokens and Event names
 WARNINGS = (firstboots.FAILED, firstboots.STALLED)
 
 
@@ -180,9 +183,13 @@ class FirstBootEvents:
                 self._unproven.pop(node, None)
                 continue
             token = decision.token(rec.report[firstboots.KEY])
-            if pending(rec.report):
+            unbound = pending(rec.report)
+            if unbound or self._nodeless(node):  # no MCN to announce it on (issue 48: none without a Node)
                 self._seen.pop(node, None)
-                self._announce_unproven(rec, decision, token, now)
+                if unbound:
+                    self._announce_unproven(rec, decision, token, now)
+                else:  # bound, no Node yet: announced (again) on the pool, by a name of its own
+                    self._announce_unproven(rec, decision, token + BOUND, now, "", node + BOUND)
             else:
                 self._unproven.pop(node, None)
                 if self._seen.get(node) != token:
@@ -221,10 +228,17 @@ class FirstBootEvents:
             self._write_status(rec)  # nothing to announce (running, done after running): the condition only
         self._seen[node] = token
 
-    def _announce_unproven(self, rec: Any, decision: firstboots.Decision, token: str, now: float) -> None:
-        """A pending name's transition: its Event on the pool only, once across replicas by its
-        name (``unproven_event_name``); nothing when a Node object of that name exists (a
-        bootstrap-token holder makes no Event about a real Node's name: issue 45)."""
+    def _nodeless(self, node: str) -> bool:
+        """Whether the Nodes are listed and none is named ``node``: it has no MachineConfigNode."""
+        cache = self.sync.node_cache
+        return cache.synced.is_set() and cache.get(node) is None
+
+    def _announce_unproven(self, rec: Any, decision: firstboots.Decision, token: str, now: float,
+                           suffix: str = NOT_PROVEN, key: str = "") -> None:
+        """A pending name's transition (or a counted name's with no Node, so no MCN: ``suffix`` "")
+        : its Event on the pool only, once across replicas by its name (``unproven_event_name``);
+        nothing when a Node object of that name exists (a bootstrap-token holder makes no Event
+        about a real Node's name: issue 45)."""
         node = rec.node
         if not self.sync.node_cache.synced.is_set():
             return  # the Nodes not listed yet: whether one has this name is not known (next round)
@@ -239,12 +253,13 @@ class FirstBootEvents:
             return
         # a Warning at the moment it came to be; the Normal after it right after it (one name
         # however the replicas saw the first boot go on: resumed, or done)
-        nanos = int(round(decision.since * 1e9)) if decision.warning else warned_at + 1
+        # (a bound name's Warning one nanosecond after the pending one's: listed after it)
+        nanos = int(round(decision.since * 1e9)) + (1 if key else 0) if decision.warning else warned_at + 1
         pool = self.sync.source.reflectors["machineconfigpools"].get(rec.pool) if rec.pool else None
         if pool is not None:
-            name = unproven_event_name(rec.pool, nanos, node)
+            name = unproven_event_name(rec.pool, nanos, key or node)
             reason, kind, message = self._said(rec, decision)
-            message += NOT_PROVEN
+            message += suffix
             involved = kube_events.reference(pool, MCO_V1, "MachineConfigPool", self.namespace)
             body = kube_events.event_body(involved, self.namespace, reason, message, iso8601(now), kind, COMPONENT,
                                           name=name)

@@ -67,8 +67,11 @@ class NodeTruth:
         member, why = self.pool_of(name, pools)
         if member is None:
             return {"pool": "", "membership": why, "counted": False, "notCounted": why}
-        out = {"pool": member, "membership": "the Node's labels (node_controller.go getPrimaryPoolForNode)",
-               "counted": True}
+        labels = ((self.node(name) or {}).get("metadata") or {}).get("labels") or {}
+        also = nodestatus.master_over_custom(pools, labels)
+        out = {"pool": member, "membership": "the Node's labels (helpers.go GetPrimaryPoolForNode)" + (
+            f"; it also matches custom pool {also}, defaulting to master: it gets none of {also}'s configuration"
+            if also else ""), "counted": True}
         rec = self.store.node(name)
         mark = rec.report.get(progress.SERVER_KEY) if rec is not None else None
         if isinstance(mark, dict) and mark.get("pending"):  # the Node counts, read from its annotations
@@ -89,7 +92,7 @@ class NodeTruth:
             return f"no drain slot of pool {pool} for {name}: {why}"
         if member != pool:
             return (f"no drain slot of pool {pool} for {name}: its Node's labels put it in pool {member} "
-                    f"(node_controller.go getPrimaryPoolForNode); ask for a slot of {member}")
+                    f"(helpers.go GetPrimaryPoolForNode); ask for a slot of {member}")
         return ""
 
     def status(self, pool: str, pools: Dict[str, Dict[str, Any]], target: str,
@@ -142,6 +145,11 @@ class NodeTruth:
         with self._lock:
             self._groups = (key, groups)
         return groups
+
+    def pools_by_node(self, pools: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
+        """Each Node's pool by its labels (Nodes in no pool are not in it): the MachineConfigNodes'
+        spec.pool (kube_mcn), from the same grouping as the pools' numbers."""
+        return {_name(node): pool for pool, nodes in self._grouped(pools).items() for node in nodes}
 
     def counts(self, pool: str, pools: Dict[str, Dict[str, Any]], target: str,
                image: Optional[str]) -> progress.Counts:

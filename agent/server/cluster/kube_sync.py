@@ -16,7 +16,9 @@ where the MCO writes the same things, so that ``kubectl get mcp``/``oc get mcp``
   MCO-650). A Node not registered yet gets them when it appears;
 - the rollout's writes: each member's desiredConfig and the UpdateInProgress taint
   (kube_targets.TargetWriter, once a second), and an Event on the pool for each targeting
-  (``note_pool_event``).
+  (``note_pool_event``);
+- a MachineConfigNode for every Node (kube_mcn.McnWriter): at each report and each change of
+  the Node's drain state, and a sweep of every Node's when Nodes or MCNs change.
 
 A merge patch carries no resourceVersion, so a status write never conflicts (409) with another
 replica's: every replica computes the same status from the same shared node state, and the last
@@ -29,14 +31,17 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from agent.server.cluster.kube_drain import uncordon_patch
+from agent.server.cluster import kube_pools
+from agent.server.cluster.kube_drain import DRAINED_FOR, uncordon_patch
+from agent.server.cluster.kube_events import NODE_CONTROLLER
+from agent.server.cluster.kube_mcn import McnWriter
+from agent.server.cluster.kube_pools import rendered_object  # noqa: F401 - kube_sync's name for it too
 from agent.server.cluster.kube_targets import TargetWriter, pool_event, served_desired
 from agent.server.rollout import draincadence
-from agent.server.rollout.mcnconditions import config_name, node_conditions
+from agent.server.rollout.mcnconditions import reboot_pending
 from agent.server.rollout.nodestatus import slim_node
 from agent.server.rollout.progress import iso8601
 from agent.server.store.kube.client import (
-    MACHINE_CONFIG_NODES,
     MACHINE_CONFIG_POOLS,
     MACHINE_CONFIGS,
     NODES,
@@ -44,7 +49,6 @@ from agent.server.store.kube.client import (
     KubeError,
     KubeUnavailable,
 )
-from agent.server.store.kube.mcnrecord import node_object
 from agent.server.store.kube.watch import Reflector
 
 log = logging.getLogger(__name__)
@@ -86,19 +90,24 @@ LABELS_APPLIED = ANNOTATION + "customPoolLabelsApplied"  # node_controller.go ap
 
 
 def node_patch(body: Dict[str, Any], pool: Optional[Dict[str, Any]], annotations: Optional[Dict[str, Any]] = None,
-               pivot_pool: Optional[str] = None) -> Dict[str, Any]:
-    """The merge patch of a Node for a report (pure): the MCD's annotations (the reason cut to
-    ``REASON_MAX`` characters; currentImage/desiredImage removed when empty, as the MCD removes
-    them: a stale desiredImage keeps upstream's IsDone false), and a custom pool's selector
+               pivot_pool: Optional[str] = None, layered: bool = False) -> Dict[str, Any]:
+    """The merge patch of a Node for a report (pure): the MCD's annotations as pkg/daemon/writer.go
+    writes them (the reason cut to ``REASON_MAX`` characters; a Working report leaves the reason
+    as it is, as ``SetWorking`` writes the state only; currentImage only on a ``layered`` pool, as
+    ``SetDone`` writes it only with an image on disk, and removed otherwise, as is an empty
+    desiredImage: a stale one keeps upstream's IsDone false), and a custom pool's selector
     labels once, as node_controller.go ``isCustomPoolBootedNode``/``applyCustomPoolLabels``: only
     when the node first booted into a rendered config of that pool (``pivot_pool``, the owner of
     its firstPivotConfig) and the Node does not carry the guard annotation yet (``annotations``:
     the Node's), which the same patch sets; an admin who removes the label later is obeyed."""
     reason = str(body.get("reason") or "")[:REASON_MAX]
     out: Dict[str, Any] = {ANNOTATION + k: str(body.get(k) or "") for k in NODE_FIELDS[:3]}
-    out[ANNOTATION + "reason"] = reason
+    if body.get("state") != "Working":
+        out[ANNOTATION + "reason"] = reason
     for k in NODE_FIELDS[4:]:
-        out[ANNOTATION + k] = str(body[k]) if body.get(k) else None
+        out[ANNOTATION + k] = str(body[k]) if body.get(k) and (layered or k != "currentImage") else None
+    if reboot_pending(body):  # writer.go: the new currentConfig only after its reboot (SetDone on the booted node)
+        del out[ANNOTATION + "currentConfig"]
     meta: Dict[str, Any] = {"annotations": out}
     name = (pool or {}).get("metadata", {}).get("name")
     labels = pool_labels(pool) if name and name == pivot_pool else {}
@@ -124,32 +133,11 @@ def pool_labels(pool: Optional[Dict[str, Any]]) -> Dict[str, str]:
     return out
 
 
-def node_owner(node_obj: Dict[str, Any]) -> Dict[str, Any]:
-    """The MachineConfigNode's ownerReferences to its Node (pure; none without the Node's uid). No
-    blockOwnerDeletion: it would need update on nodes/finalizers where OwnerReferencesPermission-
-    Enforcement is on (OpenShift), and nothing needs the Node's deletion held up."""
-    meta = node_obj.get("metadata") or {}
-    if not meta.get("uid"):
-        return {}
-    return {"ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": meta.get("name", ""),
-                                 "uid": meta["uid"]}]}
-
-
-def drain_mark(annotations: Dict[str, Any]) -> str:
-    """The Node's drain state as its annotations hold it ("" with none): what the MCN's Drained
-    condition was last written from."""
-    return "|".join(str(annotations.get(k) or "") for k in draincadence.KEYS).strip("|")
-
-
-def rendered_object(name: str, pool: str, pool_uid: str, spec: Dict[str, Any], version: str) -> Dict[str, Any]:
-    """A rendered config as the MCO's render controller creates it (pure)."""
-    return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
-            "metadata": {"name": name,
-                         "annotations": {ANNOTATION + "generated-by-controller-version": version},
-                         "ownerReferences": [{"apiVersion": "machineconfiguration.openshift.io/v1",
-                                              "kind": "MachineConfigPool", "name": pool, "uid": pool_uid,
-                                              "controller": True, "blockOwnerDeletion": True}]},
-            "spec": spec}
+def drain_mark(annotations: Dict[str, Any], cordoned: bool = False) -> str:
+    """The Node's drain state as its annotations hold it, our cordon's config and the cordon ("" with
+    none): what the MCN's Cordoned and Drained conditions were last written from."""
+    keys = draincadence.KEYS + (DRAINED_FOR,)
+    return ("|".join(str(annotations.get(k) or "") for k in keys) + ("|cordoned" if cordoned else "")).strip("|")
 
 
 class KubeSync:
@@ -163,9 +151,11 @@ class KubeSync:
         self.writes = {"status": 0, "rendered": 0, "node": 0}
         self._created: set = set()
         self._written: Dict[str, Dict[str, Any]] = {}
+        self._spec_written: Dict[str, Tuple[Any, Dict[str, Any]]] = {}  # pool -> (its resourceVersion, the patch)
         self._drain_written: Dict[str, str] = {}  # node -> drain_mark its MCN was written with (none: "")
         self._nodes: Dict[str, Tuple[Dict[str, Any], str]] = {}  # node -> (report, pool) not written yet
         self._nodes_changed = False
+        self._sweep_due, self._swept_at = True, 0.0  # every Node's MCN: when Nodes or MCNs changed, once a second
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -173,6 +163,7 @@ class KubeSync:
         # the rules read (nodestatus.slim_node: labels, the MCD's and our annotations, three conditions).
         self.node_cache = Reflector(client, NODES, self._node_seen, transform=slim_node)
         self.targets = TargetWriter(cluster, client, self.node_cache)  # desiredConfig and the taint (kube_targets)
+        self.mcns = McnWriter(cluster, client, self._mcn_seen)  # a MachineConfigNode per Node (kube_mcn)
         # Two loops, so that a burst of node writes never delays a pool's status (nor the reverse).
         self._threads = [threading.Thread(target=self._loop, args=(self.sync_pools, None), name="kube-sync-pools",
                                           daemon=True),
@@ -183,6 +174,7 @@ class KubeSync:
         self.cluster.report_listeners.append(self.note_report)
         self.cluster.pool_listeners.append(self.note_pool_event)
         self.node_cache.start()
+        self.mcns.start()
         for thread in self._threads:
             thread.start()
         return self
@@ -191,6 +183,7 @@ class KubeSync:
         self._stop.set()
         self._wake.set()
         self.node_cache.stop()
+        self.mcns.stop()
 
     def note_report(self, node: str, body: Dict[str, Any], pool: Optional[str]) -> None:
         """Queue the node's write-back (the node loop); a Done that ends our drain writes the Node
@@ -209,12 +202,12 @@ class KubeSync:
             self._nodes[node] = (dict(body, _at=time.time()), pool or "")
         self._wake.set()
 
-    def note_pool_event(self, pool: str, kind: str, reason: str, message: str) -> None:
+    def note_pool_event(self, pool: str, kind: str, reason: str, message: str, component: str = NODE_CONTROLLER) -> None:
         """An Event on the pool (SetDesiredConfig ...), written now by the process that decided it."""
         obj = self.source.reflectors["machineconfigpools"].snapshot().get(pool)
         drainer = self.cluster.drainer
         if obj is not None and drainer is not None:
-            pool_event(self.client, drainer.event_namespace, obj, kind, reason, message)
+            pool_event(self.client, drainer.event_namespace, obj, kind, reason, message, component)
         self._wake.set()
 
     def drop(self, node: str) -> None:
@@ -232,7 +225,11 @@ class KubeSync:
         return rec is not None and not (isinstance(mark, dict) and mark.get("pending"))
 
     def _node_seen(self) -> None:
-        self._nodes_changed = True
+        self._nodes_changed = self._sweep_due = True
+        self._wake.set()
+
+    def _mcn_seen(self) -> None:
+        self._sweep_due = True
         self._wake.set()
 
     def _loop(self, step: Callable[[], None], wake: Optional[threading.Event]) -> None:
@@ -280,8 +277,10 @@ class KubeSync:
                 try:
                     self.client.create(MACHINE_CONFIGS.path(), body)
                     self.writes["rendered"] += 1
+                    self.note_pool_event(pool, "Normal", *kube_pools.rendered_event(name, body["metadata"][
+                        "annotations"][kube_pools.GENERATED_BY]), component=kube_pools.RENDER_CONTROLLER)
                 except KubeError as exc:
-                    if exc.status != 409:  # 409: another replica made it (same name, same content)
+                    if exc.status != 409:  # 409: another replica made it (same name, same content): its Event
                         raise
                 self._created.add(name)
 
@@ -291,14 +290,27 @@ class KubeSync:
             obj = pools.get(name)
             if obj is None:
                 continue
-            status = pool_status(view, obj["metadata"].get("generation"), (obj.get("status") or {}).get("conditions"),
-                                 iso8601(time.time()))
+            generation = self._sync_spec(name, obj, view["spec"]["configuration"]["name"])
+            status = pool_status(view, generation, (obj.get("status") or {}).get("conditions"), iso8601(time.time()))
+            current = status["configuration"]["name"]
+            status["configuration"] = kube_pools.configuration(current, self.cluster.sources_of(current), obj)
             have = {k: v for k, v in (obj.get("status") or {}).items() if k in STATUS_FIELDS}
             if status in (have, self._written.get(name)):
                 continue
             self.client.merge_patch(MACHINE_CONFIG_POOLS.path(name, sub="status"), {"status": status})
             self._written[name] = status
             self.writes["status"] += 1
+
+    def _sync_spec(self, name: str, obj: Dict[str, Any], target: str) -> Any:
+        """The pool's spec.configuration as the render controller writes it (kube_pools.spec_patch),
+        when it differs; the pool's generation after it (the status's observedGeneration)."""
+        meta = obj.get("metadata") or {}
+        patch = kube_pools.spec_patch(obj, target, self.cluster.sources_of(target))
+        if patch is None or self._spec_written.get(name) == (meta.get("resourceVersion"), patch):
+            return meta.get("generation")
+        written = self.client.merge_patch(MACHINE_CONFIG_POOLS.path(name), patch)
+        self._spec_written[name] = (meta.get("resourceVersion"), patch)
+        return ((written or {}).get("metadata") or {}).get("generation") or meta.get("generation")
 
     def _sync_nodes(self, pools: Dict[str, Dict[str, Any]]) -> None:
         with self._lock:
@@ -317,8 +329,8 @@ class KubeSync:
                 failed[node] = (reported, pool)
                 continue
             try:
-                body, ours = self._patch_node(node, reported, pool, present[node], pools, rows)
-                self._write_node_object(node, body, pool, ours, present[node])
+                body, ours, written = self._patch_node(node, reported, pool, present[node], pools, rows)
+                self._write_node_object(node, body, pool, ours, written)
                 self.writes["node"] += 1
             except KubeUnavailable as exc:  # the API server is away: the rest waits for the next round
                 away = str(exc)
@@ -331,56 +343,59 @@ class KubeSync:
         with self._lock:
             for node, item in failed.items():
                 self._nodes.setdefault(node, item)
+        if not away:
+            self._sweep(present, pools)
+
+    def _sweep(self, present: Dict[str, Dict[str, Any]], pools: Dict[str, Dict[str, Any]]) -> None:
+        """Every Node's MachineConfigNode made or brought up to date, orphans deleted
+        (kube_mcn.McnWriter.sweep), once the Nodes are listed, when Nodes or MCNs changed, once
+        a second at most."""
+        truth = self.cluster.node_truth
+        now = time.time()
+        if not self._sweep_due or now - self._swept_at < self.interval or truth is None or not truth.ready():
+            return
+        self._sweep_due, self._swept_at = False, now
+        rows = self.cluster.store.pools()
+
+        def counted(name: str) -> Optional[Tuple[Dict[str, Any], str]]:
+            rec = self.cluster.store.node(name) if self._counts(name) else None
+            if rec is None:
+                return None
+            return served_desired(rows, rec.pool, name, dict(rec.report, _rewrite=True)), rec.pool
+
+        self.mcns.sweep(present, truth.pools_by_node(pools), counted, now)
+        self._sweep_due = self._sweep_due or self.mcns.waiting  # more to write, or an orphan's grace: next round
 
     def _patch_node(self, node: str, reported: Dict[str, Any], pool: str, node_obj: Dict[str, Any],
-                    pools: Dict[str, Dict[str, Any]], rows: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+                    pools: Dict[str, Dict[str, Any]], rows: Dict[str, Any]) -> Tuple[Dict[str, Any], ...]:
         """The report's merge patch of the Node (node_patch; the uncordon when it ends our drain);
-        returns (the report as written, the Node's annotations it was written over)."""
+        returns (the report as written, the Node's annotations before it, the Node as written, slim)."""
         body = served_desired(rows, pool, node, reported)  # desiredConfig: the server's decision
         ours = (node_obj.get("metadata") or {}).get("annotations") or {}
         pivot = str(body.get("firstPivotConfig") or "")
-        patch = node_patch(body, pools.get(pool), ours, self.cluster.pool_of_rendered(pivot) if pivot else None)
+        patch = node_patch(body, pools.get(pool), ours, self.cluster.pool_of_rendered(pivot) if pivot else None,
+                           self.cluster.is_layered_pool(pool))
         # Done on the config it was drained for; a rewrite of a kept report never uncordons
         # (that report may predate the drain: only a fresh Done ends it).
         end = {} if body.get("_rewrite") else uncordon_patch(ours, body)
         if end:
             patch["spec"] = end["spec"]
             patch["metadata"]["annotations"].update(end["metadata"]["annotations"])
-        self.client.merge_patch(NODES.path(node), patch)
-        return body, ours
+        written = self.client.merge_patch(NODES.path(node), patch)
+        return body, ours, slim_node(written) if isinstance(written, dict) and written.get("metadata") else node_obj
 
     def _write_node_object(self, node: str, body: Dict[str, Any], pool: str, annotations: Dict[str, Any],
                            node_obj: Dict[str, Any]) -> None:
-        """The node's MachineConfigNode: its spec and status patched, made first when missing
-        (with the Drained condition while the Node's ``annotations`` say it is draining), owned by
-        its Node (``node_obj``) as upstream's are, so that the garbage collector deletes it with
-        the Node; its pool the one the Node's labels put it in. Patch first: after a node's first
-        report the MCN exists (the API node store makes it with the report, before the Node may
-        exist), so a create would be refused on almost every write."""
+        """The node's MachineConfigNode for its counted report ``body`` (kube_mcn.McnWriter.write):
+        ``node_obj`` the Node as just written (none: no MCN), ``annotations`` the Node's before this report
+        (the config it ran); its pool the one the Node's labels put it in, its desired config the server's."""
         truth = self.cluster.node_truth
-        if truth is not None and truth.ready():
-            pool = truth.pool_of(node, self.source.reflectors["machineconfigpools"].snapshot())[0] or pool
-        obj = node_object(node, body, pool)
-        meta = node_owner(node_obj)
-        obj["metadata"].update(meta)
-        try:
-            self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), dict({"spec": obj["spec"]},
-                                                                           **({"metadata": meta} if meta else {})))
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-            try:
-                self.client.create(MACHINE_CONFIG_NODES.path(), obj)
-            except KubeError as exc2:
-                if exc2.status != 409:  # 409: another replica made it meanwhile, with the same spec
-                    raise
-        status = {"observedGeneration": 1,
-                  "configVersion": {"desired": obj["spec"]["configVersion"]["desired"],
-                                    "current": config_name(body.get("currentConfig"))},
-                  "conditions": node_conditions(body, iso8601(body.get("_at") or time.time()), annotations,
-                                                self.cluster.first_boot_decision(body, pool))}
-        self.client.merge_patch(MACHINE_CONFIG_NODES.path(node, sub="status"), {"status": status})
-        mark = drain_mark(annotations)
+        member = (truth.pool_of(node, self.source.reflectors["machineconfigpools"].snapshot())[0]
+                  if truth is not None and truth.ready() else None)
+        body = served_desired(self.cluster.store.pools(), pool, node, body)
+        self.mcns.write(node, node_obj, member, body, str(annotations.get(ANNOTATION + "currentConfig") or ""))
+        meta = (node_obj or {}).get("metadata") or {}
+        mark = drain_mark(meta.get("annotations") or {}, bool(((node_obj or {}).get("spec") or {}).get("unschedulable")))
         if mark:
             self._drain_written[node] = mark
         else:
@@ -394,8 +409,9 @@ class KubeSync:
         out = {}
         for name, obj in present.items():
             annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            cordoned = bool((obj.get("spec") or {}).get("unschedulable"))
             if name in pending or (ANNOTATION + "state" in annotations
-                                   and drain_mark(annotations) == self._drain_written.get(name, "")):
+                                   and drain_mark(annotations, cordoned) == self._drain_written.get(name, "")):
                 continue
             rec = self.cluster.store.node(name)
             mark = rec.report.get("_server") if rec is not None else None

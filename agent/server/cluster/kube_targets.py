@@ -51,10 +51,12 @@ def target_patch(node: Dict[str, Any], desired: str, image: Optional[str], taint
     return patch
 
 
-def pool_event(client: Any, namespace: str, pool_obj: Dict[str, Any], kind: str, reason: str, message: str) -> None:
-    """An Event on the MachineConfigPool (the node controller's recorder, in the server's namespace)."""
+def pool_event(client: Any, namespace: str, pool_obj: Dict[str, Any], kind: str, reason: str, message: str,
+               component: str = kube_events.NODE_CONTROLLER) -> None:
+    """An Event on the MachineConfigPool (the node controller's recorder, or ``component``'s, in
+    the server's namespace)."""
     involved = kube_events.reference(pool_obj, "machineconfiguration.openshift.io/v1", "MachineConfigPool", namespace)
-    body = kube_events.event_body(involved, namespace, reason, message, iso8601(time.time()), kind)
+    body = kube_events.event_body(involved, namespace, reason, message, iso8601(time.time()), kind, component)
     # One series per pool and reason would hide which nodes were targeted: each targeting is its own Event.
     body["metadata"]["name"] = f"{body['metadata']['name']}.{int(time.time() * 1000):x}"
     kube_events.record(client, namespace, body)

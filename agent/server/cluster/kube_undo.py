@@ -9,8 +9,10 @@ its pool's numbers as they were before it reported.
   Node someone else cordoned stays so);
 - the custom pool's role labels applied because of its report's firstPivotConfig, with their
   guard annotation (kube_sync.node_patch, MCO-650), when the guard is there;
-- its MachineConfigNode when this server made it (``created-by``, mcnrecord.py); one the MCO
-  made stays, without our report (the node store took that).
+- its MachineConfigNode when this server made it (``created-by``, mcnrecord.py) and the name's
+  reports counted (its status was written from them): kube_mcn makes it again from the Node
+  alone, as for a Node without node-agent (issue 48: every Node has one); one the MCO made stays,
+  without our report (the node store took that).
 
 A report that never counted (pending, or a name neither proven nor approved) wrote nothing on
 the Node or MCN, so only the drain's marks could be there, and they are taken too.
@@ -87,7 +89,7 @@ def forget_node(client: Any, cluster: Any, pools: Dict[str, Dict[str, Any]], nod
         if exc.status != 404:
             raise
         mcn = None
-    if mcn is not None and ((mcn.get("metadata") or {}).get("annotations") or {}).get(CREATED_BY) == CREATOR:
+    if counted and mcn is not None and ((mcn.get("metadata") or {}).get("annotations") or {}).get(CREATED_BY) == CREATOR:
         try:
             client.delete(MACHINE_CONFIG_NODES.path(node))
             done["machineConfigNode"] = "deleted"

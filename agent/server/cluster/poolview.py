@@ -4,7 +4,7 @@ disruption of the next update, one node's entry."""
 import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from agent.server.rollout import progress
+from agent.server.rollout import progress, renderstatus
 from agent.server.store.nodestore import NodeRecord
 
 log = logging.getLogger(__name__)
@@ -15,17 +15,14 @@ TIMES = "conditionTimes"  # ours, in a pool row's rollout record: {type: [status
 
 def conditions(counts: progress.Counts, target: str, current: str, row: Dict[str, Any],
                history: Optional[List[Dict[str, Any]]] = None, problems: Sequence[Any] = (),
-               paused: bool = False) -> List[Dict[str, str]]:
+               paused: bool = False, pool: str = "") -> List[Dict[str, str]]:
     """status.conditions (agent.server.rollout.progress.conditions); ``history``: the pool's
     target/current changes in the store, which give Updated and Updating their lastTransitionTime;
     every other condition (and those two without a history) gets the time the pool's step recorded
     when its status last changed (``condition_times``, in the row's rollout record); ``problems``:
-    the state's invalid objects (while there are any, every pool's target holds on its last good
-    rendering: RenderDegraded)."""
-    render = ""
-    if problems:
-        render = str(problems[0]) + (f" (and {len(problems) - 1} more problem(s): node-config-server status)"
-                                     if len(problems) > 1 else "")
+    why ``pool`` cannot be rendered (agent/server/rollout/renderstatus.py: its target holds on its
+    last good rendering, RenderDegraded)."""
+    render = renderstatus.failure_message(pool or str(row.get("name") or ""), [str(p) for p in problems])
     paused_for = str(row.get("rendered") or target) if paused else ""  # what a paused pool will not update to
     out = progress.conditions(counts, target, current, str(row.get("held") or ""), history, render, paused_for)
     recorded = (row.get("rollout") or {}).get(TIMES) or {}

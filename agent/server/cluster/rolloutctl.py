@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from agent.core.objectchecks import parse_max_unavailable
 from agent.core.rolloutpolicy import rollout_policy
 from agent.server.cluster import poolview, renderreview
+from agent.server.cluster.kube_pools import pool_update_events
 from agent.server.cluster.sharedruns import SharedRuns
 from agent.server.rollout import firstboots, gating, progress, review, targeting
 from agent.server.rollout.targeting import Member
@@ -83,16 +84,20 @@ class RolloutControl:
         spec = pool.get("spec") or {}
         members = self.pool_members(st, name)
         policy, now, seen = rollout_policy(pool), time.time(), {}
+        failing = self.render_failure(st, name)
+        refused = st.refused_pools().get(name)  # the pool itself is invalid: nobody in it is targeted
+        invalid = f"the pool is invalid: {refused[0]}" if refused else ""
 
         def decide(row: Optional[PoolRow]) -> Optional[PoolRow]:
             rendered = r.name
-            if row is not None and st.problems:
-                # A target moves only from a problem-free state: an empty or invalid file, or a
-                # process started on a directory holding one, never rewrites a pool. The rollout
-                # goes on towards what the pool rendered from its last good state.
+            if row is not None and failing:
+                # A target moves only when the pool can be rendered (render_controller.go fails the
+                # pool's sync: renderstatus.py): an invalid object it reads, an empty or invalid
+                # file, or a process started on a directory holding one, never rewrites it. The
+                # rollout goes on towards what the pool rendered from its last good state.
                 rendered = row.rendered or row.target
-            elif row is None and st.problems:
-                return None  # no first target from a directory with problems either
+            elif row is None and failing:
+                return None  # no first target either
             counts = self._counts(st, name, row.target if row else rendered)
             waiting = row is not None and counts.machine == 0 and self._waiting_members(name)
             step = progress.rollout_step(rendered, row.as_dict() if row else None, counts, waiting)
@@ -101,12 +106,12 @@ class RolloutControl:
             if step.unpin:
                 rollout.pop("pinned", None)
             image, image_why = gating.layered_image_info(name, step.target, st.os_configs, st.os_builds)
-            hold = targeting.hold_reason(step.target, bool(spec.get("paused")),
-                                         gating.os_config_for_pool(name, st.os_configs) is not None, image, image_why)
+            hold = invalid or targeting.hold_reason(step.target, bool(spec.get("paused")), gating.os_config_for_pool(
+                name, st.os_configs) is not None, image, image_why)
             limit = parse_max_unavailable(spec.get("maxUnavailable"), len(members))
             decision = targeting.step(members, rollout, step.target, image, limit, policy, hold, now)
             conds = poolview.conditions(counts, step.target, step.current, {"held": step.held, "rendered": rendered},
-                                        None, st.problems, bool(spec.get("paused")))
+                                        None, failing, bool(spec.get("paused")), name)
             conds.append(review.warnings_condition(renderreview.pool_warnings(self, st, name), rendered))
             new = PoolRow(name, step.target, step.current, step.held, rendered,
                           poolview.condition_times(decision.rollout, conds, now))
@@ -120,16 +125,22 @@ class RolloutControl:
 
         stored = self.store.update_pool(name, decide)
         old, new, decision, image = seen.get("step", (None, None, None, None))
-        if new is not None and stored is new:  # this process wrote it: it tells
-            renderreview.announce(self, st, name, old, new)
-            if decision.targeted:
-                self._announce(name, decision.targeted, new.target, image)
+        if new is None or stored is not new:
+            return
+        # this process wrote it: it tells (ours: a rendering's review; status.go syncStatusOnly's Events,
+        # then setDesiredAnnotations')
+        renderreview.announce(self, st, name, old, new)
+        for reason, message in pool_update_events(name, (old.target, old.current) if old else None,
+                                                  (new.target, new.current), image):
+            self.pool_event(name, "Normal", reason, message)
+        if decision.targeted:
+            self._announce(name, decision.targeted, new.target, image)
 
     def _announce(self, pool: str, nodes: List[str], config: str, image: Optional[str]) -> None:
         """node_controller.go ``setDesiredAnnotations``' Event: SetDesiredConfig (layered:
-        SetDesiredConfigAndOSImage), "Targeted node X to MachineConfig Y" for one node, "Set target
-        for N nodes to ..." for more (status.go ``getPoolUpdateLine``: "MachineConfig Y / Image Z")."""
-        line = f"MachineConfig {config}" + (f" / Image {image}" if image else "")
+        SetDesiredConfigAndOSImage), "Targeted node X to MachineConfig: Y" for one node, "Set target
+        for N nodes to ..." for more, its ``updateName`` ("MachineConfig: Y / Image: Z")."""
+        line = f"MachineConfig: {config}" + (f" / Image: {image}" if image else "")
         reason = "SetDesiredConfigAndOSImage" if image else "SetDesiredConfig"
         message = f"Targeted node {nodes[0]} to {line}" if len(nodes) == 1 else f"Set target for {len(nodes)} nodes to {line}"
         log.info("pool %s: %s (%s)", pool, message, ", ".join(nodes))

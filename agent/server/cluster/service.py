@@ -30,7 +30,7 @@ from agent.server.cluster.replicaview import ReplicaView
 from agent.server.cluster.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
 from agent.server.cluster.rolloutctl import RolloutControl
 from agent.server.cluster.serving import ConfigServing, Fetch, UnknownPool  # noqa: F401 - the API's names
-from agent.server.rollout import gating, progress, targeting
+from agent.server.rollout import gating, progress, renderstatus, targeting
 from agent.server.rollout.drains import DEFAULT_TTL
 from agent.server.rollout.render import Rendered, inputs_key, render_pool
 from agent.server.store.errors import StoreUnavailable
@@ -178,6 +178,20 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
             self._remember(key, gating.layered_image(pool, config, st.os_configs, st.os_builds))
         return self._decisions[key]
 
+    def render_failure(self, st: State, pool: str) -> List[str]:
+        """Why ``pool`` cannot be rendered from ``st`` (empty: it can): renderstatus.py, once per state."""
+        key = ("render", st.signature)
+        failures = self._decisions.get(key)
+        if failures is None:
+            failures = renderstatus.render_failures(st.pools, st.machine_configs, st.os_configs,
+                                                    st.rejected if st.attributable else (), st.unattributed())
+            self._remember(key, failures)
+        return failures.get(pool, [])
+
+    def is_layered_pool(self, pool: str) -> bool:
+        """Whether a MachineOSConfig opts ``pool`` in to image mode (its nodes carry currentImage)."""
+        return gating.os_config_for_pool(pool, self.state().os_configs) is not None
+
     def _remember(self, key: Tuple, value: Any) -> None:
         if len(self._decisions) > 4096:  # bounded: inputs that no longer occur fall out
             self._decisions = {}
@@ -204,6 +218,8 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         views = {}
         for name, pool in sorted(st.pools.items()):
             row = rows.get(name)
+            if row is None and self.render_failure(st, name):  # never rendered: its status still says why
+                row = PoolRow(name, "", "", "", "", {})
             if row is None or (only is not None and name != only):
                 continue
             views[name] = self._view(st, name, pool, row, pending, nodes)
@@ -211,6 +227,11 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
 
     def _base_images(self, *names: str) -> Dict[str, str]:
         return {n: (self.spec_of(n) or {}).get("osImageURL", "") for n in names}
+
+    def sources_of(self, rendered_name: str) -> Optional[List[str]]:
+        """The MachineConfigs ``rendered_name`` was rendered from, when this process rendered it."""
+        r = self._by_name.get(rendered_name)
+        return list(r.sources) if r is not None else None
 
     def is_empty_rendering(self, rendered_name: str) -> bool:
         r = self._by_name.get(rendered_name)
@@ -269,7 +290,7 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
             status["pendingDisruption"] = disruption
         history = self.store.history(name)
         status["conditions"] = poolview.conditions(counts, target, current, row.as_dict(), history,
-                                                  st.problems, bool(spec.get("paused")))
+                                                  self.render_failure(st, name), bool(spec.get("paused")), name)
         renderreview.add_to_view(self, st, name, row, status)  # ours: validator warnings, a rendering held for review
         return {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
                 "metadata": poolview.metadata(pool, history), "spec": spec, "status": status}

@@ -34,6 +34,7 @@ from agent.server.http.metrics import RequestCounter, exposition
 from agent.server.http.noderoutes import NodeRoutes
 from agent.server.rollout import drains
 from agent.server.rollout.identity import NODE, Auth, Caller, Denied
+from agent.server.rollout.renderstatus import failure_message
 from agent.server.store.errors import ReportTooLarge, StoreUnavailable
 from agent.server.store.stateformat import no_pools_warning
 
@@ -332,6 +333,11 @@ class App(NodeRoutes):
         try:  # one node-store round trip (service.Cluster.fetch)
             fetched = cluster.fetch(pool, accept, node)
         except UnknownPool:
+            st = cluster.state()
+            why = cluster.render_failure(st, pool) if pool in st.pools else []
+            if why:  # a pool never rendered (renderstatus.py): waiting, with RenderDegraded's words
+                raise HTTPError(503, f"the config of pool {pool} is withheld: {failure_message(pool, why)}",
+                                [("Retry-After", "30")])
             raise HTTPError(404, f"unknown pool {pool!r}; known pools: {self._known()}")
         except UnsupportedVersion as exc:  # upstream api.go answers 400 (detectSpecVersionFromAcceptHeader)
             raise HTTPError(400, str(exc), field="Accept")

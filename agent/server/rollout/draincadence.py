@@ -153,17 +153,18 @@ def begin(state: DrainState, cadence: Cadence, node: str, now: float) -> Step:
     if state.attempt_started is not None:  # the attempt ran out of time without a finished round
         state, slow = failed_attempt(state, cadence, state.attempt_started + cadence.attempt_timeout)
         changed = True
-        if slow:  # drainNode's DrainThresholdExceeded, on each failure past the threshold
-            events.append(("DrainThresholdExceeded", f"node {node}: drain failed. Drain has been failing for more "
-                                                     f"than {duration(cadence.slow_after)}. Waiting "
-                                                     f"{duration(cadence.slow_retry)} then retrying. Error message "
-                                                     f"from drain: {state.last_error}"))
+        if slow:  # drainNode's DrainThresholdExceeded, on each failure past the threshold, in its words
+            events.append(("DrainThresholdExceeded", f"Drain failed. Drain has been failing for more than "
+                                                     f"{go_minutes(cadence.slow_after)} minutes. Waiting "
+                                                     f"{go_minutes(cadence.slow_retry)} minutes then retrying. "
+                                                     f"Error message from drain: {state.last_error}"))
     if state.next_attempt is not None and now < state.next_attempt:
         return Step(False, state, changed, wait=state.next_attempt - now, events=tuple(events))
     new = replace(state, attempts=state.attempts + 1, attempt_started=now, next_attempt=None)
     if now - (state.started or now) > cadence.fail_after:
+        # drainNode's words exactly; what blocks is in DrainThresholdExceeded, the MCN and the Node
         events.append(("DrainFailed", f"node {node}: drain exceeded timeout: {duration(cadence.fail_after)}. "
-                                      f"Will continue to retry. Last error: {state.last_error or 'none'}"))
+                                      f"Will continue to retry."))
         new = replace(new, failed=now)
     return Step(True, new, True, events=tuple(events))
 
@@ -202,6 +203,13 @@ def duration(seconds: float) -> str:
     if m:
         return f"{m}m{sec}s"
     return f"{sec}s"
+
+
+def go_minutes(seconds: float) -> str:
+    """Go's ``%v`` of ``time.Duration.Minutes()`` (a float64: shortest form, "10", "5", "0.05"), as
+    drain_controller.go ``drainNode`` prints DrainRequeueFailingThreshold and -Delay."""
+    minutes = seconds / 60.0
+    return str(int(minutes)) if minutes == int(minutes) and abs(minutes) < 1e21 else repr(minutes)
 
 
 def drain_required(topology: Optional[str]) -> Tuple[bool, str]:

@@ -5,8 +5,8 @@ A Node exists only once its kubelet's certificate was approved, so deciding from
 bootstrap credential from steering a pool: a name that reports but has no Node counts for
 nothing. Upstream, with the functions each rule mirrors:
 
-- membership: openshift/machine-config-operator pkg/controller/node/node_controller.go
-  ``getPoolsForNode`` / ``getPrimaryPoolForNode`` / ``getNodesForPool`` (``pool_for_node``,
+- membership: openshift/machine-config-operator pkg/helpers/helpers.go ``GetPoolsForNode`` /
+  ``GetPrimaryPoolForNode`` / ``GetNodesForPool`` / ``IsWindows`` (``pool_for_node``,
   ``nodes_for_pool``);
 - counts: pkg/controller/node/status.go ``calculateStatus`` with ``getUpdatedMachines``,
   ``getReadyMachines``, ``getUnavailableMachines``, ``getDegradedMachines``
@@ -31,16 +31,17 @@ from agent.server.rollout.render import selector_matches
 MCD = "machineconfiguration.openshift.io/"
 NODE_CONDITIONS = ("Ready", "DiskPressure", "NetworkUnavailable")  # what CheckNodeReady reads
 BASE_POOLS = ("master", "worker")
+OS_LABEL = "kubernetes.io/os"  # helpers.go OSLabel: a Windows Node is in no pool (IsWindows)
 FAILING = ("Degraded", "Unreconcilable")
 KEPT_ANNOTATIONS = (MCD, "node-config-server.openshift.io/")  # the only annotations anyone here reads
 
 
 def slim_node(obj: Dict[str, Any]) -> Dict[str, Any]:
     """A Node as the server keeps it: name, uid, resourceVersion, creationTimestamp, labels, the
-    annotations of the MCD and of our drain, ``spec.unschedulable`` and ``spec.taints``, and the type
-    and status of the three conditions ``check_node_ready`` reads. A kubelet's Node is about 8 KB
-    of JSON (images, addresses, capacity, managedFields); none of the rest is read, so none of it
-    is kept."""
+    annotations of the MCD and of our drain, ``spec.unschedulable`` and ``spec.taints``, the type
+    and status of the three conditions ``check_node_ready`` reads, and a Pending or Provisioning
+    phase. A kubelet's Node is about 8 KB of JSON (images, addresses, capacity, managedFields); none
+    of the rest is read, so none of it is kept."""
     meta = obj.get("metadata") or {}
     out_meta: Dict[str, Any] = {"name": meta.get("name", "")}
     # uid: the MachineConfigNode's owner (kube_sync); creationTimestamp: upstream's update order
@@ -64,6 +65,9 @@ def slim_node(obj: Dict[str, Any]) -> Dict[str, Any]:
              if isinstance(c, dict) and c.get("type") in NODE_CONDITIONS]
     if conds:
         out["status"] = {"conditions": conds}
+    phase = (obj.get("status") or {}).get("phase")
+    if phase in ("Pending", "Provisioning"):  # no MachineConfigNode yet (sync.go syncMachineConfigNodes)
+        out.setdefault("status", {})["phase"] = phase
     return out
 
 
@@ -86,23 +90,36 @@ def check_node_ready(node: Dict[str, Any]) -> str:
 
 
 def pool_for_node(pools: Mapping[str, Dict[str, Any]], labels: Mapping[str, str]) -> Tuple[Optional[str], str]:
-    """(the Node's pool or None, why not): node_controller.go ``getPoolsForNode`` then
-    ``getPrimaryPoolForNode``. A pool whose selector is empty selects nothing; master with worker
-    is master; one custom pool wins over worker; two custom pools, or master with a custom pool,
-    is no pool (upstream refuses to proceed with such a Node) and the reason says so."""
+    """(the Node's pool or None, why not): pkg/helpers/helpers.go ``GetPoolsForNode`` then
+    ``GetPrimaryPoolForNode`` (``ListPools``). A Windows Node (``kubernetes.io/os=windows``,
+    ``IsWindows``) is in no pool; a pool whose selector is empty selects nothing; master with
+    worker is master; one custom pool wins over worker, and master with one custom pool is master
+    ("defaulting to master": the Node gets none of the custom pool's configuration); two custom
+    pools is no pool (upstream refuses to proceed with such a Node) and the reason says so."""
+    if labels.get(OS_LABEL) == "windows":
+        return None, "it is a Windows node (kubernetes.io/os=windows): the MCO manages no Windows node"
     matched = [name for name in sorted(pools) if _selects(pools[name], labels)]
     if not matched:
         return None, "its labels match no pool's nodeSelector"
     custom = [p for p in matched if p not in BASE_POOLS]
     if len(custom) > 1:
         return None, f"it belongs to {len(custom)} custom roles ({', '.join(custom)}), cannot proceed with this Node"
-    if custom and "master" in matched:
-        return None, f"it has both master role and custom role {custom[0]}"
-    if custom:
-        return custom[0], ""
     if "master" in matched:
         return "master", ""
+    if custom:
+        return custom[0], ""
     return "worker", ""
+
+
+def master_over_custom(pools: Mapping[str, Dict[str, Any]], labels: Mapping[str, str]) -> str:
+    """The custom pool a master Node also matches ("" when none): GetPoolsForNode's "Found master
+    node that matches selector for custom pool X, defaulting to master" (what ``describe node``
+    says of such a Node)."""
+    if labels.get(OS_LABEL) == "windows":
+        return ""
+    matched = [name for name in sorted(pools) if _selects(pools[name], labels)]
+    custom = [p for p in matched if p not in BASE_POOLS]
+    return custom[0] if "master" in matched and len(custom) == 1 else ""
 
 
 def _selects(pool: Dict[str, Any], labels: Mapping[str, str]) -> bool:
@@ -123,7 +140,7 @@ def group_by_pool(pools: Mapping[str, Dict[str, Any]], nodes: Iterable[Dict[str,
     out: Dict[str, List[Dict[str, Any]]] = {}
     # Only the label keys some selector reads decide a pool, and a fleet has few distinct values of
     # them (every Node has its own hostname label, which no pool reads): match each value set once.
-    read = sorted(_selector_keys(pools))
+    read = sorted(_selector_keys(pools) | {OS_LABEL})
     by_labels: Dict[Tuple, Optional[str]] = {}
     for n in nodes:
         labels = (n.get("metadata") or {}).get("labels") or {}

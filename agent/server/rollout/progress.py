@@ -198,10 +198,11 @@ def conditions(counts: Counts, target: str, current: str, held: str,
     than a made-up one (nor do any without a history).
 
     As the MCO's node controller (pkg/controller/node/status.go, calculateStatus): NodeDegraded
-    when any node is degraded ("%d nodes are reporting degraded status on sync"; the MCO puts that
-    text in the reason and the nodes' reasons in the message; here the reason is a word and the
-    text the message), RenderDegraded when the pool's inputs cannot be rendered (an invalid
-    object: ``render_problem``), and Degraded = NodeDegraded or RenderDegraded.
+    when any node is degraded (reason "%d nodes are reporting degraded status on sync", message
+    the nodes' reasons), RenderDegraded when the pool cannot be rendered (``render_problem``: the
+    whole message, render_controller.go ``syncFailingStatus``'s, reason ""), and Degraded =
+    NodeDegraded or RenderDegraded, reason "" and NodeDegraded's message (none for a render
+    failure alone), as calculateStatus sets it.
 
     Updated needs every node updated and ready and none unavailable (calculateStatus's
     ``allUpdated``); a paused pool (``paused_for``: the config it would update to, the rendered one
@@ -217,10 +218,10 @@ def conditions(counts: Counts, target: str, current: str, held: str,
         (f" (current {current})" if target != current else "")
     waiting = _waiting_for(counts, unavailable) if target == current and counts.updated == counts.machine else ""
     sentence = f"{counts.degraded} nodes are reporting degraded status on sync"
-    listed = ", ".join(counts.degraded_reasons) or \
+    # From Node objects (``unavailable`` known) upstream's list, "" when no node says why; from the
+    # node store (no reasons listed) where to read them
+    listed = ", ".join(counts.degraded_reasons) if counts.degraded_reasons or counts.unavailable is not None else \
         "their reasons: status.nodes, `node-config-server get nodes`"
-    nodes_msg = f"{sentence} ({listed})" if counts.degraded else ""
-    render_msg = f"Failed to render configuration: {render_problem}" if render_problem else ""
     stopped = bool(paused_for) and updating
     out = [
         {"type": "Updated", "status": "False" if updating else "True",
@@ -234,11 +235,9 @@ def conditions(counts: Counts, target: str, current: str, held: str,
                      f"All nodes are updating to MachineConfig {target}") if updating else ""},
         {"type": "NodeDegraded", "status": _bool(counts.degraded), "reason": sentence if counts.degraded else "",
          "message": listed if counts.degraded else ""},
-        {"type": "RenderDegraded", "status": _bool(render_problem), "reason": "InvalidObject" if render_problem else "",
-         "message": render_msg},
-        {"type": "Degraded", "status": _bool(counts.degraded or render_problem),
-         "reason": "NodesDegraded" if counts.degraded else ("RenderDegraded" if render_problem else ""),
-         "message": "; ".join(m for m in (nodes_msg, render_msg) if m)},
+        {"type": "RenderDegraded", "status": _bool(render_problem), "reason": "", "message": render_problem},
+        {"type": "Degraded", "status": _bool(counts.degraded or render_problem), "reason": "",
+         "message": listed if counts.degraded else ""},
         {"type": "RenderHeld", "status": _bool(held),
          "reason": "RolledBack" if held else "",
          "message": held},

@@ -60,6 +60,26 @@ class State:
     # Validator warnings of the admitted objects ("MachineConfig/50-infra" -> its warnings: an unused
     # key, whatever node-agent validate warns of); the server shows them (docs/machineconfigs.md).
     warnings: Dict[str, List[Problem]] = field(default_factory=dict)
+    # (folder, the object as written, its problems) of each object the checks refused: which pools
+    # each keeps from rendering (agent/server/rollout/renderstatus.py); the problems of no such
+    # object (a file that is not one, the cluster object, a stale directory's) fail every pool
+    rejected: List[Tuple[str, Any, List[Problem]]] = field(default_factory=list)
+    # Whether a refused object fails only the pools it affects: each API object is written whole
+    # (the Kubernetes backend); a state directory may be mid-write (a file cut short, its labels
+    # gone), so any problem there holds every pool (docs/security.md, "State directory")
+    attributable: bool = False
+
+    def refused_pools(self) -> Dict[str, List[Problem]]:
+        """Each invalid pool kept for its Nodes and status (``admit``) -> its problems."""
+        return {pool_name(doc): found for sub, doc, found in self.rejected
+                if sub == "machineconfigpools" and pool_name(doc) in self.pools}
+
+    def unattributed(self) -> List[Problem]:
+        """The problems of no refused object (``rejected``): all of them unless ``attributable``."""
+        if not self.attributable:
+            return list(self.problems)
+        known = {id(p) for _, _, found in self.rejected for p in found}
+        return [p for p in self.problems if id(p) not in known]
 
     def bucket(self, sub: str) -> Dict[str, Dict[str, Any]]:
         """The objects of one ``KINDS`` folder by name."""
@@ -80,6 +100,37 @@ def no_pools_warning(state: State, where: str) -> str:
     return (f"{where} has no MachineConfigPool: no node can join a pool (every /config/<pool> answers 404); "
             f"put the pools and their MachineConfigs there (examples/state shows the layout: docs/api.md, "
             f"\"State directory\")")
+
+
+def pool_name(doc: Any) -> str:
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+KEPT_POOL_PROBLEMS = ("$.spec.maxUnavailable", "$.metadata.annotations[")
+
+
+def kept_pool(doc: Dict[str, Any], found: List[Problem], where: str) -> Optional[Dict[str, Any]]:
+    """An invalid MachineConfigPool kept, its refused fields left out (a ``maxUnavailable`` the
+    API admits and upstream cannot read, "3" or -1; a rollout policy or first boot annotation), so
+    that its Nodes stay its own and its status is written: only that pool's sync fails, as
+    upstream's node controller fails only that pool's (``syncStatusOnly``), never moves its Nodes
+    to worker. None when anything else is wrong with it (its name, selectors, spec)."""
+    if any(not p.path.startswith(KEPT_POOL_PROBLEMS) for p in found):
+        return None
+    meta, spec = doc.get("metadata"), doc.get("spec")
+    out = dict(doc, metadata=dict(meta or {}), spec=dict(spec or {}))
+    annotations = dict(out["metadata"].get("annotations") or {})
+    for p in found:
+        if p.path == "$.spec.maxUnavailable":
+            out["spec"].pop("maxUnavailable", None)
+        for key in [k for k in annotations if p.path in (f"$.metadata.annotations['{k}']",
+                                                         f"$.metadata.annotations[{k!r}]")]:
+            del annotations[key]
+    if annotations or "annotations" in out["metadata"]:
+        out["metadata"]["annotations"] = annotations
+    return out if not [p for p in _CHECKS["machineconfigpools"](out, where) if p.is_error] else None
 
 
 def _yaml_files(directory: str) -> List[str]:
@@ -153,9 +204,14 @@ def admit(state: State, sub: str, doc: Dict[str, Any], where: str) -> Optional[s
     else:
         found = _CHECKS[sub](doc, where)
     errors = [p for p in found if p.is_error]
+    found = [p for p in found if not p.is_error]  # warnings: the object is admitted
     if errors:
         state.problems.extend(errors)
-        return None
+        state.rejected.append((sub, doc, errors))
+        kept = kept_pool(doc, errors, where) if sub == "machineconfigpools" else None
+        if kept is None:
+            return None
+        doc = kept
     bucket = state.bucket(sub)
     name = doc["metadata"]["name"]
     if name in bucket:

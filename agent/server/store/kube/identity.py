@@ -107,6 +107,44 @@ class KeptFirstBoots:
         return sorted(super().open_first_boots(pool) + kept, key=lambda r: r.node)  # type: ignore[misc]
 
 
+class CredentialMethods:
+    """The NodeStore identity methods of the Kubernetes node store (a mixin), each handed to its
+    ``self.credentials`` (a KubeCredentials)."""
+
+    credentials: "KubeCredentials"
+
+    def credential(self, node: str) -> Optional[str]:
+        return self.credentials.credential(node)
+
+    def credential_owner(self, credential_hash: str) -> Optional[str]:
+        return self.credentials.credential_owner(credential_hash)
+
+    def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
+                       by: str = "", max_pending: Optional[int] = None,
+                       max_unvetted: Optional[int] = None, address: str = "",
+                       max_per_address: Optional[int] = None) -> bool:
+        return self.credentials.put_credential(node, credential_hash, now, replace, approved, by, max_pending,
+                                               max_unvetted, address, max_per_address)
+
+    def registration(self, node: str) -> Optional[Registration]:
+        return self.credentials.registration(node)
+
+    def registrations(self, pending: Optional[bool] = None, after: str = "", limit: int = 500) -> List[Registration]:
+        return self.credentials.registrations(pending, after, limit)
+
+    def pending_count(self) -> int:
+        return self.credentials.pending_count()
+
+    def unvetted_count(self) -> int:
+        return self.credentials.unvetted_count()
+
+    def approve(self, node: str, now: float, by: str, labels: Optional[Dict[str, str]] = None) -> Optional[Registration]:
+        return self.credentials.approve(node, now, by, labels)
+
+    def note_served(self, node: str, config: str) -> None:
+        self.credentials.note_served(node, config)
+
+
 class KubeCredentials(Follower, RegistrationChanges):
     """The NodeStore identity methods, on Secrets in ``namespace``. With ``watch`` (a server) the
     Secrets are followed and read from memory; without (one-shot tools, tests), listings read

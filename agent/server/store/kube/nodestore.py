@@ -3,7 +3,7 @@ cluster keeps it, so replicas are stateless (``serve --store kubernetes``; issue
 
 | what | where |
 |---|---|
-| a node's report, pool and membership | its MachineConfigNode (cluster-scoped, named after the node): annotation ``node-agent.openshift.io/report`` (JSON: pool, why, degraded, report, received); while it counts for nothing, its registration's Secret instead |
+| a node's report, pool and membership | its MachineConfigNode (cluster-scoped, named after the node): annotation ``node-agent.openshift.io/report`` (JSON: pool, why, degraded, report, received); while it counts for nothing, or (``--backend kubernetes``) has no MCN because it has no Node, its registration's Secret instead |
 | its cordon/drain/uncordon log | the same MachineConfigNode: annotation ``node-agent.openshift.io/drain-log`` (JSON list, newest 50) |
 | pool rows, history, meta, rendered configs | ConfigMaps in the namespace (``kube.nodestate``) |
 | credentials and registrations | Secrets in the credentials namespace (``kube.identity.KubeCredentials``) |
@@ -12,13 +12,12 @@ cluster keeps it, so replicas are stateless (``serve --store kubernetes``; issue
 Why the MachineConfigNode: it is the MCO's own per-node state object (docs/kubernetes.md "Node
 state in the API"). The MCNs this store writes carry the label ``node-agent.openshift.io/store=
 <namespace>``: the store follows those only (two servers in two namespaces keep apart); an MCN
-without the report annotation (made by the MCO or kube_sync) is no node record.
+without the report annotation (made by the MCO or kube_mcn) is no node record.
 
 Reads come from memory, as in EtcdNodeStore: each process lists the MCNs and ConfigMaps once and
-follows them with a watch into a ``NodeIndex`` (revision = the object's resourceVersion), so
-counts, proofs and a config fetch cost no round trip and keep answering while the API server is
-away. A write is acknowledged once the API server stored it; when it cannot be reached, it
-raises ``KubeUnavailable`` (a ``StoreUnavailable``: 503 with Retry-After).
+follows them with a watch into a ``NodeIndex`` (revision = the object's resourceVersion), so counts,
+proofs and a config fetch cost no round trip and keep answering while the API server is away. A
+write is acknowledged once the API server stored it, else ``KubeUnavailable`` (503, Retry-After).
 """
 
 import json
@@ -37,7 +36,7 @@ from agent.server.store.kube.client import (
     KubeUnavailable,
 )
 from agent.server.store.kube.heartbeat import KubeHeartbeat
-from agent.server.store.kube.identity import KeptFirstBoots, KubeCredentials
+from agent.server.store.kube.identity import CredentialMethods, KeptFirstBoots, KubeCredentials
 from agent.server.store.kube.leases import KubeLeases
 from agent.server.store.kube.mcnrecord import REPORT, node_object, node_record, report_annotation
 from agent.server.store.kube.nodestate import ConfigMapState
@@ -52,7 +51,6 @@ from agent.server.store.nodestore import (
     NodeStore,
     PoolRow,
     Recorded,
-    Registration,
     Serving,
     lease_ends,
 )
@@ -66,7 +64,7 @@ CAS_TRIES = 50
 SYNC_TIMEOUT = 30.0
 
 
-class KubeNodeStore(KeptFirstBoots, IndexedReads, NodeStore):
+class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
     kind = "kubernetes"
     def __init__(self, client: KubeClient, namespace: str, watch: bool = True, sync_timeout: float = SYNC_TIMEOUT,
                  credentials_namespace: Optional[str] = None):
@@ -88,6 +86,8 @@ class KubeNodeStore(KeptFirstBoots, IndexedReads, NodeStore):
         self.credentials = KubeCredentials(client, credentials_namespace or namespace, watch)
         self.drain_leases = KubeLeases(client, namespace, watch)
         self.heartbeat: Optional[KubeHeartbeat] = None
+        # False with --backend kubernetes: an MCN is a Node's, made by kube_mcn; without one a report is kept
+        self.makes_mcns = True  # in the registration, as a pending one (issues 45, 48; ``adopt``)
         for f in self._feeds:
             f.start()
         helpers = [h for h in (self.credentials, self.drain_leases) if hasattr(h, "wait_synced")]
@@ -194,8 +194,10 @@ class KubeNodeStore(KeptFirstBoots, IndexedReads, NodeStore):
         raise RuntimeError(f"MachineConfigNode {node}: made and deleted concurrently; try again")
 
     def _create_mcn(self, node: str, metadata: Dict[str, Any], pool: str, body: Dict[str, Any]) -> Dict[str, Any]:
-        """The MCN with the spec kube_sync makes (the CRD requires node, pool and
-        configVersion.desired), our labels and annotations."""
+        """The MCN with the spec kube_sync makes (the CRD requires node, pool and configVersion.desired),
+        our labels and annotations; NoMachineConfigNode when MCNs are not ours to make (``makes_mcns``)."""
+        if not self.makes_mcns:
+            raise NoMachineConfigNode(404, "NotFound", "none is made without its Node", f"CREATE {node}")
         obj = node_object(node, body, pool)
         made = obj["metadata"]["annotations"]
         obj["metadata"].update(metadata, labels={STORE_LABEL: self.namespace})
@@ -212,19 +214,21 @@ class KubeNodeStore(KeptFirstBoots, IndexedReads, NodeStore):
         value = report_annotation(rec)
         with self._lock:
             old = self._index.records.get(node)
+        obj = None
+        if not _pending(body):
+            try:
+                obj = self._patch_mcn(node, {"metadata": {"annotations": {REPORT: value}}}, member.pool, body)
+            except NoMachineConfigNode:  # no Node, so no MCN: kept as a pending one is, until kube_mcn makes one
+                pass
+        elif old is not None:  # it counted before (a rotated registration): off the MCN first
+            self._strip_mcn(node)
+        if obj is None and not self.credentials.keep_report(node, value):
+            raise StoreUnavailable(f"node {node} has no registration to keep its report with (deleted "
+                                   f"meanwhile): register again")
+        if obj is not None:
+            self._adopted(node, obj)
         if _pending(body):
-            if old is not None:  # it counted before (a rotated registration): off the MCN first
-                self._strip_mcn(node)
-            if not self.credentials.keep_report(node, value):
-                raise StoreUnavailable(f"node {node} has no registration to keep its report with (deleted "
-                                       f"meanwhile): register again")
             return Recorded(False, old.pool if old is not None else None)
-        obj = self._patch_mcn(node, {"metadata": {"annotations": {REPORT: value}}}, member.pool, body)
-        with self._lock:  # read-your-writes: the object as stored (its drain log too)
-            self._mcn_note(obj, False)
-        self._wrote(rv(obj))
-        if self.credentials.pending_report(node) is not None:
-            self.credentials.keep_report(node, None)
         released = False
         lease = self.drain_leases.held_by(node) if body.get("state") == "Done" else None
         if lease is not None and lease_ends(str(lease.get("config") or ""), body):
@@ -233,6 +237,29 @@ class KubeNodeStore(KeptFirstBoots, IndexedReads, NodeStore):
                 released = True
                 self._log_drain(node, pool, "uncordon", "node reported Done")
         return Recorded(released, old.pool if old is not None else None)
+
+    def _adopted(self, node: str, obj: Dict[str, Any]) -> None:
+        with self._lock:  # read-your-writes: the object as stored (its drain log too)
+            self._mcn_note(obj, False)
+        self._wrote(rv(obj))
+        if self.credentials.pending_report(node) is not None:
+            self.credentials.keep_report(node, None)
+
+    def adopt(self, node: str) -> bool:
+        """A counted report kept in ``node``'s registration while it had no MCN moves onto the one
+        kube_mcn just made for its Node (a patch, never a create). False: none to move."""
+        kept = self.credentials.pending_report(node)
+        if kept is None or _pending(kept.report):
+            return False
+        try:
+            obj = self.client.merge_patch(MACHINE_CONFIG_NODES.path(node), {"metadata": {
+                "annotations": {REPORT: report_annotation(kept)}, "labels": {STORE_LABEL: self.namespace}}})
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            return False
+        self._adopted(node, obj)
+        return True
 
     def delete_node(self, node: str, now: float) -> Deleted:
         """The report and drain log leave the MCN (the object stays: its status is kube_sync's and
@@ -266,8 +293,6 @@ class KubeNodeStore(KeptFirstBoots, IndexedReads, NodeStore):
             self._drainlogs.pop(node, None)
         self._wrote(rv(obj))
 
-    # -- reads: the MCNs' records, then the reports that count for nothing (identity's) -----------
-
     def node(self, node: str) -> Optional[NodeRecord]:
         with self._lock:
             rec = self._index.records.get(node)
@@ -280,39 +305,6 @@ class KubeNodeStore(KeptFirstBoots, IndexedReads, NodeStore):
             merged.update((n, r) for n, r in self._index.records.items()
                           if n > after and (pool is None or r.pool == pool))
         return [merged[n] for n in sorted(merged)[:limit]]
-
-    # -- identity (KubeCredentials) -------------------------------------------------------------
-
-    def credential(self, node: str) -> Optional[str]:
-        return self.credentials.credential(node)
-
-    def credential_owner(self, credential_hash: str) -> Optional[str]:
-        return self.credentials.credential_owner(credential_hash)
-
-    def put_credential(self, node: str, credential_hash: str, now: float, replace: bool, approved: bool = True,
-                       by: str = "", max_pending: Optional[int] = None,
-                       max_unvetted: Optional[int] = None, address: str = "",
-                       max_per_address: Optional[int] = None) -> bool:
-        return self.credentials.put_credential(node, credential_hash, now, replace, approved, by, max_pending,
-                                               max_unvetted, address, max_per_address)
-
-    def registration(self, node: str) -> Optional[Registration]:
-        return self.credentials.registration(node)
-
-    def registrations(self, pending: Optional[bool] = None, after: str = "", limit: int = 500) -> List[Registration]:
-        return self.credentials.registrations(pending, after, limit)
-
-    def pending_count(self) -> int:
-        return self.credentials.pending_count()
-
-    def unvetted_count(self) -> int:
-        return self.credentials.unvetted_count()
-
-    def approve(self, node: str, now: float, by: str, labels: Optional[Dict[str, str]] = None) -> Optional[Registration]:
-        return self.credentials.approve(node, now, by, labels)
-
-    def note_served(self, node: str, config: str) -> None:
-        self.credentials.note_served(node, config)
 
     # -- leases (KubeLeases) and the drain log ----------------------------------------------------
 
@@ -359,6 +351,9 @@ class KubeNodeStore(KeptFirstBoots, IndexedReads, NodeStore):
                                                               "resourceVersion": meta["resourceVersion"]}}, pool, {})
                 else:
                     obj = self._create_mcn(node, {"annotations": annotations}, pool, {})
+            except NoMachineConfigNode:  # no Node: its drain log has no object to go on
+                log.info("node %s: %s %s not logged: no MachineConfigNode (no Node)", node, action, detail)
+                return
             except KubeError as exc:
                 if exc.status in (404, 409):  # changed, made or deleted since read: read again
                     continue
@@ -405,6 +400,10 @@ class KubeNodeStore(KeptFirstBoots, IndexedReads, NodeStore):
         if rec is None and node:
             rec = self.credentials.pending_report(node)
         return Serving(self.cm.meta("state_signature"), row, proofs, rec)
+
+
+class NoMachineConfigNode(KubeError):
+    """No MCN, and none is ours to make (``makes_mcns`` False): the name has no Node."""
 
 
 def _pending(body: Dict[str, Any]) -> bool:

@@ -56,22 +56,33 @@ def as_document(obj: Dict[str, Any]) -> Dict[str, Any]:
     return dict(obj, metadata=meta)
 
 
+def pool_input(obj: Dict[str, Any]) -> Dict[str, Any]:
+    """A pool as an input: without its outputs, ``status`` and ``spec.configuration`` (what the
+    render controller writes: kube_pools.py), so that writing them is no new state."""
+    out = {k: v for k, v in obj.items() if k != "status"}
+    if isinstance(obj.get("spec"), dict) and "configuration" in obj["spec"]:
+        out["spec"] = {k: v for k, v in obj["spec"].items() if k != "configuration"}
+    return out
+
+
 def input_version(sub: str, obj: Dict[str, Any]) -> str:
     """What names an object's version as an input. A pool's resourceVersion also moves with every
-    status write (ours, once a second while nodes report), which would make each one a new state
-    in every replica: for pools, the spec's generation and the metadata the server reads
-    (labels, annotations) instead."""
+    status write (ours, once a second while nodes report) and its generation with every
+    ``spec.configuration`` we write (each new target), which would make each one a new state in
+    every replica: for pools, a hash of the spec the server reads and of its labels and
+    annotations instead."""
     meta = obj.get("metadata") or {}
-    if sub != "machineconfigpools" or "generation" not in meta:
+    if sub != "machineconfigpools":
         return str(meta.get("resourceVersion", ""))
-    read = json.dumps([meta.get("labels") or {}, meta.get("annotations") or {}], sort_keys=True)
-    return f"g{meta['generation']}:{hashlib.sha256(read.encode()).hexdigest()[:16]}"
+    read = json.dumps([pool_input(obj).get("spec"), meta.get("labels") or {}, meta.get("annotations") or {}],
+                      sort_keys=True, default=str)
+    return f"p:{hashlib.sha256(read.encode()).hexdigest()[:32]}"
 
 
 def build_state(objects: Dict[str, Dict[str, Dict[str, Any]]], cluster: Optional[Dict[str, Any]]) -> State:
     """A State from the caches' objects (pure). ``signature`` names every object's version, so
     any change of an input is a new state and nothing else is."""
-    state = State(loaded_at=time.time())
+    state = State(loaded_at=time.time(), attributable=True)  # each object whole: a refused one fails its pools only
     h = hashlib.sha256()
     for sub in SOURCES:
         for name in sorted(objects.get(sub) or {}):
@@ -79,7 +90,7 @@ def build_state(objects: Dict[str, Dict[str, Dict[str, Any]]], cluster: Optional
             if sub == "machineconfigs" and is_rendered(obj):
                 continue
             h.update(f"{sub}/{name}@{input_version(sub, obj)}\n".encode())
-            admit(state, sub, as_document(obj), f"{sub}/{name} (API)")
+            admit(state, sub, as_document(pool_input(obj) if sub == "machineconfigpools" else obj), f"{sub}/{name} (API)")
     if cluster is not None:
         h.update(f"cluster@{(cluster.get('metadata') or {}).get('resourceVersion', '')}\n".encode())
         where = f"machineconfigurations/{CLUSTER_OBJECT} (API)"
