@@ -230,9 +230,17 @@ def test_update_69_when_the_server_is_unreachable(server, tmp_path):
     from tests.helpers.server_proc import free_port
 
     root, path, record = _first_booted(server, tmp_path, "upd-69")
-    record["url"] = f"https://127.0.0.1:{free_port()}/config/worker"
+    # the day-2 loop follows the server the pointer config names (issue 49): both name one that is down
+    old, down = record["url"].split("/config/")[0], f"https://127.0.0.1:{free_port()}"
+    record["url"] = f"{down}/config/worker"
     with open(path, "w") as f:
         json.dump(record, f)
+    pointer = os.path.join(root, "etc/node-agent/pointer.ign")
+    with open(pointer) as f:
+        text = f.read()
+    assert old in text, text
+    with open(pointer, "w") as f:
+        f.write(text.replace(old, down))
     r = agent("update", "--once", "--root", root)
     assert r.returncode == 69, r.stderr
     assert "gave up after" in r.stderr
