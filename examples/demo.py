@@ -202,6 +202,8 @@ def _free(port: int) -> int:
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # as gunicorn binds: the last run's connections in TIME_WAIT (60 s) are no obstacle
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError as exc:

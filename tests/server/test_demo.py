@@ -174,3 +174,26 @@ def _first_line(proc, timeout):
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     assert ready and proc.poll() is None, proc.communicate()
     return proc.stdout.readline()
+
+
+def test_the_demo_takes_its_port_while_the_last_runs_connections_are_in_time_wait():
+    # make demo run twice in a row: the first run's server closed its connections, which stay in
+    # TIME_WAIT on the demo's port for 60 s; the server binds through them (SO_REUSEADDR), and
+    # the demo's own check of the port must too (it refused a second run for a minute)
+    import socket
+
+    from examples import demo as demo_module
+
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn's (Linux keeps it in TIME_WAIT)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()  # the server side closes first: its end goes to TIME_WAIT
+        client.recv(1)
+        client.close()
+    assert "TIME-WAIT" in subprocess.run(["ss", "-tan", f"sport = :{port}"], capture_output=True,
+                                         text=True).stdout
+    assert demo_module._free(port) == port
