@@ -58,19 +58,20 @@ def test_a_held_fetch_is_made_again_only_when_its_inputs_change_and_answers_once
     assert answer["status"] == 304 and answer["took"] >= 2.9
     assert answer["made"] == 1  # the first answer only: none made again while its inputs stood still
 
-    # B: n1 (the oldest registration) is targeted; its held fetch answers within a poll or two.
+    # B: n1 (the oldest registration) is targeted; its held fetch answers with B. Held long enough
+    # that only the targeting ends it (a 3 s hold timed out, 304, while a loaded machine was still
+    # reading and rendering B); how soon is benchmarks/bench_rollout.py's to measure.
+    app.max_hold = 60.0
     (state / "machineconfigs" / "60-held.yaml").write_text(MC)
     got = {}
 
     def targeted():
         got["status"], got["body"] = wsgi(app, "GET", "/config/worker", headers={
-            "X-Node-Name": "n1", "If-None-Match": answer["etag"]}, query="wait=3")
-        got["at"] = time.monotonic()
+            "X-Node-Name": "n1", "If-None-Match": answer["etag"]}, query="wait=60")
 
     t = threading.Thread(target=targeted)
     t.start()
     wait_for(lambda: json.loads(wsgi(app, "GET", "/api/v1/pools/worker")[1])["spec"]["configuration"]["name"] != a,
              "B is the target")
-    b_at = time.monotonic()
-    t.join(10)
-    assert got["status"] == 200 and got["at"] - b_at < 2.0
+    t.join(70)
+    assert got["status"] == 200, got  # woken by its targeting: a hold that ran out answers 304
