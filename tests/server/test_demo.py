@@ -25,7 +25,9 @@ REPO = paths.REPO
 
 
 def demo_env(run, port):
-    return dict(os.environ, NODE_AGENT_DEMO_DIR=str(run), NODE_AGENT_DEMO_PORT=str(port), NO_COLOR="1")
+    # run as from a terminal, not under make (make test sets MAKELEVEL, which makes a Ctrl-C'd demo exit 0)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    return dict(env, NODE_AGENT_DEMO_DIR=str(run), NODE_AGENT_DEMO_PORT=str(port), NO_COLOR="1")
 
 
 @pytest.fixture(scope="module")
