@@ -13,16 +13,15 @@ kubeletcert.py; why: docs/security.md "Identity").
   The day-2 loop looks for it every ``kubeletcert.POLL`` seconds until then (``wait``).
 """
 
-import json
 import logging
 import math
 import os
 import ssl
 from typing import Any, Callable, Dict, Optional
 
-from agent.host.files import atomic_write
 from agent.node.credential import _load_json
 from agent.node.kubeletcert import POLL, KubeletCert
+from agent.node.nodestate import write_json
 
 log = logging.getLogger(__name__)
 
@@ -139,9 +138,7 @@ class KubeletIdentity:
         """Keep the newest delivered report and the certificate it went with (0600)."""
         record = {"server": self.base_url, "node": self.node, "report": body, "kubeletCert": self._presented}
         try:
-            path = self._last_path()
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            atomic_write(path, json.dumps(record, sort_keys=True).encode(), mode=0o600)
+            write_json(self._last_path(), record)
         except OSError as exc:
             log.debug("could not keep the last report: %s", exc)
 

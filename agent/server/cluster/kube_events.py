@@ -14,7 +14,7 @@ import hashlib
 import logging
 from typing import Any, Dict
 
-from agent.server.store.kube.client import KubeError, KubeUnavailable
+from agent.server.store.kube.client import KubeError, KubeUnavailable, get_if_exists
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +58,9 @@ def write_event(client: Any, namespace: str, body: Dict[str, Any]) -> None:
         except KubeError as exc:
             if exc.status != 409:
                 raise
-        try:  # the series exists: one more of it (an Event expires after the API server's --event-ttl)
-            old = client.get(f"{events}/{body['metadata']['name']}")
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
+        # the series exists: one more of it (an Event expires after the API server's --event-ttl)
+        old = get_if_exists(client, f"{events}/{body['metadata']['name']}")
+        if old is None:
             continue
         client.merge_patch(f"{events}/{body['metadata']['name']}", {
             "count": int(old.get("count") or 1) + 1, "lastTimestamp": body["lastTimestamp"], "message": body["message"]})

@@ -66,7 +66,7 @@ from typing import Any, Dict, Optional, Set, Tuple
 from agent.server.cluster import kube_events
 from agent.server.rollout import firstboots, mcnconditions
 from agent.server.rollout.progress import iso8601
-from agent.server.store.kube.client import MACHINE_CONFIG_NODES, KubeError, KubeUnavailable
+from agent.server.store.kube.client import MACHINE_CONFIG_NODES, KubeError, KubeUnavailable, get_if_exists
 from agent.server.store.nodestore import SERVER_KEY
 
 log = logging.getLogger(__name__)
@@ -290,12 +290,7 @@ class FirstBootEvents:
             return self._last_nanos
 
     def _mcn(self, node: str) -> Optional[Dict[str, Any]]:
-        try:
-            return self.client.get(MACHINE_CONFIG_NODES.path(node))
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return get_if_exists(self.client, MACHINE_CONFIG_NODES.path(node))
 
     def _write_status(self, rec: Any) -> None:
         """The MCN's spec and status as kube_sync writes them (the one writer of its conditions:

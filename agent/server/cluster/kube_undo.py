@@ -25,7 +25,7 @@ from agent.server.cluster.kube_drain import DRAINED_FOR
 from agent.server.cluster.kube_sync import ANNOTATION, LABELS_APPLIED, NODE_FIELDS, pool_labels
 from agent.server.rollout import draincadence
 from agent.server.rollout.progress import SERVER_KEY
-from agent.server.store.kube.client import MACHINE_CONFIG_NODES, NODES, KubeError
+from agent.server.store.kube.client import MACHINE_CONFIG_NODES, NODES, KubeError, get_if_exists
 from agent.server.store.kube.mcnrecord import CREATED_BY, CREATOR
 
 log = logging.getLogger(__name__)
@@ -73,22 +73,12 @@ def forget_node(client: Any, cluster: Any, pools: Dict[str, Dict[str, Any]], nod
     pivot = str(report.get("firstPivotConfig") or "")
     pivot_pool = pools.get(cluster.pool_of_rendered(pivot) or "") if pivot else None
     done: Dict[str, Any] = {}
-    try:
-        obj = client.get(NODES.path(node))
-    except KubeError as exc:
-        if exc.status != 404:
-            raise
-        obj = None
+    obj = get_if_exists(client, NODES.path(node))
     patch = undo_patch(obj, counted, pivot_pool) if obj is not None else {}
     if patch:
         client.merge_patch(NODES.path(node), patch)
         done["node"] = patch
-    try:
-        mcn = client.get(MACHINE_CONFIG_NODES.path(node))
-    except KubeError as exc:
-        if exc.status != 404:
-            raise
-        mcn = None
+    mcn = get_if_exists(client, MACHINE_CONFIG_NODES.path(node))
     if counted and mcn is not None and ((mcn.get("metadata") or {}).get("annotations") or {}).get(CREATED_BY) == CREATOR:
         try:
             client.delete(MACHINE_CONFIG_NODES.path(node))

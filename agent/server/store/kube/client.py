@@ -58,6 +58,16 @@ class KubeError(Exception):
         self.message = message
 
 
+def get_if_exists(client: Any, path: str) -> Optional[Dict[str, Any]]:
+    """``client.get(path)``, or None when the object does not exist (404); other errors raise."""
+    try:
+        return client.get(path)
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 class KubeRefused(KubeError, StoreUnavailable):
     """401 or 403: a KubeError (``status``) and a StoreUnavailable too (503 with Retry-After, nothing
     written), because a kube-apiserver that is starting answers 403 to everything until its RBAC

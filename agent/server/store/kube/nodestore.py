@@ -34,6 +34,7 @@ from agent.server.store.kube.client import (
     KubeClient,
     KubeError,
     KubeUnavailable,
+    get_if_exists,
 )
 from agent.server.store.kube.heartbeat import KubeHeartbeat
 from agent.server.store.kube.identity import CredentialMethods, KeptFirstBoots, KubeCredentials
@@ -336,12 +337,7 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
         patch carrying metadata.resourceVersion is refused with 409 when another wrote first)."""
         event = {"node": node, "pool": pool, "action": action, "detail": detail, "at": time.time()}
         for _ in range(CAS_TRIES):
-            try:
-                cur = self.client.get(MACHINE_CONFIG_NODES.path(node))
-            except KubeError as exc:
-                if exc.status != 404:
-                    raise
-                cur = {}
+            cur = get_if_exists(self.client, MACHINE_CONFIG_NODES.path(node)) or {}
             meta = cur.get("metadata") or {}
             items = _json_list((meta.get("annotations") or {}).get(DRAIN_LOG))
             annotations = {DRAIN_LOG: json.dumps((items + [event])[-DRAINLOG_KEEP:])}
