@@ -199,16 +199,13 @@ def main() -> int:
 
 
 def _free(port: int) -> int:
-    import socket
+    from agent.server.cli.serveargs import ListenError, check_listen
 
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        # as gunicorn binds: the last run's connections in TIME_WAIT (60 s) are no obstacle
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError as exc:
-            raise SystemExit(f"demo: 127.0.0.1:{port} is in use ({exc.strerror}): stop what listens there (the "
-                             f"demo's server started again?), or choose another port: NODE_AGENT_DEMO_PORT=N") from None
+    try:  # binds as gunicorn will: the last run's connections in TIME_WAIT are no obstacle
+        check_listen("127.0.0.1", port)
+    except ListenError as exc:
+        raise SystemExit(f"demo: {str(exc).splitlines()[0].replace('--listen ', '', 1)}\nwhat to do: stop what listens there (the demo's "
+                         f"server started again?), or choose another port: NODE_AGENT_DEMO_PORT=N") from None
     return port
 
 
