@@ -25,12 +25,18 @@ def conditions(counts: progress.Counts, target: str, current: str, row: Dict[str
     render = renderstatus.failure_message(pool or str(row.get("name") or ""), [str(p) for p in problems])
     paused_for = str(row.get("rendered") or target) if paused else ""  # what a paused pool will not update to
     out = progress.conditions(counts, target, current, str(row.get("held") or ""), history, render, paused_for)
-    recorded = (row.get("rollout") or {}).get(TIMES) or {}
     for c in out:
-        kept = recorded.get(c["type"])
-        if not c.get("lastTransitionTime") and isinstance(kept, list) and len(kept) == 2 and kept[0] == c["status"]:
-            c["lastTransitionTime"] = str(kept[1])
+        if not c.get("lastTransitionTime"):
+            add_recorded_time(c, row.get("rollout") or {})
     return out
+
+
+def add_recorded_time(cond: Dict[str, str], rollout: Dict[str, Any]) -> None:
+    """``cond`` with the lastTransitionTime the pool's step recorded (``condition_times``), if it
+    recorded one for this status."""
+    kept = (rollout.get(TIMES) or {}).get(cond["type"])
+    if isinstance(kept, list) and len(kept) == 2 and kept[0] == cond["status"]:
+        cond["lastTransitionTime"] = str(kept[1])
 
 
 def condition_times(rollout: Dict[str, Any], conds: List[Dict[str, str]], now: float) -> Dict[str, Any]:

@@ -91,9 +91,7 @@ def add_to_view(cluster: Any, st: Any, pool: str, row: PoolRow, status: Dict[str
                 c["reason"] = review.HELD_REASON
     r = cluster._rendered.get(pool)
     cond = review.warnings_condition(found, r.name if r else row.rendered)
-    kept = (row.rollout.get(poolview.TIMES) or {}).get(review.CONDITION)  # recorded by the pool's step
-    if isinstance(kept, list) and len(kept) == 2 and kept[0] == cond["status"]:
-        cond["lastTransitionTime"] = str(kept[1])
+    poolview.add_recorded_time(cond, row.rollout)  # recorded by the pool's step
     status.setdefault("conditions", []).append(cond)
 
 
