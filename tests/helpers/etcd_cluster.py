@@ -7,6 +7,7 @@ the same member back with its data. ``quota_bytes`` starts the members with that
 """
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -23,15 +24,40 @@ def have_etcd() -> bool:
     return os.access(ETCD, os.X_OK)
 
 
+PORTS_FROM = 10000  # below it: the well-known ports of services a developer machine may run
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def _free_ports(n: int) -> List[int]:
+    """``n`` ports nothing listens on, taken below the kernel's ephemeral range. A component binds
+    its port seconds after they are chosen (kube-scheduler once the API server is up; a killed
+    etcd member when it comes back), and a port the kernel handed out for ``bind(0)`` is one any
+    outgoing connection may take as its local port meanwhile: kube-scheduler failed "address
+    already in use" so, while other tests connected. Without room below the range (a tuned
+    ``ip_local_port_range``), the kernel's own choice."""
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
     socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
+    try:
+        while len(ports) < n:
+            s = socket.socket()
+            socks.append(s)
+            port = rng.randrange(PORTS_FROM, low) if low - PORTS_FROM >= 1000 else 0
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # taken: another one
+                continue
+            ports.append(s.getsockname()[1])  # held bound until all are chosen: no port twice
+    finally:
+        for s in socks:
+            s.close()
     return ports
 
 
