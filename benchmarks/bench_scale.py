@@ -115,7 +115,7 @@ def measure(n: int, runs: int) -> Dict[str, List[float]]:
                 start = time.perf_counter()
                 fn()
                 samples[name].append(time.perf_counter() - start)
-        app.cluster.store.close()
+        app.close()
         return samples
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

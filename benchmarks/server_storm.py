@@ -198,7 +198,7 @@ def populate(state: str, nodes: int) -> None:
 
     app = App(state)
     fill(app, nodes)
-    app.cluster.store.close()
+    app.close()
 
 
 def measure(case: Dict[str, Any], seconds: float, connections: int) -> Dict[str, float]:

@@ -8,6 +8,7 @@ something can never pass by running less. A bare ``pytest`` still skips, and say
 import os
 import shutil
 import sys
+import threading
 
 import pytest
 
@@ -75,3 +76,34 @@ def state(tmp_path):
     for leftover in d.glob("nodes.db*"):
         leftover.unlink()
     return str(d)
+
+
+# A server's background threads outliving its test read and write on while other tests run: with
+# pyfakefs active they saw the fake filesystem and logged into another test's caplog (CI of stop 50).
+SERVER_THREADS = ("rollout-stepper",)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_server_thread_outlives_its_module():
+    """Every in-process App is closed by the tests that made it (``new_app`` does it)."""
+    before = set(threading.enumerate())
+    yield
+    left = [t.name for t in threading.enumerate() if t.name in SERVER_THREADS and t not in before]
+    assert not left, (f"threads left running by this module's in-process servers: {left}; "
+                      "what to do: make the App with the new_app fixture, or call its close()")
+
+
+@pytest.fixture
+def new_app():
+    """``App(...)`` for an in-process server, closed (its threads stopped) after the test."""
+    from agent.server.http.app import App
+
+    made = []
+
+    def make(*args, **kwargs):
+        made.append(App(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for app in made:
+        app.close()

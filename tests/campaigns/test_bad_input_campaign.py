@@ -353,11 +353,9 @@ def test_server_state_problem_names_file_and_field_and_good_objects_stay(tmp_pat
     assert {"worker", "master"} <= set(st.pools)
 
 
-def test_server_keeps_serving_the_last_good_state_after_a_bad_edit(tmp_path):
-    from agent.server.http.app import App
-
+def test_server_keeps_serving_the_last_good_state_after_a_bad_edit(tmp_path, new_app):
     state = good_state(tmp_path)
-    app = App(state, reload_interval=0.0)
+    app = new_app(state, reload_interval=0.0)
     status, _, body = wsgi(app, "GET", "/config/worker")
     assert status == 200
     write(os.path.join(state, "machineconfigs/00-worker.yaml"), "metadata: [")  # a bad edit of a live file

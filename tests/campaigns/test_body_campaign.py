@@ -131,10 +131,10 @@ def state_copy(tmp_path):
     return str(state)
 
 
-def test_no_body_gets_a_5xx_on_the_sqlite_store(tmp_path):
+def test_no_body_gets_a_5xx_on_the_sqlite_store(tmp_path, new_app):
     data = tmp_path / "data"
     data.mkdir()
-    campaign(App(state_copy(tmp_path), data_dir=str(data), reload_interval=3600))
+    campaign(new_app(state_copy(tmp_path), data_dir=str(data), reload_interval=3600))
 
 
 @pytest.mark.skipif(not have_etcd(), reason="etcd is not installed (make sysdeps installs etcd-server)")
@@ -145,7 +145,7 @@ def test_no_body_gets_a_5xx_on_the_etcd_store(tmp_path):
         try:
             campaign(app)
         finally:
-            app.cluster.store.close()
+            app.close()
 
 
 def test_no_body_gets_a_5xx_on_the_kubernetes_store(tmp_path, kube_cluster):  # noqa: F811
@@ -156,7 +156,7 @@ def test_no_body_gets_a_5xx_on_the_kubernetes_store(tmp_path, kube_cluster):  # 
     try:
         campaign(app)
     finally:
-        app.cluster.store.close()
+        app.close()
         kube_cluster.kubectl("delete", "machineconfignodes", "-l", f"node-agent.openshift.io/store={ns}",
                              "--wait=false", check=False)
         kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -113,7 +113,8 @@ def app(tmp_path_factory):
     shutil.copytree(EXAMPLE, state)
     a = App(str(state), token=TOKEN, reload_interval=0.0)
     a.warm()
-    return a
+    yield a
+    a.close()
 
 
 def test_http_campaign(app, caplog):

@@ -85,9 +85,8 @@ def app(request, tmp_path):
     yield a
     if store is not None and store.is_etcd:
         a.cluster.store.client.delete(a.cluster.store.prefix, prefix=True)
-        a.cluster.store.close()
-    elif store is not None:
-        a.cluster.store.close()
+    a.close()
+    if store is not None and not store.is_etcd:
         a.cluster.store.client.close()
         kc.kubectl("delete", "machineconfignodes", "-l", f"{STORE_LABEL}={namespace}", "--wait=false", check=False)
         for ns in (namespace, namespace + "-credentials"):
@@ -238,16 +237,16 @@ def test_admin_deletes_a_node_and_counts_stay_right(app):
     assert call(app, "DELETE", "/api/v1/nodes/never-was", ADMIN)[1]["deleted"] is False
 
 
-def test_open_server_protects_registered_nodes_and_withholds_secrets(tmp_path):
+def test_open_server_protects_registered_nodes_and_withholds_secrets(tmp_path, new_app):
     state = tmp_path / "state"
     shutil.copytree(EXAMPLE, state)
     (state / "machineconfigs" / "99-worker-pull-secret.yaml").write_text(PULL_SECRET)
-    app = App(str(state), reload_interval=0.0)
+    app = new_app(str(state), reload_interval=0.0)
     refused(call(app, "GET", "/config/worker"), 403, "no --token-file", "--serve-secrets-anonymously")
     assert report(app, "legacy", None)[0] == 200  # never registered: taken at its word (a lab)
     cred = register(app, "n1", token=None)
     refused(report(app, "n1", None), 401, "node n1's own credential")
     assert report(app, "n1", cred)[0] == 200
     refused(call(app, "GET", "/config/master", query="node=n1"), 401, "names node n1")
-    mcs = App(str(state), reload_interval=0.0, anonymous_secrets=True)
+    mcs = new_app(str(state), reload_interval=0.0, anonymous_secrets=True)
     assert call(mcs, "GET", "/config/worker")[0] == 200

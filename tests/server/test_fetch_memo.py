@@ -89,7 +89,9 @@ def workers(tmp_path):
     apps = [App(str(state), reload_interval=0.0) for _ in range(2)]
     for a in apps:
         a.memo.ttl = 3600.0
-    return state, apps
+    yield state, apps
+    for a in apps:
+        a.close()
 
 
 def served(app, **headers):

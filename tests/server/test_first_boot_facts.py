@@ -27,12 +27,10 @@ def test_the_first_report_of_a_node_is_taken_as_sent():
     assert with_first_boot_facts(None, {"state": "Done"}) == {"state": "Done"}
 
 
-def test_describe_node_after_a_day2_report_shows_the_first_boot_facts(tmp_path):
-    from agent.server.http.app import App
-
+def test_describe_node_after_a_day2_report_shows_the_first_boot_facts(tmp_path, new_app):
     state = tmp_path / "state"
     shutil.copytree(EXAMPLE, state)
-    app = App(str(state), token=BOOT, admin_token=ADMIN, reload_interval=0.0)
+    app = new_app(str(state), token=BOOT, admin_token=ADMIN, reload_interval=0.0)
     cred = register(app, "w1")
     config = target(app)
     first = dict(FIRST, firstPivotConfig=config)

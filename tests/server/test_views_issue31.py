@@ -236,13 +236,12 @@ def test_delete_node_exit_77_names_token_file(tmp_path):
     assert "--admin-token-file" not in r.stderr and "--token-file FILE holding the admin token" in r.stderr
 
 
-def test_a_delete_with_nothing_to_delete_is_not_logged_as_a_deletion(tmp_path, caplog):
-    from agent.server.http.app import App
+def test_a_delete_with_nothing_to_delete_is_not_logged_as_a_deletion(tmp_path, caplog, new_app):
     from tests.kube.test_identity import ADMIN, BOOT, EXAMPLE, call
 
     state = tmp_path / "state"
     shutil.copytree(EXAMPLE, state)
-    app = App(str(state), token=BOOT, admin_token=ADMIN, reload_interval=0.0)
+    app = new_app(str(state), token=BOOT, admin_token=ADMIN, reload_interval=0.0)
     with caplog.at_level(logging.INFO, logger="agent.server.http.noderoutes"):
         status, doc = call(app, "DELETE", "/api/v1/nodes/never-seen", ADMIN)
     assert status == 200 and doc["deleted"] is False
@@ -271,8 +270,7 @@ ISO = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$"
 
 
 @pytest.fixture
-def example_app(tmp_path):
-    from agent.server.http.app import App
+def example_app(tmp_path, new_app):
     from tests.kube.test_identity import ADMIN, BOOT, EXAMPLE
 
     state = tmp_path / "state"
@@ -283,7 +281,7 @@ def example_app(tmp_path):
     assert "\nmetadata:\n" in text
     infra.write_text(text.replace("\nmetadata:\n", "\nmetadata:\n  creationTimestamp: \"2026-01-02T03:04:05Z\"\n", 1))
     made = time.time()
-    app = App(str(state), token=BOOT, admin_token=ADMIN, reload_interval=0.0)  # records each pool's first target
+    app = new_app(str(state), token=BOOT, admin_token=ADMIN, reload_interval=0.0)  # records each pool's first target
     app.made_at = made  # for a test of "the store's first record: just now"
     return app, state
 

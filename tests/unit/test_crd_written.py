@@ -42,7 +42,8 @@ def app(tmp_path_factory):
     shutil.copytree(EXAMPLE, state)
     a = App(str(state), reload_interval=0.0)
     a.warm()
-    return a
+    yield a
+    a.close()
 
 
 def pool_object(name):

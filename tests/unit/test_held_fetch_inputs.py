@@ -20,15 +20,13 @@ MC = ("apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nme
       "    storage:\n      files:\n      - {path: /etc/nmstate/openshift/held.yml, mode: 420, contents: {source: 'data:,x'}}\n")
 
 
-def test_a_held_fetch_is_made_again_only_when_its_inputs_change_and_answers_once_its_node_is_targeted(tmp_path):
-    from agent.server.http.app import App
-
+def test_a_held_fetch_is_made_again_only_when_its_inputs_change_and_answers_once_its_node_is_targeted(tmp_path, new_app):
     state = tmp_path / "state"
     shutil.copytree(os.path.join(paths.REPO, "examples", "state"), state)
     not_layered(str(state))
     worker = state / "machineconfigpools" / "worker.yaml"
     worker.write_text(worker.read_text().replace('maxUnavailable: "25%"', "maxUnavailable: 1"))
-    app = App(str(state), reload_interval=0.0, settle=0.0)
+    app = new_app(str(state), reload_interval=0.0, settle=0.0)
     app.max_hold = 3.0
     status, a = wsgi(app, "GET", "/api/v1/pools/worker")
     a = json.loads(a)["spec"]["configuration"]["name"]

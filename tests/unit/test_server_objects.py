@@ -37,13 +37,12 @@ def test_pool_without_selector_is_valid_and_selects_nothing(tmp_path):
     assert select_machine_configs(st.pools["empty"], st.machine_configs) == []
 
 
-def test_pool_without_selector_is_withheld_by_the_server(tmp_path):
-    from agent.server.http.app import App
+def test_pool_without_selector_is_withheld_by_the_server(tmp_path, new_app):
     from tests.campaigns.test_bad_input_campaign import wsgi
 
     (tmp_path / "machineconfigpools").mkdir()
     (tmp_path / "machineconfigpools" / "empty.yaml").write_text("metadata: {name: empty}\n")
-    status, _, body = wsgi(App(str(tmp_path), reload_interval=0.0), "GET", "/config/empty")
+    status, _, body = wsgi(new_app(str(tmp_path), reload_interval=0.0), "GET", "/config/empty")
     # render_controller.go fails such a pool's sync: its RenderDegraded words, and the node waits
     assert status == 503 and b"Failed to render configuration for pool empty: no MachineConfigs found" in body
 

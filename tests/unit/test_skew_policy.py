@@ -66,12 +66,10 @@ def test_valid_settings_load(tmp_path, skew):
     assert load_state(str(tmp_path)).problems == []
 
 
-def test_last_good_state_keeps_serving_and_healthz_says_why(tmp_path):
-    from agent.server.http.app import App
-
+def test_last_good_state_keeps_serving_and_healthz_says_why(tmp_path, new_app):
     state = tmp_path / "state"
     shutil.copytree(EXAMPLE, state)
-    app = App(str(state), reload_interval=0.0)
+    app = new_app(str(state), reload_interval=0.0)
     accept = {"Accept": "application/vnd.coreos.ignition+json;version=3.4.0"}
     status, _, before = wsgi(app, "GET", "/config/worker", headers=accept)
     assert status == 200
@@ -124,14 +122,12 @@ def test_upgradeable_names_the_boot_image_below_the_floor(manual, status):
         assert version in cond["message"] and cond["reason"] == "BootImageSkewLimitExceeded"
 
 
-def test_api_cluster_says_not_upgradeable(tmp_path):
-    from agent.server.http.app import App
-
+def test_api_cluster_says_not_upgradeable(tmp_path, new_app):
     state = tmp_path / "state"
     shutil.copytree(EXAMPLE, state)
     text = (state / "machineconfiguration.yaml").read_text()
     (state / "machineconfiguration.yaml").write_text(text.replace('"9.2.20240101-0"', '"48.84.202109091234-0"'))
-    app = App(str(state), reload_interval=0.0)
+    app = new_app(str(state), reload_interval=0.0)
     doc = json.loads(wsgi(app, "GET", "/api/v1/cluster")[2])
     assert doc["upgradeable"]["status"] == "False" and "48.84.202109091234-0" in doc["upgradeable"]["message"]
     os.remove(state / "machineconfiguration.yaml")

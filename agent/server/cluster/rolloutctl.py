@@ -155,18 +155,34 @@ class RolloutControl:
 
     def start_stepper(self, interval: float = 1.0) -> None:
         """Step every pool every ``interval`` seconds (the Kubernetes backend's sync loop does it
-        there), so that what no report announces moves the rollout: a canary's wait running out."""
-        import threading
+        there), so that what no report announces moves the rollout: a canary's wait running out.
+        It ends with ``stop_stepper``, or once nothing else holds this object (the thread holds it
+        only weakly: an in-process server that is dropped stops stepping, never reads on for ever)."""
+        import weakref
+
+        stop = threading.Event()
+        ref = weakref.ref(self)
 
         def loop() -> None:
-            while True:
-                time.sleep(interval)
+            while not stop.wait(interval):
+                cluster = ref()
+                if cluster is None:
+                    return
                 try:
-                    self.step_pools()
+                    cluster.step_pools()
                 except Exception as exc:  # the store away, a race with a reload: the next round retries
                     log.debug("stepping the pools: %s", exc)
+                del cluster
 
-        threading.Thread(target=loop, name="rollout-stepper", daemon=True).start()
+        self._stepper = (stop, threading.Thread(target=loop, name="rollout-stepper", daemon=True))
+        self._stepper[1].start()
+
+    def stop_stepper(self, timeout: float = 10.0) -> None:
+        """Stop stepping the pools; a step under way ends first (at most ``timeout`` seconds)."""
+        stepper = getattr(self, "_stepper", None)
+        if stepper is not None:
+            stepper[0].set()
+            stepper[1].join(timeout)
 
     def drain_target_refusal(self, node: str, pool: str, config: str) -> str:
         """Why ``node`` may not drain for ``config`` ("" when it may): only for the config the server

@@ -102,9 +102,20 @@ class App(NodeRoutes):
 
     def retire(self) -> None:
         """The worker is exiting: take its replica announcement away at once (the Kubernetes
-        store's heartbeat Lease), so that /api/v1/cluster drops it now, not a TTL later."""
+        store's heartbeat Lease), so that /api/v1/cluster drops it now, not a TTL later; and stop
+        stepping the pools (the other replicas step them)."""
         if self._cluster is not None:
             self._cluster.stop_heartbeat()
+            self._cluster.stop_stepper()
+
+    def close(self) -> None:
+        """Stop every thread this app started and release its store (an in-process server's end)."""
+        self.retire()
+        if self.writer is not None:
+            self.writer.stop()
+        if self._cluster is not None:
+            self._cluster.store.close()
+            self._cluster.watcher.close()
 
     # -- WSGI ------------------------------------------------------------------------------
 
