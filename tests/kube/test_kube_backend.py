@@ -414,7 +414,7 @@ SA = "system:serviceaccount:node-config-server:node-config-server"
 def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_uses(kube):
     """deploy/ as a user applies it: the API server itself validates the Deployment, Service and
     PodDisruptionBudget (a server-side dry run; no volume: the replicas keep no state), and the service account may do what the server does
-    (docs/kubernetes.md, "What it reads/writes") and nothing else asked here."""
+    (docs/kubernetes.md, "What it reads" and "What it writes") and nothing else asked here."""
     out = kube.kubectl("apply", "--dry-run=server", "-f", os.path.join(REPO, "deploy", "deployment.yaml"))
     assert "deployment.apps/node-config-server created (server dry run)" in out.stdout
     assert "poddisruptionbudget.policy/node-config-server created (server dry run)" in out.stdout

@@ -19,7 +19,7 @@ from agent.server.http.limits import Limits
 
 def default_workers() -> int:
     """One event-loop worker per CPU, 2..8. Two per CPU cost more CPU per request for nothing in
-    the config storm (docs/performance.md, "Worker count"); two at least, so a worker stalled in
+    the config storm (docs/performance.md, "Config storm", its worker count run); two at least, so a worker stalled in
     a blocking call (an SQLite write waiting for the lock) never stops the whole server."""
     return max(2, min(8, os.cpu_count() or 1))
 
