@@ -234,6 +234,47 @@ def test_CheckNodeReady_a_notready_Node_is_named_in_get_nodes_describe_node_and_
     assert items["i-ready"].get("ready") == "True" and "notReady" not in items["i-ready"]
 
 
+
+def test_every_Node_is_listed_with_or_without_an_agent_from_its_own_annotations_paged_with_no_name_twice(kube, server):
+    """As ``oc get nodes`` (ours: the pools count every Node, so the list shows every Node): a Node
+    node-agent never reported for is an item with its pool by its labels and its state from its
+    MCD annotations, rollout Unmanaged, and ``GET /api/v1/nodes/<name>`` answers for it; pages of
+    any size list each name once, in order."""
+    infra = target(server, "infra")
+    create_node(kube, "u-mcd", {W: "", INFRA_ROLE: ""})
+    mcd = "machineconfiguration.openshift.io/"
+    patch_node(kube, "u-mcd", {"metadata": {"annotations": {mcd + "state": "Done", mcd + "currentConfig": infra,
+                                                            mcd + "desiredConfig": infra}}})
+    create_node(kube, "u-agent", {W: "", INFRA_ROLE: ""})
+    report(server, "u-agent", done(infra, {W: "", INFRA_ROLE: ""}, pool="infra"))
+    create_node(kube, "u-none", {"kubernetes.io/os": "linux"})  # in no pool
+
+    def listed(limit):
+        names, token = [], ""
+        while True:
+            page = server.session().get(server.url(f"/api/v1/nodes?limit={limit}&continue={token}"), timeout=10).json()
+            names += [i["name"] for i in page["items"]]
+            token = page["metadata"].get("continue")
+            if not token:
+                return names, {i["name"]: i for i in page["items"]}
+
+    def got():
+        items = {i["name"]: i for i in server.session().get(server.url("/api/v1/nodes"), timeout=10).json()["items"]}
+        return "u-mcd" in items and (items["u-mcd"].get("report") or {}).get("state") == "Done" and items
+    items = wait_for(got, "u-mcd listed with its MCD state")
+    assert (items["u-mcd"]["pool"], items["u-mcd"]["rollout"]["state"], items["u-mcd"]["updated"]) == (
+        "infra", "Unmanaged", True)
+    assert items["u-mcd"]["ready"] == "True" and items["u-mcd"]["reportedAt"] == ""
+    assert items["u-none"]["pool"] == "" and items["u-none"]["membership"].startswith("Node u-none: ")
+    assert items["u-agent"]["rollout"]["state"] != "Unmanaged"
+    nodes = {n["metadata"]["name"] for n in kube.session().get(kube.url + "/api/v1/nodes", timeout=10).json()["items"]}
+    for limit in (1, 2, 3, 500):
+        names, _ = listed(limit)
+        assert names == sorted(set(names)) and nodes <= set(names), (limit, names)
+    one = server.session().get(server.url("/api/v1/nodes/u-mcd"), timeout=10)
+    assert one.status_code == 200 and one.json()["rollout"]["state"] == "Unmanaged", one.text
+    assert server.session().get(server.url("/api/v1/nodes/no-such-node"), timeout=10).status_code == 404
+
 # -- issue 45: a name binds to its Node only when its kubelet's certificate proves it or the admin approves it --
 
 ADMIN = "4dmin-token"

@@ -205,13 +205,18 @@ def nodes_table(nodes: List[Dict[str, Any]], now: float, wide: bool = False, wid
             rows.append([n.get("name", ""), n.get("pool", "") or "<none>", str(n.get("ready") or "-"),
                          str(rep.get("state", "")),
                          str(bool(n.get("updated"))), node_rollout_cell(n), short(rep.get("currentConfig", "") or "-"),
-                         firstbootviews.cell(n), rep.get("skew", "") or "-", age(None if reported is None else now - reported),
+                         firstbootviews.cell(n), rep.get("skew", "") or "-", _reported(reported, now),
                          (n.get("rollout") or {}).get("desiredConfig") or rep.get("desiredConfig") or "-",
                          rep.get("currentImage") or "-", rep.get("bootImage") or "-", node_reason(n)])
         # READY is the Node object's (--backend kubernetes); without Node objects there is none to show
         return rows if any("ready" in n for n in nodes) else without(rows, ("READY",))
 
     return fit(build, width, wide, NODE_OPTIONAL, free="REASON", wide_only=NODE_WIDE)
+
+
+def _reported(at: Optional[float], now: float) -> str:
+    """How long ago the last report came; "never" for a Node node-agent does not report for."""
+    return "never" if at is None else age(now - at)
 
 
 def node_reason(node: Dict[str, Any]) -> str:
@@ -242,7 +247,7 @@ def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: flo
         *([f"Ready:               {node['ready']}" + (f" ({node['notReady']})" if node.get("notReady") else "")]
           if node.get("ready") else []),  # the Node's (--backend kubernetes)
         *_state_lines(rep),
-        f"Last report:         {age(None if reported is None else now - reported)} ago",
+        f"Last report:         {_reported(reported, now)}" + (" ago" if reported is not None else " (no node-agent report)"),
         f"Current config:      {rep.get('currentConfig') or '<none>'}",
         f"Desired config:      {rep.get('desiredConfig') or '<none>'}",
         *node_rollout_line(node),

@@ -81,6 +81,33 @@ class NodeTruth:
                 f"node-agent"))
         return out
 
+    def unreported(self, pools: Dict[str, Dict[str, Any]], after: str, listed: List[str],
+                   full: bool) -> List[Tuple[str, Optional[str], str, Dict[str, Any]]]:
+        """(name, pool or None, why, annotations) of each Node named after ``after`` that is not among
+        ``listed``, the names of the store's page from ``after`` (sorted; ``full``: it had as many
+        as asked). That page holds every record named up to its last name, and, when not full,
+        every one past ``after``: so such a Node has no record, with no lookup per name."""
+        out = []
+        skip = set(listed)
+        for name, node in sorted(self.node_cache.snapshot().items()):
+            if full and name > listed[-1]:
+                break  # the page ends before it (nodes.merged_page)
+            if name > after and name not in skip:
+                out.append(self._unreported(name, node, pools))
+        return out
+
+    def unreported_one(self, name: str, pools: Dict[str, Dict[str, Any]]) -> Optional[Tuple[str, Optional[str], str, Dict[str, Any]]]:
+        """``unreported``'s tuple of the Node ``name`` (None: no such Node)."""
+        node = self.node(name)
+        return None if node is None else self._unreported(name, node, pools)
+
+    @staticmethod
+    def _unreported(name: str, node: Dict[str, Any], pools: Dict[str, Dict[str, Any]]) -> Tuple[str, Optional[str], str, Dict[str, Any]]:
+        meta = node.get("metadata") or {}
+        pool, why = nodestatus.pool_for_node(pools, meta.get("labels") or {})
+        why = "the Node's labels; no report from node-agent" if pool is not None else f"Node {name}: {why}"
+        return name, pool, why, dict(meta.get("annotations") or {})
+
     def drain_refusal(self, name: str, pool: str, pools: Dict[str, Dict[str, Any]]) -> str:
         """Why ``name`` may not take a drain slot of ``pool`` ("" when it may): a slot is only for
         an existing Node whose labels put it in that pool."""

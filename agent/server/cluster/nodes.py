@@ -10,7 +10,7 @@ maximum below) and ``metadata.continue`` to pass back as ``?continue=`` for the 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.cluster.rolloutctl import counted, member_of_record
-from agent.server.rollout import progress, targeting
+from agent.server.rollout import nodestatus, progress, targeting
 from agent.server.store.nodestore import NodeRecord, PoolRow
 
 DEFAULT_LIMIT = 500
@@ -56,6 +56,27 @@ def node_list(records: List[NodeRecord], pool_targets: Dict[str, Tuple[str, Opti
     items = [node_item(r, pool_targets, rows, first_boot(r)) for r in records]
     meta = {"continue": items[-1]["name"]} if len(items) == limit and items else {}
     return {"apiVersion": "v1", "kind": "NodeList", "metadata": meta, "items": items}
+
+
+def unmanaged_item(node: Tuple[str, Optional[str], str, Dict[str, Any]],
+                   pool_targets: Dict[str, Tuple[str, Optional[str]]]) -> Dict[str, Any]:
+    """The list's item of a Node node-agent does not speak for (``--backend kubernetes``: no
+    report, or one that counts for nothing): its pool by its labels, its state from its own MCD
+    annotations, as the pool counts it; ``node``: kube_nodes.NodeTruth.unreported's (ours: ``get nodes`` lists every Node the pools count, as
+    ``oc get nodes`` does; a Node left out read as a pool of fewer machines than its count)."""
+    name, pool, membership, annotations = node
+    report = nodestatus.report_from_annotations(annotations) or {}
+    target = pool_targets.get(pool or "")
+    return {"name": name, "pool": pool or "", "membership": membership, "reportedAt": "", "report": report,
+            "updated": bool(target) and progress.is_updated(report, target[0], target[1]),
+            "rollout": {"state": "Unmanaged", "reason": "no node-agent report: counted from the Node's own "
+                                                        "annotations, never targeted"}}
+
+
+def merged_page(items: List[Dict[str, Any]], unreported: List[Dict[str, Any]], limit: int) -> List[Dict[str, Any]]:
+    """One page of the list by name: the store's ``items`` (a page of ``limit`` from the same
+    ``continue``) and the Nodes with no record ``unreported`` (kube_nodes.NodeTruth.unreported)."""
+    return sorted(items + unreported, key=lambda item: item["name"])[:limit]
 
 
 def with_readiness(truth: Any, items: List[Dict[str, Any]]) -> None:

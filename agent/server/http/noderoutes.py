@@ -22,10 +22,12 @@ from agent.server.cluster import registrations
 from agent.server.cluster.nodes import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
+    merged_page,
     node_item,
     node_list,
     rfc3339,
     targets,
+    unmanaged_item,
     with_readiness,
 )
 from agent.server.cluster.service import ReportInvalid, validate_report
@@ -255,7 +257,7 @@ class NodeRoutes(DrainRoutes):
     def node(self, node: str) -> Response:
         rec = self.cluster.store.node(node)
         if rec is None:
-            raise HTTPError(404, f"node {node!r} has not reported")
+            return self._unreported_node(node)
         item = node_item(rec, targets(self.cluster.pool_views(only=rec.pool, pending=False, nodes=0)),
                          self.cluster.store.pools(), self.cluster.first_boot_view(rec, stages=True))
         out = {"node": node, "name": node, "report": item["report"], "pool": rec.pool,
@@ -276,6 +278,18 @@ class NodeRoutes(DrainRoutes):
                 out["drain"] = drain
         return json_response(200, out)
 
+    def _unreported_node(self, node: str) -> Response:
+        """A Node node-agent has not reported for (``--backend kubernetes``), as its list item; 404
+        for a name that is neither a Node nor in the store."""
+        truth = self.cluster.node_truth
+        found = truth.unreported_one(node, self.cluster.state().pools) if truth is not None and truth.ready() else None
+        if found is None:
+            raise HTTPError(404, f"node {node!r} has not reported")
+        out = unmanaged_item(found, targets(self.cluster.pool_views(pending=False, nodes=0)))
+        out.update(node=node, drainEvents=[], degradedReason="")
+        with_readiness(truth, [out])
+        return json_response(200, out)
+
     def nodes(self, environ: Dict[str, Any]) -> Response:
         qs = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
         try:
@@ -292,9 +306,16 @@ class NodeRoutes(DrainRoutes):
             return json_response(200, registrations.listing(self.cluster, approval, after, limit))
         records = self.cluster.store.nodes(after=after, limit=limit)
         deadlines = self.cluster.first_boot_deadlines()  # each node's first boot, decided now
-        out = node_list(records, targets(self.cluster.pool_views(pending=False, nodes=0)), limit,
-                        self.cluster.store.pools(), lambda rec: self.cluster.first_boot_view(rec, deadlines=deadlines))
-        with_readiness(self.cluster.node_truth, out["items"])  # READY, from the Node objects
+        pool_targets = targets(self.cluster.pool_views(pending=False, nodes=0))
+        out = node_list(records, pool_targets, limit, self.cluster.store.pools(),
+                        lambda rec: self.cluster.first_boot_view(rec, deadlines=deadlines))
+        truth = self.cluster.node_truth
+        if truth is not None and truth.ready():  # every Node, as oc get nodes: those with no report too
+            found = truth.unreported(self.cluster.state().pools, after, [r.node for r in records], len(records) == limit)
+            if found:
+                out["items"] = merged_page(out["items"], [unmanaged_item(n, pool_targets) for n in found], limit)
+                out["metadata"] = {"continue": out["items"][-1]["name"]} if len(out["items"]) == limit else {}
+        with_readiness(truth, out["items"])  # READY, from the Node objects
         return json_response(200, out)
 
     def report(self, node: str, body: Any) -> Response:
