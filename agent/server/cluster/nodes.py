@@ -60,10 +60,10 @@ def node_list(records: List[NodeRecord], pool_targets: Dict[str, Tuple[str, Opti
 
 def unmanaged_item(node: Tuple[str, Optional[str], str, Dict[str, Any]],
                    pool_targets: Dict[str, Tuple[str, Optional[str]]]) -> Dict[str, Any]:
-    """The list's item of a Node node-agent does not speak for (``--backend kubernetes``: no
-    report, or one that counts for nothing): its pool by its labels, its state from its own MCD
-    annotations, as the pool counts it; ``node``: kube_nodes.NodeTruth.unreported's (ours: ``get nodes`` lists every Node the pools count, as
-    ``oc get nodes`` does; a Node left out read as a pool of fewer machines than its count)."""
+    """The list's item of a Node with no node-agent record (``--backend kubernetes``): its pool by
+    its labels, its state from its own MCD annotations, as the pool counts it; ``node``:
+    kube_nodes.NodeTruth.unreported's. Ours: ``get nodes`` lists every Node the pools count, as
+    ``oc get nodes`` does (a Node left out read as a pool of fewer machines than its count)."""
     name, pool, membership, annotations = node
     report = nodestatus.report_from_annotations(annotations) or {}
     target = pool_targets.get(pool or "")
