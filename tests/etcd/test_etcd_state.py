@@ -42,7 +42,7 @@ def test_publish_then_every_replica_loads_the_same_generation(client, tmp_path):
             "metadata:\n  name: 99-extra\n  labels:\n    machineconfiguration.openshift.io/role: worker\n"
             "spec:\n  config:\n    ignition:\n      version: 3.4.0\n")
         gen2, _ = publish(client, prefix, str(state))
-        wait_for(lambda: a.current().signature == b.current().signature == f"etcd:{gen2}", "both replicas switch", 5)
+        wait_for(lambda: a.current().signature == b.current().signature == f"etcd:{gen2}", "both replicas switch", 30)
         assert "99-extra" in b.current().machine_configs
     finally:
         a.close()

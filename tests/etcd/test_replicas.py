@@ -148,7 +148,7 @@ def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     assert resp.status_code == 200, resp.text
     acked = time.monotonic()
     for r, n in zip((b, c), before):
-        wait_for(lambda r=r, n=n: pool(r)["status"]["machineCount"] == n + 1, "the other replicas count it", 10)
+        wait_for(lambda r=r, n=n: pool(r)["status"]["machineCount"] == n + 1, "the other replicas count it", 30)
     propagation = time.monotonic() - acked
     # The gate: a new target is served to new nodes only once a member has proven it.
     with open(os.path.join(fleet.state, "machineconfigs", "99-replica-test.yaml"), "w") as f:
@@ -172,7 +172,7 @@ def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     resp = report(a, "member-1", {"pool": "worker", "state": "Done", "currentConfig": target}, fleet)
     assert resp.status_code == 200, resp.text
     for r in (b, c):
-        wait_for(lambda r=r: pool(r)["status"]["served"]["config"] == target, "the proof reaches every replica", 10)
+        wait_for(lambda r=r: pool(r)["status"]["served"]["config"] == target, "the proof reaches every replica", 30)
     # Recorded for the closing note and docs (the behaviour is asserted above; figures in benchmarks).
     print(f"report propagation to the other replicas: {propagation:.3f}s")
 

@@ -139,7 +139,7 @@ def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
     assert resp.status_code == 200, resp.text
     for r in (b, c):  # its Node counts in machineCount from the start; its report reaches every replica
         wait_for(lambda r=r: (pool(r)["status"]["nodes"].get("kmember-1") or {}).get("state") == "Done",
-                 "the other replicas see its report", 10)
+                 "the other replicas see its report", 30)
     # The MCO-1940 gate: a new target is served to new nodes only once a member has proven it,
     # and the proof is what the API holds (the node's record on its MachineConfigNode).
     fleet.kube.kubectl("apply", "-f", "-", input=(
@@ -167,7 +167,7 @@ def test_a_report_through_one_replica_is_counted_and_gates_on_the_others(fleet):
                                    "desiredConfig": target}, fleet)
     assert resp.status_code == 200, resp.text
     for r in (b, c):
-        wait_for(lambda r=r: pool(r)["status"]["served"]["config"] == target, "the proof reaches every replica", 10)
+        wait_for(lambda r=r: pool(r)["status"]["served"]["config"] == target, "the proof reaches every replica", 30)
     mcn = fleet.kube.get(f"{MCO}/machineconfignodes/kmember-1").json()
     record = json.loads(mcn["metadata"]["annotations"]["node-agent.openshift.io/report"])
     assert record["report"]["currentConfig"] == target and record["pool"] == "worker"

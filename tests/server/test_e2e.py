@@ -170,7 +170,7 @@ def test_update_waits_for_the_drain_lease_then_applies_and_reports(tmp_path):
         open(mc, "w").write(text)
         new_target = wait_for(lambda: (lambda name: name if name != old_target else None)(
             api.get(srv.url("/api/v1/pools/infra")).json()["spec"]["configuration"]["name"]),
-            "the server picks up the change", 10)
+            "the server picks up the change", 30)
 
         # Another infra node holds the only lease (maxUnavailable 1), renewing it until the agent
         # is seen waiting for it, and then dies: the lease expires and the agent gets its own.

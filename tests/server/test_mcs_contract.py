@@ -253,7 +253,7 @@ def test_a_node_joining_mid_rollout_gets_the_proven_image_of_the_config_it_is_se
         mosc = state / "machineosconfigs" / "infra.yaml"
         mosc.write_text(mosc.read_text().replace(LAYERED, NEWER))
         wait_for(lambda: api(srv, "/api/v1/pools/infra")["status"]["layeredImage"] == NEWER,
-                 "the server picks up the build", 10)
+                 "the server picks up the build", 30)
         # Nobody runs the new config: a new node gets the current one, with *its* proven image
         # (upstream serves the base image here; the pull spec already names the unproven build).
         served = api(srv, "/api/v1/pools/infra")["status"]["served"]
