@@ -20,19 +20,26 @@ MC = ("apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nme
       "    storage:\n      files:\n      - {path: /etc/nmstate/openshift/held.yml, mode: 420, contents: {source: 'data:,x'}}\n")
 
 
-def test_a_held_fetch_is_made_again_only_when_its_inputs_change_and_answers_once_its_node_is_targeted(tmp_path, new_app):
+def two_members_done_on_a(tmp_path, new_app):
+    """An app whose worker pool (maxUnavailable 1) has n1 and n2 Done on its config A: (app, state, A)."""
     state = tmp_path / "state"
     shutil.copytree(os.path.join(paths.REPO, "examples", "state"), state)
     not_layered(str(state))
     worker = state / "machineconfigpools" / "worker.yaml"
     worker.write_text(worker.read_text().replace('maxUnavailable: "25%"', "maxUnavailable: 1"))
     app = new_app(str(state), reload_interval=0.0, settle=0.0)
-    app.max_hold = 3.0
     status, a = wsgi(app, "GET", "/api/v1/pools/worker")
     a = json.loads(a)["spec"]["configuration"]["name"]
     done = {"pool": "worker", "state": "Done", "currentConfig": a, "desiredConfig": a}
     for n in ("n1", "n2"):
         assert wsgi(app, "POST", f"/api/v1/nodes/{n}/report", json.dumps(done).encode())[0] == 200
+    return app, state, a
+
+
+def test_a_held_fetch_is_made_again_only_when_its_inputs_change_and_answers_once_its_node_is_targeted(tmp_path, new_app):
+    app, state, a = two_members_done_on_a(tmp_path, new_app)
+    app.max_hold = 3.0
+    done = {"pool": "worker", "state": "Done", "currentConfig": a, "desiredConfig": a}
     answer = {}
 
     def held():  # n1's answer: its ETag on A, held
@@ -64,8 +71,10 @@ def test_a_held_fetch_is_made_again_only_when_its_inputs_change_and_answers_once
     got = {}
 
     def targeted():
+        start = time.monotonic()
         got["status"], got["body"] = wsgi(app, "GET", "/config/worker", headers={
             "X-Node-Name": "n1", "If-None-Match": answer["etag"]}, query="wait=60")
+        got["took"] = time.monotonic() - start
 
     t = threading.Thread(target=targeted)
     t.start()
@@ -73,3 +82,34 @@ def test_a_held_fetch_is_made_again_only_when_its_inputs_change_and_answers_once
              "B is the target")
     t.join(70)
     assert got["status"] == 200, got  # woken by its targeting: a hold that ran out answers 304
+
+
+def test_a_targeting_committed_while_the_held_answer_is_made_ends_the_hold_at_once(tmp_path, new_app):
+    """The store's generation and the answer's inputs are read before the answer is made, as a
+    memo's are: a targeting committed between the answer (n1 waits on A) and the hold's first
+    look is a change, so n1 gets B at once. Read after the answer, that commit was the baseline
+    and the fetch waited out its whole hold (a loaded CI run: 304 after 60 s)."""
+    app, state, a = two_members_done_on_a(tmp_path, new_app)
+    app.cluster.stop_stepper()  # only this test steps the pools
+    app.max_hold = 60.0
+    etag = app._config_answer(app.caller({}), "n1", "worker", None)[1]
+    inner, calls = app._config_answer, []
+
+    def answer_then_target(*args):
+        made = inner(*args)
+        if not calls:  # the held fetch's first answer (n1 waits on A); then B, and the server targets n1
+            (state / "machineconfigs" / "60-held.yaml").write_text(MC)
+            for _ in range(3):
+                app.cluster.step_pools()
+        calls.append(made[1])
+        return made
+
+    app._config_answer = answer_then_target
+    start = time.monotonic()
+    status, body = wsgi(app, "GET", "/config/worker", headers={"X-Node-Name": "n1", "If-None-Match": etag},
+                        query="wait=60")
+    took = time.monotonic() - start
+    target = json.loads(wsgi(app, "GET", "/api/v1/pools/worker")[1])["spec"]["configuration"]["name"]
+    assert target != a and calls[0] == etag, (target, calls)  # the first answer was made before the targeting
+    assert status == 200 and took < 30, (status, took)  # answered B, not a hold run out
+    assert b"/etc/nmstate/openshift/held.yml" in body

@@ -25,10 +25,13 @@ from agent.server.http.httpio import (
     allow,
     error_body,
     finish_body,
+    header_text,
+    hold_seconds,
     json_response,
     node_name,
     pool_name,
     reason_phrase,
+    unchanged,
 )
 from agent.server.http.metrics import RequestCounter, exposition
 from agent.server.http.noderoutes import NodeRoutes
@@ -288,25 +291,29 @@ class App(NodeRoutes):
                 answer = self._config_answer(caller, None, pool, accept)
                 self.memo.put(key, generation, answer)
         else:
+            # what a held answer is compared with, read before the answer is made: a change committed
+            # between the two (the targeting of this node) would otherwise wait out the whole hold
+            seen = self._hold_baseline(pool, named) if self.max_hold and environ.get("HTTP_IF_NONE_MATCH") else None
             answer = self._config_answer(caller, named, pool, accept)
             hold = hold_seconds(environ, self.max_hold)
             member = any(name == "X-Rollout" for name, _ in answer[0].headers)  # not one waiting for approval
-            if hold and member and unchanged(environ, answer[1]):  # it waits for its turn: answer once it changes
-                answer = self._held(caller, named, pool, accept, answer, hold)
+            if hold and member and seen and unchanged(environ, answer[1]):  # it waits for its turn: answer once it changes
+                answer = self._held(caller, named, pool, accept, answer, hold, seen)
         resp, etag = answer
         if unchanged(environ, etag):
             return Response(304, b"", headers=resp.headers, pool=pool)
         return resp
 
     def _held(self, caller: Caller, named: Optional[str], pool: str, accept: Optional[str],
-              answer: Tuple[Response, str], hold: float) -> Tuple[Response, str]:
+              answer: Tuple[Response, str], hold: float, baseline: Tuple[Any, Any]) -> Tuple[Response, str]:
         """Long poll (``?wait=SECONDS`` with ``If-None-Match``): hold a member's unchanged answer
         until its desired config changes (the server targeted it) or ``hold`` seconds passed, so a
         node learns its turn within a second instead of at its next poll. What the answer depends
         on is looked at again only when the store changed (its generation, when it has one), and
-        made again only when that changed too (``_hold_inputs``)."""
+        made again only when that changed too (``_hold_inputs``), both from ``baseline``
+        (``_hold_baseline``, read before ``answer`` was made)."""
         deadline = time.monotonic() + hold
-        seen, inputs = self.cluster.store.generation(), self._hold_inputs(pool, named)
+        seen, inputs = baseline
         while time.monotonic() < deadline and not self.stopping.is_set():
             time.sleep(min(HOLD_POLL, max(0.0, deadline - time.monotonic())))
             now_gen = self.cluster.store.generation()
@@ -320,6 +327,10 @@ class App(NodeRoutes):
                 return fresh
             answer = fresh  # the same config: its rollout headers may have changed
         return answer
+
+    def _hold_baseline(self, pool: str, named: Optional[str]) -> Tuple[Any, Any]:
+        """(the store's generation, then ``_hold_inputs``): in that order, as for fetchmemo."""
+        return self.cluster.store.generation(), self._hold_inputs(pool, named)
 
     def _hold_inputs(self, pool: str, named: Optional[str]) -> Optional[Tuple[Any, ...]]:
         """What a member's answer is made from (rolloutctl.desired_for): the state served, the
@@ -392,27 +403,3 @@ class App(NodeRoutes):
 
 MAX_HOLD = 25.0  # seconds serve holds a member's unchanged fetch at most (node-agent asks for this long)
 HOLD_POLL = 0.5  # seconds between looks at the store while a member's fetch is held
-
-
-def hold_seconds(environ: Dict[str, Any], max_hold: float) -> float:
-    """The seconds a member asked its fetch to be held (``?wait=``), at most ``max_hold`` (0: this
-    server does not hold: the gthread worker, where a held request would hold a thread)."""
-    qs = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
-    try:
-        wait = float((qs.get("wait") or ["0"])[0])
-    except ValueError:
-        raise HTTPError(400, "wait: a number of seconds", field="wait")
-    if not wait >= 0:
-        raise HTTPError(400, "wait: a number of seconds, 0 or more", field="wait")
-    return min(wait, max_hold)
-
-
-def unchanged(environ: Dict[str, Any], etag: str) -> bool:
-    inm = environ.get("HTTP_IF_NONE_MATCH", "")
-    return bool(inm) and (inm.strip() == "*" or etag in [t.strip() for t in inm.split(",")])
-
-
-def header_text(text: str, limit: int = 1000) -> str:
-    """``text`` as a header value: one line of printable ASCII, at most ``limit`` characters."""
-    clean = "".join(c if 32 <= ord(c) < 127 else "?" for c in " ".join(text.split()))
-    return clean[:limit]

@@ -7,6 +7,7 @@ Every error is JSON: ``{"error": {"code": <HTTP status>, "message": "...", "fiel
 import json
 import re
 import time
+import urllib.parse
 from http import HTTPStatus
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -256,3 +257,27 @@ def _too_deep(doc: Any) -> bool:
                 return True
             stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
     return False
+
+
+def hold_seconds(environ: Dict[str, Any], max_hold: float) -> float:
+    """The seconds a member asked its fetch to be held (``?wait=``), at most ``max_hold`` (0: this
+    server does not hold: the gthread worker, where a held request would hold a thread)."""
+    qs = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
+    try:
+        wait = float((qs.get("wait") or ["0"])[0])
+    except ValueError:
+        raise HTTPError(400, "wait: a number of seconds", field="wait")
+    if not wait >= 0:
+        raise HTTPError(400, "wait: a number of seconds, 0 or more", field="wait")
+    return min(wait, max_hold)
+
+
+def unchanged(environ: Dict[str, Any], etag: str) -> bool:
+    inm = environ.get("HTTP_IF_NONE_MATCH", "")
+    return bool(inm) and (inm.strip() == "*" or etag in [t.strip() for t in inm.split(",")])
+
+
+def header_text(text: str, limit: int = 1000) -> str:
+    """``text`` as a header value: one line of printable ASCII, at most ``limit`` characters."""
+    clean = "".join(c if 32 <= ord(c) < 127 else "?" for c in " ".join(text.split()))
+    return clean[:limit]
