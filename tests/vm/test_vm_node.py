@@ -193,11 +193,14 @@ def test_the_pool_counts_follow_the_node_as_kubectl_get_mcp_shows(run):
     assert before and all(e["machineCount"] == 0 for e in before), pools[:3]
     counts = [e["c"] for e in changes([dict(e, c=machine_counts(e)) for e in pools], "c")]
     cordon, uncordon = node_flips(run)[:2]
-    # The server targeted the node before it cordoned (desiredConfig first, as the node controller
-    # does): from then on it is unavailable, so the pool reads so at the cordon and throughout.
+    # The server targets the node before it cordons (desiredConfig first, as the node controller
+    # does), and the node is unavailable from then on. The pool's status is written by its own loop,
+    # as upstream's status sync: it reads so at the cordon, or at its next write when the node asked
+    # for its drain first (a loaded CI run saw the cordon land first), and so until the uncordon.
     at_cordon = [machine_counts(e) for e in pools if e["rv"] < cordon["rv"]][-1]
     during = [machine_counts(e) for e in pools if cordon["rv"] < e["rv"] < uncordon["rv"]]
-    assert at_cordon == (1, 0, 0, 1) and set(during) <= {(1, 0, 0, 1)}, counts
+    unavailable = ([at_cordon] if at_cordon == (1, 0, 0, 1) else []) + during
+    assert at_cordon in {(1, 0, 0, 1), (1, 1, 1, 0)} and unavailable and set(unavailable) == {(1, 0, 0, 1)}, counts
     assert (1, 1, 1, 0) in counts[:counts.index((1, 0, 0, 1))] and counts[-1] == (1, 1, 1, 0), counts
     # kubectl get mcp as an admin reads it (printer columns of OpenShift's CRD).
     # UPDATED UPDATING DEGRADED MACHINECOUNT READYMACHINECOUNT UPDATEDMACHINECOUNT DEGRADEDMACHINECOUNT
@@ -221,7 +224,8 @@ def test_the_summary_lists_the_node_the_pods_and_the_events_in_time_order(run):
     positions = []
     for what in order:
         hits = [i for i, w in enumerate(whats) if what in w and (not positions or i > positions[-1])]
-        assert hits, (what, whats)
+        assert hits, f"no {what!r} after {order[len(positions) - 1]!r} in the timeline:\n" + "\n".join(
+            f"{e['at']:.3f} {e['what']}" for e in timeline(run))  # whole: a tuple's repr is cut to 6 items
         positions.append(hits[0])
     assert s["wallTime"] and s["wallTime"] > 0
 
