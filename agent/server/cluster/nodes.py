@@ -69,8 +69,7 @@ def unmanaged_item(node: Tuple[str, Optional[str], str, Dict[str, Any]],
     target = pool_targets.get(pool or "")
     return {"name": name, "pool": pool or "", "membership": membership, "reportedAt": "", "report": report,
             "updated": bool(target) and progress.is_updated(report, target[0], target[1]),
-            "rollout": {"state": "Unmanaged", "reason": "no node-agent report: counted from the Node's own "
-                                                        "annotations, never targeted"}}
+            "rollout": {"state": "Unmanaged", "reason": targeting.UNMANAGED_WHY}}
 
 
 def merged_page(items: List[Dict[str, Any]], unreported: List[Dict[str, Any]], limit: int) -> List[Dict[str, Any]]:

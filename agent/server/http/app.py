@@ -293,12 +293,12 @@ class App(NodeRoutes):
         else:
             # what a held answer is compared with, read before the answer is made: a change committed
             # between the two (the targeting of this node) would otherwise wait out the whole hold
-            seen = self._hold_baseline(pool, named) if self.max_hold and environ.get("HTTP_IF_NONE_MATCH") else None
+            baseline = self._hold_baseline(pool, named) if self.max_hold and environ.get("HTTP_IF_NONE_MATCH") else None
             answer = self._config_answer(caller, named, pool, accept)
             hold = hold_seconds(environ, self.max_hold)
             member = any(name == "X-Rollout" for name, _ in answer[0].headers)  # not one waiting for approval
-            if hold and member and seen and unchanged(environ, answer[1]):  # it waits for its turn: answer once it changes
-                answer = self._held(caller, named, pool, accept, answer, hold, seen)
+            if hold and member and baseline is not None and unchanged(environ, answer[1]):  # waits for its turn
+                answer = self._held(caller, named, pool, accept, answer, hold, baseline)
         resp, etag = answer
         if unchanged(environ, etag):
             return Response(304, b"", headers=resp.headers, pool=pool)

@@ -344,13 +344,16 @@ def defer(rollout: Optional[Mapping[str, Any]], node: str, config: str, why: str
 
 # -- what the views show ------------------------------------------------------------------------------
 
+UNMANAGED_WHY = "no node-agent report: counted from the Node's own annotations, never targeted"
+
+
 def node_state(member: Member, rollout: Optional[Mapping[str, Any]], target: str,
                image: Optional[str]) -> Tuple[str, str]:
     """(Done | Updating | Failed | Deferred | Waiting | Unmanaged, why) of one member."""
     entry = entry_of(rollout, member.name)
     eff = effective(member, entry)
     if not member.ours:
-        return "Unmanaged", "no node-agent report: counted from the Node's own annotations, never targeted"
+        return "Unmanaged", UNMANAGED_WHY
     if entry is not None and entry.get("deferred"):
         d = entry["deferred"]
         return "Deferred", f"{d.get('why', '')}; keeps {entry.get('config')}, tried again once the others are done"
