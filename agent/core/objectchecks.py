@@ -55,7 +55,7 @@ def parse_deadline(value: Any) -> float:
 def parse_max_unavailable(value: Any, machine_count: int) -> int:
     """``spec.maxUnavailable`` for a pool of ``machine_count`` nodes, as the MCO's node controller
     reads it (node_controller.go ``maxUnavailable``): default 1; an int is itself; a string must
-    be a percentage (any whole number of percent, "150%" too) of the pool, rounded down
+    be a percentage (any whole number of percent, "150%" and "+10%" too, as Go's strconv.Atoi reads it) of the pool, rounded down
     (apimachinery intstr ``GetScaledValueFromIntOrPercent``, roundUp false); 0 becomes 1. A bare
     number in a string ("3") is refused, as upstream refuses it. Differs on purpose: a negative
     value is refused here (upstream it would hold every update of the pool for ever, silently).
@@ -67,7 +67,7 @@ def parse_max_unavailable(value: Any, machine_count: int) -> int:
     if isinstance(value, int):
         scaled = value
     else:
-        m = re.fullmatch(r"(\d+)%", value)
+        m = re.fullmatch(r"([+-]?\d+)%", value)  # strconv.Atoi takes a sign: "+10%" is 10%
         if not m:
             why = "a number must not be quoted" if re.fullmatch(r"\d+", value.strip()) else \
                 "must be a whole number or a percentage like \"10%\""

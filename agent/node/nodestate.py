@@ -110,11 +110,15 @@ def current_config(record: Dict[str, Any]) -> NodeConfig:
                       fips=bool(record.get("fips")), name=record.get("name", ""))
 
 
-def mark_reboot_pending(root: Root, state_dir: str, config: NodeConfig, boot_id: Optional[str]) -> None:
+def mark_reboot_pending(root: Root, state_dir: str, config: NodeConfig, boot_id: Optional[str],
+                        desired_image: Optional[str] = None) -> None:
     """The node asked for a reboot to finish ``config``: the day-2 loop reports it Done once the
-    node has booted again (another boot id), not before (it does not run the config yet)."""
-    write_json(root.path(os.path.join(state_dir, REBOOT_PENDING)),
-                {"config": config.name, "osImageURL": config.os_image_url, "bootId": boot_id})
+    node has booted again (another boot id), not before (it does not run the config yet).
+    ``desired_image``: the layered image the server targeted, reported with that Done."""
+    record = {"config": config.name, "osImageURL": config.os_image_url, "bootId": boot_id}
+    if desired_image:
+        record["desiredImage"] = desired_image
+    write_json(root.path(os.path.join(state_dir, REBOOT_PENDING)), record)
 
 
 def reboot_pending(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:

@@ -17,6 +17,7 @@ import time
 from dataclasses import replace
 from typing import Any, Dict, Optional
 
+from agent.core.served import ANN
 from agent.errors import EXIT_OK, FetchError, NodeAgentError, NotReady
 from agent.host import files, selinux
 from agent.host.root import Root
@@ -176,6 +177,7 @@ class Updater:
                 rec.finish("failed", exc.exit_code, error=str(exc), exc=exc)
                 self.reporter.send({"pool": record.get("pool") or self._pool(current), "state": "Degraded",
                                     "currentConfig": current.name, "desiredConfig": getattr(self, "trying", None),
+                                    "desiredImage": getattr(self, "trying_image", None),
                                     "reason": getattr(exc, "reason", None) or str(exc).splitlines()[0]})
                 raise
         finally:
@@ -232,6 +234,7 @@ class Updater:
             state, reason = "Done", None
         sent = self.reporter.send({"pool": pool, "state": state, "currentConfig": current.name,
                                    "desiredConfig": current.name, "reason": reason,
+                                   "desiredImage": pending.get("desiredImage") or None,
                                    "currentImage": (booted.image if booted.known else want) or None})
         log.info("node booted after its reboot for %s: reported %s%s", current.name, state,
                  "" if sent else " (queued)")
@@ -285,6 +288,9 @@ class Updater:
             target, served = self._target(record, current, result)
             rec.set(pool=served.pool, config=target.name)
         self.trying = target.name  # a failure is reported as Degraded on its way to it
+        # The layered image the server targeted (the served node annotations name it only then): the
+        # node reports it as its desiredImage, as upstream's Node keeps the annotation once set.
+        self.trying_image = served.annotations.get(ANN + "desiredImage") or None
         etag = result.headers.get("ETag") if result.status != 304 else record.get("etag")
         same = target.name == current.name and target.ignition == current.ignition
         if same and not forced:
@@ -373,7 +379,7 @@ class Updater:
                 return "deferred"
         try:
             self.reporter.send({"pool": served.pool, "state": "Working", "currentConfig": current.name,
-                                "desiredConfig": target.name})
+                                "desiredConfig": target.name, "desiredImage": self.trying_image})
             with rec.stage("apply"):
                 applied = apply_config(self.root, target, current, fetcher=self.fetcher, systemd=self.systemd,
                                        rpmostree=self.rpmostree, state_dir=self.state_dir)
@@ -387,10 +393,12 @@ class Updater:
             nodestate.save_current(self.root, self.state_dir, target, etag, url)
             self.drift.forget()  # checked again from the new config (after the reboot, if one is due)
             if reboot:
-                nodestate.mark_reboot_pending(self.root, self.state_dir, target, planning.boot_id(self.root))
+                nodestate.mark_reboot_pending(self.root, self.state_dir, target, planning.boot_id(self.root),
+                                              self.trying_image)
             with rec.stage("report"):
                 self.reporter.send({"pool": served.pool, "state": "Working" if reboot else "Done",
                                     "currentConfig": target.name, "desiredConfig": target.name,
+                                    "desiredImage": self.trying_image,
                                     "currentImage": (booted.image if reboot else target.os_image_url) or None,
                                     "reason": "reboot pending" if reboot else getattr(self, "_irreconcilable", None)})
         finally:

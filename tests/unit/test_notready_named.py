@@ -5,7 +5,7 @@ READY column and Not ready line, nodes.with_readiness."""
 from agent.server.cli import rolloutview, views
 from agent.server.cluster.kube_nodes import counts_of
 from agent.server.cluster.nodes import with_readiness
-from agent.server.rollout import nodestatus, progress, targeting
+from agent.server.rollout import nodestatus, progress, rolloutstatus, targeting
 
 NOW = 1_800_000_000.0
 
@@ -43,7 +43,7 @@ def test_a_pool_still_updating_keeps_upstreams_words():
 def test_the_rollout_summary_and_describe_pool_name_the_notready_node():
     members = [targeting.Member("infra-0", done("A"), not_ready="node infra-0 is reporting NotReady=Unknown"),
                targeting.Member("infra-1", done("A"))]
-    summary = targeting.summary(members, {}, "A", None, 1, NOW)
+    summary = rolloutstatus.summary(members, {}, "A", None, 1, NOW)
     assert summary["notReady"] == {"infra-0": "node infra-0 is reporting NotReady=Unknown"}
     assert "  Not ready:         infra-0 (node infra-0 is reporting NotReady=Unknown)" in \
         rolloutview.pool_rollout_lines({"rollout": summary})

@@ -10,7 +10,7 @@ from agent.core.rolloutpolicy import (
     policy_problems,
     rollout_policy,
 )
-from agent.server.rollout import targeting
+from agent.server.rollout import rolloutstatus, targeting
 from agent.server.rollout.targeting import Member
 
 A, B = "rendered-worker-a", "rendered-worker-b"
@@ -62,7 +62,7 @@ def test_a_change_reaches_only_maxUnavailable_nodes_and_a_failing_one_halts_the_
     again = targeting.step(failing, first.rollout, B, None, 1, UPSTREAM, "", 110.0)
     assert again.targeted == [] and set(again.rollout["targets"]) == {"w0"}
     assert again.halted.startswith("rollout halted: 1 node(s) failed on the target (w0)")
-    states = {m.name: targeting.node_state(m, again.rollout, B, None)[0] for m in failing}
+    states = {m.name: rolloutstatus.node_state(m, again.rollout, B, None)[0] for m in failing}
     assert states == {"w0": "Failed", "w1": "Waiting", "w2": "Waiting", "w3": "Waiting"}
 
 
@@ -141,7 +141,7 @@ def test_a_node_nodeagent_does_not_speak_for_is_counted_but_never_targeted():
     nodes = fleet(2) + [Member("mcd", {"state": "Working", "currentConfig": A, "desiredConfig": B}, ours=False)]
     got = targeting.step(nodes, {}, B, None, 2, UPSTREAM, "", 1.0)
     assert got.targeted == ["w0"]  # mcd is unavailable (working on B): one slot left, and never its own
-    assert targeting.node_state(nodes[2], got.rollout, B, None)[0] == "Unmanaged"
+    assert rolloutstatus.node_state(nodes[2], got.rollout, B, None)[0] == "Unmanaged"
 
 
 def test_a_deferred_node_keeps_its_config_gives_its_slot_and_is_tried_again_last():
@@ -150,7 +150,7 @@ def test_a_deferred_node_keeps_its_config_gives_its_slot_and_is_tried_again_last
     rollout = targeting.defer(rollout, "w0", A, "PodDisruptionBudget app/web held its drain", 2.0)
     assert rollout["targets"]["w0"]["config"] == A and rollout["targets"]["w0"]["deferred"]["from"] == B
     nxt = targeting.step(nodes, rollout, B, None, 1, UPSTREAM, "", 3.0)
-    assert nxt.targeted == ["w1"] and targeting.node_state(nodes[0], nxt.rollout, B, None)[0] == "Deferred"
+    assert nxt.targeted == ["w1"] and rolloutstatus.node_state(nodes[0], nxt.rollout, B, None)[0] == "Deferred"
     nodes = with_reports(nodes, w1=done(B))
     nxt = targeting.step(nodes, nxt.rollout, B, None, 1, UPSTREAM, "", 4.0)
     assert nxt.targeted == ["w2"]
@@ -169,7 +169,7 @@ def test_the_summary_names_who_updates_waits_failed_and_estimates_the_end():
     nodes = with_reports(fleet(5), w0=done(B), w1=failed(A, B), w2=working(A, B))
     rollout = {"config": B, "durations": [10.0, 20.0, 30.0], "waiting": "maxUnavailable 2: ...",
                "targets": {"w1": {"config": B, "at": 1.0}, "w2": {"config": B, "at": 1.0}}}
-    got = targeting.summary(nodes, rollout, B, None, 2, 50.0)
+    got = rolloutstatus.summary(nodes, rollout, B, None, 2, 50.0)
     assert got["counts"] == {"Done": 1, "Failed": 1, "Updating": 1, "Waiting": 2}
     assert got["updating"] == ["w2"] and got["waiting"] == ["w3", "w4"] and got["failed"] == ["w1"]
     assert "directory stands" in got["reasons"]["w1"]

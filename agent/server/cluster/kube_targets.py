@@ -1,9 +1,11 @@
 """What the server's node targeting writes on the Nodes (``--backend kubernetes``), as the MCO's node
-controller writes it (pkg/controller/node/node_controller.go at 006209bb): each targeted Node's
+controller writes it (pkg/controller/node/node_controller.go at 7ff337a4): each targeted Node's
 ``machineconfiguration.openshift.io/desiredConfig`` (and ``desiredImage`` on a layered pool), the
-``UpdateInProgress:PreferNoSchedule`` taint on every Node of a pool that is not paused while its
-desired config is not the pool's (``syncMachineConfigPool``: the scheduler then prefers the Nodes
-already updated), and the ``SetDesiredConfig`` Event on the pool (``setDesiredAnnotations``).
+``UpdateInProgress:PreferNoSchedule`` taint while its desired config is not the pool's
+(``syncMachineConfigPool``: the scheduler then prefers the Nodes already updated), and the
+``SetDesiredConfig`` Event on the pool (``setDesiredAnnotations``). A paused pool's Nodes, and a
+layered pool's while its image is not built, are not written at all (``frozen``): upstream returns
+before its taint loop then, and leaves the taints as they are.
 
 Only Nodes node-agent reports for (a counted report) are written: a Node a real MCD or nothing
 manages is read, never targeted (agent/server/rollout/targeting.py). The decision is in the store
@@ -16,7 +18,7 @@ import time
 from typing import Any, Dict, Optional
 
 from agent.server.cluster import kube_events
-from agent.server.rollout import targeting
+from agent.server.rollout import gating, targeting
 from agent.server.rollout.progress import iso8601
 from agent.server.store.kube.client import NODES, KubeError
 
@@ -81,18 +83,18 @@ class TargetWriter:
             pool = st.pools.get(name)
             if pool is None:
                 continue
-            paused = bool((pool.get("spec") or {}).get("paused"))
             image = self.cluster._layered(st, name, row.target)
+            if frozen(pool, image, gating.os_config_for_pool(name, st.os_configs) is not None):
+                continue
             for member in truth.members(name, st.pools):
                 if member.ours and member.name in nodes:
-                    self._write(nodes[member.name], member, row, image, paused)
+                    self._write(nodes[member.name], member, row, image)
 
-    def _write(self, node: Dict[str, Any], member: targeting.Member, row: Any, image: Optional[str],
-               paused: bool) -> None:
+    def _write(self, node: Dict[str, Any], member: targeting.Member, row: Any, image: Optional[str]) -> None:
         entry = targeting.entry_of(row.rollout, member.name)
         desired, desired_image = targeting.desired_of(member.report, entry)
         eff = targeting.with_desired(member.report, entry)
-        tainted = not paused and targeting.needs_update_in_progress_taint(eff, row.target, image)
+        tainted = targeting.needs_update_in_progress_taint(eff, row.target, image)
         patch = target_patch(node, desired, desired_image, tainted)
         if not patch:
             return
@@ -102,6 +104,14 @@ class TargetWriter:
         except KubeError as exc:
             if exc.status not in (404, 409):  # 409: the Node changed meanwhile; 404: gone. The next round sees it
                 raise
+
+
+def frozen(pool: Dict[str, Any], image: Optional[str], layered: bool) -> bool:
+    """No Node of the pool is written: upstream's ``syncMachineConfigPool`` returns before its
+    taint loop and its targeting while the pool is paused, or (a layered pool) while the target's
+    image is not built (``canLayeredContinue``): desiredConfig, desiredImage and the taints stay as
+    they are."""
+    return bool((pool.get("spec") or {}).get("paused")) or (layered and not image)
 
 
 def served_desired(rows: Dict[str, Any], pool: str, node: str, report: Dict[str, Any]) -> Dict[str, Any]:

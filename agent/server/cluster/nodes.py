@@ -10,7 +10,7 @@ maximum below) and ``metadata.continue`` to pass back as ``?continue=`` for the 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.cluster.rolloutctl import counted, member_of_record
-from agent.server.rollout import nodestatus, progress, targeting
+from agent.server.rollout import nodestatus, progress, rolloutstatus, targeting
 from agent.server.store.nodestore import NodeRecord, PoolRow
 
 DEFAULT_LIMIT = 500
@@ -42,7 +42,7 @@ def node_item(rec: NodeRecord, pool_targets: Dict[str, Tuple[str, Optional[str]]
         item["degradedReason"] = rec.degraded
     row = (rows or {}).get(rec.pool)
     if target and row is not None and counted(rec):  # where the server's rollout has the node: its turn
-        state, why = targeting.node_state(member_of_record(rec, 0.0), row.rollout, target[0], target[1])
+        state, why = rolloutstatus.node_state(member_of_record(rec, 0.0), row.rollout, target[0], target[1])
         desired = targeting.desired_of(rec.report, targeting.entry_of(row.rollout, rec.node))[0]
         item["rollout"] = {"state": state, "desiredConfig": desired, **({"reason": why} if why else {})}
     if first_boot is not None:
@@ -69,7 +69,7 @@ def unmanaged_item(node: Tuple[str, Optional[str], str, Dict[str, Any]],
     target = pool_targets.get(pool or "")
     return {"name": name, "pool": pool or "", "membership": membership, "reportedAt": "", "report": report,
             "updated": bool(target) and progress.is_updated(report, target[0], target[1]),
-            "rollout": {"state": "Unmanaged", "reason": targeting.UNMANAGED_WHY}}
+            "rollout": {"state": "Unmanaged", "reason": rolloutstatus.UNMANAGED_WHY}}
 
 
 def merged_page(items: List[Dict[str, Any]], unreported: List[Dict[str, Any]], limit: int) -> List[Dict[str, Any]]:

@@ -19,7 +19,7 @@ from agent.core.rolloutpolicy import rollout_policy
 from agent.server.cluster import poolview, renderreview
 from agent.server.cluster.kube_pools import pool_update_events
 from agent.server.cluster.sharedruns import SharedRuns
-from agent.server.rollout import firstboots, gating, progress, review, targeting
+from agent.server.rollout import candidates, firstboots, gating, nodestatus, progress, review, targeting
 from agent.server.rollout.targeting import Member
 from agent.server.store.nodestore import SERVER_KEY, NodeRecord, PoolRow
 from agent.server.store.stateformat import State
@@ -87,6 +87,7 @@ class RolloutControl:
         failing = self.render_failure(st, name)
         refused = st.refused_pools().get(name)  # the pool itself is invalid: nobody in it is targeted
         invalid = f"the pool is invalid: {refused[0]}" if refused else ""
+        arbiter = candidates.arbiter_hold(name, self._partner_unavailable(st, name))
 
         def decide(row: Optional[PoolRow]) -> Optional[PoolRow]:
             rendered = r.name
@@ -107,8 +108,9 @@ class RolloutControl:
                 rollout.pop("pinned", None)
             image, image_why = gating.layered_image_info(name, step.target, st.os_configs, st.os_builds)
             hold = invalid or targeting.hold_reason(step.target, bool(spec.get("paused")), gating.os_config_for_pool(
-                name, st.os_configs) is not None, image, image_why)
-            limit = parse_max_unavailable(spec.get("maxUnavailable"), len(members))
+                name, st.os_configs) is not None, image, image_why) or arbiter
+            limit = candidates.arbiter_limits(name, list(st.pools), parse_max_unavailable(spec.get("maxUnavailable"),
+                                                                                          len(members)))
             decision = targeting.step(members, rollout, step.target, image, limit, policy, hold, now)
             conds = poolview.conditions(counts, step.target, step.current, {"held": step.held, "rendered": rendered},
                                         None, failing, bool(spec.get("paused")), name)
@@ -135,6 +137,18 @@ class RolloutControl:
             self.pool_event(name, "Normal", reason, message)
         if decision.targeted:
             self._announce(name, decision.targeted, new.target, image)
+
+    def _partner_unavailable(self, st: State, pool: str) -> List[str]:
+        """The unavailable Nodes of the pool that master and the arbiter pool hold each other to
+        (candidates.arbiter_hold); none outside a cluster with both pools."""
+        partner = {candidates.MASTER_POOL: candidates.ARBITER_POOL,
+                   candidates.ARBITER_POOL: candidates.MASTER_POOL}.get(pool)
+        if partner is None or partner not in st.pools or pool not in st.pools:
+            return []
+        row = self.store.pools().get(partner)
+        rollout = row.rollout if row is not None else {}
+        return [m.name for m in self.pool_members(st, partner)
+                if nodestatus.is_unavailable_for_update(m.not_ready, targeting.effective(m, targeting.entry_of(rollout, m.name)))]
 
     def _announce(self, pool: str, nodes: List[str], config: str, image: Optional[str]) -> None:
         """node_controller.go ``setDesiredAnnotations``' Event: SetDesiredConfig (layered:
@@ -218,6 +232,13 @@ class RolloutControl:
             config = row.current
         if entry is not None and entry.get("deferred"):
             return config, None, "deferred", str(entry["deferred"].get("why") or "")
+        if entry is not None and entry.get("parked"):  # ours: a failed node retries only in a free slot
+            running = str(report.get("currentConfig") or "")
+            return (running if self.spec_of(running) is not None else row.current), \
+                str(report.get("currentImage") or "") or None, "waiting", \
+                (f"it failed on {config}; it retries once the pool gives it a free slot (the failure budget lets "
+                 f"the rollout go on past failed nodes, which then hold no slot): {row.rollout.get('halted') or ''}"
+                 ).rstrip(": ")
         on_target = config == row.target and (not pool_image or report.get("currentImage") == pool_image)
         if entry is not None or on_target:
             done = report.get("state") == "Done" and report.get("currentConfig") == config

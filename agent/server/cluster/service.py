@@ -30,7 +30,7 @@ from agent.server.cluster.replicaview import ReplicaView
 from agent.server.cluster.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
 from agent.server.cluster.rolloutctl import RolloutControl
 from agent.server.cluster.serving import ConfigServing, Fetch, UnknownPool  # noqa: F401 - the API's names
-from agent.server.rollout import gating, progress, renderstatus, targeting
+from agent.server.rollout import gating, progress, renderstatus, rolloutstatus
 from agent.server.rollout.drains import DEFAULT_TTL
 from agent.server.rollout.render import Rendered, inputs_key, render_pool
 from agent.server.store.errors import StoreUnavailable
@@ -298,12 +298,12 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
     def _rollout_view(self, st: State, name: str, row: PoolRow, image: Optional[str], limit: int,
                       max_nodes: int) -> Dict[str, Any]:
         """``status.rollout``: who updates, who waits and why, who failed or was deferred, and an
-        estimate of the end (targeting.summary, O(nodes)); a view listing no node (the status
+        estimate of the end (rolloutstatus.summary, O(nodes)); a view listing no node (the status
         writes, /metrics) gets only what the pool's row says (halted, why the others wait)."""
         if max_nodes <= 0:
             keep = {"halted": "halted", "waiting": "waitReason"}
             return {"target": row.target, **{out: row.rollout[k] for k, out in keep.items() if row.rollout.get(k)}}
-        return targeting.summary(self.pool_members(st, name), row.rollout, row.target, image, limit, time.time())
+        return rolloutstatus.summary(self.pool_members(st, name), row.rollout, row.target, image, limit, time.time())
 
     def _listed(self, pool: str, counts: progress.Counts, limit: int) -> Dict[str, Dict[str, Any]]:
         """The first ``limit`` nodes of the pool: its Nodes with the Kubernetes backend, else the store's."""

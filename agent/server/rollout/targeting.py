@@ -31,41 +31,25 @@ node is Done on it, so the record holds only the nodes in flight.
 """
 
 import math
-import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from agent.core.rolloutpolicy import RolloutPolicy, node_priority
-from agent.server.rollout import nodestatus
+from agent.server.rollout import candidates, nodestatus
+from agent.server.rollout.candidates import (  # noqa: F401 (upstream's rules, read through this module too)
+    TAINT_EFFECT,
+    TAINT_KEY,
+    ZONE_LABEL,
+    Candidates,
+    Member,
+    check_node_candidacy_for_update,
+    is_desired_equal_to_pool,
+    needs_update_in_progress_taint,
+    sort_node_list,
+)
 
-ZONE_LABEL = "topology.kubernetes.io/zone"  # node_controller.go zoneLabel
-TAINT_KEY = "UpdateInProgress"  # pkg/constants NodeUpdateInProgressTaint: key UpdateInProgress,
-TAINT_EFFECT = "PreferNoSchedule"  # effect PreferNoSchedule
 DURATIONS_KEEP = 20
 LISTED = 20  # names listed per group in a pool's rollout summary (its counts are whole)
-
-
-@dataclass(frozen=True)
-class Member:
-    """One Node of the pool as targeting reads it. ``report``: what node-agent reported (or, for a
-    Node without one, its MCD annotations: ``ours`` False); ``not_ready``: check_node_ready's
-    reason ("" when ready); ``created``: the Node's creationTimestamp (or, without Node objects,
-    when the node registered), Unix seconds."""
-    name: str
-    report: Optional[Mapping[str, Any]]
-    ours: bool = True
-    not_ready: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
-    created: float = 0.0
-
-
-@dataclass(frozen=True)
-class Candidates:
-    nodes: List[Member]
-    capacity: int
-    unavailable: List[str]
-    failing: List[str]  # desiring the target and failing on it
-    room: int = 0  # maxUnavailable less the unavailable Nodes, before the failing ones take theirs
 
 
 @dataclass
@@ -74,6 +58,7 @@ class Decision:
     targeted: List[str] = field(default_factory=list)  # newly targeted by this step
     halted: str = ""  # why no node is targeted although some wait, when the rollout stopped itself
     waiting: str = ""  # why the waiting nodes wait (capacity, canary, paused)
+    retried: List[str] = field(default_factory=list)  # ours: failed nodes let retry by this step (failure budget)
 
 
 def entry_of(rollout: Optional[Mapping[str, Any]], node: str) -> Optional[Dict[str, Any]]:
@@ -112,42 +97,13 @@ def with_desired(report: Optional[Mapping[str, Any]], entry: Optional[Mapping[st
     return out
 
 
-def is_desired_equal_to_pool(report: Optional[Mapping[str, Any]], target: str, image: Optional[str]) -> bool:
-    """layered_node_state.go ``IsDesiredEqualToPool``: the desired config is the pool's (and, on a
-    layered pool, the desired image its image)."""
-    if not report or str(report.get("desiredConfig") or "") != target:
-        return False
-    return not image or report.get("desiredImage") == image
-
-
 def get_all_candidate_machines(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target: str,
                                image: Optional[str], max_unavailable: int) -> Candidates:
-    """node_controller.go ``getAllCandidateMachines``: no candidate while the unavailable Nodes
-    (``IsUnavailableForUpdate``) use up maxUnavailable; the Nodes already desiring the target and
-    failing on it (``isNodeMCDFailing``) take capacity too. Candidates are the Nodes not desiring
-    the target yet; ours: only those node-agent reports for (see the module's docstring)."""
-    unavailable, failing, nodes = [], [], []
-    for m in members:
-        eff = effective(m, entry_of(rollout, m.name))
-        if nodestatus.is_unavailable_for_update(m.not_ready, eff):
-            unavailable.append(m.name)
-        if is_desired_equal_to_pool(eff, target, image):
-            if nodestatus.is_mcd_failing(eff):
-                failing.append(m.name)
-            continue
-        if m.ours:
-            nodes.append(m)
-    room = max(0, max_unavailable - len(unavailable))
-    return Candidates(nodes, max(0, room - len(failing)), unavailable, failing, room)
-
-
-def sort_node_list(members: Sequence[Member]) -> List[Member]:
-    """node_controller.go ``sortNodeList``: Nodes with the zone label first, by zone, then oldest
-    first; Nodes without it last, oldest first (the name breaks ties: ours, so the order is total)."""
-    def key(m: Member) -> Tuple:
-        zone = m.labels.get(ZONE_LABEL)
-        return (0, zone, m.created, m.name) if zone is not None else (1, "", m.created, m.name)
-    return sorted(members, key=key)
+    """candidates.get_all_candidate_machines on the members as their Nodes read (``effective``),
+    the failed nodes let retry (ours, under a failure budget) each holding a slot."""
+    eff = {m.name: effective(m, entry_of(rollout, m.name)) for m in members}
+    retrying = [n for n, e in ((rollout or {}).get("targets") or {}).items() if isinstance(e, dict) and e.get("retry")]
+    return candidates.get_all_candidate_machines(members, eff, target, image, max_unavailable, retrying)
 
 
 def rollout_order(members: Sequence[Member], deferred: Sequence[str] = ()) -> List[Member]:
@@ -157,16 +113,14 @@ def rollout_order(members: Sequence[Member], deferred: Sequence[str] = ()) -> Li
     return sorted(ordered, key=lambda m: (m.name in deferred, -node_priority(m.labels)[0], rank[m.name]))
 
 
-def needs_update_in_progress_taint(report: Optional[Mapping[str, Any]], target: str, image: Optional[str]) -> bool:
-    """syncMachineConfigPool: every Node of a pool that is not paused carries the
-    UpdateInProgress:PreferNoSchedule taint while its desired config is not the pool's (the
-    scheduler then prefers the Nodes already updated), and loses it once it desires it."""
-    return not is_desired_equal_to_pool(report, target, image)
-
-
-def _done_on(eff: Optional[Mapping[str, Any]], entry: Optional[Mapping[str, Any]]) -> bool:
-    """The node is Done on its entry's config: the entry has served its purpose."""
-    return entry is not None and not entry.get("deferred") and nodestatus.is_node_done(eff)
+def _done_on(member: Member, entry: Optional[Mapping[str, Any]]) -> bool:
+    """The node is Done on its entry's config, and its own report desires what the entry says
+    (config and image): the entry has served its purpose. Upstream the Node keeps its desiredImage
+    annotation once set; here the entry is that annotation until the node's report carries it, so a
+    Done layered node is never a candidate again (CheckNodeCandidacyForUpdate)."""
+    if entry is None or entry.get("deferred") or not nodestatus.is_node_done(effective(member, entry)):
+        return False
+    return not entry.get("image") or (member.report or {}).get("desiredImage") == entry["image"]
 
 
 def _retarget_unstarted(members: Dict[str, Member], rollout: Dict[str, Any], target: str, image: Optional[str],
@@ -200,7 +154,7 @@ def _compact(members: Dict[str, Member], rollout: Dict[str, Any], target: str, n
         member = members.get(name)
         if member is None:
             del targets[name]
-        elif _done_on(effective(member, entry), entry):
+        elif _done_on(member, entry):
             if entry.get("config") == target and entry.get("at"):
                 durations.append(round(max(0.0, now - float(entry["at"])), 3))
             del targets[name]
@@ -239,38 +193,86 @@ def _canary_room(members: Sequence[Member], rollout: Dict[str, Any], target: str
 def step(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target: str, image: Optional[str],
          max_unavailable: int, policy: RolloutPolicy, hold: str, now: float) -> Decision:
     """One sync of the pool: the new rollout record and the nodes targeted by it. ``hold``: why
-    nobody is targeted now ("" when nothing holds): the pool is paused, or (a layered pool) the
-    target's image is not built yet (``hold_reason``)."""
+    nobody is targeted now ("" when nothing holds): the pool is paused, (a layered pool) the
+    target's image is not built yet (``hold_reason``), the pool is invalid or an arbiter rule holds.
+    Upstream's ``syncMachineConfigPool`` then returns before touching any Node: the record stays as
+    it is (no entry changes, nobody retargeted), and only why, and who waits, is said."""
     out: Dict[str, Any] = {k: v for k, v in dict(rollout or {}).items() if k not in ("halted", "waiting")}
     out["targets"] = {k: dict(v) for k, v in (out.get("targets") or {}).items()}
+    if hold:
+        return _decided(out, [], "", hold + _who_waits(members, out, target, image))
     if out.get("config") != target:
         out.update(config=target, started=now)
         out.pop("canaryAt", None)
     by_name = {m.name: m for m in members}
     retargeted = _retarget_unstarted(by_name, out, target, image, now)
     _compact(by_name, out, target, now)
-    if hold:
-        return _decided(out, [], "", hold)  # nobody newly targeted: a node retargeted in its slot waits too
-    deferred = [n for n, e in out["targets"].items() if e.get("deferred")]
+    budget = policy.failure_budget is not None
     cands = get_all_candidate_machines(members, out, target, image, max_unavailable)
+    if budget:  # ours: a failed node holds no slot; it waits for one before it retries
+        _park_failed(cands, out, target, image, now)
+    deferred = [n for n, e in out["targets"].items() if e.get("deferred")]
     eligible = _eligible(cands.nodes, deferred, members, out, target, image)
-    halted = _halted(cands, policy) if eligible else ""
-    if halted or not eligible:
-        return _decided(out, [], halted, "")
-    # A failure budget decides when failures halt the rollout; then they no longer take capacity.
-    capacity = cands.capacity if policy.failure_budget is None else cands.room
-    room, why = _canary_room(members, out, target, image, policy, now)
-    capacity = capacity if room is None else min(capacity, room)
-    chosen = rollout_order(eligible, deferred)[:capacity]
-    for m in chosen:
-        entry: Dict[str, Any] = {"config": target, "at": now}
-        if image:
-            entry["image"] = image
-        out["targets"][m.name] = entry
+    halted = _halted(cands, policy) if eligible or cands.failing else ""
+    capacity = cands.room if budget else cands.capacity
+    chosen: List[Member] = []
+    why = ""
+    if eligible and not halted:
+        room, why = _canary_room(members, out, target, image, policy, now)
+        chosen = rollout_order(eligible, deferred)[:capacity if room is None else min(capacity, room)]
+        for m in chosen:
+            out["targets"][m.name] = {"config": target, "at": now, **({"image": image} if image else {})}
+    retried = _grant_retries(by_name, out, capacity - len(chosen), deferred, now) if budget else []
     waiting = ""
     if len(chosen) < len(eligible):
         waiting = why or _capacity_reason(cands, chosen, max_unavailable)
-    return _decided(out, [n for n in retargeted if n in out["targets"]] + [m.name for m in chosen], "", waiting)
+    waiting += _not_ready_reason(cands, by_name)
+    decision = _decided(out, [n for n in retargeted if n in out["targets"]] + [m.name for m in chosen], halted,
+                        waiting.lstrip("; "))
+    decision.retried = retried
+    return decision
+
+
+def _who_waits(members: Sequence[Member], rollout: Mapping[str, Any], target: str, image: Optional[str]) -> str:
+    """"; N node(s) wait: names" for the nodes of the pool not desiring its target yet."""
+    names = [m.name for m in members if m.ours and check_node_candidacy_for_update(
+        effective(m, entry_of(rollout, m.name)), target, image)]
+    if not names:
+        return ""
+    shown = ", ".join(names[:LISTED]) + (f" and {len(names) - LISTED} more" if len(names) > LISTED else "")
+    return f"; {len(names)} node(s) wait for it: {shown}"
+
+
+def _not_ready_reason(cands: Candidates, by_name: Mapping[str, Member]) -> str:
+    """Upstream skips a candidate that is not ready; the pool says who and why."""
+    if not cands.not_ready:
+        return ""
+    named = "; ".join(by_name[n].not_ready or n for n in cands.not_ready[:LISTED])
+    return (f"; not ready, so not targeted until they are (upstream skips them): {named}")
+
+
+def _park_failed(cands: Candidates, rollout: Dict[str, Any], target: str, image: Optional[str], now: float) -> None:
+    """Ours, under a failure budget: a node failing on the target that was not let retry gives its
+    slot back and waits (served ``waiting``) until ``_grant_retries`` lets it retry in a free slot,
+    so that, when the cause clears, no more than maxUnavailable nodes update at once."""
+    for name in cands.failing:
+        entry = rollout["targets"].setdefault(name, {"config": target, "at": now, **({"image": image} if image else {})})
+        if not entry.get("retry"):
+            entry.setdefault("parked", now)
+
+
+def _grant_retries(by_name: Mapping[str, Member], rollout: Dict[str, Any], free: int, deferred: Sequence[str],
+                   now: float) -> List[str]:
+    """Ours: the free slots left after the new candidates go to the parked failed nodes, in the
+    rollout's order; a node let retry holds its slot until it is Done on the target."""
+    parked = [by_name[n] for n, e in rollout["targets"].items() if e.get("parked") and n in by_name]
+    out = []
+    for m in rollout_order(parked, deferred)[:max(0, free)]:
+        entry = rollout["targets"][m.name]
+        entry.pop("parked", None)
+        entry["retry"] = now
+        out.append(m.name)
+    return out
 
 
 def hold_reason(target: str, paused: bool, layered: bool, image: Optional[str], image_why: str) -> str:
@@ -339,67 +341,4 @@ def defer(rollout: Optional[Mapping[str, Any]], node: str, config: str, why: str
     targets[node] = {"config": config, "at": now,
                      "deferred": {"from": str(old.get("config") or out.get("config") or ""), "why": why, "at": now}}
     out["targets"] = targets
-    return out
-
-
-# -- what the views show ------------------------------------------------------------------------------
-
-UNMANAGED_WHY = "no node-agent report: counted from the Node's own annotations, never targeted"
-
-
-def node_state(member: Member, rollout: Optional[Mapping[str, Any]], target: str,
-               image: Optional[str]) -> Tuple[str, str]:
-    """(Done | Updating | Failed | Deferred | Waiting | Unmanaged, why) of one member."""
-    entry = entry_of(rollout, member.name)
-    eff = effective(member, entry)
-    if not member.ours:
-        return "Unmanaged", UNMANAGED_WHY
-    if entry is not None and entry.get("deferred"):
-        d = entry["deferred"]
-        return "Deferred", f"{d.get('why', '')}; keeps {entry.get('config')}, tried again once the others are done"
-    if nodestatus.is_done(eff, target, image):
-        return "Done", ""
-    if is_desired_equal_to_pool(eff, target, image):
-        if nodestatus.is_mcd_failing(eff):
-            return "Failed", str((eff or {}).get("reason") or "")
-        return "Updating", f"targeted to {target}"
-    desired = desired_of(member.report, entry)[0]
-    if desired and desired != target and entry is not None:
-        return "Updating", f"targeted to {desired} (an earlier target; the pool's is {target})"
-    reason = str((rollout or {}).get("halted") or (rollout or {}).get("waiting") or "waiting for its turn")
-    return "Waiting", reason
-
-
-def summary(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target: str, image: Optional[str],
-            max_unavailable: int, now: float) -> Dict[str, Any]:
-    """The pool's ``status.rollout``: who updates, who waits and why, who failed, who is deferred,
-    and an estimate of the end from the measured durations (bounded: LISTED names per group)."""
-    groups: Dict[str, List[str]] = {}
-    reasons: Dict[str, str] = {}
-    for m in members:
-        state, why = node_state(m, rollout, target, image)
-        groups.setdefault(state, []).append(m.name)
-        if why and state in ("Failed", "Deferred"):
-            reasons[m.name] = why
-    out: Dict[str, Any] = {"target": target, "counts": {k: len(v) for k, v in sorted(groups.items())}}
-    for state in ("Updating", "Waiting", "Failed", "Deferred"):
-        names = sorted(groups.get(state, []))
-        if names:
-            out[state.lower()] = names[:LISTED]
-    if reasons:
-        out["reasons"] = {k: reasons[k] for k in sorted(reasons)[:LISTED]}
-    not_ready = {m.name: m.not_ready for m in members if m.not_ready}  # ours: why a Node counts as unavailable
-    if not_ready:
-        out["notReady"] = {k: not_ready[k] for k in sorted(not_ready)[:LISTED]}
-    for key, name in (("halted", "halted"), ("waiting", "waitReason"), ("started", "started"),
-                      ("canaryAt", "canaryAt")):
-        if (rollout or {}).get(key):
-            out[name] = rollout[key]  # type: ignore[index]
-    left = len(members) - len(groups.get("Done", [])) - len(groups.get("Unmanaged", []))
-    durations = list((rollout or {}).get("durations") or [])
-    if left and durations and not out.get("halted"):
-        per = statistics.median(durations)
-        out["estimate"] = {"seconds": round(math.ceil(left / max(1, max_unavailable)) * per),
-                           "from": f"{len(durations)} measured update(s), median {per:g} s, "
-                                   f"{left} node(s) left, {max_unavailable} at a time"}
     return out
