@@ -86,3 +86,21 @@ def not_layered(state: str) -> None:
 
     for sub in ("machineosconfigs", "machineosbuilds"):
         shutil.rmtree(os.path.join(state, sub), ignore_errors=True)
+
+
+def boot_staged(top: str, state_dir: str = "var/lib/node-agent") -> str:
+    """A reboot into the OS image an update staged: a new boot id, and the image the offline apply
+    recorded in ``pending-os.json`` (``osImageURL``, what rpm-ostree would have staged) is then the
+    one the root runs (node-agent reads the booted image of another root from its aleph file)."""
+    pending_path = os.path.join(top, state_dir, "pending-os.json")
+    image = ""
+    if os.path.exists(pending_path):
+        with open(pending_path, encoding="utf-8") as f:
+            image = str((json.load(f) or {}).get("osImageURL") or "")
+    if image:
+        aleph_path = os.path.join(top, "sysroot/.aleph-version.json")
+        with open(aleph_path, encoding="utf-8") as f:
+            aleph = json.load(f)
+        aleph["container-image"] = {"image": image, "imgid": "sha256:" + "0" * 64}
+        _write(aleph_path, json.dumps(aleph))
+    return reboot(top)
