@@ -1,6 +1,8 @@
-"""deploy/prometheusrule.yaml's runbook links against what they name: each alert's ``runbook_url``
-is a heading of docs/alerts.md on the project's own site, and that section names the metric the
-alert reads. promtool's own checks of the rules: tests/host/test_alert_rules.py."""
+"""deploy/prometheusrule.yaml's runbook links and deploy/servicemonitor.yaml against what they name:
+each alert's ``runbook_url`` is a heading of docs/alerts.md on the project's own site, and that
+section names the metric the alert reads; the ServiceMonitor selects deployment.yaml's Service and
+scrapes a port it has, as the pods serve it (HTTPS, /metrics). promtool's own checks of the rules:
+tests/host/test_alert_rules.py."""
 
 import os
 import re
@@ -62,3 +64,24 @@ def test_each_runbook_section_names_the_metric_its_alert_reads():
         text = found[slug(rule["alert"])]
         for metric in metrics:
             assert f"`{metric}" in text, f"{DOC}, '{rule['alert']}' does not name the metric it reads, {metric}"
+
+
+def test_the_servicemonitor_scrapes_the_services_https_port_at_metrics():
+    [monitor] = load_all("servicemonitor.yaml")
+    [service] = [d for d in load_all("deployment.yaml") if d["kind"] == "Service"]
+    [deployment] = [d for d in load_all("deployment.yaml") if d["kind"] == "Deployment"]
+    assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1", "ServiceMonitor")
+    labels = service["metadata"].get("labels") or {}
+    wanted = monitor["spec"]["selector"]["matchLabels"]
+    assert wanted.items() <= labels.items(), f"the ServiceMonitor selects {wanted}, the Service has labels {labels}"
+    assert service["metadata"]["namespace"] in monitor["spec"]["namespaceSelector"]["matchNames"]
+    [endpoint] = monitor["spec"]["endpoints"]
+    ports = {p["name"]: p for p in service["spec"]["ports"]}
+    assert endpoint["port"] in ports, f"the Service has no port named {endpoint['port']}: {sorted(ports)}"
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    probe = container["readinessProbe"]["httpGet"]
+    assert probe["port"] == ports[endpoint["port"]]["targetPort"]  # the pods answer on that port...
+    assert endpoint["scheme"] == probe["scheme"].lower() == "https"  # ...over TLS
+    assert endpoint["path"] == "/metrics"
+    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+    assert endpoint["tlsConfig"]["serverName"] == f"{name}.{namespace}.svc"
