@@ -7,7 +7,9 @@ directory stands where its file goes; policy None: no drain, no reboot).
 - deleting B's MachineConfig makes A the target at once (no RenderHeld) and the failed node is
   retargeted and recovers with no manual step;
 - ``rollback pool`` targets the last config every node was Done on, says so first (``--dry-run``),
-  holds the rendering it rolled back from (RenderHeld RolledBack) and ``--undo`` lifts the hold.
+  holds the rendering it rolled back from (RenderHeld RolledBack) and ``--undo`` lifts the hold;
+- /metrics says so as the alerts read it: the pool's rollout halted with a degraded node, then
+  neither after the revert; held after the rollback, not after ``--undo``.
 """
 
 import os
