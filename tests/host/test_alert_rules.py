@@ -1,8 +1,9 @@
 """deploy/prometheusrule.yaml, checked and unit-tested by Prometheus's own promtool (Debian's
 ``prometheus`` package, which ``make sysdeps`` installs): ``promtool check rules`` on its rule
 groups, and ``promtool test rules`` on series as /metrics gives them (agent/server/http/metrics.py)
-from two replicas: a failure fires, a first boot whose fetch errors were retried does not, a stall
-fires, and each alert ends when the node reports Done. No promtool is a failure, never a skip."""
+from two replicas: each alert pending, firing once (not once per replica) and resolved; a first
+boot whose fetch errors were retried, or a spell shorter than an alert's ``for``, never fires. No
+promtool is a failure, never a skip."""
 
 import os
 import shutil
@@ -44,20 +45,77 @@ def firing(rule, labels, value="1"):
             "exp_annotations": {k: fill(v) for k, v in rule["annotations"].items()}}
 
 
+# Minutes 0..31 of rollouts, the state and drains on two replicas a and b.
+HALTED = 'node_config_server_pool_rollout_halted{{pool="{pool}",instance="{instance}"}}'
+DEGRADED = 'node_config_server_pool_degraded_machines{{pool="{pool}",instance="{instance}"}}'
+RENDER = 'node_config_server_pool_render_degraded{{pool="{pool}",instance="{instance}"}}'
+STATE_STALE = 'node_config_server_state_stale{{instance="{instance}"}}'
+DRAIN = 'mcc_drain_err{{node="{node}",instance="{instance}"}}'
+ROLLOUT_SERIES = [
+    # worker's rollout halts at minute 2, a revert ends it at minute 21; infra's halts for 4 minutes only
+    *({"series": HALTED.format(pool="worker", instance=i), "values": "0x1 1x18 0x10"} for i in "ab"),
+    *({"series": HALTED.format(pool="infra", instance=i), "values": "0x3 1x3 0x24"} for i in "ab"),
+    # two workers degraded from minute 5 to 24
+    *({"series": DEGRADED.format(pool="worker", instance=i), "values": "0x4 2x19 0x7"} for i in "ab"),
+    # infra cannot be rendered from minute 1 to 9; worker never
+    *({"series": RENDER.format(pool="infra", instance=i), "values": "0 1x8 0x21"} for i in "ab"),
+    *({"series": RENDER.format(pool="worker", instance=i), "values": "0x30"} for i in "ab"),
+    # replica a's state directory is stale from minute 2 to 16, b's for 4 minutes only
+    {"series": STATE_STALE.format(instance="a"), "values": "0x1 1x14 0x15"},
+    {"series": STATE_STALE.format(instance="b"), "values": "0x19 1x3 0x7"},
+    # w1's drain goes past the failure threshold at minute 3 and ends at minute 8 (the series goes,
+    # as upstream deletes it); w2 drains without failing: no series
+    *({"series": DRAIN.format(node="w1", instance=i), "values": "_x3 1x4 stale"} for i in "ab"),
+]
+PAUSED = 'node_config_server_pool_paused{{pool="{pool}",instance="{instance}"}}'
+PAUSED_SERIES = [  # minutes 0..100: infra paused from minute 1 to 90, master for 30 minutes
+    *({"series": PAUSED.format(pool="infra", instance=i), "values": "0 1x89 0x10"} for i in "ab"),
+    *({"series": PAUSED.format(pool="master", instance=i), "values": "1x29 0x71"} for i in "ab"),
+]
+
+
+def checks(rules):
+    """(series, [(time, alert, the alerts expected then)]) per promtool test: each alert pending,
+    firing (once, of two replicas) and resolved; the short-lived ones never."""
+    def fire(name, labels, value="1"):
+        return [firing(rules[name], labels, value)]
+
+    first_boots = [("2m", "NodeFirstBootFailed", []),  # pending: for 2m; worker-b (retried fetch errors): never
+                   ("4m", "NodeFirstBootFailed", fire("NodeFirstBootFailed", {"pool": "worker", "stage": "apply"})),
+                   ("8m", "NodeFirstBootFailed", fire("NodeFirstBootFailed", {"pool": "worker", "stage": "apply"})),
+                   ("10m", "NodeFirstBootFailed", []),  # Done: resolved
+                   ("3m", "NodeFirstBootStalled", []),  # pending: for 1m
+                   ("5m", "NodeFirstBootStalled", fire("NodeFirstBootStalled", {"pool": "infra"})),
+                   ("9m", "NodeFirstBootStalled", [])]  # Done: resolved
+    rollouts = [("11m", "NodePoolRolloutHalted", []),  # pending: for 10m; infra's 4 minutes: never
+                ("13m", "NodePoolRolloutHalted", fire("NodePoolRolloutHalted", {"pool": "worker"})),
+                ("22m", "NodePoolRolloutHalted", []),
+                ("14m", "NodePoolDegraded", []),
+                ("16m", "NodePoolDegraded", fire("NodePoolDegraded", {"pool": "worker"}, "2")),
+                ("25m", "NodePoolDegraded", []),
+                ("5m", "NodePoolRenderDegraded", []),
+                ("7m", "NodePoolRenderDegraded", fire("NodePoolRenderDegraded", {"pool": "infra"})),
+                ("11m", "NodePoolRenderDegraded", []),
+                ("11m", "NodeConfigStateStale", []),
+                ("13m", "NodeConfigStateStale", fire("NodeConfigStateStale", {"instance": "a"})),  # b: never
+                ("18m", "NodeConfigStateStale", []),
+                ("23m", "NodeConfigStateStale", []),
+                ("2m", "MCCDrainError", []),
+                ("3m", "MCCDrainError", fire("MCCDrainError", {"node": "w1"})),  # at once, as upstream
+                ("9m", "MCCDrainError", [])]
+    paused = [("29m", "NodePoolPaused", []),  # master paused 30 minutes: never
+              ("59m", "NodePoolPaused", []),  # infra pending: for 1h
+              ("62m", "NodePoolPaused", fire("NodePoolPaused", {"pool": "infra"})),
+              ("92m", "NodePoolPaused", [])]
+    return [(SERIES, first_boots), (ROLLOUT_SERIES, rollouts), (PAUSED_SERIES, paused)]
+
+
 def unit_tests(rules):
     """promtool's unit tests: when each alert is pending, firing (once, of two replicas) and gone."""
-    failed = firing(rules["NodeFirstBootFailed"], {"pool": "worker", "stage": "apply"})
-    stalled = firing(rules["NodeFirstBootStalled"], {"pool": "infra"})
-    checks = [("2m", "NodeFirstBootFailed", []),  # pending: for 2m; worker-b (retried fetch errors): never
-              ("4m", "NodeFirstBootFailed", [failed]),  # worker-a once, of two replicas; worker-c: never (1 minute)
-              ("8m", "NodeFirstBootFailed", [failed]),
-              ("10m", "NodeFirstBootFailed", []),  # Done: resolved
-              ("3m", "NodeFirstBootStalled", []),  # pending: for 1m
-              ("5m", "NodeFirstBootStalled", [stalled]),
-              ("9m", "NodeFirstBootStalled", [])]  # Done: resolved
     return {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
-            "tests": [{"interval": "1m", "input_series": SERIES,
-                       "alert_rule_test": [{"eval_time": t, "alertname": a, "exp_alerts": e} for t, a, e in checks]}]}
+            "tests": [{"interval": "1m", "input_series": series,
+                       "alert_rule_test": [{"eval_time": t, "alertname": a, "exp_alerts": e} for t, a, e in cases]}
+                      for series, cases in checks(rules)]}
 
 
 def promtool():
@@ -81,17 +139,35 @@ def run(*args, cwd):
     return subprocess.run([promtool(), *args], capture_output=True, text=True, cwd=cwd, timeout=60)
 
 
-def test_promtool_checks_the_shipped_first_boot_rules(tmp_path):
+ALERTS = ["NodeFirstBootFailed", "NodeFirstBootStalled", "NodePoolRolloutHalted", "NodePoolDegraded",
+          "NodePoolRenderDegraded", "NodePoolPaused", "NodeConfigStateStale", "MCCDrainError"]
+
+
+def test_promtool_checks_the_shipped_rules(tmp_path):
     rule = rule_files(tmp_path)
-    alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
-    assert alerts == ["NodeFirstBootFailed", "NodeFirstBootStalled"]
-    assert all(r["annotations"].get("runbook") for g in rule["spec"]["groups"] for r in g["rules"])
+    assert [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]] == ALERTS
     out = run("check", "rules", "rules.yaml", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 2 rules found" in out.stdout + out.stderr
+    assert f"SUCCESS: {len(ALERTS)} rules found" in out.stdout + out.stderr
 
 
-def test_the_alerts_fire_on_a_failure_and_a_stall_not_on_retried_fetch_errors_and_end_on_done(tmp_path):
+def test_every_alert_has_a_case_where_it_fires_and_a_later_one_where_it_is_resolved(tmp_path):
+    rules = {r["alert"]: r for g in rule_files(tmp_path)["spec"]["groups"] for r in g["rules"]}
+    minutes = {}
+    for _, cases in checks(rules):
+        for at, alert, expected in cases:
+            minutes.setdefault(alert, []).append((int(at[:-1]), bool(expected)))
+    for alert in ALERTS:
+        fired = [m for m, firing_then in minutes.get(alert, []) if firing_then]
+        assert fired, f"no promtool case where {alert} fires: add one to checks()"
+        assert [m for m, firing_then in minutes[alert] if not firing_then and m > min(fired)], \
+            f"no promtool case where {alert} is resolved after it fired: add one to checks()"
+
+
+def test_the_alerts_fire_and_resolve_as_their_series_say_in_promtool(tmp_path):
+    """First boots: a failure and a stall fire, retried fetch errors do not, Done ends them; a halted
+    rollout, degraded nodes, a render failure, a stale state, a failed drain and a long pause fire
+    past their ``for``, a shorter spell never, and each ends with its cause."""
     rule_files(tmp_path)
     out = run("test", "rules", "tests.yaml", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr

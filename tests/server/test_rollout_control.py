@@ -7,7 +7,9 @@ directory stands where its file goes; policy None: no drain, no reboot).
 - deleting B's MachineConfig makes A the target at once (no RenderHeld) and the failed node is
   retargeted and recovers with no manual step;
 - ``rollback pool`` targets the last config every node was Done on, says so first (``--dry-run``),
-  holds the rendering it rolled back from (RenderHeld RolledBack) and ``--undo`` lifts the hold.
+  holds the rendering it rolled back from (RenderHeld RolledBack) and ``--undo`` lifts the hold;
+- /metrics says so as the alerts read it: the pool's rollout halted with a degraded node, then
+  neither after the revert; held after the rollback, not after ``--undo``.
 """
 
 import os
@@ -52,6 +54,21 @@ def pool(srv):
     r = srv.session().get(srv.url("/api/v1/pools/worker"))
     assert r.status_code == 200, r.text
     return r.json()
+
+
+def flags(srv):
+    """What the alerts read of the worker pool on /metrics: its 1-or-0 gauges (paused, rollout_halted,
+    held, render_degraded) and its degraded nodes (degraded_machines)."""
+    from tests.unit.test_metrics import flags_of, samples
+
+    r = srv.session().get(srv.url("/metrics"))
+    assert r.status_code == 200, r.text
+    got = samples(r.text)
+    return dict(flags_of(got, "worker"),
+                degraded_machines=got[("node_config_server_pool_degraded_machines", (("pool", "worker"),))])
+
+
+CALM = {"paused": 0, "rollout_halted": 0, "held": 0, "render_degraded": 0, "degraded_machines": 0}
 
 
 def target(srv):
@@ -109,6 +126,7 @@ def test_a_failing_change_reaches_one_node_halts_itself_and_a_revert_recovers_it
     assert conds["Degraded"]["status"] == "True" and conds["NodeDegraded"]["status"] == "True"
     blocking = srv.session().get(srv.url("/api/v1/cluster")).json()["blocking"]
     assert any(b_["reason"].startswith("rollout halted") for b_ in blocking)
+    assert flags(srv) == dict(CALM, rollout_halted=1, degraded_machines=1)  # what the alerts read
     # Again: still only w0 tries B (the rollout stopped itself; the others never fetched B).
     ran = all_at_once(roots)
     assert sorted(n for n, (code, _) in ran.items() if code != 0) == ["w0"]
@@ -128,6 +146,7 @@ def test_a_failing_change_reaches_one_node_halts_itself_and_a_revert_recovers_it
     conds = {c["type"]: c["status"] for c in view["status"]["conditions"]}
     assert view["status"]["updatedMachineCount"] == 4 and conds["Degraded"] == "False" and conds["Updated"] == "True"
     assert view["status"]["rollout"]["counts"] == {"Done": 4} and "halted" not in view["status"]["rollout"]
+    assert flags(srv) == CALM
 
 
 def test_rollback_says_what_it_will_do_then_targets_the_last_config_every_node_was_done_on(cluster, tmp_path):
@@ -156,6 +175,7 @@ def test_rollback_says_what_it_will_do_then_targets_the_last_config_every_node_w
     held = {c_["type"]: c_ for c_ in view["status"]["conditions"]}["RenderHeld"]
     assert view["spec"]["configuration"]["name"] == a and held["status"] == "True" and held["reason"] == "RolledBack"
     assert c in held["message"]
+    assert flags(srv) == dict(CALM, held=1)
     for n in NODES:  # w0 is retargeted to A (its file goes), the others are done already
         assert agent("update", "--once", "--root", roots[n]).returncode == 0
     assert not os.path.exists(os.path.join(roots["w0"], C_FILE.lstrip("/")))
@@ -165,6 +185,7 @@ def test_rollback_says_what_it_will_do_then_targets_the_last_config_every_node_w
     undo = ncs("rollback", "pool", "worker", "--undo")
     assert undo.returncode == 0, undo.stderr
     assert target(srv) == c and pool(srv)["status"]["rollout"]["updating"] == ["w0"]
+    assert flags(srv) == CALM  # the hold lifted
 
 
 def test_a_waiting_node_learns_its_turn_from_a_held_fetch_not_its_next_poll(cluster):

@@ -222,6 +222,10 @@ def test_a_paused_pool_moves_its_target_and_targets_no_node(tmp_path, tls):
         assert "paused" in got.headers["X-Rollout-Reason"]
         blocking = srv.session().get(srv.url("/api/v1/cluster")).json()["blocking"]
         assert any(b["pool"] == "infra" and "paused" in b["reason"] for b in blocking)
+        from tests.unit.test_metrics import flags_of, samples
+
+        got = samples(srv.session().get(srv.url("/metrics")).text)  # what NodePoolPaused reads
+        assert flags_of(got, "infra")["paused"] == 1 and flags_of(got, "worker")["paused"] == 0
 
 
 def test_layered_image_served_only_when_proven(tmp_path, tls):

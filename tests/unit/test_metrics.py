@@ -104,3 +104,53 @@ def test_first_boots_by_pool_stage_and_outcome_the_stalled_ones_and_their_durati
     assert got[("node_config_server_firstboot_duration_seconds_count", (("pool", "worker"),))] == 1  # Done only
     assert got[("node_config_server_firstboot_duration_seconds_sum", (("pool", "worker"),))] == 720
     assert got[("node_config_server_firstboot_duration_seconds_bucket", (("le", "900.0"), ("pool", "worker")))] == 1
+
+
+def flags_of(got, pool):
+    """The pool's 1-or-0 gauges (metrics.POOL_FLAGS) by short name."""
+    return {name[len("node_config_server_pool_"):]: got[(name, (("pool", pool),))] for name, _, _ in metrics.POOL_FLAGS}
+
+
+def test_paused_halted_held_and_render_degraded_pools_read_1_the_others_0():
+    def view(paused=False, halted="", true=()):
+        conditions = [{"type": t, "status": "True" if t in true else "False"}
+                      for t in ("Updated", "NodeDegraded", "RenderDegraded", "Degraded", "RenderHeld")]
+        return {"spec": {"configuration": {"name": "r1"}, "paused": paused},
+                "status": {"configuration": {"name": "r0"}, "served": {"config": "r0", "image": ""},
+                           "nodeStates": {}, "rollout": {"target": "r1", **({"halted": halted} if halted else {})},
+                           "conditions": conditions}}
+
+    views = {"calm": view(), "paused": view(paused=True),
+             "halted": view(halted="rollout halted: 1 node(s) failed on the target (w0)",
+                            true=("NodeDegraded", "Degraded")),
+             "held": view(true=("RenderHeld",)), "unrenderable": view(true=("RenderDegraded", "Degraded")),
+             "degraded": view(true=("NodeDegraded", "Degraded"))}  # nodes: node_config_server_pool_degraded_machines
+    got = samples(metrics.exposition(metrics.RequestCounter(None), views, 0, False))
+    zero = {"paused": 0, "rollout_halted": 0, "held": 0, "render_degraded": 0}
+    assert flags_of(got, "calm") == zero
+    assert flags_of(got, "paused") == dict(zero, paused=1)
+    assert flags_of(got, "halted") == dict(zero, rollout_halted=1)
+    assert flags_of(got, "held") == dict(zero, held=1)
+    assert flags_of(got, "unrenderable") == dict(zero, render_degraded=1)
+    assert flags_of(got, "degraded") == zero
+
+
+def test_the_in_process_server_reads_a_paused_pool_1_and_a_pool_it_cannot_render_render_degraded(tmp_path, new_app):
+    """/metrics of the App over the example state: infra paused (spec.paused), a pool without a
+    machineConfigSelector (no MachineConfigs: RenderDegraded and Degraded, as the render controller)."""
+    import shutil
+
+    from tests.campaigns.test_bad_input_campaign import wsgi
+
+    state = tmp_path / "state"
+    shutil.copytree(os.path.join(REPO, "examples", "state"), state)
+    infra = state / "machineconfigpools" / "infra.yaml"
+    infra.write_text(infra.read_text().replace("  maxUnavailable: 1", "  maxUnavailable: 1\n  paused: true"))
+    (state / "machineconfigpools" / "empty.yaml").write_text("metadata: {name: empty}\n")
+    status, headers, body = wsgi(new_app(str(state), reload_interval=0.0), "GET", "/metrics")
+    assert status == 200, body
+    got = samples(body.decode())
+    zero = {"paused": 0, "rollout_halted": 0, "held": 0, "render_degraded": 0}
+    assert flags_of(got, "infra") == dict(zero, paused=1)
+    assert flags_of(got, "worker") == flags_of(got, "master") == zero
+    assert flags_of(got, "empty") == dict(zero, render_degraded=1)

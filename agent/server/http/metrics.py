@@ -177,6 +177,8 @@ class StateCollector:
                  "Nodes refused by boot image skew rules.")):
             yield family(metric, help_text, ["pool"],
                          lambda key=key: (([n], v["status"].get(key, 0)) for n, v in views))
+        for metric, help_text, value in POOL_FLAGS:
+            yield family(metric, help_text, ["pool"], lambda value=value: (([n], value(v)) for n, v in views))
         # The MCO's own name, help and label (pkg/controller/common/metrics.go, MCCDrainErr), so that
         # its alert MCCDrainError (mcc_drain_err > 0) fires on ours: 1 per node whose drain has gone
         # on past --drain-fail-after; no series once the drain is over (upstream DeleteLabelValues).
@@ -200,6 +202,27 @@ class StateCollector:
         yield GaugeMetricFamily("node_config_server_state_stale",
                                 "1 when the last good state serves because newer files are invalid.",
                                 value=1 if self.stale else 0)
+
+
+def _condition(view: Dict[str, Any], kind: str) -> int:
+    """1 when the pool's condition ``kind`` is True (agent/server/rollout/progress.py ``conditions``)."""
+    return int(any(c.get("type") == kind and c.get("status") == "True"
+                   for c in view["status"].get("conditions") or []))
+
+
+# One gauge per pool, 1 or 0, for the alerts of deploy/prometheusrule.yaml (docs/alerts.md): what
+# the pool's spec, rollout record and conditions say, as `describe pool` shows them. The pool's
+# Degraded is NodeDegraded (node_config_server_pool_degraded_machines > 0) or RenderDegraded.
+POOL_FLAGS = (
+    ("node_config_server_pool_paused", "1 when the pool is paused (spec.paused): no node is targeted.",
+     lambda v: int(bool(v["spec"].get("paused")))),
+    ("node_config_server_pool_rollout_halted", "1 when the pool's rollout halted itself: nodes failed on the "
+     "target (status.rollout.halted).", lambda v: int(bool((v["status"].get("rollout") or {}).get("halted")))),
+    ("node_config_server_pool_held", "1 when a rendering is held back from the pool's target (condition "
+     "RenderHeld: rolled back, or awaiting the admin's acknowledgement).", lambda v: _condition(v, "RenderHeld")),
+    ("node_config_server_pool_render_degraded", "1 when the pool cannot be rendered (RenderDegraded): its "
+     "target stays on its last good rendering, if any.", lambda v: _condition(v, "RenderDegraded")),
+)
 
 
 def _by_state(view: Dict[str, Any]) -> List:
