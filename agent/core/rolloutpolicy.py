@@ -5,7 +5,7 @@ value is a clear error naming the annotation, and read by the server's targeting
 
 | annotation on the MachineConfigPool | value | default (upstream's behaviour) |
 |---|---|---|
-| ``node-config-server.openshift.io/failure-budget`` | N >= 1: the rollout halts once N nodes failed on the pool's target | none: failing nodes take capacity, so ``maxUnavailable`` failures halt it (getAllCandidateMachines) |
+| ``node-config-server.openshift.io/failure-budget`` | N >= 1: the rollout halts once N nodes failed on the pool's target; a failed node holds no slot and retries only in a free one | none: failing nodes take capacity, so ``maxUnavailable`` failures halt it (getAllCandidateMachines) |
 | ``node-config-server.openshift.io/canary-nodes`` | N >= 0: target only the first N nodes of a new target ... | 0: no canary phase |
 | ``node-config-server.openshift.io/canary-wait`` | ... then wait this long after they are Done and Ready before the rest: ``600``, ``90s``, ``10m``, ``1h30m`` | 0 |
 | ``node-config-server.openshift.io/require-ack`` | ``warnings``, ``file-removal``, ``reboot`` (comma-separated), ``all`` or ``none``: a new rendering with validator warnings, that removes a file or needs a reboot is held until the admin acknowledges it (agent/server/rollout/review.py) | none: every rendering is the target at once |

@@ -2,19 +2,21 @@
 beside it. The server decides, the node carries out: a member is served only the config the
 server targeted for it (its desired config), never the pool's target by itself.
 
-Upstream (openshift/machine-config-operator at 006209bb, pkg/controller/node/node_controller.go):
-``syncMachineConfigPool`` (nothing while the pool is paused; taint every Node whose desired config
-is not the pool's; then target candidates), ``getAllCandidateMachines`` (capacity = maxUnavailable
-minus the unavailable Nodes; Nodes already desiring the target and failing on it take capacity
-too, "if the issue clears we don't want multiple to update at once"), ``updateCandidateMachines``
-(the first ``capacity`` candidates in ``sortNodeList`` order: zone label, then oldest first) and
-``setDesiredAnnotations`` (the Event). Mirrored here as ``get_all_candidate_machines``,
-``sort_node_list``, ``is_desired_equal_to_pool``, ``needs_update_in_progress_taint``.
+Upstream (openshift/machine-config-operator at 7ff337a4, pkg/controller/node/node_controller.go
+and pkg/controller/common/layered_node_state.go): ``syncMachineConfigPool`` returns before
+touching any Node while the pool is paused or (``canLayeredContinue``) its build is not ready
+(``step``'s hold); ``getAllCandidateMachines`` (capacity = maxUnavailable minus the unavailable
+Nodes; Nodes that are no candidate and failing take capacity too; a candidate that is not ready is
+skipped), ``CheckNodeCandidacyForUpdate``, ``updateCandidateMachines`` (the first ``capacity``
+candidates in ``sortNodeList`` order) and ``setDesiredAnnotations`` (the Event). The rules
+themselves are in agent/server/rollout/candidates.py, named after those functions; the views in
+rolloutstatus.py.
 
 Ours, each named as ours (agent/core/rolloutpolicy.py reads the pool's and the Nodes' settings):
 
-- ``failure_budget``: the rollout halts once that many nodes failed on the target, whatever the
-  capacity (default: upstream's rule alone);
+- ``failure_budget``: the rollout halts once that many nodes failed on the target; a failed node
+  then holds no slot and waits (``parked``) until a free slot lets it retry (``retry``), so never
+  more than maxUnavailable nodes may work at once (default: upstream's rule alone);
 - ``canary``: the first N nodes of a new target, then a wait after they are Done and Ready;
 - ``rollout_order``: a priority label first, then upstream's order; deferred nodes last;
 - ``defer``: a node whose drain a PodDisruptionBudget holds past a time gives its slot back,
@@ -25,9 +27,10 @@ Ours, each named as ours (agent/core/rolloutpolicy.py reads the pool's and the N
 The state is the pool's ``rollout`` record, kept with the pool's row in the node store and
 changed only by ``update_pool``'s compare-and-swap, so every replica and worker shares one
 decision: ``{"config": the target it is about, "started", "canaryAt", "durations": [seconds of
-the last updates], "targets": {node: {"config", "image"?, "at", "deferred"?: {"from", "why", "at"}}}}``.
-A node without an entry desires what it reports (``desiredConfig``); an entry is dropped once the
-node is Done on it, so the record holds only the nodes in flight.
+the last updates], "targets": {node: {"config", "image"?, "at", "deferred"?: {"from", "why", "at"},
+"parked"?, "retry"?}}}``. A node without an entry desires what it reports (``desiredConfig``,
+``desiredImage``); an entry is dropped once the node is Done on it and its own report desires the
+same (config and image), so the record holds only the nodes in flight.
 """
 
 import math
