@@ -137,6 +137,9 @@ class RolloutControl:
             self.pool_event(name, "Normal", reason, message)
         if decision.targeted:
             self._announce(name, decision.targeted, new.target, image)
+        if decision.retried:  # ours: a failed node let retry in a free slot (failure budget)
+            log.info("pool %s: %s may retry %s in a free slot (failure budget)", name, ", ".join(decision.retried),
+                     new.target)
 
     def _partner_unavailable(self, st: State, pool: str) -> List[str]:
         """The unavailable Nodes of the pool that master and the arbiter pool hold each other to

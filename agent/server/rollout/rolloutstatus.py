@@ -31,7 +31,7 @@ def node_state(member: Member, rollout: Optional[Mapping[str, Any]], target: str
             return "Failed", str((eff or {}).get("reason") or "") + parked
         return "Updating", f"targeted to {target}"
     desired = desired_of(member.report, entry)[0]
-    if desired and desired != target and entry is not None:
+    if desired and desired != target and entry is not None and not nodestatus.is_node_done(eff):
         return "Updating", f"targeted to {desired} (an earlier target; the pool's is {target})"
     if member.not_ready:
         return "Waiting", f"{member.not_ready}: not targeted until it is ready (upstream skips it)"

@@ -198,16 +198,17 @@ def step(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target
     """One sync of the pool: the new rollout record and the nodes targeted by it. ``hold``: why
     nobody is targeted now ("" when nothing holds): the pool is paused, (a layered pool) the
     target's image is not built yet (``hold_reason``), the pool is invalid or an arbiter rule holds.
-    Upstream's ``syncMachineConfigPool`` then returns before touching any Node: the record stays as
-    it is (no entry changes, nobody retargeted), and only why, and who waits, is said."""
+    Upstream's ``syncMachineConfigPool`` then returns before touching any Node: nobody is targeted
+    or retargeted (only the entries of nodes Done on them go), and only why, and who waits, is said."""
     out: Dict[str, Any] = {k: v for k, v in dict(rollout or {}).items() if k not in ("halted", "waiting")}
     out["targets"] = {k: dict(v) for k, v in (out.get("targets") or {}).items()}
-    if hold:
+    by_name = {m.name: m for m in members}
+    if hold:  # bookkeeping only: an entry whose node is Done on it goes (no Node desires anything else)
+        _compact(by_name, out, str(out.get("config") or ""), now)
         return _decided(out, [], "", hold + _who_waits(members, out, target, image))
     if out.get("config") != target:
         out.update(config=target, started=now)
         out.pop("canaryAt", None)
-    by_name = {m.name: m for m in members}
     retargeted = _retarget_unstarted(by_name, out, target, image, now)
     _compact(by_name, out, target, now)
     budget = policy.failure_budget is not None
