@@ -212,22 +212,31 @@ def test_step_targets_what_upstreams_getAllCandidateMachines_and_sortNodeList_ta
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=2, max_value=10), st.integers(min_value=1, max_value=4),
-       st.integers(min_value=1, max_value=6), st.lists(st.tuples(st.integers(0, 9), st.sampled_from(
+       st.integers(min_value=1, max_value=6), st.booleans(), st.lists(st.tuples(st.integers(0, 10), st.sampled_from(
            ("fail", "done", "work"))), max_size=60))
 def test_with_any_failure_budget_no_more_than_maxUnavailable_nodes_may_be_updating_at_once(
-        size, max_unavailable, budget, events):
+        size, max_unavailable, budget, with_mcd, events):
     """Whatever fails, recovers or retries, the nodes the server lets work (targeted or let retry,
-    not parked, not Done) never outnumber maxUnavailable, as upstream's rule (failing nodes take
-    capacity) bounds it without a budget."""
+    not parked, not Done) and a real MCD's Node failing on the target (it retries as it will, so it
+    keeps its slot, as upstream) never outnumber maxUnavailable."""
     policy = RolloutPolicy(failure_budget=budget)
     reports = {f"w{i}": done(A) for i in range(size)}
+    mcd = {"state": "Degraded", "currentConfig": A, "desiredConfig": B, "reason": "x"} if with_mcd else None
     rollout: Dict = {}
     for node_index, what in events + [(0, "none")]:
         members = [Member(n, r, created=float(i)) for i, (n, r) in enumerate(sorted(reports.items()))]
+        if mcd is not None:
+            members.append(Member("mcd", mcd, ours=False, created=-1.0))
         rollout = targeting.step(members, rollout, B, None, max_unavailable, policy, "", 1.0).rollout
         let_work = [n for n, e in rollout["targets"].items()
                     if not e.get("parked") and not (reports[n]["state"] == "Done" and reports[n]["currentConfig"] == B)]
-        assert len(let_work) <= max_unavailable
+        mcd_may_work = mcd is not None and mcd["state"] != "Done"
+        assert len(let_work) + mcd_may_work <= max_unavailable
+        assert "mcd" not in rollout["targets"]
+        if node_index == size and mcd is not None:  # the MCD's node retries on its own
+            mcd = {"fail": mcd, "done": done(B), "work": {"state": "Working", "currentConfig": A,
+                                                        "desiredConfig": B}}[what] if mcd["state"] != "Done" else mcd
+            continue
         name = f"w{node_index % size}"
         entry = rollout["targets"].get(name)
         if entry is None or entry.get("parked"):

@@ -213,12 +213,13 @@ def step(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target
     _compact(by_name, out, target, now)
     budget = policy.failure_budget is not None
     cands = get_all_candidate_machines(members, out, target, image, max_unavailable)
+    unmanaged_failing = [n for n in cands.failing if not by_name[n].ours]  # a real MCD retries as it will
     if budget:  # ours: a failed node holds no slot; it waits for one before it retries
-        _park_failed(cands, out, target, image, now)
+        _park_failed([n for n in cands.failing if by_name[n].ours], out, target, image, now)
     deferred = [n for n, e in out["targets"].items() if e.get("deferred")]
     eligible = _eligible(cands.nodes, deferred, members, out, target, image)
     halted = _halted(cands, policy) if eligible or cands.failing else ""
-    capacity = cands.room if budget else cands.capacity
+    capacity = max(0, cands.room - len(unmanaged_failing)) if budget else cands.capacity
     chosen: List[Member] = []
     why = ""
     if eligible and not halted:
@@ -255,11 +256,12 @@ def _not_ready_reason(cands: Candidates, by_name: Mapping[str, Member]) -> str:
     return (f"; not ready, so not targeted until they are (upstream skips them): {named}")
 
 
-def _park_failed(cands: Candidates, rollout: Dict[str, Any], target: str, image: Optional[str], now: float) -> None:
+def _park_failed(failing: List[str], rollout: Dict[str, Any], target: str, image: Optional[str], now: float) -> None:
     """Ours, under a failure budget: a node failing on the target that was not let retry gives its
     slot back and waits (served ``waiting``) until ``_grant_retries`` lets it retry in a free slot,
-    so that, when the cause clears, no more than maxUnavailable nodes update at once."""
-    for name in cands.failing:
+    so that, when the cause clears, no more than maxUnavailable nodes update at once. Only nodes
+    node-agent reports for: a real MCD retries as it will, as upstream."""
+    for name in failing:
         entry = rollout["targets"].setdefault(name, {"config": target, "at": now, **({"image": image} if image else {})})
         if not entry.get("retry"):
             entry.setdefault("parked", now)
