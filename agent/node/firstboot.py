@@ -18,6 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from agent.core.nodeconfig import NodeConfig
 from agent.core.paths import DEFAULT_POINTER
+from agent.core.served import ANN
 from agent.errors import EXIT_OK, ConfigError, FetchError, SkewRefused
 from agent.host import files, selinux
 from agent.host.root import Root
@@ -252,7 +253,8 @@ class FirstBoot:
             target, served = planning.target_from_served(ignition, source=self.config_url or "served config",
                                                          validated=self.validated)
             rec.set(config=target.name)
-            self._served = {"pool": served.pool, "config": target.name}
+            self._served = {"pool": served.pool, "config": target.name,
+                            "image": served.annotations.get(ANN + "desiredImage") or None}
 
         with rec.stage("skew"):
             self.check_skew(served, target)
@@ -300,11 +302,12 @@ class FirstBoot:
 
         nodestate.save_current(self.root, self.state_dir, target, self.etag, self.config_url)
         if reboot:
-            nodestate.mark_reboot_pending(self.root, self.state_dir, target, planning.boot_id(self.root))
+            nodestate.mark_reboot_pending(self.root, self.state_dir, target, planning.boot_id(self.root),
+                                          self._served.get("image"))
         with rec.stage("report"):
             self.report({"pool": identity.pool, "state": "Working" if reboot else "Done",
                          "currentConfig": target.name, "desiredConfig": target.name,
-                         "firstPivotConfig": identity.config,
+                         "firstPivotConfig": identity.config, "desiredImage": self._served.get("image"),
                          "currentImage": (booted.image if reboot else target.os_image_url) or None,
                          "bootImage": self.boot_image, "skew": self.skew_decision,
                          "reason": "reboot pending" if reboot else None,

@@ -341,6 +341,84 @@ def test_three_replicas_target_at_most_max_unavailable_nodes_while_reports_race_
     assert view["status"]["rollout"]["counts"].get("Done", 0) == len(nodes) and "updating" not in view["status"]["rollout"]
 
 
+def test_with_a_failure_budget_failed_nodes_retry_in_free_slots_and_three_replicas_never_let_more_than_maxUnavailable_work(
+        fleet):
+    """Ours (issue 52): the worker pool gets ``failure-budget: "3"``; every third node fails its first
+    try. A failed node is parked (served ``waiting``) and retries only once a free slot is given to
+    it; the entries that may work (targeted or let retry, not parked), read from etcd itself while
+    the reports race through the three replicas, never outnumber maxUnavailable, and every node
+    ends Done on the new target."""
+    from agent.server.store.etcd.client import EtcdClient, parse_store_url
+
+    nodes = [f"drainer-{i:02d}" for i in range(30)] + ["member-1"]
+    url = parse_store_url(fleet.etcd.url)
+    watcher = EtcdClient(url.endpoints, timeout=10)
+    worker = os.path.join(fleet.state, "machineconfigpools", "worker.yaml")
+    with open(worker) as f:
+        text = f.read()
+    with open(worker, "w") as f:
+        f.write(text.replace("metadata:\n  name: worker\n", "metadata:\n  name: worker\n  annotations:\n"
+                             "    node-config-server.openshift.io/failure-budget: \"3\"\n", 1))
+    old = pool(fleet.replicas[0])["spec"]["configuration"]["name"]
+    with open(os.path.join(fleet.state, "machineconfigs", "97-budget.yaml"), "w") as f:
+        f.write("apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n"
+                "  name: 97-budget\n  labels:\n    machineconfiguration.openshift.io/role: worker\n"
+                "spec:\n  config:\n    ignition:\n      version: 3.4.0\n    storage:\n      files:\n"
+                "      - path: /etc/budget\n        contents:\n          source: data:,b\n")
+    assert ncs("load-state", "--store", fleet.etcd.url, fleet.state).returncode == 0
+    target = wait_for(lambda: (lambda names: len(names) == 1 and old not in names and names.pop())(
+        {pool(r)["spec"]["configuration"]["name"] for r in fleet.replicas}), "every replica has the new target", 20)
+    limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
+    peak, stop, errors, parked_seen = [0], threading.Event(), [], set()
+
+    def sample():
+        try:
+            while not stop.is_set():
+                kv = watcher.get(f"{url.prefix}pools/worker")
+                targets = (json.loads(kv.value).get("rollout") or {}).get("targets") or {}
+                working = [n for n, e in targets.items() if e.get("config") == target and not e.get("parked")]
+                parked_seen.update(n for n, e in targets.items() if e.get("parked"))
+                peak[0] = max(peak[0], len(working))
+                stop.wait(0.02)
+        except Exception as exc:  # a dead sampler would leave the peak at 0: reported below
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    failed_once = set()
+
+    def take_turn(i):
+        node, replica = nodes[i], fleet.replicas[i % 3]
+        got = fleet.session(node).get(replica.url("/config/worker"), timeout=10)
+        if got.headers.get("X-Served-Config") != target or got.headers.get("X-Rollout") != "updating":
+            return False
+        if i % 3 == 0 and node not in failed_once:
+            failed_once.add(node)
+            body = {"pool": "worker", "state": "Degraded", "currentConfig": old, "desiredConfig": target,
+                    "reason": "the registry did not answer"}
+            assert report(replica, node, body, fleet).status_code == 200
+            return False
+        body = {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target}
+        return report(replica, node, body, fleet).status_code == 200
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    done = set()
+    try:
+        with ThreadPoolExecutor(max_workers=30) as ex:
+            def rounds():
+                left = [i for i in range(len(nodes)) if i not in done]
+                done.update(i for i, ok in zip(left, ex.map(take_turn, left)) if ok)
+                return len(done) == len(nodes)
+            wait_for(rounds, "every node Done on the new target, failed ones after their retry", 180, interval=0.2)
+    finally:
+        stop.set()
+        sampler.join(5)
+        watcher.close()
+    assert errors == [] and 1 <= peak[0] <= limit, (errors, peak[0], limit)
+    assert parked_seen and parked_seen <= failed_once, (parked_seen, failed_once)
+    view = pool(fleet.replicas[2])
+    assert view["status"]["rollout"]["counts"].get("Done", 0) == len(nodes) and "failed" not in view["status"]["rollout"]
+
+
 def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, tmp_path):
     from agent.server.store.errors import StoreUnavailable
     from agent.server.store.etcd import drains
