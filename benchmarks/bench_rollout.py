@@ -682,7 +682,8 @@ def layered_rollout(fleet: Fleet, name: str, path: str) -> Dict[str, Any]:
     say(f"n={fleet.n}: {fleet.n} nodes Done on {target} with its image {t_all - t0:.1f} s after the build")
     out: Dict[str, Any] = {"nodes": fleet.n, "counted": fleet.n, "maxUnavailable": fleet.max_unavailable,
                            "update_s": fleet.update_s, "target": target, "image": image, "ideal_s": ideal,
-                           "wall_s": t_all - t0, "post_to_build_s": t0 - posted, "held": held}
+                           "wall_s": t_all - t0, "post_to_build_s": t0 - posted, "held": held,
+                           "plans": layered.plans(events, target)}
     return close_out(fleet, out, t0, before, cpu0, sampler, ours)
 
 
@@ -863,13 +864,19 @@ def _plain_rows(size: int, plain: List[Dict[str, Any]], floor: str) -> List[Row]
                 note=_writes_note(last))]
 
 
+def _plans_note(run: Dict[str, Any]) -> str:
+    """What node-agent's planner made of the move, from the agents' turns (absent: not recorded)."""
+    p = run.get("plans")
+    return f" ({p['drain']} of {p['told']} turns drained, {p['reboot']} rebooted)" if p else ""
+
+
 def _layered_rows(size: int, run: Dict[str, Any], floor: str) -> List[Row]:
     first = run["first_learned_s"]
     return [Row(GROUP, f"{size} nodes, layered (config + image), drain + reboot: every node Done", run["wall_s"],
                 floor=floor,
                 note=f"from the MachineOSBuild's success (the MachineConfig POSTed {run['post_to_build_s']:.1f} s "
                      f"before it: nobody targeted while its image was not built); every node Done with "
-                     f"currentImage = desiredImage = the build's image; the first node told at "
+                     f"currentImage = desiredImage = the build's image{_plans_note(run)}; the first node told at "
                      + (f"{first:.1f} s; " if first is not None else "(never); ") + _cpu_note(run)),
             Row(GROUP, f"{size} nodes, layered: API writes per node", run["writes_per_node"], unit="writes",
                 note=_writes_note(run) + " (from the MachineConfig's POST; the drains' cordons and uncordons included)")]

@@ -84,6 +84,14 @@ def problems(events: Sequence[Dict[str, Any]], names: Sequence[str], target: str
     return out
 
 
+def plans(events: Sequence[Dict[str, Any]], target: str) -> Dict[str, int]:
+    """The turns to ``target`` the agents were told, and how many of them node-agent's planner
+    drained and rebooted (a new OS image: both, on every node)."""
+    told = [e for e in events if e["e"] == "learned" and e.get("c") == target]
+    return {"told": len(told), "drain": sum(1 for e in told if e.get("drain")),
+            "reboot": sum(1 for e in told if e.get("reboot"))}
+
+
 def stalled_for(dones: Sequence[float], since: float, now: float) -> float:
     """Seconds without a new Done: since the latest of ``dones`` (or ``since``, the build's success)."""
     return now - max([since, *dones])

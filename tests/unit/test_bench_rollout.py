@@ -99,12 +99,14 @@ def test_rows_of_a_run_compare_each_rollout_with_its_ideal_and_say_whether_the_p
 
 
 def test_a_run_of_the_layered_change_alone_has_its_floor_its_row_and_the_peak_of_it():
-    lay = dict(run("L", 35.0, 2), post_to_build_s=1.5, image="img@sha256:1")
+    lay = dict(run("L", 35.0, 2), post_to_build_s=1.5, image="img@sha256:1",
+               plans={"told": 10, "drain": 10, "reboot": 10})
     doc = {"sizes": [10], "maxUnavailable": "10%", "runs": {"10": {"layered": lay}}}
     by_case = {r.case: r for r in br.rows_from(doc)}
     row = by_case["10 nodes, layered (config + image), drain + reboot: every node Done"]
     assert row.median_s == 35.0 and row.floor == "ideal, 10 nodes: ceil(10/2) x 5 s" and row.floor in by_case
     assert "POSTed 1.5 s before" in row.note and "currentImage = desiredImage" in row.note
+    assert "(10 of 10 turns drained, 10 rebooted)" in row.note
     assert by_case["10 nodes, layered: API writes per node"].median_s == 10.0
     assert by_case["10 nodes: peak updating at once"].note.startswith("maxUnavailable 2: never above it")
     assert "| 1.40× ideal, 10 nodes: ceil(10/2) x 5 s |" in table(br.rows_from(doc))
@@ -147,6 +149,8 @@ def test_layered_problems_name_nodes_never_told_never_done_or_on_another_image()
     told = [{"t": 1, "n": n, "e": "learned", "c": "T", "img": "I"} for n in ("a", "b", "c")]
     done = [{"t": 2, "n": n, "e": "done", "c": "T", "img": "I"} for n in ("a", "b", "c")]
     assert layered.problems(told + done, ["a", "b", "c"], "T", "I") == []
+    assert layered.plans([dict(told[0], drain=True, reboot=True), dict(told[1], reboot=True), told[2]] + done,
+                         "T") == {"told": 3, "drain": 1, "reboot": 2}
     assert layered.problems(told + done[:1], ["a", "b", "c"], "T", "I") == ["2 node(s) never Done on T: b, c"]
     other = [dict(told[0], c="S"), told[1], dict(told[2], img=""), done[0], dict(done[1], img="J"), done[2]]
     assert layered.problems(other, ["a", "b", "c"], "T", "I") == [
