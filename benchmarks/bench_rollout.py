@@ -1,7 +1,8 @@
 """A change rolled out to a fleet by ``serve --backend kubernetes`` (issue 46): the server targets
 the nodes, ``maxUnavailable`` at a time; how close to the ideal, how many at once, what it writes.
 
-    .venv/bin/python benchmarks/bench_rollout.py [--quick] [--sizes 500 1000] [--update-seconds 10] [--json FILE]
+    .venv/bin/python benchmarks/bench_rollout.py [--quick] [--sizes 500 1000] [--update-seconds 10]
+        [--changes none drain layered] [--json FILE]
 
 Design.
 
@@ -26,8 +27,8 @@ Design.
   node-agent's protocol, its long poll (``?wait=25``, ``If-None-Match``), its pause between passes
   and its planner (to know whether the move drains and reboots), a fixed time per update. What
   each agent does is streamed back with its time: when it learned its turn, sent Working, was Done.
-- **The changes.** Each size runs the same two rollouts, measured from the moment the
-  MachineConfig is POSTed to the API (the server's render and its targeting included):
+- **The changes.** Each size runs the same three rollouts, the first two measured from the moment
+  the MachineConfig is POSTed to the API (the server's render and its targeting included):
   1. a file under /etc/nmstate/openshift (node-agent's default policy: None, no drain, no
      reboot): targeting alone paces it;
   2. a file no policy covers (drain and reboot), with the oldest node (the first upstream's order
@@ -35,9 +36,19 @@ Design.
      replicas, and ``serve --drain-defer-after 5`` (the drain cadence shortened likewise). The
      others must finish; the pinned node must be deferred, named in the pool's
      ``status.rollout.deferred``, never evicted; once the budget and its pod go, it is tried again
-     and finishes (timed too).
+     and finishes (timed too);
+  3. a layered change (issue 52; benchmarks/rollout_layered.py): the worker pool opted in to
+     image mode (a MachineOSConfig), a MachineConfig POSTed, and nobody may be targeted while its
+     rendered config's image is not built (the pool's waitReason says so); then the build
+     succeeds (the MachineOSConfig's ``status.currentImagePullSpec``, a MachineOSBuild
+     Succeeded with its ``digestedImagePushSpec``), and the rollout of config + image (drain and
+     reboot: the OS image changes) is timed from that moment until every node sent Done with
+     ``currentImage`` and ``desiredImage`` the build's image, as node-agent reports them. It
+     fails loudly when no node's Done came for ``rollout_layered.stall_limit`` (before issue 52
+     the pool stopped after its first wave), or when a node was told its turn before the build,
+     or went to another image. Last, because it leaves the pool in image mode.
   The sizes run side by side, interleaved (change 1 at 500, at 1,000, then change 2 at 500, at
-  1,000), so that the machine's noise falls on both alike.
+  1,000, ...), so that the machine's noise falls on both alike. ``--changes`` picks some of them.
 - **Figures.** The wall-clock until every node's Done, against the ideal ceil(N / maxUnavailable)
   x update time; the peak of nodes updating at once, exact from the agents' own spans (from the
   fetch that told a node its turn to the moment it sent Done; the server frees a slot only after
@@ -68,6 +79,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import rollout_layered as layered  # noqa: E402
 from benchmarks.common import REPO, Row, save_json  # noqa: E402
 
 SIZES, QUICK_SIZES = (500, 1000), (100, 200)
@@ -380,7 +392,7 @@ class RowWatch(threading.Thread):
 class Fleet:
     """One size: its control plane with ``n`` Nodes, its server, its light agents (a process)."""
 
-    def __init__(self, top: str, n: int, update_s: float):
+    def __init__(self, top: str, n: int, update_s: float, pinned_pod: bool = True):
         from agent.core.objectchecks import parse_max_unavailable
         from benchmarks.bench_kube import create_nodes
         from tests.helpers.kube_cluster import KubeCluster
@@ -407,7 +419,9 @@ class Fleet:
         create_nodes(self.kc, self.names[:1])
         time.sleep(1.1)  # creationTimestamp has whole seconds: the pinned Node is strictly the oldest
         self.create_rate = create_nodes(self.kc, self.names[1:])
-        pin(self.kc, self.pinned)
+        self.pinned_pod = pinned_pod  # the drain change's pod and budget on the pinned node, until unpinned
+        if pinned_pod:
+            pin(self.kc, self.pinned)
         say(f"n={n}: control plane up, {n} Nodes made ({self.create_rate:.0f}/s)")
 
     def start(self) -> "Fleet":
@@ -507,6 +521,17 @@ class Fleet:
         if r.status_code != 201:
             raise RuntimeError(f"creating MachineConfig {name}: {r.status_code} {r.text[:300]}")
 
+    def create(self, collection: str, obj: Dict[str, Any]) -> None:
+        r = self.kc.session().post(self.kc.url + collection, json=obj, timeout=30)
+        if r.status_code != 201:
+            raise RuntimeError(f"creating {obj['kind']} {obj['metadata']['name']}: {r.status_code} {r.text[:300]}")
+
+    def patch_status(self, path: str, body: Dict[str, Any]) -> None:
+        r = self.kc.session().patch(self.kc.url + path + "/status", data=json.dumps(body), timeout=30,
+                                    headers={"Content-Type": "application/merge-patch+json"})
+        if r.status_code != 200:
+            raise RuntimeError(f"PATCH {path}/status: {r.status_code} {r.text[:300]}")
+
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -582,9 +607,19 @@ def rollout(fleet: Fleet, name: str, path: str, pinned: bool) -> Dict[str, Any]:
     if pinned:
         out["pinned"] = pinned_outcome(fleet, target, sampler, before, t_others)
         ours.update(unpin(fleet.kc))
+        fleet.pinned_pod = False
         unblocked = time.time()
         done = fleet.wait(lambda: fleet.done_on(target).get(fleet.pinned), "the pinned node Done once unblocked", 300)
         out["pinned"]["done_after_unblock_s"] = done - unblocked
+    return close_out(fleet, out, t0, before, cpu0, sampler, ours)
+
+
+def close_out(fleet: Fleet, out: Dict[str, Any], t0: float, before: Dict[str, float], cpu0: Dict[str, float],
+              sampler: ViewSampler, ours: Dict[str, int]) -> Dict[str, Any]:
+    """Once every node is Done on ``out["target"]``: the pool's status counting them all, the
+    server's last writes, then the rollout's figures from ``t0``, less the benchmark's own writes."""
+    rows, target = fleet.rows, out["target"]
+    assert rows is not None
     fleet.wait(lambda: (lambda st: st.get("updatedMachineCount") == fleet.n and
                         (st.get("configuration") or {}).get("name") == target)(fleet.pool_status()),
                "the pool's status: every node updated", 300)
@@ -597,6 +632,81 @@ def rollout(fleet: Fleet, name: str, path: str, pinned: bool) -> Dict[str, Any]:
     out["cpu_s"] = {k: round(cpu1[k] - cpu0[k], 2) for k in cpu0}
     out["window_s"] = time.time() - t0
     return out
+
+
+def layered_rollout(fleet: Fleet, name: str, path: str) -> Dict[str, Any]:
+    """The worker pool opted in to image mode (a MachineOSConfig, no image yet), a MachineConfig
+    POSTed: the server must target nobody while the new rendered config's image is not built. Then
+    the build succeeds (the MachineOSConfig's currentImagePullSpec, a succeeded MachineOSBuild):
+    timed from that moment until every node is Done on the config with the build's image (its
+    report's currentImage and desiredImage). A rollout with no Done for ``stall_limit`` fails
+    loudly, naming the pool's view: before issue 52 it stopped after its first wave."""
+    rows = fleet.rows
+    assert rows is not None
+    if fleet.pinned_pod:
+        raise RuntimeError(f"n={fleet.n}: the pinned pod and its budget are still there (the drain change unpins them)")
+    ideal = ideal_seconds(fleet.n, fleet.max_unavailable, fleet.update_s)
+    ours: Dict[str, int] = {"machineosconfigs POST 201": 1, "machineconfigs POST 201": 1,
+                            "machineosconfigs/status PATCH 200": 1, "machineosbuilds POST 201": 1,
+                            "machineosbuilds/status PATCH 200": 1}
+    before, cpu0, old = fleet.writes(), fleet.cpu(), rows.target()
+    posted = time.time()
+    fleet.create(MCO + "/machineosconfigs", layered.os_config("worker"))
+    fleet.post(name, path, name)
+    target = fleet.wait(lambda: (lambda t: t if t != old else "")(rows.target()), "the pool's new target", 120)
+    held = fleet.wait(lambda: (lambda why: why if f"layered image of {target} is not ready" in why else "")(
+        str(((fleet.pool_view()["status"].get("rollout") or {}).get("waitReason")) or "")),
+        "the pool held until the image is built (its rollout's waitReason)", 120)
+    early = sorted({e["n"] for e in fleet.snapshot() if e["e"] == "learned" and e.get("c") == target})
+    if early:
+        raise RuntimeError(f"n={fleet.n}: {len(early)} node(s) told to update to {target} before its image was built: "
+                           f"{', '.join(early[:5])}")
+    image = layered.image_for(target)
+    fleet.patch_status(MCO + "/machineosconfigs/worker", {"status": {"currentImagePullSpec": image}})
+    build = layered.os_build("worker", target)
+    fleet.create(MCO + "/machineosbuilds", build)
+    t0 = time.time()
+    fleet.patch_status(MCO + f"/machineosbuilds/{build['metadata']['name']}", {"status": layered.build_status(image)})
+    say(f"n={fleet.n}: {name} POSTed, the pool targets {target}, held ({held[:80]}...) until its build "
+        f"succeeded {t0 - posted:.1f} s after the POST (ideal {ideal:.0f} s)")
+    sampler = ViewSampler(fleet, fleet.pinned)
+    try:
+        wait_every_done(fleet, target, t0)
+    finally:
+        sampler.close()
+    events = [e for e in fleet.snapshot() if e["t"] >= posted]
+    wrong = layered.problems(events, fleet.names, target, image)
+    if wrong:
+        raise RuntimeError(f"n={fleet.n}: the layered rollout to {target} went wrong: " + "; ".join(wrong))
+    t_all = max(fleet.done_on(target).values())
+    say(f"n={fleet.n}: {fleet.n} nodes Done on {target} with its image {t_all - t0:.1f} s after the build")
+    out: Dict[str, Any] = {"nodes": fleet.n, "counted": fleet.n, "maxUnavailable": fleet.max_unavailable,
+                           "update_s": fleet.update_s, "target": target, "image": image, "ideal_s": ideal,
+                           "wall_s": t_all - t0, "post_to_build_s": t0 - posted, "held": held,
+                           "plans": layered.plans(events, target)}
+    return close_out(fleet, out, t0, before, cpu0, sampler, ours)
+
+
+def wait_every_done(fleet: Fleet, target: str, since: float) -> None:
+    """Until every node sent Done on ``target``; a RuntimeError naming how far it got and the
+    pool's own view of its rollout when no node's Done came for ``stall_limit`` seconds."""
+    limit = layered.stall_limit(fleet.update_s)
+    while True:
+        dones = fleet.done_on(target)
+        if len(dones) >= fleet.n:
+            return
+        quiet = layered.stalled_for(list(dones.values()), since, time.time())
+        if quiet > limit:
+            rollout_view = (fleet.pool_view()["status"].get("rollout") or {})
+            view = {k: rollout_view.get(k) for k in ("counts", "waitReason", "halted") if rollout_view.get(k)}
+            raise RuntimeError(
+                f"n={fleet.n}: THE LAYERED ROLLOUT STOPPED: {len(dones)} of {fleet.n} nodes Done on {target}, "
+                f"none for {quiet:.0f} s (issue 52: a node Done without the desiredImage it was targeted to "
+                f"was a candidate again, and the first wave kept maxUnavailable); the pool's view: "
+                f"{json.dumps(view)[:1500]}")
+        if fleet.proc is not None and fleet.proc.poll() is not None:
+            raise RuntimeError(f"n={fleet.n}: the light agents exited ({fleet.proc.returncode}); see {fleet.top}")
+        time.sleep(0.5)
 
 
 def pinned_outcome(fleet: Fleet, target: str, sampler: Optional[ViewSampler], before: Dict[str, float],
@@ -647,16 +757,20 @@ def figures(fleet: Fleet, rows: RowWatch, target: str, t0: float, writes: Dict[s
 
 # -- the benchmark ---------------------------------------------------------------------------------------
 
+CHANGES = ("none", "drain", "layered")
+
+
 def measure(sizes: Sequence[int], update_s: float, rounds: int = 1,
-            changes: Sequence[str] = ("none", "drain")) -> Dict[str, Any]:
-    """Every size's control plane, server and agents side by side; the changes interleaved."""
+            changes: Sequence[str] = CHANGES) -> Dict[str, Any]:
+    """Every size's control plane, server and agents side by side; the changes interleaved (the
+    layered one last: it leaves the worker pool in image mode)."""
     top = tempfile.mkdtemp(prefix="bench-rollout-")
     fleets: List[Fleet] = []
     started = time.monotonic()
     load = os.getloadavg()
     try:
         for n in sizes:
-            fleets.append(Fleet(top, n, update_s))
+            fleets.append(Fleet(top, n, update_s, pinned_pod="drain" in changes))
         for f in fleets:
             f.start()
         runs: Dict[str, Dict[str, Any]] = {str(f.n): {"no_drain": []} for f in fleets}
@@ -666,6 +780,8 @@ def measure(sizes: Sequence[int], update_s: float, rounds: int = 1,
                     rollout(f, f"99-bench-none-{r}", f"{NONE_POLICY_DIR}/bench-{r}.yml", pinned=False))
         for f in fleets if "drain" in changes else []:
             runs[str(f.n)]["pinned"] = rollout(f, "99-bench-drain", "/etc/bench-rollout/drain.conf", pinned=True)
+        for f in fleets if "layered" in changes else []:
+            runs[str(f.n)]["layered"] = layered_rollout(f, "99-bench-layered", "/etc/bench-rollout/layered.conf")
         setup = {str(f.n): {"create_nodes_per_s": f.create_rate, "agents_ready_s": f.setup_s,
                             "agents": f.fleet_ready} for f in fleets}
         return {"sizes": list(sizes), "update_s": update_s, "rounds": rounds, "maxUnavailable": MAX_UNAVAILABLE,
@@ -697,33 +813,73 @@ def _writes_note(run: Dict[str, Any]) -> str:
 
 
 def rows_from(doc: Dict[str, Any]) -> List[Row]:
+    """The table's rows of whichever changes ran (``runs``: no_drain, pinned, layered by size)."""
     rows: List[Row] = []
     for size in doc["sizes"]:
         runs = doc["runs"][str(size)]
-        plain, pinned = runs["no_drain"], runs["pinned"]
-        m, t = plain[0]["maxUnavailable"], plain[0]["update_s"]
-        floor = f"ideal, {size} nodes: ceil({size}/{m}) x {t:g} s"
-        rows.append(Row(GROUP, floor, plain[0]["ideal_s"], is_floor=True,
-                        note=f"maxUnavailable {doc['maxUnavailable']} = {m}; a fixed {t:g} s per update"))
-        walls = [r["wall_s"] for r in plain]
-        last = plain[-1]
-        rows.append(Row(GROUP, f"{size} nodes, no drain: every node Done", statistics.median(walls), floor=floor,
-                        samples=walls if len(walls) > 1 else [],
-                        note=f"from the MachineConfig's POST; the new target {last['target_s']:.1f} s after it, "
-                             f"the first node told at {last['first_learned_s']:.1f} s; server CPU "
-                             f"{last['cpu_s']['server']:.0f} s, API server + etcd {last['cpu_s']['apiserver+etcd']:.0f} s, "
-                             f"light agents {last['cpu_s']['agents']:.0f} s"))
-        peak = max(r["peak"] for r in plain + [pinned])
-        rows.append(Row(GROUP, f"{size} nodes: peak updating at once", float(peak), unit="nodes",
-                        note=f"maxUnavailable {m}: {'never above it' if peak <= m else 'ABOVE IT'} (both changes; "
-                             f"exact, from the agents' spans); on average {_mean(last)} with no drain, "
-                             f"{_mean(pinned)} with drains"))
-        rows.append(Row(GROUP, f"{size} nodes, no drain: API writes per node", last["writes_per_node"], unit="writes",
-                        note=_writes_note(last)))
-        rows.append(Row(GROUP, f"{size} nodes: targeted -> the node's fetch returns", last["learn_s"].get("median"),
-                        note=_learn_note(last)))
-        rows.extend(_pinned_rows(size, pinned))
+        plain, pinned, lay = runs.get("no_drain") or [], runs.get("pinned"), runs.get("layered")
+        whole = plain + ([lay] if lay else [])  # the changes every node takes: one ideal
+        floor = ""
+        if whole:
+            m, t = whole[0]["maxUnavailable"], whole[0]["update_s"]
+            floor = f"ideal, {size} nodes: ceil({size}/{m}) x {t:g} s"
+            rows.append(Row(GROUP, floor, whole[0]["ideal_s"], is_floor=True,
+                            note=f"maxUnavailable {doc['maxUnavailable']} = {m}; a fixed {t:g} s per update"))
+        if plain:
+            rows.extend(_plain_rows(size, plain, floor))
+        ran = plain + [r for r in (pinned, lay) if r]
+        if ran:
+            m = ran[0]["maxUnavailable"]
+            peak = max(r["peak"] for r in ran)
+            means = ", ".join(f"{_mean(r)} {what}" for r, what in ((plain[-1] if plain else None, "with no drain"),
+                                                                   (pinned, "with drains"), (lay, "layered")) if r)
+            rows.append(Row(GROUP, f"{size} nodes: peak updating at once", float(peak), unit="nodes",
+                            note=f"maxUnavailable {m}: {'never above it' if peak <= m else 'ABOVE IT'} (every change "
+                                 f"run; exact, from the agents' spans); on average {means}"))
+        if plain:
+            last = plain[-1]
+            rows.append(Row(GROUP, f"{size} nodes: targeted -> the node's fetch returns", last["learn_s"].get("median"),
+                            note=_learn_note(last)))
+        if pinned:
+            rows.extend(_pinned_rows(size, pinned))
+        if lay:
+            rows.extend(_layered_rows(size, lay, floor))
     return rows
+
+
+def _cpu_note(run: Dict[str, Any]) -> str:
+    cpu = run["cpu_s"]
+    return (f"server CPU {cpu['server']:.0f} s, API server + etcd {cpu['apiserver+etcd']:.0f} s, "
+            f"light agents {cpu['agents']:.0f} s")
+
+
+def _plain_rows(size: int, plain: List[Dict[str, Any]], floor: str) -> List[Row]:
+    walls = [r["wall_s"] for r in plain]
+    last = plain[-1]
+    return [Row(GROUP, f"{size} nodes, no drain: every node Done", statistics.median(walls), floor=floor,
+                samples=walls if len(walls) > 1 else [],
+                note=f"from the MachineConfig's POST; the new target {last['target_s']:.1f} s after it, "
+                     f"the first node told at {last['first_learned_s']:.1f} s; " + _cpu_note(last)),
+            Row(GROUP, f"{size} nodes, no drain: API writes per node", last["writes_per_node"], unit="writes",
+                note=_writes_note(last))]
+
+
+def _plans_note(run: Dict[str, Any]) -> str:
+    """What node-agent's planner made of the move, from the agents' turns (absent: not recorded)."""
+    p = run.get("plans")
+    return f" ({p['drain']} of {p['told']} turns drained, {p['reboot']} rebooted)" if p else ""
+
+
+def _layered_rows(size: int, run: Dict[str, Any], floor: str) -> List[Row]:
+    first = run["first_learned_s"]
+    return [Row(GROUP, f"{size} nodes, layered (config + image), drain + reboot: every node Done", run["wall_s"],
+                floor=floor,
+                note=f"from the MachineOSBuild's success (the MachineConfig POSTed {run['post_to_build_s']:.1f} s "
+                     f"before it: nobody targeted while its image was not built); every node Done with "
+                     f"currentImage = desiredImage = the build's image{_plans_note(run)}; the first node told at "
+                     + (f"{first:.1f} s; " if first is not None else "(never); ") + _cpu_note(run)),
+            Row(GROUP, f"{size} nodes, layered: API writes per node", run["writes_per_node"], unit="writes",
+                note=_writes_note(run) + " (from the MachineConfig's POST; the drains' cordons and uncordons included)")]
 
 
 def _pinned_rows(size: int, run: Dict[str, Any]) -> List[Row]:
@@ -765,18 +921,18 @@ def main() -> int:
     ap.add_argument("--sizes", type=int, nargs="+", help=f"fleet sizes (default {' '.join(map(str, SIZES))})")
     ap.add_argument("--update-seconds", type=float, help=f"the fixed time of one update (default {UPDATE_S:g})")
     ap.add_argument("--rounds", type=int, default=1, help="rollouts of the change with no drain per size (default 1)")
-    ap.add_argument("--changes", nargs="+", choices=("none", "drain"), default=["none", "drain"],
-                    help="which changes to roll out (default both; the table needs both)")
+    ap.add_argument("--changes", nargs="+", choices=CHANGES, default=list(CHANGES),
+                    help="which changes to roll out: none (no drain), drain (drain + reboot, 1 node pinned), "
+                         "layered (a MachineOSConfig and a succeeded build: config + image; last, it leaves the "
+                         "pool in image mode); default all three")
     ap.add_argument("--json", metavar="FILE", help="also write the measurements to FILE")
     args = ap.parse_args()
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     update_s = args.update_seconds or (QUICK_UPDATE_S if args.quick else UPDATE_S)
     load = os.getloadavg()[0]
     doc = measure(sizes, update_s, args.rounds, args.changes)
-    if set(args.changes) != {"none", "drain"}:
-        print(json.dumps(doc, indent=1, default=str))
-        return 0
-    save_json("rollout.json", doc)
+    if set(args.changes) == set(CHANGES):  # build/bench/rollout.json: a whole run only
+        save_json("rollout.json", doc)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)

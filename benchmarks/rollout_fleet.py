@@ -18,12 +18,17 @@ for its drain lease when the plan drains (``POST .../drain`` until granted; 409 
 retargeted: it keeps its config and goes back to the loop), reports Working (desiredConfig the new
 one), takes the fixed update time, reports Working "reboot pending" when the plan reboots, then Done
 on the new config, and gives its lease back when it did not reboot (the server ends it on Done
-otherwise), as update.Updater._carry_out does.
+otherwise), as update.Updater._carry_out does. On a layered pool each of these reports carries the
+desiredImage the server targeted, read as Updater reads it (the served node annotations'
+``desiredImage``, which the server writes only when it serves a layered image), and Done the image
+served as its currentImage: the server keeps a layered node's entry until its report carries the
+image (targeting ``_done_on``), so without it a layered rollout stops after its first wave.
 
 What it does goes to stdout as JSON lines, one per event, as it happens: ``{"t": time.time(), "n":
 node, "e": event, ...}`` with events ``learned`` (a fetch served it a new config to update to;
-``c`` the config, ``drain``/``reboot`` the plan), ``granted`` (its drain lease), ``working``,
-``done`` (the Done report was sent: the update is over on the node), ``deferred``, ``refused`` (a
+``c`` the config, ``drain``/``reboot`` the plan, ``img`` the desiredImage on a layered pool),
+``granted`` (its drain lease), ``working``, ``done`` (the Done report was sent: the update is over
+on the node; ``img`` its currentImage on a layered pool), ``deferred``, ``refused`` (a
 drain lease refused: ``wait`` the Retry-After, ``why`` the server's reason), ``retry`` (a
 request that failed and was tried again: ``why``); ``{"ready": N}`` once every node reported Done
 on its first config. The benchmark reads them as they come.
@@ -76,10 +81,22 @@ class Plans:
     def __init__(self) -> None:
         self.bodies: Dict[str, bytes] = {}
         self.done: Dict[Tuple[str, str], Tuple[bool, bool]] = {}
+        self.images: Dict[str, str] = {}
         self.lock = gevent.lock.Semaphore()
 
     def keep(self, etag: str, body: bytes) -> None:
         self.bodies.setdefault(etag, body)
+
+    def desired_image(self, etag: str) -> str:
+        """The layered image the server targeted with the config of ETag ``etag``: the served node
+        annotations' desiredImage, which the server writes only when it serves a layered image, as
+        Updater reads it (``served.annotations``); "" on a pool that is not layered."""
+        with self.lock:
+            if etag not in self.images:
+                from agent.core.served import ANN, read_served
+
+                self.images[etag] = read_served(json.loads(self.bodies[etag])).annotations.get(ANN + "desiredImage", "")
+            return self.images[etag]
 
     def plan(self, old: str, new: str) -> Tuple[bool, bool]:
         """(drain, reboot) of the move from the config with ETag ``old`` to ``new``."""
@@ -124,12 +141,15 @@ class Agent:
             self.out(t=time.time(), n=self.name, e="retry", why=f"{method} {url}: {why}")
             gevent.sleep(RETRY)
 
-    def report(self, state: str, current: str, desired: str, reason: str = "", image: str = "") -> None:
+    def report(self, state: str, current: str, desired: str, reason: str = "", image: str = "",
+               desired_image: str = "") -> None:
         body = {"pool": self.pool, "state": state, "currentConfig": current, "desiredConfig": desired}
         if reason:
             body["reason"] = reason
         if image:
             body["currentImage"] = image
+        if desired_image:
+            body["desiredImage"] = desired_image
         self._call("POST", self._url("report"), (200,), data=json.dumps(body),
                    headers={**self._auth(), "Content-Type": "application/json"})
 
@@ -164,21 +184,24 @@ class Agent:
             gevent.sleep(turn.HELD_IDLE)
 
     def update(self, r: requests.Response, target: str, told: float) -> None:
-        """``told``: when the fetch that served ``target`` returned."""
+        """``told``: when the fetch that served ``target`` returned. The desiredImage the server
+        targeted (a layered pool) goes with every report on the way, as Updater sends it; Done
+        carries it with the image served as currentImage (after the reboot: the image booted)."""
         etag = r.headers["ETag"]
         self.plans.keep(etag, r.content)
         drain, reboot = self.plans.plan(self.etag, etag)
-        self.out(t=told, n=self.name, e="learned", c=target, drain=drain, reboot=reboot)
+        want = self.plans.desired_image(etag)
+        self.out(t=told, n=self.name, e="learned", c=target, drain=drain, reboot=reboot, **({"img": want} if want else {}))
         if drain and not self.lease(target):
             return
-        self.report("Working", self.config, target)
+        self.report("Working", self.config, target, desired_image=want)
         self.out(t=time.time(), n=self.name, e="working", c=target)
         gevent.sleep(self.update_s)
         image = r.headers.get("X-Served-Image", "")
-        if reboot:
-            self.report("Working", target, target, reason="reboot pending", image=image)
-        self.out(t=time.time(), n=self.name, e="done", c=target)
-        self.report("Done", target, target, image=image)
+        if reboot:  # before the reboot the node still runs its old image
+            self.report("Working", target, target, reason="reboot pending", image=self.image, desired_image=want)
+        self.out(t=time.time(), n=self.name, e="done", c=target, **({"img": image} if want else {}))
+        self.report("Done", target, target, image=image, desired_image=want)
         self.config, self.etag, self.image = target, etag, image
         if drain and not reboot:
             self._call("DELETE", self._url("drain"), (200, 404), headers=self._auth())

@@ -1,9 +1,11 @@
 """benchmarks/bench_rollout.py's figures from what it observes (the pure helpers; the benchmark itself
 runs in ``make bench``, not here): the ideal, the peak of overlapping updates, the API server's
 write counts, the delays from a targeting to the node's learning it and from a Done to the next
-targeting, and the table rows of a run."""
+targeting, and the table rows of a run; the layered change's objects (read as the server reads
+them) and its checks (benchmarks/rollout_layered.py)."""
 
 from benchmarks import bench_rollout as br
+from benchmarks import rollout_layered as layered
 from benchmarks.common import table
 
 METRICS = """\
@@ -94,3 +96,71 @@ def test_rows_of_a_run_compare_each_rollout_with_its_ideal_and_say_whether_the_p
     assert "| 1.16× ideal, 10 nodes: ceil(10/2) x 5 s |" in table(rows)
     doc["runs"]["10"]["pinned"]["peak"] = 3
     assert "ABOVE IT" in {r.case: r for r in br.rows_from(doc)}["10 nodes: peak updating at once"].note
+
+
+def test_a_run_of_the_layered_change_alone_has_its_floor_its_row_and_the_peak_of_it():
+    lay = dict(run("L", 35.0, 2), post_to_build_s=1.5, image="img@sha256:1",
+               plans={"told": 10, "drain": 10, "reboot": 10})
+    doc = {"sizes": [10], "maxUnavailable": "10%", "runs": {"10": {"layered": lay}}}
+    by_case = {r.case: r for r in br.rows_from(doc)}
+    row = by_case["10 nodes, layered (config + image), drain + reboot: every node Done"]
+    assert row.median_s == 35.0 and row.floor == "ideal, 10 nodes: ceil(10/2) x 5 s" and row.floor in by_case
+    assert "POSTed 1.5 s before" in row.note and "currentImage = desiredImage" in row.note
+    assert "(10 of 10 turns drained, 10 rebooted)" in row.note
+    assert by_case["10 nodes, layered: API writes per node"].median_s == 10.0
+    assert by_case["10 nodes: peak updating at once"].note.startswith("maxUnavailable 2: never above it")
+    assert "| 1.40× ideal, 10 nodes: ceil(10/2) x 5 s |" in table(br.rows_from(doc))
+    lay["peak"] = 3
+    assert "ABOVE IT" in {r.case: r for r in br.rows_from(doc)}["10 nodes: peak updating at once"].note
+
+
+def test_every_change_shares_the_peak_row_and_the_layered_rows_come_last():
+    pinned = {"deferred_after_s": 6.2, "named_in_status": True, "named_reason": "held", "pod_kept": True,
+              "evictions": {}, "done_after_unblock_s": 4.0}
+    doc = {"sizes": [10], "maxUnavailable": "10%", "runs": {"10": {
+        "no_drain": [run("B", 30.0, 2)], "pinned": run("D", 40.0, 1, pinned),
+        "layered": dict(run("L", 35.0, 3), post_to_build_s=0.4)}}}
+    rows = br.rows_from(doc)
+    cases = [r.case for r in rows]
+    assert cases.count("ideal, 10 nodes: ceil(10/2) x 5 s") == 1
+    assert cases[-2:] == ["10 nodes, layered (config + image), drain + reboot: every node Done",
+                          "10 nodes, layered: API writes per node"]
+    assert "ABOVE IT" in {r.case: r for r in rows}["10 nodes: peak updating at once"].note
+
+
+def test_the_build_the_benchmark_writes_is_the_image_the_server_reads_for_the_rendered_config():
+    from agent.server.rollout import gating
+
+    mosc = layered.os_config("worker")
+    build = layered.os_build("worker", "rendered-worker-abc")
+    image = layered.image_for("rendered-worker-abc")
+    builds = {build["metadata"]["name"]: build}
+    assert gating.layered_image("worker", "rendered-worker-abc", {"worker": mosc}, builds) is None  # no image yet
+    mosc["status"] = {"currentImagePullSpec": image}
+    assert gating.layered_image("worker", "rendered-worker-abc", {"worker": mosc}, builds) is None  # not succeeded
+    build["status"] = layered.build_status(image, now=0)
+    assert gating.layered_image("worker", "rendered-worker-abc", {"worker": mosc}, builds) == image
+    assert gating.layered_image("worker", "rendered-worker-other", {"worker": mosc}, builds) is None
+    assert build["status"]["conditions"][1]["lastTransitionTime"] == "1970-01-01T00:00:00Z"
+    assert image != layered.image_for("rendered-worker-abd") and "@sha256:" in image
+
+
+def test_layered_problems_name_nodes_never_told_never_done_or_on_another_image():
+    told = [{"t": 1, "n": n, "e": "learned", "c": "T", "img": "I"} for n in ("a", "b", "c")]
+    done = [{"t": 2, "n": n, "e": "done", "c": "T", "img": "I"} for n in ("a", "b", "c")]
+    assert layered.problems(told + done, ["a", "b", "c"], "T", "I") == []
+    assert layered.plans([dict(told[0], drain=True, reboot=True), dict(told[1], reboot=True), told[2]] + done,
+                         "T") == {"told": 3, "drain": 1, "reboot": 2}
+    assert layered.problems(told + done[:1], ["a", "b", "c"], "T", "I") == ["2 node(s) never Done on T: b, c"]
+    other = [dict(told[0], c="S"), told[1], dict(told[2], img=""), done[0], dict(done[1], img="J"), done[2]]
+    assert layered.problems(other, ["a", "b", "c"], "T", "I") == [
+        "1 node(s) never told its turn on T: a",
+        "1 node(s) served without the build's image (want I): c (none)",
+        "1 node(s) Done on another image (want I): b J"]
+
+
+def test_a_rollout_stalls_once_no_done_came_for_the_limit_counted_from_the_build_before_the_first():
+    assert layered.stalled_for([], since=100.0, now=130.0) == 30.0
+    assert layered.stalled_for([105.0, 120.0], since=100.0, now=130.0) == 10.0
+    assert layered.stalled_for([90.0], since=100.0, now=130.0) == 30.0  # a Done before the build counts not
+    assert layered.stall_limit(5.0) == 80.0 and layered.stall_limit(10.0) > 3 * 10.0 + 30
