@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from agent.node import turn
 from tests.helpers import paths
 from tests.helpers.certs import make_tls
 from tests.helpers.noderoot import make_node_root, not_layered, reboot
@@ -179,9 +180,12 @@ def test_a_waiting_node_learns_its_turn_from_a_held_fetch_not_its_next_poll(clus
              PICKED_UP)
     loop = started("update", "--root", roots["w1"], "--interval", "600")
     try:
+        # The loop's first fetch is held too (w1 runs what it is served: unchanged), and the server
+        # says "waiting" when the hold ends: turn.HOLD (25 s) after the loop's first pass (a limit
+        # of 30 s left a loaded machine under 5 s to start the loop: issue 54).
         wait_for(lambda: "waiting for its turn" in open(os.path.join(roots["w1"], "var/lib/node-agent/rollout.json"))
                  .read() if os.path.exists(os.path.join(roots["w1"], "var/lib/node-agent/rollout.json")) else False,
-                 "w1's loop waits for its turn", 30)
+                 "w1's loop waits for its turn (told when its first held fetch ends)", turn.HOLD + 60)
         assert agent("update", "--once", "--root", roots["w0"]).returncode == 0
         done = time.monotonic()
         wait_for(lambda: os.path.exists(os.path.join(roots["w1"], C_FILE.lstrip("/"))),
