@@ -29,7 +29,7 @@ TOKEN, ADMIN = "rollout-token", "rollout-admin"
 NODES = [f"w{i}" for i in range(4)]
 BAD_FILE = "/etc/nmstate/openshift/bond0.yml"
 C_FILE = "/etc/nmstate/openshift/c.yml"  # the default policy: None (no reboot, no drain)
-PICKED_UP = 20  # the server reads the state directory every second, after --settle-seconds
+PICKED_UP = 60  # the server reads the state directory every second, after --settle-seconds (0.5): a limit for a stuck run
 
 
 def agent(*args, env=None):
