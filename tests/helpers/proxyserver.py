@@ -5,13 +5,17 @@ can resolve (so a request that reaches the origin must have gone through it).
     with ForwardProxy(hosts={"config.test": "127.0.0.1"}) as proxy:
         ... proxy.url ...   # http://127.0.0.1:PORT
         assert proxy.seen == [("CONNECT", "config.test:8443")]
+
+``on_request(method, target)``, when set, is called with each request as it is recorded, before
+the proxy answers it (a CONNECT: before its "200 Connection Established", so before the TLS
+handshake through the tunnel): a test moves its own clock there.
 """
 
 import select
 import socket
 import socketserver
 import threading
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 _TIMEOUT = 10.0
@@ -85,6 +89,7 @@ class ForwardProxy:
         self.hosts = dict(hosts or {})
         self.seen: List[Tuple[str, str]] = []
         self.headers: List[List[bytes]] = []
+        self.on_request: Optional[Callable[[str, str], None]] = None
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self  # type: ignore[attr-defined]
@@ -98,6 +103,8 @@ class ForwardProxy:
         with self._lock:
             self.seen.append((method, target))
             self.headers.append(headers)
+        if self.on_request is not None:
+            self.on_request(method, target)
 
     def _connect(self, host: str, port: int) -> Optional[socket.socket]:
         address = self.hosts.get(host, host)

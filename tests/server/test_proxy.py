@@ -1,6 +1,8 @@
 """Proxies: which URL goes through which proxy (Go's httpproxy rules, as Ignition), where the
 settings come from, and fetches, CA bundles and reports through a real proxy process on loopback."""
 
+from typing import Optional
+
 import pytest
 
 from agent.core.settings import FetchSettings, Settings, parse_settings
@@ -92,9 +94,19 @@ def _no_env_proxy(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def fetcher(proxy_settings: ProxySettings, **kw) -> Fetcher:
-    fake = FakeTime()
-    settings = Settings(node_name="n1", fetch=FetchSettings(total_timeout=0.5, attempt_timeout=5),
+# The fetch budget counts on the test's clock (FakeTime: it moves when the fetcher sleeps between
+# attempts, or when a test moves it), but an attempt's watchdog (agent.resource.transport.Watchdog)
+# gives it, in real seconds, what is left of the budget on that clock, at most the attempt
+# timeout: here ATTEMPT real seconds (the last attempt of a spent budget 1 s), which no loaded
+# machine spends on a request to loopback. A budget of 0.5 gave the attempts 0.5, 0.3 and 0.05 real
+# seconds, and the last one's TLS handshake through the proxy on a busy machine ran past them
+# (issue 54: "sent no complete response headers within the fetch budget").
+BUDGET, ATTEMPT = 60.0, 30.0
+
+
+def fetcher(proxy_settings: ProxySettings, fake: Optional[FakeTime] = None, **kw) -> Fetcher:
+    fake = fake or FakeTime()
+    settings = Settings(node_name="n1", fetch=FetchSettings(total_timeout=BUDGET, attempt_timeout=ATTEMPT),
                         proxy=proxy_settings)
     return Fetcher(settings, sleep=fake.sleep, clock=fake.clock, jitter=0.0, **kw)
 
@@ -123,9 +135,16 @@ def test_https_through_the_proxy_still_verifies_the_server(tmp_path):
         srv.always("/c", Reply(200, b"ok"))
         url = named(srv.url("/c"))
         assert fetcher(ProxySettings(https_proxy=fwd.url), ca_pems=[good.ca_pem()]).fetch(url).body == b"ok"
-        assert fwd.seen == [("CONNECT", f"{NAME}:{url.split(':')[2].split('/')[0]}")]
-        with pytest.raises(FetchError, match="TLS verification failed"):
-            fetcher(ProxySettings(https_proxy=fwd.url), ca_pems=[other.ca_pem()]).fetch(url)
+        connect = ("CONNECT", f"{NAME}:{url.split(':')[2].split('/')[0]}")
+        assert fwd.seen == [connect]
+        # Verified against another CA: the handshake through the tunnel fails, and the fetch gives
+        # up with that error. Retried within the budget (a rotated CA), so the budget is spent on
+        # the test's clock while the proxy opens the tunnel: one attempt, with all its real time.
+        clock = FakeTime()
+        fwd.on_request = lambda method, target: clock.sleep(BUDGET)
+        with pytest.raises(FetchError, match=r"gave up after 1 attempt .*TLS verification failed"):
+            fetcher(ProxySettings(https_proxy=fwd.url), clock, ca_pems=[other.ca_pem()]).fetch(url)
+        assert fwd.seen == [connect, connect]
         assert len(srv.requests) == 1  # the unverified attempt never got a request through
 
 
@@ -134,7 +153,7 @@ def test_no_proxy_goes_direct():
         srv.always("/c", Reply(200, b"ok"))
         f = fetcher(ProxySettings(http_proxy=fwd.url, no_proxy=("test",)))
         with pytest.raises(FetchError):  # direct: config.test resolves nowhere but in the proxy
-            f.fetch(named(srv.url("/c")))
+            f.fetch(named(srv.url("/c")), budget=0.5)  # any failure will do: 3 attempts (BUDGET: 17)
         assert fwd.seen == []
         assert f.fetch(srv.url("/c")).body == b"ok"  # loopback: always direct
         assert fwd.seen == []

@@ -19,6 +19,7 @@ import sys
 
 import pytest
 
+from agent.node import turn
 from tests.helpers import paths
 from tests.helpers.certs import make_tls
 from tests.helpers.noderoot import make_node_root, not_layered, reboot
@@ -30,7 +31,7 @@ TOKEN, ADMIN = "rollout-token", "rollout-admin"
 NODES = [f"w{i}" for i in range(4)]
 BAD_FILE = "/etc/nmstate/openshift/bond0.yml"
 C_FILE = "/etc/nmstate/openshift/c.yml"  # the default policy: None (no reboot, no drain)
-PICKED_UP = 20  # the server reads the state directory every second, after --settle-seconds
+PICKED_UP = 60  # the server reads the state directory every second, after --settle-seconds (0.5): a limit for a stuck run
 
 
 def agent(*args, env=None):
@@ -200,9 +201,12 @@ def test_a_waiting_node_learns_its_turn_from_a_held_fetch_not_its_next_poll(clus
              PICKED_UP)
     loop = started("update", "--root", roots["w1"], "--interval", "600")
     try:
+        # The loop's first fetch is held too (w1 runs what it is served: unchanged), and the server
+        # says "waiting" when the hold ends: turn.HOLD (25 s) after the loop's first pass (a limit
+        # of 30 s left a loaded machine under 5 s to start the loop: issue 54).
         wait_for(lambda: "waiting for its turn" in open(os.path.join(roots["w1"], "var/lib/node-agent/rollout.json"))
                  .read() if os.path.exists(os.path.join(roots["w1"], "var/lib/node-agent/rollout.json")) else False,
-                 "w1's loop waits for its turn", 30)
+                 "w1's loop waits for its turn (told when its first held fetch ends)", turn.HOLD + 60)
         assert agent("update", "--once", "--root", roots["w0"]).returncode == 0
         done = time.monotonic()
         wait_for(lambda: os.path.exists(os.path.join(roots["w1"], C_FILE.lstrip("/"))),
@@ -235,27 +239,43 @@ def test_a_pool_whose_nodes_all_wait_for_approval_keeps_serving_what_they_run_to
 
 
 def test_a_canary_goes_first_and_the_rest_wait_the_pools_canary_wait_after_it_is_done(cluster):
-    """Ours (docs/rollout.md): canary-nodes "1", canary-wait "4": one node takes a new target,
-    the others wait until it is Done and then 4 s more, told why; then they go in turn."""
+    """Ours (docs/rollout.md): canary-nodes "1" and a canary-wait: one node takes a new target,
+    the others wait until it is Done and then the canary wait more, told why; then they go in turn.
+
+    While w1 is told why it waits the wait is 10 minutes, a window no loaded machine runs past
+    (with 4 s a busy machine had w1 targeted before its own run: issue 54); then the pool's wait
+    is shortened to end 4 s after the test reads the server's canaryAt (when it took the canary's
+    Done), and w1's turn comes no earlier than canaryAt plus that wait."""
+    import math
     import time
 
     srv, state, roots, a = cluster
     worker = state / "machineconfigpools" / "worker.yaml"
     worker.write_text(worker.read_text().replace("  name: worker\n", "  name: worker\n  annotations:\n"
                                                  "    node-config-server.openshift.io/canary-nodes: \"1\"\n"
-                                                 "    node-config-server.openshift.io/canary-wait: \"4\"\n", 1))
+                                                 "    node-config-server.openshift.io/canary-wait: \"600\"\n", 1))
     (state / "machineconfigs" / "60-c.yaml").write_text(mc("60-c", C_FILE, "c"))
     wait_for(lambda: target(srv) != a and pool(srv)["status"]["rollout"].get("updating") == ["w0"], "the canary",
              PICKED_UP)
+    c = target(srv)
     assert "canary: the first 1 node(s) update first" in pool(srv)["status"]["rollout"]["waitReason"]
-    # read before w0 reports Done: the server's wait runs from the Done it received, which comes
-    # before w0's process exits (taken after the exit, 3.79 s was measured once)
-    done = time.monotonic()
+    before_done = time.time()
     assert agent("update", "--once", "--root", roots["w0"]).returncode == 0
     waiting = agent("update", "--once", "--root", roots["w1"])
     assert waiting.returncode == 0 and "canary: 1 node(s) Done and Ready" in waiting.stderr, waiting.stderr
+    assert "the others wait 600 s after that" in waiting.stderr, waiting.stderr
     assert not os.path.exists(os.path.join(roots["w1"], C_FILE.lstrip("/")))
-    wait_for(lambda: pool(srv)["status"]["rollout"].get("updating") == ["w1"], "w1's turn after the canary wait", 30)
-    assert time.monotonic() - done >= 4.0
+    rollout = pool(srv)["status"]["rollout"]
+    assert "updating" not in rollout and rollout["waiting"] == ["w1", "w2", "w3"], rollout
+    assert rollout["waitReason"].startswith(f"canary: 1 node(s) Done and Ready on {c}; the others wait 600 s"), rollout
+    canary_at = float(rollout["canaryAt"])  # the server's clock (time.time()) when it took w0's Done
+    assert canary_at >= before_done
+
+    wait = math.ceil(time.time() - canary_at) + 4  # ends at least 4 s from now, counted from canaryAt
+    worker.write_text(worker.read_text().replace('canary-wait: "600"', f'canary-wait: "{wait}"'))
+    wait_for(lambda: pool(srv)["status"]["rollout"].get("updating") == ["w1"], "w1's turn after the canary wait",
+             wait + PICKED_UP + 30)
+    assert time.time() >= canary_at + wait  # seen after it happened: the server targeted w1 no earlier
+    assert target(srv) == c
     assert agent("update", "--once", "--root", roots["w1"]).returncode == 0
     assert os.path.exists(os.path.join(roots["w1"], C_FILE.lstrip("/")))
