@@ -127,7 +127,8 @@ def _render_and_status_parsers(sub) -> None:
     p.add_argument("-o", "--output", choices=("json", "yaml"), default=None, metavar="FORMAT",
                    help="json or yaml: {pool: {name, sources}} (--json is -o json)")
 
-    p = _sub(sub, "status", help="pools and cluster update progress (exit 0 complete, 1 not complete)",
+    p = _sub(sub, "status", help="pools and cluster update progress (exit 0 complete; 1 not complete: updating, "
+                                 "a pool degraded or a state problem, each named)",
              description="Asks a running server; with --state DIR, reads a state directory instead "
                          "(never creating nodes.db in it).")
     p.add_argument("--state", metavar="DIR", help="read this state directory instead of asking a server")

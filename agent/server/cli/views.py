@@ -76,7 +76,9 @@ def pool_age(pool: Dict[str, Any], now: float) -> Optional[float]:
 
 
 def pools_table(pools: List[Dict[str, Any]], now: float, wide: bool = False, width: Optional[int] = WIDTH,
-                draining: bool = True) -> str:
+                draining: bool = True, degraded: bool = True) -> str:
+    """``draining``: the lines under the table (degraded pools' reasons, drains, first boots);
+    ``degraded``: their first part (``status`` names the reasons in its own list instead)."""
     def build(short: Callable[[str], str]) -> List[List[str]]:
         rows = [list(POOL_COLUMNS + POOL_WIDE)]
         for p in pools:
@@ -95,8 +97,26 @@ def pools_table(pools: List[Dict[str, Any]], now: float, wide: bool = False, wid
         return rows
 
     text = fit(build, width, wide, POOL_OPTIONAL, wide_only=POOL_WIDE)
-    under = draining_lines(pools, now) + firstbootviews.pool_lines(pools)  # failed and stalled first boots too
+    under = (degraded_lines(pools) if degraded else []) + draining_lines(pools, now) + firstbootviews.pool_lines(pools)  # first boots too
     return text + "".join(line + "\n" for line in under) if draining else text
+
+
+def degraded_lines(pools: List[Dict[str, Any]]) -> List[str]:
+    """Under ``get pools``: why each Degraded pool is (NodeDegraded's nodes, RenderDegraded's
+    object), so that a DEGRADED True never stands without its reason."""
+    out = []
+    for p in pools:
+        conds = {c.get("type"): c for c in (p.get("status") or {}).get("conditions") or [] if isinstance(c, dict)}
+        if (conds.get("Degraded") or {}).get("status") != "True":
+            continue
+        name = (p.get("metadata") or {}).get("name", "")
+        for kind in ("NodeDegraded", "RenderDegraded"):
+            c = conds.get(kind) or {}
+            if c.get("status") == "True":
+                out.append(f"{name}: {kind}: {c.get('message') or c.get('reason') or '(no message)'}")
+        if not any((conds.get(k) or {}).get("status") == "True" for k in ("NodeDegraded", "RenderDegraded")):
+            out.append(f"{name}: Degraded: {conds['Degraded'].get('message') or '(no message)'}")
+    return out
 
 
 def draining_lines(pools: List[Dict[str, Any]], now: float) -> List[str]:
@@ -137,7 +157,7 @@ def describe_pool(pool: Dict[str, Any], now: float) -> str:
         f"Max unavailable:     {drain.get('maxUnavailable', '')} (draining: "
         f"{', '.join(drain.get('holders') or []) or 'none'})",
         *(f"  {node}: {_drain_text(d, now)}" for node, d in sorted((drain.get("nodes") or {}).items())),
-        *pool_rollout_lines(st),
+        *pool_rollout_lines(st, bool(spec.get("paused"))),
         "Served to new nodes:",
         f"  Config:            {served.get('config', '')}",
         f"  Image:             {served.get('image') or '<none>'}",

@@ -263,6 +263,9 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         spec["configuration"] = {"name": target}
         limit = parse_max_unavailable(spec.get("maxUnavailable"), counts.machine)
         listed = self._listed(name, counts, max_nodes)
+        if counts.degraded and not counts.degraded_reasons and counts.unavailable is None:  # the node store's
+            named = listed or self._listed(name, counts, VIEW_NODES)  # a view listing none: read them all the same
+            counts.degraded_reasons = poolview.degraded_reasons(named, counts.degraded)
         status: Dict[str, Any] = {
             "configuration": {"name": current},
             "rendered": row.rendered or "",
@@ -284,6 +287,8 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         if counts.machine > len(listed):
             status["nodesTruncated"] = True
         status["rollout"] = self._rollout_view(st, name, row, image, limit, max_nodes)
+        if spec.get("paused"):  # nothing updates while paused: no end to estimate (targeting.summary's is unpaused)
+            status["rollout"].pop("estimate", None)
         status["firstBoots"] = self.first_boot_summary(name, deadlines=self.first_boot_deadlines(st))  # decided now
         disruption = poolview.pending_disruption(self.spec_of, st.cluster_spec, current, target) if pending else None
         if disruption is not None:
