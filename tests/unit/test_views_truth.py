@@ -58,3 +58,14 @@ def test_a_paused_pool_shows_no_end_estimate():
     assert "ends in" not in "\n".join(paused)
     assert paused[0].endswith("; paused: no end estimate (nothing updates until spec.paused is false)")
     assert "ends in" not in views.describe_pool(pool(paused=True, rollout=rollout), NOW)
+
+
+def test_a_degraded_report_without_an_image_keeps_the_image_of_the_config_it_still_runs():
+    from agent.server.cluster.firstbootfacts import with_current_image
+
+    before = {"state": "Done", "currentConfig": "rendered-worker-1", "currentImage": "quay.io/os@sha256:1"}
+    failed = {"state": "Degraded", "currentConfig": "rendered-worker-1", "reason": "disk full"}
+    assert with_current_image(before, failed)["currentImage"] == "quay.io/os@sha256:1"
+    moved = dict(failed, currentConfig="rendered-worker-2")  # another config: its image is not known
+    assert "currentImage" not in with_current_image(before, moved)
+    assert "currentImage" not in with_current_image(before, dict(failed, state="Working"))

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from agent.core.objectchecks import parse_max_unavailable
 from agent.server.cluster import poolview, renderreview
 from agent.server.cluster.approval import Approval
-from agent.server.cluster.firstbootfacts import with_first_boot_facts
+from agent.server.cluster.firstbootfacts import with_current_image, with_first_boot_facts
 from agent.server.cluster.firstbootview import FirstBoots
 from agent.server.cluster.replicaview import ReplicaView
 from agent.server.cluster.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
@@ -330,7 +330,7 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         previous = self.store.node(node)
         first_boot = bool(body.get("firstPivotConfig")) and body.get("state") != "Done"
         before, now = (previous.report if previous is not None else None), time.time()
-        body = with_first_boot_facts(before, body)
+        body = with_current_image(before, with_first_boot_facts(before, body))
         body = self.with_first_boot(before, body, reg.created if reg is not None else None, now)
         body = self._marked(st, node, body, reg)
         if first_boot:  # not a member the server targets until its first boot is Done (rolloutctl.counted)
