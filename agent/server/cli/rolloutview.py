@@ -59,6 +59,10 @@ def node_rollout_line(node: Dict[str, Any]) -> List[str]:
 
 
 def node_rollout_cell(node: Dict[str, Any]) -> str:
+    """The ROLLOUT column: the node's turn; ``AwaitingApproval`` for a name that waits for approval
+    (it has no turn: counted in nothing)."""
+    if node.get("approval") == "Pending":
+        return "AwaitingApproval"
     return str((node.get("rollout") or {}).get("state") or "-")
 
 

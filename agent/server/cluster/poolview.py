@@ -132,4 +132,12 @@ def node_entry(rec: NodeRecord) -> Dict[str, Any]:
     return {"state": rep.get("state"), "currentConfig": rep.get("currentConfig", ""),
             "currentImage": rep.get("currentImage", ""), "skew": rep.get("skew", ""),
             "membership": rec.why, **({"degradedReason": rec.degraded} if rec.degraded else {}),
+            **({"approval": "Pending"} if pending(rec) else {}),
             **({"reason": rep["reason"]} if rep.get("reason") else {})}
+
+
+def pending(rec: NodeRecord) -> bool:
+    """Whether the name waits for approval (the server's mark on its report: approval.py), so that
+    its report counts for nothing: no pool count, no proof, no drain slot, no turn."""
+    mark = rec.report.get(progress.SERVER_KEY)
+    return isinstance(mark, dict) and bool(mark.get("pending"))

@@ -286,6 +286,9 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
                                               lambda n: getattr(self.store.node(n), "pool", None)))
         if counts.machine > len(listed):
             status["nodesTruncated"] = True
+        waiting = self.waiting_for_approval(name) if max_nodes > 0 else []  # kept, counted in nothing
+        if waiting:
+            status["waitingForApproval"] = {"count": len(waiting), "nodes": waiting[:max_nodes]}
         status["rollout"] = self._rollout_view(st, name, row, image, limit, max_nodes)
         if spec.get("paused"):  # nothing updates while paused: no end to estimate (targeting.summary's is unpaused)
             status["rollout"].pop("estimate", None)
