@@ -24,6 +24,7 @@ from agent.server.cli.serveargs import (
     checked_serve_args,
     drain_cadence,
     kubelet_client_ca,
+    plain_http_warning,
 )
 from agent.server.cli.storecmds import (
     add_load_state_parser,
@@ -248,6 +249,9 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
     app.max_hold = MAX_HOLD if args.worker_class == "gevent" else 0.0
     app.forwarded_allow = tuple(a.strip() for a in args.forwarded_allow_ips.split(",") if a.strip())
     _say_identity(app, args, store, token, admin_token, client_ca)
+    app.plain_http_note = plain_http_warning(token, args.tls_cert)
+    if app.plain_http_note:
+        logging.getLogger(__name__).warning("%s", app.plain_http_note)
     if not token and not admin_token:
         logging.getLogger(__name__).warning(
             "no --token-file or --admin-token-file: anyone who can reach the server may register nodes, report "

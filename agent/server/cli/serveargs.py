@@ -268,3 +268,16 @@ def drain_cadence(args: argparse.Namespace):
     if problem:
         raise ValueError(f"{problem} (docs/drain.md, \"Cadence\")")
     return cadence
+
+
+def plain_http_warning(token: str, tls_cert: Optional[str]) -> str:
+    """What serve logs at start and /healthz says when it has a bootstrap token but no TLS: the
+    nodes will not send it (node-agent sends a token or credential over https only: a token over
+    http is everyone's on the path), so none registers and the first boots end degraded ("node
+    w0 is not registered"). "" otherwise."""
+    if not token or tls_cert:
+        return ""
+    return ("--token-file on plain http: node-agent sends its token and credential over https only, so no node "
+            "can register here and every report is refused (the first boots end degraded, \"node NAME is not "
+            "registered\"): serve with --tls-cert FILE --tls-key FILE and point the nodes at https:// "
+            "(docs/security.md, \"Tokens only over https\")")

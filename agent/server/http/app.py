@@ -275,9 +275,10 @@ class App(NodeRoutes):
         out = [w for w in (self.auth.nobody_approved(real_nodes),) if w]
         if self.auth.enabled and not self.auth.kubelet_proof and self.kubelet_note:
             out.append(f"node identity by admin approval only: {self.kubelet_note}")
-        return out
+        return out + ([self.plain_http_note] if self.plain_http_note else [])
 
     kubelet_note = ""  # serve: why no kubelet certificate can prove a name here ("" when one can, or not asked)
+    plain_http_note = ""  # serve: a token on plain http, which node-agent never sends (serveargs.plain_http_warning)
 
     def config(self, environ: Dict[str, Any], pool: str) -> Response:
         caller = self.caller(environ)
