@@ -109,8 +109,8 @@ def checked_serve_args(args: argparse.Namespace, store) -> Tuple[str, str, str, 
             raise ValueError("--worker-class gevent (the default) needs the gevent package (pip install gevent; "
                              "RPM: python3-gevent): install it, or pass --worker-class gthread, which has no "
                              "per-connection timeouts (docs/security.md, \"Timeouts\")")
+    check_listen(host, port, default=not args.listen)  # before the data directory: a busy port makes nothing
     args.nodes_dir = serve_nodes_dir(args.data_dir, args.state, store.shared)  # checked last: made if missing
-    check_listen(host, port, default=not args.listen)
     return token, admin_token, host, port
 
 

@@ -224,8 +224,8 @@ class App(NodeRoutes):
             raise HTTPError(400, "the body must be {\"dryRun\": true|false, \"undo\": true|false} or empty", field="$")
         try:
             out = self.cluster.rollback(pool, dry_run=body.get("dryRun", False), undo=body.get("undo", False))
-        except RolloutNotPossible as exc:
-            raise HTTPError(404 if "unknown pool" in str(exc) else 409, str(exc))
+        except RolloutNotPossible as exc:  # an unknown pool: the known ones named, as get and describe do
+            raise HTTPError(409, str(exc)) if "unknown pool" not in str(exc) else HTTPError(404, f"{exc}; known pools: {self._known()}")
         return json_response(200, out, pool=pool)
 
     def ack(self, environ: Dict[str, Any], pool: str) -> Response:
@@ -241,7 +241,7 @@ class App(NodeRoutes):
         try:
             return json_response(200, acknowledge(self.cluster, pool, body.get("config", "")), pool=pool)
         except NothingToAcknowledge as exc:
-            raise HTTPError(404 if "unknown pool" in str(exc) else 409, str(exc))
+            raise HTTPError(409, str(exc)) if "unknown pool" not in str(exc) else HTTPError(404, f"{exc}; known pools: {self._known()}")
 
     def _known(self) -> str:
         return ", ".join(sorted(self.cluster.state().pools)) or "none"
