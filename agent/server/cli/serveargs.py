@@ -281,3 +281,34 @@ def plain_http_warning(token: str, tls_cert: Optional[str]) -> str:
             "can register here and every report is refused (the first boots end degraded, \"node NAME is not "
             "registered\"): serve with --tls-cert FILE --tls-key FILE and point the nodes at https:// "
             "(docs/security.md, \"Tokens only over https\")")
+
+
+def say_identity(app, args: argparse.Namespace, store, token: str, admin_token: str,
+                  client_ca: Tuple[Optional[str], str]) -> None:
+    """The lines serve logs at start on how a name comes to count (docs/security.md "Identity"):
+    the approval rule, whether a kubelet certificate can prove a name (and if not, why: with
+    --backend kubernetes identity is then by admin approval only, which /healthz says too), and
+    a server that can approve nobody."""
+    import logging
+
+    say = logging.getLogger(__name__)
+    rule = app.auth.admission.auto_approve  # approving names unseen is the operator's explicit choice: say it loud
+    say.log(logging.WARNING if rule is not None else logging.INFO, "%s (docs/security.md \"Identity\")",
+            approval_line(app.auth.admission, token, admin_token, store.is_kubernetes))
+    pem, source = client_ca
+    app.auth.kubelet_proof = pem is not None
+    if pem is not None:
+        say.info("node identity: a node presenting its kubelet's client certificate (CN system:node:NAME, O "
+                 "system:nodes) verified against %s proves its name at once (approvedBy kubelet)", source)
+    elif store.is_kubernetes and (token or admin_token):
+        app.kubelet_note = source
+        say.warning("node identity by admin approval only: %s; no kubelet certificate can prove a node's name "
+                    "(/healthz says so too)", source)
+    elif args.kubelet_client_ca:
+        say.warning("--kubelet-client-ca: no kubelet certificate can prove a node's name here: %s", source)
+    if args.worker_class != "gevent":
+        say.warning("--worker-class %s: no kubelet client certificate can prove a node's name here (only the "
+                    "gevent worker, the default, verifies one and hands the app what it proves)", args.worker_class)
+    nobody = app.auth.nobody_approved(store.is_kubernetes)
+    if nobody:
+        say.warning("%s", nobody)

@@ -35,6 +35,7 @@ from agent.server.http.httpio import (
 )
 from agent.server.http.metrics import RequestCounter, exposition
 from agent.server.http.noderoutes import NodeRoutes
+from agent.server.http.saidonce import said_once
 from agent.server.rollout import drains
 from agent.server.rollout.identity import NODE, Auth, Caller, Denied
 from agent.server.rollout.renderstatus import failure_message
@@ -83,7 +84,7 @@ class App(NodeRoutes):
             with self._lock:
                 if self._cluster is None:
                     store, watcher = open_backends(self.store_config, self.state_dir, self.reload_interval,
-                                                   self.settle)
+                                                   self.settle, self.counter.directory and said_once(self.counter.directory))
                     db_path = os.path.join(self.data_dir, NODES_DB) if self.data_dir and store is None else None
                     cluster = Cluster(self.state_dir, db_path=db_path, lease_ttl=self.lease_ttl, store=store,
                                       watcher=watcher, reload_interval=self.reload_interval, settle=self.settle)
