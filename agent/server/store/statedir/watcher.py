@@ -26,6 +26,7 @@ from agent.server.store.stateformat import (
     State,
     load_state,
     no_pools_warning,
+    paused_changes,
     signature,
     signature_and_newest,
 )
@@ -49,8 +50,10 @@ class StateWatcher:
     def __init__(self, state_dir: str, interval: float = 1.0, settle: Optional[float] = None,
                  announce: Optional[Callable[[str], bool]] = None):
         """``announce(signature)``: whether this process logs what it read under that signature
-        (problems, warnings, a reload); serve's workers share one, so that each is said once, not
-        once per worker (agent/server/http/saidonce.py). None: always."""
+        (problems, warnings, a reload, a pool paused); serve's workers share one, so that each is
+        said once, not once per worker (agent/server/http/saidonce.py), by the worker that saw the
+        change; with one, a first read says nothing (serve's own first read said the state it
+        started on). None: this process says everything."""
         self.state_dir = state_dir
         self.announce = announce
         self.interval = interval
@@ -68,8 +71,12 @@ class StateWatcher:
             state.signature = CHANGING + state.signature
         if state.problems:
             state.stale = self._partial = True
-        if self._says(state):
+        if self.announce is None:  # with an announcer (serve's workers) serve's own first read said it, and a
+            # worker booted after a change leaves it to the workers that see the change (its reload is said)
             self._log_problems(state)
+            if state.problems:  # as a reload with problems says it: the line to look for
+                log.error("state directory %s has %d problem(s); valid objects serve", self.state_dir,
+                          len(state.problems))
         self._next = time.monotonic() + self.interval
         return state
 
@@ -147,11 +154,15 @@ class StateWatcher:
         if not new.problems:
             if said:
                 log.info("state directory %s reloaded", self.state_dir)
+                for line in paused_changes(self._state.pools, new.pools):
+                    log.info("%s", line)
                 self._log_problems(new)  # none, but its warnings and an emptied directory are worth saying
             self._state, self._partial = new, False
             return
-        if said:
+        if said:  # said before it serves: a reader that sees the state stale finds the lines logged
             self._log_problems(new)
+            log.error("state directory %s has %d problem(s); %s", self.state_dir, len(new.problems),
+                      "valid objects serve" if self._partial else "the last good state keeps serving")
         if self._partial:  # no good state was ever read: the newest valid objects serve
             new.stale = True
             self._state = new
@@ -161,6 +172,3 @@ class StateWatcher:
             self._state = State(old.pools, old.machine_configs, old.cluster, old.os_configs, old.os_builds,
                                 new.signature, new.problems, old.loaded_at, stale=True, bootstrap=old.bootstrap,
                                 warnings=old.warnings)
-        if said:
-            log.error("state directory %s has %d problem(s); %s", self.state_dir, len(new.problems),
-                      "valid objects serve" if self._partial else "the last good state keeps serving")
