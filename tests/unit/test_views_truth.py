@@ -69,3 +69,14 @@ def test_a_degraded_report_without_an_image_keeps_the_image_of_the_config_it_sti
     moved = dict(failed, currentConfig="rendered-worker-2")  # another config: its image is not known
     assert "currentImage" not in with_current_image(before, moved)
     assert "currentImage" not in with_current_image(before, dict(failed, state="Working"))
+
+
+def test_the_degraded_nodes_named_leave_out_a_name_waiting_for_approval():
+    from agent.server.cluster.poolview import degraded_reasons
+
+    entries = {"w1": {"state": "Degraded", "reason": "disk full"},
+               "w2": {"state": "Degraded", "reason": "ghost", "approval": "Pending"},
+               "w3": {"state": "Done", "degradedReason": "node matches more than one custom pool"}}
+    assert degraded_reasons(entries, 2) == ['Node w1 is reporting: "disk full"',
+                                            'Node w3 is reporting: "node matches more than one custom pool"']
+    assert degraded_reasons(entries, 3)[-1] == "and 1 more: `node-config-server get nodes`"

@@ -119,6 +119,8 @@ def degraded_reasons(entries: Dict[str, Dict[str, Any]], degraded: int) -> List[
     those not among ``entries`` said as "and N more"."""
     out = []
     for name, entry in sorted(entries.items()):
+        if entry.get("approval") == "Pending":  # counted in nothing, degraded in no count either
+            continue
         if entry.get("state") == "Degraded" or entry.get("degradedReason"):
             reason = str(entry.get("degradedReason") or entry.get("reason") or "no reason given")
             out.append(nodestatus.reporting(name, reason.split("\n", 1)[0]))
