@@ -103,10 +103,22 @@ def drift_lines(drift: Optional[Dict[str, Any]], irreconcilable: Optional[Dict[s
     return lines
 
 
-def rollout_lines(rollout: Optional[Dict[str, Any]]) -> List[str]:
-    """The ``rollout:`` line: the node's turn in its pool's rollout as the server last said it."""
+def not_applied(data: Dict[str, Any], result: str, running: Optional[str]) -> bool:
+    """Whether the last run was an update that failed (rolled back) to a config the node does
+    not run: ``running``, its current config (``current.json``)."""
+    return (data.get("command") == "update" and result in ("failed", "degraded", "interrupted")
+            and bool(running) and bool(data.get("config")) and data.get("config") != running)
+
+
+def rollout_lines(rollout: Optional[Dict[str, Any]], failed: Optional[str] = None) -> List[str]:
+    """The ``rollout:`` line: the node's turn in its pool's rollout as the server last said it;
+    ``failed``: the config the node runs, when its update to the served one failed (the server's
+    "updating" is then no longer what happens here)."""
     if not rollout or not rollout.get("state"):
         return []
+    if failed and rollout.get("state") == "updating":
+        return [f"rollout: targeted to {rollout.get('config')} (since {rollout.get('since')}), its update FAILED: "
+                f"the node runs {failed} (the error above says why and what to do)"]
     text = {"waiting": "waiting for its turn", "updating": "targeted, updating", "done": "done",
             "deferred": "deferred by the server"}.get(str(rollout["state"]), str(rollout["state"]))
     why = rollout.get("reason") or ""
@@ -186,11 +198,15 @@ def _stage_line(s: dict, width: int, long: bool, now: Optional[float]) -> str:
 
 def render(data: dict, result: str, firstboot: Optional[dict] = None,
            kept: Optional[Dict[str, Any]] = None, long: bool = False, now: Optional[float] = None,
-           where: Optional[str] = None, extra: Optional[List[str]] = None) -> str:
+           where: Optional[str] = None, extra: Optional[List[str]] = None, running: Optional[str] = None) -> str:
     """Human output: a ``cloud-init status --long`` header, then the stages with their timings
     (a running one with its time so far, fetch attempt and next retry); ``long``: also each
-    stage's start and the record's file."""
+    stage's start and the record's file; ``running``: the config the node runs (``current.json``),
+    named beside the one a failed update did not apply."""
     lines: List[str] = [f"status: {result}"]
+    config = data.get("config")
+    if not_applied(data, result, running):
+        config = f"{config} (NOT applied: the update failed; the node runs {running})"
     if result == "interrupted":
         lines.append("detail: the run stopped without finishing (crash, kill or power loss) "
                      "during the stage marked 'running' below")
@@ -202,7 +218,7 @@ def render(data: dict, result: str, firstboot: Optional[dict] = None,
         ("duration", _seconds(data.get("seconds")) if data.get("seconds") is not None else None),
         ("exit code", data.get("exitCode")),
         ("pool", data.get("pool")),
-        ("config", data.get("config")),
+        ("config", config),
         ("reboot pending", "yes" if data.get("rebootPending") else "no"),
         ("error", data.get("error")),
         ("report", report_line(kept, data.get("error"))),
@@ -224,6 +240,16 @@ def render(data: dict, result: str, firstboot: Optional[dict] = None,
                      f"at {firstboot.get('finishedAt') or firstboot.get('startedAt')}, "
                      f"{_seconds(firstboot.get('seconds'))}")
     return "\n".join(lines) + "\n"
+
+
+def _running_config(root: Root, state_dir: str) -> Optional[str]:
+    """The name of the config the node runs (``current.json``), None when unknown or unreadable."""
+    from agent.node import nodestate
+
+    try:
+        return (nodestate.load_current(root, state_dir) or {}).get("name") or None
+    except (OSError, ValueError):  # an unreadable record hides nothing else
+        return None
 
 
 def _kept_report(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:
@@ -288,6 +314,8 @@ def run(args) -> int:
 
     rollout = load_rollout(root, state_dir)
     result = effective_result(data, root, kept, drifted=bool((drift or {}).get("drifted")))
+    running = _running_config(root, state_dir)
+    failed = running if not_applied(data, result, running) else None
     if fmt != "tabular":
         out = dict(data)
         out["result"] = result
@@ -299,6 +327,8 @@ def run(args) -> int:
             out["irreconcilable"] = irreconcilable
         if rollout:
             out["rollout"] = rollout
+        if failed:
+            out["runningConfig"] = failed  # the node runs it: the update to out["config"] failed
         sys.stdout.write(_dump(out, fmt))
     else:
         firstboot = None
@@ -307,6 +337,6 @@ def run(args) -> int:
                 firstboot = read_status(root, state_dir, "firstboot")
             except Exception:  # an unreadable old record must not hide the current one
                 firstboot = None
-        print(render(data, result, firstboot, kept, long=long, where=where,
-                     extra=rollout_lines(rollout) + drift_lines(drift, irreconcilable)), end="")
+        print(render(data, result, firstboot, kept, long=long, where=where, running=running,
+                     extra=rollout_lines(rollout, failed) + drift_lines(drift, irreconcilable)), end="")
     return exit_code_for(result)

@@ -37,6 +37,7 @@ from agent.node.credential import (  # noqa: F401 - read_credential, remove_cred
     remove_credential,
 )
 from agent.node.kubeletid import KubeletIdentity
+from agent.node.refusal import refusal_hint, refusal_text  # noqa: F401 - refusal_text: also this module's name
 from agent.node.turn import UpdateDeferred, deferral, remember
 
 log = logging.getLogger(__name__)
@@ -61,30 +62,6 @@ def _server_message(resp) -> str:
     except ValueError:
         pass
     return (resp.text or "").strip()[:200]
-
-
-def refusal_hint(status: int) -> str:
-    """What to do about a report the server refused with ``status``."""
-    if status in (401, 403):
-        return ("the node registers with the bootstrap token of report.tokenFile (/etc/node-agent/agent.yaml; the "
-                "server's --token-file) and then uses its own credential (<stateDir>/node-credential); if the "
-                "server says the node is already registered (a reinstalled machine), an admin deletes it or "
-                "registers it again (DELETE /api/v1/nodes/<node> with the admin token)")
-    if status == 400:
-        return "check the node name (--node-name or nodeName in agent.yaml) and the server's log"
-    if status == 404:
-        return "check the server URL in the pointer config"
-    if status == 413:
-        return "the report is larger than the server takes (its message names the limit); a bug: file it"
-    return "check the server's log for why it refused the report"
-
-
-def refusal_text(refused: Dict[str, Any]) -> str:
-    """One line: which server refused the report, why, and what to do."""
-    status = int(refused.get("status") or 0)
-    said = f": {refused['message']}" if refused.get("message") else ""
-    return (f"report refused by {refused.get('server', 'the server')} (HTTP {status}{said}); the server does not "
-            f"count this node: {refusal_hint(status)}")
 
 
 def read_kept(path: str) -> Optional[Dict[str, Any]]:
@@ -306,11 +283,14 @@ class Reporter(KubeletIdentity):
             self._pending(body, f"not delivered: {what}")
             return False
         about_body = resp.status_code in CONTENT_REFUSALS
+        withheld = self.base_url if self.token and not self.base_url.lower().startswith("https://") else ""
         self.refused = {"status": resp.status_code, "message": said, "at": _now(), "server": self.base_url,
-                        "fingerprint": self._fingerprint(body if about_body else None), "node": self.node}
+                        "fingerprint": self._fingerprint(body if about_body else None), "node": self.node,
+                        **({"withheld": withheld} if withheld else {})}
         again = ("this report is not sent again (the next, different one is)" if about_body else
                  "not sending it again until the token, the node name or the server changes")
-        log.warning("report to %s refused (%s); %s: %s", self.base_url, what, again, refusal_hint(resp.status_code))
+        log.warning("report to %s refused (%s); %s: %s", self.base_url, what, again,
+                    refusal_hint(resp.status_code, withheld))
         self._keep(body, self.refused)
         return False
 

@@ -175,9 +175,12 @@ class Updater:
                 return self._update(rec, record, current, result, forced)
             except NodeAgentError as exc:
                 rec.finish("failed", exc.exit_code, error=str(exc), exc=exc)
+                # The node still runs its current config, and that config's image (the apply rolled
+                # back): a Degraded report without it showed "Current image: <none>".
                 self.reporter.send({"pool": record.get("pool") or self._pool(current), "state": "Degraded",
                                     "currentConfig": current.name, "desiredConfig": getattr(self, "trying", None),
                                     "desiredImage": getattr(self, "trying_image", None),
+                                    "currentImage": current.os_image_url or None,
                                     "reason": getattr(exc, "reason", None) or str(exc).splitlines()[0]})
                 raise
         finally:

@@ -167,11 +167,11 @@ def test_rollback_says_what_it_will_do_then_targets_the_last_config_every_node_w
 
     dry = ncs("rollback", "pool", "worker", "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert dry.stdout.startswith(f"would pool worker: roll back from {c} to {a};") and "w0" in dry.stdout
+    assert dry.stdout.startswith(f"would roll back pool worker from {c} to {a};") and "w0" in dry.stdout
     assert target(srv) == c  # a dry run changes nothing
     done = ncs("rollback", "pool", "worker")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0] == dry.stdout.splitlines()[0][len("would "):]
+    assert done.stdout.splitlines()[0] == "will " + dry.stdout.splitlines()[0][len("would "):]
     view = pool(srv)
     held = {c_["type"]: c_ for c_ in view["status"]["conditions"]}["RenderHeld"]
     assert view["spec"]["configuration"]["name"] == a and held["status"] == "True" and held["reason"] == "RolledBack"

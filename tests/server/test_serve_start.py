@@ -24,7 +24,7 @@ def serve(tmp_path, *args):
                            str(tmp_path / "data"), *args], capture_output=True, text=True, cwd=REPO, timeout=120)
 
 
-def test_a_busy_listen_port_exits_69_saying_so_before_any_serving_line(tmp_path):
+def test_a_busy_listen_port_exits_69_saying_so_before_any_serving_line_and_makes_no_data_dir(tmp_path):
     with socket.socket() as holder:  # another process's listener, as a first serve's
         holder.bind(("127.0.0.1", 0))
         holder.listen()
@@ -36,13 +36,15 @@ def test_a_busy_listen_port_exits_69_saying_so_before_any_serving_line(tmp_path)
                      f"listens there (another node-config-server? ss -ltnp 'sport = :{port}' names it)",
                      "what to do: stop that process, or serve on a free port with --listen HOST:PORT"], r.stderr
     assert r.stdout == "" and "Starting gunicorn" not in r.stderr
+    assert not (tmp_path / "data").exists()  # --data-dir is made only once the address is free (issue 57)
 
 
-def test_a_listen_address_this_machine_does_not_have_is_a_usage_error(tmp_path):
+def test_a_listen_address_this_machine_does_not_have_is_a_usage_error_and_makes_no_data_dir(tmp_path):
     r = serve(tmp_path, "--listen", "192.0.2.1:22623")  # TEST-NET-1: never a local address
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert r.stderr.startswith("node-config-server: --listen 192.0.2.1:22623: cannot listen there: ")
     assert r.stderr.splitlines()[1].startswith("what to do: ") and "Starting gunicorn" not in r.stderr
+    assert not (tmp_path / "data").exists()
 
 
 def test_an_empty_state_directory_serves_with_a_warning_in_the_log_and_healthz(tmp_path):

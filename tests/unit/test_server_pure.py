@@ -372,3 +372,12 @@ def test_example_state_is_valid_and_its_build_matches():
     assert r.sources == ("00-worker", "50-infra")
     assert gating.layered_image("infra", r.name, st.os_configs, st.os_builds)  # demo build is for this render
     json.dumps(r.spec)
+
+
+def test_paused_changes_names_each_pool_paused_or_unpaused_and_no_new_pool():
+    from agent.server.store.stateformat import paused_changes
+
+    old = {"worker": {"spec": {}}, "infra": {"spec": {"paused": True}}}
+    new = {"worker": {"spec": {"paused": True}}, "infra": {"spec": {}}, "gpu": {"spec": {"paused": True}}}
+    assert [line.split(" (")[0] for line in paused_changes(old, new)] == ["pool infra unpaused", "pool worker paused"]
+    assert paused_changes(new, new) == []

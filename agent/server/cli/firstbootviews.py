@@ -71,11 +71,22 @@ def describe_lines(node: Dict[str, Any]) -> List[str]:
         lines.append("  Stages:")
         rows = [["STAGE", "STARTED", "SECONDS", "RESULT"]] + [
             [str(s.get("name", "")), _when(s.get("startedAt")) or "-",
-             f"{s['seconds']:.3f}" if isinstance(s.get("seconds"), (int, float)) else "-", str(s.get("result", ""))]
+             f"{s['seconds']:.3f}" if isinstance(s.get("seconds"), (int, float)) else "-",
+             _stage_result(s, str(fb.get("outcome") or ""))]
             for s in stages]
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         lines += ["    " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     return lines
+
+
+def _stage_result(stage: Dict[str, Any], outcome: str) -> str:
+    """A stage's result as the view shows it. The node sends its last report from within a stage
+    (``report``), which is still running when the report is made: once the first boot has ended,
+    that stage is not running any more (a Done one sent the report, a Failed one stopped there)."""
+    result = str(stage.get("result", ""))
+    if result != "running" or outcome not in (DONE, FAILED):
+        return result
+    return "ok (sent this report)" if outcome == DONE else "stopped (the run failed)"
 
 
 def pool_lines(pools: List[Dict[str, Any]], indent: Optional[str] = None) -> List[str]:

@@ -19,11 +19,12 @@ from agent.server.cli.serveargs import (
     add_approval_args,
     add_drain_args,
     admission,
-    approval_line,
     check_state_dir,
     checked_serve_args,
     drain_cadence,
     kubelet_client_ca,
+    plain_http_warning,
+    say_identity,
 )
 from agent.server.cli.storecmds import (
     add_load_state_parser,
@@ -127,7 +128,8 @@ def _render_and_status_parsers(sub) -> None:
     p.add_argument("-o", "--output", choices=("json", "yaml"), default=None, metavar="FORMAT",
                    help="json or yaml: {pool: {name, sources}} (--json is -o json)")
 
-    p = _sub(sub, "status", help="pools and cluster update progress (exit 0 complete, 1 not complete)",
+    p = _sub(sub, "status", help="pools and cluster update progress (exit 0 complete; 1 not complete: updating, "
+                                 "a pool degraded or a state problem, each named)",
              description="Asks a running server; with --state DIR, reads a state directory instead "
                          "(never creating nodes.db in it).")
     p.add_argument("--state", metavar="DIR", help="read this state directory instead of asking a server")
@@ -194,7 +196,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from agent.server.store.errors import StoreSetupError
 
     try:
-        _first_render(args, store)
+        said = _first_render(args, store)
         client_ca = kubelet_client_ca(args, store)
     except StoreSetupError as exc:  # one line that says what to do, not an internal error
         _err(f"serve: {getattr(exc, 'message', None) or exc}")
@@ -202,11 +204,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _err(str(exc))
         return EXIT_USAGE
-    return _run_gunicorn(args, store, token, admin_token, host, port, client_ca)
+    return _run_gunicorn(args, store, token, admin_token, host, port, client_ca, said)
 
 
-def _first_render(args: argparse.Namespace, store) -> None:
-    """Render, migrate the database and report state problems once, before any worker starts."""
+def _first_render(args: argparse.Namespace, store) -> str:
+    """Render, migrate the database and report state problems once, before any worker starts;
+    the state's signature, which the workers then do not say again (saidonce.py)."""
     import logging
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
@@ -217,15 +220,18 @@ def _first_render(args: argparse.Namespace, store) -> None:
     node_store, source = open_backends(store, args.state, 1.0, args.settle_seconds)
     db_path = os.path.join(args.nodes_dir, NODES_DB) if args.nodes_dir else None
     cluster = Cluster(args.state, db_path=db_path, lease_ttl=args.lease_ttl, store=node_store, watcher=source)
-    _print_problems(cluster.watcher.current().problems)
+    st = cluster.watcher.current()
+    if not getattr(cluster.watcher, "logs_problems", False):  # a state directory's watcher has logged them
+        _print_problems(st.problems)
     cluster.store.close()
     for closable in (source, getattr(node_store, "client", None)):
         if closable is not None:
             closable.close()
+    return st.signature
 
 
 def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str, host: str, port: int,
-                  client_ca: Tuple[Optional[str], str] = (None, "")) -> int:
+                  client_ca: Tuple[Optional[str], str] = (None, ""), said: str = "") -> int:
     import logging
     import shutil
 
@@ -235,6 +241,10 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
     from agent.server.http.metrics import make_dir
 
     metrics_dir = make_dir()  # prometheus-client's multiprocess directory, shared by the workers
+    if said:
+        from agent.server.http.saidonce import said_once
+
+        said_once(metrics_dir)(said)  # _first_render said what the state has: no worker says it again
     bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     import dataclasses
 
@@ -246,7 +256,10 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
     # Long polls hold a greenlet each under gevent; under gthread they would hold a thread: none there.
     app.max_hold = MAX_HOLD if args.worker_class == "gevent" else 0.0
     app.forwarded_allow = tuple(a.strip() for a in args.forwarded_allow_ips.split(",") if a.strip())
-    _say_identity(app, args, store, token, admin_token, client_ca)
+    say_identity(app, args, store, token, admin_token, client_ca)
+    app.plain_http_note = plain_http_warning(token, args.tls_cert)
+    if app.plain_http_note:
+        logging.getLogger(__name__).warning("%s", app.plain_http_note)
     if not token and not admin_token:
         logging.getLogger(__name__).warning(
             "no --token-file or --admin-token-file: anyone who can reach the server may register nodes, report "
@@ -264,37 +277,6 @@ def _run_gunicorn(args: argparse.Namespace, store, token: str, admin_token: str,
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
     return EXIT_OK
-
-
-def _say_identity(app, args: argparse.Namespace, store, token: str, admin_token: str,
-                  client_ca: Tuple[Optional[str], str]) -> None:
-    """The lines serve logs at start on how a name comes to count (docs/security.md "Identity"):
-    the approval rule, whether a kubelet certificate can prove a name (and if not, why: with
-    --backend kubernetes identity is then by admin approval only, which /healthz says too), and
-    a server that can approve nobody."""
-    import logging
-
-    say = logging.getLogger(__name__)
-    rule = app.auth.admission.auto_approve  # approving names unseen is the operator's explicit choice: say it loud
-    say.log(logging.WARNING if rule is not None else logging.INFO, "%s (docs/security.md \"Identity\")",
-            approval_line(app.auth.admission, token, admin_token, store.is_kubernetes))
-    pem, source = client_ca
-    app.auth.kubelet_proof = pem is not None
-    if pem is not None:
-        say.info("node identity: a node presenting its kubelet's client certificate (CN system:node:NAME, O "
-                 "system:nodes) verified against %s proves its name at once (approvedBy kubelet)", source)
-    elif store.is_kubernetes and (token or admin_token):
-        app.kubelet_note = source
-        say.warning("node identity by admin approval only: %s; no kubelet certificate can prove a node's name "
-                    "(/healthz says so too)", source)
-    elif args.kubelet_client_ca:
-        say.warning("--kubelet-client-ca: no kubelet certificate can prove a node's name here: %s", source)
-    if args.worker_class != "gevent":
-        say.warning("--worker-class %s: no kubelet client certificate can prove a node's name here (only the "
-                    "gevent worker, the default, verifies one and hands the app what it proves)", args.worker_class)
-    nobody = app.auth.nobody_approved(store.is_kubernetes)
-    if nobody:
-        say.warning("%s", nobody)
 
 
 def cmd_render(args: argparse.Namespace) -> int:

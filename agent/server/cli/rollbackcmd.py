@@ -57,18 +57,21 @@ def _post(client: Client, path: str, body: dict):
     return _request(client, "POST", path, body)
 
 
-def plan_text(out: dict) -> str:
+def plan_text(out: dict, dry_run: bool = False) -> str:
+    """What the rollback does, said first: ``would roll back pool worker from A to B; ...`` (a dry
+    run), ``will roll back ...`` (then it does)."""
     nodes = out.get("nodes") or []
     shown = ", ".join(nodes[:20]) + (f" and {len(nodes) - 20} more" if len(nodes) > 20 else "")
     who = f"{len(nodes)} node(s) to retarget, in turn: {shown}" if nodes else "no node to retarget"
-    return f"pool {out['pool']}: {'undo the rollback' if out.get('undo') else 'roll back'} from {out['from']} to {out['to']}; {who}"
+    what = f"undo the rollback of pool {out['pool']}" if out.get("undo") else f"roll back pool {out['pool']}"
+    return f"{'would' if dry_run else 'will'} {what} from {out['from']} to {out['to']}; {who}"
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     client = Client.from_args(args)
     path = f"/api/v1/pools/{urllib.parse.quote(args.name, safe='')}/rollback"
     plan = _post(client, path, {"dryRun": True, "undo": args.undo})
-    print(("would " if args.dry_run else "") + plan_text(plan), flush=True)
+    print(plan_text(plan, args.dry_run), flush=True)
     if args.dry_run:
         return EXIT_OK
     done = _post(client, path, {"undo": args.undo})

@@ -18,9 +18,10 @@ def _about(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def pool_rollout_lines(status: Dict[str, Any]) -> List[str]:
+def pool_rollout_lines(status: Dict[str, Any], paused: bool = False) -> List[str]:
     """``describe pool``'s Rollout block: one line of counts, then why the others wait, what
-    halted the rollout, and each failed or deferred node with its reason."""
+    halted the rollout, and each failed or deferred node with its reason. A ``paused`` pool has
+    no end estimate: nothing moves until it is unpaused."""
     r = status.get("rollout") or {}
     counts = r.get("counts") or {}
     if not r or not counts:
@@ -32,7 +33,9 @@ def pool_rollout_lines(status: Dict[str, Any]) -> List[str]:
     done = counts.get("Done", 0)
     head = f"Rollout:             to {r.get('target', '')}: {done} done" + "".join(f", {p}" for p in parts)
     estimate = r.get("estimate") or {}
-    if estimate:
+    if paused and any(counts.get(k) for k in ("Updating", "Waiting", "Failed", "Deferred")):
+        head += "; paused: no end estimate (nothing updates until spec.paused is false)"
+    elif estimate and not paused:
         head += f"; ends in about {_about(float(estimate.get('seconds', 0)))} ({estimate.get('from', '')})"
     lines = [head]
     if r.get("halted"):
@@ -56,6 +59,10 @@ def node_rollout_line(node: Dict[str, Any]) -> List[str]:
 
 
 def node_rollout_cell(node: Dict[str, Any]) -> str:
+    """The ROLLOUT column: the node's turn; ``AwaitingApproval`` for a name that waits for approval
+    (it has no turn: counted in nothing)."""
+    if node.get("approval") == "Pending":
+        return "AwaitingApproval"
     return str((node.get("rollout") or {}).get("state") or "-")
 
 

@@ -109,8 +109,8 @@ def checked_serve_args(args: argparse.Namespace, store) -> Tuple[str, str, str, 
             raise ValueError("--worker-class gevent (the default) needs the gevent package (pip install gevent; "
                              "RPM: python3-gevent): install it, or pass --worker-class gthread, which has no "
                              "per-connection timeouts (docs/security.md, \"Timeouts\")")
+    check_listen(host, port, default=not args.listen)  # before the data directory: a busy port makes nothing
     args.nodes_dir = serve_nodes_dir(args.data_dir, args.state, store.shared)  # checked last: made if missing
-    check_listen(host, port, default=not args.listen)
     return token, admin_token, host, port
 
 
@@ -268,3 +268,47 @@ def drain_cadence(args: argparse.Namespace):
     if problem:
         raise ValueError(f"{problem} (docs/drain.md, \"Cadence\")")
     return cadence
+
+
+def plain_http_warning(token: str, tls_cert: Optional[str]) -> str:
+    """What serve logs at start and /healthz says when it has a bootstrap token but no TLS: the
+    nodes will not send it (node-agent sends a token or credential over https only: a token over
+    http is everyone's on the path), so none registers and the first boots end degraded ("node
+    w0 is not registered"). "" otherwise."""
+    if not token or tls_cert:
+        return ""
+    return ("--token-file on plain http: node-agent sends its token and credential over https only, so no node "
+            "can register here and every report is refused (the first boots end degraded, \"node NAME is not "
+            "registered\"): serve with --tls-cert FILE --tls-key FILE and point the nodes at https:// "
+            "(docs/security.md, \"Tokens only over https\")")
+
+
+def say_identity(app, args: argparse.Namespace, store, token: str, admin_token: str,
+                  client_ca: Tuple[Optional[str], str]) -> None:
+    """The lines serve logs at start on how a name comes to count (docs/security.md "Identity"):
+    the approval rule, whether a kubelet certificate can prove a name (and if not, why: with
+    --backend kubernetes identity is then by admin approval only, which /healthz says too), and
+    a server that can approve nobody."""
+    import logging
+
+    say = logging.getLogger(__name__)
+    rule = app.auth.admission.auto_approve  # approving names unseen is the operator's explicit choice: say it loud
+    say.log(logging.WARNING if rule is not None else logging.INFO, "%s (docs/security.md \"Identity\")",
+            approval_line(app.auth.admission, token, admin_token, store.is_kubernetes))
+    pem, source = client_ca
+    app.auth.kubelet_proof = pem is not None
+    if pem is not None:
+        say.info("node identity: a node presenting its kubelet's client certificate (CN system:node:NAME, O "
+                 "system:nodes) verified against %s proves its name at once (approvedBy kubelet)", source)
+    elif store.is_kubernetes and (token or admin_token):
+        app.kubelet_note = source
+        say.warning("node identity by admin approval only: %s; no kubelet certificate can prove a node's name "
+                    "(/healthz says so too)", source)
+    elif args.kubelet_client_ca:
+        say.warning("--kubelet-client-ca: no kubelet certificate can prove a node's name here: %s", source)
+    if args.worker_class != "gevent":
+        say.warning("--worker-class %s: no kubelet client certificate can prove a node's name here (only the "
+                    "gevent worker, the default, verifies one and hands the app what it proves)", args.worker_class)
+    nobody = app.auth.nobody_approved(store.is_kubernetes)
+    if nobody:
+        say.warning("%s", nobody)

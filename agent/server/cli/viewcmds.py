@@ -176,7 +176,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_status_remote(args: argparse.Namespace) -> int:
-    """Cluster update progress as a running server sees it (exit 0 complete, 1 not)."""
+    """Cluster update progress as a running server sees it (exit 0 complete, 1 not: updating, or
+    a pool degraded or a state problem, each named)."""
     import json
 
     client = Client.from_args(args)
@@ -194,12 +195,17 @@ def cmd_status_remote(args: argparse.Namespace) -> int:
 
 
 def render_status(progress: Dict[str, Any], pools: List[Dict[str, Any]], now: float) -> str:
-    lines = [views.pools_table(pools, now, width=terminal_width()).rstrip("\n"), "",
-             "cluster update: " + ("complete" if progress.get("complete") else "NOT complete")]
+    degraded = progress.get("degraded") or []
+    head = "complete" if progress.get("complete") else "NOT complete" + (
+        f", DEGRADED ({', '.join(degraded)}): what to fix is named below" if degraded else "")
+    table = views.pools_table(pools, now, width=terminal_width(), degraded=False)  # the reasons: in the list below
+    lines = [table.rstrip("\n"), "", "cluster update: " + head]
     for b in progress.get("blocking", []):
-        lines.append(f"  {b.get('pool') or '-'}: {b.get('reason')}")
+        lines.append(f"  {b['pool']}: {b.get('reason')}" if b.get("pool") else f"  {b.get('reason')}")
+    said = " ".join(str(b.get("reason")) for b in progress.get("blocking", []))
     for w in progress.get("warnings", []):
-        lines.append(f"  warning: {w}")
+        if w not in said:  # a state problem is among the reasons already (the API lists it in both)
+            lines.append(f"  warning: {w}")
     lines += _store_lines(progress)
     return "\n".join(lines) + "\n"
 

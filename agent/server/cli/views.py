@@ -76,7 +76,9 @@ def pool_age(pool: Dict[str, Any], now: float) -> Optional[float]:
 
 
 def pools_table(pools: List[Dict[str, Any]], now: float, wide: bool = False, width: Optional[int] = WIDTH,
-                draining: bool = True) -> str:
+                draining: bool = True, degraded: bool = True) -> str:
+    """``draining``: the lines under the table (degraded pools' reasons, drains, first boots);
+    ``degraded``: their first part (``status`` names the reasons in its own list instead)."""
     def build(short: Callable[[str], str]) -> List[List[str]]:
         rows = [list(POOL_COLUMNS + POOL_WIDE)]
         for p in pools:
@@ -95,8 +97,49 @@ def pools_table(pools: List[Dict[str, Any]], now: float, wide: bool = False, wid
         return rows
 
     text = fit(build, width, wide, POOL_OPTIONAL, wide_only=POOL_WIDE)
-    under = draining_lines(pools, now) + firstbootviews.pool_lines(pools)  # failed and stalled first boots too
+    under = ((degraded_lines(pools) if degraded else []) + approval_lines(pools) + draining_lines(pools, now)
+             + firstbootviews.pool_lines(pools))  # first boots too
     return text + "".join(line + "\n" for line in under) if draining else text
+
+
+APPROVE = "node-config-server approve node --pending lists them, approve node NAME approves one"
+PENDING_WHY = "waits for approval: its report counts for nothing (pool counts, proof, drain, turn) until approved"
+
+
+def approval_lines(pools: List[Dict[str, Any]]) -> List[str]:
+    """Under ``get pools``: how many names wait for approval in each pool, which no count
+    column includes (a pool of three such first boots read MACHINES 0 beside nodes shown Done)."""
+    out = []
+    for p in pools:
+        waiting = (p.get("status") or {}).get("waitingForApproval") or {}
+        if waiting.get("count"):
+            out.append(f"{(p.get('metadata') or {}).get('name', '')}: {_waiting_text(waiting)}")
+    return out
+
+
+def _waiting_text(waiting: Dict[str, Any]) -> str:
+    names = list(waiting.get("nodes") or [])
+    more = int(waiting.get("count", 0)) - len(names)
+    listed = ", ".join(names) + (f" and {more} more" if more > 0 else "")
+    return f"{waiting.get('count')} node(s) wait for approval, counted in no column ({listed}): {APPROVE}"
+
+
+def degraded_lines(pools: List[Dict[str, Any]]) -> List[str]:
+    """Under ``get pools``: why each Degraded pool is (NodeDegraded's nodes, RenderDegraded's
+    object), so that a DEGRADED True never stands without its reason."""
+    out = []
+    for p in pools:
+        conds = {c.get("type"): c for c in (p.get("status") or {}).get("conditions") or [] if isinstance(c, dict)}
+        if (conds.get("Degraded") or {}).get("status") != "True":
+            continue
+        name = (p.get("metadata") or {}).get("name", "")
+        for kind in ("NodeDegraded", "RenderDegraded"):
+            c = conds.get(kind) or {}
+            if c.get("status") == "True":
+                out.append(f"{name}: {kind}: {c.get('message') or c.get('reason') or '(no message)'}")
+        if not any((conds.get(k) or {}).get("status") == "True" for k in ("NodeDegraded", "RenderDegraded")):
+            out.append(f"{name}: Degraded: {conds['Degraded'].get('message') or '(no message)'}")
+    return out
 
 
 def draining_lines(pools: List[Dict[str, Any]], now: float) -> List[str]:
@@ -133,11 +176,15 @@ def describe_pool(pool: Dict[str, Any], now: float) -> str:
         f"Paused:              {bool(spec.get('paused'))}",
         f"Machines:            {st.get('machineCount', 0)} (ready {st.get('readyMachineCount', 0)}, updated "
         f"{st.get('updatedMachineCount', 0)}, degraded {st.get('degradedMachineCount', 0)}, skew refused "
-        f"{st.get('skewRefusedMachineCount', 0)})",
+        f"{st.get('skewRefusedMachineCount', 0)})" + (
+            f"; {(st.get('waitingForApproval') or {}).get('count')} more wait for approval, not counted"
+            if (st.get("waitingForApproval") or {}).get("count") else ""),
+        *([f"Waiting approval:    {_waiting_text(st['waitingForApproval'])}"]
+          if (st.get("waitingForApproval") or {}).get("count") else []),
         f"Max unavailable:     {drain.get('maxUnavailable', '')} (draining: "
         f"{', '.join(drain.get('holders') or []) or 'none'})",
         *(f"  {node}: {_drain_text(d, now)}" for node, d in sorted((drain.get("nodes") or {}).items())),
-        *pool_rollout_lines(st),
+        *pool_rollout_lines(st, bool(spec.get("paused"))),
         "Served to new nodes:",
         f"  Config:            {served.get('config', '')}",
         f"  Image:             {served.get('image') or '<none>'}",
@@ -157,8 +204,10 @@ def describe_pool(pool: Dict[str, Any], now: float) -> str:
     if nodes:
         rows = [["NAME", "STATE", "CONFIG", "SKEW", "REASON"]]
         for name, n in sorted(nodes.items()):
-            rows.append([name, str(n.get("state", "")), n.get("currentConfig", ""), n.get("skew", "") or "-",
-                         str(n.get("reason") or n.get("degradedReason") or "").split("\n", 1)[0]])
+            why = str(n.get("reason") or n.get("degradedReason") or "").split("\n", 1)[0]
+            if n.get("approval") == "Pending":  # listed, counted in nothing
+                why = "PENDING approval, not counted" + (f"; {why}" if why else "")
+            rows.append([name, str(n.get("state", "")), n.get("currentConfig", ""), n.get("skew", "") or "-", why])
         lines += _indent(table(rows))
     history = st.get("history") or []
     if history:
@@ -224,7 +273,8 @@ def node_reason(node: Dict[str, Any]) -> str:
     first line in a table (a node's on-disk drift names each path on a line of its own:
     ``describe node`` shows them all)."""
     text = str(node.get("degradedReason") or firstbootviews.reason(node) or node.get("notReady")
-               or (node.get("report") or {}).get("reason") or (node.get("rollout") or {}).get("reason") or "")
+               or (node.get("report") or {}).get("reason") or (node.get("rollout") or {}).get("reason")
+               or (PENDING_WHY if node.get("approval") == "Pending" else ""))
     return text.split("\n", 1)[0]
 
 
@@ -244,6 +294,7 @@ def describe_node(node: Dict[str, Any], pool: Optional[Dict[str, Any]], now: flo
         f"Name:                {node.get('name') or node.get('node', '')}",
         f"Pool:                {node.get('pool') or '<none>'}",
         f"Membership:          {node.get('membership') or ''}",
+        *([f"Approval:            Pending: {PENDING_WHY} ({APPROVE})"] if node.get("approval") == "Pending" else []),
         *([f"Ready:               {node['ready']}" + (f" ({node['notReady']})" if node.get("notReady") else "")]
           if node.get("ready") else []),  # the Node's (--backend kubernetes)
         *_state_lines(rep),

@@ -10,13 +10,15 @@ proves only such a config, or one any new node of its pool gets anyway.
 
 import logging
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from agent.server.rollout import identity, progress
 from agent.server.store.errors import StoreUnavailable
 from agent.server.store.nodestore import SERVER_KEY, Registration
 
 log = logging.getLogger(__name__)
+
+WAITING_LOOKUPS = 200  # pending registrations looked at for a pool's view (--max-pending: 100 by default)
 
 
 class Approval:
@@ -35,6 +37,17 @@ class Approval:
             return (f"it is {how}, and with --backend kubernetes a report is about its Node only once the node "
                     f"proved its name with its kubelet's client certificate or the admin approved it")
         return ""
+
+    def waiting_for_approval(self, pool: str, lookups: int = WAITING_LOOKUPS) -> List[str]:
+        """The names waiting for approval whose kept report puts them in ``pool`` (sorted; of the
+        first ``lookups`` pending registrations: ``--max-pending`` bounds them, 100 by default).
+        They count for nothing, so the pool's counts leave them out: its view says how many."""
+        out = []
+        for reg in self.store.registrations(True, "", lookups):
+            rec = self.store.node(reg.node)
+            if rec is not None and rec.pool == pool:
+                out.append(reg.node)
+        return sorted(out)
 
     def _marked(self, st: Any, node: str, body: Dict[str, Any], reg: Optional[Registration]) -> Dict[str, Any]:
         """The report with the server's own mark (``SERVER_KEY``) on a server that approves nodes:

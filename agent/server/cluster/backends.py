@@ -186,23 +186,24 @@ def etcd_client(cfg: StoreConfig) -> Tuple[Any, str]:
 
 
 def open_backends(cfg: StoreConfig, state_dir: Optional[str], reload_interval: float,
-                  settle: Optional[float] = None) -> Tuple[Any, Any]:
+                  settle: Optional[float] = None, announce: Any = None) -> Tuple[Any, Any]:
     """(node store, state source) for a Cluster; (None, None) means the SQLite default. With the
     Kubernetes backend the state source is the API's (kube.state.KubeStateSource) and node state
-    is in the store chosen by --store (the API by default, SQLite in --data-dir, or etcd)."""
+    is in the store chosen by --store (the API by default, SQLite in --data-dir, or etcd).
+    ``announce``: a state directory's StateWatcher's (whether this process says what it read)."""
     if cfg.is_kubernetes:
         from agent.server.store.kube.client import open_client
         from agent.server.store.kube.state import KubeStateSource
 
         store = _etcd_store(cfg) if cfg.is_etcd else _kube_store(cfg) if cfg.is_kube_store else None
         return store, KubeStateSource(open_client(cfg.kubeconfig))
+    from agent.server.store.statedir.watcher import StateWatcher
+
     if not cfg.shared:
-        return None, None
+        return None, (StateWatcher(state_dir, reload_interval, settle, announce) if announce and state_dir else None)
     store = _kube_store(cfg) if cfg.is_kube_store else _etcd_store(cfg)
     if state_dir or cfg.is_kube_store:
-        from agent.server.store.statedir.watcher import StateWatcher
-
-        return store, StateWatcher(state_dir, reload_interval, settle)
+        return store, StateWatcher(state_dir, reload_interval, settle, announce)
     from agent.server.store.etcd.state import EtcdStateSource
 
     return store, EtcdStateSource(store.client, store.prefix, cfg.cache_dir)

@@ -27,3 +27,16 @@ def with_first_boot_facts(previous: Optional[Dict[str, Any]], body: Dict[str, An
         return body
     carried = {k: previous[k] for k in FIRST_BOOT_FACTS if previous.get(k) and not body.get(k)}
     return dict(body, **carried) if carried else body
+
+
+def with_current_image(previous: Optional[Dict[str, Any]], body: Dict[str, Any]) -> Dict[str, Any]:
+    """``body`` with ``previous``'s currentImage when it names none and reports the same current
+    config: a failure (Degraded) changes the node's state, not the image it runs, as the MCD's
+    ``currentImage`` annotation stays while it writes ``state`` and ``reason``. Without it a node
+    older than its own fix (node-agent sends the image on a failed update) showed
+    ``Current image: <none>`` after a Degraded report."""
+    if not previous or body.get("currentImage") or not previous.get("currentImage"):
+        return body
+    if body.get("state") != "Degraded" or body.get("currentConfig") != previous.get("currentConfig"):
+        return body
+    return dict(body, currentImage=previous["currentImage"])

@@ -1,7 +1,7 @@
 """The node list of ``GET /api/v1/nodes`` (and one node's entry), from the node store.
 
-Each item: ``{"name", "pool", "membership", "degradedReason"?, "updated", "reportedAt",
-"report", "firstBoot"?}``: ``updated`` as the pool counts it (its target config, and its layered image where
+Each item: ``{"name", "pool", "membership", "degradedReason"?, "approval"?, "updated", "reportedAt",
+"report", "firstBoot"?}`` (``approval: Pending``: a name waiting for approval, counted in nothing): ``updated`` as the pool counts it (its target config, and its layered image where
 the pool has one: agent/server/rollout/progress.py); ``reportedAt`` when the server received the last
 report (RFC 3339, UTC). The list is paged as Kubernetes lists are: ``?limit=N`` (default and
 maximum below) and ``metadata.continue`` to pass back as ``?continue=`` for the next page.
@@ -9,6 +9,7 @@ maximum below) and ``metadata.continue`` to pass back as ``?continue=`` for the 
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from agent.server.cluster.poolview import pending
 from agent.server.cluster.rolloutctl import counted, member_of_record
 from agent.server.rollout import nodestatus, progress, rolloutstatus, targeting
 from agent.server.store.nodestore import NodeRecord, PoolRow
@@ -40,6 +41,8 @@ def node_item(rec: NodeRecord, pool_targets: Dict[str, Tuple[str, Optional[str]]
             "reportedAt": rfc3339(rec.received), "report": {k: v for k, v in rec.report.items() if k != "firstBoot"}}
     if rec.degraded:
         item["degradedReason"] = rec.degraded
+    if pending(rec):  # kept, counted in nothing: never "updated" in a list beside the pool's counts
+        item.update(approval="Pending", updated=False)
     row = (rows or {}).get(rec.pool)
     if target and row is not None and counted(rec):  # where the server's rollout has the node: its turn
         state, why = rolloutstatus.node_state(member_of_record(rec, 0.0), row.rollout, target[0], target[1])

@@ -4,7 +4,7 @@ disruption of the next update, one node's entry."""
 import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from agent.server.rollout import progress, renderstatus
+from agent.server.rollout import nodestatus, progress, renderstatus
 from agent.server.store.nodestore import NodeRecord
 
 log = logging.getLogger(__name__)
@@ -16,18 +16,19 @@ TIMES = "conditionTimes"  # ours, in a pool row's rollout record: {type: [status
 def conditions(counts: progress.Counts, target: str, current: str, row: Dict[str, Any],
                history: Optional[List[Dict[str, Any]]] = None, problems: Sequence[Any] = (),
                paused: bool = False, pool: str = "") -> List[Dict[str, str]]:
-    """status.conditions (agent.server.rollout.progress.conditions); ``history``: the pool's
-    target/current changes in the store, which give Updated and Updating their lastTransitionTime;
-    every other condition (and those two without a history) gets the time the pool's step recorded
-    when its status last changed (``condition_times``, in the row's rollout record); ``problems``:
+    """status.conditions (agent.server.rollout.progress.conditions), each with the time the pool's
+    step recorded when its status last changed (``condition_times``, in the row's rollout record):
+    the time of its last transition, also for Updated and Updating, which change with the nodes
+    (a node Degraded then Done again) as well as with the target; ``history``, the pool's
+    target/current changes in the store, gives those two a time only where the step recorded none
+    for their status (a row written before the step recorded times); ``problems``:
     why ``pool`` cannot be rendered (agent/server/rollout/renderstatus.py: its target holds on its
     last good rendering, RenderDegraded)."""
     render = renderstatus.failure_message(pool or str(row.get("name") or ""), [str(p) for p in problems])
     paused_for = str(row.get("rendered") or target) if paused else ""  # what a paused pool will not update to
     out = progress.conditions(counts, target, current, str(row.get("held") or ""), history, render, paused_for)
     for c in out:
-        if not c.get("lastTransitionTime"):
-            add_recorded_time(c, row.get("rollout") or {})
+        add_recorded_time(c, row.get("rollout") or {})
     return out
 
 
@@ -111,9 +112,34 @@ def plan_between(spec_of: Callable[[str], Optional[Dict[str, Any]]], cluster_spe
     return plan.to_dict()
 
 
+def degraded_reasons(entries: Dict[str, Dict[str, Any]], degraded: int) -> List[str]:
+    """NodeDegraded's message parts from the node store's entries (``node_entry``), as upstream's
+    status.go names them (``Node <name> is reporting: "<reason>"``): each degraded node, by the
+    server's reason (an ambiguous pool) else its own; ``degraded``: how many the counters have,
+    those not among ``entries`` said as "and N more"."""
+    out = []
+    for name, entry in sorted(entries.items()):
+        if entry.get("approval") == "Pending":  # counted in nothing, degraded in no count either
+            continue
+        if entry.get("state") == "Degraded" or entry.get("degradedReason"):
+            reason = str(entry.get("degradedReason") or entry.get("reason") or "no reason given")
+            out.append(nodestatus.reporting(name, reason.split("\n", 1)[0]))
+    if out and degraded > len(out):
+        out.append(f"and {degraded - len(out)} more: `node-config-server get nodes`")
+    return out
+
+
 def node_entry(rec: NodeRecord) -> Dict[str, Any]:
     rep = rec.report
     return {"state": rep.get("state"), "currentConfig": rep.get("currentConfig", ""),
             "currentImage": rep.get("currentImage", ""), "skew": rep.get("skew", ""),
             "membership": rec.why, **({"degradedReason": rec.degraded} if rec.degraded else {}),
+            **({"approval": "Pending"} if pending(rec) else {}),
             **({"reason": rep["reason"]} if rep.get("reason") else {})}
+
+
+def pending(rec: NodeRecord) -> bool:
+    """Whether the name waits for approval (the server's mark on its report: approval.py), so that
+    its report counts for nothing: no pool count, no proof, no drain slot, no turn."""
+    mark = rec.report.get(progress.SERVER_KEY)
+    return isinstance(mark, dict) and bool(mark.get("pending"))

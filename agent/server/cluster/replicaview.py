@@ -38,11 +38,11 @@ class ReplicaView:
 
     def cluster(self) -> Dict[str, Any]:
         st = self.state()
-        warnings = [str(p) for p in st.problems] + validator_warnings(st)
+        problems = [str(p) for p in st.problems]
         if st.stale:
-            warnings.insert(0, "the state directory has invalid objects: the last good state keeps serving")
+            problems.insert(0, "the state directory has invalid objects: the last good state keeps serving")
         views = self.pool_views(pending=False, nodes=0)
-        out = progress.cluster_progress(views, warnings)
+        out = progress.cluster_progress(views, problems + validator_warnings(st), problems)  # warnings: as before
         out["upgradeable"] = skewpolicy.upgradeable(st.cluster_spec)  # boot image skew (agent.server.rollout.skewpolicy)
         out["store"] = self.store_health()
         listed = self.store.replicas()

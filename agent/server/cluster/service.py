@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from agent.core.objectchecks import parse_max_unavailable
 from agent.server.cluster import poolview, renderreview
 from agent.server.cluster.approval import Approval
-from agent.server.cluster.firstbootfacts import with_first_boot_facts
+from agent.server.cluster.firstbootfacts import with_current_image, with_first_boot_facts
 from agent.server.cluster.firstbootview import FirstBoots
 from agent.server.cluster.replicaview import ReplicaView
 from agent.server.cluster.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
@@ -263,6 +263,9 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         spec["configuration"] = {"name": target}
         limit = parse_max_unavailable(spec.get("maxUnavailable"), counts.machine)
         listed = self._listed(name, counts, max_nodes)
+        if counts.degraded and not counts.degraded_reasons and counts.unavailable is None:  # the node store's
+            named = listed or self._listed(name, counts, VIEW_NODES)  # a view listing none: read them all the same
+            counts.degraded_reasons = poolview.degraded_reasons(named, counts.degraded)
         status: Dict[str, Any] = {
             "configuration": {"name": current},
             "rendered": row.rendered or "",
@@ -283,7 +286,12 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
                                               lambda n: getattr(self.store.node(n), "pool", None)))
         if counts.machine > len(listed):
             status["nodesTruncated"] = True
+        waiting = self.waiting_for_approval(name) if max_nodes > 0 else []  # kept, counted in nothing
+        if waiting:
+            status["waitingForApproval"] = {"count": len(waiting), "nodes": waiting[:max_nodes]}
         status["rollout"] = self._rollout_view(st, name, row, image, limit, max_nodes)
+        if spec.get("paused"):  # nothing updates while paused: no end to estimate (targeting.summary's is unpaused)
+            status["rollout"].pop("estimate", None)
         status["firstBoots"] = self.first_boot_summary(name, deadlines=self.first_boot_deadlines(st))  # decided now
         disruption = poolview.pending_disruption(self.spec_of, st.cluster_spec, current, target) if pending else None
         if disruption is not None:
@@ -325,7 +333,7 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         previous = self.store.node(node)
         first_boot = bool(body.get("firstPivotConfig")) and body.get("state") != "Done"
         before, now = (previous.report if previous is not None else None), time.time()
-        body = with_first_boot_facts(before, body)
+        body = with_current_image(before, with_first_boot_facts(before, body))
         body = self.with_first_boot(before, body, reg.created if reg is not None else None, now)
         body = self._marked(st, node, body, reg)
         if first_boot:  # not a member the server targets until its first boot is Done (rolloutctl.counted)

@@ -35,6 +35,7 @@ from agent.server.http.httpio import (
 )
 from agent.server.http.metrics import RequestCounter, exposition
 from agent.server.http.noderoutes import NodeRoutes
+from agent.server.http.saidonce import said_once
 from agent.server.rollout import drains
 from agent.server.rollout.identity import NODE, Auth, Caller, Denied
 from agent.server.rollout.renderstatus import failure_message
@@ -83,7 +84,7 @@ class App(NodeRoutes):
             with self._lock:
                 if self._cluster is None:
                     store, watcher = open_backends(self.store_config, self.state_dir, self.reload_interval,
-                                                   self.settle)
+                                                   self.settle, self.counter.directory and said_once(self.counter.directory))
                     db_path = os.path.join(self.data_dir, NODES_DB) if self.data_dir and store is None else None
                     cluster = Cluster(self.state_dir, db_path=db_path, lease_ttl=self.lease_ttl, store=store,
                                       watcher=watcher, reload_interval=self.reload_interval, settle=self.settle)
@@ -224,8 +225,8 @@ class App(NodeRoutes):
             raise HTTPError(400, "the body must be {\"dryRun\": true|false, \"undo\": true|false} or empty", field="$")
         try:
             out = self.cluster.rollback(pool, dry_run=body.get("dryRun", False), undo=body.get("undo", False))
-        except RolloutNotPossible as exc:
-            raise HTTPError(404 if "unknown pool" in str(exc) else 409, str(exc))
+        except RolloutNotPossible as exc:  # an unknown pool: the known ones named, as get and describe do
+            raise HTTPError(409, str(exc)) if "unknown pool" not in str(exc) else HTTPError(404, f"{exc}; known pools: {self._known()}")
         return json_response(200, out, pool=pool)
 
     def ack(self, environ: Dict[str, Any], pool: str) -> Response:
@@ -241,7 +242,7 @@ class App(NodeRoutes):
         try:
             return json_response(200, acknowledge(self.cluster, pool, body.get("config", "")), pool=pool)
         except NothingToAcknowledge as exc:
-            raise HTTPError(404 if "unknown pool" in str(exc) else 409, str(exc))
+            raise HTTPError(409, str(exc)) if "unknown pool" not in str(exc) else HTTPError(404, f"{exc}; known pools: {self._known()}")
 
     def _known(self) -> str:
         return ", ".join(sorted(self.cluster.state().pools)) or "none"
@@ -275,9 +276,10 @@ class App(NodeRoutes):
         out = [w for w in (self.auth.nobody_approved(real_nodes),) if w]
         if self.auth.enabled and not self.auth.kubelet_proof and self.kubelet_note:
             out.append(f"node identity by admin approval only: {self.kubelet_note}")
-        return out
+        return out + ([self.plain_http_note] if self.plain_http_note else [])
 
     kubelet_note = ""  # serve: why no kubelet certificate can prove a name here ("" when one can, or not asked)
+    plain_http_note = ""  # serve: a token on plain http, which node-agent never sends (serveargs.plain_http_warning)
 
     def config(self, environ: Dict[str, Any], pool: str) -> Response:
         caller = self.caller(environ)

@@ -263,6 +263,7 @@ class NodeRoutes(DrainRoutes):
         out = {"node": node, "name": node, "report": item["report"], "pool": rec.pool,
                "membership": rec.why, "degradedReason": rec.degraded,
                "updated": item["updated"], "reportedAt": item["reportedAt"],
+               **({"approval": item["approval"]} if "approval" in item else {}),
                **({"rollout": item["rollout"]} if "rollout" in item else {}),
                "drainEvents": [dict(e, at=rfc3339(e.get("at"))) for e in self.cluster.store.drain_events(node)],
                **({"firstBoot": item["firstBoot"]} if "firstBoot" in item else {})}

@@ -266,7 +266,7 @@ def calculate_status(members: Sequence[Tuple[Dict[str, Any], Optional[Mapping[st
             out.degraded += 1
             reason = str(report.get("reason") or "")  # type: ignore[union-attr]
             if reason:
-                out.degraded_reasons.append(f"Node {name} is reporting: {_go_quote(reason)}")
+                out.degraded_reasons.append(reporting(name, reason))
         if report and report.get("state") == "Working":
             out.working += 1
         if report and report.get("skew") == "refuse":
@@ -280,6 +280,12 @@ def _not_done(report: Optional[Mapping[str, Any]]) -> str:
         return "not reporting (no node-agent report, no MCD annotations)"
     reason = f": {report['reason']}" if report.get("reason") else ""
     return f"{report.get('state') or 'not done'} on {report.get('desiredConfig') or report.get('currentConfig') or '?'}{reason}"
+
+
+def reporting(name: str, reason: str) -> str:
+    """One degraded node in NodeDegraded's message, as upstream's status.go names it:
+    ``Node <name> is reporting: "<reason>"``."""
+    return f"Node {name} is reporting: {_go_quote(reason)}"
 
 
 def _go_quote(text: str) -> str:

@@ -320,7 +320,11 @@ def pool_blocking(name: str, view: Dict[str, Any]) -> List[str]:
     if (status.get("rollout") or {}).get("halted"):
         reasons.append(status["rollout"]["halted"])
     if status["degradedMachineCount"]:
-        reasons.append(f"degraded: {status['degradedMachineCount']} node(s) degraded")
+        named = _condition(status, "NodeDegraded").get("message") or ""
+        reasons.append(f"degraded: {status['degradedMachineCount']} node(s) degraded" + (f": {named}" if named else ""))
+    render = _condition(status, "RenderDegraded")
+    if render.get("status") == "True":  # an invalid object it reads: the target holds on its last good rendering
+        reasons.append(f"degraded: {render.get('message') or 'the pool cannot be rendered'}")
     if status.get("skewRefusedMachineCount"):
         reasons.append(f"skew: {status['skewRefusedMachineCount']} node(s) refused by boot image skew rules")
     if target != current or status["updatedMachineCount"] < status["machineCount"] or \
@@ -329,7 +333,19 @@ def pool_blocking(name: str, view: Dict[str, Any]) -> List[str]:
     return reasons
 
 
-def cluster_progress(views: Dict[str, Dict[str, Any]], warnings: Optional[List[str]] = None) -> Dict[str, Any]:
+def _condition(status: Dict[str, Any], kind: str) -> Dict[str, Any]:
+    for c in status.get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == kind:
+            return c
+    return {}
+
+
+def cluster_progress(views: Dict[str, Dict[str, Any]], warnings: Optional[List[str]] = None,
+                     problems: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Whether the cluster update is complete, and what blocks it: each pool's reasons
+    (``pool_blocking``), and each of the state's ``problems`` (an object refused: what it says is
+    not what is served). ``degraded``: a pool is degraded or the state has a problem, which
+    ``status`` says first and exits non-zero for, as ``cloud-init status`` does for an error."""
     pools: Dict[str, Any] = {}
     blocking: List[Dict[str, str]] = []
     for name in sorted(views):
@@ -347,7 +363,12 @@ def cluster_progress(views: Dict[str, Dict[str, Any]], warnings: Optional[List[s
             "skewRefusedMachineCount": st.get("skewRefusedMachineCount", 0),
         }
         blocking.extend({"pool": name, "reason": r} for r in reasons)
-    out: Dict[str, Any] = {"complete": not blocking and bool(pools), "pools": pools, "blocking": blocking}
+    said = " ".join(b["reason"] for b in blocking)  # a problem a pool's RenderDegraded names already: once
+    blocking.extend({"pool": "", "reason": f"state: {p}"} for p in problems or [] if p not in said)
+    degraded = sorted({b["pool"] or "state" for b in blocking
+                       if b["reason"].startswith(("degraded:", "state:"))})
+    out: Dict[str, Any] = {"complete": not blocking and bool(pools), "pools": pools, "blocking": blocking,
+                           "degraded": degraded}
     if not pools:
         out["blocking"] = [{"pool": "", "reason": "no pools defined"}]
     if warnings:

@@ -102,6 +102,18 @@ def no_pools_warning(state: State, where: str) -> str:
             f"\"State directory\")")
 
 
+def paused_changes(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
+    """The log line of each pool of ``new`` (pools by name) paused or unpaused since ``old``
+    (``spec.paused`` turned true or false); a pool new to the state says nothing."""
+    out = []
+    for name in sorted(set(old) & set(new)):
+        was, now = (bool(((p.get(name) or {}).get("spec") or {}).get("paused")) for p in (old, new))
+        if was != now:
+            out.append(f"pool {name} paused (spec.paused: true): none of its nodes is updated until it is unpaused"
+                       if now else f"pool {name} unpaused (spec.paused: false): its nodes are updated again, in turn")
+    return out
+
+
 def pool_name(doc: Any) -> str:
     meta = doc.get("metadata") if isinstance(doc, dict) else None
     name = meta.get("name") if isinstance(meta, dict) else None

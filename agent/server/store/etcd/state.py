@@ -23,7 +23,7 @@ import threading
 from typing import Dict, Optional, Tuple
 
 from agent.server.store.etcd.client import EtcdClient, EtcdUnavailable, cmp_absent, cmp_mod, op_delete, op_put
-from agent.server.store.stateformat import CLUSTER_FILE, KINDS, State, load_state
+from agent.server.store.stateformat import CLUSTER_FILE, KINDS, State, load_state, paused_changes
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +198,8 @@ class EtcdStateSource:
                                     old.signature, list(new.problems), old.loaded_at, stale=True,
                                     warnings=old.warnings)
             else:
+                for line in paused_changes(old.pools, new.pools):
+                    log.info("%s", line)
                 self._state = new
             self._generation = gen
 

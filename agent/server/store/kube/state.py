@@ -30,7 +30,7 @@ from agent.server.store.kube.client import (
     KubeClient,
 )
 from agent.server.store.kube.watch import Reflector, wait_all_synced
-from agent.server.store.stateformat import State, admit
+from agent.server.store.stateformat import State, admit, paused_changes
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,8 @@ class KubeStateSource:
                 log.warning("Kubernetes object admitted with a warning: %s", p)
         with self._lock:
             if seen >= self._built:
+                for line in paused_changes(self._state.pools, state.pools):
+                    log.info("%s", line)
                 self._state, self._built = state, seen
             return self._state
 

@@ -20,12 +20,13 @@ Rules (docs/security.md, "State directory"):
 import logging
 import threading
 import time
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 from agent.server.store.stateformat import (
     State,
     load_state,
     no_pools_warning,
+    paused_changes,
     signature,
     signature_and_newest,
 )
@@ -44,9 +45,17 @@ class StateWatcher:
     """
 
     store_error = ""  # a directory on local disk has no store to lose
+    logs_problems = True  # it logs what it read (serve's first read prints nothing more)
 
-    def __init__(self, state_dir: str, interval: float = 1.0, settle: Optional[float] = None):
+    def __init__(self, state_dir: str, interval: float = 1.0, settle: Optional[float] = None,
+                 announce: Optional[Callable[[str], bool]] = None):
+        """``announce(signature)``: whether this process logs what it read under that signature
+        (problems, warnings, a reload, a pool paused); serve's workers share one, so that each is
+        said once, not once per worker (agent/server/http/saidonce.py), by the worker that saw the
+        change; with one, a first read says nothing (serve's own first read said the state it
+        started on). None: this process says everything."""
         self.state_dir = state_dir
+        self.announce = announce
         self.interval = interval
         self.settle = min(SETTLE_SECONDS, interval) if settle is None else settle  # in-process default
         self._lock = threading.Lock()
@@ -62,9 +71,17 @@ class StateWatcher:
             state.signature = CHANGING + state.signature
         if state.problems:
             state.stale = self._partial = True
-        self._log_problems(state)
+        if self.announce is None:  # with an announcer (serve's workers) serve's own first read said it, and a
+            # worker booted after a change leaves it to the workers that see the change (its reload is said)
+            self._log_problems(state)
+            if state.problems:  # as a reload with problems says it: the line to look for
+                log.error("state directory %s has %d problem(s); valid objects serve", self.state_dir,
+                          len(state.problems))
         self._next = time.monotonic() + self.interval
         return state
+
+    def _says(self, state: State) -> bool:
+        return self.announce is None or self.announce(state.signature)
 
     def _log_problems(self, state: State) -> None:
         for p in state.problems:
@@ -133,12 +150,19 @@ class StateWatcher:
         """Nothing to release (a look is a plain read); here so that every state source closes alike."""
 
     def _apply(self, new: State) -> None:
+        said = self._says(new)
         if not new.problems:
-            log.info("state directory %s reloaded", self.state_dir)
-            self._log_problems(new)  # none, but its warnings and an emptied directory are worth saying
+            if said:
+                log.info("state directory %s reloaded", self.state_dir)
+                for line in paused_changes(self._state.pools, new.pools):
+                    log.info("%s", line)
+                self._log_problems(new)  # none, but its warnings and an emptied directory are worth saying
             self._state, self._partial = new, False
             return
-        self._log_problems(new)
+        if said:  # said before it serves: a reader that sees the state stale finds the lines logged
+            self._log_problems(new)
+            log.error("state directory %s has %d problem(s); %s", self.state_dir, len(new.problems),
+                      "valid objects serve" if self._partial else "the last good state keeps serving")
         if self._partial:  # no good state was ever read: the newest valid objects serve
             new.stale = True
             self._state = new
@@ -148,5 +172,3 @@ class StateWatcher:
             self._state = State(old.pools, old.machine_configs, old.cluster, old.os_configs, old.os_builds,
                                 new.signature, new.problems, old.loaded_at, stale=True, bootstrap=old.bootstrap,
                                 warnings=old.warnings)
-        log.error("state directory %s has %d problem(s); %s", self.state_dir, len(new.problems),
-                  "valid objects serve" if self._partial else "the last good state keeps serving")
