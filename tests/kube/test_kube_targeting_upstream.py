@@ -331,3 +331,65 @@ def test_a_layered_pool_targets_each_node_to_the_build_one_at_a_time_finishes_up
     got = sorted(e["message"] for e in events(kube, pool, "SetDesiredConfigAndOSImage"))
     assert got == [f"Targeted node {n} to MachineConfig: {a} / Image: {IMG}" for n in nodes]
     assert rollout(server, pool)["counts"] == {"Done": 3}
+
+
+# -- 2. paused means frozen --------------------------------------------------------------------------
+
+def test_a_paused_pool_writes_no_node_and_retargets_nobody_to_a_newer_rendering_and_goes_on_to_it_once_unpaused(
+        kube, server):
+    pool, nodes = "paused", ["p-0", "p-1", "p-2"]
+    apply(kube, pool_object(pool, 1))
+    make_nodes(kube, pool, nodes)
+    a = wait_for(lambda: target(server, pool), "the pool's first target")
+    for name in nodes:
+        report(server, pool, name, "Done", a)
+    all_done(server, pool, 3)
+    apply(kube, machine_config(pool, "60-paused-b", "/etc/paused-b"))
+    b = wait_for(lambda: (lambda t: t != a and t)(target(server, pool)), "B is the target")
+    # p-0 is targeted to B and has not started (it reports Done on A); the others wait, tainted.
+    wait_for(lambda: served(server, pool, "p-0") == (b, "updating"), "p-0 served B, updating")
+    assert [served(server, pool, n) for n in nodes[1:]] == [(a, "waiting")] * 2
+    objs = wait_for(lambda: (lambda o: annotations(o["p-0"]).get(MCD + "desiredConfig") == b and not tainted(o["p-0"])
+                             and tainted(o["p-1"]) and tainted(o["p-2"]) and o)({n: node(kube, n) for n in nodes}),
+                    "p-0 desires B; the UpdateInProgress taint on p-1 and p-2")
+    before = {n: targeting_of(o) for n, o in objs.items()}
+
+    with NodeHistory(kube, role(pool)) as history:
+        kube.kubectl("patch", "mcp", pool, "--type", "merge", "-p", json.dumps({"spec": {"paused": True}}))
+        wait_for(lambda: "the pool is paused" in rollout(server, pool).get("waitReason", ""), "the pause seen")
+        apply(kube, machine_config(pool, "61-paused-c", "/etc/paused-c"))
+        c = wait_for(lambda: (lambda t: t not in (a, b) and t)(target(server, pool)), "C is the pool's rendering")
+        why = wait_for(lambda: (lambda w: f"nothing is targeted to {c}" in w and w)(rollout(server, pool).get(
+            "waitReason", "")), "the rollout paused with C as its target")
+        wait_for(lambda: mcp(kube, pool)["spec"]["configuration"]["name"] == c,
+                 "kubectl get mcp: spec.configuration C (the server's pool loop wrote it)")
+        rounds(kube, 3)  # the pool loop's rounds that follow: their targeting writes are done too
+        after = {n: targeting_of(node(kube, n)) for n in nodes}
+        p0 = fetch(server, pool, "p-0")
+        others = [served(server, pool, n) for n in nodes[1:]]
+        status = rollout(server, pool)
+
+    assert after == before
+    for name, obj in history.versions:  # no write of desiredConfig, desiredImage or a taint meanwhile
+        assert targeting_of(obj) == before[name], (name, targeting_of(obj), before[name])
+    assert len(history.versions) >= 3  # the listed versions at least: the watch ran
+    assert (p0.headers["X-Served-Config"], p0.headers["X-Rollout"]) == (b, "updating")  # still B, not C
+    assert "an earlier target" in p0.headers["X-Rollout-Reason"]
+    assert others == [(a, "waiting")] * 2  # nothing new served 'updating'
+    assert why.startswith(f"the pool is paused: nothing is targeted to {c}")
+    assert "3 node(s) wait for it: p-0, p-1, p-2" in why
+    assert status["counts"] == {"Updating": 1, "Waiting": 2} and status["waiting"] == ["p-1", "p-2"]
+    assert status["target"] == c
+    assert [e["message"] for e in events(kube, pool, "SetDesiredConfig")] == [f"Targeted node p-0 to MachineConfig: {b}"]
+
+    # Unpaused: p-0 (not started on B) takes C in its slot, then each node in turn.
+    kube.kubectl("patch", "mcp", pool, "--type", "merge", "-p", json.dumps({"spec": {"paused": False}}))
+    for name in nodes:
+        wait_for(lambda name=name: served(server, pool, name) == (c, "updating"), f"{name} served C, updating")
+        wait_for(lambda name=name: annotations(node(kube, name)).get(MCD + "desiredConfig") == c,
+                 f"{name}'s desiredConfig C")
+        report(server, pool, name, "Working", a, c)
+        report(server, pool, name, "Done", c)
+    all_done(server, pool, 3)
+    wait_for(lambda: (mcp(kube, pool).get("status") or {}).get("updatedMachineCount") == 3
+             and not any(tainted(node(kube, n)) for n in nodes), "pool paused Updated on C, no taint left")
