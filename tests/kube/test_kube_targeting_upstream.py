@@ -393,3 +393,55 @@ def test_a_paused_pool_writes_no_node_and_retargets_nobody_to_a_newer_rendering_
     all_done(server, pool, 3)
     wait_for(lambda: (mcp(kube, pool).get("status") or {}).get("updatedMachineCount") == 3
              and not any(tainted(node(kube, n)) for n in nodes), "pool paused Updated on C, no taint left")
+
+
+# -- 3. a node that is not ready is not picked --------------------------------------------------------
+
+def cordon(kube, name):
+    kube.kubectl("cordon", name)  # the admin's: spec.unschedulable
+
+
+def not_ready(kube, name):
+    """The kubelet's: the Ready condition False."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    patch(kube, f"/api/v1/nodes/{name}/status", {"status": {"conditions": [{
+        "type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "container runtime is down",
+        "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
+
+
+@pytest.mark.parametrize("pool,make_unready,why", [
+    ("cordoned", cordon, "node cordoned-0 is reporting Unschedulable"),
+    ("notready", not_ready, "node notready-0 is reporting NotReady=False"),
+], ids=["cordoned", "notready"])
+def test_a_node_not_ready_is_not_targeted_and_holds_a_slot_of_max_unavailable_and_the_pool_says_why(
+        kube, server, pool, make_unready, why):
+    nodes = [f"{pool}-{i}" for i in range(3)]  # the oldest first
+    apply(kube, pool_object(pool, 2))
+    make_nodes(kube, pool, nodes)
+    a = wait_for(lambda: target(server, pool), "the pool's first target")
+    for name in nodes:
+        report(server, pool, name, "Done", a)
+    all_done(server, pool, 3)
+    make_unready(kube, nodes[0])
+    wait_for(lambda: rollout(server, pool).get("notReady", {}).get(nodes[0]) == why, f"{nodes[0]} seen not ready")
+
+    with NodeHistory(kube, role(pool)) as history:
+        apply(kube, machine_config(pool, f"60-{pool}-b", f"/etc/{pool}-b"))
+        b = wait_for(lambda: (lambda t: t != a and t)(target(server, pool)), "B is the target")
+        # maxUnavailable 2, the not-ready node holds one: the oldest ready one only is targeted.
+        wait_for(lambda: served(server, pool, nodes[1]) == (b, "updating"), f"{nodes[1]} served B, updating")
+        wait_for(lambda: annotations(node(kube, nodes[1])).get(MCD + "desiredConfig") == b,
+                 f"{nodes[1]}'s desiredConfig B")
+        rounds(kube, 3)
+        status = rollout(server, pool)
+        answers = [served(server, pool, n) for n in (nodes[0], nodes[2])]
+        desired = {n: annotations(node(kube, n)).get(MCD + "desiredConfig") for n in nodes}
+
+    assert answers == [(a, "waiting")] * 2
+    assert desired == {nodes[0]: a, nodes[1]: b, nodes[2]: a}
+    for name, obj in history.versions:  # neither waiting Node ever desired B
+        assert name == nodes[1] or annotations(obj).get(MCD + "desiredConfig") == a, (name, annotations(obj))
+    assert status["updating"] == [nodes[1]] and status["waiting"] == [nodes[0], nodes[2]], status
+    assert why in status["waitReason"] and status["notReady"] == {nodes[0]: why}, status
+    assert [e["message"] for e in events(kube, pool, "SetDesiredConfig")] == [
+        f"Targeted node {nodes[1]} to MachineConfig: {b}"]
