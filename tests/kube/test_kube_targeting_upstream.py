@@ -19,7 +19,9 @@ their Ready condition); each test has a pool and Nodes of its own. Every version
 is recorded from a watch (``NodeHistory``), so what the tests assert about the Nodes holds at every
 moment, not only when they look. "Several sync rounds" are proved by ``rounds``: Nodes added to a
 pool of their own (``tick``) and counted in its MachineConfigPool's status, which the server's pool
-loop writes in the same round as it writes the Nodes' targeting.
+loop writes in the same round as it writes the Nodes' targeting. Modelled on test_kube_rollout.py;
+the module has a control plane of its own (tests/helpers/kube_cluster.py), whose controller
+manager never marks a Node NotReady by itself (``NO_LIFECYCLE``).
 """
 
 import datetime
