@@ -247,3 +247,21 @@ def test_with_any_failure_budget_no_more_than_maxUnavailable_nodes_may_be_updati
             reports[name] = done(B)
         elif what == "work":
             reports[name] = {"state": "Working", "currentConfig": A, "desiredConfig": B}
+
+
+def test_a_member_done_on_the_config_but_not_on_the_image_it_is_targeted_to_is_served_updating_not_done():
+    """rolloutctl.desired_for's X-Rollout: a node Done on A with the base image, targeted to A with
+    the build's image (a pool made layered), is updating until it reports Done with that image
+    (upstream's IsDone compares currentImage with desiredImage too); then it is done."""
+    from types import SimpleNamespace
+
+    from agent.server.cluster.rolloutctl import RolloutControl
+    from agent.server.store.nodestore import NodeRecord, PoolRow
+
+    me = SimpleNamespace(spec_of=lambda name: {} if name == A else None)
+    row = PoolRow("worker", A, A, rollout={"config": A, "targets": {"w0": {"config": A, "at": 1.0, "image": IMG_A}}})
+
+    def answer(report):
+        return RolloutControl.desired_for(me, NodeRecord("w0", "worker", "", "", report, 0.0), row, IMG_A)
+    assert answer(dict(done(A), currentImage="quay.io/base:1"))[:3] == (A, IMG_A, "updating")
+    assert answer(done(A, IMG_A))[:3] == (A, IMG_A, "done")

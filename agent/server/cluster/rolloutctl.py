@@ -244,10 +244,12 @@ class RolloutControl:
                  ).rstrip(": ")
         on_target = config == row.target and (not pool_image or report.get("currentImage") == pool_image)
         if entry is not None or on_target:
-            done = report.get("state") == "Done" and report.get("currentConfig") == config
+            image = entry.get("image") if entry else None
+            # Done as upstream's IsDone: on the desired config and, targeted to a layered image, on it too
+            done = report.get("state") == "Done" and report.get("currentConfig") == config and \
+                (not image or report.get("currentImage") == image)
             later = "" if config == row.target else f" (an earlier target: the pool's is now {row.target})"
-            return config, entry.get("image") if entry else None, "done" if done else "updating", \
-                "" if done else f"targeted to {config}{later}"
+            return config, image, "done" if done else "updating", "" if done else f"targeted to {config}{later}"
         if report.get("state") != "Done":  # its own update or reboot is not over: the server waits for it
             why = f"it is not Done on {report.get('currentConfig') or config} yet ({report.get('state') or 'no report'}" + \
                 (f": {report['reason']}" if report.get("reason") else "") + "); a node is targeted once it is"
