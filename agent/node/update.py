@@ -214,34 +214,10 @@ class Updater:
         return self.drift
 
     def _report_rebooted(self, record, current) -> None:
-        """After the reboot a first boot or an update asked for, say what the node now runs.
+        from agent.node.rebooted import report_rebooted
 
-        Until then the server has the node Working on a reboot: it must not count as running the
-        config (nor prove it or its image to new nodes), and without this report it never would.
-        """
-        from agent.node import planning
-
-        pending = nodestate.reboot_pending(self.root, self.state_dir)
-        if pending is None:
-            return
-        now_boot = planning.boot_id(self.root)
-        if now_boot is None or now_boot == pending.get("bootId"):
-            return  # the same boot: the reboot has not happened yet
-        booted = planning.booted_os(self.root, self.rpmostree)
-        pool = record.get("pool") or self._pool(current)
-        want = current.os_image_url
-        if booted.known and want and booted.image != want:
-            state, reason = "Degraded", (f"booted {booted.image} after the reboot, but {current.name} needs {want}; "
-                                         f"check rpm-ostree status")
-        else:
-            state, reason = "Done", None
-        sent = self.reporter.send({"pool": pool, "state": state, "currentConfig": current.name,
-                                   "desiredConfig": current.name, "reason": reason,
-                                   "desiredImage": pending.get("desiredImage") or None,
-                                   "currentImage": (booted.image if booted.known else want) or None})
-        log.info("node booted after its reboot for %s: reported %s%s", current.name, state,
-                 "" if sent else " (queued)")
-        nodestate.clear_reboot_pending(self.root, self.state_dir)
+        report_rebooted(self.root, self.state_dir, self.rpmostree, self.reporter,
+                        record.get("pool") or self._pool(current), current)
 
     @staticmethod
     def _pool(config) -> str:
