@@ -265,3 +265,20 @@ def test_a_member_done_on_the_config_but_not_on_the_image_it_is_targeted_to_is_s
         return RolloutControl.desired_for(me, NodeRecord("w0", "worker", "", "", report, 0.0), row, IMG_A)
     assert answer(dict(done(A), currentImage="quay.io/base:1"))[:3] == (A, IMG_A, "updating")
     assert answer(done(A, IMG_A))[:3] == (A, IMG_A, "done")
+
+
+def test_every_test_the_rule_table_of_docs_rollout_names_exists():
+    """docs/rollout.md, "Upstream's rules and ours, one by one": each `folder/file.py::test` in its
+    table is a test of that name in that file (a renamed test would leave the table pointing nowhere)."""
+    import os
+    import re
+
+    from tests.helpers import paths
+
+    text = open(os.path.join(paths.REPO, "docs", "rollout.md"), encoding="utf-8").read()
+    table = text.split("## Upstream's rules and ours, one by one", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"`([a-z0-9_]+/test_[a-z0-9_]+\.py)(?:::(test_[A-Za-z0-9_]+))?`", table)
+    assert len(named) >= 15, named
+    for path, test in named:
+        source = open(os.path.join(paths.REPO, "tests", path), encoding="utf-8").read()
+        assert not test or re.search(rf"^def {test}\(", source, re.M), f"{path}::{test} is not a test"
