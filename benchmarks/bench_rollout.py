@@ -652,6 +652,11 @@ def layered_rollout(fleet: Fleet, name: str, path: str) -> Dict[str, Any]:
     before, cpu0, old = fleet.writes(), fleet.cpu(), rows.target()
     posted = time.time()
     fleet.create(MCO + "/machineosconfigs", layered.os_config("worker"))
+    # The MachineConfig only once the server reads the pool as layered: POSTed at once, its watch
+    # may bring the new rendering before the MachineOSConfig's does, and the first wave is then
+    # targeted without an image (as upstream's informers would; a run at 200 nodes saw 3 such nodes).
+    fleet.wait(lambda: "MachineOSConfig" in str(fleet.pool_view()["status"].get("served", {}).get("reason", "")),
+               "the server reads the pool as layered (its served reason names the MachineOSConfig)", 120)
     fleet.post(name, path, name)
     target = fleet.wait(lambda: (lambda t: t if t != old else "")(rows.target()), "the pool's new target", 120)
     held = fleet.wait(lambda: (lambda why: why if f"layered image of {target} is not ready" in why else "")(

@@ -86,7 +86,10 @@ class ConfigServing:
         rollout = ("", "")
         if member:  # the config the server targeted for it (rolloutctl.desired_for), never the pool's by itself
             config, image, state, why = self.desired_for(snap.node, row, self._layered(st, pool_name, row.target))
-            served, rollout = self._member_decision(st, pool_name, config, image), (state, why)
+            # A targeted node's image is the server's decision, stored with its target: served as its
+            # layered image even by a worker whose own state does not show the build yet.
+            targeted = state in ("updating", "done") and image is not None
+            served, rollout = self._member_decision(st, pool_name, config, image, targeted), (state, why)
         else:
             image = self._layered(st, pool_name, row.target)
             updated = self._proof(st, pool_name, row.target, image, snap.target_proof(image).updated)
@@ -121,12 +124,15 @@ class ConfigServing:
             self._remember(key, hit)
         return hit
 
-    def _member_decision(self, st: State, pool: str, config: str, running: Optional[str] = None) -> gating.Served:
-        """``running``: the image a member not targeted runs (it keeps it until its turn)."""
-        key = ("member", st.signature, pool, config, running)
+    def _member_decision(self, st: State, pool: str, config: str, running: Optional[str] = None,
+                         targeted: bool = False) -> gating.Served:
+        """``running``: the image a member not targeted runs (it keeps it until its turn), or with
+        ``targeted`` the layered image the server targeted it to."""
+        key = ("member", st.signature, pool, config, running, targeted)
         hit = self._decisions.get(key)
         if hit is None:
-            hit = gating.for_member(pool, config, self._base_images(config), st.os_configs, st.os_builds, running)
+            hit = gating.for_member(pool, config, self._base_images(config), st.os_configs, st.os_builds, running,
+                                    targeted)
             self._remember(key, hit)
         return hit
 

@@ -121,15 +121,21 @@ def decide(pool: str, target: str, current: str, updated: int, base_images: Dict
 
 
 def for_member(pool: str, desired: str, base_images: Dict[str, str], os_configs: Dict[str, Dict[str, Any]],
-               os_builds: Dict[str, Dict[str, Any]], running: Optional[str] = None) -> Served:
+               os_builds: Dict[str, Dict[str, Any]], running: Optional[str] = None, targeted: bool = False) -> Served:
     """What a node already in ``pool`` gets when it names itself: its desired config, which the
     server's node targeting chose for it (agent/server/rollout/targeting.py; upstream the node
     controller writes each candidate's desiredConfig), with that config's layered image.
 
     Proof gates only what *new* nodes boot into; a member targeted to an unproven config gets it,
     or no node would ever prove it. maxUnavailable paces which members are targeted, not here.
+    ``running`` with ``targeted``: the layered image the targeting chose for it, served as layered
+    (its node annotations name it) even where these objects do not show the build yet (a worker or
+    replica whose watch is behind the one that targeted it).
     """
     image, image_why = layered_image_info(pool, desired, os_configs, os_builds)
+    if running and targeted:  # the layered image the targeting chose (this state may not show the build yet)
+        return Served(desired, running, f"member of {pool}: its desired config {desired}; the layered image it "
+                                        f"was targeted to", True)
     if running:  # not targeted: the image it runs, whatever the pool's is now, until its turn comes
         return Served(desired, running, f"member of {pool}: its desired config {desired} with the image it runs",
                       running == image)
