@@ -281,46 +281,38 @@ def day2(node):
     return r.returncode, r.stderr[-2000:]
 
 
-def test_three_replicas_target_at_most_max_unavailable_nodes_while_reports_race_through_them(fleet):
-    """The server's targeting (agent/server/rollout/targeting.py) is decided in the pool row's
-    compare-and-swap: with the drainers' 30 reports, Done on each target they are given, racing
-    through the three replicas, the nodes targeted and not done never exceed maxUnavailable (read
-    from etcd itself, not from any replica), and every node ends Done on the new target."""
+def new_target(fleet, name, path):
+    """A worker MachineConfig ``name`` writing ``path``, published with ``load-state``: the pool's
+    new target once every replica has it (old target, new target)."""
+    old = pool(fleet.replicas[0])["spec"]["configuration"]["name"]
+    with open(os.path.join(fleet.state, "machineconfigs", f"{name}.yaml"), "w") as f:
+        f.write("apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n"
+                f"  name: {name}\n  labels:\n    machineconfiguration.openshift.io/role: worker\n"
+                "spec:\n  config:\n    ignition:\n      version: 3.4.0\n    storage:\n      files:\n"
+                f"      - path: {path}\n        contents:\n          source: data:,t\n")
+    assert ncs("load-state", "--store", fleet.etcd.url, fleet.state).returncode == 0
+    return old, wait_for(lambda: (lambda names: len(names) == 1 and old not in names and names.pop())(
+        {pool(r)["spec"]["configuration"]["name"] for r in fleet.replicas}), "every replica has the new target", 20)
+
+
+def race_turns(fleet, nodes, take_turn, in_flight, what, timeout):
+    """Every node's ``take_turn(i)`` (True once it is Done) through the three replicas, 30 at a
+    time, in rounds until all are Done, while a sampler reads the worker pool's row from etcd
+    itself every 20 ms: the peak of ``in_flight(targets)`` seen, and the sampler's errors."""
     from agent.server.store.etcd.client import EtcdClient, parse_store_url
 
-    # The worker pool's nodes: Done on its target (the drain storm above; member-1, the first test)
-    nodes = [f"drainer-{i:02d}" for i in range(30)] + ["member-1"]
     url = parse_store_url(fleet.etcd.url)
     watcher = EtcdClient(url.endpoints, timeout=10)
-    old = pool(fleet.replicas[0])["spec"]["configuration"]["name"]
-    with open(os.path.join(fleet.state, "machineconfigs", "98-targeting.yaml"), "w") as f:
-        f.write("apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n"
-                "  name: 98-targeting\n  labels:\n    machineconfiguration.openshift.io/role: worker\n"
-                "spec:\n  config:\n    ignition:\n      version: 3.4.0\n    storage:\n      files:\n"
-                "      - path: /etc/targeting\n        contents:\n          source: data:,t\n")
-    assert ncs("load-state", "--store", fleet.etcd.url, fleet.state).returncode == 0
-    target = wait_for(lambda: (lambda names: len(names) == 1 and old not in names and names.pop())(
-        {pool(r)["spec"]["configuration"]["name"] for r in fleet.replicas}), "every replica has the new target", 20)
-    limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
     peak, stop, errors = [0], threading.Event(), []
 
     def sample():
         try:
             while not stop.is_set():
                 kv = watcher.get(f"{url.prefix}pools/worker")
-                targets = (json.loads(kv.value).get("rollout") or {}).get("targets") or {}
-                peak[0] = max(peak[0], sum(1 for e in targets.values() if e.get("config") == target))
+                peak[0] = max(peak[0], in_flight((json.loads(kv.value).get("rollout") or {}).get("targets") or {}))
                 stop.wait(0.02)
-        except Exception as exc:  # a dead sampler would leave the peak at 0: reported below
+        except Exception as exc:  # a dead sampler would leave the peak at 0: reported by the caller
             errors.append(f"{type(exc).__name__}: {exc}")
-
-    def take_turn(i):  # what node-agent does: fetch its desired config, and once it is the target, report Done
-        node, replica = nodes[i], fleet.replicas[i % 3]
-        got = fleet.session(node).get(replica.url("/config/worker"), timeout=10)
-        if got.headers.get("X-Served-Config") != target or got.headers.get("X-Rollout") != "updating":
-            return False
-        body = {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target}
-        return report(replica, node, body, fleet).status_code == 200
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -331,12 +323,41 @@ def test_three_replicas_target_at_most_max_unavailable_nodes_while_reports_race_
                 left = [i for i in range(len(nodes)) if i not in done]
                 done.update(i for i, ok in zip(left, ex.map(take_turn, left)) if ok)
                 return len(done) == len(nodes)
-            wait_for(rounds, "every node Done on the new target, maxUnavailable at a time", 120, interval=0.2)
+            wait_for(rounds, what, timeout, interval=0.2)
     finally:
         stop.set()
         sampler.join(5)
         watcher.close()
-    assert errors == [] and 1 <= peak[0] <= limit, (errors, peak[0], limit)
+    return peak[0], errors
+
+
+def fetch_turn(fleet, node, replica, target):
+    """What node-agent does first: fetch its desired config; whether it is told to update to ``target``."""
+    got = fleet.session(node).get(replica.url("/config/worker"), timeout=10)
+    return got.headers.get("X-Served-Config") == target and got.headers.get("X-Rollout") == "updating"
+
+
+def test_three_replicas_target_at_most_max_unavailable_nodes_while_reports_race_through_them(fleet):
+    """The server's targeting (agent/server/rollout/targeting.py) is decided in the pool row's
+    compare-and-swap: with the drainers' 30 reports, Done on each target they are given, racing
+    through the three replicas, the nodes targeted and not done never exceed maxUnavailable (read
+    from etcd itself, not from any replica), and every node ends Done on the new target."""
+    # The worker pool's nodes: Done on its target (the drain storm above; member-1, the first test)
+    nodes = [f"drainer-{i:02d}" for i in range(30)] + ["member-1"]
+    _old, target = new_target(fleet, "98-targeting", "/etc/targeting")
+    limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
+
+    def take_turn(i):  # once told its turn, it reports Done
+        node, replica = nodes[i], fleet.replicas[i % 3]
+        if not fetch_turn(fleet, node, replica, target):
+            return False
+        body = {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target}
+        return report(replica, node, body, fleet).status_code == 200
+
+    peak, errors = race_turns(fleet, nodes, take_turn,
+                              lambda targets: sum(1 for e in targets.values() if e.get("config") == target),
+                              "every node Done on the new target, maxUnavailable at a time", 120)
+    assert errors == [] and 1 <= peak <= limit, (errors, peak, limit)
     view = pool(fleet.replicas[1])
     assert view["status"]["rollout"]["counts"].get("Done", 0) == len(nodes) and "updating" not in view["status"]["rollout"]
 
@@ -348,47 +369,20 @@ def test_with_a_failure_budget_failed_nodes_retry_in_free_slots_and_three_replic
     it; the entries that may work (targeted or let retry, not parked), read from etcd itself while
     the reports race through the three replicas, never outnumber maxUnavailable, and every node
     ends Done on the new target."""
-    from agent.server.store.etcd.client import EtcdClient, parse_store_url
-
     nodes = [f"drainer-{i:02d}" for i in range(30)] + ["member-1"]
-    url = parse_store_url(fleet.etcd.url)
-    watcher = EtcdClient(url.endpoints, timeout=10)
     worker = os.path.join(fleet.state, "machineconfigpools", "worker.yaml")
     with open(worker) as f:
         text = f.read()
     with open(worker, "w") as f:
         f.write(text.replace("metadata:\n  name: worker\n", "metadata:\n  name: worker\n  annotations:\n"
                              "    node-config-server.openshift.io/failure-budget: \"3\"\n", 1))
-    old = pool(fleet.replicas[0])["spec"]["configuration"]["name"]
-    with open(os.path.join(fleet.state, "machineconfigs", "97-budget.yaml"), "w") as f:
-        f.write("apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n"
-                "  name: 97-budget\n  labels:\n    machineconfiguration.openshift.io/role: worker\n"
-                "spec:\n  config:\n    ignition:\n      version: 3.4.0\n    storage:\n      files:\n"
-                "      - path: /etc/budget\n        contents:\n          source: data:,b\n")
-    assert ncs("load-state", "--store", fleet.etcd.url, fleet.state).returncode == 0
-    target = wait_for(lambda: (lambda names: len(names) == 1 and old not in names and names.pop())(
-        {pool(r)["spec"]["configuration"]["name"] for r in fleet.replicas}), "every replica has the new target", 20)
+    old, target = new_target(fleet, "97-budget", "/etc/budget")
     limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
-    peak, stop, errors, parked_seen = [0], threading.Event(), [], set()
+    failed_once, parked_seen = set(), set()
 
-    def sample():
-        try:
-            while not stop.is_set():
-                kv = watcher.get(f"{url.prefix}pools/worker")
-                targets = (json.loads(kv.value).get("rollout") or {}).get("targets") or {}
-                working = [n for n, e in targets.items() if e.get("config") == target and not e.get("parked")]
-                parked_seen.update(n for n, e in targets.items() if e.get("parked"))
-                peak[0] = max(peak[0], len(working))
-                stop.wait(0.02)
-        except Exception as exc:  # a dead sampler would leave the peak at 0: reported below
-            errors.append(f"{type(exc).__name__}: {exc}")
-
-    failed_once = set()
-
-    def take_turn(i):
+    def take_turn(i):  # every third node fails its first try, then (let retry) is Done
         node, replica = nodes[i], fleet.replicas[i % 3]
-        got = fleet.session(node).get(replica.url("/config/worker"), timeout=10)
-        if got.headers.get("X-Served-Config") != target or got.headers.get("X-Rollout") != "updating":
+        if not fetch_turn(fleet, node, replica, target):
             return False
         if i % 3 == 0 and node not in failed_once:
             failed_once.add(node)
@@ -399,21 +393,13 @@ def test_with_a_failure_budget_failed_nodes_retry_in_free_slots_and_three_replic
         body = {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target}
         return report(replica, node, body, fleet).status_code == 200
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    done = set()
-    try:
-        with ThreadPoolExecutor(max_workers=30) as ex:
-            def rounds():
-                left = [i for i in range(len(nodes)) if i not in done]
-                done.update(i for i, ok in zip(left, ex.map(take_turn, left)) if ok)
-                return len(done) == len(nodes)
-            wait_for(rounds, "every node Done on the new target, failed ones after their retry", 180, interval=0.2)
-    finally:
-        stop.set()
-        sampler.join(5)
-        watcher.close()
-    assert errors == [] and 1 <= peak[0] <= limit, (errors, peak[0], limit)
+    def may_work(targets):
+        parked_seen.update(n for n, e in targets.items() if e.get("parked"))
+        return sum(1 for e in targets.values() if e.get("config") == target and not e.get("parked"))
+
+    peak, errors = race_turns(fleet, nodes, take_turn, may_work,
+                              "every node Done on the new target, failed ones after their retry", 180)
+    assert errors == [] and 1 <= peak <= limit, (errors, peak, limit)
     assert parked_seen and parked_seen <= failed_once, (parked_seen, failed_once)
     view = pool(fleet.replicas[2])
     assert view["status"]["rollout"]["counts"].get("Done", 0) == len(nodes) and "failed" not in view["status"]["rollout"]
