@@ -178,6 +178,18 @@ def all_done(srv, pool, count):
     wait_for(lambda: rollout(srv, pool).get("counts") == {"Done": count}, f"every node of pool {pool} Done")
 
 
+def pool_done_on_its_first_target(kube, srv, pool, nodes, max_unavailable):
+    """A pool of its own with ``nodes`` (the oldest first), every one reporting Done on the pool's
+    first target, which is returned."""
+    apply(kube, pool_object(pool, max_unavailable))
+    make_nodes(kube, pool, nodes)
+    a = wait_for(lambda: target(srv, pool), "the pool's first target")
+    for name in nodes:
+        report(srv, pool, name, "Done", a)
+    all_done(srv, pool, len(nodes))
+    return a
+
+
 class NodeHistory:
     """Every version of the Nodes with label ``selector``, in the API server's order: a list, then
     watches from its resourceVersion (each ends after a few seconds and the next goes on from the
@@ -354,12 +366,7 @@ def test_a_layered_pool_targets_each_node_to_the_build_one_at_a_time_finishes_up
 def test_a_paused_pool_writes_no_node_and_retargets_nobody_to_a_newer_rendering_and_goes_on_to_it_once_unpaused(
         kube, server):
     pool, nodes = "paused", ["p-0", "p-1", "p-2"]
-    apply(kube, pool_object(pool, 1))
-    make_nodes(kube, pool, nodes)
-    a = wait_for(lambda: target(server, pool), "the pool's first target")
-    for name in nodes:
-        report(server, pool, name, "Done", a)
-    all_done(server, pool, 3)
+    a = pool_done_on_its_first_target(kube, server, pool, nodes, 1)
     apply(kube, machine_config(pool, "60-paused-b", "/etc/paused-b"))
     b = wait_for(lambda: (lambda t: t != a and t)(target(server, pool)), "B is the target")
     # p-0 is targeted to B and has not started (it reports Done on A); the others wait, tainted.
@@ -432,12 +439,7 @@ def not_ready(kube, name):
 def test_a_node_not_ready_is_not_targeted_and_holds_a_slot_of_max_unavailable_and_the_pool_says_why(
         kube, server, pool, make_unready, why):
     nodes = [f"{pool}-{i}" for i in range(3)]  # the oldest first
-    apply(kube, pool_object(pool, 2))
-    make_nodes(kube, pool, nodes)
-    a = wait_for(lambda: target(server, pool), "the pool's first target")
-    for name in nodes:
-        report(server, pool, name, "Done", a)
-    all_done(server, pool, 3)
+    a = pool_done_on_its_first_target(kube, server, pool, nodes, 2)
     make_unready(kube, nodes[0])
     wait_for(lambda: rollout(server, pool).get("notReady", {}).get(nodes[0]) == why, f"{nodes[0]} seen not ready")
 

@@ -10,7 +10,7 @@ from agent.core.rolloutpolicy import (
     policy_problems,
     rollout_policy,
 )
-from agent.server.rollout import rolloutstatus, targeting
+from agent.server.rollout import candidates, rolloutstatus, targeting
 from agent.server.rollout.targeting import Member
 
 A, B = "rendered-worker-a", "rendered-worker-b"
@@ -108,7 +108,7 @@ def test_order_is_zone_then_oldest_as_sortNodeList_with_the_priority_label_first
              Member("old-a", done(A), labels={zone: "a"}, created=10.0),
              Member("nozone-old", done(A), created=0.0),
              Member("canary", done(A), labels={PRIORITY_LABEL: "10"}, created=99.0)]
-    assert [m.name for m in targeting.sort_node_list(nodes)] == ["old-a", "young-a", "old-b", "nozone-old", "canary"]
+    assert [m.name for m in candidates.sort_node_list(nodes)] == ["old-a", "young-a", "old-b", "nozone-old", "canary"]
     assert [m.name for m in targeting.rollout_order(nodes)] == ["canary", "old-a", "young-a", "old-b", "nozone-old"]
     assert [m.name for m in targeting.rollout_order(nodes, deferred=["canary", "old-a"])][-2:] == ["canary", "old-a"]
     got = targeting.step(nodes, {}, B, None, 2, UPSTREAM, "", 1.0)
@@ -160,9 +160,9 @@ def test_a_deferred_node_keeps_its_config_gives_its_slot_and_is_tried_again_last
 
 
 def test_the_taint_marks_every_node_not_desiring_the_pools_config_yet():
-    assert targeting.needs_update_in_progress_taint(done(A), B, None)
-    assert not targeting.needs_update_in_progress_taint(working(A, B), B, None)
-    assert not targeting.needs_update_in_progress_taint(done(B), B, None)
+    assert candidates.needs_update_in_progress_taint(done(A), B, None)
+    assert not candidates.needs_update_in_progress_taint(working(A, B), B, None)
+    assert not candidates.needs_update_in_progress_taint(done(B), B, None)
 
 
 def test_the_summary_names_who_updates_waits_failed_and_estimates_the_end():

@@ -18,14 +18,14 @@ import time
 from typing import Any, Dict, Optional
 
 from agent.server.cluster import kube_events
-from agent.server.rollout import gating, targeting
+from agent.server.rollout import candidates, gating, targeting
 from agent.server.rollout.progress import iso8601
 from agent.server.store.kube.client import NODES, KubeError
 
 log = logging.getLogger(__name__)
 
 MCD = "machineconfiguration.openshift.io/"
-TAINT = {"key": targeting.TAINT_KEY, "effect": targeting.TAINT_EFFECT}
+TAINT = {"key": candidates.TAINT_KEY, "effect": candidates.TAINT_EFFECT}
 
 
 def has_taint(node: Dict[str, Any]) -> bool:
@@ -94,7 +94,7 @@ class TargetWriter:
         entry = targeting.entry_of(row.rollout, member.name)
         desired, desired_image = targeting.desired_of(member.report, entry)
         eff = targeting.with_desired(member.report, entry)
-        tainted = targeting.needs_update_in_progress_taint(eff, row.target, image)
+        tainted = candidates.needs_update_in_progress_taint(eff, row.target, image)
         patch = target_patch(node, desired, desired_image, tainted)
         if not patch:
             return

@@ -290,7 +290,7 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         if waiting:
             status["waitingForApproval"] = {"count": len(waiting), "nodes": waiting[:max_nodes]}
         status["rollout"] = self._rollout_view(st, name, row, image, limit, max_nodes)
-        if spec.get("paused"):  # nothing updates while paused: no end to estimate (targeting.summary's is unpaused)
+        if spec.get("paused"):  # nothing updates while paused: no end to estimate (rolloutstatus.summary's assumes it goes on)
             status["rollout"].pop("estimate", None)
         status["firstBoots"] = self.first_boot_summary(name, deadlines=self.first_boot_deadlines(st))  # decided now
         disruption = poolview.pending_disruption(self.spec_of, st.cluster_spec, current, target) if pending else None

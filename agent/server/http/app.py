@@ -225,8 +225,8 @@ class App(NodeRoutes):
             raise HTTPError(400, "the body must be {\"dryRun\": true|false, \"undo\": true|false} or empty", field="$")
         try:
             out = self.cluster.rollback(pool, dry_run=body.get("dryRun", False), undo=body.get("undo", False))
-        except RolloutNotPossible as exc:  # an unknown pool: the known ones named, as get and describe do
-            raise HTTPError(409, str(exc)) if "unknown pool" not in str(exc) else HTTPError(404, f"{exc}; known pools: {self._known()}")
+        except RolloutNotPossible as exc:
+            raise self._refused(exc)
         return json_response(200, out, pool=pool)
 
     def ack(self, environ: Dict[str, Any], pool: str) -> Response:
@@ -242,7 +242,14 @@ class App(NodeRoutes):
         try:
             return json_response(200, acknowledge(self.cluster, pool, body.get("config", "")), pool=pool)
         except NothingToAcknowledge as exc:
-            raise HTTPError(409, str(exc)) if "unknown pool" not in str(exc) else HTTPError(404, f"{exc}; known pools: {self._known()}")
+            raise self._refused(exc)
+
+    def _refused(self, exc: Exception) -> HTTPError:
+        """409 for a rollback or an acknowledgement that cannot be done; 404 for an unknown pool,
+        naming the known ones, as get and describe do."""
+        if "unknown pool" in str(exc):
+            return HTTPError(404, f"{exc}; known pools: {self._known()}")
+        return HTTPError(409, str(exc))
 
     def _known(self) -> str:
         return ", ".join(sorted(self.cluster.state().pools)) or "none"

@@ -55,7 +55,6 @@ class Candidates:
     failing: List[str]  # not candidates (desiring the target) and failing on it
     room: int = 0  # maxUnavailable less the unavailable Nodes, before the failing ones take theirs
     not_ready: List[str] = field(default_factory=list)  # candidates skipped: not ready (cordoned, NotReady)
-    retrying: List[str] = field(default_factory=list)  # ours: failed nodes let retry, each holding a slot
 
 
 def is_desired_equal_to_pool(report: Optional[Mapping[str, Any]], target: str, image: Optional[str]) -> bool:
@@ -119,7 +118,7 @@ def get_all_candidate_machines(members: Sequence[Member], effective: Mapping[str
         if m.ours:
             nodes.append(m)
     room = max(0, max_unavailable - len(unavailable) - len(held))
-    return Candidates(nodes, max(0, room - len(failing)), unavailable, failing, room, skipped, held)
+    return Candidates(nodes, max(0, room - len(failing)), unavailable, failing, room, skipped)
 
 
 def sort_node_list(members: Sequence[Member]) -> List[Member]:

@@ -45,7 +45,7 @@ def slim_node(obj: Dict[str, Any]) -> Dict[str, Any]:
     meta = obj.get("metadata") or {}
     out_meta: Dict[str, Any] = {"name": meta.get("name", "")}
     # uid: the MachineConfigNode's owner (kube_sync); creationTimestamp: upstream's update order
-    # (targeting.sort_node_list)
+    # (candidates.sort_node_list)
     for key in ("uid", "resourceVersion", "creationTimestamp"):
         if meta.get(key):
             out_meta[key] = meta[key]

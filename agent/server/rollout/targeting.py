@@ -39,15 +39,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from agent.core.rolloutpolicy import RolloutPolicy, node_priority
 from agent.server.rollout import candidates, nodestatus
-from agent.server.rollout.candidates import (  # noqa: F401 (upstream's rules, read through this module too)
-    TAINT_EFFECT,
-    TAINT_KEY,
-    ZONE_LABEL,
+from agent.server.rollout.candidates import (  # noqa: F401 (Member: the type step takes, named here too)
     Candidates,
     Member,
     check_node_candidacy_for_update,
     is_desired_equal_to_pool,
-    needs_update_in_progress_taint,
     sort_node_list,
 )
 
