@@ -80,7 +80,7 @@ def state(tmp_path):
 
 # A server's background threads outliving its test read and write on while other tests run: with
 # pyfakefs active they saw the fake filesystem and logged into another test's caplog (CI of stop 50).
-SERVER_THREADS = ("rollout-stepper",)
+SERVER_THREADS = ("pool-queue",)
 
 
 @pytest.fixture(scope="module", autouse=True)

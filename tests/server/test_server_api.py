@@ -184,8 +184,9 @@ def test_gating_a_second_change_is_the_target_at_once_and_the_state_survives_a_r
         assert got.status_code == 200 and got.headers["X-Served-Config"] == t2, got.headers
         assert got.headers["X-Rollout"] == "updating"
         report(srv, "w1", pool="worker", state="Done", currentConfig=t2, desiredConfig=t2)
-        view = pool_view(srv, "worker")
-        assert view["status"]["configuration"]["name"] == t2  # every node Done on the target: current moves
+        # every node Done on the target: current moves (at the pool's next step, woken by the report)
+        view = wait_for(lambda: (lambda v: v["status"]["configuration"]["name"] == t2 and v)(pool_view(srv, "worker")),
+                        "the pool's current is t2", PICKED_UP)
         assert view["status"]["served"]["config"] == t2 and view["status"]["rollout"]["counts"] == {"Done": 1}
         history = [(h["field"], h["config"]) for h in view["status"]["history"]]
         assert ("target", t1) in history and ("target", t2) in history and ("current", t2) in history

@@ -319,6 +319,7 @@ def test_a_pool_condition_keeps_its_time_while_its_status_stays_and_takes_a_new_
     app.cluster.record_report("w-degraded", validate_report({
         "pool": "worker", "labels": {"node-role.kubernetes.io/worker": ""}, "state": "Degraded",
         "reason": "disk full", "currentConfig": target, "desiredConfig": target}))
+    assert app.cluster.pools_stepped()  # the step the report woke records the times (poolqueue.py)
     after = {c["type"]: c for c in app.cluster.pool_views(only="worker")["worker"]["status"]["conditions"]}
     for kind in ("NodeDegraded", "Degraded"):  # False -> True: a new time
         assert (before[kind]["status"], after[kind]["status"]) == ("False", "True")

@@ -22,7 +22,7 @@ WAITING_LOOKUPS = 200  # pending registrations looked at for a pool's view (--ma
 
 
 class Approval:
-    """Needs ``self.store``, ``self.state()``, ``self.pool_of_rendered``, ``self._step_pool``,
+    """Needs ``self.store``, ``self.state()``, ``self.pool_of_rendered``, ``self.wake_pools``,
     ``self.node_truth`` and ``self.report_listeners``."""
 
     def unbound(self, reg: Optional[Registration]) -> str:
@@ -100,8 +100,7 @@ class Approval:
             body = self._marked(st, node, rec.report, reg)
             member = progress.membership(body, st.pools, self.pool_of_rendered)
             self.store.record_report(node, body, member, rec.received)
-            for name in sorted({member.pool, rec.pool} - {None, ""}):
-                self._step_pool(st, name)
+            self.wake_pools((member.pool, rec.pool))
             if not (body.get(SERVER_KEY) or {}).get("pending"):
                 for listener in self.report_listeners:  # kube_sync: the Node's annotations, labels, MCN
                     listener(node, dict(body, _rewrite=True, _at=rec.received), member.pool)

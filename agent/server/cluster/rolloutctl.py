@@ -12,12 +12,13 @@ else the nodes the store counts in it (approved, reporting).
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
 from agent.core.rolloutpolicy import rollout_policy
 from agent.server.cluster import poolview, renderreview
 from agent.server.cluster.kube_pools import pool_update_events
+from agent.server.cluster.poolqueue import Bell, PoolQueue
 from agent.server.cluster.sharedruns import SharedRuns
 from agent.server.rollout import candidates, firstboots, gating, nodestatus, progress, review, targeting
 from agent.server.rollout.targeting import Member
@@ -27,6 +28,8 @@ from agent.server.store.stateformat import State
 log = logging.getLogger(__name__)
 
 PAGE = 5000
+STEP_WAIT = 30.0  # seconds a node's fetch waits at most for the step of its own report (caught_up)
+CAUGHT_UP = 1.0  # seconds after a report was received that a step began which surely saw it (caught_up)
 WAITING_LOOKUPS = 200  # pending registrations looked at to tell whether any waits in an empty pool
 _RUNS_LOCK = threading.Lock()
 
@@ -40,6 +43,7 @@ class RolloutControl:
 
     # (pool, event type, reason, message): the Kubernetes backend writes each as an Event on the pool
     pool_listeners: List[Callable[[str, str, str, str], None]]
+    bell: Bell  # rung after each step of the pools: held fetches wait on it (poolqueue.py)
 
     # -- members -------------------------------------------------------------------------------
 
@@ -77,6 +81,7 @@ class RolloutControl:
         runs.run((name, st.signature), lambda: self._step_pool_now(st, name))
 
     def _step_pool_now(self, st: State, name: str) -> None:
+        self.__dict__.setdefault("_step_began", {})[name] = time.time()  # before anything is read: caught_up
         r = self._rendered.get(name)
         pool = st.pools.get(name)
         if r is None or pool is None:
@@ -129,6 +134,7 @@ class RolloutControl:
         old, new, decision, image = seen.get("step", (None, None, None, None))
         if new is None or stored is not new:
             return
+        self.bell.ring()  # held fetches look again (poolqueue.py)
         # this process wrote it: it tells (ours: a rendering's review; status.go syncStatusOnly's Events,
         # then setDesiredAnnotations')
         renderreview.announce(self, st, name, old, new)
@@ -170,36 +176,63 @@ class RolloutControl:
             except Exception:  # a notice: the decision is stored, and the pool's status says it too
                 log.exception("pool %s: telling %s", pool, reason)
 
-    def start_stepper(self, interval: float = 1.0) -> None:
-        """Step every pool every ``interval`` seconds (the Kubernetes backend's sync loop does it
-        there), so that what no report announces moves the rollout: a canary's wait running out.
-        It ends with ``stop_stepper``, or once nothing else holds this object (the thread holds it
-        only weakly: an in-process server that is dropped stops stepping, never reads on for ever)."""
-        import weakref
-
-        stop = threading.Event()
-        ref = weakref.ref(self)
-
-        def loop() -> None:
-            while not stop.wait(interval):
-                cluster = ref()
-                if cluster is None:
-                    return
-                try:
-                    cluster.step_pools()
-                except Exception as exc:  # the store away, a race with a reload: the next round retries
-                    log.debug("stepping the pools: %s", exc)
-                del cluster
-
-        self._stepper = (stop, threading.Thread(target=loop, name="rollout-stepper", daemon=True))
-        self._stepper[1].start()
+    def start_stepper(self, interval: Optional[float] = 1.0) -> None:
+        """Step the pools on this process's queue thread (poolqueue.py): each pool a report, an
+        approval or a deletion changed (``wake_pools``), and every pool every ``interval`` seconds
+        (None: the Kubernetes backend's sync loop does that), so that what no report announces
+        moves the rollout: a canary's wait running out. It ends with ``stop_stepper``, or once
+        nothing else holds this object."""
+        self._stepper = PoolQueue(self, interval, self.bell).start()
 
     def stop_stepper(self, timeout: float = 10.0) -> None:
         """Stop stepping the pools; a step under way ends first (at most ``timeout`` seconds)."""
         stepper = getattr(self, "_stepper", None)
         if stepper is not None:
-            stepper[0].set()
-            stepper[1].join(timeout)
+            stepper.stop(timeout)
+
+    def wake_pools(self, pools: Iterable[Optional[str]]) -> int:
+        """Have ``pools`` stepped off the caller's path (their counters moved); a ticket for
+        ``pools_stepped``. Without a queue thread (a one-shot command, a test's bare Cluster) they
+        are stepped now."""
+        names = sorted({p for p in pools if p})
+        stepper = getattr(self, "_stepper", None)
+        if stepper is not None and stepper.alive():
+            return stepper.add(names)
+        st = self.state()
+        for name in names:
+            self._step_pool(st, name)
+        return 0
+
+    def pools_stepped(self, ticket: int = -1, timeout: float = STEP_WAIT) -> bool:
+        """Wait (at most ``timeout``) until the steps queued with ``ticket`` (-1: everything
+        queued so far) are over; whether they are."""
+        stepper = getattr(self, "_stepper", None)
+        if stepper is None or not stepper.alive() or ticket == 0:
+            return True
+        return stepper.wait_stepped(stepper.added() if ticket < 0 else ticket, timeout)
+
+    def caught_up(self, rec: NodeRecord) -> bool:
+        """Read your writes: a node that fetches just after it reported (to this process or to
+        another) is answered after a step of its pool by this process that began once that report
+        was stored, so it reads the turn its own report gave it. Whether it waited for one (then
+        read its record again). ``CAUGHT_UP``: a step that began so long after the report was
+        received saw it committed (``received`` is taken before the commit; another replica's
+        clock may differ by as much)."""
+        stepper = getattr(self, "_stepper", None)
+        began = self.__dict__.get("_step_began", {}).get(rec.pool, 0.0)
+        if stepper is None or not stepper.alive() or not rec.pool or began > rec.received + CAUGHT_UP:
+            return False
+        return self.pools_stepped(self.wake_pools((rec.pool,)))
+
+    def step_queued(self, pools: Iterable[str], everything: bool) -> None:
+        """The queue thread's step: ``pools``, or every pool."""
+        if everything:
+            self.step_pools()
+            return
+        st = self.state()
+        for name in sorted(pools):
+            if name in self._rendered:
+                self._step_pool(st, name)
 
     def drain_target_refusal(self, node: str, pool: str, config: str) -> str:
         """Why ``node`` may not drain for ``config`` ("" when it may): only for the config the server

@@ -26,6 +26,7 @@ from agent.server.cluster import poolview, renderreview
 from agent.server.cluster.approval import Approval
 from agent.server.cluster.firstbootfacts import with_current_image, with_first_boot_facts
 from agent.server.cluster.firstbootview import FirstBoots
+from agent.server.cluster.poolqueue import Bell
 from agent.server.cluster.replicaview import ReplicaView
 from agent.server.cluster.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
 from agent.server.cluster.rolloutctl import RolloutControl
@@ -95,6 +96,7 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         self.delete_listeners: List[Callable[[str, Any], None]] = []
         self.drainer: Any = None  # the Kubernetes backend's (kube_drain.Drainer): a lease drains the Node
         self.node_truth: Any = None  # the Kubernetes backend's (kube_nodes.NodeTruth): pools from Node objects
+        self.bell = Bell()
         self.reconcile(force=True)
 
     # -- state and reconcile -----------------------------------------------------------------
@@ -341,9 +343,9 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         member = progress.membership(body, st.pools, self.pool_of_rendered)
         recorded = self.store.record_report(node, body, member, now)
         self.first_boot_ended(member.pool, before, body)
-        # Only the pools this node left or joined can step (their counters moved): O(1).
-        for name in sorted({member.pool, recorded.previous_pool} - {None, ""}):
-            self._step_pool(st, name)  # type: ignore[arg-type]
+        # Only the pools this node left or joined can step (their counters moved), on the queue's
+        # thread: the report is answered at once, whatever the fleet's size (poolqueue.py).
+        self.wake_pools((member.pool, recorded.previous_pool))
         mark = body.get(SERVER_KEY) or {}
         if not mark.get("pending"):  # a report that counts for nothing is never written to a Node (issue 45)
             for listener in self.report_listeners:
@@ -371,8 +373,7 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         deleted = self.store.delete_node(node, time.time())
         for listener in self.delete_listeners:
             listener(node, before)
-        if deleted.previous_pool is not None:
-            self._step_pool(self.state(), deleted.previous_pool)
+        self.wake_pools((deleted.previous_pool,))
         return {"node": node, "deleted": deleted.existed, "pool": deleted.previous_pool or "",
                 "leaseReleased": deleted.lease_pool is not None}
 

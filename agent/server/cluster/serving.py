@@ -73,6 +73,8 @@ class ConfigServing:
         so a scale-up storm costs no re-rendering, and one thread renders while the others wait.
         """
         snap = self.store.serving(pool_name, node)
+        if snap.node is not None and snap.node.pool == pool_name and self.caught_up(snap.node):
+            snap = self.store.serving(pool_name, node)  # after the step of its own report
         st = self.state(seen=snap.state_signature)
         if pool_name not in st.pools:
             raise UnknownPool(pool_name)

@@ -96,8 +96,9 @@ class App(NodeRoutes):
                     # the Kubernetes backend's status writes (its drain Events in the server's namespace)
                     self.writer = start_writers(cluster, watcher, self.store_config.drain,
                                                 self.store_config.kube_namespace())
-                    if self.writer is None:  # the Kubernetes backend's sync loop steps the pools there
-                        cluster.start_stepper()
+                    # the Kubernetes backend's sync loop steps every pool once a second: the
+                    # queue then steps only what reports and approvals changed
+                    cluster.start_stepper(None if self.writer is not None else 1.0)
                     self._cluster = cluster
         return self._cluster
 
@@ -317,14 +318,16 @@ class App(NodeRoutes):
               answer: Tuple[Response, str], hold: float, baseline: Tuple[Any, Any]) -> Tuple[Response, str]:
         """Long poll (``?wait=SECONDS`` with ``If-None-Match``): hold a member's unchanged answer
         until its desired config changes (the server targeted it) or ``hold`` seconds passed, so a
-        node learns its turn within a second instead of at its next poll. What the answer depends
-        on is looked at again only when the store changed (its generation, when it has one), and
+        node learns its turn as soon as a step of its pool is stored instead of at its next poll:
+        the pools' bell wakes it (poolqueue.py), and it looks every HOLD_POLL seconds all the same
+        (its own record may change too). What the answer depends on is looked at again only when
+        the store changed (its generation, when it has one), and
         made again only when that changed too (``_hold_inputs``), both from ``baseline``
         (``_hold_baseline``, read before ``answer`` was made)."""
         deadline = time.monotonic() + hold
-        seen, inputs = baseline
+        (seen, rung), inputs = baseline
         while time.monotonic() < deadline and not self.stopping.is_set():
-            time.sleep(min(HOLD_POLL, max(0.0, deadline - time.monotonic())))
+            rung = self.cluster.bell.wait(rung, min(HOLD_POLL, max(0.0, deadline - time.monotonic())))
             now_gen = self.cluster.store.generation()
             if now_gen is not None and now_gen == seen:
                 continue
@@ -338,8 +341,10 @@ class App(NodeRoutes):
         return answer
 
     def _hold_baseline(self, pool: str, named: Optional[str]) -> Tuple[Any, Any]:
-        """(the store's generation, then ``_hold_inputs``): in that order, as for fetchmemo."""
-        return self.cluster.store.generation(), self._hold_inputs(pool, named)
+        """((the store's generation, the pools' bell), then ``_hold_inputs``): in that order, as
+        for fetchmemo."""
+        cluster = self.cluster
+        return (cluster.store.generation(), cluster.bell.rung), self._hold_inputs(pool, named)
 
     def _hold_inputs(self, pool: str, named: Optional[str]) -> Optional[Tuple[Any, ...]]:
         """What a member's answer is made from (rolloutctl.desired_for): the state served, the
@@ -411,4 +416,4 @@ class App(NodeRoutes):
 
 
 MAX_HOLD = 25.0  # seconds serve holds a member's unchanged fetch at most (node-agent asks for this long)
-HOLD_POLL = 0.5  # seconds between looks at the store while a member's fetch is held
+HOLD_POLL = 0.5  # seconds between looks at the store while a member's fetch is held and no bell rang
