@@ -183,3 +183,36 @@ def test_in_any_zone_next_open_is_open_and_never_before_now(days, start, end, no
     w = window(sorted(days), start, end, zone)
     opens = next_open(w, now)
     assert opens >= now and is_open(w, opens) and opens - now <= 8 * 86400
+
+
+# -- what the views say -------------------------------------------------------------------------
+
+def view(window_record, waiting=()):
+    rollout = {"target": "rendered-worker-b", "counts": {"Done": 1, "Waiting": len(waiting)} if waiting else {"Done": 1},
+               "window": window_record}
+    if waiting:
+        rollout["waiting"] = list(waiting)
+    return {"metadata": {"name": "worker"}, "spec": {}, "status": {"rollout": rollout}}
+
+
+def test_describe_pool_says_when_a_closed_window_opens_and_who_waits_and_until_when_an_open_one_is_open():
+    from agent.server.cli import rolloutview
+
+    closed = view({"schedule": "saturday 22:00-04:00 UTC", "open": False, "opensAt": "2026-12-05T22:00:00Z"},
+                  ["w1", "w2"])
+    assert rolloutview.window_line(closed["status"], at("2026-12-05 21:30")) == [
+        "Maintenance window:  saturday 22:00-04:00 UTC: closed, opens at 2026-12-05T22:00:00Z (in 30 min); "
+        "2 node(s) wait for it (w1, w2)"]
+    assert rolloutview.window_lines([closed], at("2026-12-05 21:30")) == [
+        "worker: OUTSIDE its maintenance window (saturday 22:00-04:00 UTC): closed, opens at 2026-12-05T22:00:00Z "
+        "(in 30 min); 2 node(s) wait for it (w1, w2)"]
+    assert "outside its maintenance window: no end estimate" in rolloutview.pool_rollout_lines(closed["status"])[0]
+    opened = view({"schedule": "saturday 22:00-04:00 UTC", "open": True, "closesAt": "2026-12-06T04:00:00Z"})
+    assert rolloutview.window_line(opened["status"], 0.0) == [
+        "Maintenance window:  saturday 22:00-04:00 UTC: open until 2026-12-06T04:00:00Z"]
+    assert rolloutview.window_lines([opened], 0.0) == []  # get pools marks only a pool that is held
+    invalid = view({"invalid": "annotation x: field days: 'caturday' is not a day"})
+    assert rolloutview.window_lines([invalid], 0.0) == [
+        "worker: maintenance window INVALID, nothing is newly targeted until it is fixed: annotation x: field days: "
+        "'caturday' is not a day"]
+    assert rolloutview.window_line({"rollout": {}}, 0.0) == []  # no annotation: no line
