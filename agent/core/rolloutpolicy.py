@@ -15,6 +15,9 @@ And on a Node (or, without Node objects, among the labels a node reports or the 
 ``node-config-server.openshift.io/rollout-priority``: a whole number; nodes with a higher one are
 targeted first (a canary group: ``oc label node w1 w2 node-config-server.openshift.io/rollout-priority=10``);
 within one priority, upstream's order (zone, then oldest first).
+
+The pool's ``node-config-server.openshift.io/maintenance-window`` (when nodes may be newly
+targeted) is read by agent/server/rollout/windows.py: an invalid one holds the pool, which says why.
 """
 
 import re

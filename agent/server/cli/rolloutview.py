@@ -35,6 +35,8 @@ def pool_rollout_lines(status: Dict[str, Any], paused: bool = False) -> List[str
     estimate = r.get("estimate") or {}
     if paused and any(counts.get(k) for k in ("Updating", "Waiting", "Failed", "Deferred")):
         head += "; paused: no end estimate (nothing updates until spec.paused is false)"
+    elif (r.get("window") or {}).get("open") is False and any(counts.get(k) for k in ("Waiting", "Deferred")):
+        head += "; outside its maintenance window: no end estimate (nothing is newly targeted until it opens)"
     elif estimate and not paused:
         head += f"; ends in about {_about(float(estimate.get('seconds', 0)))} ({estimate.get('from', '')})"
     lines = [head]
@@ -47,6 +49,52 @@ def pool_rollout_lines(status: Dict[str, Any], paused: bool = False) -> List[str
     for node, why in sorted((r.get("notReady") or {}).items()):  # a NotReady, cordoned or pressured Node
         lines.append(f"  Not ready:         {node} ({why})")
     return lines
+
+
+def window_line(status: Dict[str, Any], now: float) -> List[str]:
+    """``describe pool``'s Maintenance window line (agent/server/rollout/windows.py): the schedule
+    and until when it is open, or when it opens and who waits for it; an invalid annotation, why."""
+    r = status.get("rollout") or {}
+    w = r.get("window") or {}
+    if not w:
+        return []
+    if w.get("invalid"):
+        return [f"Maintenance window:  INVALID, nothing is newly targeted until it is fixed: {w['invalid']}"]
+    if w.get("open"):
+        return [f"Maintenance window:  {w.get('schedule', '')}: open until {w.get('closesAt', '')}"]
+    return [f"Maintenance window:  {w.get('schedule', '')}: {_closed(r, now)}"]
+
+
+def _closed(r: Dict[str, Any], now: float) -> str:
+    """"closed, opens at T (in about D); N node(s) wait for it (names)"."""
+    import datetime
+
+    w = r.get("window") or {}
+    try:
+        opens = datetime.datetime.fromisoformat(str(w.get("opensAt", "")).replace("Z", "+00:00")).timestamp()
+        within = f" (in {_about(max(0.0, opens - now))})"
+    except ValueError:
+        within = ""
+    waiting = (r.get("counts") or {}).get("Waiting", 0)
+    who = f"{waiting} node(s) wait for it ({_names(r.get('waiting') or [], waiting)})" if waiting else "no node waits"
+    return f"closed, opens at {w.get('opensAt', '')}{within}; {who}"
+
+
+def window_lines(pools: List[Dict[str, Any]], now: float) -> List[str]:
+    """Under ``get pools``: each pool outside its maintenance window, when it opens and who waits,
+    and each pool whose window annotation is invalid (it holds too): a rollout that does not move
+    is never out of sight."""
+    out = []
+    for p in pools:
+        name = (p.get("metadata") or {}).get("name", "")
+        r = (p.get("status") or {}).get("rollout") or {}
+        w = r.get("window") or {}
+        if w.get("invalid"):
+            out.append(f"{name}: maintenance window INVALID, nothing is newly targeted until it is fixed: "
+                       f"{w['invalid']}")
+        elif w and not w.get("open"):
+            out.append(f"{name}: OUTSIDE its maintenance window ({w.get('schedule', '')}): {_closed(r, now)}")
+    return out
 
 
 def node_rollout_line(node: Dict[str, Any]) -> List[str]:

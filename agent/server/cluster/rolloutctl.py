@@ -22,6 +22,7 @@ from agent.server.cluster.poolqueue import Bell, PoolQueue
 from agent.server.cluster.sharedruns import SharedRuns
 from agent.server.rollout import candidates, firstboots, gating, nodestatus, progress, review, targeting
 from agent.server.rollout.targeting import Member
+from agent.server.rollout.windows import state as window_state
 from agent.server.store.nodestore import SERVER_KEY, NodeRecord, PoolRow
 from agent.server.store.stateformat import State
 
@@ -44,6 +45,8 @@ class RolloutControl:
     # (pool, event type, reason, message): the Kubernetes backend writes each as an Event on the pool
     pool_listeners: List[Callable[[str, str, str, str], None]]
     bell: Bell  # rung after each step of the pools: held fetches wait on it (poolqueue.py)
+    # the time a pool's maintenance window is read at (windows.py); tests set their own clock
+    clock: Callable[[], float] = staticmethod(time.time)
 
     # -- members -------------------------------------------------------------------------------
 
@@ -93,6 +96,7 @@ class RolloutControl:
         refused = st.refused_pools().get(name)  # the pool itself is invalid: nobody in it is targeted
         invalid = f"the pool is invalid: {refused[0]}" if refused else ""
         arbiter = candidates.arbiter_hold(name, self._partner_unavailable(st, name))
+        outside, window = window_state(pool, self.clock())  # ours: the pool's maintenance window
 
         def decide(row: Optional[PoolRow]) -> Optional[PoolRow]:
             rendered = r.name
@@ -113,10 +117,13 @@ class RolloutControl:
                 rollout.pop("pinned", None)
             image, image_why = gating.layered_image_info(name, step.target, st.os_configs, st.os_builds)
             hold = invalid or targeting.hold_reason(step.target, bool(spec.get("paused")), gating.os_config_for_pool(
-                name, st.os_configs) is not None, image, image_why) or arbiter
+                name, st.os_configs) is not None, image, image_why) or arbiter or outside
             limit = candidates.arbiter_limits(name, list(st.pools), parse_max_unavailable(spec.get("maxUnavailable"),
                                                                                           len(members)))
             decision = targeting.step(members, rollout, step.target, image, limit, policy, hold, now)
+            decision.rollout.pop("window", None)
+            if window is not None:
+                decision.rollout["window"] = window
             conds = poolview.conditions(counts, step.target, step.current, {"held": step.held, "rendered": rendered},
                                         None, failing, bool(spec.get("paused")), name)
             conds.append(review.warnings_condition(renderreview.pool_warnings(self, st, name), rendered))

@@ -309,9 +309,9 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
                       max_nodes: int) -> Dict[str, Any]:
         """``status.rollout``: who updates, who waits and why, who failed or was deferred, and an
         estimate of the end (rolloutstatus.summary, O(nodes)); a view listing no node (the status
-        writes, /metrics) gets only what the pool's row says (halted, why the others wait)."""
+        writes, /metrics) gets only what the pool's row says (halted, why the others wait, the window)."""
         if max_nodes <= 0:
-            keep = {"halted": "halted", "waiting": "waitReason"}
+            keep = {"halted": "halted", "waiting": "waitReason", "window": "window"}
             return {"target": row.target, **{out: row.rollout[k] for k, out in keep.items() if row.rollout.get(k)}}
         return rolloutstatus.summary(self.pool_members(st, name), row.rollout, row.target, image, limit, time.time())
 

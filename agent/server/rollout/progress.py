@@ -330,6 +330,11 @@ def pool_blocking(name: str, view: Dict[str, Any]) -> List[str]:
     if target != current or status["updatedMachineCount"] < status["machineCount"] or \
             status["readyMachineCount"] < status["machineCount"]:
         reasons.append(f"updating: {status['readyMachineCount']} of {status['machineCount']} node(s) done on {target}")
+        window = (status.get("rollout") or {}).get("window") or {}  # ours: why it does not move (windows.py)
+        if window.get("invalid"):
+            reasons.append(f"held: its maintenance window is invalid: {window['invalid']}")
+        elif window.get("open") is False:
+            reasons.append(f"held: outside its maintenance window ({window.get('schedule')}) until {window.get('opensAt')}")
     return reasons
 
 

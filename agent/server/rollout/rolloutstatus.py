@@ -42,7 +42,9 @@ def node_state(member: Member, rollout: Optional[Mapping[str, Any]], target: str
 def summary(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target: str, image: Optional[str],
             max_unavailable: int, now: float) -> Dict[str, Any]:
     """The pool's ``status.rollout``: who updates, who waits and why, who failed, who is deferred,
-    and an estimate of the end from the measured durations (bounded: LISTED names per group)."""
+    the pool's maintenance window (agent/server/rollout/windows.py ``state``), and an estimate of
+    the end from the measured durations (bounded: LISTED names per group; none while the window is
+    closed)."""
     groups: Dict[str, List[str]] = {}
     reasons: Dict[str, str] = {}
     for m in members:
@@ -61,12 +63,13 @@ def summary(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], tar
     if not_ready:
         out["notReady"] = {k: not_ready[k] for k in sorted(not_ready)[:LISTED]}
     for key, name in (("halted", "halted"), ("waiting", "waitReason"), ("started", "started"),
-                      ("canaryAt", "canaryAt")):
+                      ("canaryAt", "canaryAt"), ("window", "window")):
         if (rollout or {}).get(key):
             out[name] = rollout[key]  # type: ignore[index]
     left = len(members) - len(groups.get("Done", [])) - len(groups.get("Unmanaged", []))
     durations = list((rollout or {}).get("durations") or [])
-    if left and durations and not out.get("halted"):
+    closed = "window" in out and not out["window"].get("open")  # ours: nothing moves until the window opens
+    if left and durations and not out.get("halted") and not closed:
         per = statistics.median(durations)
         out["estimate"] = {"seconds": round(math.ceil(left / max(1, max_unavailable)) * per),
                            "from": f"{len(durations)} measured update(s), median {per:g} s, "
