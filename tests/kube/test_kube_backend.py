@@ -19,7 +19,7 @@ import yaml
 from agent.host.root import Root
 from agent.node.report import Reporter
 from tests.helpers.certs import make_tls
-from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
+from tests.helpers.kube_cluster import KUBECTL, KubeCluster, find_kube_bin
 from tests.helpers.server_proc import REPO, ServerProcess
 from tests.helpers.wait import wait_for
 
@@ -409,16 +409,92 @@ def test_the_documents_the_mco_refuses_are_reported_and_never_served(kube, serve
 
 
 SA = "system:serviceaccount:node-config-server:node-config-server"
+DEPLOY = os.path.join(REPO, "deploy")  # kustomization.yaml: rbac.yaml, deployment.yaml
+OVERLAY_1_20 = os.path.join(REPO, "deploy-overlays", "kube-1.20")  # the budget as policy/v1beta1
+# The apiVersion every Kubernetes from 1.25 on serves for each kind deploy/ ships (or may: ConfigMap,
+# Secret, DaemonSet): the GA group/versions of the Kubernetes API reference for 1.25 to 1.32
+# (kubernetes.io/docs/reference/kubernetes-api/), none of which the Deprecated API Migration Guide
+# (kubernetes.io/docs/reference/using-api/deprecation-guide/) lists as removed; that guide is where
+# policy/v1beta1 PodDisruptionBudget went, in 1.25 (policy/v1 is served from 1.21). A kind added
+# to deploy/ needs its row here, read from those two pages.
+SERVED_FROM_1_25 = {
+    "Namespace": "v1", "ServiceAccount": "v1", "Service": "v1", "ConfigMap": "v1", "Secret": "v1",
+    "Deployment": "apps/v1", "DaemonSet": "apps/v1",
+    "ClusterRole": "rbac.authorization.k8s.io/v1", "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
+    "Role": "rbac.authorization.k8s.io/v1", "RoleBinding": "rbac.authorization.k8s.io/v1",
+    "PodDisruptionBudget": "policy/v1",
+}
 
 
-def test_the_deploy_manifests_are_admitted_and_grant_no_more_than_the_server_uses(kube):
-    """deploy/ as a user applies it: the API server itself validates the Deployment, Service and
-    PodDisruptionBudget (a server-side dry run; no volume: the replicas keep no state), and the service account may do what the server does
-    (docs/kubernetes.md, "What it reads" and "What it writes") and nothing else asked here."""
-    out = kube.kubectl("apply", "--dry-run=server", "-f", os.path.join(REPO, "deploy", "deployment.yaml"))
-    assert "deployment.apps/node-config-server created (server dry run)" in out.stdout
-    assert "poddisruptionbudget.policy/node-config-server created (server dry run)" in out.stdout
+def _kustomize(directory):
+    """The objects `kubectl apply -k DIRECTORY` applies: kubectl's own kustomize (no cluster)."""
+    if not os.access(KUBECTL, os.X_OK):
+        pytest.skip("kubectl is not installed")
+    out = subprocess.run([KUBECTL, "kustomize", directory], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [o for o in yaml.safe_load_all(out.stdout) if o]
+
+
+def _ref(obj):
+    return obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"]
+
+
+def test_kubectl_kustomize_deploy_renders_its_two_files_with_a_policy_v1_pdb_and_apiversions_served_from_1_25():
+    """`kubectl apply -k deploy/` on a current cluster: deploy/kustomization.yaml renders every
+    object of rbac.yaml and deployment.yaml and no other, each in the apiVersion Kubernetes 1.25
+    and later serve for its kind (SERVED_FROM_1_25); the PodDisruptionBudget is policy/v1, with
+    maxUnavailable 1 and an explicit selector of the Deployment's pods (policy/v1 reads an empty
+    selector as every pod of the namespace, v1beta1 as none: only an explicit one means the same
+    in both)."""
+    objs = _kustomize(DEPLOY)
+    files = []
+    for name in ("rbac.yaml", "deployment.yaml"):
+        with open(os.path.join(DEPLOY, name), encoding="utf-8") as f:
+            files += [o for o in yaml.safe_load_all(f) if o]
+    assert sorted(map(_ref, objs), key=str) == sorted(map(_ref, files), key=str)
+    assert [(_ref(o), o["apiVersion"]) for o in objs if SERVED_FROM_1_25.get(o["kind"]) != o["apiVersion"]] == []
+    pdbs = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
+    deployments = [o for o in objs if o["kind"] == "Deployment"]
+    assert [p["apiVersion"] for p in pdbs] == ["policy/v1"] and len(deployments) == 1
+    spec, pods = pdbs[0]["spec"], deployments[0]["spec"]["template"]["metadata"]["labels"]
+    assert spec["maxUnavailable"] == 1 and "minAvailable" not in spec
+    assert set(spec["selector"]) == {"matchLabels"} and spec["selector"]["matchLabels"]
+    assert spec["selector"]["matchLabels"].items() <= pods.items()
+
+
+def test_the_kube_1_20_overlay_renders_deploy_unchanged_but_the_pdb_as_policy_v1beta1():
+    """deploy-overlays/kube-1.20 is deploy/ with one change: the PodDisruptionBudget's apiVersion
+    (everything else, the budget's spec too, as deploy/ renders it)."""
+    base = _kustomize(DEPLOY)
+    expected = [dict(o, apiVersion="policy/v1beta1") if o["kind"] == "PodDisruptionBudget" else o for o in base]
+    assert _kustomize(OVERLAY_1_20) == expected
+    assert expected != base
+
+
+def test_the_kube_1_20_overlay_is_admitted_by_the_1_20_api_server_which_refuses_the_policy_v1_pdb(kube):
+    """`kubectl apply -k deploy-overlays/kube-1.20` as an admin runs it, with --dry-run=server:
+    the 1.20 API server itself decodes, validates and admits every object, the Deployment,
+    Service and policy/v1beta1 PodDisruptionBudget included (no volume: the replicas keep no
+    state), and stores none (this module's cluster runs a scheduler, and Nodes no kubelet runs
+    that the Deployment's pods would be bound to). deploy/ itself is refused by this server for
+    its budget alone: 1.20 serves no policy/v1 PodDisruptionBudget, which is why the overlay is."""
+    out = kube.kubectl("apply", "-k", OVERLAY_1_20, "--dry-run=server")
+    for ref in ("deployment.apps/node-config-server", "service/node-config-server",
+                "poddisruptionbudget.policy/node-config-server"):
+        assert f"{ref} created (server dry run)" in out.stdout, out.stdout
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == len(_kustomize(OVERLAY_1_20)) and all("(server dry run)" in line for line in lines), lines
     assert "persistentvolumeclaim" not in out.stdout
+    refused = kube.kubectl("apply", "-k", DEPLOY, "--dry-run=server", check=False)
+    assert refused.returncode != 0
+    assert 'no matches for kind "PodDisruptionBudget" in version "policy/v1"' in refused.stderr, refused.stderr
+    assert "deployment.apps/node-config-server created (server dry run)" in refused.stdout, refused.stdout
+
+
+def test_the_deploy_service_account_may_do_what_the_server_does_and_nothing_more_asked_here(kube):
+    """deploy/rbac.yaml applied (the module's fixture): the service account may do what the
+    server does (docs/kubernetes.md, "What it reads" and "What it writes") and nothing else asked
+    here."""
     allowed = [("list", "machineconfigpools.machineconfiguration.openshift.io"),
                ("watch", "machineconfigs.machineconfiguration.openshift.io"),
                ("create", "machineconfigs.machineconfiguration.openshift.io"),
