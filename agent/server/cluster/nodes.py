@@ -9,8 +9,8 @@ maximum below) and ``metadata.continue`` to pass back as ``?continue=`` for the 
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from agent.server.cluster.members import counted, member_of_record
 from agent.server.cluster.poolview import pending
-from agent.server.cluster.rolloutctl import counted, member_of_record
 from agent.server.rollout import nodestatus, progress, rolloutstatus, targeting
 from agent.server.store.nodestore import NodeRecord, PoolRow
 

@@ -115,14 +115,14 @@ class PoolQueue:
         while not self._stop.is_set():
             woken = self._wake.wait(TICK)
             owner = self._owner()
-            if owner is None:
+            if owner is None or self._stop.is_set():  # stop() wakes the thread too
                 return
             try:
                 rows, seen_gen = self._watch(owner, rows, seen_gen)
                 everything = self.interval is not None and time.monotonic() >= next_all
                 if woken or everything:
-                    if woken:  # the rest of the burst, and never more than SHARE of a CPU in steps
-                        self._stop.wait(max(BATCH, spent * (1 - SHARE) / SHARE))
+                    if woken and self._stop.wait(max(BATCH, spent * (1 - SHARE) / SHARE)):
+                        return  # (the wait: the rest of the burst, and never more than SHARE of a CPU in steps)
                     self._wake.clear()
                     began = time.monotonic()
                     self._step(owner, everything)

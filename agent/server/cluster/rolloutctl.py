@@ -18,18 +18,19 @@ from agent.core.objectchecks import parse_max_unavailable
 from agent.core.rolloutpolicy import rollout_policy
 from agent.server.cluster import poolview, renderreview
 from agent.server.cluster.kube_pools import pool_update_events
+from agent.server.cluster.members import MemberMemo, in_first_boot
 from agent.server.cluster.poolqueue import Bell, PoolQueue
 from agent.server.cluster.sharedruns import SharedRuns
-from agent.server.rollout import candidates, firstboots, gating, nodestatus, progress, review, targeting
+from agent.server.rollout import candidates, gating, nodestatus, progress, review, targeting
 from agent.server.rollout.targeting import Member
 from agent.server.rollout.windows import state as window_state
-from agent.server.store.nodestore import SERVER_KEY, NodeRecord, PoolRow
+from agent.server.store.nodestore import NodeRecord, PoolRow
 from agent.server.store.stateformat import State
 
 log = logging.getLogger(__name__)
 
-PAGE = 5000
 STEP_WAIT = 30.0  # seconds a node's fetch waits at most for the step of its own report (caught_up)
+SEEN_FOR = 2.0  # seconds the members a step read are what the pool's view lists (members_seen)
 CAUGHT_UP = 1.0  # seconds after a report was received that a step began which surely saw it (caught_up)
 WAITING_LOOKUPS = 200  # pending registrations looked at to tell whether any waits in an empty pool
 _RUNS_LOCK = threading.Lock()
@@ -55,14 +56,18 @@ class RolloutControl:
         truth = getattr(self, "node_truth", None)
         if truth is not None and truth.ready():
             return truth.members(pool, st.pools)
-        created = {r.node: r.created for r in self.store.registrations(None, "", PAGE)}
-        out, after = [], ""
-        while True:
-            page = self.store.nodes(pool=pool, after=after, limit=PAGE)
-            out.extend(member_of_record(rec, created.get(rec.node, 0.0)) for rec in page if counted(rec))
-            if len(page) < PAGE:
-                return out
-            after = page[-1].node
+        with _RUNS_LOCK:
+            memo = self.__dict__.setdefault("_member_memo", MemberMemo())
+        return memo.members(self.store, pool)
+
+    def members_seen(self, st: State, pool: str) -> List[Member]:
+        """The members the pool's last step in this process read, if it began within ``SEEN_FOR``
+        seconds (every pool is stepped once a second), else read now: what a view of the pool
+        lists, as of the step that decided its row."""
+        seen = self.__dict__.get("_members_seen", {}).get(pool)
+        if seen is not None and time.time() - seen[0] < SEEN_FOR:
+            return seen[1]
+        return self.pool_members(st, pool)
 
     def _waiting_members(self, pool: str) -> bool:
         """Whether a node waiting for approval reported itself in ``pool`` (read only for a pool
@@ -91,6 +96,7 @@ class RolloutControl:
             return
         spec = pool.get("spec") or {}
         members = self.pool_members(st, name)
+        self.__dict__.setdefault("_members_seen", {})[name] = (time.time(), members)
         policy, now, seen = rollout_policy(pool), time.time(), {}
         failing = self.render_failure(st, name)
         refused = st.refused_pools().get(name)  # the pool itself is invalid: nobody in it is targeted
@@ -370,29 +376,3 @@ def rollback_plan(row: PoolRow, history: List[Dict[str, Any]], undo: bool) -> Di
     return {"pool": row.name, "from": row.target, "to": to, "undo": False,
             "summary": (f"rolled back from {row.target} to {to}, the last config every member was Done on; "
                         f"{row.target} waits until the MachineConfigs change (or rollback pool {row.name} --undo)")}
-
-
-def in_first_boot(rec: NodeRecord) -> bool:
-    """The node's first boot is not Done: its record says so (firstboots.is_open: running or
-    failed), or (a node that sends no first-boot record) its newest report came from its first
-    boot and is not Done (the server's mark)."""
-    mark = rec.report.get(SERVER_KEY)
-    return (isinstance(mark, dict) and bool(mark.get("firstBoot"))) or firstboots.is_open(rec.report)
-
-
-def counted(rec: NodeRecord) -> bool:
-    """A record that is a member of its pool for the targeting: not a registration waiting for
-    approval, nor a node whose first boot is not Done yet (upstream it is no Node yet: its kubelet
-    starts after the first boot; it is targeted once it reports Done)."""
-    mark = rec.report.get(SERVER_KEY)
-    return bool(rec.pool) and not (isinstance(mark, dict) and mark.get("pending")) and not in_first_boot(rec)
-
-
-def member_of_record(rec: NodeRecord, created: float) -> Member:
-    """A member from the node store (no Node objects): the labels the admin vouched for, else the
-    reported ones; registered at ``created``; ready as far as anyone knows."""
-    mark = rec.report.get(SERVER_KEY)
-    labels = mark.get("labels") if isinstance(mark, dict) and isinstance(mark.get("labels"), dict) else None
-    if labels is None:
-        labels = rec.report.get("labels") if isinstance(rec.report.get("labels"), dict) else {}
-    return Member(rec.node, rec.report, True, "", {str(k): str(v) for k, v in labels.items()}, created)

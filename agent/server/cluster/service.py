@@ -97,6 +97,7 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         self.drainer: Any = None  # the Kubernetes backend's (kube_drain.Drainer): a lease drains the Node
         self.node_truth: Any = None  # the Kubernetes backend's (kube_nodes.NodeTruth): pools from Node objects
         self.bell = Bell()
+        self._summaries: Dict[str, Tuple[Any, Any, Dict[str, Any]]] = {}  # pool -> (members, inputs, status.rollout)
         self.reconcile(force=True)
 
     # -- state and reconcile -----------------------------------------------------------------
@@ -308,12 +309,19 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
     def _rollout_view(self, st: State, name: str, row: PoolRow, image: Optional[str], limit: int,
                       max_nodes: int) -> Dict[str, Any]:
         """``status.rollout``: who updates, who waits and why, who failed or was deferred, and an
-        estimate of the end (rolloutstatus.summary, O(nodes)); a view listing no node (the status
+        estimate of the end (rolloutstatus.summary, O(nodes): made once per step of the pool, from
+        the members that step read, as upstream's pool status is its sync's); a view listing no node (the status
         writes, /metrics) gets only what the pool's row says (halted, why the others wait, the window)."""
         if max_nodes <= 0:
             keep = {"halted": "halted", "waiting": "waitReason", "window": "window"}
             return {"target": row.target, **{out: row.rollout[k] for k, out in keep.items() if row.rollout.get(k)}}
-        return rolloutstatus.summary(self.pool_members(st, name), row.rollout, row.target, image, limit, time.time())
+        members = self.members_seen(st, name)
+        inputs = (row, image, limit)
+        kept = self._summaries.get(name)
+        if kept is None or kept[0] is not members or kept[1] != inputs:  # once per step of the pool at most
+            kept = (members, inputs, rolloutstatus.summary(members, row.rollout, row.target, image, limit, time.time()))
+            self._summaries[name] = kept
+        return dict(kept[2])
 
     def _listed(self, pool: str, counts: progress.Counts, limit: int) -> Dict[str, Dict[str, Any]]:
         """The first ``limit`` nodes of the pool: its Nodes with the Kubernetes backend, else the store's."""

@@ -292,6 +292,13 @@ class NodeStore(abc.ABC):
     def registrations(self, pending: Optional[bool] = None, after: str = "", limit: int = 500) -> List[Registration]:
         ...
 
+    def member_texts(self, pool: str) -> Optional[List[Tuple[str, str, float, float]]]:
+        """(node, its report as stored JSON text, received, when its registration was made or 0)
+        of every node of ``pool``, by name, for a store that keeps reports as text: the pool's
+        step parses only the reports that changed since it last read them (rolloutctl). None:
+        the store keeps them parsed (read ``nodes`` and ``registrations``)."""
+        return None
+
     @abc.abstractmethod
     def pending_count(self) -> int:
         ...

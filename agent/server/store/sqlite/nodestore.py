@@ -103,6 +103,11 @@ class SqliteNodeStore(NodeStore):
                            "ORDER BY node LIMIT ?", (pool, after, limit))
         return [_record(r) for r in rows]
 
+    def member_texts(self, pool: str) -> List[Tuple[str, str, float, float]]:
+        rows = self._q("SELECT r.node, r.body, r.received, COALESCE(c.created, 0) FROM reports r "
+                       "LEFT JOIN credentials c ON c.node = r.node WHERE r.pool=? ORDER BY r.node", (pool,))
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
     def open_first_boots(self, pool: Optional[str] = None) -> List[NodeRecord]:
         """Nodes whose first boot is not done, by the partial index (schema 6): O(their number)."""
         cols = "node, pool, why, degraded, body, received"
