@@ -88,6 +88,8 @@ def fmt_time(seconds: Optional[float]) -> str:
 def fmt_value(value: Optional[float], unit: str = "s") -> str:
     if unit == "s" or value is None:
         return fmt_time(value)
+    if unit == "x":  # a ratio
+        return f"{value:.2f}x"
     return f"{value:.1f} {unit}"
 
 

@@ -9,13 +9,15 @@ before its taint loop then, and leaves the taints as they are.
 
 Only Nodes node-agent reports for (a counted report) are written: a Node a real MCD or nothing
 manages is read, never targeted (agent/server/rollout/targeting.py). The decision is in the store
-(the pool row's ``rollout``); any replica may write what it says, and a write that finds the Node
-already so writes nothing.
+(the pool row's ``rollout``); one process writes what it says on each Node (``owner_of``), and a
+write that finds the Node already so writes nothing.
 """
 
+import hashlib
 import logging
+import os
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from agent.server.cluster import kube_events
 from agent.server.rollout import candidates, gating, targeting
@@ -64,13 +66,31 @@ def pool_event(client: Any, namespace: str, pool_obj: Dict[str, Any], kind: str,
     kube_events.record(client, namespace, body)
 
 
+def owner_of(node: str, writers: List[str]) -> str:
+    """Which of the live server processes ``writers`` writes ``node``'s targeting (ours, pure):
+    the highest hash of (writer, node), so that every process that lists the same writers picks
+    the same one, and a writer that comes or goes moves only its own share of the Nodes.
+    Upstream has one node controller (its leader), so one writer per Node; with every process
+    writing every Node, two workers' taint patches conflicted 1.6-1.9 times per node
+    (docs/performance.md, "Rollout at fleet scale")."""
+    return max(writers, key=lambda w: hashlib.sha256(f"{w}\0{node}".encode()).digest())
+
+
 class TargetWriter:
     """Writes each counted member's desired config and the taint from the pool rows (one pass over
-    the pools' Nodes, from the watch cache; a write only where the Node differs)."""
+    the pools' Nodes, from the watch cache; a write only where the Node differs), for the Nodes
+    this process owns among the live replicas' processes (``owner_of``; all of them when the
+    store lists no replicas)."""
 
     def __init__(self, cluster: Any, client: Any, node_cache: Any):
         self.cluster, self.client, self.node_cache = cluster, client, node_cache
         self.writes = 0
+
+    def writers(self) -> Tuple[str, List[str]]:
+        """(this process, every live server process): as the replicas' heartbeats list them."""
+        me = f"{getattr(self.cluster, 'replica_name', '')}/{os.getpid()}"
+        listed = self.cluster.store.replicas() or []
+        return me, sorted({f"{r.get('replica', '')}/{r.get('pid', '')}" for r in listed} | {me})
 
     def sync(self, pools: Dict[str, Dict[str, Any]]) -> None:
         truth = self.cluster.node_truth
@@ -79,6 +99,7 @@ class TargetWriter:
         st = self.cluster.state()
         rows = self.cluster.store.pools()
         nodes = self.node_cache.snapshot()
+        me, writers = self.writers()
         for name, row in sorted(rows.items()):
             pool = st.pools.get(name)
             if pool is None:
@@ -87,7 +108,7 @@ class TargetWriter:
             if frozen(pool, image, gating.os_config_for_pool(name, st.os_configs) is not None):
                 continue
             for member in truth.members(name, st.pools):
-                if member.ours and member.name in nodes:
+                if member.ours and member.name in nodes and (len(writers) == 1 or owner_of(member.name, writers) == me):
                     self._write(nodes[member.name], member, row, image)
 
     def _write(self, node: Dict[str, Any], member: targeting.Member, row: Any, image: Optional[str]) -> None:

@@ -25,6 +25,7 @@ class MemberMemo:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pools: Dict[str, Dict[Tuple[str, str, float], Optional[Member]]] = {}
+        self._lists: Dict[str, List[Member]] = {}
 
     def members(self, store: Any, pool: str) -> List[Member]:
         texts = store.member_texts(pool)
@@ -41,8 +42,11 @@ class MemberMemo:
             rec = NodeRecord(node, pool, "", "", json.loads(text), received)
             now[key] = member_of_record(rec, created) if counted(rec) else None
         with self._lock:
+            if now.keys() == kept.keys() and pool in self._lists:  # nothing changed: the same list (views keep
+                return self._lists[pool]                             # what they made from it: service._rollout_view)
             self._pools[pool] = now  # only the pool's nodes of this read: bounded by the pool's size
-        return [m for m in now.values() if m is not None]
+            self._lists[pool] = [m for m in now.values() if m is not None]
+            return self._lists[pool]
 
 
 def read_members(store: Any, pool: str) -> List[Member]:

@@ -30,7 +30,6 @@ from agent.server.store.stateformat import State
 log = logging.getLogger(__name__)
 
 STEP_WAIT = 30.0  # seconds a node's fetch waits at most for the step of its own report (caught_up)
-SEEN_FOR = 2.0  # seconds the members a step read are what the pool's view lists (members_seen)
 CAUGHT_UP = 1.0  # seconds after a report was received that a step began which surely saw it (caught_up)
 WAITING_LOOKUPS = 200  # pending registrations looked at to tell whether any waits in an empty pool
 _RUNS_LOCK = threading.Lock()
@@ -61,13 +60,22 @@ class RolloutControl:
         return memo.members(self.store, pool)
 
     def members_seen(self, st: State, pool: str) -> List[Member]:
-        """The members the pool's last step in this process read, if it began within ``SEEN_FOR``
-        seconds (every pool is stepped once a second), else read now: what a view of the pool
-        lists, as of the step that decided its row."""
+        """The pool's members for a view: those its last step in this process read while nothing
+        was stored since (the store's generation, and the Node cache's with Node objects, as
+        they were before that read), else read now. So a view between reports costs no read,
+        and never shows members older than the counts beside them."""
         seen = self.__dict__.get("_members_seen", {}).get(pool)
-        if seen is not None and time.time() - seen[0] < SEEN_FOR:
+        if seen is not None and seen[0] is not None and seen[0] == self._members_generation():
             return seen[1]
         return self.pool_members(st, pool)
+
+    def _members_generation(self) -> Any:
+        """What moves when a member could have changed; None: not known (read them again)."""
+        gen = self.store.generation()
+        truth = getattr(self, "node_truth", None)
+        if gen is None or truth is None:
+            return gen
+        return gen, truth.node_cache.changes
 
     def _waiting_members(self, pool: str) -> bool:
         """Whether a node waiting for approval reported itself in ``pool`` (read only for a pool
@@ -95,8 +103,9 @@ class RolloutControl:
         if r is None or pool is None:
             return
         spec = pool.get("spec") or {}
+        generation = self._members_generation()  # before the read: what it vouches for
         members = self.pool_members(st, name)
-        self.__dict__.setdefault("_members_seen", {})[name] = (time.time(), members)
+        self.__dict__.setdefault("_members_seen", {})[name] = (generation, members)
         policy, now, seen = rollout_policy(pool), time.time(), {}
         failing = self.render_failure(st, name)
         refused = st.refused_pools().get(name)  # the pool itself is invalid: nobody in it is targeted
