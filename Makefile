@@ -89,8 +89,16 @@ unit: vm-boot suite
 prepare: sysdeps
 	@$(MAKE) --no-print-directory -j4 -O venv venv39 kube-bin vm-base
 
-test: prepare
-	@$(MAKE) --no-print-directory lint compat vm-boot suite py39
+# Each phase's time is printed at the end (and at a failure): tools/phase.sh, build/test-phases.txt.
+PHASES := build/test-phases.txt
+PHASE  := bash tools/phase.sh $(PHASES)
+test:
+	@mkdir -p build && : > $(PHASES)
+	@$(PHASE) "set-up (make prepare)" $(MAKE) --no-print-directory prepare
+	@$(PHASE) "lint and compat" $(MAKE) --no-print-directory lint compat
+	@$(PHASE) "VM scenario (vm-boot)" $(MAKE) --no-print-directory vm-boot
+	@$(PHASE) "suite, Python 3.11" $(MAKE) --no-print-directory suite
+	@$(PHASE) "suite, RHEL 9 (py39)" --last $(MAKE) --no-print-directory py39
 
 # --- The RHEL 9 run: the whole suite again on CPython 3.9 with the library versions RHEL 9 ships
 # (tests/rhel9-constraints.txt) in a second venv. Its stamp makes re-runs cost only the tests.
