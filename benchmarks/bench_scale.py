@@ -7,8 +7,9 @@ Each request goes through the real WSGI application (``agent.server.http.app.App
 validation, the node store on SQLite in WAL mode, rendering, caching) in this process, without
 a socket, so the figure is the server's own cost per request. The store is filled with N
 nodes by bulk insert followed by the server's own membership rebuild (the path a migrated
-database takes), then the requests are timed interleaved (report, fetch, member fetch, pool
-view, cluster view, report, ...). Each round's report commits, so the new node's fetch after it
+database takes); every size's server lives in this process at once, and the requests are timed
+interleaved across sizes and cases (report, fetch, member fetch, pool view, cluster view at each
+size in turn, the order of the sizes reversed every other round). Each round's report commits, so the new node's fetch after it
 is answered afresh from the store, not from what the worker keeps between commits
 (agent/server/http/fetchmemo.py). The floor of each row is the same request at 100 nodes: the
 target is <= 2x at 50,000.
@@ -23,7 +24,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -81,52 +82,65 @@ def call(app: Any, method: str, path: str, body: bytes = b"", query: str = "") -
     return code
 
 
-def measure(n: int, runs: int) -> Dict[str, List[float]]:
+def fleet(n: int) -> Tuple[Any, Dict[str, Callable[[], Any]], str]:
+    """A server with ``n`` nodes in its store: (its app, the timed requests, its directory)."""
     from agent.server.http.app import App
 
     tmp = tempfile.mkdtemp(prefix="bench-scale-")
+    make_state(tmp)
+    app = App(tmp)
+    app.warm()
+    names = fill(app, n)
+    rng = random.Random(n)
+    target = app.cluster.store.pools()["worker"].target
+
+    def report() -> None:
+        node = names[rng.randrange(1, n)]
+        state = rng.choice(("Done", "Working"))
+        body = json.dumps({"pool": "worker", "state": state, "currentConfig": target,
+                           "labels": {"node-role.kubernetes.io/worker": ""}}).encode()
+        call(app, "POST", f"/api/v1/nodes/{node}/report", body)
+
+    cases: Dict[str, Callable[[], Any]] = {
+        "report": report,
+        "fetch (new node)": lambda: call(app, "GET", "/config/worker"),
+        "fetch (member)": lambda: call(app, "GET", "/config/worker", query=f"node={names[1]}"),
+        "pool view": lambda: call(app, "GET", "/api/v1/pools/worker"),
+        "cluster view": lambda: call(app, "GET", "/api/v1/cluster"),
+    }
+    for fn in cases.values():
+        fn()
+    return app, cases, tmp
+
+
+def measure_all(sizes, runs: int) -> Dict[int, Dict[str, List[float]]]:
+    """Every size's server in this process at once, the rounds interleaved across sizes and cases
+    (report, fetch, member fetch, pool view, cluster view at 100 nodes, then at 1,000, ...), so
+    that the machine's noise and each server's background work (its pool queue) fall on all of
+    them alike."""
+    fleets = {}
     try:
-        make_state(tmp)
-        app = App(tmp)
-        app.warm()
-        names = fill(app, n)
-        rng = random.Random(n)
-        target = app.cluster.store.pools()["worker"].target
-
-        def report() -> None:
-            node = names[rng.randrange(1, n)]
-            state = rng.choice(("Done", "Working"))
-            body = json.dumps({"pool": "worker", "state": state, "currentConfig": target,
-                               "labels": {"node-role.kubernetes.io/worker": ""}}).encode()
-            call(app, "POST", f"/api/v1/nodes/{node}/report", body)
-
-        cases: Dict[str, Callable[[], Any]] = {
-            "report": report,
-            "fetch (new node)": lambda: call(app, "GET", "/config/worker"),
-            "fetch (member)": lambda: call(app, "GET", "/config/worker", query=f"node={names[1]}"),
-            "pool view": lambda: call(app, "GET", "/api/v1/pools/worker"),
-            "cluster view": lambda: call(app, "GET", "/api/v1/cluster"),
-        }
-        for fn in cases.values():
-            fn()
-        samples: Dict[str, List[float]] = {c: [] for c in cases}
-        for _ in range(runs):
-            for name, fn in cases.items():
-                start = time.perf_counter()
-                fn()
-                samples[name].append(time.perf_counter() - start)
-        app.close()
+        for n in sizes:
+            print(f"  scale: {n} nodes ...", file=sys.stderr, flush=True)
+            fleets[n] = fleet(n)
+        samples = {n: {c: [] for c in CASES} for n in sizes}
+        for i in range(runs):
+            for n in (sizes if i % 2 else list(reversed(sizes))):
+                for name, fn in fleets[n][1].items():
+                    start = time.perf_counter()
+                    fn()
+                    samples[n][name].append(time.perf_counter() - start)
         return samples
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        for app, _, tmp in fleets.values():
+            app.close()
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def results(sizes, runs: int) -> Dict[str, Any]:
     out: Dict[str, Any] = {"sizes": list(sizes), "runs": runs, "cases": {c: {} for c in CASES}}
-    for n in sizes:
-        print(f"  scale: {n} nodes ...", file=sys.stderr, flush=True)
-        samples = measure(n, runs)
-        for case, xs in samples.items():
+    for n, by_case in measure_all(list(sizes), runs).items():
+        for case, xs in by_case.items():
             xs = sorted(xs)
             out["cases"][case][str(n)] = {"median_s": median(xs), "min_s": xs[0], "max_s": xs[-1],
                                           "p99_s": xs[min(len(xs) - 1, int(len(xs) * 0.99))]}

@@ -37,6 +37,7 @@ from agent.server.cluster.kube_events import NODE_CONTROLLER
 from agent.server.cluster.kube_mcn import McnWriter
 from agent.server.cluster.kube_pools import rendered_object  # noqa: F401 - kube_sync's name for it too
 from agent.server.cluster.kube_targets import TargetWriter, pool_event, served_desired
+from agent.server.cluster.kube_writeback import write_back
 from agent.server.rollout import draincadence
 from agent.server.rollout.mcnconditions import reboot_pending
 from agent.server.rollout.nodestatus import slim_node
@@ -320,24 +321,21 @@ class KubeSync:
             self._nodes_changed = False
             pending.update(self._unwritten(present, pending))
         failed: Dict[str, Tuple[Dict[str, Any], str]] = {}
-        away = ""
         rows = self.cluster.store.pools() if pending else {}
+        todo = []
         for node, (reported, pool) in pending.items():
             if not self._counts(node):  # deleted since, or a report that counts for nothing: never on a Node
                 continue
-            if away or node not in present:  # next round; or when the Node appears (its kubelet registers it)
+            if node not in present:  # when the Node appears (its kubelet registers it)
                 failed[node] = (reported, pool)
                 continue
-            try:
-                body, ours, written = self._patch_node(node, reported, pool, present[node], pools, rows)
-                self._write_node_object(node, body, pool, ours, written)
-                self.writes["node"] += 1
-            except KubeUnavailable as exc:  # the API server is away: the rest waits for the next round
-                away = str(exc)
-                failed[node] = (reported, pool)
-            except KubeError as exc:
-                log.warning("Node %s: %s (retrying)", node, exc)
-                failed[node] = (reported, pool)
+            todo.append((node, reported, pool))
+        def write(node: str, reported: Dict[str, Any], pool: str) -> None:
+            body, ours, written = self._patch_node(node, reported, pool, present[node], pools, rows)
+            self._write_node_object(node, body, pool, ours, written)
+
+        done, away = write_back(todo, write, failed)
+        self.writes["node"] += done
         if away:
             log.warning("writing %d node(s) back: %s (retrying)", len(failed), away)
         with self._lock:

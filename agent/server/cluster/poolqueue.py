@@ -13,7 +13,7 @@ sync lists the pool's Nodes), so after a step that took T the next waits at leas
 a quarter of a CPU at most): the bigger the fleet, the more reports one step serves, and the cost
 per report stays the same.
 
-Also, every ``interval`` seconds every pool is stepped (``periodic``): what no report announces
+Also, every ``interval`` seconds every pool is stepped: what no report announces
 moves the rollout then, a canary's wait running out. With the Kubernetes backend that is the sync
 loop's (kube_sync.py), and the queue only steps what was added.
 
@@ -57,9 +57,10 @@ class Bell:
 
 
 class PoolQueue:
-    """Steps ``step(pool)`` on one thread: each pool added once per batch, every pool of ``pools()``
-    every ``interval`` seconds (None: only what is added). Holds its owner only weakly, through
-    ``step``/``pools``/``rows``/``generation`` bound to it: an owner dropped stops its queue."""
+    """Steps the pools on one thread (``owner.step_queued(pools, everything)``): each pool added
+    once per batch, and every pool every ``interval`` seconds (None: only what is added); watches
+    ``owner.store`` for rows another process wrote. Holds its owner only weakly: an owner dropped
+    stops its queue."""
 
     def __init__(self, owner: Any, interval: Optional[float], bell: Bell) -> None:
         self._owner = weakref.ref(owner)
