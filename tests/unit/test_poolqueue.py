@@ -7,7 +7,8 @@ import json
 import threading
 import time
 
-from agent.server.cluster.poolqueue import Bell, PoolQueue
+from agent.server.cluster.poolqueue import Bell, PoolQueue, changed_nodes
+from agent.server.store.nodestore import PoolRow
 from tests.campaigns.test_hostile_campaign import wsgi
 from tests.helpers.wait import wait_for
 from tests.unit.test_held_fetch_inputs import MC, two_members_done_on_a
@@ -16,13 +17,17 @@ from tests.unit.test_held_fetch_inputs import MC, two_members_done_on_a
 class FakeStore:
     def __init__(self) -> None:
         self.gen = 0
-        self.rows = {"worker": ("A", "A")}
+        self.rows = {"worker": row({"n1": {"config": "A", "at": 1.0}})}
 
     def generation(self):
         return self.gen
 
     def pools(self):
         return dict(self.rows)
+
+
+def row(targets, target="B"):
+    return PoolRow("worker", target, "A", "", target, {"config": target, "targets": targets})
 
 
 class Owner:
@@ -77,19 +82,46 @@ def test_with_an_interval_every_pool_is_stepped_though_nothing_was_queued():
         queue.stop()
 
 
-def test_the_bell_rings_when_another_process_changed_a_pool_row_in_the_store():
+def test_the_bell_rings_for_the_nodes_whose_targeting_another_process_changed_in_the_store():
     owner, bell = Owner(), Bell()
     queue = PoolQueue(owner, None, bell).start()
     try:
         wait_for(lambda: queue._thread.is_alive(), "the queue runs", 30)
-        seen = bell.rung
+        seen = {n: bell.seen(n) for n in ("n1", "n2")}
         time.sleep(0.2)  # looks at an unchanged store ring nothing
-        assert bell.rung == seen
-        owner.store.rows["worker"] = ("B", "A")
+        assert {n: bell.seen(n) for n in seen} == seen
+        owner.store.rows["worker"] = row({"n1": {"config": "A", "at": 1.0}, "n2": {"config": "B", "at": 2.0}})
         owner.store.gen += 1
-        assert bell.wait(seen, 30) != seen
+        assert bell.wait("n2", seen["n2"], 30) != seen["n2"]
+        assert bell.seen("n1") == seen["n1"]  # its targeting did not change: its held fetch sleeps on
     finally:
         queue.stop()
+
+
+def test_a_ring_for_a_node_wakes_its_waiter_and_a_ring_for_all_wakes_every_waiter():
+    bell, woken = Bell(), {}
+
+    def waiter(node):
+        woken[node] = bell.wait(node, bell.seen(node), 60)
+
+    threads = {n: threading.Thread(target=waiter, args=(n,)) for n in ("n1", "n2")}
+    for t in threads.values():
+        t.start()
+    wait_for(lambda: len(bell._waiters) == 2, "both wait", 30)
+    bell.ring(["n1"])
+    threads["n1"].join(30)
+    assert "n1" in woken and "n2" not in woken
+    bell.ring()
+    threads["n2"].join(30)
+    assert "n2" in woken
+
+
+def test_the_nodes_changed_between_two_rows_are_those_whose_entry_differs_or_all_when_the_target_moved():
+    a = row({"n1": {"config": "B", "at": 1.0}, "n2": {"config": "B", "at": 1.0}})
+    b = row({"n1": {"config": "B", "at": 1.0}, "n3": {"config": "B", "at": 2.0}})
+    assert changed_nodes(a, b) == {"n2", "n3"}
+    assert changed_nodes(a, a) == set()
+    assert changed_nodes(a, row({}, target="C")) is None and changed_nodes(None, a) is None
 
 
 def test_a_queue_whose_owner_is_dropped_stops():

@@ -18,8 +18,8 @@ moves the rollout then, a canary's wait running out. With the Kubernetes backend
 loop's (kube_sync.py), and the queue only steps what was added.
 
 ``Bell``: what a held fetch waits on (http/app.py ``_held``) instead of looking at the store every
-half second. A step that stored a new row of its pool rings it (rolloutctl.py), and the queue
-rings it whenever the pools' rows change in the store
+half second. A step that stored a new row of its pool rings it for the nodes whose targeting
+changed (rolloutctl.py), and the queue rings it whenever the pools' rows change in the store
 (``watch``: another process, another replica, stepped them), looked at every ``TICK`` seconds and
 only once the store's generation moved.
 """
@@ -28,32 +28,71 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Iterable, Optional, Set
+from typing import Any, Dict, Iterable, Optional, Set
 
 log = logging.getLogger(__name__)
 
 BATCH = 0.05  # seconds a woken queue waits for the rest of a burst before it steps
 SHARE = 0.25  # of a CPU, at most, that steps woken by reports take (a step's cost grows with its pool)
+MAX_RUNG = 65536  # nodes the bell keeps a count of
 TICK = 0.05  # seconds between looks at the store's generation for pool rows another process wrote
 
 
 class Bell:
-    """A counter that grows with every ring; ``wait`` returns as soon as it differs from what the
-    caller saw (or the timeout passes)."""
+    """Rings for named nodes, or for all: ``wait(node, seen, timeout)`` returns as soon as a ring
+    for that node (or for all) came after ``seen`` (``seen(node)``), or the timeout passed. A
+    targeting wakes only the held fetches of the nodes it targeted: with a thousand fetches held,
+    waking all of them at every step cost more than looking at the store twice a second."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self.rung = 0
+        self._lock = threading.Lock()
+        self._all = 0
+        self._rung: Dict[str, int] = {}
+        self._waiters: Dict[str, Set[threading.Event]] = {}
 
-    def ring(self) -> None:
-        with self._cond:
-            self.rung += 1
-            self._cond.notify_all()
+    def seen(self, node: Optional[str]) -> int:
+        with self._lock:
+            return self._all + self._rung.get(node or "", 0)
 
-    def wait(self, seen: int, timeout: float) -> int:
-        with self._cond:
-            self._cond.wait_for(lambda: self.rung != seen, timeout)
-            return self.rung
+    def ring(self, nodes: Optional[Iterable[str]] = None) -> None:
+        """For ``nodes`` (None: for every node)."""
+        with self._lock:
+            if nodes is None or len(self._rung) > MAX_RUNG:  # bounded: forgetting the names rings for all once
+                self._all += 1
+                self._rung.clear()
+                events = [e for waiting in self._waiters.values() for e in waiting]
+            else:
+                events = []
+                for node in nodes:
+                    self._rung[node] = self._rung.get(node, 0) + 1
+                    events.extend(self._waiters.get(node, ()))
+        for event in events:
+            event.set()
+
+    def wait(self, node: Optional[str], seen: int, timeout: float) -> int:
+        key, event = node or "", threading.Event()
+        with self._lock:
+            self._waiters.setdefault(key, set()).add(event)
+        try:
+            if self.seen(node) == seen:
+                event.wait(timeout)
+            return self.seen(node)
+        finally:
+            with self._lock:
+                waiting = self._waiters.get(key)
+                if waiting is not None:
+                    waiting.discard(event)
+                    if not waiting:
+                        del self._waiters[key]
+
+
+def changed_nodes(old: Any, new: Any) -> Optional[Set[str]]:
+    """The nodes whose targeting differs between two rows of a pool (PoolRow); None: all of them
+    (a pool that came or went, or whose target or current moved)."""
+    if old is None or new is None or (old.target, old.current) != (new.target, new.current):
+        return None
+    before, after = old.rollout.get("targets") or {}, new.rollout.get("targets") or {}
+    return {n for n in set(before) | set(after) if before.get(n) != after.get(n)}
 
 
 class PoolQueue:
@@ -154,5 +193,9 @@ class PoolQueue:
             return rows, seen_gen
         now_rows = owner.store.pools()
         if rows is not None and now_rows != rows:
-            self.bell.ring()
+            changed: Optional[Set[str]] = set()
+            for pool in set(rows) | set(now_rows):
+                names = changed_nodes(rows.get(pool), now_rows.get(pool))
+                changed = None if names is None or changed is None else changed | names
+            self.bell.ring(changed)
         return now_rows, gen

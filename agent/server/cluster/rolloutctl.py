@@ -19,7 +19,7 @@ from agent.core.rolloutpolicy import rollout_policy
 from agent.server.cluster import poolview, renderreview
 from agent.server.cluster.kube_pools import pool_update_events
 from agent.server.cluster.members import MemberMemo, in_first_boot
-from agent.server.cluster.poolqueue import Bell, PoolQueue
+from agent.server.cluster.poolqueue import Bell, PoolQueue, changed_nodes
 from agent.server.cluster.sharedruns import SharedRuns
 from agent.server.rollout import candidates, gating, nodestatus, progress, review, targeting
 from agent.server.rollout.targeting import Member
@@ -156,7 +156,7 @@ class RolloutControl:
         old, new, decision, image = seen.get("step", (None, None, None, None))
         if new is None or stored is not new:
             return
-        self.bell.ring()  # held fetches look again (poolqueue.py)
+        self.bell.ring(changed_nodes(old, new))  # their held fetches look again (poolqueue.py)
         # this process wrote it: it tells (ours: a rendering's review; status.go syncStatusOnly's Events,
         # then setDesiredAnnotations')
         renderreview.announce(self, st, name, old, new)

@@ -327,7 +327,7 @@ class App(NodeRoutes):
         deadline = time.monotonic() + hold
         (seen, rung), inputs = baseline
         while time.monotonic() < deadline and not self.stopping.is_set():
-            rung = self.cluster.bell.wait(rung, min(HOLD_POLL, max(0.0, deadline - time.monotonic())))
+            rung = self.cluster.bell.wait(named, rung, min(HOLD_POLL, max(0.0, deadline - time.monotonic())))
             now_gen = self.cluster.store.generation()
             if now_gen is not None and now_gen == seen:
                 continue
@@ -344,7 +344,7 @@ class App(NodeRoutes):
         """((the store's generation, the pools' bell), then ``_hold_inputs``): in that order, as
         for fetchmemo."""
         cluster = self.cluster
-        return (cluster.store.generation(), cluster.bell.rung), self._hold_inputs(pool, named)
+        return (cluster.store.generation(), cluster.bell.seen(named)), self._hold_inputs(pool, named)
 
     def _hold_inputs(self, pool: str, named: Optional[str]) -> Optional[Tuple[Any, ...]]:
         """What a member's answer is made from (rolloutctl.desired_for): the state served, the
