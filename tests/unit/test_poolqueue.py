@@ -116,12 +116,14 @@ def test_a_ring_for_a_node_wakes_its_waiter_and_a_ring_for_all_wakes_every_waite
     assert "n2" in woken
 
 
-def test_the_nodes_changed_between_two_rows_are_those_whose_entry_differs_or_all_when_the_target_moved():
+def test_the_nodes_changed_between_two_rows_are_those_whose_entry_differs_or_all_when_the_current_moved():
     a = row({"n1": {"config": "B", "at": 1.0}, "n2": {"config": "B", "at": 1.0}})
     b = row({"n1": {"config": "B", "at": 1.0}, "n3": {"config": "B", "at": 2.0}})
     assert changed_nodes(a, b) == {"n2", "n3"}
     assert changed_nodes(a, a) == set()
-    assert changed_nodes(a, row({}, target="C")) is None and changed_nodes(None, a) is None
+    assert changed_nodes(a, row({"n1": {"config": "C", "at": 3.0}}, target="C")) == {"n1", "n2"}  # retargeted
+    moved = PoolRow("worker", "B", "B", "", "B", {"config": "B", "targets": {}})
+    assert changed_nodes(a, moved) is None and changed_nodes(None, a) is None
 
 
 def test_a_queue_whose_owner_is_dropped_stops():

@@ -87,9 +87,13 @@ class Bell:
 
 
 def changed_nodes(old: Any, new: Any) -> Optional[Set[str]]:
-    """The nodes whose targeting differs between two rows of a pool (PoolRow); None: all of them
-    (a pool that came or went, or whose target or current moved)."""
-    if old is None or new is None or (old.target, old.current) != (new.target, new.current):
+    """The nodes whose targeting differs between two rows of a pool (PoolRow): those whose held
+    fetch may have a new answer; None: all of them (a pool that came or went, or whose current
+    config moved: what a node with no config of its own is served). A new target alone wakes
+    only the nodes it targets (their entries are new): a waiting node's answer is the config it
+    runs, whatever the target; waking a thousand held fetches at every new target made the
+    targeted ones wait behind the others."""
+    if old is None or new is None or old.current != new.current:
         return None
     before, after = old.rollout.get("targets") or {}, new.rollout.get("targets") or {}
     return {n for n in set(before) | set(after) if before.get(n) != after.get(n)}

@@ -44,7 +44,7 @@ class RolloutControl:
 
     # (pool, event type, reason, message): the Kubernetes backend writes each as an Event on the pool
     pool_listeners: List[Callable[[str, str, str, str], None]]
-    bell: Bell  # rung after each step of the pools: held fetches wait on it (poolqueue.py)
+    bell: Bell  # rung for the nodes a step of their pool retargeted: held fetches wait on it (poolqueue.py)
     # the time a pool's maintenance window is read at (windows.py); tests set their own clock
     clock: Callable[[], float] = staticmethod(time.time)
 
