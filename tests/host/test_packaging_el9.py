@@ -25,7 +25,9 @@ RHEL9_NAMES = {"python3", "python3-requests", "python3-pyyaml", "python3-gobject
                "python3-tomli", "python3-gunicorn", "/bin/sh", "/usr/bin/python3",
                # EPEL 9: python3-prometheus_client 0.21.0-1.el9, python3-rich 13.1.0-1.el9
                # (packages.fedoraproject.org/pkgs/python-prometheus_client, .../python-rich)
-               "python3-prometheus_client", "python3-rich"}
+               "python3-prometheus_client", "python3-rich",
+               # RHEL 9 BaseOS: tzdata (zoneinfo's time zone database, for the server's maintenance windows)
+               "tzdata"}
 
 pytestmark = pytest.mark.skipif(
     shutil.which("rpmbuild") is None or shutil.which("rpm2cpio") is None or shutil.which("cpio") is None,
