@@ -309,9 +309,10 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
     def _rollout_view(self, st: State, name: str, row: PoolRow, image: Optional[str], limit: int,
                       max_nodes: int) -> Dict[str, Any]:
         """``status.rollout``: who updates, who waits and why, who failed or was deferred, and an
-        estimate of the end (rolloutstatus.summary, O(nodes): made once per step of the pool, from
-        the members that step read, as upstream's pool status is its sync's); a view listing no node (the status
-        writes, /metrics) gets only what the pool's row says (halted, why the others wait, the window)."""
+        estimate of the end (rolloutstatus.summary, O(nodes): made once for each list of members,
+        the one the pool's last step read while nothing was stored since: members_seen); a view
+        listing no node (the status writes, /metrics) gets only what the pool's row says (halted,
+        why the others wait, the window)."""
         if max_nodes <= 0:
             keep = {"halted": "halted", "waiting": "waitReason", "window": "window"}
             return {"target": row.target, **{out: row.rollout[k] for k, out in keep.items() if row.rollout.get(k)}}
