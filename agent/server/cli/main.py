@@ -33,6 +33,7 @@ from agent.server.cli.storecmds import (
     store_config,
 )
 from agent.server.cli.viewcmds import add_client_options, add_parsers
+from agent.server.cluster.alertsource import check_url
 from agent.server.cluster.backends import DEFAULT_DATA_DIR, NODES_DB, status_nodes_db
 
 EXIT_OK = 0
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                            "(default: 32)")
     _timeout_args(p)
     add_drain_args(p)
+    p.add_argument("--prometheus-url", default=None, metavar="URL",
+                   help="a Prometheus whose firing alerts hold the pools with an alert gate (the pool annotation "
+                        "node-config-server.openshift.io/alert-gate: docs/rollout.md, \"Alert gates\")")
     p.add_argument("--lease-ttl", type=float, default=600.0, metavar="SECONDS",
                    help="drain lease lifetime unless renewed (default: 600)")
     p.add_argument("--firstboot-deadline", type=_deadline, default=None, metavar="DURATION",
@@ -189,7 +193,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     store = store_config(args)
     try:
         token, admin_token, host, port = checked_serve_args(args, store)
-        store = dataclasses.replace(store, drain=drain_cadence(args))
+        store = dataclasses.replace(store, drain=drain_cadence(args), prometheus_url=check_url(args.prometheus_url))
     except ValueError as exc:
         _err(str(exc))
         return getattr(exc, "exit_code", EXIT_USAGE)  # serveargs.ListenError: 69 for an address in use

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from agent import __version__
 from agent.server.cluster import content
 from agent.server.cluster.accept import UnsupportedVersion
-from agent.server.cluster.backends import NODES_DB, StoreConfig, open_backends, start_writers
+from agent.server.cluster.backends import NODES_DB, StoreConfig, alert_source, open_backends, start_writers
 from agent.server.cluster.nodes import rfc3339
 from agent.server.cluster.replicaview import validator_warnings
 from agent.server.cluster.service import Cluster, UnknownPool
@@ -92,6 +92,7 @@ class App(NodeRoutes):
                     cluster.first_boot_listeners.append(self.counter.observe_first_boot)
                     if self.firstboot_deadline is not None:
                         cluster.firstboot_deadline = self.firstboot_deadline
+                    cluster.alert_source = alert_source(self.store_config)  # the pools' alert gates
                     cluster.start_heartbeat(self.store_config.replica_name())
                     # the Kubernetes backend's status writes (its drain Events in the server's namespace)
                     self.writer = start_writers(cluster, watcher, self.store_config.drain,

@@ -63,7 +63,7 @@ def summary(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], tar
     if not_ready:
         out["notReady"] = {k: not_ready[k] for k in sorted(not_ready)[:LISTED]}
     for key, name in (("halted", "halted"), ("waiting", "waitReason"), ("started", "started"),
-                      ("canaryAt", "canaryAt"), ("window", "window")):
+                      ("canaryAt", "canaryAt"), ("window", "window"), ("alerts", "alerts")):
         if (rollout or {}).get(key):
             out[name] = rollout[key]  # type: ignore[index]
     left = len(members) - len(groups.get("Done", [])) - len(groups.get("Unmanaged", []))
