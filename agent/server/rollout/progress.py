@@ -335,6 +335,11 @@ def pool_blocking(name: str, view: Dict[str, Any]) -> List[str]:
             reasons.append(f"held: its maintenance window is invalid: {window['invalid']}")
         elif window.get("open") is False:
             reasons.append(f"held: outside its maintenance window ({window.get('schedule')}) until {window.get('opensAt')}")
+        alerts = (status.get("rollout") or {}).get("alerts") or {}  # ours: alertgate.py
+        if alerts.get("holding"):
+            reasons.append(f"held by its alert gate ({alerts.get('pattern') or 'invalid'}): " + (
+                alerts.get("invalid") or alerts.get("unanswered") or f"{alerts.get('count')} alert(s) fire: "
+                f"{', '.join(alerts.get('firing') or [])}"))
     return reasons
 
 
