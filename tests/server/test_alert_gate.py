@@ -22,9 +22,10 @@ from agent.server.http.app import App
 from agent.server.rollout import progress
 from agent.server.rollout.alertgate import ANNOTATION, UNREACHABLE
 from tests.helpers.httpserver import Reply, ScriptedServer, free_port
+from tests.helpers.server_proc import ServerProcess
 from tests.helpers.wait import wait_for
 from tests.server.test_maintenance_window import fetch, new_target, pool, report, target
-from tests.server.test_server_api import copy_state, edit_yaml
+from tests.server.test_server_api import TOKEN, copy_state, edit_yaml, pool_view, tls  # noqa: F401
 
 PROMETHEUS = "/usr/bin/prometheus"
 PICKED_UP = 30
@@ -42,9 +43,10 @@ RULES = f"""groups:
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def prometheus(tmp_path_factory):
-    """(Prometheus's URL, the gauge's value as a one-item list, the process): one per module."""
+    """(Prometheus's URL, the gauge's value as a one-item list, the process): one per test that
+    needs one (about a second to start), as one of them kills it."""
     assert os.access(PROMETHEUS, os.X_OK), f"{PROMETHEUS} is missing: apt-get install prometheus (make sysdeps)"
     gauge = [0]
     exporter = ScriptedServer().start()
@@ -151,6 +153,20 @@ def test_a_firing_alert_holds_the_pool_until_it_stops_and_an_unanswering_prometh
     annotate(state, {UNREACHABLE: "proceed"})  # the documented override
     rollout = rollout_where(app, lambda r: r.get("updating") == ["w2"], "w2 targeted with the override")
     assert rollout["alerts"]["override"] == f"{UNREACHABLE}: proceed" and not rollout["alerts"]["holding"]
+
+
+def test_serve_with_a_prometheus_url_holds_a_gated_pool_while_its_alert_fires(tmp_path, prometheus, tls):  # noqa: F811
+    url, gauge, _ = prometheus
+    gauge[0] = 1
+    state = copy_state(tmp_path)
+    annotate(state, {ANNOTATION: PATTERN})
+    with ServerProcess(str(state), tls=tls, token=TOKEN, extra_args=["--prometheus-url", url]) as srv:
+        alerts = wait_for(lambda: (lambda a: a.get("firing") and a)(
+            pool_view(srv, "worker")["status"]["rollout"].get("alerts") or {}), "serve's pool holds", PICKED_UP)
+        assert alerts == {"pattern": PATTERN, "holding": True, "firing": [ALERT], "count": 1}
+        gauge[0] = 0
+        wait_for(lambda: pool_view(srv, "worker")["status"]["rollout"]["alerts"]["holding"] is False,
+                 "serve's pool goes on once the alert stops", PICKED_UP)
 
 
 def test_serve_takes_a_prometheus_url_and_refuses_one_that_is_not_http_or_carries_credentials(tmp_path):

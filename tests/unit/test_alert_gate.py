@@ -196,6 +196,13 @@ def test_a_gated_pool_on_a_server_without_a_prometheus_url_holds_and_the_overrid
     assert NO_URL in hold and record == {"pattern": "Kube.*", "unanswered": NO_URL, "holding": True}
 
 
+def test_before_serve_forks_its_workers_a_gated_pool_holds_unasked_and_the_override_does_not_lift_it():
+    hold, record = state(pool_with(**{ANNOTATION: "Kube.*", UNREACHABLE: "proceed"}),
+                         Firing(unanswered="not asked yet: the server is starting", starting=True))
+    assert hold.endswith("nothing is newly targeted (fail closed): not asked yet: the server is starting")
+    assert record == {"pattern": "Kube.*", "unanswered": "not asked yet: the server is starting", "holding": True}
+
+
 @pytest.mark.parametrize("annotations,words", [
     ({ANNOTATION: "Kube(.*"}, f"annotation {ANNOTATION}: 'Kube(.*' is not a pattern this server reads: at "
                               f"character 8: a group is not closed"),

@@ -33,7 +33,7 @@ from agent.server.cli.storecmds import (
     store_config,
 )
 from agent.server.cli.viewcmds import add_client_options, add_parsers
-from agent.server.cluster.alertsource import check_url
+from agent.server.cluster.alertsource import Starting, check_url
 from agent.server.cluster.backends import DEFAULT_DATA_DIR, NODES_DB, status_nodes_db
 
 EXIT_OK = 0
@@ -223,7 +223,8 @@ def _first_render(args: argparse.Namespace, store) -> str:
 
     node_store, source = open_backends(store, args.state, 1.0, args.settle_seconds)
     db_path = os.path.join(args.nodes_dir, NODES_DB) if args.nodes_dir else None
-    cluster = Cluster(args.state, db_path=db_path, lease_ttl=args.lease_ttl, store=node_store, watcher=source)
+    cluster = Cluster(args.state, db_path=db_path, lease_ttl=args.lease_ttl, store=node_store, watcher=source,
+                      alert_source=Starting() if store.prometheus_url else None)  # no thread before the fork
     st = cluster.watcher.current()
     if not getattr(cluster.watcher, "logs_problems", False):  # a state directory's watcher has logged them
         _print_problems(st.problems)

@@ -140,6 +140,14 @@ class PrometheusAlerts:
             return Firing(unanswered=f"GET {self.url}: the answer is not Prometheus's alerts list: {exc}")
 
 
+class Starting:
+    """The alerts of ``serve``'s first render, before gunicorn forks its workers (which ask):
+    not asked, so a gated pool holds, override or not."""
+
+    def firing(self) -> Firing:
+        return Firing(unanswered="not asked yet: the server is starting", starting=True)
+
+
 def gate_state(pool: Mapping[str, Any], source: Optional[PrometheusAlerts]) -> Tuple[str, Optional[Dict[str, Any]]]:
     """The pool's alert gate now (alertgate.state): Prometheus is asked only for a gated pool."""
     if not alertgate.gated(pool):

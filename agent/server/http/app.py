@@ -87,12 +87,12 @@ class App(NodeRoutes):
                                                    self.settle, self.counter.directory and said_once(self.counter.directory))
                     db_path = os.path.join(self.data_dir, NODES_DB) if self.data_dir and store is None else None
                     cluster = Cluster(self.state_dir, db_path=db_path, lease_ttl=self.lease_ttl, store=store,
-                                      watcher=watcher, reload_interval=self.reload_interval, settle=self.settle)
+                                      watcher=watcher, reload_interval=self.reload_interval, settle=self.settle,
+                                      alert_source=alert_source(self.store_config))  # the pools' alert gates
                     cluster.store.observe(self.counter.observe_store)
                     cluster.first_boot_listeners.append(self.counter.observe_first_boot)
                     if self.firstboot_deadline is not None:
                         cluster.firstboot_deadline = self.firstboot_deadline
-                    cluster.alert_source = alert_source(self.store_config)  # the pools' alert gates
                     cluster.start_heartbeat(self.store_config.replica_name())
                     # the Kubernetes backend's status writes (its drain Events in the server's namespace)
                     self.writer = start_writers(cluster, watcher, self.store_config.drain,

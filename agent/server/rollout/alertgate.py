@@ -53,6 +53,7 @@ class Firing:
     (``unanswered``: Prometheus did not answer, answered an error, or no URL was given)."""
     names: Tuple[str, ...] = ()
     unanswered: str = ""
+    starting: bool = False  # not asked yet (serve's first render): holds, whatever the override
 
 
 @dataclass(frozen=True)
@@ -160,13 +161,14 @@ def state(pool: Mapping[str, Any], firing: Optional[Firing]) -> Tuple[str, Optio
                 {"invalid": str(exc), "holding": True})
     record: Dict[str, Any] = {"pattern": gate.pattern.text}
     if firing is None or firing.unanswered:
-        why = NO_URL if firing is None else f"Prometheus did not answer: {firing.unanswered}"
+        why = NO_URL if firing is None else firing.unanswered if firing.starting else \
+            f"Prometheus did not answer: {firing.unanswered}"
         record["unanswered"] = why
-        if gate.proceed_unanswered and firing is not None:
+        if gate.proceed_unanswered and firing is not None and not firing.starting:
             return "", {**record, "holding": False, "override": f"{UNREACHABLE}: proceed"}
         return (f"the pool's alert gate ({gate.pattern.text}) cannot tell whether an alert fires, so nothing is "
                 f"newly targeted (fail closed): {why}"
-                + ("" if firing is None else f" (annotate the pool {UNREACHABLE}=proceed to go on without it)"),
+                + ("" if firing is None or firing.starting else f" (annotate the pool {UNREACHABLE}=proceed to go on without it)"),
                 {**record, "holding": True})
     names = matching(gate, firing.names)
     if not names:
