@@ -4,7 +4,7 @@
 latest answer and never waits on the network (but for the first answer of a process, at most
 ``TIMEOUT`` seconds): a slow or unreachable Prometheus never slows the pools' steps or a report.
 
-kured asks the query API for ``ALERTS`` (kubereboot/kured pkg/alerts/prometheus.go
+kured asks the query API for ``ALERTS`` (kubereboot/kured at e1026ae0, pkg/blockers/prometheus.go:86
 ``ActiveAlerts``); the alerts API answers the same alerts with their state and needs no query.
 TLS is verified (the system's CAs, or ``REQUESTS_CA_BUNDLE``'s); a redirect is not followed; the
 answer is bounded in time and size. Anything but a readable answer is "did not answer: why".

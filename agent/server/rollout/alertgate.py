@@ -2,8 +2,10 @@
 whose name matches the pool's pattern fires.
 
 kured's ``--prometheus-url``, ``--alert-filter-regexp``, ``--alert-filter-match-only`` and
-``--alert-firing-only`` (kubereboot/kured pkg/alerts/prometheus.go ``ActiveAlerts``, which queries
-``ALERTS`` and keeps an alert whose name the filter matches, or does not match), per pool:
+``--alert-firing-only`` (kubereboot/kured at e1026ae0, pkg/blockers/prometheus.go:82-113
+``ActiveAlerts``, which queries ``ALERTS`` and keeps an alert whose name the filter matches, or
+does not match: ``matchesRegex``, :115-121; a query error blocks the reboot and at most 10 names
+are said: ``IsBlocked``, :54-69), per pool:
 
 - the MachineConfigPool annotation ``node-config-server.openshift.io/alert-gate`` holds a
   regular expression over alert names (agent/server/rollout/alertregex.py: anchored at both ends,

@@ -4,7 +4,7 @@
 Python's ``re`` backtracks: a pattern such as ``(a+)+b`` takes exponential time, holding the GIL
 and so every thread of the server. The pattern here comes from a pool annotation, so it is
 compiled to a Thompson automaton and run as a set of states (RE2's and Go's way, which kured's
-``--alert-filter-regexp`` uses: kubereboot/kured pkg/alerts/prometheus.go ``matchesRegex``): a
+``--alert-filter-regexp`` uses: kubereboot/kured pkg/blockers/prometheus.go:115-121 ``matchesRegex``): a
 match costs at most (name length) x (pattern length) steps, whatever the pattern.
 
 The syntax is the common subset of RE2 and Python's ``re``: literal characters, ``.``, ``[...]``
@@ -20,7 +20,6 @@ from typing import FrozenSet, List, Optional, Tuple
 
 MAX_PATTERN = 256  # characters: a few alert names or prefixes
 MAX_DEPTH = 16  # nested groups
-_META = set(".[]()*+?|\\{}^$")
 _CLASSES = {"d": (False, "", (("0", "9"),)), "w": (False, "_", (("a", "z"), ("A", "Z"), ("0", "9"))),
             "s": (False, " \t\n\r\f\v", ())}
 
@@ -120,7 +119,7 @@ class _Builder:
         elif c == "[":
             pred = self.klass()
         elif c == "\\":
-            pred = self.escape(False)
+            pred = self.escape()
         else:
             pred = (False, c, ())
         s = self.state("c", pred)
@@ -143,7 +142,7 @@ class _Builder:
         self.depth -= 1
         return inner
 
-    def escape(self, in_class: bool) -> Pred:
+    def escape(self) -> Tuple[bool, str, Tuple[Tuple[str, str], ...]]:
         c = self.peek()
         if not c:
             raise self.fail("the pattern ends with a lone backslash")
@@ -173,7 +172,7 @@ class _Builder:
             first = False
             self.pos += 1
             if c == "\\":
-                negated_sub, members, spans = self.escape(True)  # type: ignore[misc]
+                negated_sub, members, spans = self.escape()
                 if negated_sub:
                     raise self.fail("\\D, \\W and \\S are not supported inside [...]: list what to match instead")
                 if len(members) != 1 or spans:  # \d, \w, \s: their members join the class
