@@ -212,3 +212,26 @@ def test_node_config_server_status_names_the_nodes_waiting_for_blocking_pods():
                                                     "nodes": {"w0": ["jobs/a"]}}}}}
     assert "blocking pods: 1 node(s) wait while pods matching 'app=batch' run on them (w0)" in \
         progress.pool_blocking("worker", view)
+
+
+def test_a_failed_list_of_pods_holds_the_pools_new_targeting_and_says_why_as_kured_blocks_on_a_query_error():
+    from agent.server.store.kube.client import KubeUnavailable
+
+    class Away:  # the Kubernetes backend's drainer, its API server unreachable
+        class client:  # noqa: N801
+            @staticmethod
+            def list(path, params=None, transform=None):
+                assert (path, params) == ("/api/v1/pods", {"labelSelector": "app=batch", "fieldSelector": (
+                    "status.phase!=Succeeded,status.phase!=Failed,status.phase!=Unknown")})
+                raise KubeUnavailable("GET /api/v1/pods: API server https://api:6443 unreachable: ConnectionError")
+
+    cluster = type("Cluster", (), {"drainer": Away()})()
+    got = podblockers.read(cluster, {"metadata": {"annotations": {ANNOTATION: "app==batch"}}})
+    assert got.hold.startswith("the pods matching the pool's blocking-pod selector 'app=batch' could not be listed, "
+                               "so nothing is newly targeted until they can"), got.hold
+    assert got.record["unavailable"].endswith("unreachable: ConnectionError")
+    decision = targeting.step(fleet(2), {}, B, None, 1, UPSTREAM, got.hold, 1.0, got.nodes)
+    assert decision.targeted == [] and decision.waiting.startswith("the pods matching")
+    status = {"rollout": {"blockingPods": got.record}}
+    assert rolloutview.blocking_pods_holds([{"metadata": {"name": "worker"}, "status": status}]) == [
+        f"worker: blocking pods could not be listed, nothing is newly targeted: {got.record['unavailable']}"]
