@@ -12,7 +12,10 @@ state in the API: the default ``--store kubernetes``):
   the rollout goes on to it;
 - a Node that is not ready (cordoned by the admin, or its Ready condition False) is no candidate
   and counts as unavailable, holding a slot of maxUnavailable (``getAllCandidateMachines``,
-  ``IsUnavailableForUpdate``, ``CheckNodeReady``); the pool's ``status.rollout`` says why.
+  ``IsUnavailableForUpdate``, ``CheckNodeReady``); the pool's ``status.rollout`` says why;
+- ours: a Node running a pod that the pool's blocking-pod selector matches (Pod objects bound to it
+  by ``spec.nodeName``; no kubelet) is not targeted, named with its pod, while the next Node is, and
+  is targeted in its turn once the pod is deleted (agent/server/rollout/blockingpods.py).
 
 The tests play node-agent over HTTP (fetch as a member, report) and the kubelet (the Node objects,
 their Ready condition); each test has a pool and Nodes of its own. Every version of a test's Nodes
@@ -463,3 +466,67 @@ def test_a_node_not_ready_is_not_targeted_and_holds_a_slot_of_max_unavailable_an
     assert why in status["waitReason"] and status["notReady"] == {nodes[0]: why}, status
     assert [e["message"] for e in events(kube, pool, "SetDesiredConfig")] == [
         f"Targeted node {nodes[1]} to MachineConfig: {b}"]
+
+
+# -- 4. a node running a blocking pod waits (ours) ------------------------------------------------------
+
+BLOCKING = "app in (batch-job),!may-interrupt"
+
+
+def pod_on(kube, ns, name, node, labels):
+    """A Pod bound to ``node`` (spec.nodeName set as the scheduler's binding sets it; no kubelet
+    runs it, so its phase stays Pending, which counts as running as kured counts it)."""
+    r = kube.session().post(f"{kube.url}/api/v1/namespaces/{ns}/pods", timeout=10, json={
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeName": node, "automountServiceAccountToken": False,
+                 "containers": [{"name": "c", "image": "registry.invalid/pause:1"}]}})
+    assert r.status_code == 201, r.text
+
+
+def node_row(srv, name):
+    r = srv.session().get(srv.url(f"/api/v1/nodes/{name}"), timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_a_node_running_a_blocking_pod_waits_named_while_the_next_one_goes_and_goes_in_its_turn_once_it_is_gone(
+        kube, server):
+    pool = "blocking"
+    nodes = [f"{pool}-{i}" for i in range(3)]  # the oldest first
+    a = pool_done_on_its_first_target(kube, server, pool, nodes, 1)
+    ns = kube.create_namespace("blocking-jobs")
+    pod_on(kube, ns, "batch-0", nodes[0], {"app": "batch-job"})
+    pod_on(kube, ns, "batch-1", nodes[1], {"app": "batch-job", "may-interrupt": ""})  # the selector lets it go
+    pod_on(kube, ns, "done-1", nodes[1], {"app": "batch-job"})
+    patch(kube, f"/api/v1/namespaces/{ns}/pods/done-1/status", {"status": {"phase": "Succeeded"}})  # ended
+    patch(kube, f"{MCO}/machineconfigpools/{pool}", {"metadata": {"annotations": {
+        "node-config-server.openshift.io/blocking-pod-selector": BLOCKING}}})
+    wait_for(lambda: rollout(server, pool).get("blockingPods", {}).get("selector") == BLOCKING,
+             "the pool reads its blocking-pod selector")
+
+    apply(kube, machine_config(pool, f"60-{pool}-b", f"/etc/{pool}-b"))
+    b = wait_for(lambda: (lambda t: t != a and t)(target(server, pool)), "B is the target")
+    # maxUnavailable 1: the oldest node runs a blocking pod, so the next one is targeted instead
+    wait_for(lambda: served(server, pool, nodes[1]) == (b, "updating"), f"{nodes[1]} served B, updating")
+    status = wait_for(lambda: (lambda r: r.get("blockingPods", {}).get("waiting") and r)(rollout(server, pool)),
+                      f"{nodes[0]} named as waiting for its blocking pod")
+    assert status["blockingPods"] == {"selector": BLOCKING, "waiting": 1, "nodes": {nodes[0]: [f"{ns}/batch-0"]}}
+    assert status["updating"] == [nodes[1]] and status["waiting"] == [nodes[0], nodes[2]], status
+    assert f"{nodes[0]} ({ns}/batch-0)" in status["waitReason"], status
+    row = node_row(server, nodes[0])["rollout"]
+    assert row["state"] == "Waiting" and row["reason"].startswith(f"blocking pod(s) {ns}/batch-0 run on it"), row
+    assert served(server, pool, nodes[0]) == (a, "waiting")
+    assert annotations(node(kube, nodes[0])).get(MCD + "desiredConfig") == a
+
+    report(server, pool, nodes[1], "Done", b)  # its slot is free: the next candidate is the third node
+    wait_for(lambda: served(server, pool, nodes[2]) == (b, "updating"), f"{nodes[2]} served B, updating")
+    assert served(server, pool, nodes[0]) == (a, "waiting")
+
+    r = kube.session().delete(f"{kube.url}/api/v1/namespaces/{ns}/pods/batch-0", params={"gracePeriodSeconds": 0},
+                              timeout=10)
+    assert r.status_code == 200, r.text
+    wait_for(lambda: rollout(server, pool)["blockingPods"].get("waiting") == 0, "the pod is gone: nobody waits for it")
+    assert served(server, pool, nodes[0]) == (a, "waiting")  # maxUnavailable 1 is still taken
+    report(server, pool, nodes[2], "Done", b)
+    wait_for(lambda: served(server, pool, nodes[0]) == (b, "updating"), f"{nodes[0]} served B in its turn")
+    wait_for(lambda: annotations(node(kube, nodes[0])).get(MCD + "desiredConfig") == b, f"{nodes[0]}'s desiredConfig B")

@@ -4,6 +4,8 @@ agent/server/rollout/targeting.py ``summary`` and ``node_state``)."""
 
 from typing import Any, Dict, List
 
+from agent.server.rollout.blockingpods import listed
+
 
 def _names(names: List[str], count: int) -> str:
     more = count - len(names)
@@ -126,6 +128,45 @@ def alerts_lines(pools: List[Dict[str, Any]]) -> List[str]:
             out.append(f"{(p.get('metadata') or {}).get('name', '')}: HOLDING on alerts: {_alerts_text(a)}"
                        if a.get("holding") else
                        f"{(p.get('metadata') or {}).get('name', '')}: alert gate: {_alerts_text(a)}")
+    return out
+
+
+def blocking_pods_lines(status: Dict[str, Any]) -> List[str]:
+    """``describe pool``'s Blocking pods line (ours: agent/server/rollout/blockingpods.py): the
+    selector and each node waiting for its pods; an invalid annotation, a failed list, or the
+    directory backend (no pods: no effect), said as such."""
+    b = (status.get("rollout") or {}).get("blockingPods") or {}
+    if not b:
+        return []
+    if b.get("invalid"):
+        return [f"Blocking pods:       INVALID, nothing is newly targeted until it is fixed: {b['invalid']}"]
+    head = f"Blocking pods:       selector {b.get('selector', '')!r}: "
+    if b.get("unavailable"):
+        return [head + f"the pods could not be listed, nothing is newly targeted until they can: {b['unavailable']}"]
+    if b.get("ignored"):
+        return [head + str(b["ignored"])]
+    nodes = b.get("nodes") or {}
+    count = int(b.get("waiting") or 0)
+    lines = [head + (f"{count} node(s) wait for their pods (the next nodes go in their place)" if count
+                     else "no node waiting for its turn runs a matching pod")]
+    lines += [f"  {node}: {listed(pods)}" for node, pods in sorted(nodes.items())]
+    if count > len(nodes):
+        lines.append(f"  and {count - len(nodes)} more node(s)")
+    return lines
+
+
+def blocking_pods_holds(pools: List[Dict[str, Any]]) -> List[str]:
+    """Under ``get pools``: each pool whose blocking-pod selector holds it (invalid, or the pods
+    could not be listed): a rollout that does not move is never out of sight."""
+    out = []
+    for p in pools:
+        b = ((p.get("status") or {}).get("rollout") or {}).get("blockingPods") or {}
+        name = (p.get("metadata") or {}).get("name", "")
+        if b.get("invalid"):
+            out.append(f"{name}: blocking-pod selector INVALID, nothing is newly targeted until it is fixed: "
+                       f"{b['invalid']}")
+        elif b.get("unavailable"):
+            out.append(f"{name}: blocking pods could not be listed, nothing is newly targeted: {b['unavailable']}")
     return out
 
 

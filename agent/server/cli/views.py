@@ -98,8 +98,9 @@ def pools_table(pools: List[Dict[str, Any]], now: float, wide: bool = False, wid
 
     text = fit(build, width, wide, POOL_OPTIONAL, wide_only=POOL_WIDE)
     under = ((degraded_lines(pools) if degraded else []) + approval_lines(pools) + draining_lines(pools, now)
-             + rolloutview.window_lines(pools, now) + rolloutview.alerts_lines(pools)  # windows, alert gates too
-             + firstbootviews.pool_lines(pools))
+             + rolloutview.window_lines(pools, now) + rolloutview.blocking_pods_holds(pools)
+             + rolloutview.alerts_lines(pools)
+             + firstbootviews.pool_lines(pools))  # windows, blocking pods, alert gates, first boots too
     return text + "".join(line + "\n" for line in under) if draining else text
 
 
@@ -187,6 +188,7 @@ def describe_pool(pool: Dict[str, Any], now: float) -> str:
         *(f"  {node}: {_drain_text(d, now)}" for node, d in sorted((drain.get("nodes") or {}).items())),
         *pool_rollout_lines(st, bool(spec.get("paused"))),
         *rolloutview.window_line(st, now),  # ours: the pool's maintenance window
+        *rolloutview.blocking_pods_lines(st),  # ours: the pool's blocking pods
         *rolloutview.alerts_line(st),  # ours: the pool's alert gate
         "Served to new nodes:",
         f"  Config:            {served.get('config', '')}",

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
 from agent.core.rolloutpolicy import rollout_policy
-from agent.server.cluster import poolview, renderreview
+from agent.server.cluster import podblockers, poolview, renderreview
 from agent.server.cluster.alertsource import PrometheusAlerts, gate_state
 from agent.server.cluster.kube_pools import pool_update_events
 from agent.server.cluster.members import MemberMemo, in_first_boot
@@ -114,6 +114,7 @@ class RolloutControl:
         invalid = f"the pool is invalid: {refused[0]}" if refused else ""
         arbiter = candidates.arbiter_hold(name, self._partner_unavailable(st, name))
         outside, window = window_state(pool, self.clock())  # ours: the pool's maintenance window
+        blocking = podblockers.read(self, pool)  # ours: its blocking pods (one list of pods, off any request)
         alerting, alerts = gate_state(pool, self.alert_source)  # ours: the pool's alert gate (never waits on it)
 
         def decide(row: Optional[PoolRow]) -> Optional[PoolRow]:
@@ -135,13 +136,15 @@ class RolloutControl:
                 rollout.pop("pinned", None)
             image, image_why = gating.layered_image_info(name, step.target, st.os_configs, st.os_builds)
             hold = invalid or targeting.hold_reason(step.target, bool(spec.get("paused")), gating.os_config_for_pool(
-                name, st.os_configs) is not None, image, image_why) or arbiter or outside or alerting
+                name, st.os_configs) is not None, image, image_why) or arbiter or outside or blocking.hold \
+                or alerting
             limit = candidates.arbiter_limits(name, list(st.pools), parse_max_unavailable(spec.get("maxUnavailable"),
                                                                                           len(members)))
-            decision = targeting.step(members, rollout, step.target, image, limit, policy, hold, now)
+            decision = targeting.step(members, rollout, step.target, image, limit, policy, hold, now, blocking.nodes)
             decision.rollout.pop("window", None)
             if window is not None:
                 decision.rollout["window"] = window
+            podblockers.attach(decision.rollout, blocking, decision.blocked)
             decision.rollout.pop("alerts", None)
             if alerts is not None:
                 decision.rollout["alerts"] = alerts

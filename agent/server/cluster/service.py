@@ -315,7 +315,8 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         listing no node (the status writes, /metrics) gets only what the pool's row says (halted,
         why the others wait, the window)."""
         if max_nodes <= 0:
-            keep = {"halted": "halted", "waiting": "waitReason", "window": "window", "alerts": "alerts"}
+            keep = {"halted": "halted", "waiting": "waitReason", "window": "window", "blockingPods": "blockingPods",
+                    "alerts": "alerts"}
             return {"target": row.target, **{out: row.rollout[k] for k, out in keep.items() if row.rollout.get(k)}}
         members = self.members_seen(st, name)
         inputs = (row, image, limit)

@@ -13,15 +13,16 @@ function it mirrors:
 - ``arbiter_hold`` and ``ARBITER_MAX_UNAVAILABLE``: the HighlyAvailableArbiter rules of
   node_controller.go (the arbiter pool follows master's coordination).
 
-Ours, each named so: only Nodes node-agent reports for are candidates (``Member.ours``), and a
-failed node under a failure budget holds a slot only while it is let retry (``retrying``).
+Ours, each named so: only Nodes node-agent reports for are candidates (``Member.ours``), a
+failed node under a failure budget holds a slot only while it is let retry (``retrying``), and a
+candidate running a blocking pod is skipped (``blocked``: agent/server/rollout/blockingpods.py).
 
 A node's report here is what upstream's rules read on its Node: desiredConfig and desiredImage the
 server's decision (targeting.effective), current config, image and state the node's own.
 """
 
 from dataclasses import dataclass, field
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, List, Mapping, Optional, Sequence, Tuple
 
 from agent.server.rollout import nodestatus
 
@@ -55,6 +56,7 @@ class Candidates:
     failing: List[str]  # not candidates (desiring the target) and failing on it
     room: int = 0  # maxUnavailable less the unavailable Nodes, before the failing ones take theirs
     not_ready: List[str] = field(default_factory=list)  # candidates skipped: not ready (cordoned, NotReady)
+    blocked: List[str] = field(default_factory=list)  # ours: candidates skipped for their blocking pods
 
 
 def is_desired_equal_to_pool(report: Optional[Mapping[str, Any]], target: str, image: Optional[str]) -> bool:
@@ -92,7 +94,7 @@ def needs_update_in_progress_taint(report: Optional[Mapping[str, Any]], target: 
 
 def get_all_candidate_machines(members: Sequence[Member], effective: Mapping[str, Optional[Mapping[str, Any]]],
                                target: str, image: Optional[str], max_unavailable: int,
-                               retrying: Sequence[str] = ()) -> Candidates:
+                               retrying: Sequence[str] = (), blocked: Collection[str] = ()) -> Candidates:
     """node_controller.go ``getAllCandidateMachines``: capacity is maxUnavailable less the unavailable
     Nodes (``IsUnavailableForUpdate``); a Node that is no candidate (``CheckNodeCandidacyForUpdate``)
     and failing (``IsNodeMCDFailing``) takes capacity too ("if the issue clears we don't want
@@ -100,8 +102,10 @@ def get_all_candidate_machines(members: Sequence[Member], effective: Mapping[str
     DiskPressure, NetworkUnavailable) is skipped. ``effective``: each member's report as its Node
     reads (name -> report). Ours: only members node-agent reports for are candidates; under a
     failure budget the caller names in ``retrying`` the failed nodes let retry, each holding a slot
-    (the others hold none: ``Candidates.room`` is then the capacity)."""
-    unavailable, failing, nodes, skipped, held = [], [], [], [], []
+    (the others hold none: ``Candidates.room`` is then the capacity); a candidate named in
+    ``blocked`` (a blocking pod runs on it) is skipped as a not-ready one is, but holds no slot:
+    it is available, only not to be disturbed now."""
+    unavailable, failing, nodes, skipped, held, waits = [], [], [], [], [], []
     for m in members:
         eff = effective.get(m.name)
         if nodestatus.is_unavailable_for_update(m.not_ready, eff):
@@ -115,10 +119,12 @@ def get_all_candidate_machines(members: Sequence[Member], effective: Mapping[str
         if m.not_ready:
             skipped.append(m.name)
             continue
-        if m.ours:
+        if m.ours and m.name in blocked:
+            waits.append(m.name)
+        elif m.ours:
             nodes.append(m)
     room = max(0, max_unavailable - len(unavailable) - len(held))
-    return Candidates(nodes, max(0, room - len(failing)), unavailable, failing, room, skipped)
+    return Candidates(nodes, max(0, room - len(failing)), unavailable, failing, room, skipped, waits)
 
 
 def sort_node_list(members: Sequence[Member]) -> List[Member]:

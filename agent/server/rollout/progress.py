@@ -335,6 +335,12 @@ def pool_blocking(name: str, view: Dict[str, Any]) -> List[str]:
             reasons.append(f"held: its maintenance window is invalid: {window['invalid']}")
         elif window.get("open") is False:
             reasons.append(f"held: outside its maintenance window ({window.get('schedule')}) until {window.get('opensAt')}")
+        pods = (status.get("rollout") or {}).get("blockingPods") or {}  # ours: blockingpods.py
+        if pods.get("invalid") or pods.get("unavailable"):
+            reasons.append(f"held: its blocking-pod selector: {pods.get('invalid') or pods.get('unavailable')}")
+        elif pods.get("waiting"):
+            reasons.append(f"blocking pods: {pods['waiting']} node(s) wait while pods matching "
+                           f"{pods.get('selector')!r} run on them ({', '.join(sorted(pods.get('nodes') or {}))})")
         alerts = (status.get("rollout") or {}).get("alerts") or {}  # ours: alertgate.py
         if alerts.get("holding"):
             reasons.append(f"held by its alert gate ({alerts.get('pattern') or 'invalid'}): " + (

@@ -5,7 +5,7 @@ import math
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from agent.server.rollout import nodestatus
+from agent.server.rollout import blockingpods, nodestatus
 from agent.server.rollout.candidates import Member, is_desired_equal_to_pool
 from agent.server.rollout.targeting import LISTED, desired_of, effective, entry_of
 
@@ -35,6 +35,10 @@ def node_state(member: Member, rollout: Optional[Mapping[str, Any]], target: str
         return "Updating", f"targeted to {desired} (an earlier target; the pool's is {target})"
     if member.not_ready:
         return "Waiting", f"{member.not_ready}: not targeted until it is ready (upstream skips it)"
+    blocking = (rollout or {}).get("blockingPods") or {}
+    pods = (blocking.get("nodes") or {}).get(member.name)
+    if pods:  # ours: skipped for its blocking pods (blockingpods.py)
+        return "Waiting", blockingpods.node_why(pods, str(blocking.get("selector") or ""))
     reason = str((rollout or {}).get("halted") or (rollout or {}).get("waiting") or "waiting for its turn")
     return "Waiting", reason
 
@@ -42,7 +46,8 @@ def node_state(member: Member, rollout: Optional[Mapping[str, Any]], target: str
 def summary(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target: str, image: Optional[str],
             max_unavailable: int, now: float) -> Dict[str, Any]:
     """The pool's ``status.rollout``: who updates, who waits and why, who failed, who is deferred,
-    the pool's maintenance window (agent/server/rollout/windows.py ``state``), and an estimate of
+    the pool's maintenance window (agent/server/rollout/windows.py ``state``), its blocking pods
+    (blockingpods.py ``record``), and an estimate of
     the end from the measured durations (bounded: LISTED names per group; none while the window is
     closed)."""
     groups: Dict[str, List[str]] = {}
@@ -63,7 +68,8 @@ def summary(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], tar
     if not_ready:
         out["notReady"] = {k: not_ready[k] for k in sorted(not_ready)[:LISTED]}
     for key, name in (("halted", "halted"), ("waiting", "waitReason"), ("started", "started"),
-                      ("canaryAt", "canaryAt"), ("window", "window"), ("alerts", "alerts")):
+                      ("canaryAt", "canaryAt"), ("window", "window"), ("blockingPods", "blockingPods"),
+                      ("alerts", "alerts")):
         if (rollout or {}).get(key):
             out[name] = rollout[key]  # type: ignore[index]
     left = len(members) - len(groups.get("Done", [])) - len(groups.get("Unmanaged", []))

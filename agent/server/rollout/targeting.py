@@ -22,7 +22,9 @@ Ours, each named as ours (agent/core/rolloutpolicy.py reads the pool's and the N
 - ``defer``: a node whose drain a PodDisruptionBudget holds past a time gives its slot back,
   keeps its config, and is tried again once every other node is done;
 - only nodes with a node-agent report are targeted: a Node a real MCD (or nothing) manages is
-  counted as upstream counts it, from its own annotations, but its desiredConfig is never written.
+  counted as upstream counts it, from its own annotations, but its desiredConfig is never written;
+- ``blocked``: a candidate running a pod the pool's blocking-pod selector matches is skipped, as a
+  not-ready one is, without holding a slot; the next candidate goes (blockingpods.py).
 
 The state is the pool's ``rollout`` record, kept with the pool's row in the node store and
 changed only by ``update_pool``'s compare-and-swap, so every replica and worker shares one
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from agent.core.rolloutpolicy import RolloutPolicy, node_priority
-from agent.server.rollout import candidates, nodestatus
+from agent.server.rollout import blockingpods, candidates, nodestatus
 from agent.server.rollout.candidates import (  # noqa: F401 (Member: the type step takes, named here too)
     Candidates,
     Member,
@@ -58,6 +60,7 @@ class Decision:
     halted: str = ""  # why no node is targeted although some wait, when the rollout stopped itself
     waiting: str = ""  # why the waiting nodes wait (capacity, canary, paused)
     retried: List[str] = field(default_factory=list)  # ours: failed nodes let retry by this step (failure budget)
+    blocked: List[str] = field(default_factory=list)  # ours: candidates skipped for their blocking pods
 
 
 def entry_of(rollout: Optional[Mapping[str, Any]], node: str) -> Optional[Dict[str, Any]]:
@@ -97,12 +100,14 @@ def with_desired(report: Optional[Mapping[str, Any]], entry: Optional[Mapping[st
 
 
 def get_all_candidate_machines(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target: str,
-                               image: Optional[str], max_unavailable: int) -> Candidates:
+                               image: Optional[str], max_unavailable: int,
+                               blocked: Mapping[str, Sequence[str]] = {}) -> Candidates:  # noqa: B006 (read only)
     """candidates.get_all_candidate_machines on the members as their Nodes read (``effective``),
-    the failed nodes let retry (ours, under a failure budget) each holding a slot."""
+    the failed nodes let retry (ours, under a failure budget) each holding a slot, the nodes
+    running blocking pods (ours) skipped."""
     eff = {m.name: effective(m, entry_of(rollout, m.name)) for m in members}
     retrying = [n for n, e in ((rollout or {}).get("targets") or {}).items() if isinstance(e, dict) and e.get("retry")]
-    return candidates.get_all_candidate_machines(members, eff, target, image, max_unavailable, retrying)
+    return candidates.get_all_candidate_machines(members, eff, target, image, max_unavailable, retrying, blocked)
 
 
 def rollout_order(members: Sequence[Member], deferred: Sequence[str] = ()) -> List[Member]:
@@ -190,10 +195,13 @@ def _canary_room(members: Sequence[Member], rollout: Dict[str, Any], target: str
 
 
 def step(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target: str, image: Optional[str],
-         max_unavailable: int, policy: RolloutPolicy, hold: str, now: float) -> Decision:
+         max_unavailable: int, policy: RolloutPolicy, hold: str, now: float,
+         blocked: Mapping[str, Sequence[str]] = {}) -> Decision:  # noqa: B006 (read only)
     """One sync of the pool: the new rollout record and the nodes targeted by it. ``hold``: why
     nobody is targeted now ("" when nothing holds): the pool is paused, (a layered pool) the
     target's image is not built yet (``hold_reason``), the pool is invalid or an arbiter rule holds.
+    ``blocked``: ours, node -> the blocking pods running on it (``namespace/name``): such a
+    candidate is not targeted now; a node already targeted goes on.
     Upstream's ``syncMachineConfigPool`` then returns before touching any Node: nobody is targeted
     or retargeted (only the entries of nodes Done on them go), and only why, and who waits, is said."""
     out: Dict[str, Any] = {k: v for k, v in dict(rollout or {}).items() if k not in ("halted", "waiting")}
@@ -208,7 +216,7 @@ def step(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target
     retargeted = _retarget_unstarted(by_name, out, target, image, now)
     _compact(by_name, out, target, now)
     budget = policy.failure_budget is not None
-    cands = get_all_candidate_machines(members, out, target, image, max_unavailable)
+    cands = get_all_candidate_machines(members, out, target, image, max_unavailable, blocked)
     unmanaged_failing = [n for n in cands.failing if not by_name[n].ours]  # a real MCD retries as it will
     if budget:  # ours: a failed node holds no slot; it waits for one before it retries
         _park_failed([n for n in cands.failing if by_name[n].ours], out, target, image, now)
@@ -227,10 +235,10 @@ def step(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target
     waiting = ""
     if len(chosen) < len(eligible):
         waiting = why or _capacity_reason(cands, chosen, max_unavailable)
-    waiting += _not_ready_reason(cands, by_name)
+    waiting += _not_ready_reason(cands, by_name) + _blocked_reason(cands, blocked)
     decision = _decided(out, [n for n in retargeted if n in out["targets"]] + [m.name for m in chosen], halted,
                         waiting.lstrip("; "))
-    decision.retried = retried
+    decision.retried, decision.blocked = retried, cands.blocked
     return decision
 
 
@@ -250,6 +258,15 @@ def _not_ready_reason(cands: Candidates, by_name: Mapping[str, Member]) -> str:
         return ""
     named = "; ".join(by_name[n].not_ready or n for n in cands.not_ready[:LISTED])
     return (f"; not ready, so not targeted until they are (upstream skips them): {named}")
+
+
+def _blocked_reason(cands: Candidates, blocked: Mapping[str, Sequence[str]]) -> str:
+    """Ours: the candidates skipped for their blocking pods, each with its pods named."""
+    if not cands.blocked:
+        return ""
+    named = "; ".join(f"{n} ({blockingpods.named(blocked[n])})" for n in cands.blocked[:LISTED])
+    more = f"; and {len(cands.blocked) - LISTED} more" if len(cands.blocked) > LISTED else ""
+    return f"; blocking pods run on them, so not targeted while they do (the next nodes go): {named}{more}"
 
 
 def _park_failed(failing: List[str], rollout: Dict[str, Any], target: str, image: Optional[str], now: float) -> None:
