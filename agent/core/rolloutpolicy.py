@@ -17,7 +17,9 @@ targeted first (a canary group: ``oc label node w1 w2 node-config-server.openshi
 within one priority, upstream's order (zone, then oldest first).
 
 The pool's ``node-config-server.openshift.io/maintenance-window`` (when nodes may be newly
-targeted) is read by agent/server/rollout/windows.py: an invalid one holds the pool, which says why.
+targeted) is read by agent/server/rollout/windows.py, its ``node-config-server.openshift.io/alert-gate``
+(alert names that hold it while they fire) and ``...alert-gate-unreachable`` by
+agent/server/rollout/alertgate.py: an invalid one holds the pool, which says why.
 """
 
 import re

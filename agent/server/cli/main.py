@@ -33,6 +33,7 @@ from agent.server.cli.storecmds import (
     store_config,
 )
 from agent.server.cli.viewcmds import add_client_options, add_parsers
+from agent.server.cluster.alertsource import Starting, check_url
 from agent.server.cluster.backends import DEFAULT_DATA_DIR, NODES_DB, status_nodes_db
 
 EXIT_OK = 0
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                            "(default: 32)")
     _timeout_args(p)
     add_drain_args(p)
+    p.add_argument("--prometheus-url", default=None, metavar="URL",
+                   help="a Prometheus whose firing alerts hold the pools with an alert gate (the pool annotation "
+                        "node-config-server.openshift.io/alert-gate: docs/rollout.md, \"Alert gates\")")
     p.add_argument("--lease-ttl", type=float, default=600.0, metavar="SECONDS",
                    help="drain lease lifetime unless renewed (default: 600)")
     p.add_argument("--firstboot-deadline", type=_deadline, default=None, metavar="DURATION",
@@ -189,7 +193,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     store = store_config(args)
     try:
         token, admin_token, host, port = checked_serve_args(args, store)
-        store = dataclasses.replace(store, drain=drain_cadence(args))
+        store = dataclasses.replace(store, drain=drain_cadence(args), prometheus_url=check_url(args.prometheus_url))
     except ValueError as exc:
         _err(str(exc))
         return getattr(exc, "exit_code", EXIT_USAGE)  # serveargs.ListenError: 69 for an address in use
@@ -219,7 +223,8 @@ def _first_render(args: argparse.Namespace, store) -> str:
 
     node_store, source = open_backends(store, args.state, 1.0, args.settle_seconds)
     db_path = os.path.join(args.nodes_dir, NODES_DB) if args.nodes_dir else None
-    cluster = Cluster(args.state, db_path=db_path, lease_ttl=args.lease_ttl, store=node_store, watcher=source)
+    cluster = Cluster(args.state, db_path=db_path, lease_ttl=args.lease_ttl, store=node_store, watcher=source,
+                      alert_source=Starting() if store.prometheus_url else None)  # no thread before the fork
     st = cluster.watcher.current()
     if not getattr(cluster.watcher, "logs_problems", False):  # a state directory's watcher has logged them
         _print_problems(st.problems)

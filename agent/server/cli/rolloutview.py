@@ -99,6 +99,38 @@ def window_lines(pools: List[Dict[str, Any]], now: float) -> List[str]:
     return out
 
 
+def _alerts_text(a: Dict[str, Any]) -> str:
+    """What the pool's alert gate (agent/server/rollout/alertgate.py) says now."""
+    if a.get("invalid"):
+        return f"INVALID, nothing is newly targeted until it is fixed: {a['invalid']}"
+    if a.get("unanswered"):
+        then = "the rollout goes on (" + str(a.get("override")) + ")" if a.get("override") else \
+            "nothing is newly targeted (fail closed)"
+        return f"{a.get('pattern', '')}: {a['unanswered']}; {then}"
+    if a.get("holding"):
+        return f"{a.get('pattern', '')}: HOLDING, {a.get('count', 0)} alert(s) fire: " \
+               f"{_names(a.get('firing') or [], int(a.get('count') or 0))}"
+    return f"{a.get('pattern', '')}: no matching alert fires"
+
+
+def alerts_line(status: Dict[str, Any]) -> List[str]:
+    """``describe pool``'s Alert gate line: the pattern and the alerts it waits for."""
+    a = (status.get("rollout") or {}).get("alerts") or {}
+    return [f"Alert gate:          {_alerts_text(a)}"] if a else []
+
+
+def alerts_lines(pools: List[Dict[str, Any]]) -> List[str]:
+    """Under ``get pools``: each pool its alert gate holds, and why."""
+    out = []
+    for p in pools:
+        a = ((p.get("status") or {}).get("rollout") or {}).get("alerts") or {}
+        if a.get("holding") or a.get("override"):
+            out.append(f"{(p.get('metadata') or {}).get('name', '')}: HOLDING on alerts: {_alerts_text(a)}"
+                       if a.get("holding") else
+                       f"{(p.get('metadata') or {}).get('name', '')}: alert gate: {_alerts_text(a)}")
+    return out
+
+
 def blocking_pods_lines(status: Dict[str, Any]) -> List[str]:
     """``describe pool``'s Blocking pods line (ours: agent/server/rollout/blockingpods.py): the
     selector and each node waiting for its pods; an invalid annotation, a failed list, or the

@@ -99,7 +99,8 @@ def pools_table(pools: List[Dict[str, Any]], now: float, wide: bool = False, wid
     text = fit(build, width, wide, POOL_OPTIONAL, wide_only=POOL_WIDE)
     under = ((degraded_lines(pools) if degraded else []) + approval_lines(pools) + draining_lines(pools, now)
              + rolloutview.window_lines(pools, now) + rolloutview.blocking_pods_holds(pools)
-             + firstbootviews.pool_lines(pools))  # windows, blocking pods, first boots too
+             + rolloutview.alerts_lines(pools)
+             + firstbootviews.pool_lines(pools))  # windows, blocking pods, alert gates, first boots too
     return text + "".join(line + "\n" for line in under) if draining else text
 
 
@@ -188,6 +189,7 @@ def describe_pool(pool: Dict[str, Any], now: float) -> str:
         *pool_rollout_lines(st, bool(spec.get("paused"))),
         *rolloutview.window_line(st, now),  # ours: the pool's maintenance window
         *rolloutview.blocking_pods_lines(st),  # ours: the pool's blocking pods
+        *rolloutview.alerts_line(st),  # ours: the pool's alert gate
         "Served to new nodes:",
         f"  Config:            {served.get('config', '')}",
         f"  Image:             {served.get('image') or '<none>'}",

@@ -47,6 +47,7 @@ class StoreConfig:
     namespace: Optional[str] = None  # the kubernetes store's (None: the pod's, else DEFAULT_NAMESPACE)
     credentials_namespace: Optional[str] = None  # the node credentials' Secrets (None: "<namespace>-credentials")
     drain: Any = None  # with --backend kubernetes: draincadence.Cadence (None: the MCO's; serve --drain-*)
+    prometheus_url: str = ""  # serve --prometheus-url: the pools' alert gates (alertsource.py); "": none
 
     @property
     def is_kubernetes(self) -> bool:
@@ -252,3 +253,10 @@ def start_writers(cluster: Any, source: Any, drain: Any = None, namespace: str =
 
     cluster.delete_listeners.append(forgetting(sync))  # the admin's delete takes back what a name wrote
     return sync.start()
+
+
+def alert_source(config: StoreConfig) -> Any:
+    """``serve --prometheus-url``'s alerts for the pools' alert gates (alertsource.py); None without it."""
+    from agent.server.cluster.alertsource import PrometheusAlerts
+
+    return PrometheusAlerts(config.prometheus_url) if config.prometheus_url else None

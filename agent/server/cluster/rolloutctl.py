@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from agent.core.objectchecks import parse_max_unavailable
 from agent.core.rolloutpolicy import rollout_policy
 from agent.server.cluster import podblockers, poolview, renderreview
+from agent.server.cluster.alertsource import PrometheusAlerts, gate_state
 from agent.server.cluster.kube_pools import pool_update_events
 from agent.server.cluster.members import MemberMemo, in_first_boot
 from agent.server.cluster.poolqueue import Bell, PoolQueue, changed_nodes
@@ -47,6 +48,7 @@ class RolloutControl:
     bell: Bell  # rung for the nodes a step of their pool retargeted: held fetches wait on it (poolqueue.py)
     # the time a pool's maintenance window is read at (windows.py); tests set their own clock
     clock: Callable[[], float] = staticmethod(time.time)
+    alert_source: Optional[PrometheusAlerts] = None  # serve --prometheus-url: the pools' alert gates
 
     # -- members -------------------------------------------------------------------------------
 
@@ -113,6 +115,7 @@ class RolloutControl:
         arbiter = candidates.arbiter_hold(name, self._partner_unavailable(st, name))
         outside, window = window_state(pool, self.clock())  # ours: the pool's maintenance window
         blocking = podblockers.read(self, pool)  # ours: its blocking pods (one list of pods, off any request)
+        alerting, alerts = gate_state(pool, self.alert_source)  # ours: the pool's alert gate (never waits on it)
 
         def decide(row: Optional[PoolRow]) -> Optional[PoolRow]:
             rendered = r.name
@@ -133,7 +136,8 @@ class RolloutControl:
                 rollout.pop("pinned", None)
             image, image_why = gating.layered_image_info(name, step.target, st.os_configs, st.os_builds)
             hold = invalid or targeting.hold_reason(step.target, bool(spec.get("paused")), gating.os_config_for_pool(
-                name, st.os_configs) is not None, image, image_why) or arbiter or outside or blocking.hold
+                name, st.os_configs) is not None, image, image_why) or arbiter or outside or blocking.hold \
+                or alerting
             limit = candidates.arbiter_limits(name, list(st.pools), parse_max_unavailable(spec.get("maxUnavailable"),
                                                                                           len(members)))
             decision = targeting.step(members, rollout, step.target, image, limit, policy, hold, now, blocking.nodes)
@@ -141,6 +145,9 @@ class RolloutControl:
             if window is not None:
                 decision.rollout["window"] = window
             podblockers.attach(decision.rollout, blocking, decision.blocked)
+            decision.rollout.pop("alerts", None)
+            if alerts is not None:
+                decision.rollout["alerts"] = alerts
             conds = poolview.conditions(counts, step.target, step.current, {"held": step.held, "rendered": rendered},
                                         None, failing, bool(spec.get("paused")), name)
             conds.append(review.warnings_condition(renderreview.pool_warnings(self, st, name), rendered))
@@ -213,6 +220,8 @@ class RolloutControl:
         stepper = getattr(self, "_stepper", None)
         if stepper is not None:
             stepper.stop(timeout)
+        if self.alert_source is not None:  # no step asks any more
+            self.alert_source.close()
 
     def wake_pools(self, pools: Iterable[Optional[str]]) -> int:
         """Have ``pools`` stepped off the caller's path (their counters moved); a ticket for

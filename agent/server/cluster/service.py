@@ -64,7 +64,7 @@ def membership_signature(st: State) -> str:
 class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
     def __init__(self, state_dir: Optional[str], db_path: Optional[str] = None, lease_ttl: float = DEFAULT_TTL,
                  reload_interval: float = 1.0, store: Optional[NodeStore] = None, watcher: Any = None,
-                 settle: Optional[float] = None):
+                 settle: Optional[float] = None, alert_source: Any = None):
         """``store`` and ``watcher`` (a state source with ``current()``) default to SQLite at
         ``db_path`` and polling of the state directory (backends.open_backends gives etcd's).
         ``db_path`` defaults to nodes.db in the state directory, for library use and tests on a
@@ -97,6 +97,7 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         self.drainer: Any = None  # the Kubernetes backend's (kube_drain.Drainer): a lease drains the Node
         self.node_truth: Any = None  # the Kubernetes backend's (kube_nodes.NodeTruth): pools from Node objects
         self.bell = Bell()
+        self.alert_source = alert_source  # serve --prometheus-url's (alertsource.py): known to the first step too
         self._summaries: Dict[str, Tuple[Any, Any, Dict[str, Any]]] = {}  # pool -> (members, inputs, status.rollout)
         self.reconcile(force=True)
 
@@ -314,7 +315,8 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         listing no node (the status writes, /metrics) gets only what the pool's row says (halted,
         why the others wait, the window)."""
         if max_nodes <= 0:
-            keep = {"halted": "halted", "waiting": "waitReason", "window": "window", "blockingPods": "blockingPods"}
+            keep = {"halted": "halted", "waiting": "waitReason", "window": "window", "blockingPods": "blockingPods",
+                    "alerts": "alerts"}
             return {"target": row.target, **{out: row.rollout[k] for k, out in keep.items() if row.rollout.get(k)}}
         members = self.members_seen(st, name)
         inputs = (row, image, limit)

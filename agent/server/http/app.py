@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 from agent import __version__
 from agent.server.cluster import content
 from agent.server.cluster.accept import UnsupportedVersion
-from agent.server.cluster.backends import NODES_DB, StoreConfig, open_backends, start_writers
+from agent.server.cluster.backends import NODES_DB, StoreConfig, alert_source, open_backends, start_writers
 from agent.server.cluster.nodes import rfc3339
 from agent.server.cluster.replicaview import validator_warnings
 from agent.server.cluster.service import Cluster, UnknownPool
@@ -87,7 +87,8 @@ class App(NodeRoutes):
                                                    self.settle, self.counter.directory and said_once(self.counter.directory))
                     db_path = os.path.join(self.data_dir, NODES_DB) if self.data_dir and store is None else None
                     cluster = Cluster(self.state_dir, db_path=db_path, lease_ttl=self.lease_ttl, store=store,
-                                      watcher=watcher, reload_interval=self.reload_interval, settle=self.settle)
+                                      watcher=watcher, reload_interval=self.reload_interval, settle=self.settle,
+                                      alert_source=alert_source(self.store_config))  # the pools' alert gates
                     cluster.store.observe(self.counter.observe_store)
                     cluster.first_boot_listeners.append(self.counter.observe_first_boot)
                     if self.firstboot_deadline is not None:

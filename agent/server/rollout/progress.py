@@ -341,6 +341,11 @@ def pool_blocking(name: str, view: Dict[str, Any]) -> List[str]:
         elif pods.get("waiting"):
             reasons.append(f"blocking pods: {pods['waiting']} node(s) wait while pods matching "
                            f"{pods.get('selector')!r} run on them ({', '.join(sorted(pods.get('nodes') or {}))})")
+        alerts = (status.get("rollout") or {}).get("alerts") or {}  # ours: alertgate.py
+        if alerts.get("holding"):
+            reasons.append(f"held by its alert gate ({alerts.get('pattern') or 'invalid'}): " + (
+                alerts.get("invalid") or alerts.get("unanswered") or f"{alerts.get('count')} alert(s) fire: "
+                f"{', '.join(alerts.get('firing') or [])}"))
     return reasons
 
 

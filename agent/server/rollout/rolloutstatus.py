@@ -68,12 +68,14 @@ def summary(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], tar
     if not_ready:
         out["notReady"] = {k: not_ready[k] for k in sorted(not_ready)[:LISTED]}
     for key, name in (("halted", "halted"), ("waiting", "waitReason"), ("started", "started"),
-                      ("canaryAt", "canaryAt"), ("window", "window"), ("blockingPods", "blockingPods")):
+                      ("canaryAt", "canaryAt"), ("window", "window"), ("blockingPods", "blockingPods"),
+                      ("alerts", "alerts")):
         if (rollout or {}).get(key):
             out[name] = rollout[key]  # type: ignore[index]
     left = len(members) - len(groups.get("Done", [])) - len(groups.get("Unmanaged", []))
     durations = list((rollout or {}).get("durations") or [])
     closed = "window" in out and not out["window"].get("open")  # ours: nothing moves until the window opens
+    closed = closed or bool((out.get("alerts") or {}).get("holding"))  # ours: or while the alert gate holds
     if left and durations and not out.get("halted") and not closed:
         per = statistics.median(durations)
         out["estimate"] = {"seconds": round(math.ceil(left / max(1, max_unavailable)) * per),
