@@ -1,4 +1,4 @@
-"""tests/vm/image_archive.py: the docker-archive tarballs the VM guest imports with
+"""tools/image_archive.py: the docker-archive tarballs the VM guest imports with
 ``ctr -n k8s.io images import`` (no registry is reachable from it). The format is docker save's:
 manifest.json names the config and the layers by path, the config's diff_ids are the layers'
 sha256, and repositories maps the tag to the layer."""
@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from tests.vm.image_archive import docker_archive, main
+from tools.image_archive import docker_archive, main
 
 
 def members(data):
