@@ -36,8 +36,9 @@ echo "build-base.sh: debootstrap $suite ($pkgs) into $tmp (takes minutes)" >&2
 debootstrap --variant=minbase --include="$pkgs" "$suite" "$tmp/root" "$mirror" >"$tmp/debootstrap.log" 2>&1 || {
     tail -40 "$tmp/debootstrap.log" >&2; exit 1; }
 root="$tmp/root"
-chroot "$root" groupadd --system --gid 1001 node-config-server
-chroot "$root" useradd --system --uid 1001 --gid 1001 --no-create-home --home-dir /nonexistent \
+# 1001: deploy/deployment.yaml's runAsUser (not a --system id: those end at 999).
+chroot "$root" groupadd --gid 1001 node-config-server
+chroot "$root" useradd --uid 1001 --gid 1001 --no-create-home --home-dir /nonexistent \
     --shell /usr/sbin/nologin node-config-server
 chroot "$root" dpkg-query -W -f '${Package} ${Version}\n' > "$tmp/packages.txt"
 # Not needed at run time: apt's lists and caches, docs, man and info pages, locales, logs.
@@ -45,8 +46,9 @@ rm -rf "$root/var/lib/apt/lists/"* "$root/var/cache/apt/"* "$root/var/cache/debc
     "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/info" "$root/usr/share/locale" \
     "$root/var/log/"* "$root/run/"* "$root/dev/"*
 # Nothing runs as root in the container, and a setuid program would be the way up: no setuid or
-# setgid bit (su, mount, passwd, chage...). Nothing world-writable but the sticky /tmp and /var/tmp.
-find "$root" -xdev -type f -perm /6000 -exec chmod ug-s {} +
+# setgid bit (su, mount, passwd, chage...; the setgid /var/mail too). Nothing world-writable but
+# the sticky /tmp and /var/tmp.
+find "$root" -xdev ! -type l -perm /6000 -exec chmod ug-s {} +
 find "$root" -xdev -perm -0002 ! -type l ! \( -type d -perm -1000 \) -exec chmod o-w {} +
 find "$root" -xdev -type d -perm -1002 ! -path "$root/tmp" ! -path "$root/var/tmp" -exec chmod o-w {} +
 python3 "$here/../image_archive.py" layer "$root" "$tmp/layer.tar"
