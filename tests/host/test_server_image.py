@@ -23,6 +23,7 @@ import tarfile
 
 import pytest
 import requests
+import yaml
 
 from agent import __version__
 from tests.helpers.certs import make_tls
@@ -89,6 +90,18 @@ def test_the_archive_is_tagged_with_the_version_and_its_config_runs_the_server_a
     assert run["User"] == USER  # numeric: runAsNonRoot can check it without the image's passwd
     assert any(e.startswith("PATH=") for e in run["Env"])
     assert len(config["rootfs"]["diff_ids"]) == len(layers) == len(config["history"]) == 2
+
+
+def test_deploy_names_this_image_and_runs_it_as_the_images_user_with_a_read_only_root(contents):
+    _, config, _ = contents
+    with open(os.path.join(REPO, "deploy", "deployment.yaml")) as f:
+        deployment = next(d for d in yaml.safe_load_all(f) if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == TAG and "command" not in container  # args only: the entry point runs
+    assert str(pod["securityContext"]["runAsUser"]) == config["config"]["User"].split(":")[0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]  # the only place it writes
 
 
 def test_no_layer_holds_a_setuid_or_setgid_file_or_anything_world_writable_but_sticky_tmp(contents):
