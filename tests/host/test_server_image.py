@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import tarfile
+import tempfile
 
 import pytest
 import requests
@@ -37,6 +38,8 @@ ENTRYPOINT = "/usr/local/bin/node-config-server"
 USER = "1001:1001"
 STICKY_TMP = {"tmp", "var/tmp"}  # the only world-writable entries: sticky, and an emptyDir in the pod
 TOOLS = ("podman", "runc", "containerd", "ctr", "debootstrap", "unshare", "chroot")
+# One worker under make test's --dist loadgroup: one build, one podman store, one containerd.
+pytestmark = pytest.mark.xdist_group("server_image")
 
 
 def _run(args, timeout=300, **kw):
@@ -151,7 +154,8 @@ class Podman:
 
     def __init__(self, root):
         self.root = root
-        self.base = ["podman", "--root", f"{root}/storage", "--runroot", f"{root}/run", "--storage-driver",
+        self.runroot = tempfile.mkdtemp(prefix="ncs-podman-")  # podman wants it under 50 characters
+        self.base = ["podman", "--root", f"{root}/storage", "--runroot", self.runroot, "--storage-driver",
                      "overlay", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
         # As the Deployment runs it: a read-only root (podman gives /tmp a tmpfs, the pod an emptyDir),
         # no capability, no privilege escalation, the image's own (numeric) user.
@@ -168,6 +172,7 @@ class Podman:
         if os.path.ismount(overlay):  # podman's overlay driver bind-mounts its own directory
             subprocess.run(["umount", overlay], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.runroot, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
