@@ -180,8 +180,8 @@ rpm: venv
 
 # make image: node-config-server's container image (docs/install.md, "The image"), written to
 # build/node-config-server-image.tar, a docker-archive that podman load and ctr images import read.
-# Its base (Debian trixie minbase and the server's dependencies, from Debian's archive: about a
-# minute once, then cached in ~/.cache/node-agent-image or NODE_AGENT_IMAGE_CACHE) is image-base,
+# Its base (Debian trixie minbase and the server's dependencies, from Debian's archive: 1 to 2.5
+# minutes once, then cached in ~/.cache/node-agent-image or NODE_AGENT_IMAGE_CACHE) is image-base,
 # which make prepare builds beside the VM base; the wheel's layer is rebuilt every time (seconds).
 # The tests (tests/host/test_server_image.py) build it again into a temporary directory, run it
 # under podman and import it into a private containerd.

@@ -5,11 +5,12 @@ their bytecode), and it is run: loaded by podman and run read-only as 1001 with 
 serving TLS /healthz and a config as deploy/deployment.yaml runs it; imported by a private
 containerd (``ctr images import``, as the VM guest's kubelet gets its images) and run by ctr.
 
-The base layer is built once (debootstrap, about a minute; make prepare builds it before the suite,
-``make image-base``) and cached; the wheel's layer is built here from this tree (seconds). podman
-here: the overlay storage driver under a temporary root, runc (crun refuses this machine's hybrid
-cgroup v1/v2 mounts), cgroupfs (systemd is not PID 1 in every test sandbox), rlimits set (podman's
-defaults exceed what an unprivileged sandbox allows) and the host's network (nothing to set up).
+The base layer is built once (debootstrap, 1 to 2.5 minutes here; make prepare builds it before
+the suite, ``make image-base``) and cached; the wheel's layer is built here from this tree
+(seconds). podman here: the overlay storage driver under a temporary root, runc (crun refuses
+this machine's hybrid cgroup v1/v2 mounts), cgroupfs (systemd is not PID 1 in every test sandbox),
+rlimits set (podman's defaults exceed what this sandbox allows) and the host's network (nothing to
+set up).
 A missing tool (podman, runc, containerd, ctr, debootstrap) is a failure: make sysdeps installs them.
 """
 
@@ -52,7 +53,7 @@ def archive(tmp_path_factory):
     assert not missing, f"the image test needs {', '.join(missing)}: make sysdeps installs them (as root)"
     assert os.geteuid() == 0, "make image needs root (debootstrap, chroot, a mount namespace): run the test as root"
     out = str(tmp_path_factory.mktemp("image") / "node-config-server-image.tar")
-    # A cold base is a debootstrap (about a minute here, minutes on a slow mirror); then cached.
+    # A cold base is a debootstrap (1 to 2.5 minutes here, more on a slow mirror); then cached.
     done = _run(["bash", BUILD, out], timeout=1800)
     assert done.returncode == 0, f"build-image.sh failed:\n{done.stdout}\n{done.stderr}"
     assert done.stdout.split()[0] == TAG, done.stdout

@@ -17,9 +17,11 @@ if [ -f "$out/done" ]; then touch "$out/done"; echo "$out"; exit 0; fi
 command -v debootstrap >/dev/null || { echo "build-base.sh: debootstrap not found (make sysdeps installs it)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "build-base.sh: debootstrap needs root; run make image-base as root" >&2; exit 1; }
 
-# The Debian archive this machine's apt already uses (trixie is in the same archive as bookworm).
-mirror="${NODE_AGENT_IMAGE_MIRROR:-$(apt-get indextargets --format '$(SITE)' 'Created-By: Packages' 2>/dev/null \
-    | grep -v -- -security | head -1)}"
+# The Debian archive this machine's apt already uses: the one it has trixie from, else the one of
+# its own release (Debian 12's machines: trixie is in the same archive as bookworm).
+own="$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")"
+mirror="${NODE_AGENT_IMAGE_MIRROR:-$(apt-get indextargets --format '$(SITE) $(RELEASE)' 'Created-By: Packages' 2>/dev/null \
+    | awk -v s="$suite" -v o="$own" '$2 == s {print $1; exit} $2 == o && !f {f = $1} END {if (f) print f}' | head -1)}"
 [ -n "$mirror" ] || { echo "build-base.sh: no Debian archive in apt's sources; set NODE_AGENT_IMAGE_MIRROR" >&2; exit 1; }
 pkgs="$(grep -v '^#' "$here/packages.txt" | grep -v '^$' | paste -sd, -)"
 
