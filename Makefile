@@ -15,7 +15,7 @@ DEB_PACKAGES := dbus-daemon libdbus-1-dev libgirepository1.0-dev libcairo2-dev p
                 gir1.2-glib-2.0 rpm systemd python3-dev gcc man-db $(VM_DEB_PACKAGES)
 BENCH_DEB_PACKAGES := nginx-light cloud-init etcd-server haproxy wrk
 
-.PHONY: all demo kube-demo kube-demo-stop test lint compat unit vm-boot suite py39 venv39 rpm bench sysdeps clean help vm-test kube-bin prepare vm-base
+.PHONY: all demo kube-demo kube-demo-stop test lint compat unit vm-boot suite py39 venv39 rpm bench sysdeps clean help vm-test kube-bin prepare vm-base image image-base
 
 all: test
 
@@ -26,6 +26,8 @@ help:
 	@echo "make test   - lint, Python 3.9 check, the whole test suite (RPM build, unit checks and the VM boot included),"
 	@echo "              then the whole suite again on CPython 3.9 with RHEL 9's library versions (make py39)"
 	@echo "make rpm    - build the RPMs into build/rpm, and the RHEL 9 ones into build/rpm-el9"
+	@echo "make image  - node-config-server's container image, from Debian's archive (no registry), as a"
+	@echo "              docker-archive: build/node-config-server-image.tar (podman load, ctr images import)"
 	@echo "make vm-test - only the VM test: boot a Debian guest under QEMU against a real node-config-server"
 	@echo "make kube-bin - build (once, cached) or find kube-apiserver, kube-controller-manager, kube-scheduler"
 	@echo "              and kubelet 1.20.2 (and pause) for the tests' Kubernetes control plane and the VM guest;"
@@ -87,7 +89,7 @@ unit: vm-boot suite
 # On a fresh machine the slow set-up steps overlap: the Kubernetes build (CPU), the VM guest's
 # Debian base (mostly download and unpack) and the two venvs (pip). -O keeps each one's log whole.
 prepare: sysdeps
-	@$(MAKE) --no-print-directory -j4 -O venv venv39 kube-bin vm-base
+	@$(MAKE) --no-print-directory -j4 -O venv venv39 kube-bin vm-base image-base
 
 # Each phase's time is printed at the end (and at a failure): tools/phase.sh, build/test-phases.txt.
 PHASES := build/test-phases.txt
@@ -114,6 +116,13 @@ DEB_PACKAGES += etcd-server haproxy  # the replica tests: a real three-member et
 # prometheus.service, which systemd then starts on :9090: `systemctl disable --now prometheus` on
 # a machine that must not run it)
 DEB_PACKAGES += prometheus
+# make image: the wheel is built by Debian's setuptools (no pip, no index), the base by debootstrap
+# (VM_DEB_PACKAGES). Its test runs the image under podman (with runc: crun refuses a host with both
+# cgroup v1 and v2 mounted) and imports it into a private containerd with ctr: podman and runc 20
+# MB to download, 90 MB installed; containerd 28 MB, 110 MB installed. containerd's postinst enables
+# containerd.service, which systemd then starts; the test does not use it (it starts its own, on its
+# own socket): `systemctl disable --now containerd` on a machine that must not run it.
+DEB_PACKAGES += python3-setuptools python3-wheel podman runc containerd
 # make kube-bin: Kubernetes 1.20.2 built from Debian's source package (tools/kube/build-kube-bin.sh)
 DEB_PACKAGES += golang-go gcc libc6-dev rsync jq dpkg-dev patch golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev
 
@@ -168,6 +177,20 @@ kube-demo-stop:
 rpm: venv
 	bash packaging/build-rpm.sh build/rpm
 	bash packaging/build-rpm.sh build/rpm-el9 el9
+
+# make image: node-config-server's container image (docs/install.md, "The image"), written to
+# build/node-config-server-image.tar, a docker-archive that podman load and ctr images import read.
+# Its base (Debian trixie minbase and the server's dependencies, from Debian's archive: 1 to 2.5
+# minutes once, then cached in ~/.cache/node-agent-image or NODE_AGENT_IMAGE_CACHE) is image-base,
+# which make prepare builds beside the VM base; the wheel's layer is rebuilt every time (seconds).
+# The tests (tests/host/test_server_image.py) build it again into a temporary directory, run it
+# under podman and import it into a private containerd.
+IMAGE_CACHE ?= $(or $(NODE_AGENT_IMAGE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/node-agent-image)
+image-base: sysdeps
+	@bash tools/image/build-base.sh "$(IMAGE_CACHE)"
+
+image: sysdeps
+	@bash tools/image/build-image.sh build/node-config-server-image.tar "$(IMAGE_CACHE)"
 
 bench: venv
 	@$(MAKE) --no-print-directory sysdeps EXTRA_DEB="$(BENCH_DEB_PACKAGES)"

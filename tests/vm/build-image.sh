@@ -9,8 +9,8 @@
 # (tests/vm/guest: network, the kubelet's unit and config, a probe unit, containerd's and CNI's config), a
 # planted boot-image aleph file, the kubelet binary and the container images (pause from the
 # Kubernetes source, busybox) from `make kube-bin`'s directory, written as docker-archive
-# tarballs by image_archive.py for vm-images.service to import.
-# The cache key covers the base, this script, the guest files, image_archive.py, the kube-bin
+# tarballs by tools/image_archive.py for vm-images.service to import.
+# The cache key covers the base, this script, the guest files, tools/image_archive.py, the kube-bin
 # directory (its name is its build's key) and every project file the RPM packs, so a re-run with
 # nothing changed only prints the path.
 set -euo pipefail
@@ -31,7 +31,7 @@ project_files() {  # what build-rpm.sh packs: git's view of the tree, build outp
     fi | grep -v -e '^build/' -e '^dist/' -e '^\.venv/' -e '^tests/' -e '^benchmarks/' | LC_ALL=C sort |
         while IFS= read -r f; do [ -f "$f" ] && sha256sum "$f"; done
 }
-key="$( { echo "$base"; echo "$kubebin"; cat "$here/build-image.sh" "$here/image_archive.py"; (cd "$here/guest" && find . -type f | LC_ALL=C sort | xargs sha256sum);
+key="$( { echo "$base"; echo "$kubebin"; cat "$here/build-image.sh" "$repo/tools/image_archive.py"; (cd "$here/guest" && find . -type f | LC_ALL=C sort | xargs sha256sum);
           project_files; } | sha256sum | cut -c1-16)"
 out="$cache/image-$key"
 if [ -f "$out/done" ]; then touch "$out/done"; echo "$out"; exit 0; fi
@@ -62,10 +62,10 @@ cp -a "$here/guest/." "$root/"
 install -m 0755 "$kubebin/kubelet" "$root/usr/bin/kubelet"
 # The images pods run (no registry is reachable from the guest); busybox's applets as links.
 mkdir -p "$root/usr/share/vm-test/images"
-python3 "$here/image_archive.py" "$root/usr/share/vm-test/images/pause.tar" localhost/pause:3.4 \
+python3 "$repo/tools/image_archive.py" "$root/usr/share/vm-test/images/pause.tar" localhost/pause:3.4 \
     --file "$kubebin/pause=/pause" --entrypoint /pause
 links=(); for a in sh sleep echo cat ls ps kill true date hostname; do links+=(--link "/bin/$a=busybox"); done
-python3 "$here/image_archive.py" "$root/usr/share/vm-test/images/busybox.tar" localhost/busybox:1.35 \
+python3 "$repo/tools/image_archive.py" "$root/usr/share/vm-test/images/busybox.tar" localhost/busybox:1.35 \
     --file "$root/bin/busybox=/bin/busybox" "${links[@]}" --cmd sh
 # The boot image's aleph file, as on RHCOS (the skew check reads it); a version the served rules
 # accept.

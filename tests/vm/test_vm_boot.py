@@ -82,7 +82,7 @@ def test_kubelet_waits_for_first_boot_and_survives_its_restart_and_disable(run, 
 
 def test_containerd_runs_with_the_locally_made_images_imported_before_kubelet_on_cgroup_v1(run, journal):
     # vm-images.service lists containerd's k8s.io images once it has imported the tarballs that
-    # tests/vm/image_archive.py wrote: ctr read them, containerd's CRI namespace holds them.
+    # tools/image_archive.py wrote: ctr read them, containerd's CRI namespace holds them.
     for boot in (1, 2):
         listed = journal.messages(boot, "", _SYSTEMD_UNIT="vm-images.service")
         assert "localhost/pause:3.4" in listed and "localhost/busybox:1.35" in listed, listed
