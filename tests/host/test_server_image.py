@@ -40,7 +40,7 @@ USER = "1001:1001"
 STICKY_TMP = {"tmp", "var/tmp"}  # the only world-writable entries: sticky, and an emptyDir in the pod
 TOOLS = ("podman", "runc", "containerd", "ctr", "debootstrap", "unshare", "chroot")
 # One worker under make test's --dist loadgroup: one build, one podman store, one containerd.
-pytestmark = pytest.mark.xdist_group("server_image")
+pytestmark = [pytest.mark.xdist_group("server_image"), pytest.mark.image]
 
 
 def _run(args, timeout=300, **kw):
