@@ -196,7 +196,9 @@ def carry_out(plan: Any, root: Root, systemd: Any, logind: Any) -> Optional[Chec
         planning.carry_out(plan, root, systemd, logind, firstboot=False)
     except ActionFailed as exc:
         unit = next((o.action.target_unit for o in exc.result.outcomes if o.status == "failed"), "") or "action"
-        return CheckResult(health.UNIT, unit, False, health.tail(str(exc)))
+        failed = CheckResult(health.UNIT, unit, False, health.tail(str(exc)))
+        log.error("health: FAILED %s", failed.describe(), extra={"NODE_AGENT_STAGE": "health", "NODE_AGENT_CHECK": unit})
+        return failed
     return None
 
 
