@@ -11,7 +11,9 @@ to A after a failed health check of B: <the check, what it said>", or "could not
 
 A reverted target is recorded (``reverted.json``): the node does not apply it again on its own
 (``still_reverted``); the server counts the node as failing on it, so the pool halts as for any
-failure. The MCD retries a failed update at every sync (a Degraded node tries again); a revert
+failure. Under the pool's failure budget the server parks a failed node and later lets it retry
+in a free slot (agent/server/rollout/targeting.py): a node parked since its revert applies the
+target again then (``parked``). The MCD retries a failed update at every sync (a Degraded node tries again); a revert
 that tried again would break the service again in a loop, so here an admin's fix is a new
 target (a new rendered config), or ``node-agent update --force`` re-applies it on purpose.
 """
@@ -53,10 +55,20 @@ def still_reverted(root: Root, state_dir: str, target: NodeConfig) -> Optional[D
     record = nodestate.load_reverted(root, state_dir)
     if record is None:
         return None
-    if record.get("config") == target.name and record.get("osImageURL", "") == target.os_image_url:
+    if record.get("config") == target.name and record.get("osImageURL", "") == target.os_image_url \
+            and not record.get("parked"):
         return record
     nodestate.clear_reverted(root, state_dir)
     return None
+
+
+def parked(root: Root, state_dir: str) -> None:
+    """The server parked this node (served ``waiting``: under the pool's failure budget a failed node
+    waits for a free slot, docs/rollout.md "A failing change stops itself"): once it is served its
+    target again, that is the retry the server granted, and the node applies the reverted target again."""
+    record = nodestate.load_reverted(root, state_dir)
+    if record is not None and not record.get("parked"):
+        nodestate.save_reverted(root, state_dir, dict(record, parked=True))
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,7 @@ class Updater:
             result = self._fetch(record)
             self.rollout = turn.follow(self.root, self.state_dir, result.headers, self.rollout)
             if turn.not_its_turn(self.rollout) and not forced:
+                revert.parked(self.root, self.state_dir)  # the server may let it retry a reverted target later
                 return "waiting"  # the server serves what it runs, informational: nothing to apply
             if forced:
                 self._take_force()

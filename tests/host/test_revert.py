@@ -174,3 +174,13 @@ def test_a_reverted_target_is_reported_degraded_once_and_not_applied_again(node,
     # a new target (the admin's fix) is applied: the record of the revert goes
     assert not revert.report_reverted(reporter, root, STATE, "worker", a, config("rendered-c", b"good\n"))
     assert nodestate.load_reverted(root, STATE) is None
+
+
+def test_a_node_the_server_parked_and_lets_retry_applies_the_reverted_target_again(node, systemd_mock, logind_mock):
+    root, a = node
+    b = config("rendered-b", b"colour = blue\n")
+    with pytest.raises(UpdateReverted):
+        update_to(root, systemd_mock, logind_mock, a, b)
+    revert.parked(root, STATE)  # served "waiting" (the failure budget parks it), then its target again
+    assert not revert.report_reverted(Reporter(root), root, STATE, "worker", a, b)
+    assert nodestate.load_reverted(root, STATE) is None
