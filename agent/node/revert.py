@@ -122,6 +122,11 @@ class AfterUpdate:
         except (NodeAgentError, OSError) as exc:  # the apply rolled its own changes back: the node runs the target
             outcome = f"could not revert to {previous.name} ({str(exc).splitlines()[0]}); it keeps {target.name}"
             return self._settle(target, previous, failed, outcome, False, None, target.name)
+        try:  # the previous config is on disk now: what follows failing leaves the node on it, unhealthy
+            self._finish(target, plan, os_revert)
+        except (NodeAgentError, OSError) as exc:
+            outcome = f"could not revert to {previous.name}: its files are back, but {str(exc).splitlines()[0]}"
+            return self._settle(target, previous, failed, outcome, False, previous_record, previous.name)
         if os_revert or plan.reboot:
             self._reboot_into(target, previous, failed, os_revert, previous_record)
             reason = health.failure_reason(failed, target.name, f"reverting to {previous.name} (rebooting)")
@@ -134,8 +139,8 @@ class AfterUpdate:
                             previous.name)
 
     def _put_back(self, target: NodeConfig, previous: NodeConfig, os_revert: bool):
-        """Apply ``previous`` over ``target`` and carry out the policy's actions for it (no reboot
-        here). An OS revert keeps the target's OS fields in this apply: rpm-ostree rollback undoes them."""
+        """Apply ``previous`` over ``target``; (the plan of that change, what was applied over).
+        An OS revert keeps the target's OS fields in this apply: rpm-ostree rollback undoes them."""
         from agent.node import planning
         from agent.node.apply import apply_config
 
@@ -143,7 +148,12 @@ class AfterUpdate:
                            kernel_type=target.kernel_type, extensions=target.extensions) if os_revert else previous
         apply_config(self.root, files_of, target, fetcher=self.fetcher, systemd=self._systemd(),
                      rpmostree=self.rpmostree, state_dir=self.state_dir)
-        plan = planning.make_plan(target, files_of, self.policy_text, firstboot=False)
+        return planning.make_plan(target, files_of, self.policy_text, firstboot=False), target
+
+    def _finish(self, target: NodeConfig, plan: Any, os_revert: bool) -> None:
+        """The policy's restarts for the revert (none when it reboots), or rpm-ostree rollback."""
+        from agent.node import planning
+
         if not plan.reboot and not os_revert:
             planning.carry_out(plan, self.root, self._systemd(), self.logind, firstboot=False)
         if os_revert:
@@ -153,7 +163,6 @@ class AfterUpdate:
             log.warning("rpm-ostree rollback: the deployment booted before %s becomes the default", target.name,
                         extra=_STAGE)
             self.rpmostree.rollback()
-        return plan, target
 
     def _reboot_into(self, target: NodeConfig, previous: NodeConfig, failed: CheckResult, os_revert: bool,
                      previous_record: Optional[Dict[str, Any]]) -> None:

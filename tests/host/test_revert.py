@@ -184,3 +184,22 @@ def test_a_node_the_server_parked_and_lets_retry_applies_the_reverted_target_aga
     revert.parked(root, STATE)  # served "waiting" (the failure budget parks it), then its target again
     assert not revert.report_reverted(Reporter(root), root, STATE, "worker", a, b)
     assert nodestate.load_reverted(root, STATE) is None
+
+
+def test_a_revert_whose_restart_fails_says_the_files_are_back_and_stays_degraded(node, tmp_path, systemd_mock,
+                                                                                 logind_mock):
+    root, a = node
+    b = config("rendered-b", b"colour = blue\n")
+    apply_config(root, b, a, systemd=systemd_mock.client(), state_dir=STATE)
+    plan = planning.make_plan(a, b, POLICY, firstboot=False)
+    assert revert.carry_out(plan, root, systemd_mock.client(), logind_mock.client()) is None
+    systemd_mock.set_next_job_result("probe.service", "failed")  # the revert's restart fails
+    after = revert.AfterUpdate(root, STATE, systemd=systemd_mock.client(), logind=logind_mock.client(),
+                               timeout=60.0, policy_text=POLICY)
+    with pytest.raises(UpdateReverted) as err:
+        revert.verify(after, a, b, plan, None, "etag-b", URL, nodestate.load_current(root, STATE))
+    assert err.value.reason.startswith("could not revert to rendered-a: its files are back, but Restart "
+                                       "probe.service failed"), err.value.reason
+    assert not err.value.undone and err.value.runs == "rendered-a"
+    assert (tmp_path / "etc/probe.conf").read_bytes() == b"good\n"
+    assert nodestate.load_current(root, STATE)["name"] == "rendered-a"
