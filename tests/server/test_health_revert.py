@@ -104,3 +104,39 @@ def test_a_config_whose_required_check_fails_is_reverted_by_the_node_and_the_rol
         assert run("update", "--once", "--root", roots[other]).returncode == 0
         assert not os.path.exists(os.path.join(roots[other], SYSCTL.lstrip("/")))  # never targeted
         assert api.get(srv.url(f"/api/v1/nodes/{other}")).json()["report"]["currentConfig"] == a
+
+
+WANTED = "/etc/node-agent/health/wanted.d/90-disk"
+WANTED_MC = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+             "metadata": {"name": "60-disk-check", "labels": {"machineconfiguration.openshift.io/role": "worker"}},
+             "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+                 {"path": WANTED, "mode": 493,
+                  "contents": {"source": "data:,%23!%2Fbin%2Fsh%0Aecho%20%22disk%2091%25%20full%22%0Aexit%201%0A"}}]}}}}
+
+
+def test_a_failed_wanted_check_is_a_warning_on_the_done_report_and_in_describe_node(tmp_path):
+    state = str(tmp_path / "state")
+    prepare(state)
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    with ServerProcess(state, tls=make_tls(str(tmp_path / "tls")), token=TOKEN) as srv:
+        api = srv.session()
+        root = make_node_root(str(tmp_path / "w0"), srv.base_url, "worker", ca_pem=srv.tls.ca_pem(), token=TOKEN,
+                              node_name="w0")
+        assert run("firstboot", "--root", root).returncode == 0
+        reboot(root)
+        assert run("update", "--once", "--root", root).returncode == 0
+        a = api.get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"]
+        with open(os.path.join(state, "machineconfigs", "60-disk-check.yaml"), "w") as f:
+            yaml.safe_dump(WANTED_MC, f)
+        b = wait_for(lambda: (lambda t: t != a and t)(
+            api.get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"]),
+            "the config with the wanted check is the pool's target", 30)
+        done = run("update", "--once", "--root", root)
+        assert done.returncode == 0, done.stderr
+        warning = "wanted health check(s) failed: wanted check 90-disk: exit code 1: disk 91% full"
+        report = api.get(srv.url("/api/v1/nodes/w0")).json()["report"]
+        assert (report["state"], report["currentConfig"], report["reason"]) == ("Done", b, warning)
+        described = subprocess.run([sys.executable, "-m", "agent.server.cli", "describe", "node", "w0", "--server",
+                                    srv.base_url, "--ca", srv.tls.ca_cert, "--token-file", str(tmp_path / "token")],
+                                   capture_output=True, text=True, cwd=paths.REPO, timeout=60).stdout
+        assert f"State:               Done ({warning})" in described, described
