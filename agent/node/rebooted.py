@@ -69,6 +69,7 @@ def _check_update(after: Any, pending: Dict[str, Any], current: Any):
     before = previous if previous is not None else NodeConfig(name="(unknown)")
     result = after.check(before, current, [], True)
     if result.failed is None:
+        nodestate.clear_reverted(after.root, after.state_dir)  # a target reverted once, applied again (--force)
         return "Done", health.warning_text(result), current.name, current
     if previous is None or previous.name == current.name:
         return "Degraded", health.failure_reason(result.failed, current.name, "no previous config to revert to"), \

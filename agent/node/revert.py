@@ -233,6 +233,7 @@ def verify(after: AfterUpdate, current: NodeConfig, target: NodeConfig, plan: An
     restarted = [a.target_unit for a in plan.actions if a.target_unit]
     result = HealthResult((failed,)) if failed is not None else after.check(current, target, restarted, False)
     if result.failed is None:
+        nodestate.clear_reverted(after.root, after.state_dir)  # a target reverted once, applied again (--force)
         return health.warning_text(result)
     out = after.revert(target, current, result.failed, booted_target=False, previous_record=record)
     if out.runs == target.name:

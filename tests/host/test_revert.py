@@ -57,8 +57,8 @@ class Clock:
         self.now += seconds
 
 
-def config(name, conf, extra=()):
-    files = [("/etc/probe.conf", conf, 420), ("/etc/node-agent/health/required.d/50-probe", CHECK, 493)] + list(extra)
+def config(name, conf, extra=(), check=CHECK):
+    files = [("/etc/probe.conf", conf, 420), ("/etc/node-agent/health/required.d/50-probe", check, 493)] + list(extra)
     ign = {"ignition": {"version": "3.4.0"},
            "storage": {"files": [{"path": p, "mode": m, "overwrite": True,
                                   "contents": {"source": "data:;base64," + base64.b64encode(d).decode()}}
@@ -203,3 +203,18 @@ def test_a_revert_whose_restart_fails_says_the_files_are_back_and_stays_degraded
     assert not err.value.undone and err.value.runs == "rendered-a"
     assert (tmp_path / "etc/probe.conf").read_bytes() == b"good\n"
     assert nodestate.load_current(root, STATE)["name"] == "rendered-a"
+
+
+def test_a_reverted_target_forced_again_and_healthy_is_not_reported_reverted_any_more(node, tmp_path, systemd_mock,
+                                                                                     logind_mock):
+    root, a = node
+    down = b'#!/bin/sh\n[ ! -e "$NODE_AGENT_ROOT/run/probe-down" ] || { echo "probe is down"; exit 1; }\n'
+    b = config("rendered-b", b"good\n# b\n", check=down)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run/probe-down").write_text("")  # a cause outside the config
+    with pytest.raises(UpdateReverted):
+        update_to(root, systemd_mock, logind_mock, a, b)
+    (tmp_path / "run/probe-down").unlink()  # the cause fixed, the admin re-applies b (--force)
+    assert update_to(root, systemd_mock, logind_mock, a, b) is None
+    assert nodestate.load_reverted(root, STATE) is None
+    assert not revert.report_reverted(Reporter(root), root, STATE, "worker", a, b)
