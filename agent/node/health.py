@@ -60,6 +60,8 @@ class Runner:
         if all(r.ok for r in results):
             results += self._scripts(health.WANTED, health.WANTED_DIR, stop_at_failure=False)
         out = HealthResult(tuple(results), tuple(skipped))
+        for line in skipped:
+            log.info("health checks not performed on %s: %s", self.root.top, line, extra={"NODE_AGENT_STAGE": "health"})
         log.info("health checks (time limit %g s): %d passed, %s", self.timeout, sum(1 for r in results if r.ok),
                  "failed: " + out.failed.describe() if out.failed else
                  f"{len(out.warnings)} wanted check(s) failed" if out.warnings else "none failed",
