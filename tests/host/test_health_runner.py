@@ -78,7 +78,7 @@ def test_a_check_past_its_own_limit_is_killed_and_fails(tmp_path):
     script(tmp_path, "required", "50-slow", "#!/bin/sh\n# node-agent-health-timeout: 1s\necho started\nexec sleep 600\n")
     result = runner(tmp_path, live=False).run([])
     assert result.failed.name == "50-slow"
-    assert result.failed.output == "did not finish within 1 s (killed); started"
+    assert result.failed.output.startswith("did not finish within 1 s (killed)")  # its output, if any, follows
 
 
 def test_each_checks_output_goes_to_the_journal_with_its_name(tmp_path, caplog):
