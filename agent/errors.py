@@ -138,6 +138,18 @@ class ApplyError(NodeAgentError):
     undone = True
 
 
+class UpdateReverted(ApplyError):
+    """A health check failed after an update (agent/core/health.py): the node put back the config
+    it ran before (``undone`` False: it could not, and says so). ``reason`` is its Degraded report's."""
+
+    def __init__(self, reason: str, undone: bool = True):
+        super().__init__(reason)
+        self.reason = reason
+        self.undone = undone
+        if not undone:
+            self.exit_code = EXIT_INTERNAL
+
+
 class HostError(NodeAgentError):
     """An effect on the host (D-Bus, rpm-ostree, filesystem) failed."""
 

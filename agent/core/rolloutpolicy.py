@@ -10,6 +10,7 @@ value is a clear error naming the annotation, and read by the server's targeting
 | ``node-config-server.openshift.io/canary-wait`` | ... then wait this long after they are Done and Ready before the rest: ``600``, ``90s``, ``10m``, ``1h30m`` | 0 |
 | ``node-config-server.openshift.io/require-ack`` | ``warnings``, ``file-removal``, ``reboot`` (comma-separated), ``all`` or ``none``: a new rendering with validator warnings, that removes a file or needs a reboot is held until the admin acknowledges it (agent/server/rollout/review.py) | none: every rendering is the target at once |
 | ``node-config-server.openshift.io/acknowledged`` | the rendered config the admin acknowledges (as ``node-config-server ack pool NAME`` does) | |
+| ``node-config-server.openshift.io/health-timeout`` | how long a node's health checks after an update may take: ``300``, ``90s``, ``10m`` (at most 1h); served to the node with its config (``X-Health-Timeout``) | 5m (agent/core/health.py) |
 
 And on a Node (or, without Node objects, among the labels a node reports or the admin approved):
 ``node-config-server.openshift.io/rollout-priority``: a whole number; nodes with a higher one are
@@ -33,6 +34,8 @@ CANARY_WAIT = PREFIX + "canary-wait"
 PRIORITY_LABEL = PREFIX + "rollout-priority"
 REQUIRE_ACK = PREFIX + "require-ack"
 ACKNOWLEDGED = PREFIX + "acknowledged"
+HEALTH_TIMEOUT = PREFIX + "health-timeout"  # the node's health checks after an update (agent/core/health.py)
+MAX_HEALTH_TIMEOUT = 3600
 REVIEW_KINDS = ("warnings", "file-removal", "reboot")
 MAX_PRIORITY = 1_000_000
 MAX_WAIT = 7 * 24 * 3600  # a week: longer is surely a typo for minutes
@@ -46,6 +49,7 @@ class RolloutPolicy:
     canary_wait: float = 0.0
     require_ack: Tuple[str, ...] = ()  # of REVIEW_KINDS: what holds a new rendering for the admin
     acknowledged: str = ""  # the rendered config the admin acknowledged by annotation
+    health_timeout: Optional[float] = None  # None: the node's default (agent/core/health.py)
 
 
 def parse_duration(text: str) -> float:
@@ -89,12 +93,19 @@ def parse_review_kinds(value: Any) -> Tuple[str, ...]:
     return tuple(k for k in REVIEW_KINDS if k in words)
 
 
+def _health_timeout(value: Any) -> float:
+    seconds = parse_duration(value) if isinstance(value, str) else float(_whole(value, 1))
+    if not 0 < seconds <= MAX_HEALTH_TIMEOUT:
+        raise ValueError(f"{value!r} is out of range: give 1s to 1h")
+    return seconds
+
+
 def policy_problems(annotations: Mapping[str, Any]) -> Dict[str, str]:
     """annotation -> what is wrong with its value (empty: the policy is valid)."""
     out = {}
     for key, check in ((FAILURE_BUDGET, lambda v: _whole(v, 1)), (CANARY_NODES, lambda v: _whole(v, 0)),
                        (CANARY_WAIT, lambda v: parse_duration(str(v)) if isinstance(v, str) else _whole(v, 0)),
-                       (REQUIRE_ACK, parse_review_kinds)):
+                       (REQUIRE_ACK, parse_review_kinds), (HEALTH_TIMEOUT, _health_timeout)):
         if key in annotations:
             try:
                 check(annotations[key])
@@ -113,7 +124,14 @@ def rollout_policy(pool: Mapping[str, Any]) -> RolloutPolicy:
 
     return RolloutPolicy(get(FAILURE_BUDGET, lambda v: _whole(v, 1), None), get(CANARY_NODES, lambda v: _whole(v, 0), 0),
                          get(CANARY_WAIT, lambda v: parse_duration(str(v)), 0.0),
-                         get(REQUIRE_ACK, parse_review_kinds, ()), str(ann.get(ACKNOWLEDGED) or ""))
+                         get(REQUIRE_ACK, parse_review_kinds, ()), str(ann.get(ACKNOWLEDGED) or ""),
+                         get(HEALTH_TIMEOUT, _health_timeout, None))
+
+
+def health_header(pool: Optional[Mapping[str, Any]]) -> list:
+    """The served config's ``X-Health-Timeout`` header (seconds) when the pool sets its health time limit."""
+    limit = rollout_policy(pool).health_timeout if pool is not None else None
+    return [("X-Health-Timeout", f"{limit:g}")] if limit else []
 
 
 def node_priority(labels: Mapping[str, str]) -> Tuple[int, str]:

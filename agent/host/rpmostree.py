@@ -94,6 +94,11 @@ class RpmOstree:
         """Drop a staged deployment (undo of kargs/rebase before the reboot)."""
         self.run(["cleanup", "--pending"], retry=False)
 
+    def rollback(self) -> None:
+        """``rpm-ostree rollback``: the deployment booted before becomes the default at the next
+        boot (the revert of an OS change after a failed health check, agent/node/revert.py)."""
+        self.run(["rollback"], retry=False)
+
     def status(self) -> dict:
         out = self.run(["status", "--json"], retry=False)
         try:

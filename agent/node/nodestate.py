@@ -22,6 +22,7 @@ FIRSTBOOT_STAMP = "firstboot.done"
 CURRENT = "current-config.json"
 REBOOT_PENDING = "reboot-pending.json"
 IRRECONCILABLE = "irreconcilable.json"
+REVERTED = "reverted.json"  # the target a failed health check reverted (agent/node/revert.py)
 ROLLOUT = "rollout.json"  # the node's turn in its pool's rollout, as the server last said it (agent/node/turn.py)
 
 
@@ -111,13 +112,14 @@ def current_config(record: Dict[str, Any]) -> NodeConfig:
 
 
 def mark_reboot_pending(root: Root, state_dir: str, config: NodeConfig, boot_id: Optional[str],
-                        desired_image: Optional[str] = None) -> None:
+                        desired_image: Optional[str] = None, **extra: Any) -> None:
     """The node asked for a reboot to finish ``config``: the day-2 loop reports it Done once the
     node has booted again (another boot id), not before (it does not run the config yet).
     ``desired_image``: the layered image the server targeted, reported with that Done."""
     record = {"config": config.name, "osImageURL": config.os_image_url, "bootId": boot_id}
     if desired_image:
         record["desiredImage"] = desired_image
+    record.update({k: v for k, v in extra.items() if v is not None})  # the health check's (agent/node/revert.py)
     write_json(root.path(os.path.join(state_dir, REBOOT_PENDING)), record)
 
 
@@ -167,3 +169,19 @@ def save_rollout(root: Root, state_dir: str, data: Dict[str, Any]) -> None:
 def load_rollout(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:
     data = read_json(root.path(os.path.join(state_dir, ROLLOUT)))
     return data if isinstance(data, dict) else None
+
+
+def save_reverted(root: Root, state_dir: str, data: Dict[str, Any]) -> None:
+    write_json(root.path(os.path.join(state_dir, REVERTED)), data)
+
+
+def load_reverted(root: Root, state_dir: str) -> Optional[Dict[str, Any]]:
+    data = read_json(root.path(os.path.join(state_dir, REVERTED)))
+    return data if isinstance(data, dict) else None
+
+
+def clear_reverted(root: Root, state_dir: str) -> None:
+    try:
+        os.unlink(root.path(os.path.join(state_dir, REVERTED)))
+    except FileNotFoundError:
+        pass

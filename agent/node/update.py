@@ -21,7 +21,7 @@ from agent.core.served import ANN
 from agent.errors import EXIT_OK, FetchError, NodeAgentError, NotReady
 from agent.host import files, selinux
 from agent.host.root import Root
-from agent.node import nodestate, turn
+from agent.node import nodestate, revert, turn
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,8 @@ class Updater:
             record = self._connect(record)
             self.reporter.flush()
             current = nodestate.current_config(record)
-            self._report_rebooted(record, current)
+            if self._report_rebooted(record, current):
+                return "reboot"  # a revert after the update's reboot reboots again
             forced = self._forced()
             monitor = self._monitor(record, current)
             if not forced and (monitor.config is None or monitor.config.name != current.name or not monitor.watching):
@@ -163,6 +164,7 @@ class Updater:
             result = self._fetch(record)
             self.rollout = turn.follow(self.root, self.state_dir, result.headers, self.rollout)
             if turn.not_its_turn(self.rollout) and not forced:
+                revert.parked(self.root, self.state_dir)  # the server may let it retry a reverted target later
                 return "waiting"  # the server serves what it runs, informational: nothing to apply
             if forced:
                 self._take_force()
@@ -178,7 +180,8 @@ class Updater:
                 # The node still runs its current config, and that config's image (the apply rolled
                 # back): a Degraded report without it showed "Current image: <none>".
                 self.reporter.send({"pool": record.get("pool") or self._pool(current), "state": "Degraded",
-                                    "currentConfig": current.name, "desiredConfig": getattr(self, "trying", None),
+                                    "currentConfig": getattr(exc, "runs", None) or current.name,
+                                    "desiredConfig": getattr(self, "trying", None),
                                     "desiredImage": getattr(self, "trying_image", None),
                                     "currentImage": current.os_image_url or None,
                                     "reason": getattr(exc, "reason", None) or str(exc).splitlines()[0]})
@@ -213,11 +216,17 @@ class Updater:
                                       pool=record.get("pool") or self._pool(current))
         return self.drift
 
-    def _report_rebooted(self, record, current) -> None:
+    def _report_rebooted(self, record, current) -> bool:
         from agent.node.rebooted import report_rebooted
 
-        report_rebooted(self.root, self.state_dir, self.rpmostree, self.reporter,
-                        record.get("pool") or self._pool(current), current)
+        return report_rebooted(self.root, self.state_dir, self.rpmostree, self.reporter,
+                               record.get("pool") or self._pool(current), current,
+                               after_for=lambda p: self._after(float(p["healthTimeout"]), p.get("policyText")))
+
+    def _after(self, timeout: float, policy_text: Optional[str]) -> "revert.AfterUpdate":
+        return revert.AfterUpdate(self.root, self.state_dir, systemd=self.systemd, logind=self.logind,
+                                  rpmostree=self.rpmostree, fetcher=self.fetcher, timeout=timeout,
+                                  policy_text=policy_text)
 
     @staticmethod
     def _pool(config) -> str:
@@ -267,11 +276,15 @@ class Updater:
             target, served = self._target(record, current, result)
             rec.set(pool=served.pool, config=target.name)
         self.trying = target.name  # a failure is reported as Degraded on its way to it
+        self.health_timeout = revert.pool_timeout(result.headers)
         # The layered image the server targeted (the served node annotations name it only then): the
         # node reports it as its desiredImage, as upstream's Node keeps the annotation once set.
         self.trying_image = served.annotations.get(ANN + "desiredImage") or None
         etag = result.headers.get("ETag") if result.status != 304 else record.get("etag")
         same = target.name == current.name and target.ignition == current.ignition
+        if not forced and revert.report_reverted(self.reporter, self.root, self.state_dir, served.pool, current, target):
+            rec.finish("done", EXIT_OK)
+            return "reverted"  # not applied again on its own: a new target, or --force
         if same and not forced:
             nodestate.save_current(self.root, self.state_dir, current, etag, url)
             self._confirm(record, current)
@@ -367,19 +380,27 @@ class Updater:
             booted = planning.booted_os(self.root, self.rpmostree)
             reboot = plan.reboot
             with rec.stage("act"):
-                planning.carry_out(plan, self.root, self.systemd, self.logind, firstboot=False)
+                failed = revert.carry_out(plan, self.root, self.systemd, self.logind)
                 rec.set(reboot_pending=reboot)
+            warning = None
+            if not reboot:  # checked now (after the reboot otherwise); a failure reverts (UpdateReverted)
+                with rec.stage("health"):
+                    warning = revert.verify(self._after(self.health_timeout, served.policy_text), current, target,
+                                            plan, failed, etag, url, nodestate.load_current(self.root, self.state_dir))
+            revert.remember_previous(self.root, self.state_dir)
             nodestate.save_current(self.root, self.state_dir, target, etag, url)
             self.drift.forget()  # checked again from the new config (after the reboot, if one is due)
             if reboot:
                 nodestate.mark_reboot_pending(self.root, self.state_dir, target, planning.boot_id(self.root),
-                                              self.trying_image)
+                                              self.trying_image, healthTimeout=self.health_timeout,
+                                              policyText=served.policy_text)
             with rec.stage("report"):
                 self.reporter.send({"pool": served.pool, "state": "Working" if reboot else "Done",
                                     "currentConfig": target.name, "desiredConfig": target.name,
                                     "desiredImage": self.trying_image,
                                     "currentImage": (booted.image if reboot else target.os_image_url) or None,
-                                    "reason": "reboot pending" if reboot else getattr(self, "_irreconcilable", None)})
+                                    "reason": "reboot pending" if reboot else "; ".join(
+                                        w for w in (getattr(self, "_irreconcilable", None), warning) if w) or None})
         finally:
             if lease and not plan.reboot:
                 self.reporter.release_drain()

@@ -136,7 +136,7 @@ def test_the_force_file_reapplies_the_current_config_under_the_policy(cluster, c
     assert "Restart systemd-sysctl.service" in messages and "No reboot." in messages
     code, st = status(top)
     assert code == 0 and st["result"] == "done" and not st["rebootPending"]
-    assert [s["name"] for s in st["stages"]] == ["fetch", "validate", "plan", "apply", "act", "report"]
+    assert [s["name"] for s in st["stages"]] == ["fetch", "validate", "plan", "apply", "act", "health", "report"]
     assert st["stages"][1]["result"] == "skipped"
     assert api.get(srv.url("/api/v1/nodes/w-drift")).json()["report"]["state"] == "Done"
 

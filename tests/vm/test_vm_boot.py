@@ -7,6 +7,7 @@ test_vm_node.py asserts the cluster's side. Run alone with ``make vm-test``; doc
 the details.
 """
 
+import json
 import os
 import subprocess
 
@@ -128,3 +129,32 @@ def test_journal_fields_are_queryable_with_journalctl(run):
     plain = subprocess.run(["journalctl", "-D", directory, "--no-pager", "NODE_AGENT_STAGE=fetch"],
                            capture_output=True, text=True, timeout=60)
     assert plain.returncode == 0 and "node-agent" in plain.stdout
+
+
+def test_a_config_that_breaks_a_service_is_reverted_by_the_node_and_the_service_runs_again(run, journal):
+    good, broken = run.targets["reboot"], run.targets["broken"]
+    report = run.kube["revertReport"]
+    assert report["currentConfig"] == good and report["desiredConfig"] == broken, report
+    assert report["reason"].startswith(f"reverted to {good} after a failed health check of {broken}: unit "
+                                       "vm-probe.service"), report
+    # In boot 3, no reboot: vm-probe refused the shipped file, then ran again with the file put back.
+    assert journal.messages(3, f"vm-probe refuses /etc/vm-probe.conf: '{scenario.BROKEN_PROBE}'")
+    refused_at = journal.first_time(3, "vm-probe refuses")
+    again = [e for e in journal.select(3) if "vm-probe started: v2" in str(e.get("MESSAGE"))
+             and int(e["__REALTIME_TIMESTAMP"]) > refused_at]
+    assert again, journal.messages(3, "vm-probe")
+    assert len(journal.boots) == 3  # the revert needed no reboot
+    # The node's own words, structured: the failed check (health) and the revert.
+    assert journal.select(3, NODE_AGENT_STAGE="health", NODE_AGENT_CHECK="vm-probe.service")
+    assert any(f"reverted to {good}" in str(e.get("MESSAGE")) for e in journal.select(3, NODE_AGENT_STAGE="revert"))
+    # The server's Event on the pool and the MachineConfigNode's NodeDegraded say which check failed and that it reverted.
+    events = run.kube["revertEvents"]
+    assert [(e["type"], e["reason"]) for e in events] == [("Warning", "NodeReverted")], events
+    assert events[0]["message"].startswith(f"Node {scenario.NODE} reverted to {good}"), events
+    degraded = [c for c in run.kube["mcnAfterRevert"].get("conditions") or [] if c["type"] == "NodeDegraded"]
+    assert degraded and "vm-probe.service" in degraded[0]["message"] and f"reverted to {good}" in degraded[0]["message"]
+    # The admin took the MachineConfig back (the same rendered config as before): Done on it, no node step.
+    assert run.targets["fixed"] == good
+    after = run.kube["nodeAfterFix"]["report"]
+    assert (after["state"], after["currentConfig"]) == ("Done", good), after
+    assert json.loads(readback(run, "node-agent/current-config.json"))["name"] == good

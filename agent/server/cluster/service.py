@@ -31,7 +31,7 @@ from agent.server.cluster.replicaview import ReplicaView
 from agent.server.cluster.reports import ReportInvalid, validate_report  # noqa: F401 - the API's names
 from agent.server.cluster.rolloutctl import RolloutControl
 from agent.server.cluster.serving import ConfigServing, Fetch, UnknownPool  # noqa: F401 - the API's names
-from agent.server.rollout import gating, progress, renderstatus, rolloutstatus
+from agent.server.rollout import gating, nodestatus, progress, renderstatus, rolloutstatus
 from agent.server.rollout.drains import DEFAULT_TTL
 from agent.server.rollout.render import Rendered, inputs_key, render_pool
 from agent.server.store.errors import StoreUnavailable
@@ -354,6 +354,9 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         member = progress.membership(body, st.pools, self.pool_of_rendered)
         recorded = self.store.record_report(node, body, member, now)
         self.first_boot_ended(member.pool, before, body)
+        event = nodestatus.revert_event(node, before, body)  # ours: the node reverted an update (its health check)
+        if event is not None and member.pool:
+            self.pool_event(member.pool, *event)
         # Only the pools this node left or joined can step (their counters moved), on the queue's
         # thread: the report is answered at once, whatever the fleet's size (poolqueue.py).
         self.wake_pools((member.pool, recorded.previous_pool))

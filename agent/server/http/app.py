@@ -12,6 +12,7 @@ import urllib.parse
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from agent import __version__
+from agent.core.rolloutpolicy import health_header
 from agent.server.cluster import content
 from agent.server.cluster.accept import UnsupportedVersion
 from agent.server.cluster.backends import NODES_DB, StoreConfig, alert_source, open_backends, start_writers
@@ -387,8 +388,8 @@ class App(NodeRoutes):
             # An empty config would boot a node that can never join: better to keep it waiting.
             raise HTTPError(503, f"the config of pool {pool} is withheld: the pool selects no MachineConfigs "
                                  f"(check its spec.machineConfigSelector)", [("Retry-After", "30")])
-        headers = [("ETag", etag), ("Cache-Control", "no-cache"), ("Vary", "Accept"),
-                   ("X-Served-Config", served.config), ("X-Served-Image", served.image)]
+        headers = [("ETag", etag), ("Cache-Control", "no-cache"), ("Vary", "Accept"), ("X-Served-Config", served.config),
+                   ("X-Served-Image", served.image)] + health_header(cluster.state().pools.get(pool))
         if fetched.rollout[0]:  # a member: whether it updates now or waits for its turn, and why
             headers += [("X-Rollout", fetched.rollout[0]), ("X-Rollout-Reason", header_text(fetched.rollout[1]))]
             if self.max_hold:

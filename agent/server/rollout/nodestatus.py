@@ -282,6 +282,23 @@ def _not_done(report: Optional[Mapping[str, Any]]) -> str:
     return f"{report.get('state') or 'not done'} on {report.get('desiredConfig') or report.get('currentConfig') or '?'}{reason}"
 
 
+REVERTED, REVERT_FAILED = "NodeReverted", "NodeRevertFailed"  # ours: the Events of a node's health check revert
+
+
+def revert_event(node: str, before: Optional[Mapping[str, Any]], report: Mapping[str, Any]) -> Optional[Tuple[str, str, str]]:
+    """The pool's Event for a node that reverted an update after a failed health check (ours;
+    agent/node/revert.py words its reason "reverted to A after a failed health check of B: ..." or
+    "could not revert ..."): (type, reason, message), once per new reason; None otherwise."""
+    reason = str(report.get("reason") or "")
+    if report.get("state") != "Degraded" or (before or {}).get("reason") == reason:
+        return None
+    if reason.startswith(("reverted to ", "reverting to ")):
+        return "Warning", REVERTED, f"Node {node} {reason}"
+    if reason.startswith("could not revert"):
+        return "Warning", REVERT_FAILED, f"Node {node} {reason}"
+    return None
+
+
 def reporting(name: str, reason: str) -> str:
     """One degraded node in NodeDegraded's message, as upstream's status.go names it:
     ``Node <name> is reporting: "<reason>"``."""
