@@ -24,6 +24,7 @@ from agent.server.http.httpio import (
     HTTPError,
     Response,
     allow,
+    asking_node,
     error_body,
     finish_body,
     header_text,
@@ -45,7 +46,6 @@ from agent.server.store.stateformat import no_pools_warning
 
 log = logging.getLogger(__name__)
 
-NODE_HEADER = "HTTP_X_NODE_NAME"
 
 
 class App(NodeRoutes):
@@ -293,7 +293,7 @@ class App(NodeRoutes):
 
     def config(self, environ: Dict[str, Any], pool: str) -> Response:
         caller = self.caller(environ)
-        named = self._asking_node(environ)
+        named = asking_node(environ)
         accept = environ.get("HTTP_ACCEPT")
         if named is None and caller.kind != NODE:  # a new node: kept answers (fetchmemo.py)
             key = (pool, accept, caller.kind)
@@ -395,15 +395,6 @@ class App(NodeRoutes):
             if self.max_hold:
                 headers.append(("X-Rollout-Hold", f"{self.max_hold:g}"))
         return Response(200, body, f"{content.MEDIA_TYPE};version={version}", headers, pool=pool), etag
-
-    @staticmethod
-    def _asking_node(environ: Dict[str, Any]) -> Optional[str]:
-        """The node a fetch names with ``?node=<name>`` or ``X-Node-Name`` (a member of the pool
-        gets the pool's target: only with that node's credential, identity.Auth.member_name);
-        None for fetches naming nobody (a real first boot: what a new node may have)."""
-        qs = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
-        node = (qs.get("node") or [""])[0] or environ.get(NODE_HEADER, "")
-        return node_name(node) if node else None
 
     @staticmethod
     def _refuse_other_custom(node: Optional[str], known: Any, pool: str) -> None:

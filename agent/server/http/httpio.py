@@ -78,6 +78,18 @@ def node_name(name: str) -> str:
     return name
 
 
+NODE_HEADER = "HTTP_X_NODE_NAME"
+
+
+def asking_node(environ: Dict[str, Any]) -> Optional[str]:
+    """The node a config fetch names with ``?node=<name>`` or ``X-Node-Name`` (a member of the
+    pool gets the pool's target: only with that node's credential, identity.Auth.member_name);
+    None for fetches naming nobody (a real first boot: what a new node may have)."""
+    qs = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
+    node = (qs.get("node") or [""])[0] or environ.get(NODE_HEADER, "")
+    return node_name(node) if node else None
+
+
 def client_address(environ: Dict[str, Any], trusted: Tuple[str, ...] = ("127.0.0.1",)) -> str:
     """Where a request came from: the peer's address, or, when the peer is a proxy in
     ``trusted`` (serve --forwarded-allow-ips, the list gunicorn trusts with forwarding headers;
