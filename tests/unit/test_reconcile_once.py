@@ -72,3 +72,21 @@ def test_a_forced_reconcile_of_the_state_already_reconciled_steps_every_pool_aga
     assert steps == []
     cluster.reconcile(force=True)  # bench_scale's, after it rewrote the reports behind the store's back
     assert sorted(name for _, name in steps) == sorted(cluster._rendered)
+
+
+def test_a_fetch_that_waited_for_the_reconcile_of_a_new_state_answers_from_the_row_that_reconcile_stored(
+        tmp_path, new_app):
+    """Another worker has stored the new state's signature; this one reconciles it on n1's fetch,
+    and that reconcile's step targets n1: the fetch answers the new target, not the config of the
+    row it read before (a held fetch woken by the new state then waited out its hold)."""
+    app, state, a = two_members_done_on_a(tmp_path, new_app)
+    cluster = app.cluster
+    cluster.stop_stepper()  # only this fetch reconciles
+    (state / "machineconfigs" / "60-held.yaml").write_text(MC)
+    st = wait_for(lambda: (lambda s: s if s.signature != cluster._reconciled_sig else None)(
+        cluster.watcher.current(check_now=True)), "the new MachineConfig read from the state directory", 30)
+    cluster.store.set_meta("state_signature", st.signature)  # as the worker that saw it first does
+    fetched = cluster.fetch("worker", None, "n1")
+    row = cluster.store.pools()["worker"]
+    assert row.target != a and "n1" in (row.rollout.get("targets") or {}), row  # this fetch's reconcile targeted n1
+    assert (fetched.served.config, fetched.rollout[0]) == (row.target, "updating")
