@@ -3,7 +3,7 @@ saw it before it was: a new MachineConfig rings the pools' bell for every held f
 woken fetch that read the state before this process had reconciled it called ``reconcile()``
 (service.Cluster.state). Each of them then stepped every pool again under the cluster's lock, one
 after the other: at 1,000 nodes, 1,000 steps of the worker pool before the first wave's fetches
-were answered (docs/performance.md, "Re-measured after issue 53"). In-process, the directory
+were answered (docs/performance.md, "Rollout at fleet scale"). In-process, the directory
 backend."""
 
 import threading
