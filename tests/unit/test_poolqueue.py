@@ -4,12 +4,17 @@ bell the step rings, not by its next look at the store."""
 
 import gc
 import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
 from agent.server.cluster.poolqueue import Bell, PoolQueue, changed_nodes
 from agent.server.store.nodestore import PoolRow
 from tests.campaigns.test_hostile_campaign import wsgi
+from tests.helpers import paths
 from tests.helpers.wait import wait_for
 from tests.unit.test_held_fetch_inputs import MC, two_members_done_on_a
 
@@ -96,6 +101,74 @@ def test_the_bell_rings_for_the_nodes_whose_targeting_another_process_changed_in
         assert bell.seen("n1") == seen["n1"]  # its targeting did not change: its held fetch sleeps on
     finally:
         queue.stop()
+
+
+class RecordingBell(Bell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rings = []
+
+    def ring(self, nodes=None):
+        self.rings.append(None if nodes is None else set(nodes))
+        super().ring(nodes)
+
+
+def test_rows_another_process_wrote_ring_the_retargeted_nodes_before_every_node():
+    """One look sees two pools changed: the worker pool's step targeted n2 and another pool's
+    current moved (which rings every node). n2's held fetch is woken first: woken with the
+    others, it was answered after them."""
+    owner, bell, looked = Owner(), RecordingBell(), []
+    store = owner.store
+    store.pools = lambda: looked.append(1) or dict(store.rows)
+    queue = PoolQueue(owner, None, bell).start()
+    try:
+        wait_for(lambda: looked, "the queue's first look at the store", 30)
+        seen = bell.seen("n2")
+        owner.store.rows = {"worker": row({"n1": {"config": "A", "at": 1.0}, "n2": {"config": "B", "at": 2.0}}),
+                            "infra": PoolRow("infra", "C", "C", "", "C", {})}
+        owner.store.gen += 1
+        bell.wait("n2", seen, 30)
+        wait_for(lambda: len(bell.rings) >= 2, "both rings", 30)
+        assert bell.rings == [{"n2"}, None]
+    finally:
+        queue.stop()
+
+
+ALIVE_UNDER_GEVENT = """
+from gevent import monkey
+monkey.patch_all()
+import gevent
+from agent.server.cluster.poolqueue import Bell, PoolQueue
+
+class Owner:
+    class store:
+        generation = staticmethod(lambda: 0)
+        pools = staticmethod(dict)
+    def step_queued(self, pools, everything):
+        pass
+
+owner = Owner()
+queue = PoolQueue(owner, None, Bell()).start()
+order = []
+def asks():
+    order.append("asks"); alive = queue.alive(); order.append(f"answered {alive}")
+def other():
+    order.append("other")
+gevent.joinall([gevent.spawn(asks), gevent.spawn(other)])
+print(order)
+queue.stop()
+"""
+
+
+def test_asking_whether_the_queue_is_alive_never_lets_another_greenlet_run():
+    """Every member's fetch asks (rolloutctl.caught_up); under gevent ``Thread.is_alive()``
+    switches greenlets, so a thousand fetches woken at once each waited, half answered, for all
+    the others. A process of its own: gevent patches the whole process."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(ALIVE_UNDER_GEVENT)], capture_output=True,
+                         text=True, timeout=120, cwd=paths.REPO,
+                         env=dict(os.environ, PYTHONPATH=paths.REPO + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['asks', 'answered True', 'other']", out.stdout + out.stderr
 
 
 def test_a_ring_for_a_node_wakes_its_waiter_and_a_ring_for_all_wakes_every_waiter():

@@ -115,14 +115,21 @@ class PoolQueue:
         self._stepped = 0  # every ticket up to this one was stepped (or its step failed)
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._started = False
+        self._ended = threading.Event()  # the thread's loop returned
         self._thread = threading.Thread(target=self._run, name="pool-queue", daemon=True)
 
     def start(self) -> "PoolQueue":
         self._thread.start()
+        self._started = True
         return self
 
     def alive(self) -> bool:
-        return self._thread.is_alive() and not self._stop.is_set()
+        """Started and not stopped, nor ended. Never yields: every member's fetch asks
+        (rolloutctl.caught_up), and under gevent ``Thread.is_alive()`` switches to the other
+        greenlets; with a thousand held fetches woken at once each answer then waited, half
+        made, for every other one, and the nodes a step had just targeted were told last."""
+        return self._started and not self._ended.is_set() and not self._stop.is_set()
 
     def add(self, pools: Iterable[str]) -> int:
         """Queue ``pools`` for a step; the ticket ``wait_stepped`` takes."""
@@ -154,6 +161,14 @@ class PoolQueue:
     # -- the thread ----------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self._ended.set()
+            with self._lock:  # a caller of wait_stepped stops waiting for a step that never comes
+                self._lock.notify_all()
+
+    def _loop(self) -> None:
         next_all = time.monotonic() + (self.interval or 0)
         rows, seen_gen, spent = None, object(), 0.0
         while not self._stop.is_set():
@@ -197,9 +212,16 @@ class PoolQueue:
             return rows, seen_gen
         now_rows = owner.store.pools()
         if rows is not None and now_rows != rows:
-            changed: Optional[Set[str]] = set()
+            targeted: Set[str] = set()
+            every = False
             for pool in set(rows) | set(now_rows):
                 names = changed_nodes(rows.get(pool), now_rows.get(pool))
-                changed = None if names is None or changed is None else changed | names
-            self.bell.ring(changed)
+                every = every or names is None
+                targeted |= names or set()
+            # the nodes a step retargeted first: waking every held fetch (another pool's current
+            # moved) first would have them answered after all the others
+            if targeted:
+                self.bell.ring(targeted)
+            if every:
+                self.bell.ring()
         return now_rows, gen

@@ -75,11 +75,15 @@ class ConfigServing:
         snap = self.store.serving(pool_name, node)
         if snap.node is not None and snap.node.pool == pool_name and self.caught_up(snap.node):
             snap = self.store.serving(pool_name, node)  # after the step of its own report
+        reconciled = self._reconciled_sig
         st = self.state(seen=snap.state_signature)
         if pool_name not in st.pools:
             raise UnknownPool(pool_name)
         row = snap.pool
-        if row is None or snap.state_signature != st.signature:  # this worker reconciled just now
+        # This worker reconciled just now (this call, or another it waited for: its steps may have
+        # targeted the node since the snapshot; a new state wakes every held fetch, and each then
+        # answered from the row before its targeting)
+        if row is None or snap.state_signature != st.signature or self._reconciled_sig != reconciled:
             snap = self.store.serving(pool_name, node)
             row = snap.pool
             if row is None:
