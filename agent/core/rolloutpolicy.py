@@ -114,6 +114,13 @@ def policy_problems(annotations: Mapping[str, Any]) -> Dict[str, str]:
     return out
 
 
+def pool_annotations(pool: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A pool's annotations, {} where its metadata or annotations are not objects (the gates read
+    their annotation from a pool as the store holds it, valid or not)."""
+    meta = pool.get("metadata") if isinstance(pool.get("metadata"), Mapping) else {}
+    return meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+
+
 def rollout_policy(pool: Mapping[str, Any]) -> RolloutPolicy:
     """The pool's policy; a value that does not parse is the default (the pool's checks name it)."""
     ann = (pool.get("metadata") or {}).get("annotations") or {}

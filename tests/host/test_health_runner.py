@@ -11,25 +11,9 @@ from agent.core.health import RUNNING, STOPPED, UnitCheck
 from agent.host.root import Root
 from agent.node.health import Runner
 from tests.helpers import dbus as dbus_fixtures
+from tests.helpers.healthdoubles import Clock, LiveRoot
 
 systemd_mock = dbus_fixtures.systemd_mock
-
-
-class LiveRoot(Root):
-    @property
-    def is_live(self):
-        return True
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
 
 
 def script(root_dir, kind, name, body, mode=0o755):
@@ -43,7 +27,7 @@ def script(root_dir, kind, name, body, mode=0o755):
 
 
 def runner(tmp_path, systemd=None, timeout=60.0, kubelet_get=None, live=True):
-    clock = Clock()
+    clock = Clock(1000.0)
     root = (LiveRoot if live else Root)(str(tmp_path))
     return Runner(root, systemd, timeout=timeout, clock=clock, sleep=clock.sleep, kubelet_get=kubelet_get)
 

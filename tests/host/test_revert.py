@@ -11,10 +11,10 @@ import pytest
 
 from agent.core.nodeconfig import NodeConfig
 from agent.errors import ApplyError, UpdateReverted
-from agent.host.root import Root
-from agent.node import nodestate, planning, revert, turn
+from agent.node import nodestate, planning, revert
 from agent.node.apply import apply_config
 from tests.helpers import dbus as dbus_fixtures
+from tests.helpers.healthdoubles import Clock, LiveRoot, Reporter
 
 systemd_mock = dbus_fixtures.systemd_mock
 logind_mock = dbus_fixtures.logind_mock
@@ -40,23 +40,6 @@ grep -qx good "$conf" || { echo "probe refuses $conf: $(cat "$conf")"; exit 1; }
 UNIT = "[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n"
 
 
-class LiveRoot(Root):
-    @property
-    def is_live(self):
-        return True
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
-
-
 def config(name, conf, extra=(), check=CHECK):
     files = [("/etc/probe.conf", conf, 420), ("/etc/node-agent/health/required.d/50-probe", check, 493)] + list(extra)
     ign = {"ignition": {"version": "3.4.0"},
@@ -65,16 +48,6 @@ def config(name, conf, extra=(), check=CHECK):
                                  for p, d, m in files]},
            "systemd": {"units": [{"name": "probe.service", "enabled": True, "contents": UNIT}]}}
     return NodeConfig(ignition=json.loads(json.dumps(ign)), name=name)
-
-
-class Reporter:
-    def __init__(self, root):
-        self.root, self.state_dir, self.sent = root, STATE, []
-
-    def send(self, body):
-        self.sent.append(body)
-        turn.remember(self.root, STATE, {k: v for k, v in body.items() if v is not None})
-        return True
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ import os
 import pytest
 
 from agent.core.nodeconfig import NodeConfig
-from agent.host.root import Root
-from agent.node import nodestate, revert, turn
+from agent.node import nodestate, revert
 from agent.node.apply import apply_config
 from agent.node.rebooted import report_rebooted
 from tests.helpers import dbus as dbus_fixtures
+from tests.helpers.healthdoubles import LiveRoot, Reporter
 
 systemd_mock = dbus_fixtures.systemd_mock
 logind_mock = dbus_fixtures.logind_mock
@@ -24,12 +24,6 @@ STATE = "/var/lib/node-agent"
 CHECK = b"""#!/bin/sh
 grep -qx good "$NODE_AGENT_ROOT/etc/probe.conf" || { echo "probe refuses: $(cat "$NODE_AGENT_ROOT/etc/probe.conf")"; exit 1; }
 """
-
-
-class LiveRoot(Root):
-    @property
-    def is_live(self):
-        return True
 
 
 class RecordingRpmOstree:
@@ -52,16 +46,6 @@ class RecordingRpmOstree:
 
     def rollback(self):
         self.calls.append(("rollback",))
-
-
-class Reporter:
-    def __init__(self, root):
-        self.root, self.state_dir, self.sent = root, STATE, []
-
-    def send(self, body):
-        self.sent.append(body)
-        turn.remember(self.root, STATE, {k: v for k, v in body.items() if v is not None})
-        return True
 
 
 def config(name, image, conf):

@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from agent.core.rolloutpolicy import PREFIX
+from agent.core.rolloutpolicy import PREFIX, pool_annotations
 from agent.server.rollout.alertregex import MAX_PATTERN, Pattern, PatternInvalid
 
 ANNOTATION = PREFIX + "alert-gate"
@@ -64,15 +64,9 @@ class Gate:
     proceed_unanswered: bool  # alert-gate-unreachable: proceed
 
 
-def _annotations(pool: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = pool.get("metadata") if isinstance(pool.get("metadata"), Mapping) else {}
-    ann = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
-    return ann
-
-
 def gated(pool: Mapping[str, Any]) -> bool:
     """Whether the pool has an alert gate (valid or not): only then is Prometheus asked."""
-    return _annotations(pool).get(ANNOTATION) is not None
+    return pool_annotations(pool).get(ANNOTATION) is not None
 
 
 def parse(value: Any, unreachable: Any = None) -> Gate:
@@ -153,7 +147,7 @@ def state(pool: Mapping[str, Any], firing: Optional[Firing]) -> Tuple[str, Optio
     """(the hold: why nobody is newly targeted now, "" when nothing holds; the record for the
     pool's ``status.rollout.alerts``, None without the annotation). ``firing`` None: the server
     has no ``--prometheus-url``."""
-    ann = _annotations(pool)
+    ann = pool_annotations(pool)
     if ann.get(ANNOTATION) is None:
         return "", None
     try:

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from agent.core.rolloutpolicy import PREFIX
+from agent.core.rolloutpolicy import PREFIX, pool_annotations
 
 ANNOTATION = PREFIX + "blocking-pod-selector"
 MAX_TEXT = 2000  # characters: a selector is a few dozen
@@ -240,8 +240,7 @@ def parse(value: Any) -> Selector:
 
 def selector_of(pool: Mapping[str, Any]) -> Tuple[Optional[Selector], str]:
     """(the pool's selector or None, why its annotation is invalid or "")."""
-    meta = pool.get("metadata") if isinstance(pool.get("metadata"), Mapping) else {}
-    ann = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+    ann = pool_annotations(pool)
     if ann.get(ANNOTATION) is None:
         return None, ""
     try:

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, Iterator, Mapping, Optional, Tuple
 
-from agent.core.rolloutpolicy import PREFIX
+from agent.core.rolloutpolicy import PREFIX, pool_annotations
 
 ANNOTATION = PREFIX + "maintenance-window"
 MAX_TEXT = 1000  # characters: a window is a few dozen
@@ -131,8 +131,7 @@ def parse(value: Any) -> Window:
 
 def window_of(pool: Mapping[str, Any]) -> Tuple[Optional[Window], str]:
     """(the pool's window or None, why its annotation is invalid or "")."""
-    meta = pool.get("metadata") if isinstance(pool.get("metadata"), Mapping) else {}
-    ann = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+    ann = pool_annotations(pool)
     if ann.get(ANNOTATION) is None:
         return None, ""
     try:
