@@ -122,13 +122,20 @@ class DirWatcher:
     def fileno(self) -> int:
         return self.fd
 
-    def wait(self, timeout: Optional[float], settle: float = 0.2) -> Union[str, Set[str]]:
-        """Block up to ``timeout`` seconds (None: for ever) for events; then collect what more
-        arrives within ``settle`` seconds (an editor's write, rename and chmod come as several
-        events: one check). Returns the changed config paths (empty: timed out) or FULL."""
+    def wait(self, timeout: Optional[float], settle: float = 0.2, wake_fd: Optional[int] = None
+             ) -> Union[str, Set[str]]:
+        """Block up to ``timeout`` seconds (None: for ever) for events, or until ``wake_fd`` is
+        readable; then collect what more arrives within ``settle`` seconds (an editor's write,
+        rename and chmod come as several events: one check). Returns the changed config paths
+        (empty: timed out, or woken with no event) or FULL."""
         poller = select.poll()
         poller.register(self.fd, select.POLLIN)
-        if not poller.poll(None if timeout is None else max(0, int(timeout * 1000))):
+        if wake_fd is not None:
+            poller.register(wake_fd, select.POLLIN)
+        ready = poller.poll(None if timeout is None else max(0, int(timeout * 1000)))
+        if wake_fd is not None:
+            poller.unregister(wake_fd)  # the settle below waits for more events only
+        if not any(fd == self.fd for fd, _ in ready):
             return set()
         changed: Set[str] = set()
         full = False

@@ -11,6 +11,9 @@ differ from the MCD: agent/core/drift.py).
   it watches the directories of every path and re-checks the paths an event names (a queue
   overflow or a directory coming or going: everything); without it, it sleeps and the next pass
   checks everything (a periodic check, at the update interval).
+- ``DriftMonitor.during(fetch)``: the same watch while the loop's fetch is held by the server
+  (up to turn.HOLD seconds, until the node's turn): drift is reported when it happens, and the
+  force file is taken at once, not when the hold ends.
 - The force file ``/run/node-agent-force`` (under ``--root``), as the MCD's
   ``/run/machine-config-daemon-force``: its presence skips the validation once and re-applies
   the config; it is removed when taken (the MCD removes its own).
@@ -19,6 +22,8 @@ differ from the MCD: agent/core/drift.py).
 import json
 import logging
 import os
+import select
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set
 
@@ -126,6 +131,7 @@ class DriftMonitor:
         self.drifts: Dict[str, core.Drift] = {}
         self.watcher = None
         self._watch_failed = False
+        self._left: Optional[threading.Thread] = None  # a held fetch the force file stopped waiting for
 
     # -- checks ---------------------------------------------------------------------------------
 
@@ -267,8 +273,6 @@ class DriftMonitor:
         if watcher is None:
             self.sleep(seconds)
             return
-        from agent.host.inotify import FULL
-
         deadline = time.monotonic() + seconds
         while True:
             left = deadline - time.monotonic()
@@ -283,21 +287,86 @@ class DriftMonitor:
                 self._watch_failed = True
                 self.sleep(max(0.0, deadline - time.monotonic()))
                 return
-            if changed and force_requested(self.root):
-                return  # the next pass takes it (a FULL rebuild may have hidden its own event)
-            if changed == FULL:
+            if self._handle(changed):
+                return  # the next pass takes the force file
+            watcher = self.watcher
+            if watcher is None:  # a new link directory could not be watched
+                self.sleep(max(0.0, deadline - time.monotonic()))
+                return
+
+    def _handle(self, changed) -> bool:
+        """Re-check what ``changed`` names (FULL: everything); True when the force file is there
+        (a FULL rebuild may have hidden its own event): the wait ends, the next pass takes it."""
+        from agent.host.inotify import FULL
+
+        if changed and force_requested(self.root):
+            return True
+        if changed == FULL:
+            if self.config is not None:
+                self.check(self.config)
+        elif changed:
+            self.check_paths(set(changed))
+            if any(p.endswith((".wants", ".requires", ".upholds")) for p in changed):
+                self._close_watch()  # a new link directory: watch it too, then check all (the gap)
+                self._watch()
                 if self.config is not None:
                     self.check(self.config)
-            elif changed:
-                self.check_paths(set(changed))
-                if any(p.endswith((".wants", ".requires", ".upholds")) for p in changed):
-                    self._close_watch()  # a new link directory: watch it too, then check all (the gap)
-                    watcher = self._watch()
-                    if self.config is not None:
-                        self.check(self.config)
-                    if watcher is None:
-                        self.sleep(max(0.0, deadline - time.monotonic()))
-                        return
+        return False
+
+    def during(self, fetch: Callable[[], Any]) -> Optional[Any]:
+        """``fetch()`` (the loop's held fetch: the server may hold it turn.HOLD seconds, until
+        the node's turn) on a thread of its own, while this one re-checks what changes meanwhile
+        as ``idle`` does: drift is reported when it happens, not when the hold ends. None: the
+        force file appeared; the pass that takes it fetches again, unheld, and this fetch's
+        answer is dropped when it comes. Only the fetch runs there (the reports, the records
+        and the credential stay on this thread), and one left running at most: then it is
+        waited for as before."""
+        if self._watch() is None or (self._left is not None and self._left.is_alive()):
+            return fetch()
+        box: Dict[str, Any] = {}
+        wake_r, wake_w = os.pipe()
+
+        def run() -> None:
+            try:
+                box["answer"] = fetch()
+            except BaseException as exc:  # raised on the loop's thread
+                box["error"] = exc
+            finally:
+                try:
+                    os.write(wake_w, b".")
+                except OSError:  # the loop stopped waiting (the force file) and closed its end
+                    pass
+                os.close(wake_w)
+
+        thread = threading.Thread(target=run, name="held-fetch", daemon=True)
+        thread.start()
+        try:
+            while thread.is_alive() and "answer" not in box and "error" not in box:
+                if self._wait_during(wake_r):
+                    self._left = thread
+                    return None
+        finally:
+            os.close(wake_r)
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["answer"]
+
+    def _wait_during(self, wake_fd: int) -> bool:
+        """One wait of ``during``: True when the force file ends it."""
+        watcher = self.watcher
+        if watcher is None:  # the watch broke: only the fetch is waited for
+            select.select([wake_fd], [], [])
+            return False
+        try:
+            changed = watcher.wait(None, wake_fd=wake_fd)
+        except Exception as e:
+            log.warning("watching the config's directories failed (%s): on-disk drift is checked at every "
+                        "update pass instead", e)
+            self._close_watch()
+            self._watch_failed = True
+            return False
+        return self._handle(changed)
 
 
 __all__ = ["FORCE_FILE", "DriftMonitor", "DriftRefused", "EXIT_DRIFTED", "build_expectation", "check",

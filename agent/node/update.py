@@ -15,13 +15,15 @@ import logging
 import os
 import time
 from dataclasses import replace
+from functools import partial
 from typing import Any, Dict, Optional
 
+from agent.core.paths import DEFAULT_POINTER
 from agent.core.served import ANN
 from agent.errors import EXIT_OK, FetchError, NodeAgentError, NotReady
 from agent.host import files, selinux
 from agent.host.root import Root
-from agent.node import nodestate, revert, turn
+from agent.node import nodename, nodestate, revert, turn
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +43,10 @@ class Updater:
         self.settings = load_settings(self.root, opts.settings)
         files.use_labeller(selinux.labeller_for(self.root.top))  # SELinux labels on what we write
         self.state_dir = self.settings.state_dir
-        from agent.node import nodename
-
         self.node = nodename.resolve(self.root, self.state_dir, getattr(opts, "node_name", None), self.settings)
         self.systemd, self.logind, self.rpmostree = systemd, logind, rpmostree
         self.sleep = sleep
-        self.fetcher = None
-        self.reporter = None
+        self.fetcher = self.reporter = None
         self.force = bool(getattr(opts, "force", False))
         self.drift = None
         # The loop asks the server to hold an unchanged fetch until its turn (agent/node/turn.py); --once does not wait.
@@ -67,8 +66,6 @@ class Updater:
         return fd
 
     def _pointer_path(self) -> str:
-        from agent.core.paths import DEFAULT_POINTER
-
         return getattr(self.opts, "pointer", None) or DEFAULT_POINTER
 
     def _pointer(self):
@@ -161,7 +158,9 @@ class Updater:
                 monitor.check(current)  # on start, then on change (inotify) or at every pass
             # Naming itself (with its credential) makes the server answer as to a member of the
             # pool: the pool's target, not only what a new node may have.
-            result = self._fetch(record)
+            result = self._fetch(record, hold=not forced)
+            if result is None:  # the force file came while the fetch was held (drift.during)
+                forced, result = True, self._fetch(record, hold=False)
             self.rollout = turn.follow(self.root, self.state_dir, result.headers, self.rollout)
             if turn.not_its_turn(self.rollout) and not forced:
                 revert.parked(self.root, self.state_dir)  # the server may let it retry a reverted target later
@@ -234,15 +233,17 @@ class Updater:
 
         return read_served(config.ignition).pool
 
-    def _fetch(self, record: Dict[str, Any]) -> Any:
-        # A member (its credential names it) may be held until its turn comes (agent/node/turn.py).
-        hold = self.hold if self.reporter.credential else 0.0
+    def _fetch(self, record: Dict[str, Any], hold: bool) -> Any:
+        # A member (its credential names it) may be held until its turn comes (agent/node/turn.py);
+        # the drift monitor watches the disk meanwhile (None: the force file ended the wait).
+        wait = self.hold if hold and self.reporter.credential else 0.0
 
         def fetch() -> Any:
-            url = turn.with_wait(record["url"], hold) if hold else record["url"]
-            return self.fetcher.fetch(url, ignition=True, etag=record.get("etag"),
-                                      headers=self.reporter.member_headers(), hold=hold,
-                                      budget=(self.settings.fetch.total_timeout or 300.0) + hold)
+            url = turn.with_wait(record["url"], wait) if wait else record["url"]
+            call = partial(self.fetcher.fetch, url, ignition=True, etag=record.get("etag"), hold=wait,
+                           headers=self.reporter.member_headers(),
+                           budget=(self.settings.fetch.total_timeout or 300.0) + wait)
+            return self.drift.during(call) if wait and self.drift is not None else call()
 
         try:
             try:
@@ -259,7 +260,7 @@ class Updater:
             exc.hint = fetch_hint(exc, self.root, self._pointer_path(), self.state_dir,  # type: ignore[attr-defined]
                                   self.settings.report.token_file)
             raise
-        self.held = bool(hold) and turn.held(result.headers)
+        self.held = result is not None and bool(wait) and turn.held(result.headers)
         return result
 
     def _confirm(self, record: Dict[str, Any], current: Any) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from agent.core import drift as core
 from agent.core.nodeconfig import NodeConfig
+from agent.errors import FetchError
 from agent.host import inotify
 from agent.host.root import Root
 from agent.node import drift as node_drift
@@ -355,3 +356,54 @@ def test_a_link_enabling_a_disabled_unit_is_seen_by_the_watch(root):
     os.symlink("/usr/lib/systemd/system/z.service", host(root, link))
     mon.check_paths(events_until(watcher, link))
     assert sent and sent[-1]["state"] == "Degraded" and link in sent[-1]["reason"]
+
+
+@needs_inotify
+def test_drift_during_a_held_fetch_is_reported_before_the_fetch_returns(root):
+    """The day-2 loop's fetch may be held turn.HOLD seconds by the server; the monitor watches
+    the disk meanwhile (``during``): here the fetch returns only once the Degraded report went
+    out, so a monitor that waited for the fetch first would never see it (the fetch gives up)."""
+    reported = threading.Event()
+    sent = []
+    mon = node_drift.DriftMonitor(root, STATE, send=lambda p: (sent.append(p), reported.set()), pool="worker")
+    mon.check(config())
+
+    def held_fetch():
+        os.chmod(host(root, "/etc/motd"), 0o666)  # while the server holds the fetch
+        return "answer" if reported.wait(120) else "gave up"
+
+    assert mon.during(held_fetch) == "answer"
+    assert sent[-1]["state"] == "Degraded" and "/etc/motd: mode 0666, expected 0644" in sent[-1]["reason"]
+
+
+@needs_inotify
+def test_the_force_file_ends_the_wait_for_a_held_fetch_whose_answer_is_dropped(root):
+    mon = node_drift.DriftMonitor(root, STATE, send=lambda p: None, pool="worker")
+    mon.check(config())
+    release = threading.Event()
+
+    def held_fetch():
+        os.makedirs(host(root, "/run"), exist_ok=True)
+        open(host(root, "/run/node-agent-force"), "w").close()
+        release.wait(120)
+        return "late answer"
+
+    assert mon.during(held_fetch) is None  # the pass that takes the force file fetches again
+    left = mon._left
+    assert left is not None and left.is_alive()
+    assert mon.during(lambda: "next") == "next"  # one left running at most: this one waited for in place
+    release.set()
+    left.join(60)
+    assert not left.is_alive()
+
+
+@needs_inotify
+def test_an_error_of_a_held_fetch_is_raised_on_the_loops_thread(root):
+    mon = node_drift.DriftMonitor(root, STATE, send=lambda p: None, pool="worker")
+    mon.check(config())
+
+    def held_fetch():
+        raise FetchError("HTTP 401", "https://server/config/worker", 401)
+
+    with pytest.raises(FetchError):
+        mon.during(held_fetch)
