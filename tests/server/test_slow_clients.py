@@ -370,3 +370,21 @@ def test_an_answer_that_leaves_the_body_unread_closes_the_connection(state):
             assert answer.startswith(b"HTTP/1.1 4") and b"connection: keep-alive" in answer.lower(), answer
         finally:
             s.close()
+
+
+def test_a_stalled_body_past_its_limit_is_answered_after_the_discard_bound_not_the_body_deadline(state):
+    """A client that declares a body past the limit, sends part of it and stalls gets its 413
+    once the rest of the body was waited for at most httpio.DISCARD_SECONDS (5 s), not the
+    body deadline (600 s here): a read that waits counts against the bound, not only the time
+    between reads. The client waits up to 120 s, far from both."""
+    with ServerProcess(state, workers=1, extra_args=["--body-timeout", "600"]) as srv:
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=120)
+        try:
+            s.sendall(b"POST /api/v1/nodes/n1/report HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 2000000\r\n\r\n" + b"{" * 1000)
+            responses = _Responses(s)
+            answer, _ = responses.next()
+            assert answer.startswith(b"HTTP/1.1 413") and b"connection: close" in answer.lower(), answer
+            assert responses.buf == b"" and s.recv(4096) == b""
+        finally:
+            s.close()

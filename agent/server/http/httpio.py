@@ -169,6 +169,9 @@ def _discard(stream: Any, length: int, stream_socket: Any = None) -> None:
     close = getattr(stream_socket, "close_after_response", None)
     if close is not None:  # the gevent worker: "Connection: close" on the 413, as docs/security.md says
         close()
+    cap = getattr(stream_socket, "cap_body_wait", None)
+    if cap is not None:  # a read that waits is bounded too, not only the time between reads
+        cap(DISCARD_SECONDS)
     left = min(length, MAX_DISCARD)
     deadline = time.monotonic() + DISCARD_SECONDS
     try:

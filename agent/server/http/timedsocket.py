@@ -71,6 +71,7 @@ class TimedSocket:
         self._head: Optional[bytes] = None  # a held response head
         self._resp_start = 0.0  # when the response's first byte was handed over (0: not yet)
         self._resp_bytes = 0  # bytes of the response handed over so far (head included)
+        self._discarding = False  # the app drops the rest of the body (cap_body_wait)
 
     # -- phases (the worker calls these around each request) ----------------------------------
 
@@ -78,6 +79,7 @@ class TimedSocket:
         self.request = req
         self.phase = "body"
         self._deadline = time.monotonic() + self.limits.body
+        self._discarding = False
         self._hold = self.fd >= 0
         self._resp_start, self._resp_bytes = 0.0, 0
 
@@ -92,6 +94,14 @@ class TimedSocket:
         self.phase = "idle"
         self.first = False
         self._deadline = time.monotonic() + self.limits.idle
+
+    def cap_body_wait(self, seconds: float) -> None:
+        """What is left of a body the app will not use (httpio._discard) is waited for at most
+        ``seconds`` more: a client that declared a large body and stalls holds the answer that
+        long, not the whole body deadline."""
+        if self.phase == "body":
+            self._deadline = min(self._deadline, time.monotonic() + seconds)
+            self._discarding = True
 
     def close_after_response(self) -> None:
         """The app's answer ends this connection (a 413: the rest of its body is not waited for)."""
@@ -163,6 +173,11 @@ class TimedSocket:
 
     def _expire(self) -> bytes:
         phase, self.phase = self.phase, "closed"
+        if phase == "body" and self._discarding:  # the answer is given all the same (httpio._discard)
+            self.request.must_close = True
+            self.log.info("%s: the rest of an unwanted request body not received in time; closing after the "
+                          "answer", self.peer)
+            raise BodyTimeout("the rest of an unwanted request body did not arrive in time")
         if phase == "body":
             self.request.must_close = True  # the 408 says "Connection: close" (gevent_worker.py)
             self.log.info("%s: request body not received within %.0f s; answering 408 and closing",
