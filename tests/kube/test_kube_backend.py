@@ -443,9 +443,10 @@ def test_kubectl_kustomize_deploy_renders_its_two_files_with_a_policy_v1_pdb_and
     """`kubectl apply -k deploy/` on a current cluster: deploy/kustomization.yaml renders every
     object of rbac.yaml and daemonset.yaml and no other, each in the apiVersion Kubernetes 1.25
     and later serve for its kind (SERVED_FROM_1_25); the PodDisruptionBudget is policy/v1, with
-    maxUnavailable 1 and an explicit selector of the DaemonSet's pods (policy/v1 reads an empty
-    selector as every pod of the namespace, v1beta1 as none: only an explicit one means the same
-    in both)."""
+    minAvailable 1 (a DaemonSet has no scale: the disruption controller computes maxUnavailable
+    only for a scalable controller's pods) and an explicit selector of the DaemonSet's pods
+    (policy/v1 reads an empty selector as every pod of the namespace, v1beta1 as none: only an
+    explicit one means the same in both)."""
     objs = _kustomize(DEPLOY)
     files = []
     for name in ("rbac.yaml", "daemonset.yaml"):
@@ -457,7 +458,7 @@ def test_kubectl_kustomize_deploy_renders_its_two_files_with_a_policy_v1_pdb_and
     daemonsets = [o for o in objs if o["kind"] == "DaemonSet"]
     assert [p["apiVersion"] for p in pdbs] == ["policy/v1"] and len(daemonsets) == 1
     spec, pods = pdbs[0]["spec"], daemonsets[0]["spec"]["template"]["metadata"]["labels"]
-    assert spec["maxUnavailable"] == 1 and "minAvailable" not in spec
+    assert spec["minAvailable"] == 1 and "maxUnavailable" not in spec
     assert set(spec["selector"]) == {"matchLabels"} and spec["selector"]["matchLabels"]
     assert spec["selector"]["matchLabels"].items() <= pods.items()
 

@@ -313,6 +313,7 @@ def run(workdir: str) -> Result:
     cp = ControlPlane(workdir).start(state_objects())
     timings["control-plane"] = time.monotonic() - t
     result.kube["serveArgs"] = [a if a != cp.kubeconfig else "<user's kubeconfig>" for a in cp.serve_args]
+    result.kube["apiPort"] = cp.kc.port
     recorder = Recorder(cp.kc, NODE, POOL).start()
     serial = SerialMarks(guest.serial_log)
     try:
@@ -333,7 +334,7 @@ def run(workdir: str) -> Result:
                     result.kube["serverPod"] = serverpod.move(cp, srv, guest, tls, TOKEN, NODE, workdir, PHASE_TIMEOUT)
 
                 _phases(Phases(srv, guest, result), cp, timings, move_to_pod)
-                result.kube["serverPodAtEnd"] = serverpod.at_end(cp)
+                result.kube["serverPodAtEnd"] = serverpod.at_end(cp, guest)
                 t = time.monotonic()
                 if not guest.powerdown():
                     raise AssertionError("the guest did not power off within 180 s of the ACPI power button; "
