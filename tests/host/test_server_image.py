@@ -199,7 +199,7 @@ def test_podman_runs_it_read_only_as_user_1001_with_no_capability(podman):
     assert (version.returncode, version.stdout.strip()) == (0, f"node-config-server {__version__}"), version.stderr
 
 
-def test_the_server_in_podman_serves_tls_healthz_and_a_config_as_the_deployment_runs_it(podman, tmp_path):
+def test_the_server_in_podman_serves_tls_healthz_and_a_config_as_the_daemonset_runs_it(podman, tmp_path):
     tls = make_tls(str(tmp_path / "tls"))
     secrets = tmp_path / "tokens"
     secrets.mkdir()
