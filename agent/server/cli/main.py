@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "context); without it, the pod's service account (in-cluster)")
     p.add_argument("--apiserver-url", metavar="URL", default=None,
                    help="without --kubeconfig: the API server the pod's service account talks to, https://HOST:PORT "
-                        "(as the MCS's --apiserver-url; a hostNetwork pod cannot count on the kubernetes Service's "
+                        "(the MCS's flag name; a hostNetwork pod cannot count on the kubernetes Service's "
                         "ClusterIP); default: KUBERNETES_SERVICE_HOST/PORT")
     p.add_argument("--namespace", metavar="NS", default=None,
                    help="with --store kubernetes: the namespace of the node state's ConfigMaps and Leases "
