@@ -85,6 +85,12 @@ class _CA:
                          digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
                          key_encipherment=False, data_encipherment=False, key_agreement=False,
                          encipher_only=False, decipher_only=False), critical=True)
+                     # As every real cluster CA (kubeadm's, OpenShift's signers): RFC 5280 wants it,
+                     # and Go's x509 (the controller manager's CSR signer) copies it into the
+                     # kubelets' certificates as their Authority Key Identifier. Python 3.13's
+                     # default TLS context (the server image's) verifies strictly and refuses a
+                     # chain without them ("Missing Subject/Authority Key Identifier").
+                     .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False)
                      .sign(self.key, hashes.SHA256()))
         self.path = self._write("ca.pem", self.cert.public_bytes(serialization.Encoding.PEM))
         # The controller manager's signer of approved kubelet CSRs (KubeCluster(tls_bootstrap=True)).
@@ -115,7 +121,8 @@ class _CA:
                  ([ExtendedKeyUsageOID.SERVER_AUTH] if server else [])
         b = (self._builder(subject, key.public_key(), days=2).issuer_name(self.cert.subject)
              .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-             .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
+             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False))
         if hosts:
             sans: List[x509.GeneralName] = []
             for h in hosts:

@@ -2,7 +2,7 @@
 built from Debian's archive without a registry. Its config and layers are read back (the entry
 point, a numeric non-root user, no setuid file, nothing world-writable, the wheel's modules and
 their bytecode), and it is run: loaded by podman and run read-only as 1001 with no capability,
-serving TLS /healthz and a config as deploy/deployment.yaml runs it; imported by a private
+serving TLS /healthz and a config as deploy/daemonset.yaml runs it; imported by a private
 containerd (``ctr images import``, as the VM guest's kubelet gets its images) and run by ctr.
 
 The base layer is built once (debootstrap, 1 to 2.5 minutes here; make prepare builds it before
@@ -90,7 +90,7 @@ def test_the_archive_is_tagged_with_the_version_and_its_config_runs_the_server_a
     entry, config, layers = contents
     assert entry["RepoTags"] == [TAG]
     run = config["config"]
-    assert run["Entrypoint"] == [ENTRYPOINT] and run["Cmd"] is None  # the Deployment gives only args
+    assert run["Entrypoint"] == [ENTRYPOINT] and run["Cmd"] is None  # the DaemonSet gives only args
     assert run["User"] == USER  # numeric: runAsNonRoot can check it without the image's passwd
     assert any(e.startswith("PATH=") for e in run["Env"])
     assert len(config["rootfs"]["diff_ids"]) == len(layers) == len(config["history"]) == 2
@@ -98,9 +98,9 @@ def test_the_archive_is_tagged_with_the_version_and_its_config_runs_the_server_a
 
 def test_deploy_names_this_image_and_runs_it_as_the_images_user_with_a_read_only_root(contents):
     _, config, _ = contents
-    with open(os.path.join(REPO, "deploy", "deployment.yaml")) as f:
-        deployment = next(d for d in yaml.safe_load_all(f) if d["kind"] == "Deployment")
-    pod = deployment["spec"]["template"]["spec"]
+    with open(os.path.join(REPO, "deploy", "daemonset.yaml")) as f:
+        daemonset = next(d for d in yaml.safe_load_all(f) if d["kind"] == "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == TAG and "command" not in container  # args only: the entry point runs
     assert str(pod["securityContext"]["runAsUser"]) == config["config"]["User"].split(":")[0]
@@ -158,7 +158,7 @@ class Podman:
         self.runroot = tempfile.mkdtemp(prefix="ncs-podman-")  # podman wants it under 50 characters
         self.base = ["podman", "--root", f"{root}/storage", "--runroot", self.runroot, "--storage-driver",
                      "overlay", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
-        # As the Deployment runs it: a read-only root (podman gives /tmp a tmpfs, the pod an emptyDir),
+        # As the DaemonSet runs it: a read-only root (podman gives /tmp a tmpfs, the pod an emptyDir),
         # no capability, no privilege escalation, the image's own (numeric) user.
         self.secure = ["--read-only", "--cap-drop=all", "--security-opt=no-new-privileges",
                        "--ulimit=nofile=4096:4096", "--ulimit=nproc=4096:4096"]
@@ -199,7 +199,7 @@ def test_podman_runs_it_read_only_as_user_1001_with_no_capability(podman):
     assert (version.returncode, version.stdout.strip()) == (0, f"node-config-server {__version__}"), version.stderr
 
 
-def test_the_server_in_podman_serves_tls_healthz_and_a_config_as_the_deployment_runs_it(podman, tmp_path):
+def test_the_server_in_podman_serves_tls_healthz_and_a_config_as_the_daemonset_runs_it(podman, tmp_path):
     tls = make_tls(str(tmp_path / "tls"))
     secrets = tmp_path / "tokens"
     secrets.mkdir()

@@ -410,7 +410,7 @@ def test_the_documents_the_mco_refuses_are_reported_and_never_served(kube, serve
 
 
 SA = "system:serviceaccount:node-config-server:node-config-server"
-DEPLOY = os.path.join(REPO, "deploy")  # kustomization.yaml: rbac.yaml, deployment.yaml
+DEPLOY = os.path.join(REPO, "deploy")  # kustomization.yaml: rbac.yaml, daemonset.yaml
 OVERLAY_1_20 = os.path.join(REPO, "deploy-overlays", "kube-1.20")  # the budget as policy/v1beta1
 # The apiVersion every Kubernetes from 1.25 on serves for each kind deploy/ ships (or may: ConfigMap,
 # Secret, DaemonSet): the GA group/versions of the Kubernetes API reference for 1.25 to 1.32
@@ -442,23 +442,24 @@ def _ref(obj):
 
 def test_kubectl_kustomize_deploy_renders_its_two_files_with_a_policy_v1_pdb_and_apiversions_served_from_1_25():
     """`kubectl apply -k deploy/` on a current cluster: deploy/kustomization.yaml renders every
-    object of rbac.yaml and deployment.yaml and no other, each in the apiVersion Kubernetes 1.25
+    object of rbac.yaml and daemonset.yaml and no other, each in the apiVersion Kubernetes 1.25
     and later serve for its kind (SERVED_FROM_1_25); the PodDisruptionBudget is policy/v1, with
-    maxUnavailable 1 and an explicit selector of the Deployment's pods (policy/v1 reads an empty
-    selector as every pod of the namespace, v1beta1 as none: only an explicit one means the same
-    in both)."""
+    minAvailable 1 (a DaemonSet has no scale: the disruption controller computes maxUnavailable
+    only for a scalable controller's pods) and an explicit selector of the DaemonSet's pods
+    (policy/v1 reads an empty selector as every pod of the namespace, v1beta1 as none: only an
+    explicit one means the same in both)."""
     objs = _kustomize(DEPLOY)
     files = []
-    for name in ("rbac.yaml", "deployment.yaml"):
+    for name in ("rbac.yaml", "daemonset.yaml"):
         with open(os.path.join(DEPLOY, name), encoding="utf-8") as f:
             files += [o for o in yaml.safe_load_all(f) if o]
     assert sorted(map(_ref, objs), key=str) == sorted(map(_ref, files), key=str)
     assert [(_ref(o), o["apiVersion"]) for o in objs if SERVED_FROM_1_25.get(o["kind"]) != o["apiVersion"]] == []
     pdbs = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
-    deployments = [o for o in objs if o["kind"] == "Deployment"]
-    assert [p["apiVersion"] for p in pdbs] == ["policy/v1"] and len(deployments) == 1
-    spec, pods = pdbs[0]["spec"], deployments[0]["spec"]["template"]["metadata"]["labels"]
-    assert spec["maxUnavailable"] == 1 and "minAvailable" not in spec
+    daemonsets = [o for o in objs if o["kind"] == "DaemonSet"]
+    assert [p["apiVersion"] for p in pdbs] == ["policy/v1"] and len(daemonsets) == 1
+    spec, pods = pdbs[0]["spec"], daemonsets[0]["spec"]["template"]["metadata"]["labels"]
+    assert spec["minAvailable"] == 1 and "maxUnavailable" not in spec
     assert set(spec["selector"]) == {"matchLabels"} and spec["selector"]["matchLabels"]
     assert spec["selector"]["matchLabels"].items() <= pods.items()
 
@@ -474,13 +475,13 @@ def test_the_kube_1_20_overlay_renders_deploy_unchanged_but_the_pdb_as_policy_v1
 
 def test_the_kube_1_20_overlay_is_admitted_by_the_1_20_api_server_which_refuses_the_policy_v1_pdb(kube):
     """`kubectl apply -k deploy-overlays/kube-1.20` as an admin runs it, with --dry-run=server:
-    the 1.20 API server itself decodes, validates and admits every object, the Deployment,
+    the 1.20 API server itself decodes, validates and admits every object, the DaemonSet,
     Service and policy/v1beta1 PodDisruptionBudget included (no volume: the replicas keep no
     state), and stores none (this module's cluster runs a scheduler, and Nodes no kubelet runs
-    that the Deployment's pods would be bound to). deploy/ itself is refused by this server for
-    its budget alone: 1.20 serves no policy/v1 PodDisruptionBudget, which is why the overlay is."""
+    that the DaemonSet's pods would be bound to; tests/vm runs them on a real kubelet). deploy/
+    itself is refused by this server for its budget alone: 1.20 serves no policy/v1 PodDisruptionBudget, which is why the overlay is."""
     out = kube.kubectl("apply", "-k", OVERLAY_1_20, "--dry-run=server")
-    for ref in ("deployment.apps/node-config-server", "service/node-config-server",
+    for ref in ("daemonset.apps/node-config-server", "service/node-config-server",
                 "poddisruptionbudget.policy/node-config-server"):
         assert f"{ref} created (server dry run)" in out.stdout, out.stdout
     lines = out.stdout.strip().splitlines()
@@ -489,7 +490,7 @@ def test_the_kube_1_20_overlay_is_admitted_by_the_1_20_api_server_which_refuses_
     refused = kube.kubectl("apply", "-k", DEPLOY, "--dry-run=server", check=False)
     assert refused.returncode != 0
     assert 'no matches for kind "PodDisruptionBudget" in version "policy/v1"' in refused.stderr, refused.stderr
-    assert "deployment.apps/node-config-server created (server dry run)" in refused.stdout, refused.stdout
+    assert "daemonset.apps/node-config-server created (server dry run)" in refused.stdout, refused.stdout
 
 
 def test_the_deploy_service_account_may_do_what_the_server_does_and_nothing_more_asked_here(kube):
@@ -571,7 +572,7 @@ def test_kubectl_auth_can_i_list_shows_the_service_account_exactly_what_rbac_yam
 
 def test_the_servers_user_cannot_read_its_own_tls_and_token_secrets_but_registers_nodes(kube, server):
     """deploy/rbac.yaml keeps node credentials in a namespace of their own: the server's user
-    gets 403 from the real API server on the TLS and token Secrets deployment.yaml mounts, and
+    gets 403 from the real API server on the TLS and token Secrets daemonset.yaml mounts, and
     still stores a node's credential (docs/security.md, "Kubernetes")."""
     ns, creds = "node-config-server", "node-config-server-credentials"
     kube.kubectl("create", "secret", "generic", "node-config-server-tokens", "-n", ns, "--from-literal=token=t0p",

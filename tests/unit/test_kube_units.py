@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.server.cluster import kube_sync
+from agent.server.cluster.backends import StoreConfig
 from agent.server.store.kube import client as kube_client
 from agent.server.store.kube import state as kube_state
 from agent.server.store.kube import watch as kube_watch
@@ -115,6 +116,67 @@ def test_in_cluster_reads_the_service_account(tmp_path):
     assert creds.ca_file == str(tmp_path / "ca.crt") and creds.token_file == str(tmp_path / "token")
     with pytest.raises(KubeConfigError, match="pass --kubeconfig FILE"):
         kube_client.in_cluster(str(tmp_path), {})
+
+
+def test_in_cluster_at_an_explicit_apiserver_url_takes_the_service_accounts_token_and_ca(tmp_path):
+    """serve --apiserver-url (the MCS's flag): a hostNetwork pod names its API server; the
+    environment's KUBERNETES_SERVICE_HOST/PORT (the Service's ClusterIP) is not used."""
+    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    creds = kube_client.in_cluster(str(tmp_path), env, server="https://api-int.example.test:6443/")
+    assert creds.server == "https://api-int.example.test:6443"
+    assert creds.ca_file == str(tmp_path / "ca.crt") and creds.token_file == str(tmp_path / "token")
+    assert creds.source == f"in-cluster ({tmp_path})"
+    assert kube_client.in_cluster(str(tmp_path), {}, server="https://[fd00::2]:6443").server == "https://[fd00::2]:6443"
+
+
+@pytest.mark.parametrize("url, says", [
+    ("http://10.0.2.2:6443", "not https"),
+    ("10.0.2.2:6443", "not https"),
+    ("https://", "no host"),
+    ("https://h:0", "no host (or port 0)"),
+    ("https://h:99999", "not a URL"),
+    ("https://user:pw@h:6443", "user information"),
+    ("https://h:6443/api", "a path, query or fragment"),
+    ("https://h:6443?x=1", "a path, query or fragment"),
+    ("https://h:6443#", "a path, query or fragment"),
+    ("https://h :6443", "spaces, control or non-ASCII"),
+    ("https://h\n:6443", "spaces, control or non-ASCII"),
+    ("https://" + "h" * 3000, "longer than 2048"),
+])
+def test_an_apiserver_url_that_is_not_https_host_port_is_refused_naming_the_flag(url, says):
+    with pytest.raises(KubeConfigError) as exc:
+        kube_client.check_apiserver_url(url)
+    assert str(exc.value).startswith("--apiserver-url ") and says in str(exc.value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_any_apiserver_url_text_is_an_https_url_or_refused_clearly(text):
+    try:
+        url = kube_client.check_apiserver_url(text)
+    except KubeConfigError as exc:
+        assert str(exc).startswith("--apiserver-url ")
+        return
+    assert url.startswith("https://") and len(url) <= len(text)
+
+
+@pytest.mark.parametrize("cfg, says", [
+    (StoreConfig(apiserver_url="https://h:6443"), "--apiserver-url goes with --backend kubernetes"),
+    (StoreConfig(url="kubernetes", backend="kubernetes", kubeconfig="/nonexistent", apiserver_url="https://h:6443"),
+     "--apiserver-url and --kubeconfig exclude each other"),
+    (StoreConfig(url="kubernetes", backend="kubernetes", apiserver_url="http://h:6443"), "not https"),
+])
+def test_serve_refuses_apiserver_url_without_the_api_with_a_kubeconfig_or_not_https(cfg, says):
+    assert says in (cfg.check() or "")
+
+
+def test_serve_apiserver_url_reaches_the_store_config_and_passes_its_check():
+    from agent.server.cli.main import build_parser
+    from agent.server.cli.storecmds import store_config
+
+    args = build_parser().parse_args(["serve", "--backend", "kubernetes", "--apiserver-url", "https://10.0.2.2:6443"])
+    cfg = store_config(args)
+    assert cfg.apiserver_url == "https://10.0.2.2:6443" and cfg.kubeconfig is None and cfg.check() is None
 
 
 def test_a_rotated_service_account_token_is_read_again(tmp_path):

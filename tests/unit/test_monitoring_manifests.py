@@ -1,6 +1,6 @@
 """deploy/prometheusrule.yaml's runbook links and deploy/servicemonitor.yaml against what they name:
 each alert's ``runbook_url`` is a heading of docs/alerts.md on the project's own site, and that
-section names the metric the alert reads; the ServiceMonitor selects deployment.yaml's Service and
+section names the metric the alert reads; the ServiceMonitor selects daemonset.yaml's Service and
 scrapes a port it has, as the pods serve it (HTTPS, /metrics). promtool's own checks of the rules:
 tests/host/test_alert_rules.py."""
 
@@ -68,8 +68,8 @@ def test_each_runbook_section_names_the_metric_its_alert_reads():
 
 def test_the_servicemonitor_scrapes_the_services_https_port_at_metrics():
     [monitor] = load_all("servicemonitor.yaml")
-    [service] = [d for d in load_all("deployment.yaml") if d["kind"] == "Service"]
-    [deployment] = [d for d in load_all("deployment.yaml") if d["kind"] == "Deployment"]
+    [service] = [d for d in load_all("daemonset.yaml") if d["kind"] == "Service"]
+    [daemonset] = [d for d in load_all("daemonset.yaml") if d["kind"] == "DaemonSet"]
     assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1", "ServiceMonitor")
     labels = service["metadata"].get("labels") or {}
     wanted = monitor["spec"]["selector"]["matchLabels"]
@@ -78,7 +78,7 @@ def test_the_servicemonitor_scrapes_the_services_https_port_at_metrics():
     [endpoint] = monitor["spec"]["endpoints"]
     ports = {p["name"]: p for p in service["spec"]["ports"]}
     assert endpoint["port"] in ports, f"the Service has no port named {endpoint['port']}: {sorted(ports)}"
-    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
     probe = container["readinessProbe"]["httpGet"]
     assert probe["port"] == ports[endpoint["port"]]["targetPort"]  # the pods answer on that port...
     assert endpoint["scheme"] == probe["scheme"].lower() == "https"  # ...over TLS

@@ -9,10 +9,14 @@
 # (tests/vm/guest: network, the kubelet's unit and config, a probe unit, containerd's and CNI's config), a
 # planted boot-image aleph file, the kubelet binary and the container images (pause from the
 # Kubernetes source, busybox) from `make kube-bin`'s directory, written as docker-archive
-# tarballs by tools/image_archive.py for vm-images.service to import.
-# The cache key covers the base, this script, the guest files, tools/image_archive.py, the kube-bin
-# directory (its name is its build's key) and every project file the RPM packs, so a re-run with
-# nothing changed only prints the path.
+# tarballs by tools/image_archive.py for vm-images.service to import, and node-config-server's own
+# image (`make image`: tools/image/build-image.sh, rebuilt here into build/node-config-server-image.tar
+# from this tree whenever the guest image is, so the pod runs the code under test), which the
+# scenario runs as deploy/daemonset.yaml's pod (tests/vm/serverpod.py).
+# The cache key covers the base, this script, the guest files, tools/image_archive.py, tools/image/
+# (the server image's recipe and base), the kube-bin directory (its name is its build's key) and
+# every project file the RPM and the server image pack, so a re-run with nothing changed only
+# prints the path.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -31,7 +35,7 @@ project_files() {  # what build-rpm.sh packs: git's view of the tree, build outp
     fi | grep -v -e '^build/' -e '^dist/' -e '^\.venv/' -e '^tests/' -e '^benchmarks/' | LC_ALL=C sort |
         while IFS= read -r f; do [ -f "$f" ] && sha256sum "$f"; done
 }
-key="$( { echo "$base"; echo "$kubebin"; cat "$here/build-image.sh" "$repo/tools/image_archive.py"; (cd "$here/guest" && find . -type f | LC_ALL=C sort | xargs sha256sum);
+key="$( { echo "$base"; echo "$kubebin"; cat "$here/build-image.sh" "$repo/tools/image_archive.py" "$repo"/tools/image/*; (cd "$here/guest" && find . -type f | LC_ALL=C sort | xargs sha256sum);
           project_files; } | sha256sum | cut -c1-16)"
 out="$cache/image-$key"
 if [ -f "$out/done" ]; then touch "$out/done"; echo "$out"; exit 0; fi
@@ -58,6 +62,11 @@ agent_rpm="$(printf '%s\n' "$rpms" | grep '/node-agent-[0-9][^/]*\.noarch\.rpm$'
 rpm --root "$root" --initdb
 rpm --root "$root" --nodeps -i "$agent_rpm"
 
+# The server's image, as `make image` builds it (its base cached in NODE_AGENT_IMAGE_CACHE).
+server_image="$repo/build/node-config-server-image.tar"
+echo "build-image.sh: building $server_image (make image)" >&2
+env -u PYTHONPATH bash "$repo/tools/image/build-image.sh" "$server_image" >&2
+
 cp -a "$here/guest/." "$root/"
 install -m 0755 "$kubebin/kubelet" "$root/usr/bin/kubelet"
 # The images pods run (no registry is reachable from the guest); busybox's applets as links.
@@ -67,6 +76,24 @@ python3 "$repo/tools/image_archive.py" "$root/usr/share/vm-test/images/pause.tar
 links=(); for a in sh sleep echo cat ls ps kill true date hostname; do links+=(--link "/bin/$a=busybox"); done
 python3 "$repo/tools/image_archive.py" "$root/usr/share/vm-test/images/busybox.tar" localhost/busybox:1.35 \
     --file "$root/bin/busybox=/bin/busybox" "${links[@]}" --cmd sh
+cp "$server_image" "$root/usr/share/vm-test/images/node-config-server.tar"
+# ...and imported into the guest's containerd store here, by the host's containerd (Debian 12's
+# 1.6.20, the guest's own version) on the guest root's /var/lib/containerd: the guest's own import
+# of it (about 165 MB, unpacked under TCG) took 65 s of boot 2, before kubelet could start.
+# vm-images.service imports it from the tarball only if it is missing.
+ctrd="$tmp/ctrd"
+mkdir -p "$ctrd"
+printf 'version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n' > "$ctrd/config.toml"
+containerd --config "$ctrd/config.toml" --root "$root/var/lib/containerd" --state "$ctrd/state" \
+    --address "$ctrd/sock" >"$ctrd/log" 2>&1 &
+ctrd_pid=$!
+for _ in $(seq 300); do ctr --address "$ctrd/sock" version >/dev/null 2>&1 && break; sleep 0.1; done
+ctr --address "$ctrd/sock" -n k8s.io images import "$server_image" >&2 || { cat "$ctrd/log" >&2; kill "$ctrd_pid"; exit 1; }
+ctr --address "$ctrd/sock" -n k8s.io images list -q | grep -q '^localhost/node-config-server:' || {
+    echo "build-image.sh: the server image is not in the guest's containerd after its import" >&2; kill "$ctrd_pid"; exit 1; }
+kill "$ctrd_pid"
+wait "$ctrd_pid" || true
+rm -rf "$ctrd"
 # The boot image's aleph file, as on RHCOS (the skew check reads it); a version the served rules
 # accept.
 mkdir -p "$root/sysroot"
@@ -84,7 +111,9 @@ printf '/dev/vda / ext4 rw,errors=remount-ro 0 1\n' > "$root/etc/fstab"
 # root logs in on the serial console without a password (a debugging aid; no network login).
 chroot "$root" passwd -d root >/dev/null
 
-mkfs.ext4 -q -F -L vmroot -d "$root" "$tmp/disk.img" 2G >&2
+# 3G (sparse): the server image (about 170 MB) is in the root as a tarball and, once imported, in
+# containerd's content store and its snapshot.
+mkfs.ext4 -q -F -L vmroot -d "$root" "$tmp/disk.img" 3G >&2
 cp "$base/vmlinuz" "$base/initrd.img" "$tmp/"
 rm -rf "$root" "$tmp/rpm"
 touch "$tmp/done"

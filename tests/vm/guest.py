@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD_TIMEOUT = 45 * 60  # a cold debootstrap on a loaded 2-core machine; a warm cache takes seconds
@@ -123,18 +123,28 @@ class Guest:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def _qmp(self, command: str) -> None:
+    def _qmp(self, command: str, arguments: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        """One QMP command; its answer ({"return": ...} or {"error": ...})."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(10)
             s.connect(self.qmp_path)
             reader = s.makefile("r")
             reader.readline()  # greeting
-            for cmd in ("qmp_capabilities", command):
-                s.sendall(json.dumps({"execute": cmd}).encode() + b"\n")
+            for cmd, args in (("qmp_capabilities", None), (command, arguments)):
+                s.sendall(json.dumps(dict({"execute": cmd}, **({"arguments": args} if args else {}))).encode() + b"\n")
                 while True:  # skip asynchronous events up to the command's answer
                     answer = json.loads(reader.readline())
                     if "return" in answer or "error" in answer:
                         break
+            return answer
+
+    def hmp(self, command_line: str) -> str:
+        """A human monitor command (e.g. hostfwd_add, which QMP has no command of its own for):
+        the monitor's text, empty when a command such as hostfwd_add succeeded."""
+        answer = self._qmp("human-monitor-command", {"command-line": command_line})
+        if "error" in answer:
+            raise AssertionError(f"QMP human-monitor-command {command_line!r}: {answer['error']}")
+        return str(answer.get("return") or "")
 
     def powerdown(self, timeout: float = 180.0) -> bool:
         """ACPI power button (logind powers off cleanly, the journal is flushed); True if the

@@ -17,12 +17,17 @@ the token and its kubelet's bootstrap kubeconfig written in (as an installer wou
    scheduler places the workloads there; node-agent.service reports Done;
    vm-kubelet-check.service restarts and disables the first-boot unit and logs whether kubelet
    stayed up;
+   then the server moves into the cluster (tests/vm/serverpod.py): the admin applies deploy/ (the
+   1.20 overlay) with its Secrets and ConfigMap, the DaemonSet's pod runs on the guest's own
+   kubelet and passes its readiness probe, the host's process stops and QEMU forwards its port to
+   the pod (the load balancer in front of the serving nodes): phases 3 to 5 talk to the pod;
 3. day 2, still boot 2: the host changes /etc/vm-probe.conf in a MachineConfig (the served policy
    restarts vm-probe.service for it): applied and restarted without a reboot;
 4. day 2: the host adds a file no policy covers: drain lease (the server cordons the Node and
    evicts the ReplicaSet's pods; the PDB blocks the second, named in the Node's annotation, until
-   the admin relaxes it), apply, one reboot (the Node goes Unknown, then Ready); boot 3 reports
-   Done; the server uncordons and the replacements run there;
+   the admin relaxes it; the server's own pod, a DaemonSet's, stays), apply, one reboot (the Node
+   goes Unknown, then Ready; the server's pod down with it, restarted by the kubelet); boot 3's
+   Done report reaches the pod after retries; the server uncordons and the replacements run there;
 5. day 2, boot 3: the host ships a /etc/vm-probe.conf that vm-probe.service refuses (its
    ExecStartPre checks it): the policy's restart fails, node-agent's health check finds the unit
    failed, the node reverts (the file back, vm-probe restarted and running again) and reports
@@ -40,12 +45,14 @@ import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
+import requests
 import yaml
 
 from tests.helpers.certs import make_tls
 from tests.helpers.server_proc import ServerProcess
+from tests.vm import serverpod
 from tests.vm.guest import Guest, build_image, wait_until
 from tests.vm.kube import (
     APP,
@@ -240,25 +247,33 @@ class Result:
 
 class Phases:
     """The server's view of the guest, polled; the reports it shows are kept with the host time
-    they were first seen."""
+    they were first seen. From phase 3 on the server is the guest's pod, behind QEMU's forward of
+    the same port: down while the guest reboots, when a poll sees nothing (None)."""
 
     def __init__(self, srv: ServerProcess, guest: Guest, result: Result):
         self.api, self.srv, self.guest, self.result = srv.session(), srv, guest, result
 
     def get(self, path: str) -> Dict[str, Any]:
-        return self.api.get(self.srv.url(path)).json()
+        return self.api.get(self.srv.url(path), timeout=30).json()
 
-    def target(self) -> str:
-        return self.get(f"/api/v1/pools/{POOL}")["spec"]["configuration"]["name"]
+    def _try(self, path: str) -> Optional[requests.Response]:
+        try:
+            return self.api.get(self.srv.url(path), timeout=10)
+        except requests.RequestException:
+            return None
+
+    def target(self) -> Optional[str]:
+        r = self._try(f"/api/v1/pools/{POOL}")
+        return r.json()["spec"]["configuration"]["name"] if r is not None and r.status_code == 200 else None
 
     def view(self) -> Optional[Dict[str, Any]]:
-        reg = self.api.get(self.srv.url(f"/api/v1/nodes/{NODE}/registration"))
-        if reg.status_code == 200:
+        reg = self._try(f"/api/v1/nodes/{NODE}/registration")
+        if reg is not None and reg.status_code == 200:
             seen, regs = {k: reg.json().get(k) for k in ("state", "approvedBy")}, self.result.registrations
             if not regs or {k: regs[-1].get(k) for k in seen} != seen:
                 regs.append(dict(seen, seenAt=time.time()))
-        r = self.api.get(self.srv.url(f"/api/v1/nodes/{NODE}"))
-        if r.status_code != 200:
+        r = self._try(f"/api/v1/nodes/{NODE}")
+        if r is None or r.status_code != 200:
             return None
         view, reports = r.json(), self.result.reports
         if not reports or reports[-1].get("report") != view.get("report"):
@@ -275,7 +290,7 @@ class Phases:
 
     def new_target(self, old: str) -> str:
         try:
-            return wait_until(lambda: (lambda t: t if t != old else None)(self.target()), 60, self.guest,
+            return wait_until(lambda: (lambda t: t if t not in (old, None) else None)(self.target()), 60, self.guest,
                               "the server rendering the changed MachineConfig", poll=0.5)
         except AssertionError as exc:  # say why the pool did not move (its conditions: RenderHeld ...)
             pool = self.get(f"/api/v1/pools/{POOL}")
@@ -298,6 +313,7 @@ def run(workdir: str) -> Result:
     cp = ControlPlane(workdir).start(state_objects())
     timings["control-plane"] = time.monotonic() - t
     result.kube["serveArgs"] = [a if a != cp.kubeconfig else "<user's kubeconfig>" for a in cp.serve_args]
+    result.kube["apiPort"] = cp.kc.port
     recorder = Recorder(cp.kc, NODE, POOL).start()
     serial = SerialMarks(guest.serial_log)
     try:
@@ -313,7 +329,12 @@ def run(workdir: str) -> Result:
             guest.prepare(dict(guest_files(srv.port, tls.ca_pem()), **bootstrap_credentials(cp.kc, cp.bootstrap_token)))
             with guest.running():
                 serial.start()
-                _phases(Phases(srv, guest, result), cp, timings)
+
+                def move_to_pod() -> None:
+                    result.kube["serverPod"] = serverpod.move(cp, srv, guest, tls, TOKEN, NODE, workdir, PHASE_TIMEOUT)
+
+                _phases(Phases(srv, guest, result), cp, timings, move_to_pod)
+                result.kube["serverPodAtEnd"] = serverpod.at_end(cp, guest)
                 t = time.monotonic()
                 if not guest.powerdown():
                     raise AssertionError("the guest did not power off within 180 s of the ACPI power button; "
@@ -328,14 +349,14 @@ def run(workdir: str) -> Result:
         cp.stop()
     if os.path.exists(result.readback):
         shutil.rmtree(result.readback)
-    guest.read_back(["/var/log/journal", "/var/lib/node-agent", "/etc/node-agent-vm", "/etc/kubernetes",
+    guest.read_back(["/var/log/journal", "/var/log/pods", "/var/lib/node-agent", "/etc/node-agent-vm", "/etc/kubernetes",
                      "/etc/systemd/system", "/etc/machine-config-daemon", "/var/lib/kubelet/pki"], result.readback)
     timings["total"] = time.monotonic() - started
     result.timings = timings
     return result
 
 
-def _phases(ph: Phases, cp: ControlPlane, timings: Dict[str, float]) -> None:
+def _phases(ph: Phases, cp: ControlPlane, timings: Dict[str, float], move_to_pod: Callable[[], None]) -> None:
     result, guest = ph.result, ph.guest
     result.targets["first"] = ph.target()
     t = time.monotonic()
@@ -352,6 +373,10 @@ def _phases(ph: Phases, cp: ControlPlane, timings: Dict[str, float]) -> None:
     # The pool counts the Node (not the report, which may come before the kubelet registers it).
     result.pool_after_second_boot = ph.get(f"/api/v1/pools/{POOL}")
     result.kube["mcpAfterSecondBoot"] = cp.get_mcp()
+    # The server moves into the cluster: the DaemonSet's pod on the guest serves from here on.
+    t = time.monotonic()
+    move_to_pod()
+    timings["server-pod"] = time.monotonic() - t
 
     t = time.monotonic()
     result.phase_started["restart"] = time.time()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The server image's base layer (make image-base; tools/image/build-image.sh adds the server):
 # Debian trixie, debootstrap --variant=minbase with the packages in packages.txt, a non-root user
-# (node-config-server, uid and gid 1001: deploy/deployment.yaml's runAsUser), no docs, man pages,
+# (node-config-server, uid and gid 1001: deploy/daemonset.yaml's runAsUser), no docs, man pages,
 # locales, apt lists or caches, no setuid/setgid bit and nothing world-writable but the sticky
 # /tmp and /var/tmp. Written as one layer tarball (tools/image_archive.py). Slow once (minutes:
 # download and unpack), then cached, keyed on this script, packages.txt and image_archive.py:
@@ -38,7 +38,7 @@ echo "build-base.sh: debootstrap $suite ($pkgs) into $tmp (takes minutes)" >&2
 debootstrap --variant=minbase --include="$pkgs" "$suite" "$tmp/root" "$mirror" >"$tmp/debootstrap.log" 2>&1 || {
     tail -40 "$tmp/debootstrap.log" >&2; exit 1; }
 root="$tmp/root"
-# 1001: deploy/deployment.yaml's runAsUser (not a --system id: those end at 999).
+# 1001: deploy/daemonset.yaml's runAsUser (not a --system id: those end at 999).
 chroot "$root" groupadd --gid 1001 node-config-server
 chroot "$root" useradd --uid 1001 --gid 1001 --no-create-home --home-dir /nonexistent \
     --shell /usr/sbin/nologin node-config-server

@@ -78,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", metavar="FILE", default=None,
                    help="with --backend kubernetes or --store kubernetes: the kubeconfig to use (its current "
                         "context); without it, the pod's service account (in-cluster)")
+    p.add_argument("--apiserver-url", metavar="URL", default=None,
+                   help="without --kubeconfig: the API server the pod's service account talks to, https://HOST:PORT "
+                        "(the MCS's flag name; a hostNetwork pod cannot count on the kubernetes Service's "
+                        "ClusterIP); default: KUBERNETES_SERVICE_HOST/PORT")
     p.add_argument("--namespace", metavar="NS", default=None,
                    help="with --store kubernetes: the namespace of the node state's ConfigMaps and Leases "
                         "(default: the pod's own namespace, else node-config-server)")

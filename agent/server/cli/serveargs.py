@@ -214,7 +214,7 @@ def kubelet_client_ca(args: argparse.Namespace, store) -> Tuple[Optional[str], s
     elif store.is_kubernetes:
         from agent.server.store.kube.client import open_client
 
-        client = open_client(store.kubeconfig)
+        client = open_client(store.kubeconfig, apiserver_url=store.apiserver_url)
         try:
             pem, why = read_client_ca(client)
         finally:

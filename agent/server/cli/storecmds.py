@@ -35,6 +35,7 @@ def store_config(args: argparse.Namespace) -> StoreConfig:
     return StoreConfig(url=url, ca=args.etcd_ca, cert=args.etcd_cert, key=args.etcd_key,
                        cache_dir=getattr(args, "cache_dir", None) or DEFAULT_CACHE_DIR,
                        backend=backend, kubeconfig=getattr(args, "kubeconfig", None),
+                       apiserver_url=getattr(args, "apiserver_url", None),
                        namespace=getattr(args, "namespace", None),
                        credentials_namespace=getattr(args, "credentials_namespace", None))
 

@@ -44,6 +44,7 @@ class StoreConfig:
     replica: str = ""  # this replica's name in views (default: host name and listen port)
     backend: str = "dir"  # dir (state directory or etcd) or kubernetes (objects from the API)
     kubeconfig: Optional[str] = None  # with kubernetes: None = in-cluster
+    apiserver_url: Optional[str] = None  # in-cluster at this URL (serve --apiserver-url); None: the Service's
     namespace: Optional[str] = None  # the kubernetes store's (None: the pod's, else DEFAULT_NAMESPACE)
     credentials_namespace: Optional[str] = None  # the node credentials' Secrets (None: "<namespace>-credentials")
     drain: Any = None  # with --backend kubernetes: draincadence.Cadence (None: the MCO's; serve --drain-*)
@@ -108,6 +109,9 @@ class StoreConfig:
             return "--etcd-cert and --etcd-key go together"
         if self.kubeconfig and not self.is_kubernetes and not self.is_kube_store:
             return "--kubeconfig goes with --backend kubernetes or --store kubernetes"
+        problem = self._apiserver_url_problem()
+        if problem:
+            return problem
         if self.namespace and not self.is_kube_store:
             return "--namespace goes with --store kubernetes (the default with --backend kubernetes)"
         if self.credentials_namespace and not self.is_kube_store:
@@ -124,6 +128,21 @@ class StoreConfig:
                     f"--credentials-namespace")
         if self.kubeconfig and not os.path.isfile(self.kubeconfig):
             return f"--kubeconfig {self.kubeconfig}: no such file"
+        return None
+
+    def _apiserver_url_problem(self) -> Optional[str]:
+        if self.apiserver_url is None:
+            return None
+        if not self.is_kubernetes and not self.is_kube_store:
+            return "--apiserver-url goes with --backend kubernetes or --store kubernetes"
+        if self.kubeconfig:
+            return "--apiserver-url and --kubeconfig exclude each other: a kubeconfig names its own API server"
+        from agent.server.store.kube.client import KubeConfigError, check_apiserver_url
+
+        try:
+            check_apiserver_url(self.apiserver_url)
+        except KubeConfigError as exc:
+            return str(exc)
         return None
 
     def replica_name(self, listen: str = "") -> str:
@@ -197,7 +216,7 @@ def open_backends(cfg: StoreConfig, state_dir: Optional[str], reload_interval: f
         from agent.server.store.kube.state import KubeStateSource
 
         store = _etcd_store(cfg) if cfg.is_etcd else _kube_store(cfg) if cfg.is_kube_store else None
-        return store, KubeStateSource(open_client(cfg.kubeconfig))
+        return store, KubeStateSource(open_client(cfg.kubeconfig, apiserver_url=cfg.apiserver_url))
     from agent.server.store.statedir.watcher import StateWatcher
 
     if not cfg.shared:
@@ -215,7 +234,7 @@ def _kube_store(cfg: StoreConfig) -> Any:
     from agent.server.store.kube.client import open_client
     from agent.server.store.kube.nodestore import KubeNodeStore
 
-    return KubeNodeStore(open_client(cfg.kubeconfig), cfg.kube_namespace(),
+    return KubeNodeStore(open_client(cfg.kubeconfig, apiserver_url=cfg.apiserver_url), cfg.kube_namespace(),
                          credentials_namespace=cfg.kube_credentials_namespace())
 
 

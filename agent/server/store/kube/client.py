@@ -8,8 +8,9 @@ stable: GET/LIST (paged), WATCH (one JSON event per line), POST, PATCH (merge, J
 JSON paths, with TLS client certificates or a bearer token. requests is already a dependency.
 
 Credentials: a kubeconfig (``--kubeconfig FILE``, its current context) or, with none, the
-in-cluster service account (``KUBERNETES_SERVICE_HOST``/``_PORT`` and
-``/var/run/secrets/kubernetes.io/serviceaccount``). ``insecure-skip-tls-verify`` is refused:
+in-cluster service account (``/var/run/secrets/kubernetes.io/serviceaccount``: token and CA) at
+``--apiserver-url`` when given (a hostNetwork pod, as the MCS's DaemonSet, cannot count on the
+kubernetes Service's ClusterIP), else at ``KUBERNETES_SERVICE_HOST``/``_PORT``. ``insecure-skip-tls-verify`` is refused:
 there is never a connection without a verified server.
 """
 
@@ -22,6 +23,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from urllib.parse import urlsplit
 
 import requests
 import yaml
@@ -202,13 +204,44 @@ def _file_or_data(creds: Credentials, section: Dict[str, Any], field: str, base:
     return _abs(section.get(field), base)
 
 
-def in_cluster(sa_dir: str = SERVICE_ACCOUNT_DIR, env: Optional[Dict[str, str]] = None) -> Credentials:
-    """The pod's service account, as client-go's rest.InClusterConfig reads it."""
+def check_apiserver_url(url: str) -> str:
+    """``serve --apiserver-url``: ``https://HOST[:PORT]``, returned without a trailing slash; any
+    other text raises KubeConfigError naming what is wrong. Never http: the service account's
+    token goes in every request, and its ca.crt verifies the server."""
+    where = f"--apiserver-url {url[:200]!r}"
+    if len(url) > 2048:
+        raise KubeConfigError(f"{where}: longer than 2048 characters; give https://HOST:PORT")
+    if not url.isascii() or any(c.isspace() or not c.isprintable() for c in url):
+        raise KubeConfigError(f"{where}: spaces, control or non-ASCII characters; give https://HOST:PORT")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise KubeConfigError(f"{where}: not a URL ({exc}); give https://HOST:PORT") from None
+    if parts.scheme != "https":
+        raise KubeConfigError(f"{where}: not https; the API server is reached over TLS only (verified with the "
+                              f"service account's ca.crt): give https://HOST:PORT")
+    if not parts.hostname or port == 0:
+        raise KubeConfigError(f"{where}: no host (or port 0); give https://HOST:PORT")
+    if parts.username is not None or parts.password is not None:
+        raise KubeConfigError(f"{where}: user information in the URL; the service account's token authenticates")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise KubeConfigError(f"{where}: a path, query or fragment; give https://HOST:PORT only")
+    return f"https://{parts.netloc}"
+
+
+def in_cluster(sa_dir: str = SERVICE_ACCOUNT_DIR, env: Optional[Dict[str, str]] = None,
+               server: Optional[str] = None) -> Credentials:
+    """The pod's service account, as client-go's rest.InClusterConfig reads it; at ``server``
+    (serve --apiserver-url, checked) when given, else at the kubernetes Service's address."""
+    if server is not None:
+        return Credentials(server=check_apiserver_url(server), ca_file=os.path.join(sa_dir, "ca.crt"),
+                           token_file=os.path.join(sa_dir, "token"), source=f"in-cluster ({sa_dir})")
     env = os.environ if env is None else env
     host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
     if not host or not port:
         raise KubeConfigError("no --kubeconfig given and not in a pod (KUBERNETES_SERVICE_HOST/PORT unset): "
-                              "pass --kubeconfig FILE")
+                              "pass --kubeconfig FILE, or --apiserver-url in a pod")
     host = f"[{host}]" if ":" in host else host
     return Credentials(server=f"https://{host}:{port}", ca_file=os.path.join(sa_dir, "ca.crt"),
                        token_file=os.path.join(sa_dir, "token"), source=f"in-cluster ({sa_dir})")
@@ -372,7 +405,10 @@ def _is_eviction(what: str) -> bool:
     return what.endswith("/eviction")  # a PDB's 429 is an answer, not an outage
 
 
-def open_client(kubeconfig: Optional[str], context: Optional[str] = None) -> KubeClient:
-    """The client ``serve --backend kubernetes`` uses: the kubeconfig given, else in-cluster."""
-    creds = load_kubeconfig(kubeconfig, context) if kubeconfig else in_cluster()
+def open_client(kubeconfig: Optional[str], context: Optional[str] = None,
+                apiserver_url: Optional[str] = None) -> KubeClient:
+    """The client ``serve --backend kubernetes`` uses: the kubeconfig given, else in-cluster (at
+    ``apiserver_url``, serve --apiserver-url, when given)."""
+    creds = load_kubeconfig(kubeconfig, context) if kubeconfig else in_cluster(server=apiserver_url)
+    log.info("Kubernetes API %s as %s", creds.server, creds.source)
     return KubeClient(creds)

@@ -1,0 +1,160 @@
+"""The VM scenario's move of node-config-server from the host's process into a pod on the guest's
+own kubelet, as an admin installs it (docs/install.md, "Kubernetes") and as the MCS runs: after
+the node joined (phase 2) and before day 2 (phase 3).
+
+1. The admin's part, with kubectl: the namespace's Secrets (the host server's own TLS certificate
+   and key, so the guest's pinned CA and the name node-config-server.vm.test still verify; the
+   same bootstrap token, and an admin token), the ConfigMap naming the API server as the guest
+   reaches it (https://10.0.2.2:PORT: the API server's certificate names 10.0.2.2), the Node
+   labelled node-config-server.openshift.io/serve, then `kubectl apply -k deploy-overlays/kube-1.20`:
+   deploy/ unchanged but for the PodDisruptionBudget's apiVersion. The image is in the guest's
+   containerd already (tests/vm/build-image.sh, vm-images.service).
+2. The DaemonSet's pod runs on the guest (hostNetwork, port 22623) and passes its readiness probe.
+3. The host's server process is stopped, and QEMU's user network forwards the host's loopback port
+   the guest was configured with (10.0.2.2:PORT is the host's 127.0.0.1:PORT) to the guest's
+   22623 (QMP ``hostfwd_add``, at run time): the load balancer in front of the serving nodes, as
+   api-int:22623 is in front of the MCS. From here every request of the guest, and the test's own
+   views of the server (the same URL), reach the pod.
+
+``move(...)`` returns what the test asserts on (result.kube["serverPod"]).
+"""
+
+import os
+import time
+import warnings
+from typing import Any, Dict, List, Optional
+
+import requests
+
+from tests.helpers.kube_cluster import GUEST_HOST_IP, REPO
+from tests.helpers.server_proc import free_port
+from tests.vm.guest import Guest, wait_until
+from tests.vm.kube import ControlPlane, is_ready
+
+NAMESPACE = "node-config-server"  # deploy/rbac.yaml's
+APP_LABEL = "app.kubernetes.io/name=node-config-server"
+SERVE_LABEL = "node-config-server.openshift.io/serve"  # deploy/daemonset.yaml's nodeAffinity
+OVERLAY = os.path.join(REPO, "deploy-overlays", "kube-1.20")
+POD_PORT = 22623
+ADMIN_TOKEN = "vm-test-admin-token"
+
+
+def pod_view(pod: Dict[str, Any]) -> Dict[str, Any]:
+    """What the test asserts on: where and as whom the pod runs, its container's arguments,
+    mounts and security context, its conditions and restarts."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    containers = spec.get("containers") or [{}]
+    statuses = status.get("containerStatuses") or [{}]
+    return {"name": pod["metadata"]["name"], "uid": pod["metadata"].get("uid"), "nodeName": spec.get("nodeName"),
+            "serviceAccountName": spec.get("serviceAccountName"), "hostNetwork": spec.get("hostNetwork"),
+            "priorityClassName": spec.get("priorityClassName"), "podSecurityContext": spec.get("securityContext"),
+            "owner": [o.get("kind") for o in pod["metadata"].get("ownerReferences") or []],
+            "args": containers[0].get("args"), "env": containers[0].get("env"),
+            "volumeMounts": containers[0].get("volumeMounts"), "securityContext": containers[0].get("securityContext"),
+            "image": containers[0].get("image"), "phase": status.get("phase"), "ready": is_ready(pod),
+            "conditions": status.get("conditions"), "restartCount": statuses[0].get("restartCount"),
+            "state": statuses[0].get("state"), "lastState": statuses[0].get("lastState")}
+
+
+def server_pods(cp: ControlPlane) -> List[Dict[str, Any]]:
+    r = cp.kc.get(f"/api/v1/namespaces/{NAMESPACE}/pods", params={"labelSelector": APP_LABEL})
+    r.raise_for_status()
+    return r.json()["items"]
+
+
+def install(cp: ControlPlane, tls: Any, token: str, node: str, workdir: str) -> None:
+    """The admin's commands of docs/install.md ("Kubernetes"), in order."""
+    kc = cp.kc
+    tokens = os.path.join(workdir, "server-tokens")
+    os.makedirs(tokens, exist_ok=True)
+    for name, value in (("bootstrap.token", token), ("admin.token", ADMIN_TOKEN)):
+        with open(os.path.join(tokens, name), "w") as f:
+            f.write(value + "\n")
+    kc.kubectl("-n", NAMESPACE, "create", "secret", "tls", "node-config-server-tls", f"--cert={tls.cert}",
+               f"--key={tls.key}")
+    kc.kubectl("-n", NAMESPACE, "create", "secret", "generic", "node-config-server-tokens",
+               f"--from-file=bootstrap={tokens}/bootstrap.token", f"--from-file=admin={tokens}/admin.token")
+    kc.kubectl("-n", NAMESPACE, "create", "configmap", "node-config-server-config",
+               f"--from-literal=apiserver-url=https://{GUEST_HOST_IP}:{kc.port}")
+    kc.kubectl("label", "node", node, f"{SERVE_LABEL}=")
+    kc.kubectl("apply", "-k", OVERLAY)
+
+
+def wait_ready(cp: ControlPlane, node: str, guest: Guest, timeout: float) -> Dict[str, Any]:
+    """The DaemonSet's pod on ``node``, Ready (its readiness probe passed); a miss says the pod's
+    status and the namespace's events."""
+    def ready() -> Optional[Dict[str, Any]]:
+        pods = [p for p in server_pods(cp) if (p.get("spec") or {}).get("nodeName") == node]
+        return next((p for p in pods if is_ready(p) and not p["metadata"].get("deletionTimestamp")), None)
+
+    try:
+        return wait_until(ready, timeout, guest, f"node-config-server's DaemonSet pod Ready on {node}")
+    except AssertionError as exc:
+        pods = [pod_view(p) for p in server_pods(cp)]
+        events = cp.kc.kubectl("-n", NAMESPACE, "get", "events", "--sort-by=.lastTimestamp", check=False).stdout
+        raise AssertionError(f"server pods: {pods}\nevents in {NAMESPACE}:\n{events[-6000:]}\n{exc}") from None
+
+
+def forward(guest: Guest, port: int) -> str:
+    """QEMU's user network: the host's 127.0.0.1:``port`` to the guest's POD_PORT, from now on."""
+    answer = guest.hmp(f"hostfwd_add net0 tcp:127.0.0.1:{port}-:{POD_PORT}")
+    if answer.strip():  # the monitor answers nothing on success, the reason otherwise
+        raise AssertionError(f"hostfwd_add 127.0.0.1:{port} -> guest :{POD_PORT}: {answer.strip()}")
+    return answer
+
+
+def move(cp: ControlPlane, srv: Any, guest: Guest, tls: Any, token: str, node: str, workdir: str,
+         timeout: float) -> Dict[str, Any]:
+    """Install the pod, wait for it, stop the host's process, forward its port to the pod; the
+    server answers there again (its /healthz through the forward) before this returns."""
+    out: Dict[str, Any] = {"installedAt": time.time()}
+    install(cp, tls, token, node, workdir)
+    pod = wait_ready(cp, node, guest, timeout)
+    out["readyAt"] = time.time()
+    out["podAtReady"] = pod_view(pod)
+    srv.stop()  # the host's node-config-server: from here nothing answers on its port until the forward
+    out["hostStoppedAt"] = time.time()
+    out["hostExited"] = srv.proc is None
+    forward(guest, srv.port)
+    out["forwardedAt"] = time.time()
+    session = srv.session()
+
+    def healthy() -> bool:
+        try:
+            return session.get(srv.url("/healthz"), timeout=10).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_until(healthy, timeout, guest, f"the pod's /healthz through the host's 127.0.0.1:{srv.port}")
+    out["servingAt"] = time.time()
+    return out
+
+
+def kubelet_logs(cp: ControlPlane, guest: Guest, pod: str) -> Dict[str, Any]:
+    """The container's log as `kubectl logs` gets it: from the kubelet's containerLogs endpoint
+    (port 10250), as the cluster's admin (the kubelet's webhook authorization asks the API server).
+    `kubectl logs` itself cannot: the host's API server dials the Node's address, the guest's
+    10.0.2.15 or its name vm-node-0, neither of which the host reaches; so the test goes to the
+    kubelet through a QEMU forward of its own. The kubelet's serving certificate is self-signed
+    in the guest and unknown here: not verified, as the API server here (no
+    --kubelet-certificate-authority) does not verify it either."""
+    import urllib3
+
+    port = free_port()
+    guest.hmp(f"hostfwd_add net0 tcp:127.0.0.1:{port}-:10250")
+    out: Dict[str, Any] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+        for key, previous in (("current", "false"), ("previous", "true")):
+            r = requests.get(f"https://127.0.0.1:{port}/containerLogs/{NAMESPACE}/{pod}/node-config-server",
+                             params={"previous": previous}, cert=cp.kc.admin_cert, verify=False, timeout=60)
+            out[key] = {"status": r.status_code, "text": r.text[-200000:]}
+    return out
+
+
+def at_end(cp: ControlPlane, guest: Guest) -> Dict[str, Any]:
+    """The server's pods at the end (the reboot restarted the container: restartCount, lastState)
+    and their logs as the kubelet serves them (kubelet_logs)."""
+    pods = server_pods(cp)
+    return {"pods": [pod_view(p) for p in pods],
+            "logs": {p["metadata"]["name"]: kubelet_logs(cp, guest, p["metadata"]["name"]) for p in pods}}

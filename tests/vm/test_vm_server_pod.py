@@ -1,0 +1,114 @@
+"""node-config-server as the cluster runs it (issue 55; tests/vm/serverpod.py): deploy/ applied
+unchanged (the 1.20 overlay: the PodDisruptionBudget's apiVersion only), the image `make image`
+builds imported into the guest's containerd, the DaemonSet's pod on the guest's real kubelet,
+and every day-2 request of the guest served by it: the host's process was stopped first."""
+
+import glob
+import os
+import re
+
+import pytest
+
+from tests.vm import scenario, serverpod
+from tests.vm.summary import pods_by_uid
+
+pytestmark = pytest.mark.vm
+NODE = scenario.NODE
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# gunicorn's access log line (serve --access-log=-, deploy/daemonset.yaml): ... "METHOD PATH ..." STATUS ... "UA"
+ACCESS = re.compile(r'"(GET|POST|HEAD) (\S+) HTTP/[\d.]+" (\d{3}) .*"(node-agent/[^"]*)"\s*$')
+
+
+def pod_logs(run):
+    """The server pod's container logs as the kubelet keeps them in /var/log/pods (what `kubectl
+    logs` serves), read back from the guest's disk: one text per container start, in order."""
+    pattern = os.path.join(run.readback, "pods", f"{serverpod.NAMESPACE}_node-config-server-*", "node-config-server",
+                           "*.log")
+    files = sorted(glob.glob(pattern), key=lambda p: int(os.path.basename(p).split(".")[0]))
+    texts = []
+    for path in files:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            texts.append(f.read())
+    return texts
+
+
+def agent_requests(text):
+    """(method, path, status) of each request node-agent made (its User-Agent), in order."""
+    out = []
+    for line in text.splitlines():
+        m = ACCESS.search(line)
+        if m:
+            out.append((m.group(1), m.group(2), int(m.group(3))))
+    return out
+
+
+def test_the_daemonsets_pod_runs_on_the_guest_as_its_service_account_with_no_kubeconfig(run):
+    """The pod the DaemonSet made on the guest: hostNetwork, system-cluster-critical, as service
+    account node-config-server with its token and CA mounted, no --kubeconfig, the API server
+    named by --apiserver-url from the ConfigMap; its log says it talks to that URL with the
+    in-cluster credentials. Read-only root, no capabilities, non-root 1001."""
+    pod = run.kube["serverPod"]["podAtReady"]
+    assert (pod["nodeName"], pod["owner"], pod["hostNetwork"]) == (NODE, ["DaemonSet"], True), pod
+    assert (pod["serviceAccountName"], pod["priorityClassName"]) == ("node-config-server", "system-cluster-critical")
+    assert not [a for a in pod["args"] if "kubeconfig" in a], pod["args"]
+    assert "--apiserver-url=$(APISERVER_URL)" in pod["args"] and "--backend=kubernetes" in pod["args"]
+    [env] = [e for e in pod["env"] if e["name"] == "APISERVER_URL"]
+    assert env["valueFrom"]["configMapKeyRef"] == {"name": "node-config-server-config", "key": "apiserver-url"}
+    assert SA_DIR in {m["mountPath"] for m in pod["volumeMounts"]}, pod["volumeMounts"]
+    assert pod["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["podSecurityContext"]["runAsUser"] == 1001 and pod["podSecurityContext"]["runAsNonRoot"] is True
+    logs = pod_logs(run)
+    assert logs, "no container log of the server's pod in the guest's /var/log/pods"
+    said = re.findall(r"Kubernetes API (https://\S+) as in-cluster \(" + re.escape(SA_DIR) + r"\)", logs[0])
+    assert said and set(said) == {f"https://{scenario.HOST_FROM_GUEST}:{run.kube['apiPort']}"}, logs[0][-3000:]
+
+
+def test_the_pod_passed_its_readiness_probe_before_the_host_process_stopped_and_day_2_began(run):
+    sp = run.kube["serverPod"]
+    ready = [c for c in sp["podAtReady"]["conditions"] if c["type"] == "Ready"]
+    assert ready and ready[0]["status"] == "True", sp["podAtReady"]["conditions"]
+    assert sp["hostExited"]
+    assert sp["installedAt"] < sp["readyAt"] < sp["hostStoppedAt"] < sp["forwardedAt"] < sp["servingAt"]
+    assert sp["servingAt"] < run.phase_started["restart"], (sp, run.phase_started)
+
+
+def test_the_guests_day_2_fetches_reports_and_drain_reached_the_pod(run):
+    """Every day-2 request went to the pod (the host's process was gone): its access log holds
+    node-agent's fetches of the pool's config, its reports and its drain requests, answered;
+    across the reboot too (the container the kubelet started again in boot 3)."""
+    logs = pod_logs(run)
+    seen = [r for text in logs for r in agent_requests(text)]
+    paths = {(m, p.split("?")[0]) for m, p, _ in seen}
+    report, drain = f"/api/v1/nodes/{NODE}/report", f"/api/v1/nodes/{NODE}/drain"
+    assert ("GET", f"/config/{scenario.POOL}") in paths and ("POST", report) in paths, sorted(paths)
+    assert any(p == drain for _, p in paths), sorted(paths)
+    assert any(s == 200 for m, p, s in seen if p.startswith(f"/config/{scenario.POOL}")), seen[-20:]
+    # boot 3: the reboot restarted the server's container; its Done report reached the new one
+    assert len(logs) >= 2 and any(p == report for _, p, _ in agent_requests(logs[-1])), [len(t) for t in logs]
+
+
+def test_the_drain_left_the_servers_pod_and_the_reboot_restarted_its_container(run):
+    """The drain (cordon, evictions) never touched the server's DaemonSet pod: the same pod, never
+    deleted, on the node at the end; the guest's reboot stopped its container and the kubelet
+    started it again (restartCount), and it was Ready again."""
+    first = run.kube["serverPod"]["podAtReady"]
+    end = run.kube["serverPodAtEnd"]["pods"]
+    assert [p["uid"] for p in end] == [first["uid"]], end
+    assert end[0]["ready"] and end[0]["restartCount"] >= 1, end
+    # the workload's pods were evicted by the same drain (the server's own log says so too)
+    evicted = [e for events in pods_by_uid(run).values() for e in events if e.get("deleting")]
+    assert evicted
+    assert any("cordoned and drained" in text for text in pod_logs(run))
+
+
+def test_the_servers_log_as_the_kubelet_serves_it_shows_the_guests_day_2_requests(run):
+    """`kubectl logs` (and --previous), as the kubelet serves it: the container of boot 3 logged
+    the node's Done report, the one of boot 2 (before the reboot) its fetches of the pool's config
+    and its drain requests."""
+    [logs] = run.kube["serverPodAtEnd"]["logs"].values()
+    assert (logs["current"]["status"], logs["previous"]["status"]) == (200, 200), logs
+    now, before = agent_requests(logs["current"]["text"]), agent_requests(logs["previous"]["text"])
+    assert ("POST", f"/api/v1/nodes/{NODE}/report", 200) in now, now[-10:]
+    assert any(m == "GET" and p.startswith(f"/config/{scenario.POOL}") and s == 200 for m, p, s in before), before[-10:]
+    assert any(p == f"/api/v1/nodes/{NODE}/drain" for _, p, _ in before), before[-10:]
