@@ -7,13 +7,16 @@ has no suffix: ``pods/eviction``).
 """
 
 import re
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 Grant = Tuple[str, str, str, str]  # (resource, non-resource URL, resource name, verb)
 
 _LINE = re.compile(r"^(\S*)\s*(\[[^\]]*\])\s+(\[[^\]]*\])\s+(\[[^\]]*\])\s*$")
 # What any authenticated service account is given by the cluster itself (bootstrap policy bindings).
 EVERY_ACCOUNT = ("system:authenticated", "system:serviceaccounts")
+# Where the server's account is looked at: its two namespaces (deploy/rbac.yaml's Roles), the one
+# it reads the client CA in, and one it has nothing to do with.
+NAMESPACES = ("node-config-server", "node-config-server-credentials", "kube-system", "default")
 
 
 def _items(bracketed: str) -> List[str]:
@@ -86,4 +89,34 @@ def granted(docs: List[Dict[str, Any]], account: Tuple[str, str], namespace: str
         if (ref["kind"], key) not in known:
             raise KeyError(f"{kind} {meta.get('name')}: role {ref['kind']} {key} is nowhere")
         out |= rule_grants(known[(ref["kind"], key)])
+    return out
+
+
+def against_rbac_yaml(kubectl: Callable[..., Any], rbac_yaml: str, namespaces: Iterable[str],
+                      account: Tuple[str, str] = ("node-config-server", "node-config-server")
+                      ) -> Dict[str, Dict[str, List[Grant]]]:
+    """Per namespace, what ``kubectl auth can-i --list`` as ``account`` shows beyond
+    ``rbac_yaml``'s grants and what the cluster gives every service account ("extra"), and what
+    it lacks of them ("missing"): both empty when the account may do exactly that. ``kubectl``
+    runs kubectl as the cluster's admin and returns its CompletedProcess."""
+    import json
+
+    import yaml
+
+    with open(rbac_yaml) as f:
+        ours = [d for d in yaml.safe_load_all(f) if d]
+    cluster = json.loads(kubectl("get", "clusterroles,clusterrolebindings", "-o", "json").stdout)["items"]
+    roles = {("ClusterRole", d["metadata"]["name"]): d.get("rules") or [] for d in cluster if d["kind"] == "ClusterRole"}
+    for d in json.loads(kubectl("get", "roles", "-n", "kube-system", "-o", "json").stdout)["items"]:
+        roles[("Role", f"kube-system/{d['metadata']['name']}")] = d.get("rules") or []
+    ours_named = {d["metadata"]["name"] for d in ours if d["kind"] == "ClusterRoleBinding"}
+    everyones = [d for d in cluster if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"] not in ours_named]
+    groups = EVERY_ACCOUNT + (f"system:serviceaccounts:{account[0]}",)
+    out = {}
+    for namespace in namespaces:
+        shown = parse_can_i_list(kubectl("auth", "can-i", "--list", f"--as=system:serviceaccount:{account[0]}:"
+                                         f"{account[1]}", "-n", namespace).stdout)
+        expected = granted(ours, account, namespace, roles=roles) | \
+            granted(everyones, ("", ""), namespace, groups=groups, roles=roles)
+        out[namespace] = {"extra": sorted(shown - expected), "missing": sorted(expected - shown), "shown": sorted(shown)}
     return out

@@ -332,6 +332,9 @@ def run(workdir: str) -> Result:
 
                 def move_to_pod() -> None:
                     result.kube["serverPod"] = serverpod.move(cp, srv, guest, tls, TOKEN, NODE, workdir, PHASE_TIMEOUT)
+                    t = time.monotonic()  # then a rolling update of it, the guest's loop running
+                    result.kube["serverRoll"] = serverpod.roll(cp, srv, guest, NODE, POOL, PHASE_TIMEOUT)
+                    timings["server-roll"] = time.monotonic() - t
 
                 _phases(Phases(srv, guest, result), cp, timings, move_to_pod)
                 result.kube["serverPodAtEnd"] = serverpod.at_end(cp, guest)

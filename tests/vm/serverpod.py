@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional
 
 import requests
 
+from tests.helpers import rbac_list
 from tests.helpers.kube_cluster import GUEST_HOST_IP, REPO
 from tests.helpers.server_proc import free_port
 from tests.vm.guest import Guest, wait_until
@@ -112,6 +113,9 @@ def move(cp: ControlPlane, srv: Any, guest: Guest, tls: Any, token: str, node: s
     pod = wait_ready(cp, node, guest, timeout)
     out["readyAt"] = time.time()
     out["podAtReady"] = pod_view(pod)
+    # What the pod's account may do, where it runs (tests/helpers/rbac_list.py)
+    out["canIList"] = rbac_list.against_rbac_yaml(cp.kc.kubectl, os.path.join(REPO, "deploy", "rbac.yaml"),
+                                                  rbac_list.NAMESPACES)
     srv.stop()  # the host's node-config-server: from here nothing answers on its port until the forward
     out["hostStoppedAt"] = time.time()
     out["hostExited"] = srv.proc is None
@@ -158,3 +162,51 @@ def at_end(cp: ControlPlane, guest: Guest) -> Dict[str, Any]:
     pods = server_pods(cp)
     return {"pods": [pod_view(p) for p in pods],
             "logs": {p["metadata"]["name"]: kubelet_logs(cp, guest, p["metadata"]["name"]) for p in pods}}
+
+
+COUNTS = ("machineCount", "updatedMachineCount", "readyMachineCount", "unavailableMachineCount",
+          "degradedMachineCount")
+
+
+def _views(srv: Any, node: str, pool: str) -> Dict[str, Any]:
+    """The pool's target and counts and the node's last report, as the server answers them."""
+    session = srv.session()
+    p = session.get(srv.url(f"/api/v1/pools/{pool}"), timeout=30).json()
+    report = (session.get(srv.url(f"/api/v1/nodes/{node}"), timeout=30).json().get("report") or {})
+    return {"target": p["spec"]["configuration"]["name"], "counts": {k: p["status"].get(k) for k in COUNTS},
+            "report": {k: report.get(k) for k in ("state", "currentConfig", "desiredConfig")}}
+
+
+def roll(cp: ControlPlane, srv: Any, guest: Guest, node: str, pool: str, timeout: float) -> Dict[str, Any]:
+    """A rolling update of the running server, as an admin starts one: ``kubectl rollout restart``
+    (a new pod template; the DaemonSet's RollingUpdate replaces the pod on the one node, the old
+    one stopped first: hostNetwork, one port). Meanwhile the guest's loop goes on (its held fetch
+    broken, then retried). Returns the server's views before and after, the pods and the rollout's
+    status."""
+    out: Dict[str, Any] = {"before": _views(srv, node, pool)}
+    old = sorted(p["metadata"]["uid"] for p in server_pods(cp))
+    cp.kc.kubectl("-n", NAMESPACE, "rollout", "restart", "daemonset/node-config-server")
+    out["restartedAt"] = time.time()
+
+    def replaced() -> Optional[Dict[str, Any]]:
+        pods = server_pods(cp)
+        new = [p for p in pods if p["metadata"]["uid"] not in old and is_ready(p)
+               and not p["metadata"].get("deletionTimestamp")]
+        return new[0] if new and len(pods) == 1 else None
+
+    pod = wait_until(replaced, timeout, guest, "the DaemonSet's new pod Ready and the old one gone after "
+                                                "kubectl rollout restart")
+    out["readyAt"] = time.time()
+    out["status"] = cp.kc.kubectl("-n", NAMESPACE, "rollout", "status", "daemonset/node-config-server",
+                                  "--timeout=300s", timeout=330).stdout
+    session = srv.session()
+
+    def healthy() -> bool:
+        try:
+            return session.get(srv.url("/healthz"), timeout=10).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_until(healthy, timeout, guest, "the new pod's /healthz through the forward")
+    out.update(oldPods=old, newPod=pod_view(pod), after=_views(srv, node, pool))
+    return out

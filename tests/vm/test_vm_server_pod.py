@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from tests.helpers import rbac_list
 from tests.vm import scenario, serverpod
 from tests.vm.summary import pods_by_uid
 
@@ -64,6 +65,27 @@ def test_the_daemonsets_pod_runs_on_the_guest_as_its_service_account_with_no_kub
     assert said and set(said) == {f"https://{scenario.HOST_FROM_GUEST}:{run.kube['apiPort']}"}, logs[0][-3000:]
 
 
+def test_kubectl_auth_can_i_list_as_the_pods_service_account_is_exactly_rbac_yaml_and_what_every_account_has(run):
+    """Least privilege where it runs: the account the pod runs as may do deploy/rbac.yaml's grants
+    and what the cluster gives every service account, nothing more nor less, in its namespaces, in
+    kube-system and in default (tests/helpers/rbac_list.py)."""
+    seen = run.kube["serverPod"]["canIList"]
+    assert {ns: (v["extra"], v["missing"]) for ns, v in seen.items()} == \
+        {ns: ([], []) for ns in rbac_list.NAMESPACES}
+
+
+def test_a_rolling_update_of_the_server_replaces_its_pod_and_moves_neither_the_pool_nor_the_nodes_report(run):
+    """`kubectl rollout restart daemonset/node-config-server` while the guest's loop runs: a new pod
+    (another uid) Ready, the rollout complete, and the pool's target and counts and the node's
+    report as the server answers them the same after as before (node state is in the API, none in
+    the pod); day 2 then goes through the new pod (the tests below)."""
+    roll = run.kube["serverRoll"]
+    assert roll["newPod"]["uid"] not in roll["oldPods"] and roll["newPod"]["ready"], roll["newPod"]
+    assert roll["newPod"]["nodeName"] == NODE and "successfully rolled out" in roll["status"], roll["status"]
+    assert roll["after"] == roll["before"], roll
+    assert roll["before"]["report"]["state"] == "Done" and roll["before"]["counts"]["machineCount"] == 1, roll
+
+
 def test_the_pod_passed_its_readiness_probe_before_the_host_process_stopped_and_day_2_began(run):
     sp = run.kube["serverPod"]
     ready = [c for c in sp["podAtReady"]["conditions"] if c["type"] == "Ready"]
@@ -89,10 +111,11 @@ def test_the_guests_day_2_fetches_reports_and_drain_reached_the_pod(run):
 
 
 def test_the_drain_left_the_servers_pod_and_the_reboot_restarted_its_container(run):
-    """The drain (cordon, evictions) never touched the server's DaemonSet pod: the same pod, never
-    deleted, on the node at the end; the guest's reboot stopped its container and the kubelet
-    started it again (restartCount), and it was Ready again."""
-    first = run.kube["serverPod"]["podAtReady"]
+    """The drain (cordon, evictions) never touched the server's DaemonSet pod: the same pod (the one
+    the rolling update made, before day 2), never deleted, on the node at the end; the guest's
+    reboot stopped its container and the kubelet started it again (restartCount), and it was Ready
+    again."""
+    first = run.kube["serverRoll"]["newPod"]
     end = run.kube["serverPodAtEnd"]["pods"]
     assert [p["uid"] for p in end] == [first["uid"]], end
     assert end[0]["ready"] and end[0]["restartCount"] >= 1, end
