@@ -341,7 +341,7 @@ class DriftMonitor:
         thread = threading.Thread(target=run, name="held-fetch", daemon=True)
         thread.start()
         try:
-            while thread.is_alive() and "answer" not in box and "error" not in box:
+            while not box:  # the fetch's answer or error, set before it wakes this thread
                 if self._wait_during(wake_r):
                     self._left = thread
                     return None

@@ -6,8 +6,11 @@ A resource is written as kubectl writes it: ``<resource>.<group>/<subresource>``
 has no suffix: ``pods/eviction``).
 """
 
+import json
 import re
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+
+import yaml
 
 Grant = Tuple[str, str, str, str]  # (resource, non-resource URL, resource name, verb)
 
@@ -99,10 +102,6 @@ def against_rbac_yaml(kubectl: Callable[..., Any], rbac_yaml: str, namespaces: I
     ``rbac_yaml``'s grants and what the cluster gives every service account ("extra"), and what
     it lacks of them ("missing"): both empty when the account may do exactly that. ``kubectl``
     runs kubectl as the cluster's admin and returns its CompletedProcess."""
-    import json
-
-    import yaml
-
     with open(rbac_yaml) as f:
         ours = [d for d in yaml.safe_load_all(f) if d]
     cluster = json.loads(kubectl("get", "clusterroles,clusterrolebindings", "-o", "json").stdout)["items"]

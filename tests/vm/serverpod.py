@@ -104,6 +104,19 @@ def forward(guest: Guest, port: int) -> str:
     return answer
 
 
+def wait_serving(srv: Any, guest: Guest, timeout: float, what: str) -> None:
+    """Until the server answers /healthz at the address the guest was configured with."""
+    session = srv.session()
+
+    def healthy() -> bool:
+        try:
+            return session.get(srv.url("/healthz"), timeout=10).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_until(healthy, timeout, guest, what)
+
+
 def move(cp: ControlPlane, srv: Any, guest: Guest, tls: Any, token: str, node: str, workdir: str,
          timeout: float) -> Dict[str, Any]:
     """Install the pod, wait for it, stop the host's process, forward its port to the pod; the
@@ -121,15 +134,7 @@ def move(cp: ControlPlane, srv: Any, guest: Guest, tls: Any, token: str, node: s
     out["hostExited"] = srv.proc is None
     forward(guest, srv.port)
     out["forwardedAt"] = time.time()
-    session = srv.session()
-
-    def healthy() -> bool:
-        try:
-            return session.get(srv.url("/healthz"), timeout=10).status_code == 200
-        except requests.RequestException:
-            return False
-
-    wait_until(healthy, timeout, guest, f"the pod's /healthz through the host's 127.0.0.1:{srv.port}")
+    wait_serving(srv, guest, timeout, f"the pod's /healthz through the host's 127.0.0.1:{srv.port}")
     out["servingAt"] = time.time()
     return out
 
@@ -199,14 +204,6 @@ def roll(cp: ControlPlane, srv: Any, guest: Guest, node: str, pool: str, timeout
     out["readyAt"] = time.time()
     out["status"] = cp.kc.kubectl("-n", NAMESPACE, "rollout", "status", "daemonset/node-config-server",
                                   "--timeout=300s", timeout=330).stdout
-    session = srv.session()
-
-    def healthy() -> bool:
-        try:
-            return session.get(srv.url("/healthz"), timeout=10).status_code == 200
-        except requests.RequestException:
-            return False
-
-    wait_until(healthy, timeout, guest, "the new pod's /healthz through the forward")
+    wait_serving(srv, guest, timeout, "the new pod's /healthz through the forward")
     out.update(oldPods=old, newPod=pod_view(pod), after=_views(srv, node, pool))
     return out
