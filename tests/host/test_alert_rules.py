@@ -74,6 +74,15 @@ PAUSED_SERIES = [  # minutes 0..100: infra paused from minute 1 to 90, master fo
 ]
 
 
+GATE = 'node_config_server_pool_gate_failed_closed{{pool="{pool}",gate="{gate}",instance="{instance}"}}'
+GATE_SERIES = [  # minutes 0..40: worker's window annotation invalid from minute 1 to 30; infra's
+    # Prometheus away for 10 minutes (a restart); the series of a gate whose annotation goes: stale
+    *({"series": GATE.format(pool="worker", gate="maintenance-window", instance=i), "values": "0 1x29 stale"}
+      for i in "ab"),
+    *({"series": GATE.format(pool="infra", gate="alert-gate", instance=i), "values": "0x4 1x9 0x26"} for i in "ab"),
+]
+
+
 def checks(rules):
     """(series, [(time, alert, the alerts expected then)]) per promtool test: each alert pending,
     firing (once, of two replicas) and resolved; the short-lived ones never."""
@@ -107,7 +116,11 @@ def checks(rules):
               ("59m", "NodePoolPaused", []),  # infra pending: for 1h
               ("62m", "NodePoolPaused", fire("NodePoolPaused", {"pool": "infra"})),
               ("92m", "NodePoolPaused", [])]
-    return [(SERIES, first_boots), (ROLLOUT_SERIES, rollouts), (PAUSED_SERIES, paused)]
+    gates = [("15m", "NodePoolGateFailedClosed", []),  # pending: for 15m; infra's 9 minutes: never
+             ("17m", "NodePoolGateFailedClosed",
+              fire("NodePoolGateFailedClosed", {"pool": "worker", "gate": "maintenance-window"})),
+             ("33m", "NodePoolGateFailedClosed", [])]
+    return [(SERIES, first_boots), (ROLLOUT_SERIES, rollouts), (PAUSED_SERIES, paused), (GATE_SERIES, gates)]
 
 
 def unit_tests(rules):
@@ -140,7 +153,8 @@ def run(*args, cwd):
 
 
 ALERTS = ["NodeFirstBootFailed", "NodeFirstBootStalled", "NodePoolRolloutHalted", "NodePoolDegraded",
-          "NodePoolRenderDegraded", "NodePoolPaused", "NodeConfigStateStale", "MCCDrainError"]
+          "NodePoolRenderDegraded", "NodePoolPaused", "NodePoolGateFailedClosed", "NodeConfigStateStale",
+          "MCCDrainError"]
 
 
 def test_promtool_checks_the_shipped_rules(tmp_path):

@@ -131,6 +131,7 @@ def test_a_firing_alert_holds_the_pool_until_it_stops_and_an_unanswering_prometh
     after = pool(app)
     assert "updating" not in after["status"]["rollout"] and after["status"]["rollout"]["waiting"] == ["w1", "w2"]
     assert f"Alert gate:          {PATTERN}: HOLDING, 1 alert(s) fire: {ALERT}" in views.describe_pool(after, 0.0)
+    assert gate_metrics(app) == {"holding": 1, "failed_closed": 0}  # held by design: no page
     assert f"worker: HOLDING on alerts: {PATTERN}: HOLDING, 1 alert(s) fire: {ALERT}" in \
         views.pools_table([after], 0.0, width=None)
     assert f"held by its alert gate ({PATTERN}): 1 alert(s) fire: {ALERT}" in progress.pool_blocking("worker", after)
@@ -146,6 +147,7 @@ def test_a_firing_alert_holds_the_pool_until_it_stops_and_an_unanswering_prometh
     assert rollout["alerts"]["unanswered"] == (f"Prometheus did not answer: GET {url}/api/v1/alerts: the connection "
                                                f"failed: Connection refused")
     assert f"annotate the pool {UNREACHABLE}=proceed to go on without it" in rollout["waitReason"]
+    assert gate_metrics(app) == {"holding": 1, "failed_closed": 1}  # what NodePoolGateFailedClosed reads
     report(app, "w1", b)
     rollout_where(app, lambda r: "updating" not in r and r.get("waiting") == ["w2"], "nobody newly targeted")
     assert "nothing is newly targeted (fail closed)" in views.describe_pool(pool(app), 0.0)
@@ -153,6 +155,20 @@ def test_a_firing_alert_holds_the_pool_until_it_stops_and_an_unanswering_prometh
     annotate(state, {UNREACHABLE: "proceed"})  # the documented override
     rollout = rollout_where(app, lambda r: r.get("updating") == ["w2"], "w2 targeted with the override")
     assert rollout["alerts"]["override"] == f"{UNREACHABLE}: proceed" and not rollout["alerts"]["holding"]
+    assert gate_metrics(app) == {"holding": 0, "failed_closed": 0}
+
+
+def gate_metrics(app):
+    """worker's alert-gate series of /metrics (node_config_server_pool_gate_holding and
+    _failed_closed), as the App answers a scrape."""
+    from tests.campaigns.test_bad_input_campaign import wsgi
+    from tests.unit.test_metrics import samples
+
+    status, _, body = wsgi(app, "GET", "/metrics")
+    assert status == 200, body
+    labels = (("gate", "alert-gate"), ("pool", "worker"))
+    return {kind: samples(body.decode())[(f"node_config_server_pool_gate_{kind}", labels)]
+            for kind in ("holding", "failed_closed")}
 
 
 def test_serve_with_a_prometheus_url_holds_a_gated_pool_while_its_alert_fires(tmp_path, prometheus, tls):  # noqa: F811

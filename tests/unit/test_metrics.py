@@ -154,3 +154,45 @@ def test_the_in_process_server_reads_a_paused_pool_1_and_a_pool_it_cannot_render
     assert flags_of(got, "infra") == dict(zero, paused=1)
     assert flags_of(got, "worker") == flags_of(got, "master") == zero
     assert flags_of(got, "empty") == dict(zero, render_degraded=1)
+
+
+def test_each_gate_of_a_pool_reads_holding_and_failed_closed_and_blocked_nodes_are_counted():
+    """node_config_server_pool_gate_holding / _gate_failed_closed{pool,gate}: one series per gate the
+    pool has; a closed window or a firing alert holds, an invalid annotation, an unanswered
+    Prometheus or pods not listed hold and failed closed; blocking pods hold only their nodes."""
+    def view(**rollout):
+        return {"spec": {"configuration": {"name": "r1"}},
+                "status": {"configuration": {"name": "r1"}, "served": {"config": "r1", "image": ""},
+                           "nodeStates": {}, "rollout": {"target": "r1", **rollout}, "conditions": []}}
+
+    views = {
+        "plain": view(),
+        "open": view(window={"schedule": "mon", "open": True, "closesAt": "x"},
+                     alerts={"pattern": "A", "holding": False, "firing": [], "count": 0},
+                     blockingPods={"selector": "app=batch", "waiting": 2, "nodes": {"w0": ["a/b"], "w1": ["a/c"]}}),
+        "closed": view(window={"schedule": "mon", "open": False, "opensAt": "x"},
+                       alerts={"pattern": "A", "holding": True, "firing": ["A"], "count": 1}),
+        "broken": view(window={"invalid": "at days: 'funday' is not a day"},
+                       alerts={"pattern": "A", "unanswered": "Connection refused", "holding": True},
+                       blockingPods={"selector": "app=batch", "unavailable": "503"}),
+        "badselector": view(blockingPods={"invalid": "at character 3"}),
+        "overridden": view(alerts={"pattern": "A", "unanswered": "Connection refused", "holding": False,
+                                   "override": "alert-gate-unreachable: proceed"}),
+    }
+    got = samples(metrics.exposition(metrics.RequestCounter(None), views, 0, False))
+
+    def gates(name, pool):
+        return {dict(labels)["gate"]: value for (metric, labels), value in got.items()
+                if metric == f"node_config_server_pool_gate_{name}" and dict(labels)["pool"] == pool}
+
+    assert gates("holding", "plain") == {} and gates("failed_closed", "plain") == {}
+    assert gates("holding", "open") == {"maintenance-window": 0, "alert-gate": 0, "blocking-pods": 0}
+    assert gates("failed_closed", "open") == {"maintenance-window": 0, "alert-gate": 0, "blocking-pods": 0}
+    assert gates("holding", "closed") == {"maintenance-window": 1, "alert-gate": 1}
+    assert gates("failed_closed", "closed") == {"maintenance-window": 0, "alert-gate": 0}
+    assert gates("holding", "broken") == gates("failed_closed", "broken") == \
+        {"maintenance-window": 1, "alert-gate": 1, "blocking-pods": 1}
+    assert gates("failed_closed", "badselector") == {"blocking-pods": 1}
+    assert gates("holding", "overridden") == gates("failed_closed", "overridden") == {"alert-gate": 0}
+    blocked = {pool: got[("node_config_server_pool_blocked_machines", (("pool", pool),))] for pool in views}
+    assert blocked == {"plain": 0, "open": 2, "closed": 0, "broken": 0, "badselector": 0, "overridden": 0}

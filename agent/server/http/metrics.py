@@ -21,6 +21,8 @@ import shutil
 import tempfile
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
+from agent.server.rollout import rolloutstatus
+
 DIR_PREFIX = "node-config-server-metrics-"
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 _DIR_NAME = re.compile(r"^" + re.escape(DIR_PREFIX) + r"(\d+)-")
@@ -179,6 +181,19 @@ class StateCollector:
                          lambda key=key: (([n], v["status"].get(key, 0)) for n, v in views))
         for metric, help_text, value in POOL_FLAGS:
             yield family(metric, help_text, ["pool"], lambda value=value: (([n], value(v)) for n, v in views))
+        # ours: the pool's gates (docs/rollout.md), one series per gate the pool has
+        gates = [(n, gate, held, closed) for n, v in views
+                 for gate, (held, closed) in sorted(rolloutstatus.gate_states(v["status"].get("rollout")).items())]
+        yield family("node_config_server_pool_gate_holding", "1 while the pool's gate (maintenance-window, "
+                     "alert-gate, blocking-pods) holds its new targeting; one series per gate the pool has.",
+                     ["pool", "gate"], lambda: (([n, gate], int(held)) for n, gate, held, _ in gates))
+        yield family("node_config_server_pool_gate_failed_closed", "1 while the pool's gate holds because it "
+                     "cannot decide (an invalid annotation, Prometheus not answering, pods not listed).",
+                     ["pool", "gate"], lambda: (([n, gate], int(closed)) for n, gate, _, closed in gates))
+        yield family("node_config_server_pool_blocked_machines", "Nodes not targeted because pods matching the "
+                     "pool's blocking-pod selector run on them.", ["pool"],
+                     lambda: (([n], ((v["status"].get("rollout") or {}).get("blockingPods") or {}).get("waiting", 0))
+                              for n, v in views))
         # The MCO's own name, help and label (pkg/controller/common/metrics.go, MCCDrainErr), so that
         # its alert MCCDrainError (mcc_drain_err > 0) fires on ours: 1 per node whose drain has gone
         # on past --drain-fail-after; no series once the drain is over (upstream DeleteLabelValues).

@@ -82,3 +82,26 @@ def summary(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], tar
                            "from": f"{len(durations)} measured update(s), median {per:g} s, "
                                    f"{left} node(s) left, {max_unavailable} at a time"}
     return out
+
+
+# The pool's gates (ours: docs/rollout.md), by the names of their annotations' suffixes, and the key
+# of each one's record in status.rollout.
+GATES = (("maintenance-window", "window"), ("alert-gate", "alerts"), ("blocking-pods", "blockingPods"))
+
+
+def gate_states(rollout: Optional[Mapping[str, Any]]) -> Dict[str, Tuple[bool, bool]]:
+    """For each gate the pool has (its annotation is set): (whether it holds the pool's new
+    targeting now, whether it holds because it cannot decide: an invalid annotation, no answer from
+    Prometheus or no --prometheus-url, pods that could not be listed). Blocking pods hold the pool
+    only when they cannot be read: matching pods keep their own node back, not the pool."""
+    out: Dict[str, Tuple[bool, bool]] = {}
+    for gate, key in GATES:
+        record = (rollout or {}).get(key)
+        if not isinstance(record, Mapping):
+            continue
+        failed_closed = "invalid" in record or (key == "alerts" and bool(record.get("holding"))
+                                                and "unanswered" in record) or "unavailable" in record
+        holding = failed_closed or (key == "window" and record.get("open") is False) or \
+            (key == "alerts" and bool(record.get("holding")))
+        out[gate] = (holding, failed_closed)
+    return out
