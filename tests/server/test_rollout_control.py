@@ -19,7 +19,6 @@ import sys
 
 import pytest
 
-from agent.node import turn
 from tests.helpers import paths
 from tests.helpers.certs import make_tls
 from tests.helpers.noderoot import make_node_root, not_layered, reboot
@@ -70,6 +69,14 @@ def flags(srv):
 
 
 CALM = {"paused": 0, "rollout_halted": 0, "held": 0, "render_degraded": 0, "degraded_machines": 0}
+
+
+def held_fetches(srv, pool_name="worker"):
+    """node_config_server_held_fetches{pool} of the server's /metrics: fetches held open now."""
+    from tests.unit.test_metrics import samples
+
+    text = srv.session().get(srv.url("/metrics"), timeout=30).text
+    return samples(text).get(("node_config_server_held_fetches", (("pool", pool_name),)), 0)
 
 
 def target(srv):
@@ -201,12 +208,9 @@ def test_a_waiting_node_learns_its_turn_from_a_held_fetch_not_its_next_poll(clus
              PICKED_UP)
     loop = started("update", "--root", roots["w1"], "--interval", "600")
     try:
-        # The loop's first fetch is held too (w1 runs what it is served: unchanged), and the server
-        # says "waiting" when the hold ends: turn.HOLD (25 s) after the loop's first pass (a limit
-        # of 30 s left a loaded machine under 5 s to start the loop: issue 54).
-        wait_for(lambda: "waiting for its turn" in open(os.path.join(roots["w1"], "var/lib/node-agent/rollout.json"))
-                 .read() if os.path.exists(os.path.join(roots["w1"], "var/lib/node-agent/rollout.json")) else False,
-                 "w1's loop waits for its turn (told when its first held fetch ends)", turn.HOLD + 60)
+        # The loop's first fetch is held (w1 runs what it is served: unchanged): the server's
+        # /metrics counts it among the worker pool's held fetches until it is answered.
+        wait_for(lambda: held_fetches(srv) >= 1, "w1's loop waits for its turn in a held fetch", PICKED_UP)
         assert agent("update", "--once", "--root", roots["w0"]).returncode == 0
         done = time.monotonic()
         wait_for(lambda: os.path.exists(os.path.join(roots["w1"], C_FILE.lstrip("/"))),

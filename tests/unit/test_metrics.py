@@ -46,6 +46,49 @@ print(exposition(c, {}, 0, False))
     assert got[("node_config_server_state_stale", ())] == 0
 
 
+HOLDER = """
+import sys
+from agent.server.http.metrics import RequestCounter
+c = RequestCounter(sys.argv[1])
+c.held.labels("worker").inc(int(sys.argv[2]))  # fetches it held when it died (never answered)
+"""
+SCRAPE = """
+import sys
+from agent.server.http.metrics import RequestCounter, exposition
+print(exposition(RequestCounter(sys.argv[1]), {}, 0, False))
+"""
+
+
+def test_held_fetches_are_summed_over_live_workers_and_a_dead_workers_leave_the_sum_at_its_exit(tmp_path):
+    """node_config_server_held_fetches{pool} (livesum): gunicorn's child_exit hook, in the master,
+    drops a worker that died holding fetches; the others' still count."""
+    from types import SimpleNamespace
+
+    from agent.server.http import gunicorn_app
+
+    d = str(tmp_path)
+    pids = [subprocess.Popen([sys.executable, "-c", HOLDER, d, str(n)], cwd=REPO) for n in (2, 3)]
+    for p in pids:
+        assert p.wait(timeout=60) == 0
+
+    def held():
+        out = subprocess.run([sys.executable, "-c", SCRAPE, d], check=True, cwd=REPO, timeout=60,
+                             capture_output=True, text=True).stdout
+        return samples(out).get(("node_config_server_held_fetches", (("pool", "worker"),)), 0)
+
+    assert held() == 5
+    old = os.environ.get(metrics.ENV)
+    os.environ[metrics.ENV] = d
+    try:
+        gunicorn_app._child_exit(None, SimpleNamespace(pid=pids[0].pid))
+    finally:
+        if old is None:
+            del os.environ[metrics.ENV]
+        else:
+            os.environ[metrics.ENV] = old
+    assert held() == 3
+
+
 def test_single_process_counter_and_state_gauges():
     c = metrics.RequestCounter(None)
     c.inc("infra", 503, "GET")

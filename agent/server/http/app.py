@@ -328,19 +328,20 @@ class App(NodeRoutes):
         (``_hold_baseline``, read before ``answer`` was made)."""
         deadline = time.monotonic() + hold
         (seen, rung), inputs = baseline
-        while time.monotonic() < deadline and not self.stopping.is_set():
-            rung = self.cluster.bell.wait(named, rung, min(HOLD_POLL, max(0.0, deadline - time.monotonic())))
-            now_gen = self.cluster.store.generation()
-            if now_gen is not None and now_gen == seen:
-                continue
-            seen, before, inputs = now_gen, inputs, self._hold_inputs(pool, named)
-            if inputs is not None and inputs == before:
-                continue
-            fresh = self._config_answer(caller, named, pool, accept)
-            if fresh[1] != answer[1]:
-                return fresh
-            answer = fresh  # the same config: its rollout headers may have changed
-        return answer
+        with self.counter.held.labels(pool).track_inprogress():  # node_config_server_held_fetches
+            while time.monotonic() < deadline and not self.stopping.is_set():
+                rung = self.cluster.bell.wait(named, rung, min(HOLD_POLL, max(0.0, deadline - time.monotonic())))
+                now_gen = self.cluster.store.generation()
+                if now_gen is not None and now_gen == seen:
+                    continue
+                seen, before, inputs = now_gen, inputs, self._hold_inputs(pool, named)
+                if inputs is not None and inputs == before:
+                    continue
+                fresh = self._config_answer(caller, named, pool, accept)
+                if fresh[1] != answer[1]:
+                    return fresh
+                answer = fresh  # the same config: its rollout headers may have changed
+            return answer
 
     def _hold_baseline(self, pool: str, named: Optional[str]) -> Tuple[Any, Any]:
         """((the store's generation, the pools' bell), then ``_hold_inputs``): in that order, as

@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional
 from gunicorn.app.base import BaseApplication
 from gunicorn.config import Config
 
+from agent.server.http import metrics
 from agent.server.http.app import App
 from agent.server.http.limits import Limits
 
@@ -102,6 +103,14 @@ def _worker_exit(server: Any, worker: Any) -> None:
         server.log.warning("worker %s: retiring its replica announcement: %s", worker.pid, exc)
 
 
+def _child_exit(server: Any, worker: Any) -> None:
+    # In the master, once a worker exited: its live gauges (held fetches) leave the sum.
+    if os.environ.get(metrics.ENV):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
+
+
 def options(bind: str, certfile: Optional[str], keyfile: Optional[str], workers: Optional[int],
             threads: int, log_level: str = "info", access_log: Optional[str] = None,
             worker_class: str = "gevent", limits: Any = None, client_ca: Optional[str] = None,
@@ -137,6 +146,7 @@ def options(bind: str, certfile: Optional[str], keyfile: Optional[str], workers:
         "accesslog": access_log,
         "post_worker_init": _post_worker_init,
         "worker_exit": _worker_exit,
+        "child_exit": _child_exit,
         "ssl_context": ssl_context_hook(client_ca if worker_class == "gevent" else None),
         "proc_name": "node-config-server",
         "preload_app": False,

@@ -105,6 +105,13 @@ class RequestCounter:
                                             "(the reboot included).", ["pool"], registry=None,
                                             buckets=FIRST_BOOT_BUCKETS)
 
+        from prometheus_client import Gauge
+
+        # Fetches held open now (long polls of nodes waiting for their turn), by pool; summed over
+        # the live worker processes (gunicorn_app's child_exit drops a dead one's).
+        self.held = Gauge("node_config_server_held_fetches", "Fetches held open now (nodes waiting for their "
+                          "turn on a long poll), by pool.", ["pool"], registry=None, multiprocess_mode="livesum")
+
     def inc(self, pool: str, code: int, method: str) -> None:
         if method not in METHODS:
             method = "other"  # a client picks the method: one series per made-up word would be unbounded
@@ -139,7 +146,7 @@ class RequestCounter:
             multiprocess.MultiProcessCollector(registry, path=self.directory)
         else:
             for metric in (self.counter, self.store_seconds, self.store_errors, self.first_boots,
-                           self.first_boot_seconds):
+                           self.first_boot_seconds, self.held):
                 registry.register(metric)
         return registry
 
