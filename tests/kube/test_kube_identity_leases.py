@@ -180,6 +180,25 @@ def env(kube_cluster, role):  # noqa: F811
     kube_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
+def test_a_stopped_watch_ends_its_thread_and_connection_at_once_not_at_the_api_servers_timeout(env):
+    """Reflector.stop() cuts the open watch (its timeout is WATCH_SECONDS, minutes): the thread
+    ends, a later event is not seen, and nothing holds the API server's graceful stop."""
+    from agent.server.store.kube import watch as kube_watch
+    from agent.server.store.kube.client import LEASES
+
+    seen = []
+    r = kube_watch.Reflector(env.client(), LEASES, namespace=env.ns, on_event=lambda kind, o: seen.append(kind))
+    r.start()
+    assert r.wait_synced(30)
+    wait_for(lambda: r._stream is not None, "the watch open", 30)
+    r.stop()
+    wait_for(lambda: not r._thread.is_alive(), "the watch thread ended", 30)
+    before = list(seen)
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "after-stop"}}
+    env.kc.kubectl("apply", "-n", env.ns, "-f", "-", input=json.dumps(lease))
+    assert seen == before
+
+
 class Counting:
     """A client that counts the requests made through it (and can run a hook before a write)."""
 

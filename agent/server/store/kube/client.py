@@ -340,9 +340,11 @@ class KubeClient:
         return self.request("DELETE", path, body)
 
     def watch(self, path: str, resource_version: str, timeout_seconds: int = 300,
-              params: Optional[Dict[str, Any]] = None, metadata_only: bool = False) -> Iterator[Dict[str, Any]]:
+              params: Optional[Dict[str, Any]] = None, metadata_only: bool = False,
+              opened: Optional[Callable[[Any], None]] = None) -> Iterator[Dict[str, Any]]:
         """Events after ``resource_version`` until the server ends the watch (``timeout_seconds``)
-        or the connection drops. An ``ERROR`` event (410 Gone: too old) is yielded as is."""
+        or the connection drops. An ``ERROR`` event (410 Gone: too old) is yielded as is.
+        ``opened(response)``: the streaming response, for a caller that must end it from another thread."""
         params = dict(params or {}, watch="1", resourceVersion=resource_version, allowWatchBookmarks="true",
                       timeoutSeconds=str(timeout_seconds))
         what = f"WATCH {path}"
@@ -355,6 +357,8 @@ class KubeClient:
         with resp:
             if resp.status_code != 200:
                 _answer(resp, what)
+            if opened is not None:
+                opened(resp)
             try:
                 for line in resp.iter_lines(chunk_size=64 << 10):
                     if len(line) > MAX_EVENT_BYTES:

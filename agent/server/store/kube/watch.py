@@ -13,6 +13,7 @@ each object once): it is called in the watch thread with every change and every 
 import contextlib
 import logging
 import random
+import socket
 import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -24,6 +25,17 @@ log = logging.getLogger(__name__)
 BACKOFF_FIRST = 0.2
 BACKOFF_MAX = 10.0
 WATCH_SECONDS = 240  # the server ends a watch after this; a new one resumes from the last version
+
+
+def abort_stream(response: Any) -> None:
+    """Cut a streaming response another thread is reading: shut its socket down, which wakes a
+    read blocked on it (closing the socket alone does not). The connection is urllib3's
+    (``HTTPResponse._connection``, kept while a body streams, in urllib3 1.26 and 2)."""
+    raw = getattr(response, "raw", None)
+    sock = getattr(getattr(raw, "_connection", None), "sock", None)
+    if isinstance(sock, socket.socket):  # the plain socket's shutdown: an SSLSocket's also drops its TLS state
+        with contextlib.suppress(OSError):  # under the reader's feet
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 class Gone(Exception):
@@ -56,6 +68,7 @@ class Reflector:
         self._objects: Dict[str, Dict[str, Any]] = {}
         self._version = ""
         self._lock = threading.Lock()
+        self._stream: Any = None  # the watch's streaming response while it is open
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"watch-{resource.plural}", daemon=True)
 
@@ -64,7 +77,11 @@ class Reflector:
         return self
 
     def stop(self) -> None:
+        """Ends the watch thread at once: its open watch is cut, not left to the API server's
+        timeout (a process that goes on, e.g. a retired replica or a test, would keep the
+        connection and its thread for minutes, and an API server's graceful stop waits for it)."""
         self._stop.set()
+        abort_stream(self._stream)
 
     def snapshot(self) -> Dict[str, Dict[str, Any]]:
         with self._lock:
@@ -148,11 +165,16 @@ class Reflector:
     def _watch_once(self) -> None:
         params = dict(self.params)
         for event in self.client.watch(self.path, self._version, WATCH_SECONDS, params,
-                                       metadata_only=self.metadata_only):
+                                       metadata_only=self.metadata_only, opened=self._opened):
             if self._stop.is_set():
                 return
             self._apply(event)
         self.error = ""
+
+    def _opened(self, response: Any) -> None:
+        self._stream = response
+        if self._stop.is_set():  # stopped while it was being opened
+            abort_stream(response)
 
     def _apply(self, event: Dict[str, Any]) -> None:
         kind, obj = event.get("type"), event.get("object") or {}
