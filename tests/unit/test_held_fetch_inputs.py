@@ -113,3 +113,45 @@ def test_a_targeting_committed_while_the_held_answer_is_made_ends_the_hold_at_on
     assert target != a and calls[0] == etag, (target, calls)  # the first answer was made before the targeting
     assert status == 200 and took < 30, (status, took)  # answered B, not a hold run out
     assert b"/etc/nmstate/openshift/held.yml" in body
+
+
+def test_a_row_change_about_other_nodes_is_compared_not_answered_and_the_hold_ends_saying_why_now(tmp_path, new_app):
+    """A step that changes only the other nodes' part of the pool's row (their entries, why the
+    pool waits) does not make n2's held answer again (serving.HoldInputs.same_config); the answer
+    the hold ends with is made once more, so that its X-Rollout-Reason says why n2 waits then."""
+    import dataclasses
+
+    app, state, a = two_members_done_on_a(tmp_path, new_app)
+    app.cluster.stop_stepper()  # only this test steps the pools and writes the pool's row
+    (state / "machineconfigs" / "60-held.yaml").write_text(MC)  # B: n1 (the oldest) is targeted, n2 waits
+    for _ in range(3):
+        app.cluster.step_pools()
+    assert app.cluster.store.pools()["worker"].rollout["targets"].keys() == {"n1"}
+    app.max_hold = 2.0
+    etag = app._config_answer(app.caller({}), "n2", "worker", None)[1]
+    inner, made = app._config_answer, []
+    app._config_answer = lambda *args: made.append(1) or inner(*args)
+    got = {}
+
+    def held():
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/config/worker", "QUERY_STRING": "wait=2",
+                   "SERVER_NAME": "t", "SERVER_PORT": "80", "wsgi.url_scheme": "http",
+                   "HTTP_X_NODE_NAME": "n2", "HTTP_IF_NONE_MATCH": etag}
+        b"".join(app(environ, lambda status, headers: got.update(status=int(status.split()[0]),
+                                                                 headers=dict(headers))))
+
+    t = threading.Thread(target=held)
+    t.start()
+    wait_for(lambda: made, "n2's first answer made")
+    for i in range(5):  # another node's entry and the pool's reason change; n2's part does not
+        def other(row, i=i):
+            targets = {"n1": dict(row.rollout["targets"]["n1"], note=i)}
+            rollout = dict(row.rollout, waiting=f"reason {i}", targets=targets)
+            return dataclasses.replace(row, rollout=rollout)
+        app.cluster.store.update_pool("worker", other)
+        app.cluster.bell.ring(None)
+        time.sleep(0.1)
+    t.join(30)
+    assert got["status"] == 304, got
+    assert len(made) == 2  # the first answer, and once more as the hold ended: none per change
+    assert got["headers"]["X-Rollout-Reason"].endswith("reason 4"), got["headers"]

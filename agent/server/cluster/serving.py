@@ -11,12 +11,12 @@ import hashlib
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from agent.core.secretfiles import SECRET_PATHS
 from agent.server.cluster import content
 from agent.server.cluster.accept import negotiate_version
-from agent.server.rollout import gating
+from agent.server.rollout import gating, targeting
 from agent.server.store.nodestore import NodeRecord, PoolRow
 from agent.server.store.stateformat import State
 
@@ -46,6 +46,22 @@ def secret_paths(document: Dict[str, Any]) -> Tuple[str, ...]:
     return tuple(sorted({f.get("path") for f in files if isinstance(f, dict) and f.get("path") in SECRET_PATHS}))
 
 
+class HoldInputs(NamedTuple):
+    """A held fetch's inputs: the state served, the pool's row as far as this node goes (its
+    target, current and held configs and the node's own entry), the node's record, and the whole
+    row. A step that targets other nodes changes only the whole row, which says why this node
+    waits: the fetch compares (``same_config``) rather than making its answer again. With a
+    thousand held fetches, making each answer again at every change was a fifth of a worker's CPU
+    (docs/performance.md, "Rollout at fleet scale"); comparing these costs microseconds."""
+    signature: Any
+    mine: Any
+    rec: Any
+    row: Any
+
+    def same_config(self, other: Optional["HoldInputs"]) -> bool:
+        return other is not None and self[:3] == other[:3]
+
+
 class ConfigServing:
     # -- serving configs -------------------------------------------------------------------------
 
@@ -62,6 +78,17 @@ class ConfigServing:
         if self.node_truth is not None:  # proofs also move with the Node objects (kube_nodes.py)
             return gen, st.signature, self.node_truth.node_cache.changes
         return gen, st.signature
+
+    def hold_inputs(self, pool: str, named: Optional[str]) -> Optional["HoldInputs"]:
+        """What a member's answer is made from (rolloutctl.desired_for), for a held fetch; None
+        when the node is no member of ``pool`` (a new node's answer also depends on proofs)."""
+        rec = self.store.node(named) if named is not None else None
+        if rec is None or rec.pool != pool:
+            return None
+        row = self.store.pools().get(pool)
+        mine = None if row is None else (row.target, row.current, row.held, row.rendered,
+                                         targeting.entry_of(row.rollout, rec.node))
+        return HoldInputs(self.watcher.current().signature, mine, rec, row)
 
     def fetch(self, pool_name: str, accept: Optional[str], node: Optional[str] = None) -> Fetch:
         """A config fetch: one store round trip, then memoised decisions and cached bodies.

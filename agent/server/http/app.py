@@ -323,44 +323,32 @@ class App(NodeRoutes):
         node learns its turn as soon as a step of its pool is stored instead of at its next poll:
         the pools' bell wakes it (poolqueue.py), and it looks every HOLD_POLL seconds all the same
         (its own record may change too). What the answer depends on is looked at again only when
-        the store changed (its generation, when it has one), and
-        made again only when that changed too (``_hold_inputs``), both from ``baseline``
-        (``_hold_baseline``, read before ``answer`` was made)."""
+        the store changed (its generation, when it has one), and made again only when what decides
+        its config changed too (serving.HoldInputs), both from ``baseline`` (``_hold_baseline``,
+        read before ``answer`` was made); once more at the end if why it waits changed."""
         deadline = time.monotonic() + hold
-        (seen, rung), inputs = baseline
+        (seen, rung), made_from = baseline  # ``answer`` was made from ``made_from``
         with self.counter.held.labels(pool).track_inprogress():  # node_config_server_held_fetches
             while time.monotonic() < deadline and not self.stopping.is_set():
                 rung = self.cluster.bell.wait(named, rung, min(HOLD_POLL, max(0.0, deadline - time.monotonic())))
                 now_gen = self.cluster.store.generation()
                 if now_gen is not None and now_gen == seen:
                     continue
-                seen, before, inputs = now_gen, inputs, self._hold_inputs(pool, named)
-                if inputs is not None and inputs == before:
+                seen, inputs = now_gen, self.cluster.hold_inputs(pool, named)
+                if inputs is not None and inputs.same_config(made_from):
                     continue
-                fresh = self._config_answer(caller, named, pool, accept)
+                made_from, fresh = inputs, self._config_answer(caller, named, pool, accept)
                 if fresh[1] != answer[1]:
                     return fresh
                 answer = fresh  # the same config: its rollout headers may have changed
-            return answer
+        now = self.cluster.hold_inputs(pool, named)  # why it waits, as it is when the hold ends
+        return answer if now is not None and now == made_from else self._config_answer(caller, named, pool, accept)
 
     def _hold_baseline(self, pool: str, named: Optional[str]) -> Tuple[Any, Any]:
-        """((the store's generation, the pools' bell), then ``_hold_inputs``): in that order, as
+        """((the store's generation, the pools' bell), then ``hold_inputs``): in that order, as
         for fetchmemo."""
         cluster = self.cluster
-        return (cluster.store.generation(), cluster.bell.seen(named)), self._hold_inputs(pool, named)
-
-    def _hold_inputs(self, pool: str, named: Optional[str]) -> Optional[Tuple[Any, ...]]:
-        """What a member's answer is made from (rolloutctl.desired_for): the state served, the
-        pool's row (its target, who is targeted, why the others wait) and the node's record; None
-        when the node is no member of ``pool`` (a new node's answer also depends on proofs). With
-        a thousand held fetches and a store that changes with every report, making each answer
-        again every HOLD_POLL was a fifth of a worker's CPU (docs/performance.md, "Rollout at
-        fleet scale"); comparing these costs a few microseconds."""
-        cluster = self.cluster
-        rec = cluster.store.node(named) if named is not None else None
-        if rec is None or rec.pool != pool:
-            return None
-        return cluster.watcher.current().signature, cluster.store.pools().get(pool), rec
+        return (cluster.store.generation(), cluster.bell.seen(named)), self.cluster.hold_inputs(pool, named)
 
     def _config_answer(self, caller: Caller, named: Optional[str], pool: str,
                        accept: Optional[str]) -> Tuple[Response, str]:
