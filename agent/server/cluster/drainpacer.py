@@ -78,13 +78,14 @@ def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = Non
         state = draincadence.from_annotations(meta.get("annotations") or {})
         step = draincadence.begin(state, cadence, node, now)
         if step.changed:
-            try:
-                _write_state(drainer, node, step.state, meta.get("resourceVersion"), config)
+            try:  # an attempt that runs now cordons in the same write (one Node write, not three)
+                written = _write_state(drainer, node, step.state, meta.get("resourceVersion"), config, cordon=step.run)
             except KubeError as exc:
                 if exc.status == 409:
                     continue
                 raise
             _emit(drainer, obj, step.events, now)
+            obj = written if isinstance(written, dict) and written.get("metadata") else obj
         break
     else:
         raise KubeUnavailable(f"node {node}: its drain state kept changing under three reads (other replicas); "
@@ -95,7 +96,7 @@ def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = Non
             drainer.cordon(node)  # uncordoned by someone between attempts: cordoned again (MCO PR #5305)
         out.wait = max(1, min(MAX_WAIT, int(step.wait + 0.999)))
         return out
-    result = drain_for_lease(drainer, node, config)
+    result = drain_for_lease(drainer, node, config, obj)
     if result is None:
         return None
     state, changed = draincadence.after_round(step.state, result.done, blocker(result))
@@ -138,13 +139,19 @@ def blocker(result: DrainResult) -> str:
     return ""
 
 
-def _write_state(drainer: Any, node: str, state: DrainState, version: Optional[str], config: str) -> None:
+def _write_state(drainer: Any, node: str, state: DrainState, version: Optional[str], config: str,
+                 cordon: bool = False) -> Any:
+    """The drain state's annotations on the Node (with ``cordon``, the cordon in the same patch);
+    returns the Node as written."""
     meta: Dict[str, Any] = {"annotations": draincadence.annotations(state)}
     if state.active and version:
         meta["resourceVersion"] = version  # a precondition: 409 when another replica wrote first
     if state.active:
         meta["annotations"][DRAINED_FOR] = config or "-"
-    drainer.client.merge_patch(NODES.path(node), {"metadata": meta})
+    patch: Dict[str, Any] = {"metadata": meta}
+    if cordon and state.active:
+        patch["spec"] = {"unschedulable": True}
+    return drainer.client.merge_patch(NODES.path(node), patch)
 
 
 def _emit(drainer: Any, node_obj: Dict[str, Any], events: Any, now: float) -> None:

@@ -42,6 +42,7 @@ MCD = "machineconfiguration.openshift.io/"
 SKIPPED_PHASES = ("Pending", "Provisioning")  # syncMachineConfigNodes: no MCN for such a Node yet
 ORPHAN_GRACE = 10.0  # seconds an MCN without a Node is left to another replica's Node cache catching up
 TRIES = 3
+REPORT_GRACE = 5.0  # seconds a node's MCN is left to the process that took its report (``sweep``)
 SWEEP_BATCH = 50  # MCNs a sweep writes at most, so that a fleet's first sweep never holds back reports' write-back
 
 
@@ -162,11 +163,17 @@ class McnWriter:
         return obj
 
     def _put_spec(self, node: str, spec: Dict[str, Any], owner: Dict[str, Any]) -> Dict[str, Any]:
-        """The object with ``spec`` and ``owner`` (a merge patch: an unchanged one is a read), made
-        when missing, as upstream's ``GenerateAndApplyMachineConfigNodeSpec``; a new one is
-        offered the node store's kept report (``adopt``)."""
+        """The object with ``spec`` and ``owner``, made when missing, as upstream's
+        ``GenerateAndApplyMachineConfigNodeSpec``; a new one is offered the node store's kept report
+        (``adopt``). Read first, and patched only when its spec or owner differ: a merge patch that
+        changes nothing is still a write the API server takes (it was one of each report's four
+        MachineConfigNode writes; docs/performance.md, "Rollout at fleet scale")."""
         if self.cache.get(node) is not None:
             try:
+                obj = self.client.get(MACHINE_CONFIG_NODES.path(node))
+                owners = [o.get("uid") for o in (obj.get("metadata") or {}).get("ownerReferences") or []]
+                if obj.get("spec") == spec and (not owner or owners == [owner["ownerReferences"][0]["uid"]]):
+                    return obj
                 return self._patch_spec(node, spec, owner)
             except KubeError as exc:
                 if exc.status != 404:
@@ -193,10 +200,14 @@ class McnWriter:
                                                                                 **({"metadata": owner} if owner else {})))
 
     def sweep(self, nodes: Dict[str, Dict[str, Any]], pools_of: Dict[str, Optional[str]],
-              counted: Callable[[str], Optional[Tuple[Dict[str, Any], str]]], now: float) -> int:
+              counted: Callable[[str], Optional[Tuple[Dict[str, Any], str]]], now: float,
+              mine: Callable[[str], bool] = lambda name: True) -> int:
         """Every Node's MCN made or brought up to date where it is missing or not as wanted
-        (``pools_of``: each Node's pool by its labels; ``counted(node)``: its counted report and
-        pool, else None), and every MCN whose Node is gone deleted. Only with both caches listed;
+        (``pools_of``: each Node's pool by its labels; ``counted(node)``: its counted report, with
+        its receipt time as ``_at``, and pool, else None), and every MCN whose Node is gone deleted.
+        Only the Nodes this process writes (``mine``), and not one whose report came within
+        ``REPORT_GRACE`` (the process that took it writes it: the sweep, woken by that report's
+        Node patch, wrote it too and one of the two conflicted). Only with both caches listed;
         at most ``SWEEP_BATCH`` writes, ``waiting`` set when more are left. Returns how many objects
         it wrote."""
         if not self.cache.synced.is_set():
@@ -211,13 +222,18 @@ class McnWriter:
             if skipped(node_obj):
                 continue
             kept = mcns.get(name)
-            mine = counted(name)
+            if not mine(name):
+                continue
+            counts = counted(name)
+            if kept is not None and counts is not None and now - float(counts[0].get("_at") or 0) < REPORT_GRACE:
+                self.waiting = True  # looked at again next round
+                continue
             annotations = (node_obj.get("metadata") or {}).get("annotations") or {}
-            desired = str(mine[0].get("desiredConfig") or "") if mine else str(annotations.get(MCD + "desiredConfig") or "")
+            desired = str(counts[0].get("desiredConfig") or "") if counts else str(annotations.get(MCD + "desiredConfig") or "")
             if kept is not None and not self._stale(kept, node_obj, pools_of.get(name), desired):
                 continue
             try:
-                self.write(name, node_obj, pools_of.get(name), mine[0] if mine else None)
+                self.write(name, node_obj, pools_of.get(name), counts[0] if counts else None)
                 done += 1
             except KubeError as exc:
                 log.warning("MachineConfigNode %s: %s (the next round retries)", name, exc)

@@ -29,16 +29,19 @@ node reports themselves are kept by the node store meanwhile, so nothing is lost
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from agent.server.cluster import kube_pools
-from agent.server.cluster.kube_drain import DRAINED_FOR, uncordon_patch
+from agent.server.cluster.kube_drain import drain_mark, uncordon_patch
 from agent.server.cluster.kube_events import NODE_CONTROLLER
 from agent.server.cluster.kube_mcn import McnWriter
-from agent.server.cluster.kube_pools import rendered_object  # noqa: F401 - kube_sync's name for it too
-from agent.server.cluster.kube_targets import TargetWriter, pool_event, served_desired
+from agent.server.cluster.kube_pools import (  # noqa: F401 - kube_sync's name too
+    STATUS_FIELDS,
+    pool_status,
+    rendered_object,  # noqa: F401 - kube_sync's name for it too
+)
+from agent.server.cluster.kube_targets import TargetWriter, owner_of, pool_event, served_desired
 from agent.server.cluster.kube_writeback import write_back
-from agent.server.rollout import draincadence
 from agent.server.rollout.mcnconditions import reboot_pending
 from agent.server.rollout.nodestatus import slim_node
 from agent.server.rollout.progress import iso8601
@@ -56,34 +59,8 @@ log = logging.getLogger(__name__)
 
 ANNOTATION = "machineconfiguration.openshift.io/"
 NODE_FIELDS = ("currentConfig", "desiredConfig", "state", "reason", "currentImage", "desiredImage")
-STATUS_FIELDS = ("configuration", "machineCount", "readyMachineCount", "updatedMachineCount",
-                 "unavailableMachineCount", "degradedMachineCount", "observedGeneration", "conditions")
-CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
 BASE_ROLES = ("master", "worker")
-
-
-def pool_status(view: Dict[str, Any], generation: Optional[int], previous: Optional[List[Dict[str, Any]]] = None,
-                now: str = "") -> Dict[str, Any]:
-    """The CRD's status fields of a pool view (pure); the view's other fields stay in our API
-    (the API server would prune them: the CRD's schema is structural). A condition whose change
-    our history does not date gets its time as the MCO's SetMachineConfigPoolCondition gives it:
-    the one the API holds while the status stays the same, else ``now``."""
-    status = view.get("status") or {}
-    out = {k: status[k] for k in STATUS_FIELDS if k in status}
-    out["configuration"] = {"name": (status.get("configuration") or {}).get("name", "")}
-    out["observedGeneration"] = int(generation or 1)
-    before = {c.get("type"): c for c in previous or [] if isinstance(c, dict)}
-    out["conditions"] = []
-    for c in status.get("conditions") or []:
-        cond = {k: str(c.get(k) or "") for k in CONDITION_FIELDS if c.get(k) is not None}
-        if not cond.get("lastTransitionTime"):
-            old = before.get(cond.get("type")) or {}
-            same = old.get("status") == cond.get("status") and old.get("lastTransitionTime")
-            cond["lastTransitionTime"] = str(old["lastTransitionTime"]) if same else now
-            if not cond["lastTransitionTime"]:
-                del cond["lastTransitionTime"]
-        out["conditions"].append(cond)
-    return out
+EARLY = "_early"  # a queued report whose Node patch note_report wrote: (the annotations before, the Node written)
 
 
 REASON_MAX = 2000  # characters of the reason annotation (the MCD's cap, pkg/daemon/writer.go, per issue 38)
@@ -132,13 +109,6 @@ def pool_labels(pool: Optional[Dict[str, Any]]) -> Dict[str, str]:
         elif expr.get("operator") == "Exists":
             out[str(expr.get("key"))] = ""
     return out
-
-
-def drain_mark(annotations: Dict[str, Any], cordoned: bool = False) -> str:
-    """The Node's drain state as its annotations hold it, our cordon's config and the cordon ("" with
-    none): what the MCN's Cordoned and Drained conditions were last written from."""
-    keys = draincadence.KEYS + (DRAINED_FOR,)
-    return ("|".join(str(annotations.get(k) or "") for k in keys) + ("|cordoned" if cordoned else "")).strip("|")
 
 
 class KubeSync:
@@ -191,16 +161,19 @@ class KubeSync:
         now, its annotations and the uncordon in one patch, as the MCD uncordons before it says
         Done: until then the Node counts as unavailable and holds a slot of its pool, and behind a
         queue of reports (three writes each) that took seconds at 1,000 nodes (docs/performance.md,
-        "Rollout at fleet scale"). The node loop writes the rest (the same patch again: no change)."""
-        obj = self.node_cache.snapshot().get(node) if self._counts(node) else None  # never for an unbound report
+        "Rollout at fleet scale"). The node loop writes the rest (the MachineConfigNode), not this
+        patch again."""
+        obj = self.node_cache.get(node) if self._counts(node) else None  # never for an unbound report
+        queued = dict(body, _at=time.time())
         if obj is not None and uncordon_patch((obj.get("metadata") or {}).get("annotations") or {}, body):
             try:
-                self._patch_node(node, body, pool or "", obj, self.source.reflectors["machineconfigpools"].snapshot(),
-                                 self.cluster.store.pools())
+                _, ours, written = self._patch_node(node, body, pool or "", obj, self.source.reflectors[
+                    "machineconfigpools"].snapshot(), self.cluster.store.pools())
+                queued[EARLY] = (ours, written)  # the node loop writes the MCN only, not this patch again
             except (KubeUnavailable, KubeError) as exc:  # the node loop's patch uncordons it too
                 log.warning("uncordoning Node %s: %s (the next write-back retries)", node, exc)
         with self._lock:
-            self._nodes[node] = (dict(body, _at=time.time()), pool or "")
+            self._nodes[node] = (queued, pool or "")
         self._wake.set()
 
     def note_pool_event(self, pool: str, kind: str, reason: str, message: str, component: str = NODE_CONTROLLER) -> None:
@@ -331,7 +304,11 @@ class KubeSync:
                 continue
             todo.append((node, reported, pool))
         def write(node: str, reported: Dict[str, Any], pool: str) -> None:
-            body, ours, written = self._patch_node(node, reported, pool, present[node], pools, rows)
+            early = reported.pop(EARLY, None)
+            if early is not None:  # note_report wrote this report's Node patch already
+                body, (ours, written) = served_desired(rows, pool, node, reported), early
+            else:
+                body, ours, written = self._patch_node(node, reported, pool, present[node], pools, rows)
             self._write_node_object(node, body, pool, ours, written)
 
         done, away = write_back(todo, write, failed)
@@ -359,9 +336,9 @@ class KubeSync:
             rec = self.cluster.store.node(name) if self._counts(name) else None
             if rec is None:
                 return None
-            return served_desired(rows, rec.pool, name, dict(rec.report, _rewrite=True)), rec.pool
+            return served_desired(rows, rec.pool, name, dict(rec.report, _rewrite=True, _at=rec.received)), rec.pool
 
-        self.mcns.sweep(present, truth.pools_by_node(pools), counted, now)
+        self.mcns.sweep(present, truth.pools_by_node(pools), counted, now, self._mine())
         self._sweep_due = self._sweep_due or self.mcns.waiting  # more to write, or an orphan's grace: next round
 
     def _patch_node(self, node: str, reported: Dict[str, Any], pool: str, node_obj: Dict[str, Any],
@@ -399,17 +376,26 @@ class KubeSync:
         else:
             self._drain_written.pop(node, None)
 
+    def _mine(self) -> Callable[[str], bool]:
+        """Whether this process writes a node's MCN on a change of its Node (kube_targets.owner_of):
+        every process sees each change, and each wrote it before (a report's: the process took it)."""
+        me, writers = self.targets.writers()
+        return lambda name: len(writers) == 1 or owner_of(name, writers) == me
+
     def _unwritten(self, present: Dict[str, Dict[str, Any]], pending: Dict[str, Any]) -> Dict[str, Any]:
         """Nodes that appeared (or lost our annotations) since their report was recorded: a Node
         made by a kubelet after first boot, or a server restarted since; and Nodes whose drain
         state (drainpacer's annotations) moved since their MachineConfigNode was written, for its
         Drained condition. O(nodes) only when the Node cache changed."""
         out = {}
+        mine = self._mine()
         for name, obj in present.items():
             annotations = (obj.get("metadata") or {}).get("annotations") or {}
             cordoned = bool((obj.get("spec") or {}).get("unschedulable"))
             if name in pending or (ANNOTATION + "state" in annotations
                                    and drain_mark(annotations, cordoned) == self._drain_written.get(name, "")):
+                continue
+            if not mine(name):  # another process writes it: every process saw the change (two wrote each)
                 continue
             rec = self.cluster.store.node(name)
             mark = rec.report.get("_server") if rec is not None else None

@@ -5,6 +5,7 @@ PodDisruptionBudget holds too long is deferred (docs/rollout.md)."""
 
 import dataclasses
 import logging
+import time
 from typing import Any, Dict, Optional
 
 from agent.server.http.httpio import HTTPError, Response, json_response
@@ -39,7 +40,6 @@ def deferred_answer(cluster: Any, drainer: Any, node: str, pool: str, paced: Any
     """Ours: a drain a PodDisruptionBudget has held past ``--drain-defer-after`` is given up: the
     Node is uncordoned with its config, its lease and slot go to the next node, and it is tried
     again once the others are done (targeting.defer). 409 ``"status": "deferred"`` tells the node."""
-    import time
 
     from agent.server.cluster.drainpacer import end_drain, held_by_budget
     from agent.server.rollout.draincadence import Cadence, defer_due
@@ -96,6 +96,11 @@ class DrainRoutes:
         answer = drains.request_drain(cluster.store, node, pool, config, cluster.drain_limit(pool, node),
                                       cluster.lease_ttl)
         answer = dataclasses.replace(answer, max_unavailable=cluster.max_unavailable(pool))
+        truth = cluster.node_truth
+        if not answer.granted and truth is not None and truth.ready():  # a Done whose uncordon is not seen here
+            due = truth.uncordoning(pool, cluster.state().pools, node, time.time())
+            if due:
+                answer = drains.sooner(answer, due, cluster.drain_limit(pool, node, settled=due))
         if answer.granted and cluster.drainer is not None:
             return self._drained(cluster.drainer, node, pool, config, answer)
         if answer.granted:

@@ -24,7 +24,7 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.rollout.progress import Membership
 from agent.server.store.errors import StoreUnavailable
@@ -236,7 +236,7 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
             pool = self.drain_leases.release(node, str(body.get("currentConfig") or "") or None)
             if pool is not None:
                 released = True
-                self._log_drain(node, pool, "uncordon", "node reported Done")
+                self._log_drain(node, pool, ("uncordon", "node reported Done"))
         return Recorded(released, old.pool if old is not None else None)
 
     def _adopted(self, node: str, obj: Dict[str, Any]) -> None:
@@ -312,14 +312,13 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
     def acquire_lease(self, node: str, pool: str, config: str, limit: int, ttl: float, now: float):
         answer = self.drain_leases.acquire(node, pool, config, limit, ttl, now)
         if answer.granted and not answer.renewed:
-            self._log_drain(node, pool, "cordon", config)
-            self._log_drain(node, pool, "drain", DRAIN_GRANTED)
+            self._log_drain(node, pool, ("cordon", config), ("drain", DRAIN_GRANTED))
         return answer
 
     def release_lease(self, node: str, why: str) -> Optional[str]:
         pool = self.drain_leases.release(node)
         if pool is not None:
-            self._log_drain(node, pool, "uncordon", why)
+            self._log_drain(node, pool, ("uncordon", why))
         return pool
 
     def leases(self, pool: Optional[str] = None, now: Optional[float] = None) -> List[Dict[str, Any]]:
@@ -332,15 +331,20 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
                 return list(self._drainlogs.get(node) or [])
             return sorted((e for log in self._drainlogs.values() for e in log), key=lambda e: e.get("at", 0))
 
-    def _log_drain(self, node: str, pool: str, action: str, detail: str) -> None:
-        """Append to the MCN's drain log with a compare-and-swap on its resourceVersion (a merge
-        patch carrying metadata.resourceVersion is refused with 409 when another wrote first)."""
-        event = {"node": node, "pool": pool, "action": action, "detail": detail, "at": time.time()}
+    def _log_drain(self, node: str, pool: str, *entries: Tuple[str, str]) -> None:
+        """Append ``entries`` (action, detail) to the MCN's drain log in one write (a grant's cordon
+        and drain: one, not two), with a compare-and-swap on its resourceVersion (a merge patch
+        carrying metadata.resourceVersion is refused with 409 when another wrote first)."""
+        at = time.time()
+        events = [{"node": node, "pool": pool, "action": action, "detail": detail, "at": at}
+                  for action, detail in entries]
+        action = "/".join(a for a, _ in entries)
+        detail = entries[-1][1] if entries else ""
         for _ in range(CAS_TRIES):
             cur = get_if_exists(self.client, MACHINE_CONFIG_NODES.path(node)) or {}
             meta = cur.get("metadata") or {}
             items = _json_list((meta.get("annotations") or {}).get(DRAIN_LOG))
-            annotations = {DRAIN_LOG: json.dumps((items + [event])[-DRAINLOG_KEEP:])}
+            annotations = {DRAIN_LOG: json.dumps((items + events)[-DRAINLOG_KEEP:])}
             try:
                 if cur:
                     obj = self._patch_mcn(node, {"metadata": {"annotations": annotations,
