@@ -91,9 +91,12 @@ def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = Non
         raise KubeUnavailable(f"node {node}: its drain state kept changing under three reads (other replicas); "
                               f"the node asks again")
     out = Paced(done=False, state=step.state, events=[reason for reason, _ in step.events])
+    if step.changed:
+        drainer.on_node_written(node, obj)
     if not step.run:
         if not (obj.get("spec") or {}).get("unschedulable"):
             drainer.cordon(node)  # uncordoned by someone between attempts: cordoned again (MCO PR #5305)
+            drainer.on_node_written(node)
         out.wait = max(1, min(MAX_WAIT, int(step.wait + 0.999)))
         return out
     result = drain_for_lease(drainer, node, config, obj)
@@ -102,10 +105,11 @@ def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = Non
     state, changed = draincadence.after_round(step.state, result.done, blocker(result))
     if changed:
         if state.active:  # only the blocker: another replica may have moved the attempt meanwhile
-            drainer.client.merge_patch(NODES.path(node), {"metadata": {"annotations": {
+            written = drainer.client.merge_patch(NODES.path(node), {"metadata": {"annotations": {
                 draincadence.LAST_ERROR: draincadence.annotations(state)[draincadence.LAST_ERROR]}}})
         else:
-            _write_state(drainer, node, state, None, config)
+            written = _write_state(drainer, node, state, None, config)
+        drainer.on_node_written(node, written)
     out.done, out.result, out.state = result.done, result, state
     return out
 
@@ -116,8 +120,9 @@ def end_drain(drainer: Any, node: str) -> None:
     already, those the budget protects stay."""
     patch = {"spec": {"unschedulable": None},
              "metadata": {"annotations": dict(draincadence.annotations(DrainState()), **{DRAINED_FOR: None})}}
-    drainer.client.merge_patch(NODES.path(node), patch)
+    written = drainer.client.merge_patch(NODES.path(node), patch)
     drainer.forget(node)
+    drainer.on_node_written(node, written)
 
 
 def held_by_budget(paced: "Paced") -> bool:

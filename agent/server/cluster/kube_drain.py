@@ -82,6 +82,7 @@ class Drainer:
         self.settings = settings or DrainSettings()
         self.cadence = cadence  # draincadence.Cadence (None: the MCO's), read by drainpacer
         self.node_cache: Any = None  # kube.watch.Reflector of Nodes (kube_sync's): the views' drain state
+        self.on_node_written: Any = lambda node, written=None: None  # kube_sync.note_node: the MCN follows the drain state
         self.topology = Topology()  # the cluster's controlPlaneTopology: known, absent or unknown (retried)
         # drainpacer's memo, kept here because it lives as long as this Drainer:
         self.active_memo: Optional[Tuple[Any, Dict[str, Any]]] = None  # (node cache version, active drains)

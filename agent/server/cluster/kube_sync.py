@@ -35,6 +35,14 @@ from agent.server.cluster import kube_pools
 from agent.server.cluster.kube_drain import drain_mark, uncordon_patch
 from agent.server.cluster.kube_events import NODE_CONTROLLER
 from agent.server.cluster.kube_mcn import McnWriter
+from agent.server.cluster.kube_nodepatch import (  # noqa: F401 - kube_sync's names too (kube_undo, tests)
+    ANNOTATION,
+    LABELS_APPLIED,
+    NODE_FIELDS,
+    node_patch,
+    patch_changes,
+    pool_labels,
+)
 from agent.server.cluster.kube_pools import (  # noqa: F401 - kube_sync's name too
     STATUS_FIELDS,
     pool_status,
@@ -42,7 +50,6 @@ from agent.server.cluster.kube_pools import (  # noqa: F401 - kube_sync's name t
 )
 from agent.server.cluster.kube_targets import TargetWriter, owner_of, pool_event, served_desired
 from agent.server.cluster.kube_writeback import write_back
-from agent.server.rollout.mcnconditions import reboot_pending
 from agent.server.rollout.nodestatus import slim_node
 from agent.server.rollout.progress import iso8601
 from agent.server.store.kube.client import (
@@ -57,58 +64,8 @@ from agent.server.store.kube.watch import Reflector
 
 log = logging.getLogger(__name__)
 
-ANNOTATION = "machineconfiguration.openshift.io/"
-NODE_FIELDS = ("currentConfig", "desiredConfig", "state", "reason", "currentImage", "desiredImage")
-BASE_ROLES = ("master", "worker")
+MARK_GRACE = 5.0  # seconds a drain state another process wrote is left to it (``_unwritten``)
 EARLY = "_early"  # a queued report whose Node patch note_report wrote: (the annotations before, the Node written)
-
-
-REASON_MAX = 2000  # characters of the reason annotation (the MCD's cap, pkg/daemon/writer.go, per issue 38)
-LABELS_APPLIED = ANNOTATION + "customPoolLabelsApplied"  # node_controller.go applyCustomPoolLabels' guard
-
-
-def node_patch(body: Dict[str, Any], pool: Optional[Dict[str, Any]], annotations: Optional[Dict[str, Any]] = None,
-               pivot_pool: Optional[str] = None, layered: bool = False) -> Dict[str, Any]:
-    """The merge patch of a Node for a report (pure): the MCD's annotations as pkg/daemon/writer.go
-    writes them (the reason cut to ``REASON_MAX`` characters; a Working report leaves the reason
-    as it is, as ``SetWorking`` writes the state only; currentImage only on a ``layered`` pool, as
-    ``SetDone`` writes it only with an image on disk, and removed otherwise, as is an empty
-    desiredImage: a stale one keeps upstream's IsDone false), and a custom pool's selector
-    labels once, as node_controller.go ``isCustomPoolBootedNode``/``applyCustomPoolLabels``: only
-    when the node first booted into a rendered config of that pool (``pivot_pool``, the owner of
-    its firstPivotConfig) and the Node does not carry the guard annotation yet (``annotations``:
-    the Node's), which the same patch sets; an admin who removes the label later is obeyed."""
-    reason = str(body.get("reason") or "")[:REASON_MAX]
-    out: Dict[str, Any] = {ANNOTATION + k: str(body.get(k) or "") for k in NODE_FIELDS[:3]}
-    if body.get("state") != "Working":
-        out[ANNOTATION + "reason"] = reason
-    for k in NODE_FIELDS[4:]:
-        out[ANNOTATION + k] = str(body[k]) if body.get(k) and (layered or k != "currentImage") else None
-    if reboot_pending(body):  # writer.go: the new currentConfig only after its reboot (SetDone on the booted node)
-        del out[ANNOTATION + "currentConfig"]
-    meta: Dict[str, Any] = {"annotations": out}
-    name = (pool or {}).get("metadata", {}).get("name")
-    labels = pool_labels(pool) if name and name == pivot_pool else {}
-    if labels and LABELS_APPLIED not in (annotations or {}):
-        meta["labels"] = labels
-        out[LABELS_APPLIED] = ""
-    return {"metadata": meta}
-
-
-def pool_labels(pool: Optional[Dict[str, Any]]) -> Dict[str, str]:
-    """A custom pool's nodeSelector as labels (what puts a Node in it): matchLabels, and from
-    matchExpressions an ``In`` with one value and an ``Exists`` (as ""); none for master/worker."""
-    if not pool or (pool.get("metadata") or {}).get("name") in BASE_ROLES:
-        return {}
-    selector = (pool.get("spec") or {}).get("nodeSelector") or {}
-    out = {str(k): str(v) for k, v in (selector.get("matchLabels") or {}).items()}
-    for expr in selector.get("matchExpressions") or []:
-        values = expr.get("values") or []
-        if expr.get("operator") == "In" and len(values) == 1:
-            out[str(expr.get("key"))] = str(values[0])
-        elif expr.get("operator") == "Exists":
-            out[str(expr.get("key"))] = ""
-    return out
 
 
 class KubeSync:
@@ -124,6 +81,7 @@ class KubeSync:
         self._written: Dict[str, Dict[str, Any]] = {}
         self._spec_written: Dict[str, Tuple[Any, Dict[str, Any]]] = {}  # pool -> (its resourceVersion, the patch)
         self._drain_written: Dict[str, str] = {}  # node -> drain_mark its MCN was written with (none: "")
+        self._marks_seen: Dict[str, Tuple[str, float]] = {}  # node -> (a drain_mark not written here, since)
         self._nodes: Dict[str, Tuple[Dict[str, Any], str]] = {}  # node -> (report, pool) not written yet
         self._nodes_changed = False
         self._sweep_due, self._swept_at = True, 0.0  # every Node's MCN: when Nodes or MCNs changed, once a second
@@ -174,6 +132,23 @@ class KubeSync:
                 log.warning("uncordoning Node %s: %s (the next write-back retries)", node, exc)
         with self._lock:
             self._nodes[node] = (queued, pool or "")
+        self._wake.set()
+
+    def note_node(self, node: str, written: Optional[Dict[str, Any]] = None) -> None:
+        """Our drain moved ``node``'s drain state (drainpacer, in this process; ``written``: the Node
+        as written): its MCN is written here, from that Node; the other processes leave it
+        (``_unwritten``'s grace). A queued report keeps its place: its own Node patch comes first."""
+        rec = self.cluster.store.node(node) if self._counts(node) else None
+        if rec is None:
+            return
+        item = dict(rec.report, _at=rec.received, _rewrite=True)
+        if isinstance(written, dict) and written.get("metadata"):
+            slim = slim_node(written)
+            item[EARLY] = (slim["metadata"].get("annotations") or {}, slim)
+        with self._lock:
+            held = self._nodes.get(node)
+            if held is None or held[0].get("_rewrite"):
+                self._nodes[node] = (item, rec.pool or "")
         self._wake.set()
 
     def note_pool_event(self, pool: str, kind: str, reason: str, message: str, component: str = NODE_CONTROLLER) -> None:
@@ -356,6 +331,8 @@ class KubeSync:
         if end:
             patch["spec"] = end["spec"]
             patch["metadata"]["annotations"].update(end["metadata"]["annotations"])
+        if not patch_changes(patch, node_obj):  # a rewrite, or a report sent again: a write would change nothing
+            return body, ours, node_obj
         written = self.client.merge_patch(NODES.path(node), patch)
         return body, ours, slim_node(written) if isinstance(written, dict) and written.get("metadata") else node_obj
 
@@ -371,6 +348,7 @@ class KubeSync:
         self.mcns.write(node, node_obj, member, body, str(annotations.get(ANNOTATION + "currentConfig") or ""))
         meta = (node_obj or {}).get("metadata") or {}
         mark = drain_mark(meta.get("annotations") or {}, bool(((node_obj or {}).get("spec") or {}).get("unschedulable")))
+        self._marks_seen.pop(node, None)
         if mark:
             self._drain_written[node] = mark
         else:
@@ -388,14 +366,17 @@ class KubeSync:
         state (drainpacer's annotations) moved since their MachineConfigNode was written, for its
         Drained condition. O(nodes) only when the Node cache changed."""
         out = {}
-        mine = self._mine()
+        mine, now = self._mine(), time.time()
         for name, obj in present.items():
             annotations = (obj.get("metadata") or {}).get("annotations") or {}
-            cordoned = bool((obj.get("spec") or {}).get("unschedulable"))
-            if name in pending or (ANNOTATION + "state" in annotations
-                                   and drain_mark(annotations, cordoned) == self._drain_written.get(name, "")):
-                continue
-            if not mine(name):  # another process writes it: every process saw the change (two wrote each)
+            mark = drain_mark(annotations, bool((obj.get("spec") or {}).get("unschedulable")))
+            known = ANNOTATION + "state" in annotations
+            if name in pending or (known and mark == self._drain_written.get(name, "")) or not mine(name):
+                continue  # not mine: every process saw the change, and two wrote each
+            seen = self._marks_seen.setdefault(name, (mark, now))
+            if known and (seen[0] != mark or now - seen[1] < MARK_GRACE):  # the drain's process writes it
+                self._marks_seen[name] = seen if seen[0] == mark else (mark, now)
+                self._nodes_changed = True  # looked at again next round
                 continue
             rec = self.cluster.store.node(name)
             mark = rec.report.get("_server") if rec is not None else None
