@@ -146,8 +146,10 @@ class McnWriter:
         spec = wanted_spec(node, pool, facts.desired)
         obj = self._put_spec(node, spec, node_owner(node_obj))
         first_boot = self.cluster.first_boot_decision(report, pool or "") if report is not None else None
+        # a fresh report's phases are dated by its receipt (queued writes come later), a rewrite's now
+        at = float((report or {}).get("_at") or 0) if report is not None and not report.get("_rewrite") else 0.0
         for _ in range(TRIES):
-            status = mcn_status(obj, facts, node_obj, iso8601(time.time()), first_boot)
+            status = mcn_status(obj, facts, node_obj, iso8601(at or time.time()), first_boot)
             if _holds(obj, status):
                 return obj
             patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": status}
