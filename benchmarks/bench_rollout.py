@@ -831,7 +831,7 @@ def _writes_note(run: Dict[str, Any]) -> str:
     asks = (f"; drain asks refused {refused['n']}, {refused['long']} told to wait 10 s or more (longest "
             f"{refused['max_s']:.0f} s)" if refused.get("n") else "")
     return (f"{run['writes_total']} write requests over the rollout (the API's own count): {top} per node; "
-            f"{conflicts(run['writes']) / run['nodes']:.2f} conflicts (409) per node{asks}")
+            f"{conflicts(run.get('writes') or {}) / run['nodes']:.2f} conflicts (409) per node{asks}")
 
 
 def rows_from(doc: Dict[str, Any]) -> List[Row]:
