@@ -744,8 +744,9 @@ def drain_refusals(events: List[Dict[str, Any]], target: str) -> Dict[str, Any]:
 
 
 def conflicts(writes: Dict[str, int]) -> int:
-    """The writes the API server refused with 409 Conflict (pure)."""
-    return sum(n for key, n in writes.items() if key.endswith(" 409"))
+    """The writes the API server refused as conflicting (pure): 409 Conflict, and 422 (a JSON
+    patch whose ``test`` failed: the server's preconditions on the taints and MCN conditions)."""
+    return sum(n for key, n in writes.items() if key.endswith((" 409", " 422")))
 
 
 def figures(fleet: Fleet, rows: RowWatch, target: str, t0: float, writes: Dict[str, int]) -> Dict[str, Any]:
@@ -831,7 +832,7 @@ def _writes_note(run: Dict[str, Any]) -> str:
     asks = (f"; drain asks refused {refused['n']}, {refused['long']} told to wait 10 s or more (longest "
             f"{refused['max_s']:.0f} s)" if refused.get("n") else "")
     return (f"{run['writes_total']} write requests over the rollout (the API's own count): {top} per node; "
-            f"{conflicts(run.get('writes') or {}) / run['nodes']:.2f} conflicts (409) per node{asks}")
+            f"{conflicts(run.get('writes') or {}) / run['nodes']:.2f} conflicts (409, 422) per node{asks}")
 
 
 def rows_from(doc: Dict[str, Any]) -> List[Row]:

@@ -173,5 +173,6 @@ def test_drain_refusals_count_the_asks_told_to_wait_and_the_long_waits_of_the_ch
     assert br.drain_refusals([], "b") == {"n": 0, "long": 0, "max_s": 0.0}
 
 
-def test_conflicts_are_the_writes_refused_with_409():
-    assert br.conflicts({"nodes PATCH 200": 5, "nodes PATCH 409": 2, "leases PUT 409": 1, "pods/eviction POST 429": 3}) == 3
+def test_conflicts_are_the_writes_refused_with_409_or_a_failed_json_patch_test_422():
+    assert br.conflicts({"nodes PATCH 200": 5, "nodes PATCH 409": 2, "leases PUT 409": 1, "pods/eviction POST 429": 3,
+                         "machineconfignodes/status PATCH 422": 4}) == 7
