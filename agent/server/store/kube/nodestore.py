@@ -39,7 +39,16 @@ from agent.server.store.kube.client import (
 from agent.server.store.kube.heartbeat import KubeHeartbeat
 from agent.server.store.kube.identity import CredentialMethods, KeptFirstBoots, KubeCredentials
 from agent.server.store.kube.leases import KubeLeases
-from agent.server.store.kube.mcnrecord import REPORT, node_object, node_record, report_annotation
+from agent.server.store.kube.mcnrecord import (  # noqa: F401 - DRAIN_LOG, STORE_LABEL: the store's names too
+    DRAIN_LOG,
+    REPORT,
+    STORE_LABEL,
+    json_list,
+    log_ops,
+    node_object,
+    node_record,
+    report_annotation,
+)
 from agent.server.store.kube.nodestate import ConfigMapState
 from agent.server.store.kube.watch import Reflector, wait_all_synced
 from agent.server.store.kube.watch import resource_version as rv
@@ -58,8 +67,6 @@ from agent.server.store.nodestore import (
 
 log = logging.getLogger(__name__)
 
-DRAIN_LOG = "node-agent.openshift.io/drain-log"
-STORE_LABEL = "node-agent.openshift.io/store"
 DRAINLOG_KEEP = 50
 CAS_TRIES = 50
 SYNC_TIMEOUT = 30.0
@@ -131,7 +138,7 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
         name, annotations = meta["name"], (meta.get("annotations") or {}) if not deleted else {}
         if not self._index.apply(name, node_record(name, annotations.get(REPORT)), rv(obj)):
             return  # older than what this process wrote itself: the drain log too
-        drain_log = _json_list(annotations.get(DRAIN_LOG))
+        drain_log = json_list(annotations.get(DRAIN_LOG))
         if drain_log:
             self._drainlogs[name] = drain_log
         else:
@@ -333,8 +340,7 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
 
     def _log_drain(self, node: str, pool: str, *entries: Tuple[str, str]) -> None:
         """Append ``entries`` (action, detail) to the MCN's drain log in one write (a grant's cordon
-        and drain: one, not two), with a compare-and-swap on its resourceVersion (a merge patch
-        carrying metadata.resourceVersion is refused with 409 when another wrote first)."""
+        and drain), compare-and-swap on the annotations read (``log_ops``), else the resourceVersion."""
         at = time.time()
         events = [{"node": node, "pool": pool, "action": action, "detail": detail, "at": at}
                   for action, detail in entries]
@@ -343,10 +349,13 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
         for _ in range(CAS_TRIES):
             cur = get_if_exists(self.client, MACHINE_CONFIG_NODES.path(node)) or {}
             meta = cur.get("metadata") or {}
-            items = _json_list((meta.get("annotations") or {}).get(DRAIN_LOG))
+            items = json_list((meta.get("annotations") or {}).get(DRAIN_LOG))
             annotations = {DRAIN_LOG: json.dumps((items + events)[-DRAINLOG_KEEP:])}
             try:
-                if cur:
+                if meta.get("annotations") and meta.get("labels"):
+                    obj = self.client.json_patch(MACHINE_CONFIG_NODES.path(node), log_ops(meta, annotations[DRAIN_LOG],
+                                                                                             self.namespace))
+                elif cur:
                     obj = self._patch_mcn(node, {"metadata": {"annotations": annotations,
                                                               "resourceVersion": meta["resourceVersion"]}}, pool, {})
                 else:
@@ -355,7 +364,7 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
                 log.info("node %s: %s %s not logged: no MachineConfigNode (no Node)", node, action, detail)
                 return
             except KubeError as exc:
-                if exc.status in (404, 409):  # changed, made or deleted since read: read again
+                if exc.status in (404, 409, 422):  # changed, made or deleted since read: read again
                     continue
                 raise
             with self._lock:
@@ -409,11 +418,3 @@ class NoMachineConfigNode(KubeError):
 def _pending(body: Dict[str, Any]) -> bool:
     mark = body.get(SERVER_KEY)
     return isinstance(mark, dict) and bool(mark.get("pending"))
-
-
-def _json_list(value: Optional[str]) -> List[Dict[str, Any]]:
-    try:
-        items = json.loads(value or "[]")
-    except ValueError:
-        return []
-    return items if isinstance(items, list) else []
