@@ -91,9 +91,9 @@ def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = Non
         raise KubeUnavailable(f"node {node}: its drain state kept changing under three reads (other replicas); "
                               f"the node asks again")
     out = Paced(done=False, state=step.state, events=[reason for reason, _ in step.events])
-    if step.changed:
-        drainer.on_node_written(node, obj)
     if not step.run:
+        if step.changed:
+            drainer.on_node_written(node, obj)
         if not (obj.get("spec") or {}).get("unschedulable"):
             drainer.cordon(node)  # uncordoned by someone between attempts: cordoned again (MCO PR #5305)
             drainer.on_node_written(node)
@@ -109,7 +109,9 @@ def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = Non
                 draincadence.LAST_ERROR: draincadence.annotations(state)[draincadence.LAST_ERROR]}}})
         else:
             written = _write_state(drainer, node, state, None, config)
-        drainer.on_node_written(node, written)
+        obj = written if isinstance(written, dict) and written.get("metadata") else obj
+    if changed or step.changed:  # one MCN write for this ask's state: the cordon and the round's end together
+        drainer.on_node_written(node, obj)
     out.done, out.result, out.state = result.done, result, state
     return out
 
