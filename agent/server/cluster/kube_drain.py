@@ -107,6 +107,20 @@ class Drainer:
         self._evicted.pop(node, None)
         return True
 
+    def uncordoned(self, nodes: List[str]) -> List[str]:
+        """Which of ``nodes`` the API shows not cordoned (read now, not from a cache), or gone."""
+        out = []
+        for node in nodes:
+            try:
+                got = self.client.get(NODES.path(node))
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+                got = {}
+            if not (got.get("spec") or {}).get("unschedulable"):
+                out.append(node)
+        return out
+
     def forget(self, node: str) -> None:
         """Forget what was evicted from ``node`` (its drain was given up; the next starts afresh)."""
         self._evicted.pop(node, None)

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
 from agent.server.cluster import poolview
-from agent.server.cluster.kube_drain import uncordon_patch
+from agent.server.cluster.kube_drain import DRAINED_FOR, uncordon_patch
 from agent.server.rollout import nodestatus, progress, targeting
 from agent.server.store.errors import StoreUnavailable
 
@@ -30,6 +30,7 @@ FIRST_LIST_WAIT = 10.0  # seconds a drain ask waits for the first list of Nodes 
 # shows is taken for an uncordon in flight (written by the replica that took the Done, or retried
 # by its node loop; ``uncordoning``); past it, the Node counts as cordoned for good.
 UNCORDON_GRACE = 60.0
+MARKED_MAX = 10  # Nodes a drain refusal reads afresh at most (``drain_marked``)
 
 
 class NodeTruth:
@@ -200,6 +201,17 @@ class NodeTruth:
                     if isinstance(e, dict) and not e.get("deferred")]
         return nodestatus.drain_capacity(parse_max_unavailable(value, status.machine), status.unavailable_nodes,
                                          holders, asking, targeted)
+
+    def drain_marked(self, pool: str, pools: Dict[str, Dict[str, Any]], asking: str) -> List[str]:
+        """The pool's Nodes other than ``asking`` this cache shows cordoned with our drain's mark
+        (kube_drain.DRAINED_FOR), at most ``MARKED_MAX``: what a drain refusal reads afresh."""
+        out = []
+        for node in self._grouped(pools).get(pool, []):
+            meta = node.get("metadata") or {}
+            if meta.get("name") != asking and (node.get("spec") or {}).get("unschedulable") and \
+                    DRAINED_FOR in (meta.get("annotations") or {}):
+                out.append(str(meta.get("name", "")))
+        return out[:MARKED_MAX]
 
     def uncordoning(self, pool: str, pools: Dict[str, Dict[str, Any]], asking: str, now: float) -> List[str]:
         """The pool's Nodes other than ``asking`` that this replica's cache shows cordoned by our drain
