@@ -736,6 +736,19 @@ def pinned_outcome(fleet: Fleet, target: str, sampler: Optional[ViewSampler], be
             "evictions": evictions, "others_done_at_s": t_others}
 
 
+def drain_refusals(events: List[Dict[str, Any]], target: str) -> Dict[str, Any]:
+    """The drain asks refused a slot (pure): how many, how many told to wait 10 s or more (the
+    lease's Retry-After, up to 30 s: issue 53's waits on a stale Node cache), the longest wait."""
+    waits = [float(e.get("wait") or 0) for e in events if e["e"] == "refused" and e.get("c") == target]
+    return {"n": len(waits), "long": sum(1 for w in waits if w >= 10), "max_s": max(waits, default=0.0)}
+
+
+def conflicts(writes: Dict[str, int]) -> int:
+    """The writes the API server refused as conflicting (pure): 409 Conflict, and 422 (a JSON
+    patch whose ``test`` failed: the server's preconditions on the taints and MCN conditions)."""
+    return sum(n for key, n in writes.items() if key.endswith((" 409", " 422")))
+
+
 def figures(fleet: Fleet, rows: RowWatch, target: str, t0: float, writes: Dict[str, int]) -> Dict[str, Any]:
     """The rollout's figures from the agents' events, the pool row's versions and the API's counts."""
     events = [e for e in fleet.snapshot() if e["t"] >= t0]
@@ -754,6 +767,7 @@ def figures(fleet: Fleet, rows: RowWatch, target: str, t0: float, writes: Dict[s
             "learn_s": quantiles(learn_delays(targeted, events, target)),
             "handover_s": quantiles(handovers(targeted, events, target, first)),
             "targeted": sum(len(v) for v in targeted.values()),
+            "refused": drain_refusals(events, target),
             "retries": sum(1 for e in events if e["e"] == "retry"),
             "retry_examples": [e["why"] for e in events if e["e"] == "retry"][:5],
             "writes": writes, "writes_by_resource": by_resource(writes), "writes_total": total,
@@ -814,7 +828,11 @@ def _learn_note(run: Dict[str, Any]) -> str:
 
 def _writes_note(run: Dict[str, Any]) -> str:
     top = ", ".join(f"{k} {v / run['nodes']:.1f}" for k, v in list(run["writes_by_resource"].items())[:6])
-    return f"{run['writes_total']} write requests over the rollout (the API's own count): {top} per node"
+    refused = run.get("refused") or {}
+    asks = (f"; drain asks refused {refused['n']}, {refused['long']} told to wait 10 s or more (longest "
+            f"{refused['max_s']:.0f} s)" if refused.get("n") else "")
+    return (f"{run['writes_total']} write requests over the rollout (the API's own count): {top} per node; "
+            f"{conflicts(run.get('writes') or {}) / run['nodes']:.2f} conflicts (409, 422) per node{asks}")
 
 
 def rows_from(doc: Dict[str, Any]) -> List[Row]:

@@ -6,6 +6,7 @@ subresource, for unit tests of the writers (tests/kube/ checks the same against 
 - ``merge_patch`` (RFC 7386, None removes) of the object or of ``/status``: the object's patch
   leaves the status alone, the status patch everything else; ``metadata.resourceVersion`` in a
   patch is a precondition (409); ``generation`` grows when the spec changes; 404 when absent;
+- ``json_patch`` (RFC 6902: test, add, replace, remove; 422 when a test fails), of either;
 - ``delete`` with ``preconditions.uid``; ``get``.
 
 Every stored version is kept in ``history`` as ``(old, new)`` (old None for a create), so that a
@@ -89,6 +90,38 @@ class FakeKube:
             merge_patch(new, patch)
             if new.get("spec") != old.get("spec"):
                 new["metadata"]["generation"] = int(old["metadata"].get("generation") or 1) + 1
+        return self._store(name, old, new)
+
+    def json_patch(self, path: str, ops: List[Dict[str, Any]]) -> Dict[str, Any]:
+        """RFC 6902's test, add, replace and remove (what the writers send); a failed ``test`` or a
+        missing path is 422, as the API server answers it. Of ``/status``: only the status changes."""
+        name, status = self._name(path)
+        self.calls.append(("JSONPATCH" + ("/status" if status else ""), name))
+        if name not in self.objects:
+            raise KubeError(404, "NotFound", f"{name} not found", f"PATCH {path}")
+        old = self.objects[name]
+        new = copy.deepcopy(old)
+        for op in ops:
+            *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+            at = new
+            for key in parents:
+                if not isinstance(at, dict) or key not in at:
+                    raise KubeError(422, "Invalid", f"{op['path']}: missing", f"PATCH {path}")
+                at = at[key]
+            if op["op"] == "test" and at.get(last) != op["value"]:
+                raise KubeError(422, "Invalid", f"testing {op['path']} failed", f"PATCH {path}")
+            if op["op"] in ("add", "replace"):
+                if op["op"] == "replace" and last not in at:
+                    raise KubeError(422, "Invalid", f"{op['path']}: missing", f"PATCH {path}")
+                at[last] = copy.deepcopy(op["value"])
+            elif op["op"] == "remove":
+                if last not in at:
+                    raise KubeError(422, "Invalid", f"{op['path']}: missing", f"PATCH {path}")
+                del at[last]
+        if status:
+            new = dict(copy.deepcopy(old), status=new.get("status"))
+        elif new.get("spec") != old.get("spec"):
+            new["metadata"]["generation"] = int(old["metadata"].get("generation") or 1) + 1
         return self._store(name, old, new)
 
     def delete(self, path: str, body: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:

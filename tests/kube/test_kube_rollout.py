@@ -213,3 +213,71 @@ def test_a_misspelled_key_is_an_event_on_the_pool_and_its_rendering_waits_for_th
         kube.kubectl("annotate", "mcp", "review", f"node-config-server.openshift.io/acknowledged={b}")
         wait_for(lambda: pool()["spec"]["configuration"]["name"] == b, "the acknowledged rendering as the target")
         wait_for(lambda: conditions()["RenderHeld"]["status"] == "False", "kubectl get mcp review: RenderHeld False")
+
+
+HANDOVER = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+            "metadata": {"name": "handover"},
+            "spec": {"machineConfigSelector": {"matchExpressions": [{
+                "key": "machineconfiguration.openshift.io/role", "operator": "In", "values": ["worker", "handover"]}]},
+                "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/handover": ""}}, "maxUnavailable": 1}}
+
+
+def test_a_drain_ask_refused_only_for_a_done_node_whose_uncordon_is_not_seen_yet_is_told_to_ask_again_in_1_s(kube):
+    """Issue 53: a node Done and uncordoned, but still cordoned in the Node cache of the replica a
+    drain ask reaches, took the pool's only slot there, and the ask was told Retry-After 30. The
+    cache's view is made here as such a cache holds it (h-1 cordoned again with our drained-for
+    mark after its Done): the refusal stands (the slot is the Node's while it is cordoned), with
+    Retry-After 1 and the Node named; once the Node shows uncordoned, the next ask is granted."""
+    nodes = ["h-1", "h-2"]
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(HANDOVER))
+    for name in nodes:  # made in one second: the name decides the order, h-1 first
+        kube.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": name, "labels": {"node-role.kubernetes.io/worker": "", "node-role.kubernetes.io/handover": ""}}}))
+    with start_server(kube, *TINY) as srv:
+        def pool():
+            r = srv.session().get(srv.url("/api/v1/pools/handover"), timeout=10)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        def ask(name, config):
+            return srv.node_session(name).post(srv.url(f"/api/v1/nodes/{name}/drain"), timeout=30,
+                                               json={"pool": "handover", "config": config})
+
+        def say(name, config):
+            r = srv.node_session(name).post(srv.url(f"/api/v1/nodes/{name}/report"), timeout=10, data=json.dumps(
+                {"pool": "handover", "state": "Done", "currentConfig": config, "desiredConfig": config}))
+            assert r.status_code == 200, r.text
+
+        def served(name):
+            r = srv.node_session(name).get(srv.url("/config/handover"), timeout=10)
+            assert r.status_code == 200, r.text
+            return r.headers["X-Served-Config"], r.headers["X-Rollout"]
+
+        a = wait_for(lambda: pool()["spec"]["configuration"]["name"], "pool handover's first target")
+        for name in nodes:
+            say(name, a)
+        wait_for(lambda: pool()["status"]["rollout"].get("counts") == {"Done": 2}, "both nodes Done on A")
+        mc = machine_config("60-handover", "/etc/handover-b")
+        mc["metadata"]["labels"]["machineconfiguration.openshift.io/role"] = "handover"
+        kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(mc))
+        b = wait_for(lambda: (lambda t: t != a and t)(pool()["spec"]["configuration"]["name"]), "B is the target")
+        wait_for(lambda: served(nodes[0]) == (b, "updating"), "h-1 targeted")
+        wait_for(lambda: (lambda r: r.status_code == 200 and r.json()["granted"])(ask(nodes[0], b)), "h-1's drain")
+        assert node(kube, nodes[0])["spec"].get("unschedulable")
+        say(nodes[0], b)
+        wait_for(lambda: served(nodes[1]) == (b, "updating"), "h-2 targeted once h-1 is Done")
+
+        # h-1 as a replica's Node cache that has not seen its uncordon shows it
+        call(kube, "PATCH", f"/api/v1/nodes/{nodes[0]}", {"spec": {"unschedulable": True}, "metadata": {
+            "annotations": {"node-config-server.openshift.io/drained-for": b}}}, merge=True)
+        wait_for(lambda: pool()["status"]["unavailableMachineCount"] == 2, "h-1 cordoned in the server's Node cache")
+        r = ask(nodes[1], b)
+        assert r.status_code == 429, r.text
+        assert r.headers["Retry-After"] == "1" and r.json()["retryAfter"] == 1, r.text
+        assert "h-1 reported Done" in r.json()["reason"], r.text
+
+        call(kube, "PATCH", f"/api/v1/nodes/{nodes[0]}", {"spec": {"unschedulable": None}, "metadata": {
+            "annotations": {"node-config-server.openshift.io/drained-for": None}}}, merge=True)
+        granted = wait_for(lambda: (lambda r: r.status_code == 200 and r)(ask(nodes[1], b)),
+                           "h-2's drain once h-1 shows uncordoned")
+        assert granted.json()["granted"]

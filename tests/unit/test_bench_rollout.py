@@ -164,3 +164,15 @@ def test_a_rollout_stalls_once_no_done_came_for_the_limit_counted_from_the_build
     assert layered.stalled_for([105.0, 120.0], since=100.0, now=130.0) == 10.0
     assert layered.stalled_for([90.0], since=100.0, now=130.0) == 30.0  # a Done before the build counts not
     assert layered.stall_limit(5.0) == 80.0 and layered.stall_limit(10.0) > 3 * 10.0 + 30
+
+
+def test_drain_refusals_count_the_asks_told_to_wait_and_the_long_waits_of_the_change_only():
+    events = [{"e": "refused", "c": "b", "wait": 1.0}, {"e": "refused", "c": "b", "wait": 30.0},
+              {"e": "refused", "c": "a", "wait": 30.0}, {"e": "granted", "c": "b"}]
+    assert br.drain_refusals(events, "b") == {"n": 2, "long": 1, "max_s": 30.0}
+    assert br.drain_refusals([], "b") == {"n": 0, "long": 0, "max_s": 0.0}
+
+
+def test_conflicts_are_the_writes_refused_with_409_or_a_failed_json_patch_test_422():
+    assert br.conflicts({"nodes PATCH 200": 5, "nodes PATCH 409": 2, "leases PUT 409": 1, "pods/eviction POST 429": 3,
+                         "machineconfignodes/status PATCH 422": 4}) == 7

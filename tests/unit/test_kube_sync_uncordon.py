@@ -6,7 +6,7 @@ that is not Done on the config drained for, stay as they are."""
 
 from agent.server.cluster.kube_drain import DRAINED_FOR
 from agent.server.cluster.kube_sync import ANNOTATION as MCD
-from agent.server.cluster.kube_sync import KubeSync
+from agent.server.cluster.kube_sync import EARLY, KubeSync
 from agent.server.store.nodestore import NodeRecord
 
 
@@ -25,6 +25,9 @@ class Cache:
 
     def snapshot(self):
         return dict(self.nodes)
+
+    def get(self, name):
+        return self.nodes.get(name)
 
 
 def node(name, annotations):
@@ -74,7 +77,8 @@ def test_a_done_on_the_config_drained_for_uncordons_the_node_now_and_queues_the_
     annotations = patch["metadata"]["annotations"]
     assert annotations[DRAINED_FOR] is None  # the uncordon is the write of that Done, as the VM test asserts
     assert (annotations[MCD + "state"], annotations[MCD + "currentConfig"]) == ("Done", "rendered-b")
-    assert "w1" in s._nodes  # its MachineConfigNode (and the same patch again): the node loop's
+    assert "w1" in s._nodes  # its MachineConfigNode: the node loop's, which does not write this patch again
+    assert EARLY in s._nodes["w1"][0]
 
 
 def test_a_node_cordoned_by_someone_else_or_not_done_on_that_config_stays_cordoned():

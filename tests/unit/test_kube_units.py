@@ -291,6 +291,20 @@ def test_node_patch_carries_the_mcd_annotations_as_the_mcd_writes_them():
     assert ann["machineconfiguration.openshift.io/currentImage"] is None
 
 
+def test_a_report_patch_is_a_change_only_where_the_node_as_kept_differs():
+    """kube_nodepatch.patch_changes (issue 53): a rewrite of a kept report, or a report sent again,
+    finds the Node already so and is not sent (a no-op merge patch is still a write)."""
+    body = {"pool": "worker", "state": "Done", "currentConfig": "rendered-worker-b", "desiredConfig": "rendered-worker-b"}
+    patch = kube_sync.node_patch(body, POOL)
+    kept = {"metadata": {"name": "w1", "annotations": {k: v for k, v in patch["metadata"]["annotations"].items()
+                                                        if v is not None}}}
+    assert not kube_sync.patch_changes(patch, kept)
+    assert kube_sync.patch_changes(kube_sync.node_patch(dict(body, state="Working"), POOL), kept)
+    assert kube_sync.patch_changes(dict(patch, spec={"unschedulable": None}), dict(kept, spec={"unschedulable": True}))
+    assert not kube_sync.patch_changes(dict(patch, spec={"unschedulable": None}), kept)
+    assert kube_sync.patch_changes({"metadata": {"labels": {"node-role.kubernetes.io/infra": ""}}}, kept)
+
+
 def test_node_patch_SetWorking_keeps_the_reason_and_SetDone_writes_currentImage_only_on_a_layered_pool():
     """pkg/daemon/writer.go: SetWorking writes the state alone (a Degraded's reason stays until
     Done clears it); SetDone writes currentImage only with an image on disk (image mode) and

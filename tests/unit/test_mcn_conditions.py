@@ -7,7 +7,7 @@ Unknown, Cordoned and Drained True as the node is cordoned and drained, ``Update
 others to False with "Action during update to X: ...", a condition that does not change keeping
 its lastTransitionTime, NodeDegraded's "Node X upgrade failure. <error>"."""
 
-from agent.server.rollout import firstboots
+from agent.server.rollout import draincadence, firstboots
 from agent.server.rollout import mcnconditions as mc
 from agent.server.rollout.draincadence import DrainState
 from agent.server.rollout.mcnconditions import Facts
@@ -65,13 +65,16 @@ def test_one_update_with_a_drain_and_a_reboot_through_every_phase():
     assert (c["Drained"]["status"], c["Drained"]["reason"]) == ("Unknown", "UpdateExecutedDrained")
     assert (c["UpdateExecuted"]["status"], c["UpdateExecuted"]["reason"], c["UpdateExecuted"]["message"]) == (
         "Unknown", "Drained", "Draining Node as part of update executed phase")
-    assert c["Cordoned"]["lastTransitionTime"] == T[1] and c["NodeDegraded"]["lastTransitionTime"] == T[0]
+    # each phase dated by its own time (mcnconditions.phase_times): the cordon by the drain's start
+    cordoned_at = draincadence.iso(DRAINING.started)
+    assert c["Cordoned"]["lastTransitionTime"] == c["Drained"]["lastTransitionTime"] == cordoned_at
+    assert c["UpdatePrepared"]["lastTransitionTime"] == T[1] and c["NodeDegraded"]["lastTransitionTime"] == T[0]
     # a failing attempt: still Unknown, naming what blocks it; the time of the transition kept
     failing = DrainState(started=1.8e9, attempts=2, last_error="ns/app: PodDisruptionBudget ns/app")
     c = n.write(T[2], desired=B, report=report("Done", A, B), cordoned=True, drain=failing, drained_for=B)
     assert c["Drained"]["message"].startswith("Error: Node Drain has not succeeded. Error is: ns/app")
     assert c["UpdateExecuted"]["message"] == "Node Drain has not succeeded"
-    assert c["Drained"]["lastTransitionTime"] == T[1]
+    assert c["Drained"]["lastTransitionTime"] == cordoned_at
     # drained
     c = n.write(T[3], desired=B, report=report("Done", A, B), cordoned=True, drained_for=B)
     assert (c["Drained"]["status"], c["Drained"]["message"]) == (

@@ -30,3 +30,24 @@ def test_a_writer_that_comes_takes_nodes_only_for_itself_and_gives_them_back_whe
     for node in NODES[:200]:
         before, after = owner_of(node, writers), owner_of(node, writers + [new])
         assert after in (before, new)
+
+
+def test_a_taint_change_on_a_tainted_node_is_a_json_patch_whose_precondition_is_the_taints_alone():
+    """kube_targets.json_patch_of (issue 53): the targeted node's taint removal and desiredConfig
+    test the taints read, not the Node's resourceVersion, so the node's own Working report written
+    meanwhile is no conflict; a Node without taints keeps the merge patch with its resourceVersion."""
+    from agent.server.cluster.kube_targets import TAINT, json_patch_of, target_patch
+
+    other = {"key": "example.com/dedicated", "effect": "NoSchedule"}
+    node = {"metadata": {"name": "w1", "resourceVersion": "7", "annotations": {
+        "machineconfiguration.openshift.io/desiredConfig": "rendered-a", "machineconfiguration.openshift.io/desiredImage": "x"}},
+        "spec": {"taints": [other, dict(TAINT)]}}
+    ops = json_patch_of(node, target_patch(node, "rendered-b", None, False))
+    assert ops[:2] == [{"op": "test", "path": "/spec/taints", "value": [other, dict(TAINT)]},
+                       {"op": "replace", "path": "/spec/taints", "value": [other]}]
+    assert {"op": "add", "path": "/metadata/annotations/machineconfiguration.openshift.io~1desiredConfig",
+            "value": "rendered-b"} in ops
+    assert {"op": "remove", "path": "/metadata/annotations/machineconfiguration.openshift.io~1desiredImage"} in ops
+    bare = {"metadata": {"name": "w2", "resourceVersion": "8", "annotations": {}}}
+    assert json_patch_of(bare, target_patch(bare, "rendered-b", None, True)) == []
+    assert json_patch_of(node, target_patch(node, "rendered-b", None, True)) == []  # no taint change: merge patch

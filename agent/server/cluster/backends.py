@@ -263,6 +263,7 @@ def start_writers(cluster: Any, source: Any, drain: Any = None, namespace: str =
         cluster.store.makes_mcns = False
     sync = KubeSync(cluster, source, source.client)
     cluster.drainer.node_cache = sync.node_cache  # the views read each drain's state from the Nodes
+    cluster.drainer.on_node_written = sync.note_node  # this process writes the MCN of the drain it moved
     cluster.node_truth = NodeTruth(sync.node_cache, cluster.store)  # pools, counts, drain slots from the Nodes
     from agent.server.cluster.kube_firstboots import FirstBootEvents
 

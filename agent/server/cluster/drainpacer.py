@@ -78,33 +78,40 @@ def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = Non
         state = draincadence.from_annotations(meta.get("annotations") or {})
         step = draincadence.begin(state, cadence, node, now)
         if step.changed:
-            try:
-                _write_state(drainer, node, step.state, meta.get("resourceVersion"), config)
+            try:  # an attempt that runs now cordons in the same write (one Node write, not three)
+                written = _write_state(drainer, node, step.state, meta.get("resourceVersion"), config, cordon=step.run)
             except KubeError as exc:
                 if exc.status == 409:
                     continue
                 raise
             _emit(drainer, obj, step.events, now)
+            obj = written if isinstance(written, dict) and written.get("metadata") else obj
         break
     else:
         raise KubeUnavailable(f"node {node}: its drain state kept changing under three reads (other replicas); "
                               f"the node asks again")
     out = Paced(done=False, state=step.state, events=[reason for reason, _ in step.events])
     if not step.run:
+        if step.changed:
+            drainer.on_node_written(node, obj)
         if not (obj.get("spec") or {}).get("unschedulable"):
             drainer.cordon(node)  # uncordoned by someone between attempts: cordoned again (MCO PR #5305)
+            drainer.on_node_written(node)
         out.wait = max(1, min(MAX_WAIT, int(step.wait + 0.999)))
         return out
-    result = drain_for_lease(drainer, node, config)
+    result = drain_for_lease(drainer, node, config, obj)
     if result is None:
         return None
     state, changed = draincadence.after_round(step.state, result.done, blocker(result))
     if changed:
         if state.active:  # only the blocker: another replica may have moved the attempt meanwhile
-            drainer.client.merge_patch(NODES.path(node), {"metadata": {"annotations": {
+            written = drainer.client.merge_patch(NODES.path(node), {"metadata": {"annotations": {
                 draincadence.LAST_ERROR: draincadence.annotations(state)[draincadence.LAST_ERROR]}}})
         else:
-            _write_state(drainer, node, state, None, config)
+            written = _write_state(drainer, node, state, None, config)
+        obj = written if isinstance(written, dict) and written.get("metadata") else obj
+    if changed or step.changed:  # one MCN write for this ask's state: the cordon and the round's end together
+        drainer.on_node_written(node, obj)
     out.done, out.result, out.state = result.done, result, state
     return out
 
@@ -115,8 +122,9 @@ def end_drain(drainer: Any, node: str) -> None:
     already, those the budget protects stay."""
     patch = {"spec": {"unschedulable": None},
              "metadata": {"annotations": dict(draincadence.annotations(DrainState()), **{DRAINED_FOR: None})}}
-    drainer.client.merge_patch(NODES.path(node), patch)
+    written = drainer.client.merge_patch(NODES.path(node), patch)
     drainer.forget(node)
+    drainer.on_node_written(node, written)
 
 
 def held_by_budget(paced: "Paced") -> bool:
@@ -138,13 +146,19 @@ def blocker(result: DrainResult) -> str:
     return ""
 
 
-def _write_state(drainer: Any, node: str, state: DrainState, version: Optional[str], config: str) -> None:
+def _write_state(drainer: Any, node: str, state: DrainState, version: Optional[str], config: str,
+                 cordon: bool = False) -> Any:
+    """The drain state's annotations on the Node (with ``cordon``, the cordon in the same patch);
+    returns the Node as written."""
     meta: Dict[str, Any] = {"annotations": draincadence.annotations(state)}
     if state.active and version:
         meta["resourceVersion"] = version  # a precondition: 409 when another replica wrote first
     if state.active:
         meta["annotations"][DRAINED_FOR] = config or "-"
-    drainer.client.merge_patch(NODES.path(node), {"metadata": meta})
+    patch: Dict[str, Any] = {"metadata": meta}
+    if cordon and state.active:
+        patch["spec"] = {"unschedulable": True}
+    return drainer.client.merge_patch(NODES.path(node), patch)
 
 
 def _emit(drainer: Any, node_obj: Dict[str, Any], events: Any, now: float) -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from agent.server.cluster.topology import Topology
+from agent.server.rollout import draincadence
 from agent.server.rollout.drainplan import (
     EVICT,
     DrainPlan,
@@ -81,6 +82,7 @@ class Drainer:
         self.settings = settings or DrainSettings()
         self.cadence = cadence  # draincadence.Cadence (None: the MCO's), read by drainpacer
         self.node_cache: Any = None  # kube.watch.Reflector of Nodes (kube_sync's): the views' drain state
+        self.on_node_written: Any = lambda node, written=None: None  # kube_sync.note_node: the MCN follows the drain state
         self.topology = Topology()  # the cluster's controlPlaneTopology: known, absent or unknown (retried)
         # drainpacer's memo, kept here because it lives as long as this Drainer:
         self.active_memo: Optional[Tuple[Any, Dict[str, Any]]] = None  # (node cache version, active drains)
@@ -104,6 +106,20 @@ class Drainer:
         self.client.merge_patch(NODES.path(node), {"spec": {"unschedulable": None}})
         self._evicted.pop(node, None)
         return True
+
+    def uncordoned(self, nodes: List[str]) -> List[str]:
+        """Which of ``nodes`` the API shows not cordoned (read now, not from a cache), or gone."""
+        out = []
+        for node in nodes:
+            try:
+                got = self.client.get(NODES.path(node))
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+                got = {}
+            if not (got.get("spec") or {}).get("unschedulable"):
+                out.append(node)
+        return out
 
     def forget(self, node: str) -> None:
         """Forget what was evicted from ``node`` (its drain was given up; the next starts afresh)."""
@@ -238,17 +254,31 @@ DRAINED_FOR = "node-config-server.openshift.io/drained-for"  # our cordon's mark
 RETRY_SECONDS = 5  # kubectl's wait after a 429, and what a node is told while its drain goes on
 
 
-def drain_for_lease(drainer: "Drainer", node: str, config: str) -> Optional[DrainResult]:
+def drain_mark(annotations: Dict[str, Any], cordoned: bool = False) -> str:
+    """The Node's drain state as its annotations hold it, our cordon's config and the cordon ("" with
+    none): what the MCN's Cordoned and Drained conditions were last written from (kube_sync)."""
+    keys = draincadence.KEYS + (DRAINED_FOR,)
+    return ("|".join(str(annotations.get(k) or "") for k in keys) + ("|cordoned" if cordoned else "")).strip("|")
+
+
+def drain_for_lease(drainer: "Drainer", node: str, config: str,
+                    node_obj: Optional[Dict[str, Any]] = None) -> Optional[DrainResult]:
     """A node holding its drain lease asks again: cordon its Node (again, if someone uncordoned it
     meanwhile: MCO PR #5305), mark it drained for ``config``, and run one drain round. None when
-    there is no Node object of that name (nothing runs there to drain)."""
+    there is no Node object of that name (nothing runs there to drain). ``node_obj``: the Node as
+    just read or written, so that a cordon or mark it already has is not written again."""
+    mark = config or "-"
     try:
-        drainer.cordon(node)
+        if node_obj is None:
+            drainer.cordon(node)
+        elif not (node_obj.get("spec") or {}).get("unschedulable"):
+            drainer.client.merge_patch(NODES.path(node), {"spec": {"unschedulable": True}})
     except KubeError as exc:
         if exc.status == 404:
             return None
         raise
-    drainer.client.merge_patch(NODES.path(node), {"metadata": {"annotations": {DRAINED_FOR: config or "-"}}})
+    if node_obj is None or ((node_obj.get("metadata") or {}).get("annotations") or {}).get(DRAINED_FOR) != mark:
+        drainer.client.merge_patch(NODES.path(node), {"metadata": {"annotations": {DRAINED_FOR: mark}}})
     return drainer.drain_once(node)
 
 

@@ -16,9 +16,10 @@
   an MCN whose Node is gone is deleted (``syncMachineConfigNodes``; the garbage collector does
   so too for one it owns).
 
-The status is written with the resourceVersion of the object it was computed from as a
-precondition (409: read again and decide again), so that every transition is decided against
-the conditions the API holds, as the CRD's transition rules (``oldSelf``) judge it. Conditions
+The status is written with the conditions it was computed from as a precondition (a JSON patch's
+``test``; 409/422: read again and decide again), so that every transition is decided against the
+conditions the API holds, as the CRD's transition rules (``oldSelf``) judge it; the first, when
+there are none, with the object's resourceVersion. Conditions
 are the server's to decide only for a Node node-agent reports for (a counted report); for any
 other Node the conditions held are kept as they are (a real MCD's, or the defaults written when
 the object was made) and only the fields read from the Node (configVersion) follow it.
@@ -42,6 +43,7 @@ MCD = "machineconfiguration.openshift.io/"
 SKIPPED_PHASES = ("Pending", "Provisioning")  # syncMachineConfigNodes: no MCN for such a Node yet
 ORPHAN_GRACE = 10.0  # seconds an MCN without a Node is left to another replica's Node cache catching up
 TRIES = 3
+REPORT_GRACE = 5.0  # seconds a node's MCN is left to the process that took its report (``sweep``)
 SWEEP_BATCH = 50  # MCNs a sweep writes at most, so that a fleet's first sweep never holds back reports' write-back
 
 
@@ -105,6 +107,19 @@ def mcn_status(held: Dict[str, Any], facts: Facts, node_obj: Dict[str, Any], now
             "conditions": conditions}
 
 
+def status_ops(held: Any, status: Dict[str, Any]) -> list:
+    """The status write as a JSON patch of the status subresource whose precondition is the
+    conditions it was decided against (pure): ``test`` them, then set the fields ``mcn_status``
+    decides (the others, a real MCD's pinnedImageSets, stay). Not the object's resourceVersion:
+    the node store's report and drain-log annotations move it too, and the status write that
+    followed a report conflicted with the next report's record (0.8-1.2 per node with drains)."""
+    version = {k: v for k, v in status["configVersion"].items() if v is not None}
+    return [{"op": "test", "path": "/status/conditions", "value": held},
+            {"op": "replace", "path": "/status/conditions", "value": status["conditions"]},
+            {"op": "add", "path": "/status/observedGeneration", "value": status["observedGeneration"]},
+            {"op": "add", "path": "/status/configVersion", "value": version}]
+
+
 def _holds(obj: Dict[str, Any], status: Dict[str, Any]) -> bool:
     """Whether ``obj`` holds ``status`` already (a None field: absent)."""
     have = obj.get("status") or {}
@@ -145,28 +160,40 @@ class McnWriter:
         spec = wanted_spec(node, pool, facts.desired)
         obj = self._put_spec(node, spec, node_owner(node_obj))
         first_boot = self.cluster.first_boot_decision(report, pool or "") if report is not None else None
+        # a fresh report's phases are dated by its receipt (queued writes come later), a rewrite's now
+        at = float((report or {}).get("_at") or 0) if report is not None and not report.get("_rewrite") else 0.0
         for _ in range(TRIES):
-            status = mcn_status(obj, facts, node_obj, iso8601(time.time()), first_boot)
+            status = mcn_status(obj, facts, node_obj, iso8601(at or time.time()), first_boot)
             if _holds(obj, status):
                 return obj
-            patch = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": status}
+            held = (obj.get("status") or {}).get("conditions")
             try:
-                obj = self.client.merge_patch(MACHINE_CONFIG_NODES.path(node, sub="status"), patch)
+                if held:
+                    obj = self.client.json_patch(MACHINE_CONFIG_NODES.path(node, sub="status"), status_ops(held, status))
+                else:
+                    obj = self.client.merge_patch(MACHINE_CONFIG_NODES.path(node, sub="status"), {
+                        "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": status})
                 self.writes["status"] += 1
                 return obj
             except KubeError as exc:
-                if exc.status not in (404, 409):
+                if exc.status not in (404, 409, 422):
                     raise
             obj = self._put_spec(node, spec, node_owner(node_obj))  # changed (or gone) since: read it again
         log.warning("MachineConfigNode %s: its status changed under %d writes; the next round writes it", node, TRIES)
         return obj
 
     def _put_spec(self, node: str, spec: Dict[str, Any], owner: Dict[str, Any]) -> Dict[str, Any]:
-        """The object with ``spec`` and ``owner`` (a merge patch: an unchanged one is a read), made
-        when missing, as upstream's ``GenerateAndApplyMachineConfigNodeSpec``; a new one is
-        offered the node store's kept report (``adopt``)."""
+        """The object with ``spec`` and ``owner``, made when missing, as upstream's
+        ``GenerateAndApplyMachineConfigNodeSpec``; a new one is offered the node store's kept report
+        (``adopt``). Read first, and patched only when its spec or owner differ: a merge patch that
+        changes nothing is still a write the API server takes (it was one of each report's four
+        MachineConfigNode writes; docs/performance.md, "Rollout at fleet scale")."""
         if self.cache.get(node) is not None:
             try:
+                obj = self.client.get(MACHINE_CONFIG_NODES.path(node))
+                owners = [o.get("uid") for o in (obj.get("metadata") or {}).get("ownerReferences") or []]
+                if obj.get("spec") == spec and (not owner or owners == [owner["ownerReferences"][0]["uid"]]):
+                    return obj
                 return self._patch_spec(node, spec, owner)
             except KubeError as exc:
                 if exc.status != 404:
@@ -193,10 +220,14 @@ class McnWriter:
                                                                                 **({"metadata": owner} if owner else {})))
 
     def sweep(self, nodes: Dict[str, Dict[str, Any]], pools_of: Dict[str, Optional[str]],
-              counted: Callable[[str], Optional[Tuple[Dict[str, Any], str]]], now: float) -> int:
+              counted: Callable[[str], Optional[Tuple[Dict[str, Any], str]]], now: float,
+              mine: Callable[[str], bool] = lambda name: True) -> int:
         """Every Node's MCN made or brought up to date where it is missing or not as wanted
-        (``pools_of``: each Node's pool by its labels; ``counted(node)``: its counted report and
-        pool, else None), and every MCN whose Node is gone deleted. Only with both caches listed;
+        (``pools_of``: each Node's pool by its labels; ``counted(node)``: its counted report, with
+        its receipt time as ``_at``, and pool, else None), and every MCN whose Node is gone deleted.
+        Only the Nodes this process writes (``mine``), and not one whose report came within
+        ``REPORT_GRACE`` (the process that took it writes it: the sweep, woken by that report's
+        Node patch, wrote it too and one of the two conflicted). Only with both caches listed;
         at most ``SWEEP_BATCH`` writes, ``waiting`` set when more are left. Returns how many objects
         it wrote."""
         if not self.cache.synced.is_set():
@@ -211,13 +242,18 @@ class McnWriter:
             if skipped(node_obj):
                 continue
             kept = mcns.get(name)
-            mine = counted(name)
+            if not mine(name):
+                continue
+            counts = counted(name)
+            if kept is not None and counts is not None and now - float(counts[0].get("_at") or 0) < REPORT_GRACE:
+                self.waiting = True  # looked at again next round
+                continue
             annotations = (node_obj.get("metadata") or {}).get("annotations") or {}
-            desired = str(mine[0].get("desiredConfig") or "") if mine else str(annotations.get(MCD + "desiredConfig") or "")
+            desired = str(counts[0].get("desiredConfig") or "") if counts else str(annotations.get(MCD + "desiredConfig") or "")
             if kept is not None and not self._stale(kept, node_obj, pools_of.get(name), desired):
                 continue
             try:
-                self.write(name, node_obj, pools_of.get(name), mine[0] if mine else None)
+                self.write(name, node_obj, pools_of.get(name), counts[0] if counts else None)
                 done += 1
             except KubeError as exc:
                 log.warning("MachineConfigNode %s: %s (the next round retries)", name, exc)

@@ -16,15 +16,21 @@ second), so a burst of reports pays for the fleet a few times a second, not once
 
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
 from agent.server.cluster import poolview
+from agent.server.cluster.kube_drain import DRAINED_FOR, uncordon_patch
 from agent.server.rollout import nodestatus, progress, targeting
 from agent.server.store.errors import StoreUnavailable
 
 REFRESH = 0.25  # seconds a pool's numbers may be reused while reports keep changing the store
 FIRST_LIST_WAIT = 10.0  # seconds a drain ask waits for the first list of Nodes (a server just started)
+# Seconds after a Done that ends our cordon during which a cordon this replica's Node cache still
+# shows is taken for an uncordon in flight (written by the replica that took the Done, or retried
+# by its node loop; ``uncordoning``); past it, the Node counts as cordoned for good.
+UNCORDON_GRACE = 60.0
+MARKED_MAX = 10  # Nodes a drain refusal reads afresh at most (``drain_marked``)
 
 
 class NodeTruth:
@@ -182,18 +188,50 @@ class NodeTruth:
                image: Optional[str]) -> progress.Counts:
         return counts_of(self.status(pool, pools, target, image))
 
-    def drain_limit(self, cluster: Any, st: Any, pool: str, value: Any, asking: str) -> int:
+    def drain_limit(self, cluster: Any, st: Any, pool: str, value: Any, asking: str,
+                    settled: Sequence[str] = ()) -> int:
         """maxUnavailable of the pool's Nodes less every other unavailable Node neither holding a
-        lease nor targeted by the server (nodestatus.drain_capacity); ``cluster``: the service, for
-        the pool's row (target, targeted nodes) and leases."""
+        lease nor targeted by the server nor ``settled`` (nodestatus.drain_capacity); ``cluster``:
+        the service, for the pool's row (target, targeted nodes) and leases."""
         row = cluster.store.pools().get(pool)
         target = row.target if row is not None else ""
         status = self.status(pool, st.pools, target, cluster._layered(st, pool, target))
-        holders = [lease["node"] for lease in cluster.store.leases(pool=pool)]
+        holders = [lease["node"] for lease in cluster.store.leases(pool=pool)] + list(settled)
         targeted = [n for n, e in ((row.rollout if row is not None else {}).get("targets") or {}).items()
                     if isinstance(e, dict) and not e.get("deferred")]
         return nodestatus.drain_capacity(parse_max_unavailable(value, status.machine), status.unavailable_nodes,
                                          holders, asking, targeted)
+
+    def drain_marked(self, pool: str, pools: Dict[str, Dict[str, Any]], asking: str) -> List[str]:
+        """The pool's Nodes other than ``asking`` this cache shows cordoned with our drain's mark
+        (kube_drain.DRAINED_FOR), at most ``MARKED_MAX``: what a drain refusal reads afresh."""
+        out = []
+        for node in self._grouped(pools).get(pool, []):
+            meta = node.get("metadata") or {}
+            if meta.get("name") != asking and (node.get("spec") or {}).get("unschedulable") and \
+                    DRAINED_FOR in (meta.get("annotations") or {}):
+                out.append(str(meta.get("name", "")))
+        return out[:MARKED_MAX]
+
+    def uncordoning(self, pool: str, pools: Dict[str, Dict[str, Any]], asking: str, now: float) -> List[str]:
+        """The pool's Nodes other than ``asking`` that this replica's cache shows cordoned by our drain
+        while the store already holds the Done that ends it (kube_drain.uncordon_patch), received
+        within ``UNCORDON_GRACE``: the replica that took the Done wrote the uncordon with its Node
+        patch (kube_sync.note_report), this cache has not seen it yet. Ours: such a Node took a
+        drain slot here, and the ask it refused waited for the lease's Retry-After, 30 s
+        (docs/performance.md, "Rollout at fleet scale")."""
+        out = []
+        for node in self._grouped(pools).get(pool, []):
+            meta = node.get("metadata") or {}
+            name = str(meta.get("name", ""))
+            if name == asking or not (node.get("spec") or {}).get("unschedulable"):
+                continue
+            rec = self.store.node(name)
+            if rec is None or _pending(rec.report) or now - rec.received > UNCORDON_GRACE:
+                continue
+            if uncordon_patch(meta.get("annotations") or {}, rec.report):
+                out.append(name)
+        return out
 
     def entries(self, names: List[str]) -> Dict[str, Dict[str, Any]]:
         """The pool view's entry of each Node named: its report's, or that it has not reported."""

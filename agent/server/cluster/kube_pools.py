@@ -96,3 +96,32 @@ def rendered_object(name: str, pool: str, pool_uid: str, spec: Dict[str, Any], v
                                               "kind": "MachineConfigPool", "name": pool, "uid": pool_uid,
                                               "controller": True, "blockOwnerDeletion": True}]},
             "spec": spec}
+
+
+STATUS_FIELDS = ("configuration", "machineCount", "readyMachineCount", "updatedMachineCount",
+                 "unavailableMachineCount", "degradedMachineCount", "observedGeneration", "conditions")
+CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
+
+
+def pool_status(view: Dict[str, Any], generation: Optional[int], previous: Optional[List[Dict[str, Any]]] = None,
+                now: str = "") -> Dict[str, Any]:
+    """The CRD's status fields of a pool view (pure); the view's other fields stay in our API
+    (the API server would prune them: the CRD's schema is structural). A condition whose change
+    our history does not date gets its time as the MCO's SetMachineConfigPoolCondition gives it:
+    the one the API holds while the status stays the same, else ``now``."""
+    status = view.get("status") or {}
+    out = {k: status[k] for k in STATUS_FIELDS if k in status}
+    out["configuration"] = {"name": (status.get("configuration") or {}).get("name", "")}
+    out["observedGeneration"] = int(generation or 1)
+    before = {c.get("type"): c for c in previous or [] if isinstance(c, dict)}
+    out["conditions"] = []
+    for c in status.get("conditions") or []:
+        cond = {k: str(c.get(k) or "") for k in CONDITION_FIELDS if c.get(k) is not None}
+        if not cond.get("lastTransitionTime"):
+            old = before.get(cond.get("type")) or {}
+            same = old.get("status") == cond.get("status") and old.get("lastTransitionTime")
+            cond["lastTransitionTime"] = str(old["lastTransitionTime"]) if same else now
+            if not cond["lastTransitionTime"]:
+                del cond["lastTransitionTime"]
+        out["conditions"].append(cond)
+    return out

@@ -29,17 +29,27 @@ node reports themselves are kept by the node store meanwhile, so nothing is lost
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from agent.server.cluster import kube_pools
-from agent.server.cluster.kube_drain import DRAINED_FOR, uncordon_patch
+from agent.server.cluster.kube_drain import drain_mark, uncordon_patch
 from agent.server.cluster.kube_events import NODE_CONTROLLER
 from agent.server.cluster.kube_mcn import McnWriter
-from agent.server.cluster.kube_pools import rendered_object  # noqa: F401 - kube_sync's name for it too
-from agent.server.cluster.kube_targets import TargetWriter, pool_event, served_desired
+from agent.server.cluster.kube_nodepatch import (  # noqa: F401 - kube_sync's names too (kube_undo, tests)
+    ANNOTATION,
+    LABELS_APPLIED,
+    NODE_FIELDS,
+    node_patch,
+    patch_changes,
+    pool_labels,
+)
+from agent.server.cluster.kube_pools import (  # noqa: F401 - kube_sync's name too
+    STATUS_FIELDS,
+    pool_status,
+    rendered_object,  # noqa: F401 - kube_sync's name for it too
+)
+from agent.server.cluster.kube_targets import TargetWriter, owner_of, pool_event, served_desired
 from agent.server.cluster.kube_writeback import write_back
-from agent.server.rollout import draincadence
-from agent.server.rollout.mcnconditions import reboot_pending
 from agent.server.rollout.nodestatus import slim_node
 from agent.server.rollout.progress import iso8601
 from agent.server.store.kube.client import (
@@ -54,91 +64,8 @@ from agent.server.store.kube.watch import Reflector
 
 log = logging.getLogger(__name__)
 
-ANNOTATION = "machineconfiguration.openshift.io/"
-NODE_FIELDS = ("currentConfig", "desiredConfig", "state", "reason", "currentImage", "desiredImage")
-STATUS_FIELDS = ("configuration", "machineCount", "readyMachineCount", "updatedMachineCount",
-                 "unavailableMachineCount", "degradedMachineCount", "observedGeneration", "conditions")
-CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
-BASE_ROLES = ("master", "worker")
-
-
-def pool_status(view: Dict[str, Any], generation: Optional[int], previous: Optional[List[Dict[str, Any]]] = None,
-                now: str = "") -> Dict[str, Any]:
-    """The CRD's status fields of a pool view (pure); the view's other fields stay in our API
-    (the API server would prune them: the CRD's schema is structural). A condition whose change
-    our history does not date gets its time as the MCO's SetMachineConfigPoolCondition gives it:
-    the one the API holds while the status stays the same, else ``now``."""
-    status = view.get("status") or {}
-    out = {k: status[k] for k in STATUS_FIELDS if k in status}
-    out["configuration"] = {"name": (status.get("configuration") or {}).get("name", "")}
-    out["observedGeneration"] = int(generation or 1)
-    before = {c.get("type"): c for c in previous or [] if isinstance(c, dict)}
-    out["conditions"] = []
-    for c in status.get("conditions") or []:
-        cond = {k: str(c.get(k) or "") for k in CONDITION_FIELDS if c.get(k) is not None}
-        if not cond.get("lastTransitionTime"):
-            old = before.get(cond.get("type")) or {}
-            same = old.get("status") == cond.get("status") and old.get("lastTransitionTime")
-            cond["lastTransitionTime"] = str(old["lastTransitionTime"]) if same else now
-            if not cond["lastTransitionTime"]:
-                del cond["lastTransitionTime"]
-        out["conditions"].append(cond)
-    return out
-
-
-REASON_MAX = 2000  # characters of the reason annotation (the MCD's cap, pkg/daemon/writer.go, per issue 38)
-LABELS_APPLIED = ANNOTATION + "customPoolLabelsApplied"  # node_controller.go applyCustomPoolLabels' guard
-
-
-def node_patch(body: Dict[str, Any], pool: Optional[Dict[str, Any]], annotations: Optional[Dict[str, Any]] = None,
-               pivot_pool: Optional[str] = None, layered: bool = False) -> Dict[str, Any]:
-    """The merge patch of a Node for a report (pure): the MCD's annotations as pkg/daemon/writer.go
-    writes them (the reason cut to ``REASON_MAX`` characters; a Working report leaves the reason
-    as it is, as ``SetWorking`` writes the state only; currentImage only on a ``layered`` pool, as
-    ``SetDone`` writes it only with an image on disk, and removed otherwise, as is an empty
-    desiredImage: a stale one keeps upstream's IsDone false), and a custom pool's selector
-    labels once, as node_controller.go ``isCustomPoolBootedNode``/``applyCustomPoolLabels``: only
-    when the node first booted into a rendered config of that pool (``pivot_pool``, the owner of
-    its firstPivotConfig) and the Node does not carry the guard annotation yet (``annotations``:
-    the Node's), which the same patch sets; an admin who removes the label later is obeyed."""
-    reason = str(body.get("reason") or "")[:REASON_MAX]
-    out: Dict[str, Any] = {ANNOTATION + k: str(body.get(k) or "") for k in NODE_FIELDS[:3]}
-    if body.get("state") != "Working":
-        out[ANNOTATION + "reason"] = reason
-    for k in NODE_FIELDS[4:]:
-        out[ANNOTATION + k] = str(body[k]) if body.get(k) and (layered or k != "currentImage") else None
-    if reboot_pending(body):  # writer.go: the new currentConfig only after its reboot (SetDone on the booted node)
-        del out[ANNOTATION + "currentConfig"]
-    meta: Dict[str, Any] = {"annotations": out}
-    name = (pool or {}).get("metadata", {}).get("name")
-    labels = pool_labels(pool) if name and name == pivot_pool else {}
-    if labels and LABELS_APPLIED not in (annotations or {}):
-        meta["labels"] = labels
-        out[LABELS_APPLIED] = ""
-    return {"metadata": meta}
-
-
-def pool_labels(pool: Optional[Dict[str, Any]]) -> Dict[str, str]:
-    """A custom pool's nodeSelector as labels (what puts a Node in it): matchLabels, and from
-    matchExpressions an ``In`` with one value and an ``Exists`` (as ""); none for master/worker."""
-    if not pool or (pool.get("metadata") or {}).get("name") in BASE_ROLES:
-        return {}
-    selector = (pool.get("spec") or {}).get("nodeSelector") or {}
-    out = {str(k): str(v) for k, v in (selector.get("matchLabels") or {}).items()}
-    for expr in selector.get("matchExpressions") or []:
-        values = expr.get("values") or []
-        if expr.get("operator") == "In" and len(values) == 1:
-            out[str(expr.get("key"))] = str(values[0])
-        elif expr.get("operator") == "Exists":
-            out[str(expr.get("key"))] = ""
-    return out
-
-
-def drain_mark(annotations: Dict[str, Any], cordoned: bool = False) -> str:
-    """The Node's drain state as its annotations hold it, our cordon's config and the cordon ("" with
-    none): what the MCN's Cordoned and Drained conditions were last written from."""
-    keys = draincadence.KEYS + (DRAINED_FOR,)
-    return ("|".join(str(annotations.get(k) or "") for k in keys) + ("|cordoned" if cordoned else "")).strip("|")
+MARK_GRACE = 5.0  # seconds a drain state another process wrote is left to it (``_unwritten``)
+EARLY = "_early"  # a queued report whose Node patch note_report wrote: (the annotations before, the Node written)
 
 
 class KubeSync:
@@ -154,6 +81,7 @@ class KubeSync:
         self._written: Dict[str, Dict[str, Any]] = {}
         self._spec_written: Dict[str, Tuple[Any, Dict[str, Any]]] = {}  # pool -> (its resourceVersion, the patch)
         self._drain_written: Dict[str, str] = {}  # node -> drain_mark its MCN was written with (none: "")
+        self._marks_seen: Dict[str, Tuple[str, float]] = {}  # node -> (a drain_mark not written here, since)
         self._nodes: Dict[str, Tuple[Dict[str, Any], str]] = {}  # node -> (report, pool) not written yet
         self._nodes_changed = False
         self._sweep_due, self._swept_at = True, 0.0  # every Node's MCN: when Nodes or MCNs changed, once a second
@@ -191,16 +119,36 @@ class KubeSync:
         now, its annotations and the uncordon in one patch, as the MCD uncordons before it says
         Done: until then the Node counts as unavailable and holds a slot of its pool, and behind a
         queue of reports (three writes each) that took seconds at 1,000 nodes (docs/performance.md,
-        "Rollout at fleet scale"). The node loop writes the rest (the same patch again: no change)."""
-        obj = self.node_cache.snapshot().get(node) if self._counts(node) else None  # never for an unbound report
+        "Rollout at fleet scale"). The node loop writes the rest (the MachineConfigNode), not this
+        patch again."""
+        obj = self.node_cache.get(node) if self._counts(node) else None  # never for an unbound report
+        queued = dict(body, _at=time.time())
         if obj is not None and uncordon_patch((obj.get("metadata") or {}).get("annotations") or {}, body):
             try:
-                self._patch_node(node, body, pool or "", obj, self.source.reflectors["machineconfigpools"].snapshot(),
-                                 self.cluster.store.pools())
+                _, ours, written = self._patch_node(node, body, pool or "", obj, self.source.reflectors[
+                    "machineconfigpools"].snapshot(), self.cluster.store.pools())
+                queued[EARLY] = (ours, written)  # the node loop writes the MCN only, not this patch again
             except (KubeUnavailable, KubeError) as exc:  # the node loop's patch uncordons it too
                 log.warning("uncordoning Node %s: %s (the next write-back retries)", node, exc)
         with self._lock:
-            self._nodes[node] = (dict(body, _at=time.time()), pool or "")
+            self._nodes[node] = (queued, pool or "")
+        self._wake.set()
+
+    def note_node(self, node: str, written: Optional[Dict[str, Any]] = None) -> None:
+        """Our drain moved ``node``'s drain state (drainpacer, in this process; ``written``: the Node
+        as written): its MCN is written here, from that Node; the other processes leave it
+        (``_unwritten``'s grace). A queued report keeps its place: its own Node patch comes first."""
+        rec = self.cluster.store.node(node) if self._counts(node) else None
+        if rec is None:
+            return
+        item = dict(rec.report, _at=rec.received, _rewrite=True)
+        if isinstance(written, dict) and written.get("metadata"):
+            slim = slim_node(written)
+            item[EARLY] = (slim["metadata"].get("annotations") or {}, slim)
+        with self._lock:
+            held = self._nodes.get(node)
+            if held is None or held[0].get("_rewrite"):
+                self._nodes[node] = (item, rec.pool or "")
         self._wake.set()
 
     def note_pool_event(self, pool: str, kind: str, reason: str, message: str, component: str = NODE_CONTROLLER) -> None:
@@ -331,7 +279,11 @@ class KubeSync:
                 continue
             todo.append((node, reported, pool))
         def write(node: str, reported: Dict[str, Any], pool: str) -> None:
-            body, ours, written = self._patch_node(node, reported, pool, present[node], pools, rows)
+            early = reported.pop(EARLY, None)
+            if early is not None:  # note_report wrote this report's Node patch already
+                body, (ours, written) = served_desired(rows, pool, node, reported), early
+            else:
+                body, ours, written = self._patch_node(node, reported, pool, present[node], pools, rows)
             self._write_node_object(node, body, pool, ours, written)
 
         done, away = write_back(todo, write, failed)
@@ -359,9 +311,9 @@ class KubeSync:
             rec = self.cluster.store.node(name) if self._counts(name) else None
             if rec is None:
                 return None
-            return served_desired(rows, rec.pool, name, dict(rec.report, _rewrite=True)), rec.pool
+            return served_desired(rows, rec.pool, name, dict(rec.report, _rewrite=True, _at=rec.received)), rec.pool
 
-        self.mcns.sweep(present, truth.pools_by_node(pools), counted, now)
+        self.mcns.sweep(present, truth.pools_by_node(pools), counted, now, self._mine())
         self._sweep_due = self._sweep_due or self.mcns.waiting  # more to write, or an orphan's grace: next round
 
     def _patch_node(self, node: str, reported: Dict[str, Any], pool: str, node_obj: Dict[str, Any],
@@ -379,6 +331,8 @@ class KubeSync:
         if end:
             patch["spec"] = end["spec"]
             patch["metadata"]["annotations"].update(end["metadata"]["annotations"])
+        if not patch_changes(patch, node_obj):  # a rewrite, or a report sent again: a write would change nothing
+            return body, ours, node_obj
         written = self.client.merge_patch(NODES.path(node), patch)
         return body, ours, slim_node(written) if isinstance(written, dict) and written.get("metadata") else node_obj
 
@@ -394,10 +348,17 @@ class KubeSync:
         self.mcns.write(node, node_obj, member, body, str(annotations.get(ANNOTATION + "currentConfig") or ""))
         meta = (node_obj or {}).get("metadata") or {}
         mark = drain_mark(meta.get("annotations") or {}, bool(((node_obj or {}).get("spec") or {}).get("unschedulable")))
+        self._marks_seen.pop(node, None)
         if mark:
             self._drain_written[node] = mark
         else:
             self._drain_written.pop(node, None)
+
+    def _mine(self) -> Callable[[str], bool]:
+        """Whether this process writes a node's MCN on a change of its Node (kube_targets.owner_of):
+        every process sees each change, and each wrote it before (a report's: the process took it)."""
+        me, writers = self.targets.writers()
+        return lambda name: len(writers) == 1 or owner_of(name, writers) == me
 
     def _unwritten(self, present: Dict[str, Dict[str, Any]], pending: Dict[str, Any]) -> Dict[str, Any]:
         """Nodes that appeared (or lost our annotations) since their report was recorded: a Node
@@ -405,11 +366,17 @@ class KubeSync:
         state (drainpacer's annotations) moved since their MachineConfigNode was written, for its
         Drained condition. O(nodes) only when the Node cache changed."""
         out = {}
+        mine, now = self._mine(), time.time()
         for name, obj in present.items():
             annotations = (obj.get("metadata") or {}).get("annotations") or {}
-            cordoned = bool((obj.get("spec") or {}).get("unschedulable"))
-            if name in pending or (ANNOTATION + "state" in annotations
-                                   and drain_mark(annotations, cordoned) == self._drain_written.get(name, "")):
+            mark = drain_mark(annotations, bool((obj.get("spec") or {}).get("unschedulable")))
+            known = ANNOTATION + "state" in annotations
+            if name in pending or (known and mark == self._drain_written.get(name, "")) or not mine(name):
+                continue  # not mine: every process saw the change, and two wrote each
+            seen = self._marks_seen.setdefault(name, (mark, now))
+            if known and (seen[0] != mark or now - seen[1] < MARK_GRACE):  # the drain's process writes it
+                self._marks_seen[name] = seen if seen[0] == mark else (mark, now)
+                self._nodes_changed = True  # looked at again next round
                 continue
             rec = self.cluster.store.node(name)
             mark = rec.report.get("_server") if rec is not None else None

@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
 from agent.server.cluster import poolview, renderreview
@@ -363,13 +363,13 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         event = nodestatus.revert_event(node, before, body)  # ours: the node reverted an update (its health check)
         if event is not None and member.pool:
             self.pool_event(member.pool, *event)
+        mark = body.get(SERVER_KEY) or {}
+        if not mark.get("pending"):  # a report that counts for nothing is never written to a Node (issue 45)
+            for listener in self.report_listeners:  # a Done that ends our drain: the uncordon is written here,
+                listener(node, body, member.pool)  # before the step that gives its slot to the next node
         # Only the pools this node left or joined can step (their counters moved), on the queue's
         # thread: the report is answered at once, whatever the fleet's size (poolqueue.py).
         self.wake_pools((member.pool, recorded.previous_pool))
-        mark = body.get(SERVER_KEY) or {}
-        if not mark.get("pending"):  # a report that counts for nothing is never written to a Node (issue 45)
-            for listener in self.report_listeners:
-                listener(node, body, member.pool)
         out = {"node": node, "pool": member.pool, "membership": member.why, "accepted": True,
                "leaseReleased": recorded.released}
         if member.degraded:
@@ -405,13 +405,13 @@ class Cluster(Approval, ConfigServing, ReplicaView, RolloutControl, FirstBoots):
         machines = self._counts(st, pool, row.target).machine if row is not None else self.store.counts(pool).machine
         return parse_max_unavailable(value, machines)
 
-    def drain_limit(self, pool: str, node: str = "") -> int:
+    def drain_limit(self, pool: str, node: str = "", settled: Sequence[str] = ()) -> int:
         """The drain slots ``node`` may take a lease in: maxUnavailable; with Node objects
-        (kube_nodes.py) less every other unavailable Node of the pool, as upstream."""
+        (kube_nodes.py) less every other unavailable Node of the pool but ``settled``, as upstream."""
         st = self.state()
         value = (st.pools[pool].get("spec") or {}).get("maxUnavailable")
         if self.node_truth is not None and self.node_truth.ready():
-            return self.node_truth.drain_limit(self, st, pool, value, node)
+            return self.node_truth.drain_limit(self, st, pool, value, node, settled)
         return parse_max_unavailable(value, self.store.counts(pool).machine)
 
 

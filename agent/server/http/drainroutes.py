@@ -5,6 +5,7 @@ PodDisruptionBudget holds too long is deferred (docs/rollout.md)."""
 
 import dataclasses
 import logging
+import time
 from typing import Any, Dict, Optional
 
 from agent.server.http.httpio import HTTPError, Response, json_response
@@ -39,7 +40,6 @@ def deferred_answer(cluster: Any, drainer: Any, node: str, pool: str, paced: Any
     """Ours: a drain a PodDisruptionBudget has held past ``--drain-defer-after`` is given up: the
     Node is uncordoned with its config, its lease and slot go to the next node, and it is tried
     again once the others are done (targeting.defer). 409 ``"status": "deferred"`` tells the node."""
-    import time
 
     from agent.server.cluster.drainpacer import end_drain, held_by_budget
     from agent.server.rollout.draincadence import Cadence, defer_due
@@ -56,6 +56,31 @@ def deferred_answer(cluster: Any, drainer: Any, node: str, pool: str, paced: Any
            "reason": f"node {node}: {why}; it is uncordoned and keeps its config, its slot goes to the next "
                      f"node, and it is tried again once the others are done"}
     return json_response(409, out, pool=pool)
+
+
+def _past_stale_cordons(cluster: Any, node: str, pool: str, config: str, answer: Any) -> Any:
+    """A refusal looked at again where this replica's Node cache may be behind (issue 53: a node Done
+    and uncordoned, still cordoned in the asking replica's cache, took a slot there and the ask
+    waited the lease's Retry-After, 30 s). The Nodes the cache shows cordoned by our drain are read
+    from the API: those uncordoned there take no slot, and the lease is asked for again; those still
+    cordoned whose Done the store holds are being uncordoned: Retry-After 1 (drains.sooner)."""
+    from agent.server.store.kube.client import KubeError, KubeUnavailable
+
+    truth, pools = cluster.node_truth, cluster.state().pools
+    marked = truth.drain_marked(pool, pools, node)
+    try:
+        fresh = cluster.drainer.uncordoned(marked) if marked and cluster.drainer is not None else []
+    except (KubeUnavailable, KubeError) as exc:  # the refusal stands as the cache decided it
+        log.warning("reading Nodes %s afresh for node %s's drain ask: %s", ", ".join(marked), node, exc)
+        fresh = []
+    if fresh:
+        answer = drains.request_drain(cluster.store, node, pool, config,
+                                      cluster.drain_limit(pool, node, settled=fresh), cluster.lease_ttl)
+        answer = dataclasses.replace(answer, max_unavailable=cluster.max_unavailable(pool))
+    due = [n for n in truth.uncordoning(pool, pools, node, time.time()) if n not in fresh]
+    if answer.granted or not due:
+        return answer
+    return drains.sooner(answer, due, cluster.drain_limit(pool, node, settled=due + fresh))
 
 
 class DrainRoutes:
@@ -96,6 +121,8 @@ class DrainRoutes:
         answer = drains.request_drain(cluster.store, node, pool, config, cluster.drain_limit(pool, node),
                                       cluster.lease_ttl)
         answer = dataclasses.replace(answer, max_unavailable=cluster.max_unavailable(pool))
+        if not answer.granted and cluster.node_truth is not None and cluster.node_truth.ready():
+            answer = _past_stale_cordons(cluster, node, pool, config, answer)
         if answer.granted and cluster.drainer is not None:
             return self._drained(cluster.drainer, node, pool, config, answer)
         if answer.granted:

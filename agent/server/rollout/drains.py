@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 DEFAULT_TTL = 600.0
+UNCORDON_RETRY = 1  # Retry-After while a slot is taken only by Nodes whose uncordon this replica has not seen
 
 
 @dataclass
@@ -24,6 +25,7 @@ class DrainAnswer:
     holders: List[str] = field(default_factory=list)
     renewed: bool = False
     max_unavailable: Optional[int] = None  # the pool's (None: ``limit``, no unavailable Node takes a slot)
+    uncordoning: List[str] = field(default_factory=list)  # ``sooner``: Done, their uncordon not seen here yet
 
     def to_dict(self) -> dict:
         """``maxUnavailable`` is the pool's; ``slots`` the drain slots lease holders may have now
@@ -48,7 +50,22 @@ class DrainAnswer:
                 out["reason"] = (f"no drain slot of pool {self.pool} is free: its unavailable Nodes (NotReady, "
                                  f"cordoned or updating: `node-config-server get pools -o wide`) use up all of its "
                                  f"maxUnavailable {most}; ask again later")
+            if self.uncordoning:
+                out["reason"] += (f"; {', '.join(self.uncordoning)} reported Done and the uncordon that ends its "
+                                  f"drain is not seen here yet: ask again in {self.retry_after} s")
         return out
+
+
+def sooner(answer: DrainAnswer, uncordoning: List[str], limit_without: int) -> DrainAnswer:
+    """A refusal with the short Retry-After (``UNCORDON_RETRY``) when it is due only to Nodes whose
+    Done this replica holds but whose uncordon its Node cache has not seen yet (``uncordoning``):
+    with them available, the slots would be ``limit_without``. Ours: such a Node took a slot of the
+    replica asked, and the refusal waited for the holders' leases, 30 s (pure)."""
+    if answer.granted or not uncordoning or len(answer.holders) >= limit_without:
+        return answer
+    return DrainAnswer(False, answer.node, answer.pool, answer.limit, retry_after=UNCORDON_RETRY,
+                       holders=list(answer.holders), max_unavailable=answer.max_unavailable,
+                       uncordoning=list(uncordoning))
 
 
 def request_drain(store: Any, node: str, pool: str, config: str, limit: int, ttl: float,

@@ -235,11 +235,24 @@ def _apply(work: Dict[str, Dict[str, str]], phase: Phase, desired: str) -> None:
     work[parent[0]] = _as_dict(parent)
 
 
+def phase_times(facts: Facts) -> Dict[str, str]:
+    """When the phases our drain implies began, by condition type (pure): the cordon that began the
+    drain under way (its ``drain-started``) for Cordoned and Drained. Upstream writes each phase
+    as it happens (pkg/upgrademonitor/upgrade_monitor.go ``generateAndApplyMachineConfigNodes``,
+    one ApplyStatus per phase stamped ``metav1.Now()``); ours comes in one write per report, so a
+    condition that changed in it is dated by its own phase where the server knows when that was."""
+    if not facts.drain.active or facts.drain.started is None:
+        return {}
+    at = draincadence.iso(facts.drain.started)
+    return {"Cordoned": at, "Drained": at}
+
+
 def node_conditions(previous: Optional[List[Mapping[str, Any]]], facts: Facts, now: str,
                     first_boot: Optional[firstboots.Decision] = None) -> List[Dict[str, str]]:
     """The conditions to hold after this write: every type of ``CONDITION_TYPES`` (the held one,
     else the default), the phases the facts imply applied to them, ours last; a condition whose
-    status is the held one keeps its lastTransitionTime. Types someone else wrote (a newer
+    status is the held one keeps its lastTransitionTime, one that changed gets its phase's time
+    (``phase_times``), else ``now`` (the report's receipt). Types someone else wrote (a newer
     upstream's) are kept as they are, within the CRD's 20."""
     held = {str(c.get("type")): {k: v for k, v in c.items() if v is not None}
             for c in previous or [] if isinstance(c, Mapping) and c.get("type")}
@@ -248,10 +261,11 @@ def node_conditions(previous: Optional[List[Mapping[str, Any]]], facts: Facts, n
     for phase in phases(facts, before):
         _apply(work, phase, facts.desired)
     out = []
+    times = phase_times(facts)
     for kind in CONDITION_TYPES:
         cond, old = work[kind], before[kind]
         same = cond.get("status") == old.get("status") and old.get("lastTransitionTime")
-        out.append(dict(cond, lastTransitionTime=old["lastTransitionTime"] if same else now))
+        out.append(dict(cond, lastTransitionTime=old["lastTransitionTime"] if same else times.get(kind) or now))
     if first_boot is not None:
         out.append(first_boot_condition(first_boot))
     others = [c for kind, c in held.items() if kind not in CONDITION_TYPES and kind != FIRST_BOOT]

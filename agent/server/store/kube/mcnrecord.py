@@ -3,7 +3,7 @@ node, and the node's newest report kept as one of its annotations."""
 
 import json
 import logging
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from agent.server.rollout.mcnconditions import config_name
 from agent.server.store.errors import ReportTooLarge
@@ -12,6 +12,8 @@ from agent.server.store.nodestore import NodeRecord
 log = logging.getLogger(__name__)
 
 REPORT = "node-agent.openshift.io/report"
+DRAIN_LOG = "node-agent.openshift.io/drain-log"
+STORE_LABEL = "node-agent.openshift.io/store"
 # On every MachineConfigNode this server makes: it is ours to delete with its node (the admin's
 # DELETE /api/v1/nodes/<node>); one the MCO made keeps existing without our annotations.
 CREATED_BY, CREATOR = "node-agent.openshift.io/created-by", "node-config-server"
@@ -56,3 +58,21 @@ def node_record(node: str, value: Optional[str]) -> Optional[NodeRecord]:
         log.warning("MachineConfigNode %s: unreadable annotation %s (%s); ignored until the node reports again",
                     node, REPORT, exc)
         return None
+
+
+def log_ops(meta: Dict[str, Any], value: str, namespace: str) -> List[Dict[str, Any]]:
+    """The drain log's write as a JSON patch whose precondition is the annotations read (pure): a
+    status or spec write meanwhile (kube_mcn) is no conflict, as it was with the resourceVersion."""
+    def path(section: str, key: str) -> str:
+        return f"/metadata/{section}/" + key.replace("~", "~0").replace("/", "~1")
+    return [{"op": "test", "path": "/metadata/annotations", "value": meta["annotations"]},
+            {"op": "add", "path": path("annotations", DRAIN_LOG), "value": value},
+            {"op": "add", "path": path("labels", STORE_LABEL), "value": namespace}]
+
+
+def json_list(value: Optional[str]) -> List[Dict[str, Any]]:
+    try:
+        items = json.loads(value or "[]")
+    except ValueError:
+        return []
+    return items if isinstance(items, list) else []

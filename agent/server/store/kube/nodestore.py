@@ -24,7 +24,7 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.rollout.progress import Membership
 from agent.server.store.errors import StoreUnavailable
@@ -39,7 +39,16 @@ from agent.server.store.kube.client import (
 from agent.server.store.kube.heartbeat import KubeHeartbeat
 from agent.server.store.kube.identity import CredentialMethods, KeptFirstBoots, KubeCredentials
 from agent.server.store.kube.leases import KubeLeases
-from agent.server.store.kube.mcnrecord import REPORT, node_object, node_record, report_annotation
+from agent.server.store.kube.mcnrecord import (  # noqa: F401 - DRAIN_LOG, STORE_LABEL: the store's names too
+    DRAIN_LOG,
+    REPORT,
+    STORE_LABEL,
+    json_list,
+    log_ops,
+    node_object,
+    node_record,
+    report_annotation,
+)
 from agent.server.store.kube.nodestate import ConfigMapState
 from agent.server.store.kube.watch import Reflector, wait_all_synced
 from agent.server.store.kube.watch import resource_version as rv
@@ -58,8 +67,6 @@ from agent.server.store.nodestore import (
 
 log = logging.getLogger(__name__)
 
-DRAIN_LOG = "node-agent.openshift.io/drain-log"
-STORE_LABEL = "node-agent.openshift.io/store"
 DRAINLOG_KEEP = 50
 CAS_TRIES = 50
 SYNC_TIMEOUT = 30.0
@@ -131,7 +138,7 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
         name, annotations = meta["name"], (meta.get("annotations") or {}) if not deleted else {}
         if not self._index.apply(name, node_record(name, annotations.get(REPORT)), rv(obj)):
             return  # older than what this process wrote itself: the drain log too
-        drain_log = _json_list(annotations.get(DRAIN_LOG))
+        drain_log = json_list(annotations.get(DRAIN_LOG))
         if drain_log:
             self._drainlogs[name] = drain_log
         else:
@@ -236,7 +243,7 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
             pool = self.drain_leases.release(node, str(body.get("currentConfig") or "") or None)
             if pool is not None:
                 released = True
-                self._log_drain(node, pool, "uncordon", "node reported Done")
+                self._log_drain(node, pool, ("uncordon", "node reported Done"))
         return Recorded(released, old.pool if old is not None else None)
 
     def _adopted(self, node: str, obj: Dict[str, Any]) -> None:
@@ -312,14 +319,13 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
     def acquire_lease(self, node: str, pool: str, config: str, limit: int, ttl: float, now: float):
         answer = self.drain_leases.acquire(node, pool, config, limit, ttl, now)
         if answer.granted and not answer.renewed:
-            self._log_drain(node, pool, "cordon", config)
-            self._log_drain(node, pool, "drain", DRAIN_GRANTED)
+            self._log_drain(node, pool, ("cordon", config), ("drain", DRAIN_GRANTED))
         return answer
 
     def release_lease(self, node: str, why: str) -> Optional[str]:
         pool = self.drain_leases.release(node)
         if pool is not None:
-            self._log_drain(node, pool, "uncordon", why)
+            self._log_drain(node, pool, ("uncordon", why))
         return pool
 
     def leases(self, pool: Optional[str] = None, now: Optional[float] = None) -> List[Dict[str, Any]]:
@@ -332,17 +338,24 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
                 return list(self._drainlogs.get(node) or [])
             return sorted((e for log in self._drainlogs.values() for e in log), key=lambda e: e.get("at", 0))
 
-    def _log_drain(self, node: str, pool: str, action: str, detail: str) -> None:
-        """Append to the MCN's drain log with a compare-and-swap on its resourceVersion (a merge
-        patch carrying metadata.resourceVersion is refused with 409 when another wrote first)."""
-        event = {"node": node, "pool": pool, "action": action, "detail": detail, "at": time.time()}
+    def _log_drain(self, node: str, pool: str, *entries: Tuple[str, str]) -> None:
+        """Append ``entries`` (action, detail) to the MCN's drain log in one write (a grant's cordon
+        and drain), compare-and-swap on the annotations read (``log_ops``), else the resourceVersion."""
+        at = time.time()
+        events = [{"node": node, "pool": pool, "action": action, "detail": detail, "at": at}
+                  for action, detail in entries]
+        action = "/".join(a for a, _ in entries)
+        detail = entries[-1][1] if entries else ""
         for _ in range(CAS_TRIES):
             cur = get_if_exists(self.client, MACHINE_CONFIG_NODES.path(node)) or {}
             meta = cur.get("metadata") or {}
-            items = _json_list((meta.get("annotations") or {}).get(DRAIN_LOG))
-            annotations = {DRAIN_LOG: json.dumps((items + [event])[-DRAINLOG_KEEP:])}
+            items = json_list((meta.get("annotations") or {}).get(DRAIN_LOG))
+            annotations = {DRAIN_LOG: json.dumps((items + events)[-DRAINLOG_KEEP:])}
             try:
-                if cur:
+                if meta.get("annotations") and meta.get("labels"):
+                    obj = self.client.json_patch(MACHINE_CONFIG_NODES.path(node), log_ops(meta, annotations[DRAIN_LOG],
+                                                                                             self.namespace))
+                elif cur:
                     obj = self._patch_mcn(node, {"metadata": {"annotations": annotations,
                                                               "resourceVersion": meta["resourceVersion"]}}, pool, {})
                 else:
@@ -351,7 +364,7 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
                 log.info("node %s: %s %s not logged: no MachineConfigNode (no Node)", node, action, detail)
                 return
             except KubeError as exc:
-                if exc.status in (404, 409):  # changed, made or deleted since read: read again
+                if exc.status in (404, 409, 422):  # changed, made or deleted since read: read again
                     continue
                 raise
             with self._lock:
@@ -405,11 +418,3 @@ class NoMachineConfigNode(KubeError):
 def _pending(body: Dict[str, Any]) -> bool:
     mark = body.get(SERVER_KEY)
     return isinstance(mark, dict) and bool(mark.get("pending"))
-
-
-def _json_list(value: Optional[str]) -> List[Dict[str, Any]]:
-    try:
-        items = json.loads(value or "[]")
-    except ValueError:
-        return []
-    return items if isinstance(items, list) else []
