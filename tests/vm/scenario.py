@@ -21,6 +21,8 @@ the token and its kubelet's bootstrap kubeconfig written in (as an installer wou
    1.20 overlay) with its Secrets and ConfigMap, the DaemonSet's pod runs on the guest's own
    kubelet and passes its readiness probe, the host's process stops and QEMU forwards its port to
    the pod (the load balancer in front of the serving nodes): phases 3 to 5 talk to the pod;
+   the host gets a route to the Node's address, where the API server reaches the kubelet for
+   `kubectl logs` (tests/vm/kubeletroute.py);
 3. day 2, still boot 2: the host changes /etc/vm-probe.conf in a MachineConfig (the served policy
    restarts vm-probe.service for it): applied and restarted without a reboot;
 4. day 2: the host adds a file no policy covers: drain lease (the server cordons the Node and
