@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # The VM test (tests/vm, `make vm-test`): QEMU (TCG), debootstrap for the guest, debugfs/mkfs.ext4.
 # Installing qemu-system-x86 upgrades some of the host's systemd packages on Debian 12.
 # Defined before DEB_PACKAGES: `:=` expands what it names at once (an empty list, before).
-VM_DEB_PACKAGES := qemu-system-x86 debootstrap e2fsprogs
+VM_DEB_PACKAGES := qemu-system-x86 debootstrap e2fsprogs iproute2
 # Debian packages the tests need (Fedora/RHEL equivalents are in docs/install.md).
 DEB_PACKAGES := dbus-daemon libdbus-1-dev libgirepository1.0-dev libcairo2-dev pkg-config \
                 gir1.2-glib-2.0 rpm systemd python3-dev gcc man-db $(VM_DEB_PACKAGES)

@@ -7,7 +7,9 @@ etcd is Debian's etcd-server, kubectl is /usr/bin/kubectl. Everything listens on
 ports and speaks TLS with certificates made here by one throw-away CA (etcd's clients, the API
 server's clients and serving certificates); the API server has no insecure port, and neither
 have the controller manager and the scheduler. The API server's certificate also names 10.0.2.2,
-the host's loopback as a QEMU guest sees it (the VM test's real kubelet, tests/vm). No kubelet
+the host's loopback as a QEMU guest sees it (the VM test's real kubelet, tests/vm); the API
+server reaches a kubelet (`kubectl logs`) at the Node's InternalIP with its own client
+certificate, bound to system:kubelet-api-admin. No kubelet
 runs on the host: the scheduler places a pod only on a Node whose status offers room
 (allocatable pods, cpu, memory), which a Node object a test creates has not, so the tests under
 tests/kube that make fleets of Node objects still bind their pods and write their status
@@ -51,6 +53,7 @@ KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 SERVICE_CIDR = "10.0.0.0/24"
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 GUEST_HOST_IP = "10.0.2.2"  # the host's loopback as QEMU's user network shows it to a guest
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"  # kubeadm's name for the API server's user at kubelets
 
 
 def find_kube_bin() -> Optional[str]:
@@ -180,6 +183,9 @@ class KubeCluster:
         self.sa_pub = self.ca._write("sa.pem", sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
         self.admin_cert = self.ca.issue("admin", "admin", orgs=["system:masters"])
+        # The API server's client certificate towards kubelets (logs, exec): its user is bound to
+        # system:kubelet-api-admin in start(), as the kubelet's webhook authorization asks.
+        self.kubelet_client = self.ca.issue("apiserver-kubelet-client", KUBELET_CLIENT_USER)
         self.admin_kubeconfig = self._kubeconfig("admin", *self.admin_cert)
         self.cm_kubeconfig = self._kubeconfig(
             "controller-manager", *self.ca.issue("controller-manager", "system:kube-controller-manager"))
@@ -271,6 +277,12 @@ class KubeCluster:
                 "--service-account-issuer=https://kubernetes.default.svc",
                 # 127.0.0.1 is no valid endpoint for the kubernetes Service; nothing here needs it
                 "--endpoint-reconciler-type=none", f"--cert-dir={self._path('apiserver-certs')}",
+                # Towards a kubelet (`kubectl logs`, exec): kubeadm's defaults. The Node's InternalIP
+                # first (1.20's default puts Hostname first: a node's name the host may not resolve);
+                # its own client certificate (without one a kubelet with anonymous auth off says 401).
+                "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+                f"--kubelet-client-certificate={self.kubelet_client[0]}",
+                f"--kubelet-client-key={self.kubelet_client[1]}",
                 *(["--enable-bootstrap-token-auth"] if self.tls_bootstrap else [])]
 
     def _controller_manager_cmd(self) -> List[str]:
@@ -332,6 +344,11 @@ class KubeCluster:
             self._spawn("etcd", self._etcd_cmd())
             self._spawn("kube-apiserver", self._apiserver_cmd())
             self._wait("kube-apiserver /readyz", lambda: self._healthy(self.url, "/readyz"), 90)
+            # What a kubelet's webhook authorization lets the API server do there (nodes/log,
+            # nodes/proxy...): the bootstrap policy's role for it, as the kubelet authentication and
+            # authorization docs ask (kubeadm 1.20 puts this user in system:masters instead).
+            self.kubectl("create", "clusterrolebinding", KUBELET_CLIENT_USER, "--clusterrole=system:kubelet-api-admin",
+                         f"--user={KUBELET_CLIENT_USER}")
             self._spawn("kube-controller-manager", self._controller_manager_cmd())
             self._wait("kube-controller-manager /healthz",
                        lambda: self._healthy(f"https://127.0.0.1:{self.cm_port}", "/healthz"), 60)

@@ -88,9 +88,15 @@ containerd --config "$ctrd/config.toml" --root "$root/var/lib/containerd" --stat
     --address "$ctrd/sock" >"$ctrd/log" 2>&1 &
 ctrd_pid=$!
 for _ in $(seq 300); do ctr --address "$ctrd/sock" version >/dev/null 2>&1 && break; sleep 0.1; done
-ctr --address "$ctrd/sock" -n k8s.io images import "$server_image" >&2 || { cat "$ctrd/log" >&2; kill "$ctrd_pid"; exit 1; }
-ctr --address "$ctrd/sock" -n k8s.io images list -q | grep -q '^localhost/node-config-server:' || {
-    echo "build-image.sh: the server image is not in the guest's containerd after its import" >&2; kill "$ctrd_pid"; exit 1; }
+# pause and busybox too: vm-images.service then imports nothing at boot (13-18 s of each boot under
+# TCG before kubelet, the reboot's too).
+for tarball in "$server_image" "$root/usr/share/vm-test/images/pause.tar" "$root/usr/share/vm-test/images/busybox.tar"; do
+    ctr --address "$ctrd/sock" -n k8s.io images import "$tarball" >&2 || { cat "$ctrd/log" >&2; kill "$ctrd_pid"; exit 1; }
+done
+for ref in localhost/node-config-server: localhost/pause:3.4 localhost/busybox:1.35; do
+    ctr --address "$ctrd/sock" -n k8s.io images list -q | grep -q "^$ref" || {
+        echo "build-image.sh: $ref is not in the guest's containerd after its import" >&2; kill "$ctrd_pid"; exit 1; }
+done
 kill "$ctrd_pid"
 wait "$ctrd_pid" || true
 rm -rf "$ctrd"

@@ -16,7 +16,7 @@ from tests.vm import scenario, summary
 from tests.vm.journal import Journal
 
 MISSING = [tool for tool in ("qemu-system-x86_64", "debootstrap", "debugfs", "mkfs.ext4", "journalctl",
-                             "rpmbuild", "containerd", "ctr") if shutil.which(tool) is None]
+                             "rpmbuild", "containerd", "ctr", "ip") if shutil.which(tool) is None]
 SUMMARY = os.path.join(REPO, "build", "vm-test", "summary.json")
 
 

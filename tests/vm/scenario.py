@@ -21,6 +21,8 @@ the token and its kubelet's bootstrap kubeconfig written in (as an installer wou
    1.20 overlay) with its Secrets and ConfigMap, the DaemonSet's pod runs on the guest's own
    kubelet and passes its readiness probe, the host's process stops and QEMU forwards its port to
    the pod (the load balancer in front of the serving nodes): phases 3 to 5 talk to the pod;
+   the host gets a route to the Node's address, where the API server reaches the kubelet for
+   `kubectl logs` (tests/vm/kubeletroute.py);
 3. day 2, still boot 2: the host changes /etc/vm-probe.conf in a MachineConfig (the served policy
    restarts vm-probe.service for it): applied and restarted without a reboot;
 4. day 2: the host adds a file no policy covers: drain lease (the server cordons the Node and
@@ -66,6 +68,7 @@ from tests.vm.kube import (
     pod_summary,
     workloads,
 )
+from tests.vm.kubeletroute import KubeletRoute
 
 NODE = "vm-node-0"
 POOL = "vm"
@@ -75,6 +78,10 @@ SERVER_NAME = "node-config-server.vm.test"  # 10.0.2.2 in the guest's /etc/hosts
 # Per phase, under TCG on a loaded 2-core machine (a boot is 30-90 s there; an update pass
 # polls every 5 s). Generous, but every wait is bounded and a miss prints the serial log.
 PHASE_TIMEOUT = float(os.environ.get("NODE_AGENT_VM_PHASE_TIMEOUT", "900"))
+# 0: the server stays the host's process for the whole run (no move into its pod, no rolling
+# update): the baseline the pod's added time is measured against (docs/vm-test.md, "Timings"),
+# with `python -m tests.vm.scenario DIR`; the tests of test_vm_server_pod.py need the pod.
+SERVER_POD = os.environ.get("NODE_AGENT_VM_SERVER_POD", "1") != "0"
 
 POLICY_AND_SKEW = """\
 apiVersion: operator.openshift.io/v1
@@ -316,6 +323,7 @@ def run(workdir: str) -> Result:
     result.kube["apiPort"] = cp.kc.port
     recorder = Recorder(cp.kc, NODE, POOL).start()
     serial = SerialMarks(guest.serial_log)
+    route = KubeletRoute()  # the API server's way to the guest's kubelet (kubectl logs)
     try:
         # The admin's workloads, before any node of the pool exists: Pending until the server has
         # put a Node in pool vm (their nodeSelector), that is until a node first booted into its config.
@@ -331,13 +339,17 @@ def run(workdir: str) -> Result:
                 serial.start()
 
                 def move_to_pod() -> None:
+                    if not SERVER_POD:
+                        return
+                    result.kube["kubeletRoute"] = route.open(guest, _node(cp, NODE))
                     result.kube["serverPod"] = serverpod.move(cp, srv, guest, tls, TOKEN, NODE, workdir, PHASE_TIMEOUT)
                     t = time.monotonic()  # then a rolling update of it, the guest's loop running
                     result.kube["serverRoll"] = serverpod.roll(cp, srv, guest, NODE, POOL, PHASE_TIMEOUT)
                     timings["server-roll"] = time.monotonic() - t
 
                 _phases(Phases(srv, guest, result), cp, timings, move_to_pod)
-                result.kube["serverPodAtEnd"] = serverpod.at_end(cp, guest)
+                if SERVER_POD:
+                    result.kube["serverPodAtEnd"] = serverpod.at_end(cp)
                 t = time.monotonic()
                 if not guest.powerdown():
                     raise AssertionError("the guest did not power off within 180 s of the ACPI power button; "
@@ -345,7 +357,7 @@ def run(workdir: str) -> Result:
                 timings["powerdown"] = time.monotonic() - t
             result.serial = guest.serial_text(200000)
     finally:
-        for part in (serial, recorder):
+        for part in (serial, recorder, route):
             part.stop()
         result.api_events, result.serial_marks = recorder.snapshot(), serial.marks
         result.kube.update(recorderErrors=recorder.errors)

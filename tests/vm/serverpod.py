@@ -21,14 +21,12 @@ the node joined (phase 2) and before day 2 (phase 3).
 
 import os
 import time
-import warnings
 from typing import Any, Dict, List, Optional
 
 import requests
 
 from tests.helpers import rbac_list
 from tests.helpers.kube_cluster import GUEST_HOST_IP, REPO
-from tests.helpers.server_proc import free_port
 from tests.vm.guest import Guest, wait_until
 from tests.vm.kube import ControlPlane, is_ready
 
@@ -139,34 +137,24 @@ def move(cp: ControlPlane, srv: Any, guest: Guest, tls: Any, token: str, node: s
     return out
 
 
-def kubelet_logs(cp: ControlPlane, guest: Guest, pod: str) -> Dict[str, Any]:
-    """The container's log as `kubectl logs` gets it: from the kubelet's containerLogs endpoint
-    (port 10250), as the cluster's admin (the kubelet's webhook authorization asks the API server).
-    `kubectl logs` itself cannot: the host's API server dials the Node's address, the guest's
-    10.0.2.15 or its name vm-node-0, neither of which the host reaches; so the test goes to the
-    kubelet through a QEMU forward of its own. The kubelet's serving certificate is self-signed
-    in the guest and unknown here: not verified, as the API server here (no
-    --kubelet-certificate-authority) does not verify it either."""
-    import urllib3
-
-    port = free_port()
-    guest.hmp(f"hostfwd_add net0 tcp:127.0.0.1:{port}-:10250")
+def kubectl_logs(cp: ControlPlane, pod: str) -> Dict[str, Any]:
+    """`kubectl logs` and `kubectl logs --previous` of the server's container, run on the host
+    against the host's API server, which fetches them from the guest's kubelet (its containerLogs
+    endpoint, at the Node's InternalIP and kubelet port: tests/vm/kubeletroute.py)."""
     out: Dict[str, Any] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
-        for key, previous in (("current", "false"), ("previous", "true")):
-            r = requests.get(f"https://127.0.0.1:{port}/containerLogs/{NAMESPACE}/{pod}/node-config-server",
-                             params={"previous": previous}, cert=cp.kc.admin_cert, verify=False, timeout=60)
-            out[key] = {"status": r.status_code, "text": r.text[-200000:]}
+    for key, extra in (("current", ()), ("previous", ("--previous",))):
+        proc = cp.kc.kubectl("-n", NAMESPACE, "logs", pod, "-c", "node-config-server", *extra, check=False,
+                             timeout=120)
+        out[key] = {"exit": proc.returncode, "text": proc.stdout[-200000:], "stderr": proc.stderr[-2000:]}
     return out
 
 
-def at_end(cp: ControlPlane, guest: Guest) -> Dict[str, Any]:
+def at_end(cp: ControlPlane) -> Dict[str, Any]:
     """The server's pods at the end (the reboot restarted the container: restartCount, lastState)
-    and their logs as the kubelet serves them (kubelet_logs)."""
+    and their logs as `kubectl logs` shows them (kubectl_logs)."""
     pods = server_pods(cp)
     return {"pods": [pod_view(p) for p in pods],
-            "logs": {p["metadata"]["name"]: kubelet_logs(cp, guest, p["metadata"]["name"]) for p in pods}}
+            "logs": {p["metadata"]["name"]: kubectl_logs(cp, p["metadata"]["name"]) for p in pods}}
 
 
 COUNTS = ("machineCount", "updatedMachineCount", "readyMachineCount", "unavailableMachineCount",

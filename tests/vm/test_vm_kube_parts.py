@@ -1,13 +1,16 @@
 """The VM scenario's Kubernetes helpers (tests/vm/kube.py) that need no guest and no cluster:
 the least-privilege bindings read from deploy/rbac.yaml, and the serial log's host-time marks
-read while QEMU is still writing (a line split across two reads is one line)."""
+read while QEMU is still writing (a line split across two reads is one line), and where the API
+server dials the guest's kubelet (tests/vm/kubeletroute.py)."""
 
 import os
 
+import pytest
 import yaml
 
 from tests.helpers.kube_cluster import REPO
 from tests.vm.kube import SerialMarks, rbac_bindings
+from tests.vm.kubeletroute import is_local, kubelet_endpoint
 
 
 def test_the_user_is_bound_to_every_role_deploy_rbac_defines_and_nothing_else():
@@ -45,3 +48,17 @@ def test_serial_marks_are_whole_lines_stamped_when_read(tmp_path):
     assert [m["mark"] for m in marks.marks] == ["kernel-start", "reset", "shutdown"]
     assert marks.marks[1]["line"] == "[   20.5] reboot: Restarting system"
     assert marks.marks[0]["at"] <= marks.marks[1]["at"]
+
+
+def test_the_kubelets_endpoint_is_the_nodes_internal_ip_and_daemon_endpoint_port_and_a_node_without_them_is_named():
+    node = {"metadata": {"name": "n"}, "status": {
+        "addresses": [{"type": "Hostname", "address": "n"}, {"type": "InternalIP", "address": "10.0.2.15"}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}}
+    assert kubelet_endpoint(node) == ("10.0.2.15", 10250)
+    with pytest.raises(AssertionError, match="Node n names no InternalIP or kubelet port"):
+        kubelet_endpoint({"metadata": {"name": "n"}, "status": {"addresses": [{"type": "Hostname", "address": "n"}]}})
+
+
+def test_an_address_is_local_only_if_this_host_can_bind_it():
+    assert is_local("127.0.0.1")
+    assert not is_local("203.0.113.7")  # TEST-NET-3: no host's own

@@ -125,12 +125,17 @@ def test_the_drain_left_the_servers_pod_and_the_reboot_restarted_its_container(r
     assert any("cordoned and drained" in text for text in pod_logs(run))
 
 
-def test_the_servers_log_as_the_kubelet_serves_it_shows_the_guests_day_2_requests(run):
-    """`kubectl logs` (and --previous), as the kubelet serves it: the container of boot 3 logged
-    the node's Done report, the one of boot 2 (before the reboot) its fetches of the pool's config
-    and its drain requests."""
+def test_kubectl_logs_and_logs_previous_on_the_host_show_the_guests_day_2_requests(run):
+    """`kubectl logs` and `kubectl logs --previous`, run on the host against its API server, which
+    reaches the guest's kubelet at the Node's own InternalIP and kubelet port (the guest's
+    10.0.2.15:10250; tests/vm/kubeletroute.py): the container of boot 3 logged the node's Done
+    report, the one of boot 2 (before the reboot) its fetches of the pool's config and its drain
+    requests."""
+    route = run.kube["kubeletRoute"]
+    assert (route["address"], route["port"], route.get("problem")) == ("10.0.2.15", 10250, None), route
     [logs] = run.kube["serverPodAtEnd"]["logs"].values()
-    assert (logs["current"]["status"], logs["previous"]["status"]) == (200, 200), logs
+    assert (logs["current"]["exit"], logs["previous"]["exit"]) == (0, 0), \
+        (logs["current"]["stderr"], logs["previous"]["stderr"])
     now, before = agent_requests(logs["current"]["text"]), agent_requests(logs["previous"]["text"])
     assert ("POST", f"/api/v1/nodes/{NODE}/report", 200) in now, now[-10:]
     assert any(m == "GET" and p.startswith(f"/config/{scenario.POOL}") and s == 200 for m, p, s in before), before[-10:]
