@@ -61,11 +61,13 @@ def node_record(node: str, value: Optional[str]) -> Optional[NodeRecord]:
 
 
 def log_ops(meta: Dict[str, Any], value: str, namespace: str) -> List[Dict[str, Any]]:
-    """The drain log's write as a JSON patch whose precondition is the annotations read (pure): a
-    status or spec write meanwhile (kube_mcn) is no conflict, as it was with the resourceVersion."""
+    """The drain log's write as a JSON patch whose precondition is the drain log read (pure), on an
+    object that has one: a status or spec write or a report meanwhile (kube_mcn) is no conflict,
+    as it was with the resourceVersion. Only the log is tested: the whole annotations (a report of
+    hundreds of KiB) sent back as the test's value made the request one the API server refused."""
     def path(section: str, key: str) -> str:
         return f"/metadata/{section}/" + key.replace("~", "~0").replace("/", "~1")
-    return [{"op": "test", "path": "/metadata/annotations", "value": meta["annotations"]},
+    return [{"op": "test", "path": path("annotations", DRAIN_LOG), "value": meta["annotations"][DRAIN_LOG]},
             {"op": "add", "path": path("annotations", DRAIN_LOG), "value": value},
             {"op": "add", "path": path("labels", STORE_LABEL), "value": namespace}]
 

@@ -339,20 +339,19 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
             return sorted((e for log in self._drainlogs.values() for e in log), key=lambda e: e.get("at", 0))
 
     def _log_drain(self, node: str, pool: str, *entries: Tuple[str, str]) -> None:
-        """Append ``entries`` (action, detail) to the MCN's drain log in one write (a grant's cordon
-        and drain), compare-and-swap on the annotations read (``log_ops``), else the resourceVersion."""
-        at = time.time()
-        events = [{"node": node, "pool": pool, "action": action, "detail": detail, "at": at}
-                  for action, detail in entries]
-        action = "/".join(a for a, _ in entries)
-        detail = entries[-1][1] if entries else ""
+        """Append ``entries`` (action, detail) to the MCN's drain log in one write: a JSON patch testing the log
+        read (``log_ops``), else a CAS on the resourceVersion; a 422 whose log had not moved is raised."""
+        events, refused = [{"node": node, "pool": pool, "action": a, "detail": d, "at": time.time()}
+                           for a, d in entries], None  # refused: (a 422, the log it tested)
         for _ in range(CAS_TRIES):
             cur = get_if_exists(self.client, MACHINE_CONFIG_NODES.path(node)) or {}
             meta = cur.get("metadata") or {}
-            items = json_list((meta.get("annotations") or {}).get(DRAIN_LOG))
-            annotations = {DRAIN_LOG: json.dumps((items + events)[-DRAINLOG_KEEP:])}
+            logged = (meta.get("annotations") or {}).get(DRAIN_LOG)
+            if refused is not None and logged == refused[1]:
+                raise refused[0]  # no race: the patch itself was refused
+            annotations = {DRAIN_LOG: json.dumps((json_list(logged) + events)[-DRAINLOG_KEEP:])}
             try:
-                if meta.get("annotations") and meta.get("labels"):
+                if (tested := logged is not None and bool(meta.get("labels"))):
                     obj = self.client.json_patch(MACHINE_CONFIG_NODES.path(node), log_ops(meta, annotations[DRAIN_LOG],
                                                                                              self.namespace))
                 elif cur:
@@ -361,10 +360,11 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
                 else:
                     obj = self._create_mcn(node, {"annotations": annotations}, pool, {})
             except NoMachineConfigNode:  # no Node: its drain log has no object to go on
-                log.info("node %s: %s %s not logged: no MachineConfigNode (no Node)", node, action, detail)
+                log.info("node %s: %s not logged: no MachineConfigNode (no Node)", node, entries)
                 return
             except KubeError as exc:
-                if exc.status in (404, 409, 422):  # changed, made or deleted since read: read again
+                if exc.status in (404, 409) or (exc.status == 422 and tested):  # changed since read? read again
+                    refused = (exc, logged) if exc.status == 422 else None
                     continue
                 raise
             with self._lock:
