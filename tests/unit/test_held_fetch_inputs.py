@@ -127,14 +127,16 @@ def test_a_row_change_about_other_nodes_is_compared_not_answered_and_the_hold_en
     for _ in range(3):
         app.cluster.step_pools()
     assert app.cluster.store.pools()["worker"].rollout["targets"].keys() == {"n1"}
-    app.max_hold = 2.0
+    app.max_hold = 600.0  # ended by the test below, never by the clock
     etag = app._config_answer(app.caller({}), "n2", "worker", None)[1]
     inner, made = app._config_answer, []
     app._config_answer = lambda *args: made.append(1) or inner(*args)
+    inputs, looks = app.cluster.hold_inputs, []
+    app.cluster.hold_inputs = lambda *args: looks.append(1) or inputs(*args)
     got = {}
 
     def held():
-        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/config/worker", "QUERY_STRING": "wait=2",
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/config/worker", "QUERY_STRING": "wait=600",
                    "SERVER_NAME": "t", "SERVER_PORT": "80", "wsgi.url_scheme": "http",
                    "HTTP_X_NODE_NAME": "n2", "HTTP_IF_NONE_MATCH": etag}
         b"".join(app(environ, lambda status, headers: got.update(status=int(status.split()[0]),
@@ -148,10 +150,12 @@ def test_a_row_change_about_other_nodes_is_compared_not_answered_and_the_hold_en
             targets = {"n1": dict(row.rollout["targets"]["n1"], note=i)}
             rollout = dict(row.rollout, waiting=f"reason {i}", targets=targets)
             return dataclasses.replace(row, rollout=rollout)
+        before = len(looks)
         app.cluster.store.update_pool("worker", other)
         app.cluster.bell.ring(None)
-        time.sleep(0.1)
-    t.join(30)
+        wait_for(lambda before=before: len(looks) > before, f"the held fetch looked at change {i}")
+    app.stopping.set()  # the hold ends (as when the worker stops): answered from the row as it is now
+    t.join(60)
     assert got["status"] == 304, got
     assert len(made) == 2  # the first answer, and once more as the hold ended: none per change
     assert got["headers"]["X-Rollout-Reason"].endswith("reason 4"), got["headers"]
