@@ -183,13 +183,18 @@ def all_done(srv, pool, count):
 
 def pool_done_on_its_first_target(kube, srv, pool, nodes, max_unavailable):
     """A pool of its own with ``nodes`` (the oldest first), every one reporting Done on the pool's
-    first target, which is returned."""
+    first target, which is returned, and those reports written back to the Nodes (their
+    desiredConfig: a test that records the Nodes' versions from here on sees no write-back of
+    this, which the server does after it answers)."""
     apply(kube, pool_object(pool, max_unavailable))
     make_nodes(kube, pool, nodes)
     a = wait_for(lambda: target(srv, pool), "the pool's first target")
     for name in nodes:
         report(srv, pool, name, "Done", a)
     all_done(srv, pool, len(nodes))
+    for name in nodes:
+        wait_for(lambda name=name: annotations(node(kube, name)).get(MCD + "desiredConfig") == a,
+                 f"{name}'s Done on A written back to its Node")
     return a
 
 
