@@ -54,6 +54,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.once)
         if group in SHARED_CLUSTER:
             item.add_marker(pytest.mark.xdist_group(group))
+        elif _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def _uses_a_module_fixture(item) -> bool:
+    """Whether the test uses a fixture made once per module (or class): a server, a cluster.
+
+    --dist loadgroup sends an ungrouped test to any worker, and each worker that gets one of a
+    module's tests makes the module's fixtures again: up to three servers, walks or clusters where
+    one serves them all (issue 54: 20-30 s setups seen twice in one run). Grouping the tests that
+    use them by module makes each once; the module's other tests still go to any worker.
+    """
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(defs[-1].scope in ("module", "class") for defs in info.name2fixturedefs.values() if defs)
 
 
 @pytest.hookimpl(hookwrapper=True)

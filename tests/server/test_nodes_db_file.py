@@ -40,8 +40,11 @@ def test_empty_or_corrupt_database_is_named_with_what_to_do(tmp_path, content, w
     state = tmp_path / "state"
     shutil.copytree(os.path.join(REPO, "examples", "state"), state)
     shutil.copy(path, state / "nodes.db")
+    # --data-dir named: the default (/var/lib/node-config-server) is the machine's, and a nodes.db
+    # there would be served instead (a test run once failed so, after a manual serve made one).
     r = subprocess.run([sys.executable, "-m", "agent.server.cli", "serve", "--state", str(state),
-                        "--listen", "127.0.0.1:9"], capture_output=True, text=True, cwd=REPO, timeout=120)
+                        "--data-dir", str(state), "--listen", "127.0.0.1:9"],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 74, r.stderr
     assert "nodes.db" in r.stderr and words in r.stderr and "backup" in r.stderr
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
