@@ -76,6 +76,8 @@ compat: venv
 # tests wait on processes (servers, etcd, the control plane), not on the CPU. --dist loadgroup
 # keeps each folder that shares one session cluster (tests/etcd, tests/kube) on one worker
 # (tests/conftest.py), so one etcd and one control plane serve them, as in a serial run.
+# The tests that use a module-scoped fixture go to one worker with their module's others, so the
+# fixture (a server, a walk, a cluster) is made once, not once per worker that got one of them.
 TEST_JOBS ?= 3
 XDIST = -n $(TEST_JOBS) --dist loadgroup --durations=30
 vm-boot: venv kube-bin vm-base

@@ -37,6 +37,7 @@ SHARED_CLUSTER = ("etcd", "kube", "vm")
 RUN_ONCE = ("unit/test_doc_sections.py", "unit/test_readme.py", "unit/test_architecture.py",
             "unit/test_no_skip_rule.py", "unit/test_bench_rollout.py", "unit/test_image_archive.py",
             "unit/test_rbac_list.py", "unit/test_phase_times.py", "unit/test_monitoring_manifests.py",
+            "unit/test_xdist_grouping.py",
             "server/test_readme_commands.py", "host/test_packaging.py", "host/test_packaging_el9.py",
             "host/test_alert_rules.py")
 
@@ -69,7 +70,11 @@ def _uses_a_module_fixture(item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return False
-    return any(defs[-1].scope in ("module", "class") for defs in info.name2fixturedefs.values() if defs)
+    module = item.nodeid.split("::")[0]
+    # Only the module's own (defined or imported there): a conftest's module-scoped fixture is the
+    # autouse check below, made per module wherever the module runs, and costs nothing.
+    return any(defs[-1].scope in ("module", "class") and defs[-1].baseid == module
+               for defs in info.name2fixturedefs.values() if defs)
 
 
 @pytest.hookimpl(hookwrapper=True)
