@@ -17,7 +17,7 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 from agent.core.secretfiles import SECRET_PATHS
 from agent.server.cluster import content
 from agent.server.cluster.accept import negotiate_version
-from agent.server.rollout import gating, targeting
+from agent.server.rollout import gating
 from agent.server.store.nodestore import NodeRecord, PoolRow
 from agent.server.store.stateformat import State
 
