@@ -57,8 +57,8 @@ class HoldInputs(NamedTuple):
     not targeted to yet change the rest only, which says why the node waits: the fetch compares
     (``same_config``) rather than making its answer again. With a thousand held fetches, making
     each answer again at every change was a fifth of a worker's CPU, and after a new
-    MachineConfig the targeted nodes' answers waited behind the thousand others' (docs/
-    performance.md, "Rollout at fleet scale"); comparing these costs microseconds."""
+    MachineConfig the targeted nodes' answers waited behind the thousand others'
+    (docs/performance.md, "Rollout at fleet scale"); comparing these costs microseconds."""
     decides: Any
     rec: Any
     row: Any
