@@ -159,3 +159,99 @@ def test_a_row_change_about_other_nodes_is_compared_not_answered_and_the_hold_en
     assert got["status"] == 304, got
     assert len(made) == 2  # the first answer, and once more as the hold ended: none per change
     assert got["headers"]["X-Rollout-Reason"].endswith("reason 4"), got["headers"]
+
+
+def test_the_state_part_of_a_held_answer_ignores_machineconfigs_and_follows_the_pool_cluster_and_bootstrap():
+    """``pool_serving_key``: a rendered config is named by its content's hash, so a new MachineConfig
+    is no change of what a member of the pool is served besides its config (the new target reaches
+    a node only through its own targeting); the pool object, the cluster's spec and the bootstrap
+    files are, and so is another pool's key left alone when one pool changes."""
+    import copy
+
+    from agent.server.cluster.serving import pool_serving_key
+    from agent.server.store.stateformat import State
+
+    def state():
+        return State(pools={"worker": {"metadata": {"name": "worker"}, "spec": {"maxUnavailable": 1}},
+                            "infra": {"metadata": {"name": "infra"}, "spec": {}}},
+                     machine_configs={"00-worker": {"spec": {"config": {}}}},
+                     cluster={"spec": {"nodeDisruptionPolicy": {}}}, bootstrap={"kubeconfig": b"one"},
+                     signature="s1")
+
+    base = state()
+    key = pool_serving_key(base, "worker")
+    new_mc = state()
+    new_mc.machine_configs["60-new"] = {"spec": {"config": {"storage": {"files": []}}}}
+    new_mc.signature = "s2"
+    assert pool_serving_key(new_mc, "worker") == key
+    changed_pool, changed_cluster, changed_bootstrap = state(), state(), state()
+    changed_pool.pools["worker"] = copy.deepcopy(base.pools["worker"])
+    changed_pool.pools["worker"]["spec"]["nodeSelector"] = {"matchLabels": {"x": "y"}}
+    changed_cluster.cluster = {"spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/x"}]}}}
+    changed_bootstrap.bootstrap = {"kubeconfig": b"two"}
+    assert len({key, pool_serving_key(changed_pool, "worker"), pool_serving_key(changed_cluster, "worker"),
+                pool_serving_key(changed_bootstrap, "worker")}) == 4
+    assert pool_serving_key(changed_pool, "infra") == pool_serving_key(base, "infra")
+    gone = state()
+    del gone.pools["worker"]
+    assert pool_serving_key(gone, "worker") != key
+
+
+def test_held_inputs_are_the_same_config_exactly_when_what_decides_the_body_is_the_same():
+    """``HoldInputs.same_config`` compares what the body is made from (``decides``) only: another
+    record or row with the same decision is the same config (the answer is not made again); another
+    decision is not, and no inputs (a node that left the pool) never are."""
+    from agent.server.cluster.serving import HoldInputs
+
+    made = HoldInputs(("key", "rendered-worker-a", "", False, False), {"state": "Done"}, {"target": "a"})
+    assert made.same_config(HoldInputs(made.decides, {"state": "Working"}, {"target": "b"}))
+    assert not made.same_config(HoldInputs(("key", "rendered-worker-b", "", False, False), made.rec, made.row))
+    assert not made.same_config(HoldInputs(("other", "rendered-worker-a", "", False, False), made.rec, made.row))
+    assert not made.same_config(None)
+
+
+def test_a_held_fetch_not_targeted_by_a_new_machineconfig_is_not_made_again_and_answers_it_once_targeted(
+        tmp_path, new_app):
+    """n1 and n2 Done on A, maxUnavailable 1; n2's fetch is held on A when B (a new MachineConfig)
+    comes: the state changes and the pool's target moves to B, n1 (the oldest) is targeted, and
+    n2's held answer is compared, not made again (at 1,000 nodes, the thousand answers made again
+    kept the targeted nodes waiting: docs/performance.md). Once n1 is Done on B, n2 is targeted and
+    its held fetch answers B."""
+    app, state, a = two_members_done_on_a(tmp_path, new_app)
+    app.max_hold = 600.0  # only n2's targeting ends it
+    etag = app._config_answer(app.caller({}), "n2", "worker", None)[1]
+    inner, made = app._config_answer, []
+    app._config_answer = lambda *args: made.append(1) or inner(*args)
+    inputs, looks = app.cluster.hold_inputs, []
+
+    def look(*args):
+        seen = inputs(*args)
+        looks.append(seen)
+        return seen
+
+    app.cluster.hold_inputs = look
+    got = {}
+
+    def held():
+        got["status"], got["body"] = wsgi(app, "GET", "/config/worker", headers={
+            "X-Node-Name": "n2", "If-None-Match": etag}, query="wait=600")
+
+    t = threading.Thread(target=held)
+    t.start()
+    wait_for(lambda: made, "n2's first answer made")
+    (state / "machineconfigs" / "60-held.yaml").write_text(MC)
+
+    def n1_targeted_seen():
+        return any(i is not None and i.row.target != a and "n1" in i.row.rollout.get("targets", {})
+                   for i in list(looks))
+
+    wait_for(n1_targeted_seen, "n2's held fetch looked at B targeted to n1")
+    b = next(i.row.target for i in list(looks) if i is not None and i.row.target != a)
+    assert t.is_alive() and len(made) == 1  # still held on A, its answer not made again
+    assert "n2" not in app.cluster.store.pools()["worker"].rollout.get("targets", {})
+    done_b = {"pool": "worker", "state": "Done", "currentConfig": b, "desiredConfig": b}
+    assert wsgi(app, "POST", "/api/v1/nodes/n1/report", json.dumps(done_b).encode())[0] == 200
+    t.join(120)
+    assert got["status"] == 200, got  # woken by its targeting: the hold ran 600 s otherwise
+    assert b"/etc/nmstate/openshift/held.yml" in got["body"]
+    assert "n2" in app.cluster.store.pools()["worker"].rollout["targets"]

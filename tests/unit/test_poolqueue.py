@@ -257,3 +257,35 @@ def test_a_held_fetch_is_woken_by_the_targeting_not_by_its_next_look_at_the_stor
     t.join(100)
     assert not t.is_alive() and got["status"] == 200, got.get("status")
     assert b"/etc/nmstate/openshift/held.yml" in got["body"]
+
+
+def test_rows_another_process_wrote_ring_the_bell_while_the_queue_waits_out_its_spacing_after_a_step(monkeypatch):
+    """After a step of T the queue waits 3T before the next (``SHARE``); at 1,000 nodes on a busy
+    machine that was up to a second in which the nodes another process targeted were not told.
+    Here the spacing is made to last minutes (SHARE tiny): the ring still comes."""
+    from agent.server.cluster import poolqueue
+
+    monkeypatch.setattr(poolqueue, "SHARE", 1e-6)
+    owner, bell = Owner(), Bell()
+    owner.release.set()
+    original = owner.step_queued
+
+    def step(pools, everything):  # a step that takes some time: the spacing after it is long
+        time.sleep(0.01)
+        original(pools, everything)
+
+    owner.step_queued = step
+    queue = PoolQueue(owner, None, bell).start()
+    try:
+        assert queue.wait_stepped(queue.add(["worker"]), 30)
+        looks, generation = [], owner.store.generation
+        owner.store.generation = lambda: looks.append(1) or generation()
+        queue.add(["worker"])  # the next step waits out the spacing (hours with this SHARE)
+        wait_for(lambda: len(looks) >= 3, "the queue looks at the store within its spacing", 30)
+        seen = bell.seen("n2")
+        owner.store.rows["worker"] = row({"n1": {"config": "A", "at": 1.0}, "n2": {"config": "B", "at": 2.0}})
+        owner.store.gen += 1
+        assert bell.wait("n2", seen, 30) != seen  # rung within the spacing
+        assert len(owner.batches) == 1  # the second step still waits
+    finally:
+        queue.stop()

@@ -8,6 +8,7 @@ so a scale-up storm costs no re-rendering and reports never invalidate the rende
 """
 
 import hashlib
+import json
 import logging
 import threading
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 from agent.core.secretfiles import SECRET_PATHS
 from agent.server.cluster import content
 from agent.server.cluster.accept import negotiate_version
-from agent.server.rollout import gating, targeting
+from agent.server.rollout import gating
 from agent.server.store.nodestore import NodeRecord, PoolRow
 from agent.server.store.stateformat import State
 
@@ -47,19 +48,35 @@ def secret_paths(document: Dict[str, Any]) -> Tuple[str, ...]:
 
 
 class HoldInputs(NamedTuple):
-    """A held fetch's inputs: the state served, the pool's row as far as this node goes (its
-    target, current and held configs and the node's own entry), the node's record, and the whole
-    row. A step that targets other nodes changes only the whole row, which says why this node
-    waits: the fetch compares (``same_config``) rather than making its answer again. With a
-    thousand held fetches, making each answer again at every change was a fifth of a worker's CPU
+    """A held fetch's inputs: what its body is made from (``decides``), the node's record and the
+    pool's row. Only ``decides`` changes the body and so the ETag that ends the hold: the state's
+    part a member of the pool is served from (``pool_serving_key``), and the config, image and
+    layering served to this node, decided from its record and its part of the row
+    (rolloutctl.desired_for, gating.for_member). A step that targets other nodes, a report that
+    changes nothing it is served, or a new MachineConfig that renders a new target this node is
+    not targeted to yet change the rest only, which says why the node waits: the fetch compares
+    (``same_config``) rather than making its answer again. With a thousand held fetches, making
+    each answer again at every change was a fifth of a worker's CPU, and after a new
+    MachineConfig the targeted nodes' answers waited behind the thousand others'
     (docs/performance.md, "Rollout at fleet scale"); comparing these costs microseconds."""
-    signature: Any
-    mine: Any
+    decides: Any
     rec: Any
     row: Any
 
     def same_config(self, other: Optional["HoldInputs"]) -> bool:
-        return other is not None and self[:3] == other[:3]
+        return other is not None and self.decides == other.decides
+
+
+def pool_serving_key(st: State, pool: str) -> str:
+    """What a member's body of ``pool`` is made from in the state besides its rendered config
+    (content.build_document: the pool object, the cluster's spec, the bootstrap files; the
+    MachineOSConfigs and builds are decided per node, ``HoldInputs``). Not the MachineConfigs:
+    a rendered config is named by the hash of its content (render.py), so a new MachineConfig
+    changes a member's body only through the config the targeting gives it. Pure."""
+    h = hashlib.sha256(json.dumps([st.pools.get(pool), st.cluster_spec], sort_keys=True, default=str).encode())
+    for name in sorted(st.bootstrap or {}):
+        h.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(st.bootstrap[name]).digest())
+    return h.hexdigest()[:32]
 
 
 class ConfigServing:
@@ -80,15 +97,26 @@ class ConfigServing:
         return gen, st.signature
 
     def hold_inputs(self, pool: str, named: Optional[str]) -> Optional["HoldInputs"]:
-        """What a member's answer is made from (rolloutctl.desired_for), for a held fetch; None
-        when the node is no member of ``pool`` (a new node's answer also depends on proofs)."""
+        """What a member's answer is made from (rolloutctl.desired_for, then ``fetch``), for a held
+        fetch; None when the node is no member of ``pool`` (a new node's answer also depends on
+        proofs)."""
         rec = self.store.node(named) if named is not None else None
         if rec is None or rec.pool != pool:
             return None
         row = self.store.pools().get(pool)
-        mine = None if row is None else (row.target, row.current, row.held, row.rendered,
-                                         targeting.entry_of(row.rollout, rec.node))
-        return HoldInputs(self.watcher.current().signature, mine, rec, row)
+        st = self.watcher.current()
+        if row is None or pool not in st.pools:
+            return HoldInputs((st.signature, None), rec, row)
+        key = ("serving", st.signature, pool)
+        made = self._decisions.get(key)
+        if made is None:
+            made = pool_serving_key(st, pool)
+            self._remember(key, made)
+        config, image, state, _ = self.desired_for(rec, row, self._layered(st, pool, row.target))
+        served = self._member_decision(st, pool, config, image, state in ("updating", "done") and image is not None)
+        decides = (made, served.config, served.image, served.layered,
+                   self.is_empty_rendering(served.config))
+        return HoldInputs(decides, rec, row)
 
     def fetch(self, pool_name: str, accept: Optional[str], node: Optional[str] = None) -> Fetch:
         """A config fetch: one store round trip, then memoised decisions and cached bodies.
