@@ -55,7 +55,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.once)
         if group in SHARED_CLUSTER:
             item.add_marker(pytest.mark.xdist_group(group))
-        elif _uses_a_module_fixture(item):
+        elif item.get_closest_marker("xdist_group") is None and _uses_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
