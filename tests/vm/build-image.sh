@@ -93,8 +93,11 @@ for _ in $(seq 300); do ctr --address "$ctrd/sock" version >/dev/null 2>&1 && br
 for tarball in "$server_image" "$root/usr/share/vm-test/images/pause.tar" "$root/usr/share/vm-test/images/busybox.tar"; do
     ctr --address "$ctrd/sock" -n k8s.io images import "$tarball" >&2 || { cat "$ctrd/log" >&2; kill "$ctrd_pid"; exit 1; }
 done
+# The list read whole, then searched: `ctr ... | grep -q` under pipefail failed when grep quit at
+# its first match and ctr, still writing, got SIGPIPE (an image reported missing that was there).
+ctr --address "$ctrd/sock" -n k8s.io images list -q > "$ctrd/images"
 for ref in localhost/node-config-server: localhost/pause:3.4 localhost/busybox:1.35; do
-    ctr --address "$ctrd/sock" -n k8s.io images list -q | grep -q "^$ref" || {
+    grep -q "^$ref" "$ctrd/images" || {
         echo "build-image.sh: $ref is not in the guest's containerd after its import" >&2; kill "$ctrd_pid"; exit 1; }
 done
 kill "$ctrd_pid"

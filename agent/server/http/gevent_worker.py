@@ -41,8 +41,9 @@ import signal
 import socket
 import sys
 import time
+from contextlib import contextmanager
 from functools import partial
-from typing import Any, Dict, Set
+from typing import Any, Dict, Iterator, Set
 
 import gevent
 from gevent import monkey
@@ -102,7 +103,7 @@ class Worker(AsyncWorker):
         import warnings
 
         unpatched = ssl.SSLContext
-        with warnings.catch_warnings():  # the hazard it warns of is undone just below
+        with warnings.catch_warnings(), entry_points_once():  # the hazard it warns of is undone just below
             warnings.simplefilter("ignore", monkey.MonkeyPatchWarning)
             monkey.patch_all()
         _repoint_ssl_context(unpatched)
@@ -288,6 +289,27 @@ def _peer(addr: Any) -> str:
 def worker_class(limits: Limits) -> type:
     """A Worker subclass carrying these limits (gunicorn takes a class as ``worker_class``)."""
     return type("GeventWorkerWithDeadlines", (Worker,), {"limits": limits, "__module__": __name__})
+
+
+@contextmanager
+def entry_points_once() -> Iterator[None]:
+    """Within it, ``importlib.metadata.entry_points`` answers from one reading of the installed
+    distributions' entry points. gevent's ``patch_all`` looks its plugins up for each of the
+    about 25 events it announces (gevent/events.py, ``notify_and_call_entry_points``), and each
+    lookup reads every installed distribution's metadata again: two thirds of ``patch_all``'s
+    time in the image (34 distributions: 0.2 s of CPU on the 2-core host, 0.06 s with this), which
+    each worker spends before it can answer, and which a small or emulated CPU multiplies (the VM
+    test's pod starts three times: docs/vm-test.md, "Timings"). Nothing installs or removes a
+    distribution while a worker starts, so the one reading answers every lookup the same."""
+    from importlib import metadata
+
+    real = metadata.entry_points
+    every = real()  # Python 3.9: a dict by group; 3.10 on: selectable (group=...)
+    metadata.entry_points = lambda **params: every.select(**params) if params else every  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        metadata.entry_points = real
 
 
 def _repoint_ssl_context(unpatched: type) -> None:
