@@ -388,3 +388,20 @@ def test_a_stalled_body_past_its_limit_is_answered_after_the_discard_bound_not_t
             assert responses.buf == b"" and s.recv(4096) == b""
         finally:
             s.close()
+
+
+def test_a_body_cut_short_of_its_content_length_is_answered_408_not_refused_as_invalid(state):
+    """A report whose connection ends before its Content-Length (a client or a forwarder between
+    them cut it) is an incomplete request: 408, which the node sends again, not the 400 of a
+    body that is not JSON, which the node takes as the server's final word on that report."""
+    with ServerProcess(state, workers=1) as srv:
+        s = _connect(srv.port)
+        try:
+            s.sendall(b"POST /api/v1/nodes/n1/report HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 100\r\n\r\n{\"pool\": \"wor")
+            s.shutdown(socket.SHUT_WR)
+            answer, body = _Responses(s).next()
+            assert answer.startswith(b"HTTP/1.1 408"), answer
+            assert b"13 of its 100 bytes" in body, body
+        finally:
+            s.close()

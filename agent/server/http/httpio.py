@@ -149,6 +149,12 @@ def read_body(environ: Dict[str, Any]) -> bytes:
         if not isinstance(exc, OSError) and not type(exc).__module__.startswith("gunicorn.http"):
             raise
         raise HTTPError(400, f"the request body could not be read: {type(exc).__name__}: {exc}", field="$")
+    if declared not in (None, "") and len(raw) < want:
+        # gunicorn returns what came before the peer's end of stream without an error. The request
+        # is incomplete, not invalid: a 400 ("not valid JSON") would tell the node its report was
+        # refused for its content, never to be sent again; 408 is retried (RFC 9110 15.5.9).
+        raise HTTPError(408, f"the request body ended after {len(raw)} of its {want} bytes (Content-Length): "
+                             "the connection was cut; send the request again", field="$")
     if len(raw) > limit:
         _discard(environ["wsgi.input"], MAX_DISCARD, environ.get("gunicorn.socket"))
         raise _too_large(what, limit, None)
