@@ -23,8 +23,9 @@ import hashlib
 import json
 import logging
 import os
+import time
 import urllib.parse
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from agent.host.files import atomic_write
 from agent.host.root import Root
@@ -45,7 +46,11 @@ log = logging.getLogger(__name__)
 PENDING = "pending-report.json"
 # Answers worth sending again later (as the fetcher retries them); any other 4xx is final.
 RETRIED_4XX = (408, 429)
-CONTENT_REFUSALS = (400, 413, 415, 422)  # the body was refused: that report is not sent again, the next one is
+CONTENT_REFUSALS = (400, 413, 415, 422)  # the body was refused: that report is held back, the next one is sent
+# Seconds until a body refused for itself is sent again (ours): a node's state often stands, so its next
+# report is that body, and a refusal kept for ever silenced it (a VM run's Done report answered 400 for a
+# connection broken while it was read: the node never reported again). docs/api.md "Report body".
+REFUSED_BODY_RETRY = 600.0
 
 
 def _now() -> str:
@@ -89,10 +94,11 @@ def server_base(config_url: str) -> str:
 
 class Reporter(KubeletIdentity):
     def __init__(self, base_url: str, node: str, root: Root, state_dir: str, *, session=None,
-                 token: Optional[str] = None, timeout: float = 10.0, kubelet_cert: str = "", fetcher=None):
+                 token: Optional[str] = None, timeout: float = 10.0, kubelet_cert: str = "", fetcher=None,
+                 clock: Callable[[], float] = time.time):
         """``kubelet_cert``: report.kubeletCertFile (under ``root``; "" presents none);
         ``fetcher``: the run's Fetcher, whose session presents it to this server alone
-        (without one, this session presents it everywhere: tests)."""
+        (without one, this session presents it everywhere: tests); ``clock``: wall-clock seconds."""
         self.base_url = base_url.rstrip("/")
         self.node = node
         self.root = root
@@ -100,6 +106,7 @@ class Reporter(KubeletIdentity):
         self.session = session
         self.token = token
         self.timeout = timeout
+        self.clock = clock
         self.refused: Optional[Dict[str, Any]] = None  # set when the server refused a report
         self._warned_clear = False
         self._unregistered: Optional[str] = None  # made and kept, not yet taken by the server
@@ -250,12 +257,13 @@ class Reporter(KubeletIdentity):
         day-2 loop sends it. Any other 4xx is the server's final word on this request (a
         missing token, a name it does not accept): the report is kept as *refused* and not
         sent again until the server, the node name or the token changes (``refused`` says
-        why; ``node-agent status`` shows it and reports degraded).
+        why; ``node-agent status`` shows it and reports degraded). A refusal of the body
+        (CONTENT_REFUSALS) holds back only that body, for REFUSED_BODY_RETRY seconds.
         """
         body = {k: _bounded(v) for k, v in payload.items() if v is not None}
         self.ensure_registered()
         kept = self.kept()
-        if kept and kept.get("refused", {}).get("fingerprint") in (self._fingerprint(), self._fingerprint(body)):
+        if kept and self._still_refused(kept.get("refused"), body):
             # The same request would be refused again: keep the newest report, do not ask.
             self.refused = kept["refused"]
             self._keep(body, self.refused)
@@ -286,13 +294,25 @@ class Reporter(KubeletIdentity):
         withheld = self.base_url if self.token and not self.base_url.lower().startswith("https://") else ""
         self.refused = {"status": resp.status_code, "message": said, "at": _now(), "server": self.base_url,
                         "fingerprint": self._fingerprint(body if about_body else None), "node": self.node,
-                        **({"withheld": withheld} if withheld else {})}
-        again = ("this report is not sent again (the next, different one is)" if about_body else
-                 "not sending it again until the token, the node name or the server changes")
+                        **({"withheld": withheld} if withheld else {}),
+                        **({"retryAt": self.clock() + REFUSED_BODY_RETRY} if about_body else {})}
+        again = (f"this report is sent again in {REFUSED_BODY_RETRY / 60:.0f} minutes (the next, different one at "
+                 f"once)" if about_body else "not sending it again until the token, the node name or the server changes")
         log.warning("report to %s refused (%s); %s: %s", self.base_url, what, again,
                     refusal_hint(resp.status_code, withheld))
         self._keep(body, self.refused)
         return False
+
+    def _still_refused(self, refused: Any, body: Dict[str, Any]) -> bool:
+        """Whether the kept refusal stands: one of who sends (until the token, name or server changes),
+        or of this very body until its ``retryAt`` (one kept by an older version has none: tried again)."""
+        if not isinstance(refused, dict):
+            return False
+        if refused.get("fingerprint") == self._fingerprint():
+            return True
+        retry, now = refused.get("retryAt"), self.clock()  # one further off than it can be: the clock went back
+        return refused.get("fingerprint") == self._fingerprint(body) and isinstance(retry, (int, float)) \
+            and now < retry <= now + REFUSED_BODY_RETRY
 
     def _pending(self, body: Dict[str, Any], error: str) -> None:
         log.warning("report to %s %s; kept to send later", self.base_url, error)

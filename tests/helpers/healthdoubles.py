@@ -1,9 +1,11 @@
 """What the node's health-check and revert tests share: a scratch root that says it is the running
 system (so units and the kubelet are checked), a clock the runner's waits move, and a reporter
-that keeps what it was sent and remembers it as node-agent's report loop does."""
+that keeps what it was sent and remembers it as node-agent's report loop does, once the server's
+own validation took it (a body the server would answer 400 fails the test where it is sent)."""
 
 from agent.host.root import Root
 from agent.node import turn
+from agent.server.cluster.reports import validate_report
 
 
 class LiveRoot(Root):
@@ -29,5 +31,7 @@ class Reporter:
 
     def send(self, body):
         self.sent.append(body)
-        turn.remember(self.root, self.state_dir, {k: v for k, v in body.items() if v is not None})
+        sent = {k: v for k, v in body.items() if v is not None}  # as report.Reporter.send drops them
+        validate_report(sent)
+        turn.remember(self.root, self.state_dir, sent)
         return True

@@ -131,3 +131,21 @@ def test_an_update_whose_checks_pass_after_its_reboot_reports_done(updated, tmp_
                            after_for=after_for(root, ro, systemd_mock, logind_mock)) is False
     assert [(s["state"], s["currentConfig"], s.get("reason")) for s in reporter.sent] == [("Done", "rendered-b", None)]
     assert ro.calls == [("rebase", "quay.io/os@b")] and logind_mock.method_names("Reboot") == []
+
+
+def test_a_check_failing_after_the_reboot_with_no_previous_config_kept_is_a_valid_degraded_report(
+        updated, tmp_path, systemd_mock, logind_mock):
+    """No previous-config.json (a node updated by an older agent): the checks run against an empty
+    config named "(unknown)" (agent/node/rebooted.py), a name no report may carry (the server's
+    CONFIG_NAMES rule): the Degraded report names the config the node runs, and the server's
+    validation takes it (healthdoubles.Reporter)."""
+    root, a, b, ro = updated
+    os.unlink(root.path(os.path.join(STATE, revert.PREVIOUS)))
+    reporter = Reporter(root)
+    assert report_rebooted(root, STATE, ro, reporter, "worker", b,
+                           after_for=after_for(root, ro, systemd_mock, logind_mock)) is False
+    [sent] = reporter.sent
+    assert (sent["state"], sent["currentConfig"], sent["desiredConfig"]) == ("Degraded", "rendered-b", "rendered-b")
+    assert sent["reason"] == ("no previous config to revert to after a failed health check of rendered-b: "
+                              "required check 50-probe: exit code 1: probe refuses: colour = blue")
+    assert "(unknown)" not in json.dumps(sent) and ro.calls == [("rebase", "quay.io/os@b")]

@@ -3,7 +3,7 @@ whose required health check fails is applied by the node targeted first, which r
 files go, the config it ran before is current again), reports Degraded naming the check and "reverted
 to A", does not apply the target again on its next pass; the server counts it failing on the target
 and the rollout halts, so the pool's other node is never targeted. The pool's health-timeout
-annotation reaches the node."""
+annotation reaches the node. Once the admin takes the config back, the node is Done on A again."""
 
 import os
 import shutil
@@ -104,6 +104,43 @@ def test_a_config_whose_required_check_fails_is_reverted_by_the_node_and_the_rol
         assert run("update", "--once", "--root", roots[other]).returncode == 0
         assert not os.path.exists(os.path.join(roots[other], SYSCTL.lstrip("/")))  # never targeted
         assert api.get(srv.url(f"/api/v1/nodes/{other}")).json()["report"]["currentConfig"] == a
+
+
+def test_a_reverted_node_served_its_config_again_once_the_admin_takes_the_config_back_reports_done(tmp_path):
+    """The VM scenario's step 5 with the real server's validation of every report: after the
+    revert the admin deletes the MachineConfig, the pool's target is A again (the same name), and
+    the node's next pass reports Done on A; no report is refused or left pending."""
+    state = str(tmp_path / "state")
+    prepare(state)
+    with ServerProcess(state, tls=make_tls(str(tmp_path / "tls")), token=TOKEN) as srv:
+        api = srv.session()
+        root = make_node_root(str(tmp_path / "w0"), srv.base_url, "worker", ca_pem=srv.tls.ca_pem(), token=TOKEN,
+                              node_name="w0")
+        assert run("firstboot", "--root", root).returncode == 0
+        reboot(root)
+        assert run("update", "--once", "--root", root).returncode == 0
+
+        def target():
+            return api.get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"]
+
+        def report():
+            return api.get(srv.url("/api/v1/nodes/w0")).json()["report"]
+
+        a = target()
+        mc = os.path.join(state, "machineconfigs", "60-swappiness.yaml")
+        with open(mc, "w") as f:
+            yaml.safe_dump(HEALTH_MC, f)
+        b = wait_for(lambda: (lambda t: t != a and t)(target()), "the config with the failing check is the target", 30)
+        assert run("update", "--once", "--root", root).returncode == 75
+        assert (report()["state"], report()["desiredConfig"]) == ("Degraded", b)
+        os.unlink(mc)  # the admin takes it back
+        wait_for(lambda: target() == a, "the pool's target is A again", 30)
+        again = run("update", "--once", "--root", root)
+        assert again.returncode == 0, again.stderr
+        assert f"served {a}, the config this node runs: reporting Done on it" in again.stderr, again.stderr
+        assert {k: report().get(k) for k in ("state", "currentConfig", "desiredConfig", "reason")} == {
+            "state": "Done", "currentConfig": a, "desiredConfig": a, "reason": None}
+        assert not os.path.exists(os.path.join(root, "var/lib/node-agent/pending-report.json"))
 
 
 WANTED = "/etc/node-agent/health/wanted.d/90-disk"

@@ -100,6 +100,39 @@ def test_a_body_with_a_lone_surrogate_is_a_400_not_a_store_failure():
     assert paired["reason"] == "\U0001F600"
 
 
+class _Breaking(io.RawIOBase):
+    """A request body whose connection breaks while it is read (what gunicorn's reader raises)."""
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+    def read(self, size=-1):
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", [BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "Connection reset"),
+                                 OSError(5, "Input/output error")])
+def test_a_connection_that_breaks_while_the_body_is_read_is_a_408_sent_again_not_a_400(exc):
+    """The VM run's 400 of 141 bytes was "the request body could not be read: BrokenPipeError:
+    [Errno 32] Broken pipe": the node took it as its report's refusal and never sent it again."""
+    environ = dict(_environ(b'{"pool": "worker", "state": "Done"}'), **{"wsgi.input": _Breaking(exc)})
+    with pytest.raises(HTTPError) as err:
+        json_body(environ)
+    assert (err.value.code, err.value.field) == (408, "$")
+    assert err.value.message.startswith(f"the connection broke while the request body was read "
+                                        f"({type(exc).__name__}: ") and "send the request again" in err.value.message
+
+
+def test_a_malformed_chunk_is_still_a_400():
+    from gunicorn.http.errors import InvalidChunkSize
+
+    environ = dict(_environ(b""), **{"wsgi.input": _Breaking(InvalidChunkSize(b"zz"))})
+    del environ["CONTENT_LENGTH"]
+    with pytest.raises(HTTPError) as err:
+        json_body(environ)
+    assert err.value.code == 400 and "InvalidChunkSize" in err.value.message
+
+
 # -- API errors ----------------------------------------------------------------------------------
 
 def _response(status: int, reason: str) -> requests.Response:

@@ -8,6 +8,7 @@ import pytest
 
 from agent.host.root import Root
 from agent.node import nodestate, turn
+from agent.server.cluster.reports import validate_report
 
 STATE = "/var/lib/node-agent"
 
@@ -17,6 +18,7 @@ class Reporter:
         self.root, self.state_dir, self.sent = root, STATE, []
 
     def send(self, body):
+        validate_report(body)  # what the server takes: a body it answers 400 fails the test here
         self.sent.append(body)
         turn.remember(self.root, self.state_dir, body)
         return True
