@@ -281,7 +281,10 @@ class Updater:
         # The layered image the server targeted (the served node annotations name it only then): the
         # node reports it as its desiredImage, as upstream's Node keeps the annotation once set.
         self.trying_image = served.annotations.get(ANN + "desiredImage") or None
-        etag = result.headers.get("ETag") if result.status != 304 else record.get("etag")
+        # FetchResult.headers has lower-cased keys: .get("ETag") was always None, so after every update
+        # the node sent no If-None-Match, and the server answered the whole config at every pass, never
+        # holding it (a VM run: a 200 every 2 s after the day-2 update).
+        etag = result.etag if result.status != 304 else record.get("etag")
         same = target.name == current.name and target.ignition == current.ignition
         if not forced and revert.report_reverted(self.reporter, self.root, self.state_dir, served.pool, current, target):
             rec.finish("done", EXIT_OK)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from agent.core.served import ANN, ANNOTATIONS_PATH, MCS_CONTENT_PATH, keep_first_boot_files
+from agent.resource.fetch import IGNITION_ACCEPT
 from tests.helpers import paths
 from tests.helpers.certs import make_tls
 from tests.helpers.noderoot import make_node_root, not_layered, reboot
@@ -59,7 +60,7 @@ def read(root, path):
         return f.read()
 
 
-def test_an_update_keeps_the_first_pivot_config_on_the_node(tmp_path):
+def test_an_update_keeps_the_first_pivot_config_on_the_node_and_the_etag_it_was_served(tmp_path):
     state = str(tmp_path / "state")
     shutil.copytree(EXAMPLES, state)
     not_layered(state)
@@ -94,10 +95,20 @@ def test_an_update_keeps_the_first_pivot_config_on_the_node(tmp_path):
         assert read(root, ANNOTATIONS_PATH) == annotations  # firstPivotConfig names the first config still
         assert read(root, MCS_CONTENT_PATH) == content
         with open(os.path.join(root, "var/lib/node-agent/current-config.json")) as f:
-            assert json.load(f)["name"] == new_target
+            recorded = json.load(f)
+        assert recorded["name"] == new_target
         status = json.loads(agent("status", "--root", root, "--json").stdout)
         assert status["command"] == "update" and status["config"] == new_target
         # a second pass changes nothing: the kept files are part of the recorded current config
         again = agent("update", "--once", "--root", root)
         assert again.returncode == 0, again.stderr
         assert read(root, ANNOTATIONS_PATH) == annotations
+        # The update kept the ETag it was served: the node's next fetch, If-None-Match it, is answered
+        # 304, not the whole config again (and the day-2 loop's fetch is held until its turn).
+        with open(os.path.join(root, "var/lib/node-agent/node-credential")) as f:
+            credential = json.load(f)["credential"]
+        as_node = srv.session(token=False)
+        as_node.headers.update({"Authorization": f"Bearer {credential}", "X-Node-Name": "infra-d2",
+                                "Accept": IGNITION_ACCEPT})
+        assert recorded["etag"], recorded
+        assert as_node.get(srv.url("/config/infra"), headers={"If-None-Match": recorded["etag"]}).status_code == 304
