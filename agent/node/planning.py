@@ -157,6 +157,17 @@ def already_on_disk(target: NodeConfig, changed_where) -> dict:
     return out
 
 
+def on_disk_baseline(root: Root, current: NodeConfig, fetcher, state_dir: str) -> NodeConfig:
+    """``current`` without the entries that differ on disk (a dry run of its apply): the plan of a
+    forced update from it to the target covers the drifted paths, as first boot plans from what is laid."""
+    from agent.node.apply import apply_config
+
+    preview = apply_config(root, current, current, fetcher=fetcher, state_dir=state_dir, dry_run=True)
+    if preview.changed_where:
+        log.warning("re-applying %s where the disk differs: %s", current.name, ", ".join(preview.changed_where))
+    return replace(current, ignition=already_on_disk(current, preview.changed_where))
+
+
 def firstboot_baseline(target: NodeConfig, booted: Booted, changed_where=None) -> NodeConfig:
     """The config a first boot starts from: what the disk already holds of the target (every
     entry when ``changed_where`` is None: nothing known, nothing assumed present) and the OS the

@@ -22,7 +22,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from agent.core import health
 from agent.core.health import CheckResult, HealthResult
@@ -60,6 +60,25 @@ def still_reverted(root: Root, state_dir: str, target: NodeConfig) -> Optional[D
         return record
     nodestate.clear_reverted(root, state_dir)
     return None
+
+
+def keep_served_etag(root: Root, state_dir: str, etag: Optional[str]) -> None:
+    """Keep the ETag the reverted target is served with (ours): the node's next fetch asks
+    If-None-Match it (if_none_match), so the server holds it until the target changes, instead of
+    sending the whole config it will not apply at every pass."""
+    record = nodestate.load_reverted(root, state_dir)
+    if record is not None and etag and record.get("etag") != etag:
+        nodestate.save_reverted(root, state_dir, dict(record, etag=etag))
+
+
+def if_none_match(root: Root, state_dir: str, current: Dict[str, Any]) -> Tuple[Optional[str], bool]:
+    """The ETag a day-2 fetch sends, and whether it is the reverted target's: while the node keeps
+    a target it reverted (not parked), that target's, so that a 304 means "still that target";
+    else the config's it runs (``current``, the recorded current config)."""
+    record = nodestate.load_reverted(root, state_dir)
+    if record is not None and not record.get("parked") and isinstance(record.get("etag"), str):
+        return record["etag"], True
+    return current.get("etag"), False
 
 
 def parked(root: Root, state_dir: str) -> None:

@@ -169,6 +169,8 @@ class Updater:
                 self._take_force()
             if result.status == 304 and not forced:
                 log.debug("config unchanged (ETag %s)", record.get("etag"))
+                if self.asked_reverted:  # still served the target it reverted: nothing to do, nothing to say
+                    return "reverted"
                 self._confirm(record, current)
                 return "unchanged"
             rec = RunRecorder(self.root, "update", state_dir=self.state_dir)
@@ -238,9 +240,11 @@ class Updater:
         # the drift monitor watches the disk meanwhile (None: the force file ended the wait).
         wait = self.hold if hold and self.reporter.credential else 0.0
 
+        etag, self.asked_reverted = revert.if_none_match(self.root, self.state_dir, record)
+
         def fetch() -> Any:
             url = turn.with_wait(record["url"], wait) if wait else record["url"]
-            call = partial(self.fetcher.fetch, url, ignition=True, etag=record.get("etag"), hold=wait,
+            call = partial(self.fetcher.fetch, url, ignition=True, etag=etag, hold=wait,
                            headers=self.reporter.member_headers(),
                            budget=(self.settings.fetch.total_timeout or 300.0) + wait)
             return self.drift.during(call) if wait and self.drift is not None else call()
@@ -281,12 +285,10 @@ class Updater:
         # The layered image the server targeted (the served node annotations name it only then): the
         # node reports it as its desiredImage, as upstream's Node keeps the annotation once set.
         self.trying_image = served.annotations.get(ANN + "desiredImage") or None
-        # FetchResult.headers has lower-cased keys: .get("ETag") was always None, so after every update
-        # the node sent no If-None-Match, and the server answered the whole config at every pass, never
-        # holding it (a VM run: a 200 every 2 s after the day-2 update).
-        etag = result.etag if result.status != 304 else record.get("etag")
+        etag = result.etag if result.status != 304 else record.get("etag")  # kept: the next fetch is held or 304
         same = target.name == current.name and target.ignition == current.ignition
         if not forced and revert.report_reverted(self.reporter, self.root, self.state_dir, served.pool, current, target):
+            revert.keep_served_etag(self.root, self.state_dir, etag)
             rec.finish("done", EXIT_OK)
             return "reverted"  # not applied again on its own: a new target, or --force
         if same and not forced:
@@ -307,7 +309,7 @@ class Updater:
                                                policy_text=served.policy_text)
             self._irreconcilable = self._record_irreconcilable(target, kept)
             # Forced: what differs on disk is planned as a change too (the policy decides its actions).
-            baseline = self._on_disk_baseline(current) if forced else current
+            baseline = planning.on_disk_baseline(self.root, current, self.fetcher, self.state_dir) if forced else current
             plan = planning.make_plan(baseline, target, served.policy_text, firstboot=False)
             log.info("plan:\n%s", plan.explain())
         return self._carry_out(rec, current, target, served, plan, etag, url)
@@ -345,18 +347,6 @@ class Updater:
         # The node annotations (firstPivotConfig) and the MCS content file stay as first boot wrote them.
         target = replace(target, ignition=keep_first_boot_files(target.ignition, current.ignition))
         return target, served
-
-    def _on_disk_baseline(self, current):
-        """``current`` without the entries that differ on disk (a dry run of its apply): the plan
-        from it to the target covers the drifted paths, as first boot plans from what is laid."""
-        from agent.node import planning
-        from agent.node.apply import apply_config
-
-        preview = apply_config(self.root, current, current, fetcher=self.fetcher, state_dir=self.state_dir,
-                               dry_run=True)
-        if preview.changed_where:
-            log.warning("re-applying %s where the disk differs: %s", current.name, ", ".join(preview.changed_where))
-        return replace(current, ignition=planning.already_on_disk(current, preview.changed_where))
 
     def _carry_out(self, rec, current, target, served, plan, etag, url) -> str:
         from agent.node import planning

@@ -5,6 +5,7 @@ to A", does not apply the target again on its next pass; the server counts it fa
 and the rollout halts, so the pool's other node is never targeted. The pool's health-timeout
 annotation reaches the node. Once the admin takes the config back, the node is Done on A again."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ import sys
 
 import yaml
 
+from agent.resource.fetch import IGNITION_ACCEPT
 from tests.helpers import paths
 from tests.helpers.certs import make_tls
 from tests.helpers.noderoot import make_node_root, not_layered, reboot
@@ -97,6 +99,18 @@ def test_a_config_whose_required_check_fails_is_reverted_by_the_node_and_the_rol
         assert again.returncode == 0, again.stderr
         assert f"{b} was reverted after a failed health check: not applied again" in again.stderr
         assert not os.path.exists(os.path.join(root, SYSCTL.lstrip("/")))
+        # It keeps the ETag B is served with: its next fetch asks If-None-Match it and is answered 304
+        # (held until the target changes, in the loop), not B's whole config at every pass.
+        with open(os.path.join(root, "var/lib/node-agent/reverted.json")) as f:
+            kept = json.load(f)["etag"]
+        with open(os.path.join(root, "var/lib/node-agent/node-credential")) as f:
+            credential = json.load(f)["credential"]
+        as_node = {"Authorization": f"Bearer {credential}", "X-Node-Name": first, "Accept": IGNITION_ACCEPT,
+                   "If-None-Match": kept}
+        assert srv.session(token=False).get(srv.url("/config/worker"), headers=as_node).status_code == 304
+        third = run("update", "--once", "--root", root)  # answered 304: still B, nothing applied nor reported
+        assert third.returncode == 0 and "not applied again" not in third.stderr, third.stderr
+        assert api.get(srv.url(f"/api/v1/nodes/{first}")).json()["report"] == report
 
         pool = wait_for(lambda: (lambda p: p if "halted" in p["status"]["rollout"] else None)(
             api.get(srv.url("/api/v1/pools/worker")).json()), "the rollout halts", 30)
