@@ -110,6 +110,22 @@ def test_the_guests_day_2_fetches_reports_and_drain_reached_the_pod(run):
     assert len(logs) >= 2 and any(p == report for _, p, _ in agent_requests(logs[-1])), [len(t) for t in logs]
 
 
+SIZED = re.compile(r'"GET (/config/\S+) HTTP/[\d.]+" (\d{3}) (\d+) .*"node-agent/[^"]*"\s*$')
+
+
+def test_the_nodes_fetches_of_the_config_it_has_are_held_or_304_never_the_same_body_twice_in_a_row(run):
+    """The node keeps the ETag of every config it was served (its first boot's and each update's),
+    so its day-2 fetch asks If-None-Match and the server holds it or answers 304: the same config is
+    never answered 200 twice in a row. (An update once recorded no ETag: after it, the node was
+    sent its whole config at every pass, every 2 s.)"""
+    answers = [(m.group(2), m.group(3)) for text in pod_logs(run) for line in text.splitlines()
+               for m in [SIZED.search(line)] if m and m.group(1).startswith(f"/config/{scenario.POOL}")]
+    served = [size for status, size in answers if status == "200"]
+    assert served, answers[-20:]
+    again = [i for i in range(1, len(answers)) if answers[i] == answers[i - 1] and answers[i][0] == "200"]
+    assert not again, answers
+
+
 def test_the_drain_left_the_servers_pod_and_the_reboot_restarted_its_container(run):
     """The drain (cordon, evictions) never touched the server's DaemonSet pod: the same pod (the one
     the rolling update made, before day 2), never deleted, on the node at the end; the guest's
