@@ -387,6 +387,9 @@ def _phases(ph: Phases, cp: ControlPlane, timings: Dict[str, float], move_to_pod
     # garbage collection overlap the workloads' start instead of adding to it (docs/vm-test.md,
     # "Timings").
     t = time.monotonic()
+    # The Done report may come before the kubelet registers the Node, which the move labels.
+    wait_until(lambda: _registered(cp, NODE), PHASE_TIMEOUT, guest, f"Node {NODE} registered with its InternalIP",
+               poll=1)
     move_to_pod()
     timings["server-pod"] = time.monotonic() - t
     t = time.monotonic()
@@ -487,6 +490,13 @@ def _drain_past_the_pdb(cp: ControlPlane, guest: Guest, result: Result) -> None:
 
 def _node(cp: ControlPlane, name: str) -> Dict[str, Any]:
     return cp.kc.get(f"/api/v1/nodes/{name}").json()
+
+
+def _registered(cp: ControlPlane, name: str) -> bool:
+    """The Node exists and has its InternalIP (what the kubelet route and the move need)."""
+    node = _node(cp, name)
+    addresses = node.get("status", {}).get("addresses") if node.get("kind") == "Node" else None
+    return any(a.get("type") == "InternalIP" for a in addresses or [])
 
 
 def _pods(cp: ControlPlane) -> List[Dict[str, Any]]:
