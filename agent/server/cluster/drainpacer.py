@@ -12,9 +12,10 @@ is under way, and says how long the node should wait otherwise.
 
 A drain's first attempt writes the cordon and our mark only (the same precondition); its state
 follows only when the round leaves pods on the Node (ours, issue 53). A drain with nothing to
-evict was two Node writes, its state written and at once removed; it is now one, as upstream's
-drain controller keeps its ongoing drains in memory and writes the Node's cordon and, once
-drained, its ``lastAppliedDrain`` (drain_controller.go ``syncNode``). A Node cordoned with our
+evict was two Node writes, its state written and at once removed; it is now one. Upstream's
+drain controller keeps its ongoing drains in memory (drain_controller.go ``drainNode``:
+``ctrl.ongoingDrains``) and writes the Node's cordon and, once drained, its ``lastAppliedDrain``
+(``syncNode``; the stored version read is newer than 7ff337a4). A Node cordoned with our
 mark and no state is such a first attempt (or a finished drain): an ask runs its round again
 without a write. Were the process to die within the round, the Node would show that for the 5 s
 after which another process writes the node's MachineConfigNode (kube_sync ``MARK_GRACE``): Drained
