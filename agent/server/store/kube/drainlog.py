@@ -102,6 +102,10 @@ class KubeDrainLog:
                 if (tested := logged is not None and bool(meta.get("labels"))):
                     obj = self.client.json_patch(MACHINE_CONFIG_NODES.path(node), log_ops(meta, annotations[DRAIN_LOG],
                                                                                              self.namespace))
+                elif cur and logged is None:  # a node's first entries: no log to lose, so no precondition
+                    # (a status or spec write meanwhile was a 409 and a read more: 0.1-0.16 per node with
+                    # drains; the one writer of first entries is the node's grant, a second grant at once the same)
+                    obj = self._patch_mcn(node, {"metadata": {"annotations": annotations}}, pool, {})
                 elif cur:
                     obj = self._patch_mcn(node, {"metadata": {"annotations": annotations,
                                                               "resourceVersion": meta["resourceVersion"]}}, pool, {})
