@@ -230,6 +230,42 @@ class StaleOnce:
         return getattr(self.client, name)
 
 
+class NodeWrites:
+    """A client that keeps the Node patches made through it."""
+
+    def __init__(self, client):
+        self.client, self.patches = client, []
+
+    def merge_patch(self, path, body, *a, **kw):
+        if path.startswith("/api/v1/nodes/"):
+            self.patches.append(body)
+        return self.client.merge_patch(path, body, *a, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+
+def test_a_drain_with_nothing_to_evict_is_one_node_write_the_cordon_and_our_mark(kube):
+    """Issue 53: a first attempt wrote the cordon with the drain's state, and its round, finding
+    nothing to evict, wrote again to remove that state: two Node writes. The state now follows only
+    a round that leaves pods; an ask again on the drained Node writes nothing."""
+    node = "w-empty"
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": node, "labels": {"node-role.kubernetes.io/worker": ""}}}))
+    client = NodeWrites(KubeClient(load_kubeconfig(kube.kubeconfig_for(USER))))
+    drainer = Drainer(client)
+    paced = paced_drain(drainer, node, "rendered-x")
+    assert paced is not None and paced.done and not paced.state.active
+    assert len(client.patches) == 1 and client.patches[0]["spec"] == {"unschedulable": True}
+    obj = api(kube, f"/api/v1/nodes/{node}")
+    assert obj["spec"].get("unschedulable") is True and drain_annotations(kube, node) == {}
+    assert obj["metadata"]["annotations"]["node-config-server.openshift.io/drained-for"] == "rendered-x"
+    again = paced_drain(drainer, node, "rendered-x")
+    assert again is not None and again.done and len(client.patches) == 1
+    client.close()
+    kube.kubectl("delete", "node", node)  # cordoned, it would hold one of worker's maxUnavailable
+
+
 def test_two_replicas_start_one_attempt_and_emit_one_event(kube):
     ns, node = "replicas", "w-replicas"
     blocked_node(kube, ns, node)

@@ -24,7 +24,7 @@ from agent.server.rollout.identity import credential_hash
 from agent.server.store.errors import TooManyPending
 from agent.server.store.kube import identity as kube_identity
 from agent.server.store.kube import leases as kube_leases
-from agent.server.store.kube.client import KubeClient, KubeUnavailable, load_kubeconfig
+from agent.server.store.kube.client import KubeClient, KubeError, KubeUnavailable, load_kubeconfig
 from agent.server.store.kube.identity import KubeCredentials
 from agent.server.store.kube.leases import KubeLeases
 from agent.server.store.kube.watch import KubeForbidden, NewestObjects
@@ -204,6 +204,7 @@ class Counting:
 
     def __init__(self, client, before_write=None):
         self.client, self.calls, self.before_write = client, [], before_write
+        self.refused = []  # (verb, HTTP status) of each write the API server refused
 
     def __getattr__(self, name):
         return getattr(self.client, name)
@@ -213,7 +214,11 @@ class Counting:
         if verb in ("create", "replace") and self.before_write is not None:
             hook, self.before_write = self.before_write, None
             hook()
-        return getattr(self.client, verb)(*args)
+        try:
+            return getattr(self.client, verb)(*args)
+        except KubeError as exc:
+            self.refused.append((verb, exc.status))
+            raise
 
     def get(self, *a, **kw):
         return self._call("get", *a, **kw)
@@ -400,14 +405,17 @@ def test_limit_renew_release_and_holders_order(env):
     assert g2.granted and g2.holders == ["n1", "n2"]
     w = a.acquire("n3", "worker", "c1", 2, 60, time.time())
     assert not w.granted and w.holders == ["n1", "n2"] and 1 <= w.retry_after <= 30
-    assert api_holders(env, "worker") == [("drain-worker-0", "n1"), ("drain-worker-1", "n2")]
-    lease = env.api(LEASES_PATH.format(env.ns) + "/drain-worker-0")
+    # Which slot a grant takes is a hash of the node's name (leases.spread): only the slots below
+    # the limit, one node each.
+    slots = dict((node, slot) for slot, node in api_holders(env, "worker"))
+    assert sorted(slots) == ["n1", "n2"] and sorted(slots.values()) == ["drain-worker-0", "drain-worker-1"]
+    lease = env.api(LEASES_PATH.format(env.ns) + "/" + slots["n1"])
     assert lease["spec"]["leaseDurationSeconds"] == 60 and lease["spec"]["acquireTime"].endswith("Z")
     assert lease["metadata"]["annotations"]["node-agent.openshift.io/config"] == "c1"
     # Renewal by the holder (through the other replica): the same slot, the grant time kept.
     r = b.acquire("n1", "worker", "c2", 2, 90, t + 10)
     assert r.granted and r.renewed and r.expires == t + 100 and r.holders == ["n1", "n2"]
-    assert api_holders(env, "worker") == [("drain-worker-0", "n1"), ("drain-worker-1", "n2")]
+    assert api_holders(env, "worker") == sorted((slot, node) for node, slot in slots.items())
     wait_for(lambda: [(h["node"], h["config"], h["granted"]) for h in a.holders("worker")]
              == [("n1", "c2", t), ("n2", "c1", t + 0.5)], "the renewal through the watch", timeout=20)
     assert a.held_by("n2") == {"node": "n2", "pool": "worker", "config": "c1", "granted": t + 0.5,
@@ -420,7 +428,7 @@ def test_limit_renew_release_and_holders_order(env):
     assert a.release("n1") is None  # nothing held any more
     g3 = a.acquire("n3", "worker", "c1", 2, 60, t + 20)
     assert g3.granted and g3.holders == ["n2", "n3"]
-    assert api_holders(env, "worker") == [("drain-worker-0", "n3"), ("drain-worker-1", "n2")]
+    assert api_holders(env, "worker") == sorted([(slots["n1"], "n3"), (slots["n2"], "n2")])  # n1's slot, freed
     assert a.release("n2") == "worker" and a.release("n3") == "worker" and api_holders(env, "worker") == []
 
 
@@ -475,10 +483,14 @@ def test_a_grant_made_over_a_lowered_limit_is_taken_back_before_it_is_answered(e
 
     The interleaving: a stale replica (limit 3) counted n0 and y (slots 0 and 1) and is about to
     take slot 2; y releases slot 1; this replica (limit 2) counts n0 alone and takes slot 1; the
-    stale replica's write lands first. Both compare-and-swaps succeed: 3 holders, limit 2."""
+    stale replica's write lands first. Both compare-and-swaps succeed: 3 holders, limit 2. (n0
+    and y are written to slots 0 and 1 as the stale replica's grants: which free slot a grant
+    takes is a hash of the node's name, leases.spread.)"""
     other = env.leases(watch=False)
     t = time.time()
-    assert other.acquire("n0", "worker", "c", 3, 60, t).granted and other.acquire("y", "worker", "c", 3, 60, t).granted
+    for i, node in enumerate(("n0", "y")):
+        body = kube_leases.lease_body(f"drain-worker-{i}", env.ns, "worker", node, "c", t, t, 60)
+        assert env.kc.session().post(env.kc.url + LEASES_PATH.format(env.ns), json=body, timeout=10).status_code == 201
     assert other.release("y") == "worker"
 
     def stale_replica_write_lands():  # after this replica counted, before its own write
@@ -493,6 +505,32 @@ def test_a_grant_made_over_a_lowered_limit_is_taken_back_before_it_is_answered(e
     assert counted.calls == ["list", "replace", "list", "list", "replace", "list"]  # write, check, undo, count
     assert api_holders(env, "worker") == [("drain-worker-0", "n0"), ("drain-worker-2", "x2")]
     assert mine.held_by("n1") is None
+
+
+def test_a_wave_of_grants_through_one_replica_writes_no_conflicting_lease(env):
+    """Issue 53: a wave of nodes asking at once took the lowest free slot on its first try, so all
+    but one of a replica's grants lost the race (409) and listed again. One grant of a pool at a
+    time per process, each counting the slots the one before took: ten asks at once, ten slots,
+    no write refused."""
+    counted = Counting(env.client())
+    one = env.leases(watch=False, client=counted)
+    start, answers, errors = threading.Barrier(10), {}, []
+
+    def ask(name):
+        try:
+            start.wait(30)
+            answers[name] = one.acquire(name, "worker", "c", 10, 60, time.time())
+        except Exception as exc:  # reported below: a thread's assertion would vanish otherwise
+            errors.append(f"{name}: {exc!r}")
+
+    threads = [threading.Thread(target=ask, args=(f"worker-{i}",), daemon=True) for i in range(10)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert not errors and all(a.granted for a in answers.values()) and len(answers) == 10, (errors, answers)
+    assert counted.refused == []
+    assert sorted(slot for slot, _ in api_holders(env, "worker")) == sorted(f"drain-worker-{i}" for i in range(10))
 
 
 def test_thirty_concurrent_acquires_through_three_replicas_never_exceed_the_limit(env):

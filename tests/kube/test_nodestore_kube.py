@@ -7,6 +7,7 @@ API server going away. Each test has a namespace of its own; the MachineConfigNo
 
 import os
 import threading
+import time
 import types
 
 import pytest
@@ -218,6 +219,59 @@ def test_api_away_writes_fail_as_store_unavailable_and_reads_keep_answering(repl
     with pytest.raises(StoreUnavailable):
         a.update_pool("worker", lambda old: PoolRow("worker", "r-2", "r-1"))
     assert a.pools()["worker"].target == "r-1"
+
+
+def mcn_writes(store):
+    """The MachineConfigNode writes ``store`` makes from now on: (verb, name), in order."""
+    calls = []
+
+    def counting(verb, orig):
+        def counted(path, *args, **kw):
+            if "/machineconfignodes" in path:
+                calls.append((verb, path.rsplit("/", 1)[-1]))
+            return orig(path, *args, **kw)
+        return counted
+
+    for verb in ("merge_patch", "json_patch", "create"):
+        setattr(store.client, verb, counting(verb, getattr(store.client, verb)))
+    return calls
+
+
+def test_a_done_that_ends_a_drain_writes_its_record_and_the_uncordon_in_one_mcn_write(kube_cluster, replicas):  # noqa: F811
+    """Issue 53: the Done's record, then the drain log's uncordon, were two writes of the MCN; the
+    log read is now the precondition of one JSON patch carrying both (the lease released after)."""
+    a, b = replicas
+    a.record_report("n1", {"pool": "worker", "state": "Working", "currentConfig": "r1", "desiredConfig": "r2"},
+                    worker(), 1.0)
+    assert a.acquire_lease("n1", "worker", "r2", 1, 600, time.time()).granted
+    wait_for(lambda: a.drain_leases.held_by("n1") is not None, "the lease in this replica's watch", 30)
+    calls = mcn_writes(a)
+    rec = a.record_report("n1", {"pool": "worker", "state": "Done", "currentConfig": "r2", "desiredConfig": "r2"},
+                          worker(), 2.0)
+    assert rec.released and calls == [("json_patch", "n1")]
+    assert [e["action"] for e in a.drain_events("n1")] == ["cordon", "drain", "uncordon"]
+    wait_for(lambda: [e["action"] for e in b.drain_events("n1")] == ["cordon", "drain", "uncordon"]
+             and b.node("n1").report["state"] == "Done", "replica B reads the record and the log", 30)
+    wait_for(lambda: b.drain_leases.held_by("n1") is None, "the release through replica B's watch", 30)
+
+
+def test_a_report_of_a_targeted_node_carries_the_mcn_spec_desired_in_its_record_write(kube_cluster, replicas):  # noqa: F811
+    """Issue 53: kube_mcn patched the MCN's spec for every targeted node after its Working report's
+    record; the record write now sets spec.configVersion.desired to the server's target for the node,
+    as the MCD sets the spec when it takes up an update (upgrade_monitor.go)."""
+    a, _ = replicas
+    a.record_report("n2", {"pool": "worker", "state": "Done", "currentConfig": "r1", "desiredConfig": "r1"},
+                    worker(), 1.0)
+    assert kube_cluster.kubectl("get", "machineconfignode", "n2", "-o",
+                                "jsonpath={.spec.configVersion.desired}").stdout.strip() == "r1"
+    a.update_pool("worker", lambda old: PoolRow("worker", "r2", "r1", "", "r2",
+                                                {"config": "r2", "targets": {"n2": {"config": "r2", "at": 1.0}}}))
+    calls = mcn_writes(a)
+    a.record_report("n2", {"pool": "worker", "state": "Working", "currentConfig": "r1", "desiredConfig": "r2"},
+                    worker(), 2.0)
+    assert calls == [("merge_patch", "n2")]
+    assert kube_cluster.kubectl("get", "machineconfignode", "n2", "-o",
+                                "jsonpath={.spec.configVersion.desired}").stdout.strip() == "r2"
 
 
 def test_a_non_ascii_report_within_the_report_limit_is_stored_whole_and_read_back(replicas):

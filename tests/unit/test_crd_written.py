@@ -10,8 +10,10 @@ server stores them.
 """
 
 import functools
+import json
 import os
 import shutil
+import threading
 import types
 
 import pytest
@@ -25,8 +27,8 @@ from agent.server.cluster.service import validate_report  # noqa: E402
 from agent.server.http.app import App  # noqa: E402
 from agent.server.rollout import draincadence, firstboots, mcnconditions  # noqa: E402
 from agent.server.rollout.draincadence import DrainState  # noqa: E402
-from agent.server.store.kube import nodestore  # noqa: E402
-from agent.server.store.kube.mcnrecord import REPORT, report_annotation  # noqa: E402
+from agent.server.store.kube import drainlog, nodestore  # noqa: E402
+from agent.server.store.kube.mcnrecord import DRAIN_LOG, REPORT, report_annotation  # noqa: E402
 from agent.server.store.nodestore import NodeRecord  # noqa: E402
 from tests.helpers import crd_validate, paths  # noqa: E402
 from tests.helpers.fakekube import FakeCache, FakeKube, merge_patch  # noqa: E402
@@ -213,6 +215,30 @@ def test_the_node_stores_writes_on_a_machineconfignode_validate_against_the_crd(
                                        {"desiredConfig": a})
     every_write_valid(kube)
     assert kube.calls[-2:] == [("PATCH", "dir-node"), ("CREATE", "dir-node")]
+
+
+def test_a_nodes_first_drain_log_entries_are_no_compare_and_swap_so_a_status_write_meanwhile_is_no_conflict(app):
+    """Issue 53: the grant's entries, the first on the MCN, were a merge patch carrying the
+    resourceVersion read, and a status or spec write landing between the read and the patch (the
+    sweep's at targeting) made it a 409 and a read more. There is no log yet to lose."""
+    a, kube = target(app, "worker"), FakeKube()
+    writer(kube).write("w3", node("w3", a, a), "worker", report_of("Done", a, a))
+    store = store_on(kube)
+    store.__dict__.update(_lock=threading.RLock(), _mcn_note=lambda obj, deleted: None, _wrote=lambda version: None,
+                          _patch_mcn=functools.partial(nodestore.KubeNodeStore._patch_mcn, store))
+    read = kube.get
+
+    def read_then_a_status_write(path, params=None):
+        obj = read(path, params)
+        kube.merge_patch(path + "/status", {"status": {"observedGeneration": 1}})  # kube_sync's, meanwhile
+        return obj
+
+    kube.get = read_then_a_status_write
+    del kube.calls[:]
+    drainlog.KubeDrainLog._log_drain(store, "w3", "worker", ("cordon", a), ("drain", "granted"))
+    assert [c for c in kube.calls if c[0] == "PATCH"] == [("PATCH", "w3")]
+    assert [e["action"] for e in json.loads(kube.objects["w3"]["metadata"]["annotations"][DRAIN_LOG])] == \
+        ["cordon", "drain"]
 
 
 def test_the_sweep_makes_one_for_every_node_and_deletes_orphans_every_write_valid(app):

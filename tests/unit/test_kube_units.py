@@ -16,7 +16,7 @@ from agent.server.store.kube import client as kube_client
 from agent.server.store.kube import state as kube_state
 from agent.server.store.kube import watch as kube_watch
 from agent.server.store.kube.client import KubeConfigError
-from agent.server.store.kube.mcnrecord import node_object
+from agent.server.store.kube.mcnrecord import DRAIN_LOG, REPORT, STORE_LABEL, node_object, record_ops
 
 POOL = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
         "metadata": {"name": "infra", "uid": "u-1", "resourceVersion": "7", "generation": 3,
@@ -345,6 +345,20 @@ def test_a_machineconfignode_with_no_known_config_or_pool_says_not_yet_set():
     """upgrade_monitor.go NotYetSet: the CRD's CEL rules want an RFC 1123 subdomain, never ""."""
     obj = node_object("n1", {"desiredConfig": ""}, "")
     assert obj["spec"]["configVersion"]["desired"] == "not-yet-set" and obj["spec"]["pool"]["name"] == "not-yet-set"
+
+
+def test_a_record_with_the_drain_logs_uncordon_is_one_json_patch_testing_the_log_read():
+    """Issue 53: a Done that ends a drain writes its record, the log and (targeted) the spec's
+    desired config in one write, on the condition that the log is as read."""
+    def key(k):
+        return k.replace("~", "~0").replace("/", "~1")
+
+    ops = record_ops("[1]", "[1,2]", "{}", "", "ns")
+    assert ops == [{"op": "test", "path": f"/metadata/annotations/{key(DRAIN_LOG)}", "value": "[1]"},
+                   {"op": "add", "path": f"/metadata/annotations/{key(DRAIN_LOG)}", "value": "[1,2]"},
+                   {"op": "add", "path": f"/metadata/annotations/{key(REPORT)}", "value": "{}"},
+                   {"op": "add", "path": f"/metadata/labels/{key(STORE_LABEL)}", "value": "ns"}]
+    assert {"op": "add", "path": "/spec/configVersion/desired", "value": "r2"} in record_ops("[1]", "[1,2]", "{}", "r2", "ns")
 
 
 def test_a_report_that_waits_for_its_reboot_leaves_the_nodes_currentConfig_as_it_is():

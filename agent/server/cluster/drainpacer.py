@@ -10,6 +10,17 @@ replicas answering the same node at once: one starts the attempt and emits its E
 gets 409, reads again and follows), runs the round (kube_drain.drain_for_lease) when an attempt
 is under way, and says how long the node should wait otherwise.
 
+A drain's first attempt writes the cordon and our mark only (the same precondition); its state
+follows only when the round leaves pods on the Node (ours, issue 53). A drain with nothing to
+evict was two Node writes, its state written and at once removed; it is now one. Upstream's
+drain controller keeps its ongoing drains in memory (drain_controller.go ``drainNode``:
+``ctrl.ongoingDrains``) and writes the Node's cordon and, once drained, its ``lastAppliedDrain``
+(``syncNode``; the stored version read is newer than 7ff337a4). A Node cordoned with our
+mark and no state is such a first attempt (or a finished drain): an ask runs its round again
+without a write. Were the process to die within the round, the Node would show that for the 5 s
+after which another process writes the node's MachineConfigNode (kube_sync ``MARK_GRACE``): Drained
+for a round that had not finished, until the node's next ask.
+
 No drain at all on a single-node cluster (Infrastructure ``cluster``,
 status.controlPlaneTopology SingleReplica: the MCD's drainRequired, pkg/daemon/drain.go), and none
 while the topology cannot be read (agent/server/cluster/topology.py: unknown, retried).
@@ -77,9 +88,11 @@ def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = Non
         meta = obj.get("metadata") or {}
         state = draincadence.from_annotations(meta.get("annotations") or {})
         step = draincadence.begin(state, cadence, node, now)
-        if step.changed:
+        first = step.run and not state.active  # a drain's first attempt: its state only if its round leaves pods
+        if step.changed and not (first and marked(obj, config)):
             try:  # an attempt that runs now cordons in the same write (one Node write, not three)
-                written = _write_state(drainer, node, step.state, meta.get("resourceVersion"), config, cordon=step.run)
+                written = _write_state(drainer, node, DrainState() if first else step.state, meta.get("resourceVersion"),
+                                       config, cordon=step.run, mark=first)
             except KubeError as exc:
                 if exc.status == 409:
                     continue
@@ -103,8 +116,9 @@ def paced_drain(drainer: Any, node: str, config: str, now: Optional[float] = Non
     if result is None:
         return None
     state, changed = draincadence.after_round(step.state, result.done, blocker(result))
+    changed = changed and not (first and result.done)  # a first round that finished: no state was written
     if changed:
-        if state.active:  # only the blocker: another replica may have moved the attempt meanwhile
+        if state.active and not first:  # only the blocker: another replica may have moved the attempt meanwhile
             written = drainer.client.merge_patch(NODES.path(node), {"metadata": {"annotations": {
                 draincadence.LAST_ERROR: draincadence.annotations(state)[draincadence.LAST_ERROR]}}})
         else:
@@ -147,18 +161,27 @@ def blocker(result: DrainResult) -> str:
 
 
 def _write_state(drainer: Any, node: str, state: DrainState, version: Optional[str], config: str,
-                 cordon: bool = False) -> Any:
-    """The drain state's annotations on the Node (with ``cordon``, the cordon in the same patch);
-    returns the Node as written."""
+                 cordon: bool = False, mark: bool = False) -> Any:
+    """The drain state's annotations on the Node (with ``cordon``, the cordon in the same patch;
+    ``mark``: our cordon's mark with no state, a first attempt's write); returns the Node as written."""
+    ours = state.active or mark
     meta: Dict[str, Any] = {"annotations": draincadence.annotations(state)}
-    if state.active and version:
+    if ours and version:
         meta["resourceVersion"] = version  # a precondition: 409 when another replica wrote first
-    if state.active:
+    if ours:
         meta["annotations"][DRAINED_FOR] = config or "-"
     patch: Dict[str, Any] = {"metadata": meta}
-    if cordon and state.active:
+    if cordon and ours:
         patch["spec"] = {"unschedulable": True}
     return drainer.client.merge_patch(NODES.path(node), patch)
+
+
+def marked(node_obj: Dict[str, Any], config: str) -> bool:
+    """Whether the Node is cordoned with our mark for ``config`` and no drain state: a first attempt
+    another ask started (or a drain that finished), whose round this ask runs again without a write."""
+    meta = node_obj.get("metadata") or {}
+    return bool((node_obj.get("spec") or {}).get("unschedulable")) and \
+        (meta.get("annotations") or {}).get(DRAINED_FOR) == (config or "-")
 
 
 def _emit(drainer: Any, node_obj: Dict[str, Any], events: Any, now: float) -> None:

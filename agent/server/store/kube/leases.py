@@ -136,26 +136,26 @@ def in_pool(holders: List[Holder], pool: str, now: float) -> List[Holder]:
     return sorted((h for h in holders if h["pool"] == pool and live(h, now)), key=lambda h: (h["granted"], h["node"]))
 
 
-def free_slot(objects: Dict[str, Lease], pool: str, limit: int, now: float, start: int = 0) -> Tuple[int, Optional[Lease]]:
-    """The first slot below ``limit`` nobody holds live, from slot ``start`` on (round):
-    (index, its Lease or None if absent)."""
-    for k in range(limit):
-        i = (start + k) % limit
+def free_slots(objects: Dict[str, Lease], pool: str, limit: int, now: float) -> List[Tuple[int, Optional[Lease]]]:
+    """The slots below ``limit`` nobody holds live: (index, its Lease or None if absent)."""
+    free = []
+    for i in range(limit):
         obj = objects.get(slot_name(pool, i))
         if obj is None or not live(holder_of(obj), now):
-            return i, obj
-    return -1, None
+            free.append((i, obj))
+    return free
 
 
-def spread(node: str, race: int, limit: int) -> int:
-    """Where a grant looks for a free slot: the lowest first; after a lost race, a place of the
-    node's own (a hash of its name and the race), so that a wave of nodes asking at once do not
-    all take the same first free slot again, of which all but one lose and list again (at 1,000
-    nodes with drains: 8,900 conflicting Lease writes, drain asks of over 30 s; docs/performance.md,
-    "Rollout at fleet scale")."""
-    if race == 0 or limit <= 1:
+def spread(node: str, race: int, n: int) -> int:
+    """Which of ``n`` free slots a grant takes (ours): a hash of the node's name and the race, from
+    the first try on. A wave of nodes asking at once (the server targets ``maxUnavailable`` nodes
+    in one step) then mostly write different slots. Before, every first try took the lowest free
+    slot, so all but one of a wave lost and listed again: at 1,000 nodes with drains 8,900
+    conflicting Lease writes; after a place of its own from the second try, still 0.3-0.5
+    conflicts per node at 100-200 nodes (docs/performance.md, "Writes per node and conflicts")."""
+    if n <= 1:
         return 0
-    return int(hashlib.sha256(f"{node}/{race}".encode()).hexdigest()[:8], 16) % limit
+    return int(hashlib.sha256(f"{node}/{race}".encode()).hexdigest()[:8], 16) % n
 
 
 class KubeLeases(Follower):
@@ -165,6 +165,7 @@ class KubeLeases(Follower):
         self.client = client
         self.namespace = namespace
         self._lock = threading.Lock()
+        self._granting: Dict[str, threading.Lock] = {}  # per pool: one grant at a time in this process
         self._leases = NewestObjects()
         self._follow(client, LEASES, namespace, f"{KIND_LABEL}={KIND}", watch)
 
@@ -213,7 +214,18 @@ class KubeLeases(Follower):
     # -- the drain lease methods ------------------------------------------------------------
 
     def acquire(self, node: str, pool: str, config: str, limit: int, ttl: float, now: float) -> DrainAnswer:
-        """Grant, renew or refuse ``node`` a drain slot in ``pool`` (etcd.drains.request_drain)."""
+        """Grant, renew or refuse ``node`` a drain slot in ``pool`` (etcd.drains.request_drain).
+
+        One grant of a pool at a time in this process (ours): a wave's asks reach a process
+        together, and two of its grants counting the same list could pick the same slot; in turn,
+        each counts the slots the one before took. Other processes still race (the compare-and-swap
+        decides), on a slot of the node's own choosing (``spread``)."""
+        with self._lock:
+            granting = self._granting.setdefault(pool, threading.Lock())
+        with granting:
+            return self._acquire(node, pool, config, limit, ttl, now)
+
+    def _acquire(self, node: str, pool: str, config: str, limit: int, ttl: float, now: float) -> DrainAnswer:
         ttl_s = max(1, int(math.ceil(ttl)))
         for race in range(MAX_RACES):
             objects = self._list()
@@ -228,11 +240,12 @@ class KubeLeases(Follower):
                     names = [h["node"] for h in holders if h["name"] not in {e["name"] for e in here[1:]}]
                     return DrainAnswer(True, node, pool, limit, now + ttl_s, holders=names, renewed=True)
                 continue  # changed meanwhile: read again
-            i, slot = free_slot(objects, pool, limit, now, spread(node, race, limit))
-            if len(holders) >= limit or i < 0:  # (i < 0: a slot's annotations were edited by hand)
+            free = free_slots(objects, pool, limit, now)
+            if len(holders) >= limit or not free:  # (not free: a slot's annotations were edited by hand)
                 soonest = min((h["until"] for h in holders), default=now + ttl_s) - now
                 return DrainAnswer(False, node, pool, limit, retry_after=int(max(1, min(30, math.ceil(soonest)))),
                                    holders=[h["node"] for h in holders])
+            i, slot = free[spread(node, race, len(free))]
             body = lease_body(slot_name(pool, i), self.namespace, pool, node, config, now, now, ttl_s,
                               slot["metadata"]["resourceVersion"] if slot is not None else "")
             if not self._write(body):

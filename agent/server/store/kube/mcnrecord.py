@@ -65,11 +65,25 @@ def log_ops(meta: Dict[str, Any], value: str, namespace: str) -> List[Dict[str, 
     object that has one: a status or spec write or a report meanwhile (kube_mcn) is no conflict,
     as it was with the resourceVersion. Only the log is tested: the whole annotations (a report of
     hundreds of KiB) sent back as the test's value made the request one the API server refused."""
-    def path(section: str, key: str) -> str:
-        return f"/metadata/{section}/" + key.replace("~", "~0").replace("/", "~1")
-    return [{"op": "test", "path": path("annotations", DRAIN_LOG), "value": meta["annotations"][DRAIN_LOG]},
-            {"op": "add", "path": path("annotations", DRAIN_LOG), "value": value},
-            {"op": "add", "path": path("labels", STORE_LABEL), "value": namespace}]
+    return [{"op": "test", "path": _path("annotations", DRAIN_LOG), "value": meta["annotations"][DRAIN_LOG]},
+            {"op": "add", "path": _path("annotations", DRAIN_LOG), "value": value},
+            {"op": "add", "path": _path("labels", STORE_LABEL), "value": namespace}]
+
+
+def record_ops(log_read: str, log_value: str, report: str, desired: str, namespace: str) -> List[Dict[str, Any]]:
+    """A report's record, the drain log's new value and (``desired`` not "") the spec's desired
+    config as one JSON patch whose precondition is the drain log read (pure): the write of a Done
+    that ends a drain (kube.drainlog ``_write_record``)."""
+    ops = [{"op": "test", "path": _path("annotations", DRAIN_LOG), "value": log_read},
+           {"op": "add", "path": _path("annotations", DRAIN_LOG), "value": log_value},
+           {"op": "add", "path": _path("annotations", REPORT), "value": report}]
+    if desired:
+        ops.append({"op": "add", "path": "/spec/configVersion/desired", "value": desired})
+    return ops + [{"op": "add", "path": _path("labels", STORE_LABEL), "value": namespace}]
+
+
+def _path(section: str, key: str) -> str:
+    return f"/metadata/{section}/" + key.replace("~", "~0").replace("/", "~1")
 
 
 def json_list(value: Optional[str]) -> List[Dict[str, Any]]:

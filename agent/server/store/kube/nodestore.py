@@ -20,11 +20,10 @@ proofs and a config fetch cost no round trip and keep answering while the API se
 write is acknowledged once the API server stored it, else ``KubeUnavailable`` (503, Retry-After).
 """
 
-import json
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 from agent.server.rollout.progress import Membership
 from agent.server.store.errors import StoreUnavailable
@@ -34,8 +33,8 @@ from agent.server.store.kube.client import (
     KubeClient,
     KubeError,
     KubeUnavailable,
-    get_if_exists,
 )
+from agent.server.store.kube.drainlog import UNCORDON, KubeDrainLog, NoMachineConfigNode  # noqa: F401 (the store's name)
 from agent.server.store.kube.heartbeat import KubeHeartbeat
 from agent.server.store.kube.identity import CredentialMethods, KeptFirstBoots, KubeCredentials
 from agent.server.store.kube.leases import KubeLeases
@@ -54,7 +53,6 @@ from agent.server.store.kube.watch import Reflector, wait_all_synced
 from agent.server.store.kube.watch import resource_version as rv
 from agent.server.store.nodeindex import IndexedReads, NodeIndex
 from agent.server.store.nodestore import (
-    DRAIN_GRANTED,
     SERVER_KEY,
     Deleted,
     NodeRecord,
@@ -67,12 +65,10 @@ from agent.server.store.nodestore import (
 
 log = logging.getLogger(__name__)
 
-DRAINLOG_KEEP = 50
-CAS_TRIES = 50
 SYNC_TIMEOUT = 30.0
 
 
-class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
+class KubeNodeStore(KubeDrainLog, KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
     kind = "kubernetes"
     def __init__(self, client: KubeClient, namespace: str, watch: bool = True, sync_timeout: float = SYNC_TIMEOUT,
                  credentials_namespace: Optional[str] = None):
@@ -83,6 +79,7 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
         self._lock = threading.RLock()
         self._index = NodeIndex()
         self._drainlogs: Dict[str, List[Dict[str, Any]]] = {}
+        self._drainraw: Dict[str, str] = {}  # each drain log as the annotation holds it: a JSON patch's test
         self.revision = 0
         self._last_ok = 0.0
         self.cm = ConfigMapState(client, namespace, self._lock, self._wrote)
@@ -124,6 +121,7 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
             mine = {n: (self._index.records.get(n), v) for n, v in self._index.revisions.items() if at and v > at}
             self._index.clear()
             self._drainlogs = {n: log for n, log in self._drainlogs.items() if n in mine}
+            self._drainraw = {n: raw for n, raw in self._drainraw.items() if n in mine}
             for item in obj["items"]:
                 if item["metadata"]["name"] not in mine:
                     self._mcn_note(item, False)
@@ -143,6 +141,10 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
             self._drainlogs[name] = drain_log
         else:
             self._drainlogs.pop(name, None)
+        if isinstance(annotations.get(DRAIN_LOG), str):
+            self._drainraw[name] = annotations[DRAIN_LOG]
+        else:
+            self._drainraw.pop(name, None)
 
     def _cm_event(self, kind: str, obj: Dict[str, Any]) -> None:
         if kind == "RELIST":
@@ -213,19 +215,20 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
         return self.client.create(MACHINE_CONFIG_NODES.path(), obj)
 
     def record_report(self, node: str, body: Dict[str, Any], member: Membership, now: float) -> Recorded:
-        """The report on the node's MCN; then, when it is Done on the leased config, the end of
-        its drain lease (a second write: a replica dying between the two leaves the lease to
-        expire, or to the node's next Done report). A report that counts for nothing (the
+        """The report on the node's MCN (with the drain log's uncordon and the spec's desired config
+        where they go with it: ``_write_record``); then, when it is Done on the leased config, the
+        end of its drain lease (a second write: a replica dying between the two leaves the lease to
+        expire, or to the node's next Done report, whose uncordon is then logged twice). A report that counts for nothing (the
         server's pending mark) goes into the node's credential record instead, never onto an MCN
         (issue 45); once it counts, the next write moves it (the record's copy is dropped after)."""
         rec = NodeRecord(node, member.pool, member.why, member.degraded, dict(body), now)
         value = report_annotation(rec)
         with self._lock:
             old = self._index.records.get(node)
-        obj = None
+        obj, logged = None, False
         if not _pending(body):
             try:
-                obj = self._patch_mcn(node, {"metadata": {"annotations": {REPORT: value}}}, member.pool, body)
+                obj, logged = self._write_record(node, value, member.pool, body)
             except NoMachineConfigNode:  # no Node, so no MCN: kept as a pending one is, until kube_mcn makes one
                 pass
         elif old is not None:  # it counted before (a rotated registration): off the MCN first
@@ -243,7 +246,8 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
             pool = self.drain_leases.release(node, str(body.get("currentConfig") or "") or None)
             if pool is not None:
                 released = True
-                self._log_drain(node, pool, ("uncordon", "node reported Done"))
+                if not logged:
+                    self._log_drain(node, pool, UNCORDON)
         return Recorded(released, old.pool if old is not None else None)
 
     def _adopted(self, node: str, obj: Dict[str, Any]) -> None:
@@ -299,6 +303,7 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
         with self._lock:
             self._index.apply(node, None, rv(obj))
             self._drainlogs.pop(node, None)
+            self._drainraw.pop(node, None)
         self._wrote(rv(obj))
 
     def node(self, node: str) -> Optional[NodeRecord]:
@@ -313,65 +318,6 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
             merged.update((n, r) for n, r in self._index.records.items()
                           if n > after and (pool is None or r.pool == pool))
         return [merged[n] for n in sorted(merged)[:limit]]
-
-    # -- leases (KubeLeases) and the drain log ----------------------------------------------------
-
-    def acquire_lease(self, node: str, pool: str, config: str, limit: int, ttl: float, now: float):
-        answer = self.drain_leases.acquire(node, pool, config, limit, ttl, now)
-        if answer.granted and not answer.renewed:
-            self._log_drain(node, pool, ("cordon", config), ("drain", DRAIN_GRANTED))
-        return answer
-
-    def release_lease(self, node: str, why: str) -> Optional[str]:
-        pool = self.drain_leases.release(node)
-        if pool is not None:
-            self._log_drain(node, pool, ("uncordon", why))
-        return pool
-
-    def leases(self, pool: Optional[str] = None, now: Optional[float] = None) -> List[Dict[str, Any]]:
-        return [{k: h[k] for k in ("node", "pool", "config", "granted", "expires")}
-                for h in self.drain_leases.holders(pool or "")]
-
-    def drain_events(self, node: Optional[str] = None) -> List[Dict[str, Any]]:
-        with self._lock:
-            if node is not None:
-                return list(self._drainlogs.get(node) or [])
-            return sorted((e for log in self._drainlogs.values() for e in log), key=lambda e: e.get("at", 0))
-
-    def _log_drain(self, node: str, pool: str, *entries: Tuple[str, str]) -> None:
-        """Append ``entries`` (action, detail) to the MCN's drain log in one write: a JSON patch testing the log
-        read (``log_ops``), else a CAS on the resourceVersion; a 422 whose log had not moved is raised."""
-        events, refused = [{"node": node, "pool": pool, "action": a, "detail": d, "at": time.time()}
-                           for a, d in entries], None  # refused: (a 422, the log it tested)
-        for _ in range(CAS_TRIES):
-            cur = get_if_exists(self.client, MACHINE_CONFIG_NODES.path(node)) or {}
-            meta = cur.get("metadata") or {}
-            logged = (meta.get("annotations") or {}).get(DRAIN_LOG)
-            if refused is not None and logged == refused[1]:
-                raise refused[0]  # no race: the patch itself was refused
-            annotations = {DRAIN_LOG: json.dumps((json_list(logged) + events)[-DRAINLOG_KEEP:])}
-            try:
-                if (tested := logged is not None and bool(meta.get("labels"))):
-                    obj = self.client.json_patch(MACHINE_CONFIG_NODES.path(node), log_ops(meta, annotations[DRAIN_LOG],
-                                                                                             self.namespace))
-                elif cur:
-                    obj = self._patch_mcn(node, {"metadata": {"annotations": annotations,
-                                                              "resourceVersion": meta["resourceVersion"]}}, pool, {})
-                else:
-                    obj = self._create_mcn(node, {"annotations": annotations}, pool, {})
-            except NoMachineConfigNode:  # no Node: its drain log has no object to go on
-                log.info("node %s: %s not logged: no MachineConfigNode (no Node)", node, entries)
-                return
-            except KubeError as exc:
-                if exc.status in (404, 409) or (exc.status == 422 and tested):  # changed since read? read again
-                    refused = (exc, logged) if exc.status == 422 else None
-                    continue
-                raise
-            with self._lock:
-                self._mcn_note(obj, False)
-            self._wrote(rv(obj))
-            return
-        raise RuntimeError(f"MachineConfigNode {node}: {CAS_TRIES} concurrent changes of its drain log; try again")
 
     # -- pools, rendered configs, meta (kube.nodestate.ConfigMapState) ------------------------------
 
@@ -409,10 +355,6 @@ class KubeNodeStore(KeptFirstBoots, CredentialMethods, IndexedReads, NodeStore):
         if rec is None and node:
             rec = self.credentials.pending_report(node)
         return Serving(self.cm.meta("state_signature"), row, proofs, rec)
-
-
-class NoMachineConfigNode(KubeError):
-    """No MCN, and none is ours to make (``makes_mcns`` False): the name has no Node."""
 
 
 def _pending(body: Dict[str, Any]) -> bool:
