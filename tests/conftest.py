@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
+from tests.helpers.etcd_cluster import ETCD, EtcdCluster, have_etcd
+from tests.helpers.kube_cluster import BINARIES, KUBECTL, KubeCluster, find_kube_bin
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "state")
 NO_SKIP = os.environ.get("NODE_AGENT_NO_SKIP") == "1"
@@ -98,6 +99,21 @@ def etcd_cluster(tmp_path_factory):
         pytest.skip("etcd-server is not installed (make test installs it)")
     with EtcdCluster(str(tmp_path_factory.mktemp("etcd"))) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(tmp_path_factory):
+    """One control plane for the session (of each pytest worker) for every test that asks for
+    it; tests keep to namespaces or names of their own. Defined here, never imported into a test
+    module: there it would be that module's own, one more control plane kept to the end."""
+    bin_dir = find_kube_bin()
+    if not bin_dir:
+        pytest.skip(f"{'/'.join(BINARIES)} 1.20.2 are not built: run make kube-bin "
+                    "(make test does; 10-15 minutes once, then cached)")
+    if not os.access(ETCD, os.X_OK) or not os.access(KUBECTL, os.X_OK):
+        pytest.skip("etcd (etcd-server) or kubectl is not installed (make sysdeps installs etcd-server)")
+    with KubeCluster(str(tmp_path_factory.mktemp("kube")), bin_dir, tls_bootstrap=True) as kc:
+        yield kc
 
 
 @pytest.fixture
