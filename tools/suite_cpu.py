@@ -18,6 +18,7 @@ to the test its worker was running when it started, and so to the test's folder.
 """
 
 import ctypes
+import fcntl
 import json
 import os
 import subprocess
@@ -29,6 +30,7 @@ from typing import Dict, List, Optional
 PR_SET_CHILD_SUBREAPER = 36
 SAMPLE_EVERY = 0.05  # seconds; a process shorter than this may go without its command line
 REAP_LEFTOVERS_FOR = 60.0  # seconds the runner waits for processes still running after the command
+LOCK = "/run/lock/suite_cpu.lock"  # the kernel keeps one accounting file: one run at a time
 
 
 def _libc():
@@ -108,6 +110,13 @@ def reap(main_pid: int) -> int:
 
 
 def run(out_dir: str, command: List[str]) -> int:
+    os.makedirs(os.path.dirname(LOCK), exist_ok=True)
+    lock = open(LOCK, "w")  # held until this process ends
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit(f"suite_cpu: another run holds {LOCK}: the kernel keeps one accounting file, and a "
+                         "second run would take it from the first; what to do: wait for it to end") from None
     os.makedirs(out_dir, exist_ok=True)
     pacct = os.path.abspath(os.path.join(out_dir, "pacct"))
     for name in os.listdir(out_dir):  # one run per directory
