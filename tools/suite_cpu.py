@@ -162,8 +162,8 @@ def _log(record: dict) -> None:
 
 def pytest_configure(config):
     if not os.environ.get("SUITE_CPU_DIR") or _LOG.get("patched"):
-        return
-    _LOG["patched"] = True
+        return  # a pytest a test runs in this process (pytester) is not the suite: its tests are not logged
+    _LOG["patched"], _LOG["config"] = True, config
     original = subprocess.Popen._execute_child
 
     def execute_child(self, args, *rest, **kwargs):
@@ -175,7 +175,7 @@ def pytest_configure(config):
 
 
 def pytest_runtest_protocol(item, nextitem):
-    if os.environ.get("SUITE_CPU_DIR"):
+    if os.environ.get("SUITE_CPU_DIR") and item.config is _LOG.get("config"):
         _LOG["running"] = item.nodeid
         _log({"test": item.nodeid, "pid": os.getpid(), "t": time.time(), "cpu": time.process_time(), "at": "start"})
 

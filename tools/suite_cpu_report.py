@@ -152,23 +152,30 @@ class Run:
             while p["parent"] is not None:
                 p = p["parent"]
             return p
-        return [p for p in self.procs if root(p)["pid"] == self.meta["command_pid"]]
+        # the command's and its workers' own records are missing while they still run
+        tops = {self.meta["command_pid"], *self.tests}
+        return [p for p in self.procs if root(p)["pid"] in tops or root(p)["ppid"] in tops]
 
     def test_of(self, p: dict) -> Tuple[str, str]:
         """(folder, module) of the test whose worker started this process's branch."""
+        if p["pid"] in self.tests:
+            return ("(no test: controller, start-up)", "")
         child = p
         while child["parent"] is not None and child["parent"]["pid"] not in self.tests:
             child = child["parent"]
-        worker = child["parent"]
-        if p["pid"] in self.tests or worker is None:
+        # the worker's record, or its pid only while it still runs (no record yet)
+        worker = child["parent"]["pid"] if child["parent"] is not None else child["seen_ppid"] or child["ppid"]
+        if worker not in self.tests:
             return ("(no test: controller, start-up)", "")
-        return where(self.tests[worker["pid"]], child["start"])
+        return where(self.tests[worker], child["start"])
 
 
 def python_other(argv: Optional[List[str]]) -> str:
     """A Python process of no kind above: its module (-m) or script."""
     if not argv:
         return "python: command line not seen"
+    if "-c" in argv[:-1]:
+        return "python -c (inline code)"
     if "-m" in argv[:-1]:
         return f"python -m {argv[argv.index('-m') + 1]}"
     scripts = [a for a in argv[1:] if not a.startswith("-")]
@@ -216,7 +223,7 @@ def report(out_dir: str) -> str:
            f"CPU {total:.0f} s ({total / wall:.2f} CPUs on average), {len(procs)} processes", "",
            table([(k, str(n), f"{c:.1f}", f"{c / n:.2f}", f"{100 * c / total:.1f}") for k, (n, c) in by_kind],
                  ("kind", "processes", "CPU s", "CPU s each", "%")), ""]
-    rows = sorted(folders.items(), key=lambda kv: -sum(kv[1].values()))
+    rows = sorted(((f, v) for f, v in folders.items() if sum(v.values()) >= 0.05), key=lambda kv: -sum(kv[1].values()))
     out += [table([(f, f"{v['workers']:.1f}", f"{v['children']:.1f}", f"{sum(v.values()):.1f}",
                     f"{100 * sum(v.values()) / total:.1f}") for f, v in rows],
                   ("test folder", "worker CPU s", "its processes' CPU s", "CPU s", "%")), ""]
