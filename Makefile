@@ -80,6 +80,11 @@ compat: venv
 # fixture (a server, a walk, a cluster) is made once, not once per worker that got one of them.
 TEST_JOBS ?= 3
 XDIST = -n $(TEST_JOBS) --dist loadgroup --durations=30
+# Python keeps its bytecode (__pycache__/, git-ignored) while the tests run, whatever the
+# environment says: with PYTHONDONTWRITEBYTECODE=1 (set on the CI machine) every server, every
+# node-agent run and each pytest worker compiled the project's modules from source again, and
+# pytest rewrote every test module's assertions again (docs/development.md, "Where a suite's CPU goes").
+vm-boot suite py39: export PYTHONDONTWRITEBYTECODE :=
 vm-boot: venv kube-bin vm-base
 	NODE_AGENT_VM_TEST=1 NODE_AGENT_NO_SKIP=1 $(VENV)/bin/pytest -q -p no:cacheprovider -m vm tests/vm
 

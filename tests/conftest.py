@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
+from tests.helpers.etcd_cluster import ETCD, EtcdCluster, have_etcd
+from tests.helpers.kube_cluster import BINARIES, KUBECTL, KubeCluster, find_kube_bin
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "state")
 NO_SKIP = os.environ.get("NODE_AGENT_NO_SKIP") == "1"
@@ -37,7 +38,7 @@ SHARED_CLUSTER = ("etcd", "kube", "vm")
 RUN_ONCE = ("unit/test_doc_sections.py", "unit/test_readme.py", "unit/test_architecture.py",
             "unit/test_no_skip_rule.py", "unit/test_bench_rollout.py", "unit/test_image_archive.py",
             "unit/test_rbac_list.py", "unit/test_phase_times.py", "unit/test_monitoring_manifests.py",
-            "unit/test_xdist_grouping.py",
+            "unit/test_xdist_grouping.py", "unit/test_suite_cpu.py",
             "server/test_readme_commands.py", "host/test_packaging.py", "host/test_packaging_el9.py",
             "host/test_alert_rules.py")
 
@@ -98,6 +99,21 @@ def etcd_cluster(tmp_path_factory):
         pytest.skip("etcd-server is not installed (make test installs it)")
     with EtcdCluster(str(tmp_path_factory.mktemp("etcd"))) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(tmp_path_factory):
+    """One control plane for the session (of each pytest worker) for every test that asks for
+    it; tests keep to namespaces or names of their own. Defined here, never imported into a test
+    module: there it would be that module's own, one more control plane kept to the end."""
+    bin_dir = find_kube_bin()
+    if not bin_dir:
+        pytest.skip(f"{'/'.join(BINARIES)} 1.20.2 are not built: run make kube-bin "
+                    "(make test does; 10-15 minutes once, then cached)")
+    if not os.access(ETCD, os.X_OK) or not os.access(KUBECTL, os.X_OK):
+        pytest.skip("etcd (etcd-server) or kubectl is not installed (make sysdeps installs etcd-server)")
+    with KubeCluster(str(tmp_path_factory.mktemp("kube")), bin_dir, tls_bootstrap=True) as kc:
+        yield kc
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from agent.server.cluster.backends import StoreConfig
 from agent.server.http.app import App
 from agent.server.http.httpio import MAX_REPORT
 from tests.helpers.etcd_cluster import EtcdCluster, have_etcd
-from tests.helpers.kube_cluster import kube_cluster, unique  # noqa: F401 - the session fixture
+from tests.helpers.kube_cluster import unique
 from tests.helpers.server_proc import REPO
 
 EXAMPLES = os.path.join(REPO, "examples", "state")
@@ -148,7 +148,7 @@ def test_no_body_gets_a_5xx_on_the_etcd_store(tmp_path):
             app.close()
 
 
-def test_no_body_gets_a_5xx_on_the_kubernetes_store(tmp_path, kube_cluster):  # noqa: F811
+def test_no_body_gets_a_5xx_on_the_kubernetes_store(tmp_path, kube_cluster):
     ns = unique("campaign")
     kube_cluster.kubectl("create", "namespace", ns)
     app = App(state_copy(tmp_path), reload_interval=3600,

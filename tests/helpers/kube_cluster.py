@@ -19,8 +19,10 @@ themselves; the VM test's Node and pods are its guest kubelet's.
         kc.kubectl("get", "mcp")                             # as admin (system:masters)
         cfg = kc.kubeconfig_for("alice", ["some-group"])     # another user, for RBAC tests
 
-``kube_cluster`` is the session fixture (import it into a test module); it skips, naming
-``make kube-bin``, when the binaries are not built (a failure under ``make test``).
+``kube_cluster`` is the session fixture, in tests/conftest.py: one control plane per pytest worker
+(a module that imported it had a fixture of its own, started again and kept to the session's end:
+six alive at once, issue 54). It skips, naming ``make kube-bin``, when the binaries are not built
+(a failure under ``make test``).
 """
 
 import datetime
@@ -35,7 +37,6 @@ import time
 import uuid
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import pytest
 import requests
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -456,16 +457,3 @@ class KubeCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-@pytest.fixture(scope="session")
-def kube_cluster(tmp_path_factory):
-    """One control plane for the session (tests keep to namespaces or names of their own)."""
-    bin_dir = find_kube_bin()
-    if not bin_dir:
-        pytest.skip(f"{'/'.join(BINARIES)} 1.20.2 are not built: run make kube-bin "
-                    "(make test does; 10-15 minutes once, then cached)")
-    if not os.access(ETCD, os.X_OK) or not os.access(KUBECTL, os.X_OK):
-        pytest.skip("etcd (etcd-server) or kubectl is not installed (make sysdeps installs etcd-server)")
-    with KubeCluster(str(tmp_path_factory.mktemp("kube")), bin_dir, tls_bootstrap=True) as kc:
-        yield kc

@@ -21,7 +21,7 @@ from agent.server.cluster.backends import StoreConfig
 from agent.server.http.app import App
 from agent.server.rollout.identity import CREDENTIAL_PREFIX, credential_hash
 from agent.server.store.kube.nodestore import STORE_LABEL
-from tests.helpers.kube_cluster import kube_cluster, unique  # noqa: F401 - the session fixture
+from tests.helpers.kube_cluster import unique
 from tests.helpers.server_proc import REPO
 
 EXAMPLE = REPO + "/examples/state"

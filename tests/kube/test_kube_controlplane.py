@@ -8,10 +8,7 @@ import json
 
 import pytest
 
-from tests.helpers.kube_cluster import (
-    kube_cluster,  # noqa: F401  (the session fixture)
-    unique,
-)
+from tests.helpers.kube_cluster import unique
 from tests.helpers.wait import wait_for
 
 MCO = "/apis/machineconfiguration.openshift.io/v1"
@@ -34,7 +31,7 @@ def pool(name, **spec):
                      "nodeSelector": {"matchLabels": {f"node-role.kubernetes.io/{name}": ""}}, **spec}}
 
 
-def test_the_crds_are_established(kube_cluster):  # noqa: F811
+def test_the_crds_are_established(kube_cluster):
     r = kube_cluster.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
     assert r.status_code == 200, r.text
     established = {c["metadata"]["name"] for c in r.json()["items"]
@@ -45,7 +42,7 @@ def test_the_crds_are_established(kube_cluster):  # noqa: F811
     assert pools.status_code == 200 and pools.json()["kind"] == "MachineConfigPoolList", pools.text
 
 
-def test_an_infra_pool_with_empty_label_value_and_paused_false_is_accepted(kube_cluster):  # noqa: F811
+def test_an_infra_pool_with_empty_label_value_and_paused_false_is_accepted(kube_cluster):
     # Refused with "Invalid value: \"null\"" by a 1.20 apiserver built with Go >= 1.18 unpatched.
     s = kube_cluster.session()
     body = pool("infra", paused=False)
@@ -61,7 +58,7 @@ def test_an_infra_pool_with_empty_label_value_and_paused_false_is_accepted(kube_
     assert r.status_code == 422 and "spec.paused" in r.text, r.text
 
 
-def test_a_machineconfig_is_stored_as_written(kube_cluster):  # noqa: F811
+def test_a_machineconfig_is_stored_as_written(kube_cluster):
     name = unique("99-worker-test")
     mc = {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
           "metadata": {"name": name, "labels": {"machineconfiguration.openshift.io/role": "worker"}},
@@ -77,7 +74,7 @@ def test_a_machineconfig_is_stored_as_written(kube_cluster):  # noqa: F811
     assert got["spec"]["kernelArguments"] == ["quiet"]
 
 
-def test_kubectl_get_mcp_prints_the_mco_columns(kube_cluster):  # noqa: F811
+def test_kubectl_get_mcp_prints_the_mco_columns(kube_cluster):
     name = unique("cols")
     kube_cluster.kubectl("create", "-f", "-", input=json.dumps(pool(name)))
     out = kube_cluster.kubectl("get", "mcp", name).stdout.splitlines()
@@ -87,7 +84,7 @@ def test_kubectl_get_mcp_prints_the_mco_columns(kube_cluster):  # noqa: F811
 
 
 @pytest.fixture
-def namespace(kube_cluster):  # noqa: F811
+def namespace(kube_cluster):
     """A namespace of the test's own, once its default ServiceAccount exists (the controller
     manager creates it; pods are refused until then)."""
     ns = unique("t")
@@ -129,7 +126,7 @@ def pdb_status(kc, ns, **want):
     return wait_for(check, f"PodDisruptionBudget status {want}")
 
 
-def test_the_controller_manager_writes_pdb_status(kube_cluster, namespace):  # noqa: F811
+def test_the_controller_manager_writes_pdb_status(kube_cluster, namespace):
     make_pod(kube_cluster, namespace, "pending", running=False)  # no kubelet: it stays Pending
     make_pdb(kube_cluster, namespace)
     status = pdb_status(kube_cluster, namespace, expectedPods=1)
@@ -145,7 +142,7 @@ def eviction_version(kc):
     return f"{sub[0]['group']}/{sub[0]['version']}"
 
 
-def test_an_eviction_the_pdb_forbids_answers_429(kube_cluster, namespace):  # noqa: F811
+def test_an_eviction_the_pdb_forbids_answers_429(kube_cluster, namespace):
     kc = kube_cluster
     for name in ("a", "b"):
         make_pod(kc, namespace, name, running=True)
@@ -166,7 +163,7 @@ def test_an_eviction_the_pdb_forbids_answers_429(kube_cluster, namespace):  # no
     assert kc.get(f"/api/v1/namespaces/{namespace}/pods/b").status_code == 200
 
 
-def test_a_user_without_a_binding_is_forbidden(kube_cluster):  # noqa: F811
+def test_a_user_without_a_binding_is_forbidden(kube_cluster):
     user = unique("nobody")
     cfg = kube_cluster.kubeconfig_for(user, ["testers"])
     out = kube_cluster.kubectl("get", "mcp", kubeconfig=cfg, check=False)
@@ -182,7 +179,7 @@ def test_a_user_without_a_binding_is_forbidden(kube_cluster):  # noqa: F811
     assert out.returncode != 0 and "forbidden" in out.stderr.lower(), out.stderr
 
 
-def test_a_bootstrap_token_gets_a_kubelet_its_client_certificate_as_a_real_cluster_does(kube_cluster):  # noqa: F811
+def test_a_bootstrap_token_gets_a_kubelet_its_client_certificate_as_a_real_cluster_does(kube_cluster):
     """The TLS bootstrap the VM test's kubelet goes through (KubeCluster(tls_bootstrap=True)): with
     a bootstrap token a kubelet creates a CSR for system:node:<name> (signer
     kubernetes.io/kube-apiserver-client-kubelet), the controller manager approves it (the

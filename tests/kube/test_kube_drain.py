@@ -25,10 +25,7 @@ from agent.server.rollout import drainplan
 from agent.server.rollout.drainplan import DrainSettings
 from agent.server.store.kube.client import KubeClient, KubeError, KubeUnavailable, load_kubeconfig
 from tests.helpers import paths
-from tests.helpers.kube_cluster import (
-    kube_cluster,  # noqa: F401  (the session fixture)
-    unique,
-)
+from tests.helpers.kube_cluster import unique
 from tests.helpers.wait import wait_for
 
 REPO = paths.REPO
@@ -198,7 +195,7 @@ class Kubelet(threading.Thread):
 
 
 @pytest.fixture(scope="module")
-def drainer_client(kube_cluster):  # noqa: F811
+def drainer_client(kube_cluster):
     """A client for a user bound only to deploy/rbac.yaml's ClusterRole."""
     kube_cluster.kubectl("apply", "-f", os.path.join(REPO, "deploy", "rbac.yaml"))
     user = unique("drainer")
@@ -213,7 +210,7 @@ def drainer_client(kube_cluster):  # noqa: F811
 
 
 @pytest.fixture
-def kubelet(kube_cluster):  # noqa: F811
+def kubelet(kube_cluster):
     spare = unique("spare")
     made = {"nodes": [spare], "namespaces": []}
     kube_cluster.kubectl("create", "-f", "-", input=node_doc(spare))
@@ -372,7 +369,7 @@ def our_drain(kc, client, node, settings):
     return outcomes(before, evicted, refused), rounds, before
 
 
-def test_side_by_side_with_kubectl_drain_mco_flags(kube_cluster, kubelet, drainer_client):  # noqa: F811
+def test_side_by_side_with_kubectl_drain_mco_flags(kube_cluster, kubelet, drainer_client):
     kc = kube_cluster
     ns_a, node_a = build_copy(kc, kubelet, "kubectl")
     ns_b, node_b = build_copy(kc, kubelet, "ours")
@@ -396,7 +393,7 @@ def test_side_by_side_with_kubectl_drain_mco_flags(kube_cluster, kubelet, draine
         assert left == {"ds", "mirror"}, (node, left)
 
 
-def test_side_by_side_with_kubectl_drain_no_flags_refuses_the_same_pods(kube_cluster, kubelet,  # noqa: F811
+def test_side_by_side_with_kubectl_drain_no_flags_refuses_the_same_pods(kube_cluster, kubelet,
                                                                        drainer_client):
     kc = kube_cluster
     ns_a, node_a = build_copy(kc, kubelet, "kubectl-strict")
@@ -416,7 +413,7 @@ def test_side_by_side_with_kubectl_drain_no_flags_refuses_the_same_pods(kube_clu
         assert {r: roles.count(r) for r in set(roles)} == ROLES
 
 
-def test_a_pdb_blocks_until_a_replacement_is_ready(kube_cluster, kubelet, drainer_client):  # noqa: F811
+def test_a_pdb_blocks_until_a_replacement_is_ready(kube_cluster, kubelet, drainer_client):
     kc = kube_cluster
     ns, node = new_node(kc, kubelet, "pdb")
     post(kc, f"/apis/apps/v1/namespaces/{ns}/replicasets", replicaset("guarded", 2, "guarded"))
@@ -447,7 +444,7 @@ def test_a_pdb_blocks_until_a_replacement_is_ready(kube_cluster, kubelet, draine
     assert not [p for p in pods_on(kc, node)]
 
 
-def test_cordon_is_idempotent_and_uncordon_clears_it(kube_cluster, kubelet, drainer_client):  # noqa: F811
+def test_cordon_is_idempotent_and_uncordon_clears_it(kube_cluster, kubelet, drainer_client):
     kc = kube_cluster
     _, node = new_node(kc, kubelet, "cordon")
     drainer = Drainer(drainer_client)

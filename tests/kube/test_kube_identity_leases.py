@@ -29,10 +29,7 @@ from agent.server.store.kube.identity import KubeCredentials
 from agent.server.store.kube.leases import KubeLeases
 from agent.server.store.kube.watch import KubeForbidden, NewestObjects
 from tests.helpers import paths
-from tests.helpers.kube_cluster import (
-    kube_cluster,  # noqa: F401  (the session fixture)
-    unique,
-)
+from tests.helpers.kube_cluster import unique
 from tests.helpers.wait import wait_for
 
 ROLE = "test-node-config-server-identity-leases"
@@ -126,7 +123,7 @@ def test_the_watch_hook_hands_over_lists_and_events_and_can_keep_no_copy():
 # -- the cluster: a namespace and a least-privilege user per test --------------------------------
 
 @pytest.fixture(scope="module")
-def role(kube_cluster):  # noqa: F811
+def role(kube_cluster):
     doc = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": ROLE},
            "rules": shipped_rules()}
     kube_cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
@@ -164,7 +161,7 @@ class Env:
 
 
 @pytest.fixture
-def env(kube_cluster, role):  # noqa: F811
+def env(kube_cluster, role):
     ns = unique("hb")
     user = unique("hb-user")
     kube_cluster.kubectl("create", "namespace", ns)

@@ -10,7 +10,6 @@ from cryptography import x509
 
 from tests.helpers.kube_cluster import (
     GUEST_HOST_IP,
-    kube_cluster,  # noqa: F401  (the session fixture)
     unique,
     wait_for,
 )
@@ -35,7 +34,7 @@ def node_with_room(kc, name, labels=None):
     assert r.status_code == 200, r.text
 
 
-def test_the_real_scheduler_binds_a_pending_pod_to_the_node_with_room(kube_cluster):  # noqa: F811
+def test_the_real_scheduler_binds_a_pending_pod_to_the_node_with_room(kube_cluster):
     kc, node, ns = kube_cluster, unique("sched-node"), unique("sched")
     kc.create_namespace(ns)
     try:
@@ -73,7 +72,7 @@ def merge_patch(session, kc, path, body):
                          headers={"Content-Type": "application/merge-patch+json"})
 
 
-def test_node_restriction_refuses_a_kubelet_its_role_label_and_other_nodes(kube_cluster):  # noqa: F811
+def test_node_restriction_refuses_a_kubelet_its_role_label_and_other_nodes(kube_cluster):
     kc = kube_cluster
     own, other = unique("nr-own"), unique("nr-other")
     kubelet = kubelet_session(kc, own)
@@ -105,7 +104,7 @@ def test_node_restriction_refuses_a_kubelet_its_role_label_and_other_nodes(kube_
         kc.kubectl("delete", "node", own, other, "--wait=false", "--ignore-not-found")
 
 
-def test_the_api_servers_certificate_names_the_host_as_a_qemu_guest_sees_it(kube_cluster):  # noqa: F811
+def test_the_api_servers_certificate_names_the_host_as_a_qemu_guest_sees_it(kube_cluster):
     with open(kube_cluster.serving[0], "rb") as f:
         cert = x509.load_pem_x509_certificate(f.read())
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value

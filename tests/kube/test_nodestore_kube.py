@@ -23,7 +23,7 @@ from agent.server.store.kube.nodestore import REPORT, STORE_LABEL, KubeNodeStore
 from agent.server.store.nodestore import PoolRow
 from tests.etcd.test_nodestore import IDENTITY_CONTRACT
 from tests.etcd.test_nodestore_etcd import CONTRACT
-from tests.helpers.kube_cluster import kube_cluster, unique  # noqa: F401 - the session fixture
+from tests.helpers.kube_cluster import unique
 from tests.helpers.wait import wait_for
 
 MCN = "/apis/machineconfiguration.openshift.io/v1/machineconfignodes"
@@ -34,7 +34,7 @@ def open_store(kc, namespace: str) -> KubeNodeStore:
 
 
 @pytest.fixture
-def namespace(kube_cluster):  # noqa: F811 - the fixture imported above
+def namespace(kube_cluster):
     ns = unique("ncs-store")
     kube_cluster.kubectl("create", "namespace", ns)
     yield ns
@@ -43,7 +43,7 @@ def namespace(kube_cluster):  # noqa: F811 - the fixture imported above
 
 
 @pytest.fixture
-def replicas(kube_cluster, namespace):  # noqa: F811
+def replicas(kube_cluster, namespace):
     stores = [open_store(kube_cluster, namespace) for _ in range(2)]
     yield stores
     for s in stores:
@@ -58,7 +58,7 @@ def worker(why="selector"):
 # -- the NodeStore contract (tests/etcd/test_nodestore.py), run on the API store ------------------------
 
 @pytest.mark.parametrize("name", CONTRACT + IDENTITY_CONTRACT)
-def test_contract_holds_on_the_api(name, kube_cluster, namespace, tmp_path, monkeypatch):  # noqa: F811
+def test_contract_holds_on_the_api(name, kube_cluster, namespace, tmp_path, monkeypatch):
     from tests.etcd import test_nodestore as contract
 
     opened = []
@@ -118,7 +118,7 @@ def test_max_unvetted_counts_the_secrets_every_replica_watches(replicas):
     assert b.put_credential("cap-2", "h-cap-2", 3.0, False, approved=True, by="admin", max_unvetted=2)
 
 
-def test_a_report_that_counts_for_nothing_stays_off_the_mcn_until_it_counts(kube_cluster, replicas):  # noqa: F811
+def test_a_report_that_counts_for_nothing_stays_off_the_mcn_until_it_counts(kube_cluster, replicas):
     """Issue 45: a pending report (or, with --backend kubernetes, one of a name neither proven nor
     approved) is kept in the node's registration Secret, never on a MachineConfigNode; every
     replica lists it; once it counts, the next write moves it onto the MCN and off the Secret."""
@@ -166,7 +166,7 @@ def test_concurrent_pool_updates_from_two_replicas_lose_nothing(replicas):
     assert targets == [str(i) for i in range(61)]
 
 
-def test_only_mcns_with_our_report_are_node_records(kube_cluster, replicas):  # noqa: F811
+def test_only_mcns_with_our_report_are_node_records(kube_cluster, replicas):
     """An MCN the MCO (or kube_sync) made, with no report annotation, is no node; the store writes
     its report onto it rather than failing to create it."""
     a, _ = replicas
@@ -184,7 +184,7 @@ def test_only_mcns_with_our_report_are_node_records(kube_cluster, replicas):  # 
     kube_cluster.session().delete(f"{kube_cluster.url}{MCN}/{name}", timeout=10)
 
 
-def test_a_hand_edited_record_or_pool_row_is_ignored_and_replaced_not_fatal(kube_cluster, replicas):  # noqa: F811
+def test_a_hand_edited_record_or_pool_row_is_ignored_and_replaced_not_fatal(kube_cluster, replicas):
     """Someone edits the report annotation or a pool ConfigMap into garbage: the watch goes on
     (other nodes stay counted), the node counts once it reports again, and the pool's next
     update replaces the unreadable row."""
@@ -285,7 +285,7 @@ def test_a_non_ascii_report_within_the_report_limit_is_stored_whole_and_read_bac
     assert b.node("n-utf8").report["labels"]["k255"] == "é" * 63 and b.node("n-utf8").report["reason"] == "é" * 4096
 
 
-def test_an_api_403_on_a_report_write_is_store_unavailable_naming_the_grant(kube_cluster, replicas):  # noqa: F811
+def test_an_api_403_on_a_report_write_is_store_unavailable_naming_the_grant(kube_cluster, replicas):
     """A starting kube-apiserver answers 403 until its RBAC cache is filled (and a missing grant
     does for ever): nothing recorded, StoreUnavailable (503 with Retry-After), the message says
     what to apply. The store's writes made as an account with no grant stand in for either."""
@@ -312,7 +312,7 @@ def test_a_rendered_config_too_large_for_a_configmap_is_refused_by_name(replicas
 
 # -- the command line ----------------------------------------------------------------------------
 
-def test_serve_in_a_namespace_that_does_not_exist_stops_with_one_line_saying_what_to_apply(kube_cluster):  # noqa: F811
+def test_serve_in_a_namespace_that_does_not_exist_stops_with_one_line_saying_what_to_apply(kube_cluster):
     """It exited 70, "internal error: KubeError: ... namespaces "node-config-server" not found"."""
     import subprocess
     import sys
@@ -367,7 +367,7 @@ def test_store_usage_errors_name_the_flag(argv, words):
     assert main(["serve", *argv]) == 2
 
 
-def test_replica_heartbeats_list_the_live_drop_the_stopped_and_sweep_the_dead(kube_cluster, namespace,  # noqa: F811
+def test_replica_heartbeats_list_the_live_drop_the_stopped_and_sweep_the_dead(kube_cluster, namespace,
                                                                                    monkeypatch):
     """kube_heartbeat.KubeHeartbeat: each process's Lease announces its view; a stopped one takes
     its Lease away, an expired one is not listed, and one dead for SWEEP_AFTER is deleted by the

@@ -15,3 +15,42 @@ def test_a_test_using_a_module_fixture_is_grouped_with_its_module(request, made_
 
 def test_a_test_using_only_function_fixtures_is_not_grouped(request, tmp_path):
     assert request.node.get_closest_marker("xdist_group") is None
+
+
+def session_fixtures_in(tree):
+    """The names of the session-scoped fixtures a module defines (``@pytest.fixture(scope="session")``)."""
+    import ast
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            for dec in node.decorator_list:
+                if isinstance(dec, ast.Call) and any(k.arg == "scope" and getattr(k.value, "value", None) == "session"
+                                                     for k in dec.keywords):
+                    yield node.name
+
+
+def test_no_test_module_defines_or_imports_a_session_fixture():
+    """A session fixture a test module defines or imports is that module's own: made again for it
+    and kept alive to the session's end (six control planes at once under tests/kube, issue 54).
+    Session fixtures live in a conftest.py, made once per worker."""
+    import ast
+    import glob
+    import os
+
+    from tests.helpers import paths
+
+    tests = os.path.join(paths.REPO, "tests")
+    trees = {}
+    for path in glob.glob(os.path.join(tests, "**", "*.py"), recursive=True):
+        with open(path, encoding="utf-8") as f:
+            trees[os.path.relpath(path, paths.REPO)] = ast.parse(f.read())
+    session = {name for path, tree in trees.items() for name in session_fixtures_in(tree)}
+    found = []
+    for path, tree in trees.items():
+        if not os.path.basename(path).startswith("test_"):
+            continue
+        found += [f"{path}: defines {n}" for n in session_fixtures_in(tree)]
+        found += [f"{path}: imports {a.name}" for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests")
+                  for a in node.names if a.name in session]
+    assert found == [], "move the fixture to a conftest.py and use it by name, unimported"
