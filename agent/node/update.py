@@ -159,6 +159,8 @@ class Updater:
             # Naming itself (with its credential) makes the server answer as to a member of the
             # pool: the pool's target, not only what a new node may have.
             result = self._fetch(record, hold=not forced)
+            if self.undelivered:  # the server answers again: the report it missed first
+                self.reporter.flush()
             if result is None:  # the force file came while the fetch was held (drift.during)
                 forced, result = True, self._fetch(record, hold=False)
             self.rollout = turn.follow(self.root, self.state_dir, result.headers, self.rollout)
@@ -237,9 +239,11 @@ class Updater:
 
     def _fetch(self, record: Dict[str, Any], hold: bool) -> Any:
         # A member (its credential names it) may be held until its turn comes (agent/node/turn.py);
-        # the drift monitor watches the disk meanwhile (None: the force file ended the wait).
-        wait = self.hold if hold and self.reporter.credential else 0.0
-
+        # the drift monitor watches the disk meanwhile (None: the force file ended the wait). Not while
+        # a report waits to be sent (the server was down): the server needs it before anything moves.
+        kept = self.reporter.kept()
+        self.undelivered = kept is not None and not kept.get("refused")
+        wait = self.hold if hold and self.reporter.credential and not self.undelivered else 0.0
         etag, self.asked_reverted = revert.if_none_match(self.root, self.state_dir, record)
 
         def fetch() -> Any:
