@@ -106,7 +106,9 @@ def test_the_printed_commands_reopen_the_cluster(demo):
         assert f"https://127.0.0.1:{port}/config/infra" in (run / "infra-0/etc/node-agent/pointer.ign").read_text()
         upd = subprocess.run([sys.executable, "-m", "agent.cli", "update", "--once", "--root", str(run / "infra-0")],
                              cwd=REPO, capture_output=True, text=True, timeout=120)
-        assert upd.returncode == 0 and "stage fetch ok" in upd.stderr, upd.stderr
+        # Exit 0: the server answered its fetch (an unreachable one is a non-zero exit). Its answer is
+        # a 304, quietly: the node asks with the ETag of the config it has, which the server still serves.
+        assert upd.returncode == 0 and "failed" not in upd.stderr, upd.stderr
         # The watch, bounded: it draws the pools, then is stopped as a user would (Ctrl-C).
         # Ctrl-C's default action restored in the child: a shell runs a background job with SIGINT
         # ignored, and Python then installs no KeyboardInterrupt handler (seen once: .ci/run

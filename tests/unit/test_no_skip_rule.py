@@ -18,12 +18,17 @@ def test_needs_another():
 '''
 
 
+def conftest_alone():
+    """tests/conftest.py without its imports of tests.helpers (used only inside its cluster
+    fixtures): a copy in a scratch directory, where the package tests is not importable."""
+    with open(os.path.join(paths.REPO, "tests", "conftest.py")) as f:
+        return "".join(line for line in f if not line.startswith("from tests."))
+
+
 def run(tmp_path, no_skip, group="unit"):
     (tmp_path / group).mkdir()
     (tmp_path / group / "test_x.py").write_text(SKIPPING)
-    conftest = os.path.join(paths.REPO, "tests", "conftest.py")
-    (tmp_path / "conftest.py").write_text(open(conftest).read().replace(
-        "from tests.helpers.etcd_cluster import EtcdCluster, have_etcd\n", ""))
+    (tmp_path / "conftest.py").write_text(conftest_alone())
     env = dict(os.environ, NODE_AGENT_NO_SKIP="1" if no_skip else "0")
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
@@ -55,9 +60,7 @@ def test_under_xdist_loadgroup_a_shared_cluster_folder_runs_on_one_worker(tmp_pa
         (tmp_path / group / f"test_{group}.py").write_text(
             "import os, pytest\n@pytest.mark.parametrize('i', range(6))\n"
             "def test_x(i):\n    print(os.environ['PYTEST_XDIST_WORKER'])\n")
-    conftest = os.path.join(paths.REPO, "tests", "conftest.py")
-    (tmp_path / "conftest.py").write_text(open(conftest).read().replace(
-        "from tests.helpers.etcd_cluster import EtcdCluster, have_etcd\n", ""))
+    (tmp_path / "conftest.py").write_text(conftest_alone())
     out = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "3", "--dist",
                           "loadgroup", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
