@@ -145,16 +145,19 @@ def read_body(environ: Dict[str, Any]) -> bytes:
         raw = environ["wsgi.input"].read(want) if want else b""
     except TimeoutError as exc:  # the gevent worker's body deadline (the connection then closes)
         raise HTTPError(408, f"{exc}; send the whole body at once")
-    except OSError as exc:  # the connection broke (reset, broken pipe, TLS EOF; gunicorn's NoMoreData is one)
-        # Incomplete, not invalid: a 400 here told a node its report was refused for its content,
-        # and the node never sent that report again (a VM run: "BrokenPipeError: [Errno 32]
-        # Broken pipe" while the guest's connections broke). 408 is sent again (RFC 9110 15.5.9).
+    except Exception as exc:
+        # A malformed chunk (gunicorn.http.errors, which are IOErrors in gunicorn 21.2): the request
+        # itself is wrong. Any other OSError (reset, broken pipe, TLS EOF, gunicorn's NoMoreData): the
+        # connection broke, the request is incomplete, not invalid: a 400 here told a node its report
+        # was refused for its content, and the node never sent that report again (a VM run:
+        # "BrokenPipeError: [Errno 32] Broken pipe"). 408 is sent again (RFC 9110 15.5.9).
+        malformed = type(exc).__module__.startswith("gunicorn.http") and type(exc).__name__ != "NoMoreData"
+        if malformed:
+            raise HTTPError(400, f"the request body could not be read: {type(exc).__name__}: {exc}", field="$")
+        if not isinstance(exc, OSError):
+            raise
         raise HTTPError(408, f"the connection broke while the request body was read ({type(exc).__name__}: "
                              f"{exc}); send the request again", field="$")
-    except Exception as exc:  # a malformed chunk (gunicorn.http.errors): the request itself is wrong
-        if not type(exc).__module__.startswith("gunicorn.http"):
-            raise
-        raise HTTPError(400, f"the request body could not be read: {type(exc).__name__}: {exc}", field="$")
     if declared not in (None, "") and len(raw) < want:
         # gunicorn returns what came before the peer's end of stream without an error. The request
         # is incomplete, not invalid: a 400 ("not valid JSON") would tell the node its report was
