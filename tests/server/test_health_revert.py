@@ -42,6 +42,16 @@ def run(*args):
                           timeout=180)
 
 
+def done_node(tmp_path, srv, name):
+    """A worker node first booted, rebooted and Done on the pool's config: its root."""
+    root = make_node_root(str(tmp_path / name), srv.base_url, "worker", ca_pem=srv.tls.ca_pem(), token=TOKEN,
+                          node_name=name)
+    assert run("firstboot", "--root", root).returncode == 0
+    reboot(root)
+    assert run("update", "--once", "--root", root).returncode == 0
+    return root
+
+
 def prepare(state):
     """Two workers, one at a time (maxUnavailable 1), a 2-minute health limit; shipping a check
     under /etc/node-agent/health needs no reboot (a policy entry, as docs/health.md says)."""
@@ -67,11 +77,7 @@ def test_a_config_whose_required_check_fails_is_reverted_by_the_node_and_the_rol
         api = srv.session()
         roots = {}
         for name in ("w0", "w1"):
-            roots[name] = make_node_root(str(tmp_path / name), srv.base_url, "worker", ca_pem=srv.tls.ca_pem(),
-                                         token=TOKEN, node_name=name)
-            assert run("firstboot", "--root", roots[name]).returncode == 0
-            reboot(roots[name])
-            assert run("update", "--once", "--root", roots[name]).returncode == 0
+            roots[name] = done_node(tmp_path, srv, name)
         a = api.get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"]
 
         with open(os.path.join(state, "machineconfigs", "60-swappiness.yaml"), "w") as f:
@@ -128,11 +134,7 @@ def test_a_reverted_node_served_its_config_again_once_the_admin_takes_the_config
     prepare(state)
     with ServerProcess(state, tls=make_tls(str(tmp_path / "tls")), token=TOKEN) as srv:
         api = srv.session()
-        root = make_node_root(str(tmp_path / "w0"), srv.base_url, "worker", ca_pem=srv.tls.ca_pem(), token=TOKEN,
-                              node_name="w0")
-        assert run("firstboot", "--root", root).returncode == 0
-        reboot(root)
-        assert run("update", "--once", "--root", root).returncode == 0
+        root = done_node(tmp_path, srv, "w0")
 
         def target():
             return api.get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"]
@@ -171,11 +173,7 @@ def test_a_failed_wanted_check_is_a_warning_on_the_done_report_and_in_describe_n
     (tmp_path / "token").write_text(TOKEN + "\n")
     with ServerProcess(state, tls=make_tls(str(tmp_path / "tls")), token=TOKEN) as srv:
         api = srv.session()
-        root = make_node_root(str(tmp_path / "w0"), srv.base_url, "worker", ca_pem=srv.tls.ca_pem(), token=TOKEN,
-                              node_name="w0")
-        assert run("firstboot", "--root", root).returncode == 0
-        reboot(root)
-        assert run("update", "--once", "--root", root).returncode == 0
+        root = done_node(tmp_path, srv, "w0")
         a = api.get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"]
         with open(os.path.join(state, "machineconfigs", "60-disk-check.yaml"), "w") as f:
             yaml.safe_dump(WANTED_MC, f)
