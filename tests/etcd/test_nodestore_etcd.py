@@ -91,6 +91,15 @@ def test_done_on_the_leased_config_releases_the_lease(replicas):
     assert [e["action"] for e in a.drain_events("n3")] == ["cordon", "drain", "uncordon"]
 
 
+def test_done_releases_a_lease_this_replicas_watch_has_not_delivered_yet(replicas):
+    a, _ = replicas
+    lagging = EtcdNodeStore(a.client, a.prefix, watch=False)  # a watch any amount behind
+    assert a.acquire_lease("n6", "worker", "r-9", 1, 60, time.time()).granted
+    rec = lagging.record_report("n6", {"pool": "worker", "state": "Done", "currentConfig": "r-9"}, worker(), 6.0)
+    assert rec.released
+    assert a.leases("worker") == []
+
+
 def test_membership_rebuild_is_local(replicas):
     a, b = replicas
     a.record_report("n5", {"pool": "worker", "state": "Done", "currentConfig": "r-1",

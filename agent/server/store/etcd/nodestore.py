@@ -198,8 +198,9 @@ class EtcdNodeStore(EtcdIdentity, IndexedReads, NodeStore):
 
     def record_report(self, node: str, body: Dict[str, Any], member: Membership, now: float) -> Recorded:
         """One transaction: the report, and the end of the node's drain lease when it is Done on
-        the leased config (guarded by the lease key's revision as this process knows it; when
-        another replica changed the lease meanwhile, read it afresh and try once more)."""
+        the leased config (guarded by the lease key's revision as this process knows it, or by
+        its absence when this process knows of none; when another replica changed the lease
+        meanwhile, read it afresh and try once more)."""
         rec = NodeRecord(node, member.pool, member.why, member.degraded, dict(body), now)
         value = json.dumps({"pool": rec.pool, "why": rec.why, "degraded": rec.degraded, "report": rec.report,
                             "received": now}, sort_keys=True)
@@ -213,6 +214,9 @@ class EtcdNodeStore(EtcdIdentity, IndexedReads, NodeStore):
                 ops.append(op_delete(key))
                 guard = [cmp_mod(key, lease[2])]
                 ending = lease
+            elif body.get("state") == "Done" and lease is None and not attempt:
+                # this process's watch may not have seen a lease another replica just granted
+                guard = [cmp_absent(self._k("leases", member.pool, node))]
             ok, revision = self.client.txn(guard, ops, [op_put(self._k("nodes", node), value)] if guard else None)
             if ok or attempt:
                 break
