@@ -159,7 +159,7 @@ class StateWatcher:
                 self._log_problems(new)  # none, but its warnings and an emptied directory are worth saying
             self._state, self._partial = new, False
             return
-        if said:  # said before it serves: a reader that sees the state stale finds the lines logged
+        if said:  # said before this worker serves it (another worker, finding the saying claimed, may serve it first)
             self._log_problems(new)
             log.error("state directory %s has %d problem(s); %s", self.state_dir, len(new.problems),
                       "valid objects serve" if self._partial else "the last good state keeps serving")
