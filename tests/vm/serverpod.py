@@ -149,9 +149,9 @@ def kubectl_logs(cp: ControlPlane, pod: str) -> Dict[str, Any]:
     return out
 
 
-def at_end(cp: ControlPlane) -> Dict[str, Any]:
-    """The server's pods at the end (the reboot restarted the container: restartCount, lastState)
-    and their logs as `kubectl logs` shows them (kubectl_logs)."""
+def pods_and_logs(cp: ControlPlane) -> Dict[str, Any]:
+    """The server's pods (after a reboot restarted the container: restartCount, lastState) and
+    their logs as `kubectl logs` shows them (kubectl_logs)."""
     pods = server_pods(cp)
     return {"pods": [pod_view(p) for p in pods],
             "logs": {p["metadata"]["name"]: kubectl_logs(cp, p["metadata"]["name"]) for p in pods}}

@@ -20,13 +20,22 @@ SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 ACCESS = re.compile(r'"(GET|POST|HEAD) (\S+) HTTP/[\d.]+" (\d{3}) .*"(node-agent/[^"]*)"\s*$')
 
 
+def logs_before_roll(run):
+    """`kubectl logs --previous` and `kubectl logs` of the pod the move made, taken just before the
+    rolling update (after the day-2 reboot): its containers of boot 2 and of boot 3."""
+    [logs] = run.kube["serverPodBeforeRoll"]["logs"].values()
+    return logs["previous"], logs["current"]
+
+
 def pod_logs(run):
-    """The server pod's container logs as the kubelet keeps them in /var/log/pods (what `kubectl
-    logs` serves), read back from the guest's disk: one text per container start, in order."""
+    """The server's container logs, one text per container start, in order: the two of the pod the
+    move made (as `kubectl logs` served them before the rolling update deleted that pod, and the
+    kubelet its files), then the rolled pod's as the kubelet keeps them in /var/log/pods, read back
+    from the guest's disk."""
     pattern = os.path.join(run.readback, "pods", f"{serverpod.NAMESPACE}_node-config-server-*", "node-config-server",
                            "*.log")
     files = sorted(glob.glob(pattern), key=lambda p: int(os.path.basename(p).split(".")[0]))
-    texts = []
+    texts = [logs["text"] for logs in logs_before_roll(run)]
     for path in files:
         with open(path, encoding="utf-8", errors="replace") as f:
             texts.append(f.read())
@@ -75,15 +84,21 @@ def test_kubectl_auth_can_i_list_as_the_pods_service_account_is_exactly_rbac_yam
 
 
 def test_a_rolling_update_of_the_server_replaces_its_pod_and_moves_neither_the_pool_nor_the_nodes_report(run):
-    """`kubectl rollout restart daemonset/node-config-server` while the guest's loop runs: a new pod
-    (another uid) Ready, the rollout complete, and the pool's target and counts and the node's
-    report as the server answers them the same after as before (node state is in the API, none in
-    the pod); day 2 then goes through the new pod (the tests below)."""
+    """`kubectl rollout restart daemonset/node-config-server` while the guest's loop runs (after the
+    day-2 reboot, the Node uncordoned): a new pod (another uid) Ready, the rollout complete, and the
+    pool's target and counts and the node's report as the server answers them the same after as
+    before (node state is in the API, none in the pod); the broken config's revert then goes
+    through the new pod."""
     roll = run.kube["serverRoll"]
     assert roll["newPod"]["uid"] not in roll["oldPods"] and roll["newPod"]["ready"], roll["newPod"]
     assert roll["newPod"]["nodeName"] == NODE and "successfully rolled out" in roll["status"], roll["status"]
     assert roll["after"] == roll["before"], roll
     assert roll["before"]["report"]["state"] == "Done" and roll["before"]["counts"]["machineCount"] == 1, roll
+    # the rolled pod served to the end: the revert's reports reached it
+    assert [p["uid"] for p in run.kube["serverPodAtEnd"]["pods"]] == [roll["newPod"]["uid"]]
+    rolled = pod_logs(run)[2:]
+    assert any(p == f"/api/v1/nodes/{NODE}/report" for text in rolled for _, p, _ in agent_requests(text)), \
+        [text[-2000:] for text in rolled]
 
 
 def test_the_pod_passed_its_readiness_probe_before_the_host_process_stopped_and_day_2_began(run):
@@ -99,15 +114,15 @@ def test_the_guests_day_2_fetches_reports_and_drain_reached_the_pod(run):
     """Every day-2 request went to the pod (the host's process was gone): its access log holds
     node-agent's fetches of the pool's config, its reports and its drain requests, answered;
     across the reboot too (the container the kubelet started again in boot 3)."""
-    logs = pod_logs(run)
-    seen = [r for text in logs for r in agent_requests(text)]
+    boot2, boot3 = (logs["text"] for logs in logs_before_roll(run))
+    seen = [r for text in (boot2, boot3) for r in agent_requests(text)]
     paths = {(m, p.split("?")[0]) for m, p, _ in seen}
     report, drain = f"/api/v1/nodes/{NODE}/report", f"/api/v1/nodes/{NODE}/drain"
     assert ("GET", f"/config/{scenario.POOL}") in paths and ("POST", report) in paths, sorted(paths)
     assert any(p == drain for _, p in paths), sorted(paths)
     assert any(s == 200 for m, p, s in seen if p.startswith(f"/config/{scenario.POOL}")), seen[-20:]
     # boot 3: the reboot restarted the server's container; its Done report reached the new one
-    assert len(logs) >= 2 and any(p == report for _, p, _ in agent_requests(logs[-1])), [len(t) for t in logs]
+    assert any(p == report for _, p, _ in agent_requests(boot3)), boot3[-4000:]
 
 
 SIZED = re.compile(r'"GET (/config/\S+) HTTP/[\d.]+" (\d{3}) (\d+) .*"node-agent/[^"]*"\s*$')
@@ -128,11 +143,11 @@ def test_the_nodes_fetches_of_the_config_it_has_are_held_or_304_never_the_same_b
 
 def test_the_drain_left_the_servers_pod_and_the_reboot_restarted_its_container(run):
     """The drain (cordon, evictions) never touched the server's DaemonSet pod: the same pod (the one
-    the rolling update made, before day 2), never deleted, on the node at the end; the guest's
+    the move made, before day 2), never deleted, on the node after the day-2 reboot; the guest's
     reboot stopped its container and the kubelet started it again (restartCount), and it was Ready
     again."""
-    first = run.kube["serverRoll"]["newPod"]
-    end = run.kube["serverPodAtEnd"]["pods"]
+    first = run.kube["serverPod"]["podAtReady"]
+    end = run.kube["serverPodBeforeRoll"]["pods"]
     assert [p["uid"] for p in end] == [first["uid"]], end
     assert end[0]["ready"] and end[0]["restartCount"] >= 1, end
     # the workload's pods were evicted by the same drain (the server's own log says so too)
@@ -146,13 +161,12 @@ def test_kubectl_logs_and_logs_previous_on_the_host_show_the_guests_day_2_reques
     reaches the guest's kubelet at the Node's own InternalIP and kubelet port (the guest's
     10.0.2.15:10250; tests/vm/kubeletroute.py): the container of boot 3 logged the node's Done
     report, the one of boot 2 (before the reboot) its fetches of the pool's config and its drain
-    requests."""
+    requests (both taken after the day-2 reboot, before the rolling update replaced the pod)."""
     route = run.kube["kubeletRoute"]
     assert (route["address"], route["port"], route.get("problem")) == ("10.0.2.15", 10250, None), route
-    [logs] = run.kube["serverPodAtEnd"]["logs"].values()
-    assert (logs["current"]["exit"], logs["previous"]["exit"]) == (0, 0), \
-        (logs["current"]["stderr"], logs["previous"]["stderr"])
-    now, before = agent_requests(logs["current"]["text"]), agent_requests(logs["previous"]["text"])
+    previous, current = logs_before_roll(run)
+    assert (current["exit"], previous["exit"]) == (0, 0), (current["stderr"], previous["stderr"])
+    now, before = agent_requests(current["text"]), agent_requests(previous["text"])
     assert ("POST", f"/api/v1/nodes/{NODE}/report", 200) in now, now[-10:]
     assert any(m == "GET" and p.startswith(f"/config/{scenario.POOL}") and s == 200 for m, p, s in before), before[-10:]
     assert any(p == f"/api/v1/nodes/{NODE}/drain" for _, p, _ in before), before[-10:]
