@@ -47,7 +47,7 @@ import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import requests
 import yaml
@@ -478,7 +478,19 @@ def _broken_config_reverted(ph: Phases, cp: ControlPlane, timings: Dict[str, flo
     result.targets["fixed"] = ph.new_target(result.targets["broken"])
     ph.wait_done(result.targets["fixed"], "the node Done again once the broken MachineConfig was taken back")
     result.kube["nodeAfterFix"] = ph.get(f"/api/v1/nodes/{NODE}")
+    # The pool's status follows in the server's next pool round (once a second): waited for in the
+    # API before the power button, which test_vm_node reads the pool's last counts up to.
+    wait_until(lambda: _pool_counts(cp) == (1, 1, 1, 0), PHASE_TIMEOUT, guest,
+               f"pool {POOL}'s status updated and ready again in the API", poll=1)
     timings["day2-fixed"] = time.monotonic() - t
+
+
+def _pool_counts(cp: ControlPlane) -> Tuple[Any, ...]:
+    """(machines, updated, ready, unavailable) of the pool's status as the API holds it."""
+    r = cp.kc.get(f"/apis/machineconfiguration.openshift.io/v1/machineconfigpools/{POOL}")
+    status = (r.json().get("status") or {}) if r.status_code == 200 else {}
+    return tuple(status.get(k) for k in ("machineCount", "updatedMachineCount", "readyMachineCount",
+                                         "unavailableMachineCount"))
 
 
 def _drain_past_the_pdb(cp: ControlPlane, guest: Guest, result: Result) -> None:
