@@ -485,12 +485,16 @@ def _broken_config_reverted(ph: Phases, cp: ControlPlane, timings: Dict[str, flo
     timings["day2-fixed"] = time.monotonic() - t
 
 
-def _pool_counts(cp: ControlPlane) -> Tuple[Any, ...]:
-    """(machines, updated, ready, unavailable) of the pool's status as the API holds it."""
-    r = cp.kc.get(f"/apis/machineconfiguration.openshift.io/v1/machineconfigpools/{POOL}")
-    status = (r.json().get("status") or {}) if r.status_code == 200 else {}
+def machine_counts(status: Dict[str, Any]) -> Tuple[Any, ...]:
+    """(machines, updated, ready, unavailable) of a pool's status (or a recorded pool event)."""
     return tuple(status.get(k) for k in ("machineCount", "updatedMachineCount", "readyMachineCount",
                                          "unavailableMachineCount"))
+
+
+def _pool_counts(cp: ControlPlane) -> Tuple[Any, ...]:
+    """machine_counts of the pool's status as the API holds it."""
+    r = cp.kc.get(f"/apis/machineconfiguration.openshift.io/v1/machineconfigpools/{POOL}")
+    return machine_counts((r.json().get("status") or {}) if r.status_code == 200 else {})
 
 
 def _drain_past_the_pdb(cp: ControlPlane, guest: Guest, result: Result) -> None:

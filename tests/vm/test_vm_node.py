@@ -58,12 +58,6 @@ def reboot_marks(run):
     return shutdowns[0], reset, boot3
 
 
-def machine_counts(pool_event):
-    """(machines, updated, ready, unavailable) of a pool's recorded status."""
-    return tuple(pool_event[k] for k in ("machineCount", "updatedMachineCount", "readyMachineCount",
-                                         "unavailableMachineCount"))
-
-
 def app_pods(run):
     """The ReplicaSet's pods, each as its events in the API's order, oldest pod first."""
     pods = [events for events in pods_by_uid(run).values() if events[0]["app"] == APP]
@@ -192,7 +186,7 @@ def test_the_pool_counts_follow_the_node_as_kubectl_get_mcp_shows(run):
     registered = of_kind(run, "Node")[0]
     before = [e for e in pools if e["rv"] < registered["rv"]]
     assert before and all(e["machineCount"] == 0 for e in before), pools[:3]
-    counts = [e["c"] for e in changes([dict(e, c=machine_counts(e)) for e in pools], "c")]
+    counts = [e["c"] for e in changes([dict(e, c=scenario.machine_counts(e)) for e in pools], "c")]
     cordon, uncordon = node_flips(run)[:2]
     # The server targets the node before it cordons, and the node is unavailable from then on. The
     # pool's status is written by the pool loop (once a second, the spec's new configuration first,
@@ -201,8 +195,8 @@ def test_the_pool_counts_follow_the_node_as_kubectl_get_mcp_shows(run):
     # and so until the uncordon: never ready nor available while cordoned. (Updated may turn 1
     # before the uncordon: the node's Done is in the store a moment before the Node patch that
     # uncordons it; a fresh clone's run saw (1, 1, 0, 1) there.)
-    at_cordon = [machine_counts(e) for e in pools if e["rv"] < cordon["rv"]][-1]
-    during = [machine_counts(e) for e in pools if cordon["rv"] < e["rv"] < uncordon["rv"]]
+    at_cordon = [scenario.machine_counts(e) for e in pools if e["rv"] < cordon["rv"]][-1]
+    during = [scenario.machine_counts(e) for e in pools if cordon["rv"] < e["rv"] < uncordon["rv"]]
     late = len(list(itertools.takewhile(lambda c: c == (1, 1, 1, 0), during))) if at_cordon == (1, 1, 1, 0) else 0
     unavailable = ([at_cordon] if at_cordon == (1, 0, 0, 1) else []) + during[late:]
     assert at_cordon in {(1, 0, 0, 1), (1, 1, 1, 0)} and unavailable and unavailable[0] == (1, 0, 0, 1), (
