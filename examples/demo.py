@@ -49,6 +49,7 @@ BIN = os.path.dirname(sys.executable)
 
 
 def title(text: str) -> None:
+    Interrupt.check()
     # Bold only on a terminal: a log file or a pipe gets no escape codes.
     bold = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     print(f"\n\033[1m== {text}\033[0m" if bold else f"\n== {text}", flush=True)
@@ -58,6 +59,7 @@ def show(cmd, check_codes=(0,), quiet_stderr=False):
     shown = " ".join(os.path.relpath(c, REPO) if c.startswith(RUN) else c for c in cmd)
     print(f"$ {shown}", flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    Interrupt.check()  # before the exit check: a command the Ctrl-C ended is no failure of its own
     out = proc.stdout.rstrip()
     if out:
         print(textwrap.indent(out, "  "))
@@ -101,15 +103,31 @@ def refuse_if_served() -> None:
                          f"(Ctrl-C in its terminal, or kill {listed}), then run make demo again")
 
 
-def _interrupted(*_) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the server's stop short
-    raise KeyboardInterrupt
+class Interrupt:
+    """Ctrl-C, once. The handler raises KeyboardInterrupt wherever the main thread is, and Python
+    drops an exception raised inside a __del__ or a weakref callback (the collector runs them at any
+    allocation): a Ctrl-C taken there would leave the demo running on. So the handler also records
+    it, and every step starts by checking (``check``). A second Ctrl-C is recorded already and does
+    nothing: it must not cut the server's stop short."""
+
+    seen = False
+
+    @classmethod
+    def handler(cls, *_) -> None:
+        if not cls.seen:
+            cls.seen = True
+            raise KeyboardInterrupt
+
+    @classmethod
+    def check(cls) -> None:
+        if cls.seen:
+            raise KeyboardInterrupt
 
 
 def main() -> int:
     refuse_if_served()
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a background job ignores Ctrl-C: so do we
-        signal.signal(signal.SIGINT, _interrupted)
+        signal.signal(signal.SIGINT, Interrupt.handler)
     started = time.monotonic()
     shutil.rmtree(RUN, ignore_errors=True)
     os.makedirs(RUN)

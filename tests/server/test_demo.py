@@ -171,6 +171,25 @@ def test_ctrl_c_ends_the_demo_with_one_line_and_stops_its_server(tmp_path):
     assert demoprocs.servers_of(str(run)) == []
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop is the case
+def test_a_ctrl_c_python_dropped_in_a_del_still_ends_the_demo_at_its_next_step(monkeypatch, capsys):
+    # The collector runs a __del__ at any allocation; a KeyboardInterrupt the handler raises there is
+    # dropped ("Exception ignored in"), and the demo ran on to exit 0 (a fresh-clone CI, once).
+    from examples import demo
+
+    monkeypatch.setattr(demo.Interrupt, "seen", False)
+
+    class Collected:
+        def __del__(self):
+            demo.Interrupt.handler(signal.SIGINT, None)
+
+    Collected()  # its __del__ runs here, and its KeyboardInterrupt goes no further
+    with pytest.raises(KeyboardInterrupt):
+        demo.title("3. the next step")
+    assert "== 3." not in capsys.readouterr().out
+    demo.Interrupt.handler(signal.SIGINT, None)  # a second Ctrl-C: the server's stop goes on
+
+
 def _first_line(proc, timeout):
     """The first line ``proc`` prints, waiting at most ``timeout`` seconds for it."""
     import select
