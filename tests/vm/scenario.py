@@ -346,7 +346,7 @@ def run(workdir: str) -> Result:
 
                 def roll_pod() -> None:
                     if SERVER_POD:  # the pod and its two containers' logs (boot 2's, boot 3's), then a rolling update
-                        result.kube["serverPodBeforeRoll"] = serverpod.pods_and_logs(cp)
+                        result.kube["serverPodBeforeRoll"] = serverpod.pods_and_logs(cp, guest, PHASE_TIMEOUT)
                         t = time.monotonic()
                         result.kube["serverRoll"] = serverpod.roll(cp, srv, guest, NODE, POOL, PHASE_TIMEOUT)
                         timings["server-roll"] = time.monotonic() - t

@@ -149,10 +149,23 @@ def kubectl_logs(cp: ControlPlane, pod: str) -> Dict[str, Any]:
     return out
 
 
-def pods_and_logs(cp: ControlPlane) -> Dict[str, Any]:
-    """The server's pods (after a reboot restarted the container: restartCount, lastState) and
-    their logs as `kubectl logs` shows them (kubectl_logs)."""
+def restarted_and_ready(cp: ControlPlane) -> Optional[List[Dict[str, Any]]]:
+    """The server's pods once each reads Ready with its container's restart counted. The kubelet
+    posts a pod's status after it started the container again, and may post it after the server
+    in that container already answered (a fresh-clone CI read Ready false, restartCount 0, while
+    the restarted server was uncordoning the node)."""
     pods = server_pods(cp)
+    counted = all(is_ready(p) and any(s.get("restartCount", 0) >= 1 for s in p["status"].get("containerStatuses") or [])
+                  for p in pods)
+    return pods if pods and counted else None
+
+
+def pods_and_logs(cp: ControlPlane, guest: Guest, timeout: float) -> Dict[str, Any]:
+    """The server's pods after a reboot restarted the container (restartCount, lastState), once the
+    kubelet has posted that (restarted_and_ready), and their logs as `kubectl logs` shows them
+    (kubectl_logs)."""
+    pods = wait_until(lambda: restarted_and_ready(cp), timeout, guest,
+                      "the server's pod Ready again in the API with the reboot's restart counted", poll=1)
     return {"pods": [pod_view(p) for p in pods],
             "logs": {p["metadata"]["name"]: kubectl_logs(cp, p["metadata"]["name"]) for p in pods}}
 
