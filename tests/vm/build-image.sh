@@ -44,17 +44,7 @@ if [ -f "$out/done" ]; then touch "$out/done"; echo "$out"; exit 0; fi
 exec 9>"$cache/.image.lock"
 flock 9
 if [ -f "$out/done" ]; then echo "$out"; exit 0; fi
-# Images not used for a day (other trees' versions; each use touches done) go: each is about
-# 1.3 GB. And at most KEEP of the others stay, the most recently used: every change of a project
-# file makes a new one, and a day of work made twenty (26 GB, the disk full mid-run).
-KEEP=3
-for old in "$cache"/image-*; do
-    [ -n "$(find "$old/done" -mmin +1440 2>/dev/null)" ] && rm -rf "$old"
-done
-ls -1t "$cache"/image-*/done 2>/dev/null | tail -n +$((KEEP + 1)) | while IFS= read -r done; do
-    rm -rf "$(dirname "$done")"
-done
-rm -rf "$cache"/.image-*  # a killed build's (this one holds the lock: no other build is under way)
+bash "$here/prune-images.sh" "$cache" 3  # the three most recently used images stay
 tmp="$(mktemp -d "$cache/.image-XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 root="$tmp/root"
