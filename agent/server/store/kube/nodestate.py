@@ -22,6 +22,7 @@ import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.store.kube.client import CONFIGMAPS, KubeClient, KubeError
+from agent.server.store.kube.poolturns import PoolTurns
 from agent.server.store.kube.watch import resource_version as rv
 from agent.server.store.nodestore import PoolRow
 
@@ -72,6 +73,7 @@ class ConfigMapState:
         self._pools: Dict[str, Tuple[PoolRow, int, List[Dict[str, Any]]]] = {}  # name -> (row, rv, history)
         self._meta: Tuple[Dict[str, str], int] = ({}, 0)
         self._rendered: Dict[str, Dict[str, Any]] = {}
+        self.turns = PoolTurns(None)  # serve's workers share theirs (KubeNodeStore.share_pool_turns)
 
     def selector(self) -> str:
         return f"{APP_LABEL}={APP},{KIND_LABEL} in (pool,meta)"
@@ -131,14 +133,25 @@ class ConfigMapState:
     def update_pool(self, name: str, decide: Callable[[Optional[PoolRow]], Optional[PoolRow]]) -> PoolRow:
         """Compare-and-swap on the ConfigMap's resourceVersion, as EtcdNodeStore.update_pool on the
         key's revision: decide from the row this process holds (no round trip when nothing
-        moves); a 409 (another replica wrote first, or made it) reads it and decides again."""
-        with self._lock:
-            held = self._pools.get(name)
-        old, version, history = held if held else (None, 0, [])
+        moves); a 409 (another replica wrote first, or made it) reads it and decides again. In
+        this replica's turn at the pool (poolturns.py): the row another worker wrote last, which
+        this one's watch has not brought yet, is read first instead of refused."""
+        with self.turns.turn(name) as turn:
+            with self._lock:
+                held = self._pools.get(name)
+            old, version, history = held if held else (None, 0, [])
+            if turn.last > version:
+                old, version, history = self._read_pool(name)
+            new, turn.wrote = self._swap(name, decide, old, version, history)
+            return new
+
+    def _swap(self, name: str, decide: Callable[[Optional[PoolRow]], Optional[PoolRow]], old: Optional[PoolRow],
+              version: int, history: List[Dict[str, Any]]) -> Tuple[PoolRow, Optional[int]]:
+        """The row decided, and the resourceVersion written (None: nothing was)."""
         for _ in range(CAS_TRIES):
             new = decide(old)
             if new is None or new == old:
-                return old  # type: ignore[return-value]
+                return old, None  # type: ignore[return-value]
             now = time.time()
             added = [{"field": f, "config": getattr(new, f), "at": now}
                      for f in ("target", "current") if old is None or getattr(old, f) != getattr(new, f)]
@@ -154,7 +167,7 @@ class ConfigMapState:
                 old, version, history = self._read_pool(name)
                 continue
             self._wrote(self.on_event("MODIFIED", obj))
-            return new
+            return new, rv(obj)
         raise RuntimeError(f"pool {name}: {CAS_TRIES} concurrent updates of ConfigMap {self.namespace}/"
                            f"{POOL_PREFIX}{name} in a row; try again")
 

@@ -49,6 +49,7 @@ from agent.server.store.kube.mcnrecord import (  # noqa: F401 - DRAIN_LOG, STORE
     report_annotation,
 )
 from agent.server.store.kube.nodestate import ConfigMapState
+from agent.server.store.kube.poolturns import PoolTurns
 from agent.server.store.kube.watch import Reflector, wait_all_synced
 from agent.server.store.kube.watch import resource_version as rv
 from agent.server.store.nodeindex import IndexedReads, NodeIndex
@@ -326,6 +327,9 @@ class KubeNodeStore(KubeDrainLog, KeptFirstBoots, CredentialMethods, IndexedRead
 
     def update_pool(self, name: str, decide: Callable[[Optional[PoolRow]], Optional[PoolRow]]) -> PoolRow:
         return self.cm.update_pool(name, decide)
+
+    def share_pool_turns(self, directory: str) -> None:
+        self.cm.turns = PoolTurns(directory)
 
     def history(self, pool: str) -> List[Dict[str, Any]]:
         return self.cm.history(pool)
