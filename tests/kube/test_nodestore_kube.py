@@ -438,3 +438,30 @@ def test_replica_heartbeats_list_the_live_drop_the_stopped_and_sweep_the_dead(ku
     assert ghost.lease not in {i["metadata"]["name"] for i in kube_cluster.get(leases).json()["items"]}
     a.stop()
     client.close()
+
+
+def test_a_rendered_config_both_workers_made_is_asked_for_once(kube_cluster, namespace, tmp_path, monkeypatch):
+    """Every worker renders a pool's new config; sharing their turns, only the first asks the API
+    server to make its ConfigMap, and the other asks nothing (it was refused with 409), yet reads it."""
+    a, b = open_store(kube_cluster, namespace), open_store(kube_cluster, namespace)
+    try:
+        asked = []
+        for s in (a, b):
+            s.share_pool_turns(str(tmp_path))
+            monkeypatch.setattr(s.client, "create", _recording(s.client.create, asked))
+        spec = {"config": {"ignition": {"version": "3.4.0"}}}
+        for s in (a, b, a):
+            s.put_rendered("worker", "rendered-worker-1", spec, ["00-worker"])
+        assert [p for p in asked if p.endswith("/configmaps")] == [f"/api/v1/namespaces/{namespace}/configmaps"]
+        assert b.rendered_spec("rendered-worker-1") == spec
+    finally:
+        for s in (a, b):
+            s.close()
+            s.client.close()
+
+
+def _recording(create, asked):
+    def recorded(path, body):
+        asked.append(path)
+        return create(path, body)
+    return recorded

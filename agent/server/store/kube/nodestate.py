@@ -210,6 +210,12 @@ class ConfigMapState:
     # -- rendered configs --------------------------------------------------------------------------
 
     def put_rendered(self, pool: str, name: str, spec: Dict[str, Any], sources: List[str]) -> None:
+        """Made once under its name (immutable). Every worker renders a new pool config; the first
+        to take the name's turn (poolturns.py) makes its ConfigMap, and the others, told so, do not
+        ask again (each such ask was refused with 409)."""
+        with self._lock:
+            if name in self._rendered:  # made or read by this process already
+                return
         blob = zlib.compress(json.dumps({"pool": pool, "spec": spec, "sources": list(sources),
                                          "created": time.time()}, sort_keys=True).encode())
         encoded = base64.b64encode(blob).decode()
@@ -220,13 +226,22 @@ class ConfigMapState:
         body = configmap(RENDERED_PREFIX + name, self.namespace, "rendered")
         body.pop("data")
         body.update(binaryData={"rendered": encoded}, immutable=True)
+        with self.turns.turn(body["metadata"]["name"]) as turn:
+            if not turn.last:  # no other worker of this replica made it
+                turn.wrote = self._create_rendered(body)
+        with self._lock:
+            self._rendered[name] = {"pool": pool, "spec": spec}
+
+    def _create_rendered(self, body: Dict[str, Any]) -> int:
+        """The ConfigMap made (its resourceVersion), or found made by another replica (1)."""
         try:
-            self._wrote(rv(self.client.create(self._path(), body)))
+            made = rv(self.client.create(self._path(), body))
         except KubeError as exc:
             if exc.status != 409:  # 409: already there, and immutable under its name
                 raise
-        with self._lock:
-            self._rendered[name] = {"pool": pool, "spec": spec}
+            return 1
+        self._wrote(made)
+        return made
 
     def rendered(self, name: str) -> Optional[Dict[str, Any]]:
         with self._lock:
