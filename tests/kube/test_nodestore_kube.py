@@ -174,7 +174,7 @@ def test_workers_taking_turns_read_the_row_the_other_wrote_where_their_watch_lag
     a, b = open_store(kube_cluster, namespace), open_store(kube_cluster, namespace)
     try:
         for s in (a, b):
-            s.share_pool_turns(str(tmp_path))
+            s.share_worker_turns(str(tmp_path))
         a.update_pool("infra", lambda old: PoolRow("infra", "0", "0"))
         wait_for(lambda: "infra" in b.pools(), "worker B sees the pool row", 30)
         monkeypatch.setattr(b.cm, "_note", lambda obj, deleted: None)  # B's watch lags, for good
@@ -447,7 +447,7 @@ def test_a_rendered_config_both_workers_made_is_asked_for_once(kube_cluster, nam
     try:
         asked = []
         for s in (a, b):
-            s.share_pool_turns(str(tmp_path))
+            s.share_worker_turns(str(tmp_path))
             monkeypatch.setattr(s.client, "create", _recording(s.client.create, asked))
         spec = {"config": {"ignition": {"version": "3.4.0"}}}
         for s in (a, b, a):

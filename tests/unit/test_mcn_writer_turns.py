@@ -1,5 +1,5 @@
 """Two workers of one replica write a node's MachineConfigNode in turns (kube_mcn.McnWriter and
-the store's ``turn``, agent/server/store/kube/poolturns.py): the second reads the object only
+the store's ``turn``, agent/server/store/kube/workerturns.py): the second reads the object only
 once the first has written, so its status ``test`` holds (it failed with 422 when both read the
 same conditions)."""
 
@@ -7,7 +7,7 @@ import threading
 import types
 
 from agent.server.cluster.kube_mcn import McnWriter
-from agent.server.store.kube.poolturns import PoolTurns
+from agent.server.store.kube.workerturns import WorkerTurns
 
 
 class RecordingClient:
@@ -40,9 +40,9 @@ def _node(name):
 
 def test_a_workers_mcn_write_waits_for_the_turn_another_worker_holds(tmp_path):
     client = RecordingClient()
-    store = types.SimpleNamespace(turn=PoolTurns(str(tmp_path)).turn)
+    store = types.SimpleNamespace(turn=WorkerTurns(str(tmp_path)).turn)
     writer = McnWriter(types.SimpleNamespace(store=store), client)
-    other_worker = PoolTurns(str(tmp_path))
+    other_worker = WorkerTurns(str(tmp_path))
     done = threading.Event()
     with other_worker.turn("mcn/n1"):
         t = threading.Thread(target=lambda: (writer.write("n1", _node("n1"), "worker"), done.set()))

@@ -167,7 +167,7 @@ class McnWriter:
 
     def _turn(self, node: str) -> ContextManager[Any]:
         """This replica's turn at the node's MachineConfigNode among serve's workers (the store's
-        ``turn``: kube/poolturns.py; none with another store): two workers writing one status at
+        ``turn``: kube/workerturns.py; none with another store): two workers writing one status at
         once made the second's ``test`` fail (422), 0.04-0.09 per node with drains."""
         turn = getattr(self.cluster.store, "turn", None)
         return turn("mcn/" + node) if turn is not None else contextlib.nullcontext()

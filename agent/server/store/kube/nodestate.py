@@ -22,8 +22,8 @@ import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.store.kube.client import CONFIGMAPS, KubeClient, KubeError
-from agent.server.store.kube.poolturns import PoolTurns
 from agent.server.store.kube.watch import resource_version as rv
+from agent.server.store.kube.workerturns import WorkerTurns
 from agent.server.store.nodestore import PoolRow
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class ConfigMapState:
         self._pools: Dict[str, Tuple[PoolRow, int, List[Dict[str, Any]]]] = {}  # name -> (row, rv, history)
         self._meta: Tuple[Dict[str, str], int] = ({}, 0)
         self._rendered: Dict[str, Dict[str, Any]] = {}
-        self.turns = PoolTurns(None)  # serve's workers share theirs (KubeNodeStore.share_pool_turns)
+        self.turns = WorkerTurns(None)  # serve's workers share theirs (KubeNodeStore.share_worker_turns)
 
     def selector(self) -> str:
         return f"{APP_LABEL}={APP},{KIND_LABEL} in (pool,meta)"
@@ -134,7 +134,7 @@ class ConfigMapState:
         """Compare-and-swap on the ConfigMap's resourceVersion, as EtcdNodeStore.update_pool on the
         key's revision: decide from the row this process holds (no round trip when nothing
         moves); a 409 (another replica wrote first, or made it) reads it and decides again. In
-        this replica's turn at the pool (poolturns.py): the row another worker wrote last, which
+        this replica's turn at the pool (workerturns.py): the row another worker wrote last, which
         this one's watch has not brought yet, is read first instead of refused."""
         with self.turns.turn(name) as turn:
             with self._lock:
@@ -211,7 +211,7 @@ class ConfigMapState:
 
     def put_rendered(self, pool: str, name: str, spec: Dict[str, Any], sources: List[str]) -> None:
         """Made once under its name (immutable). Every worker renders a new pool config; the first
-        to take the name's turn (poolturns.py) makes its ConfigMap, and the others, told so, do not
+        to take the name's turn (workerturns.py) makes its ConfigMap, and the others, told so, do not
         ask again (each such ask was refused with 409)."""
         with self._lock:
             if name in self._rendered:  # made or read by this process already

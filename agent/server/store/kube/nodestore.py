@@ -49,9 +49,9 @@ from agent.server.store.kube.mcnrecord import (  # noqa: F401 - DRAIN_LOG, STORE
     report_annotation,
 )
 from agent.server.store.kube.nodestate import ConfigMapState
-from agent.server.store.kube.poolturns import PoolTurns, Turn
 from agent.server.store.kube.watch import Reflector, wait_all_synced
 from agent.server.store.kube.watch import resource_version as rv
+from agent.server.store.kube.workerturns import Turn, WorkerTurns
 from agent.server.store.nodeindex import IndexedReads, NodeIndex
 from agent.server.store.nodestore import (
     SERVER_KEY,
@@ -328,11 +328,11 @@ class KubeNodeStore(KubeDrainLog, KeptFirstBoots, CredentialMethods, IndexedRead
     def update_pool(self, name: str, decide: Callable[[Optional[PoolRow]], Optional[PoolRow]]) -> PoolRow:
         return self.cm.update_pool(name, decide)
 
-    def share_pool_turns(self, directory: str) -> None:
-        self.cm.turns = PoolTurns(directory)
+    def share_worker_turns(self, directory: str) -> None:
+        self.cm.turns = self.drain_leases.turns = WorkerTurns(directory)
 
     def turn(self, key: str) -> ContextManager[Turn]:
-        """This replica's turn at ``key`` among serve's workers (poolturns.py), for the writers of
+        """This replica's turn at ``key`` among serve's workers (workerturns.py), for the writers of
         the objects of this namespace's store: a MachineConfigNode's status."""
         return self.cm.turns.turn(key)
 

@@ -1,15 +1,18 @@
-"""A replica's workers take turns at a pool row's write (ours; the MCO has one node controller,
-a leader, and no such race).
+"""A replica's workers take turns at the writes they would race each other for (ours; the MCO
+has one node controller, a leader, and no such race).
 
-Each of serve's gunicorn workers steps the pools it was told of (cluster/poolqueue.py) and writes
-a pool's row with a compare-and-swap on its ConfigMap (nodestate.py): two workers stepping the same
-pool at the same moment, or the second deciding from a row its watch has not brought yet, made
-the API server refuse one write with 409 (12-39 per rollout at 100-200 nodes, the most frequent
-conflict: docs/performance.md). Here a worker takes the pool's turn (an exclusive ``flock`` on a
-file of the server's per-run directory, the one the workers already share) before it decides, and
-finds in it the resourceVersion of the row the last holder wrote: when its own watch has not
-brought that one yet, it reads the row first. The compare-and-swap stays what keeps the row right
-(another replica, a worker that did not get its turn in time); the turn only saves refused writes.
+Each of serve's gunicorn workers steps the pools it was told of (cluster/poolqueue.py), renders a
+pool's new config, writes the MachineConfigNode of a node it heard from and grants drain slots.
+Two workers doing one of these at once, or the second deciding from an object its watch has not
+brought yet, made the API server refuse one write (409, or 422 for a failed ``test``): pool rows
+12-39 times per rollout at 100-200 nodes, the most frequent conflict, a rendered config's
+ConfigMap 4 times, MachineConfigNode statuses 1-17 and drain Leases 1-10 (docs/performance.md,
+"Writes per node and conflicts"). Here a worker takes the turn at what it writes (an exclusive
+``flock`` on a file of the server's per-run directory, the one the workers already share: a pool's
+row, a rendered config's name, a node's MachineConfigNode, a pool's drains) before it reads and
+decides, and finds in it what the last holder wrote (a resourceVersion): a pool row its own watch
+has not brought yet is read first. The compare-and-swap stays what keeps each object right (other
+replicas, a worker that did not get its turn in time); the turn only saves refused writes.
 
 The lock is taken without blocking and retried every ``POLL`` seconds: under gevent a blocking
 ``flock`` would stop every request of the worker. A worker that waited ``WAIT`` seconds writes
@@ -30,15 +33,17 @@ WAIT = 2.0  # seconds a worker waits for its turn before it writes without it
 
 
 class Turn:
-    """``last``: the resourceVersion of the row the last holder wrote (0: none known). Set
+    """``last``: the resourceVersion the last holder wrote (0: none known); ``held``: whether this
+    is the turn (False: given without it, after ``WAIT`` or with no shared directory). Set
     ``wrote`` to the one this holder wrote, if any."""
 
-    def __init__(self, last: int) -> None:
+    def __init__(self, last: int, held: bool) -> None:
         self.last = last
+        self.held = held
         self.wrote: Optional[int] = None
 
 
-class PoolTurns:
+class WorkerTurns:
     """The turns of one server's workers, in ``directory``; None: a process of its own (a test's
     store, a one-shot command): every turn is given at once, with nothing known."""
 
@@ -49,11 +54,11 @@ class PoolTurns:
     def turn(self, pool: str) -> Iterator[Turn]:
         fd = self._open(pool)
         if fd is None:
-            yield Turn(0)
+            yield Turn(0, False)
             return
         try:
             held = _lock(fd)
-            turn = Turn(_read(fd) if held else 0)
+            turn = Turn(_read(fd) if held else 0, held)
             yield turn
             if held and turn.wrote:
                 data = str(turn.wrote).encode()
