@@ -17,7 +17,7 @@ from agent.server.cli.storecmds import check_serve_args, store_config
 from agent.server.rollout.progress import Membership
 from agent.server.store.errors import StoreUnavailable, TooManyUnvetted
 from agent.server.store.kube import leases as kube_leases
-from agent.server.store.kube.client import KubeClient, KubeUnavailable, load_kubeconfig
+from agent.server.store.kube.client import KubeClient, KubeError, KubeUnavailable, load_kubeconfig
 from agent.server.store.kube.nodestate import CONFIGMAP_MAX
 from agent.server.store.kube.nodestore import REPORT, STORE_LABEL, KubeNodeStore
 from agent.server.store.nodestore import PoolRow
@@ -164,6 +164,43 @@ def test_concurrent_pool_updates_from_two_replicas_lose_nothing(replicas):
     wait_for(lambda: a.pools()["infra"].target == "60" and b.pools()["infra"].target == "60", "both see 60", 30)
     targets = [h["config"] for h in a.history("infra") if h["field"] == "target"]
     assert targets == [str(i) for i in range(61)]
+
+
+def test_workers_taking_turns_read_the_row_the_other_wrote_where_their_watch_lags_and_none_is_refused(
+        kube_cluster, namespace, tmp_path, monkeypatch):
+    """Two workers of one replica (serve shares its per-run directory with both): each takes the
+    pool's turn and finds the resourceVersion the other wrote, so B, whose watch brings no pool
+    row at all, reads the row A wrote instead of having its write refused with 409."""
+    a, b = open_store(kube_cluster, namespace), open_store(kube_cluster, namespace)
+    try:
+        for s in (a, b):
+            s.share_worker_turns(str(tmp_path))
+        a.update_pool("infra", lambda old: PoolRow("infra", "0", "0"))
+        wait_for(lambda: "infra" in b.pools(), "worker B sees the pool row", 30)
+        monkeypatch.setattr(b.cm, "_note", lambda obj, deleted: None)  # B's watch lags, for good
+        refused = []
+        for s in (a, b):
+            monkeypatch.setattr(s.client, "replace", _counting_409(s.client.replace, refused))
+        for _ in range(5):
+            for s in (a, b):
+                s.update_pool("infra", lambda old: PoolRow("infra", str(int(old.target) + 1), old.current))
+        assert refused == []
+        wait_for(lambda: a.pools()["infra"].target == "10", "A sees all ten adds", 30)
+    finally:
+        for s in (a, b):
+            s.close()
+            s.client.close()
+
+
+def _counting_409(replace, refused):
+    def counted(path, body):
+        try:
+            return replace(path, body)
+        except KubeError as exc:
+            if exc.status == 409:
+                refused.append(path)
+            raise
+    return counted
 
 
 def test_only_mcns_with_our_report_are_node_records(kube_cluster, replicas):
@@ -401,3 +438,30 @@ def test_replica_heartbeats_list_the_live_drop_the_stopped_and_sweep_the_dead(ku
     assert ghost.lease not in {i["metadata"]["name"] for i in kube_cluster.get(leases).json()["items"]}
     a.stop()
     client.close()
+
+
+def test_a_rendered_config_both_workers_made_is_asked_for_once(kube_cluster, namespace, tmp_path, monkeypatch):
+    """Every worker renders a pool's new config; sharing their turns, only the first asks the API
+    server to make its ConfigMap, and the other asks nothing (it was refused with 409), yet reads it."""
+    a, b = open_store(kube_cluster, namespace), open_store(kube_cluster, namespace)
+    try:
+        asked = []
+        for s in (a, b):
+            s.share_worker_turns(str(tmp_path))
+            monkeypatch.setattr(s.client, "create", _recording(s.client.create, asked))
+        spec = {"config": {"ignition": {"version": "3.4.0"}}}
+        for s in (a, b, a):
+            s.put_rendered("worker", "rendered-worker-1", spec, ["00-worker"])
+        assert [p for p in asked if p.endswith("/configmaps")] == [f"/api/v1/namespaces/{namespace}/configmaps"]
+        assert b.rendered_spec("rendered-worker-1") == spec
+    finally:
+        for s in (a, b):
+            s.close()
+            s.client.close()
+
+
+def _recording(create, asked):
+    def recorded(path, body):
+        asked.append(path)
+        return create(path, body)
+    return recorded

@@ -91,6 +91,8 @@ class App(NodeRoutes):
                                       watcher=watcher, reload_interval=self.reload_interval, settle=self.settle,
                                       alert_source=alert_source(self.store_config))  # the pools' alert gates
                     cluster.store.observe(self.counter.observe_store)
+                    if self.counter.directory:  # serve's workers take turns at writes they would race for
+                        cluster.store.share_worker_turns(self.counter.directory)
                     cluster.first_boot_listeners.append(self.counter.observe_first_boot)
                     if self.firstboot_deadline is not None:
                         cluster.firstboot_deadline = self.firstboot_deadline

@@ -223,6 +223,11 @@ class NodeStore(abc.ABC):
         """Call ``observer(api_path, seconds, ok)`` after every round trip to a shared store
         (/metrics' store latency and errors); a local file has no round trips to tell."""
 
+    def share_worker_turns(self, directory: str) -> None:  # noqa: B027 - stores with no refused writes: nothing
+        """Take turns with the server's other workers, through ``directory`` (serve's per-run
+        one), at the writes they would race for: a store whose writes another worker can make
+        refused saves them (kube/workerturns.py)."""
+
     def start_heartbeat(self, name: str, describe: Callable[[], Dict[str, Any]]) -> Optional[Any]:
         """Announce ``describe()`` as replica ``name`` every few seconds until ``close`` or the
         returned heartbeat's ``stop()``; None when there are no other replicas to tell (a local store)."""

@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from agent.server.rollout.drains import DrainAnswer
 from agent.server.store.kube.client import LEASES, KubeClient, KubeError
 from agent.server.store.kube.watch import Follower, NewestObjects, permission
+from agent.server.store.kube.workerturns import WorkerTurns
 
 APP_LABEL, APP = "app.kubernetes.io/name", "node-config-server"
 KIND_LABEL, KIND = "node-agent.openshift.io/kind", "drain-lease"
@@ -166,6 +167,7 @@ class KubeLeases(Follower):
         self.namespace = namespace
         self._lock = threading.Lock()
         self._granting: Dict[str, threading.Lock] = {}  # per pool: one grant at a time in this process
+        self.turns = WorkerTurns(None)  # and in this replica (serve's workers share theirs: workerturns.py)
         self._leases = NewestObjects()
         self._follow(client, LEASES, namespace, f"{KIND_LABEL}={KIND}", watch)
 
@@ -216,13 +218,14 @@ class KubeLeases(Follower):
     def acquire(self, node: str, pool: str, config: str, limit: int, ttl: float, now: float) -> DrainAnswer:
         """Grant, renew or refuse ``node`` a drain slot in ``pool`` (etcd.drains.request_drain).
 
-        One grant of a pool at a time in this process (ours): a wave's asks reach a process
-        together, and two of its grants counting the same list could pick the same slot; in turn,
-        each counts the slots the one before took. Other processes still race (the compare-and-swap
-        decides), on a slot of the node's own choosing (``spread``)."""
+        One grant of a pool at a time in this replica (ours): a wave's asks reach its workers
+        together, and two grants counting the same list could pick the same slot; in turn, each
+        counts the slots the one before took (the threads of a worker by a lock, its workers by
+        their turn at the pool's drains). Other replicas still race (the compare-and-swap decides),
+        on a slot of the node's own choosing (``spread``)."""
         with self._lock:
             granting = self._granting.setdefault(pool, threading.Lock())
-        with granting:
+        with granting, self.turns.turn("drains/" + pool):
             return self._acquire(node, pool, config, limit, ttl, now)
 
     def _acquire(self, node: str, pool: str, config: str, limit: int, ttl: float, now: float) -> DrainAnswer:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agent.server.store.kube.client import CONFIGMAPS, KubeClient, KubeError
 from agent.server.store.kube.watch import resource_version as rv
+from agent.server.store.kube.workerturns import WorkerTurns
 from agent.server.store.nodestore import PoolRow
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class ConfigMapState:
         self._pools: Dict[str, Tuple[PoolRow, int, List[Dict[str, Any]]]] = {}  # name -> (row, rv, history)
         self._meta: Tuple[Dict[str, str], int] = ({}, 0)
         self._rendered: Dict[str, Dict[str, Any]] = {}
+        self.turns = WorkerTurns(None)  # serve's workers share theirs (KubeNodeStore.share_worker_turns)
 
     def selector(self) -> str:
         return f"{APP_LABEL}={APP},{KIND_LABEL} in (pool,meta)"
@@ -131,14 +133,25 @@ class ConfigMapState:
     def update_pool(self, name: str, decide: Callable[[Optional[PoolRow]], Optional[PoolRow]]) -> PoolRow:
         """Compare-and-swap on the ConfigMap's resourceVersion, as EtcdNodeStore.update_pool on the
         key's revision: decide from the row this process holds (no round trip when nothing
-        moves); a 409 (another replica wrote first, or made it) reads it and decides again."""
-        with self._lock:
-            held = self._pools.get(name)
-        old, version, history = held if held else (None, 0, [])
+        moves); a 409 (another replica wrote first, or made it) reads it and decides again. In
+        this replica's turn at the pool (workerturns.py): the row another worker wrote last, which
+        this one's watch has not brought yet, is read first instead of refused."""
+        with self.turns.turn(name) as turn:
+            with self._lock:
+                held = self._pools.get(name)
+            old, version, history = held if held else (None, 0, [])
+            if turn.last > version:
+                old, version, history = self._read_pool(name)
+            new, turn.wrote = self._swap(name, decide, old, version, history)
+            return new
+
+    def _swap(self, name: str, decide: Callable[[Optional[PoolRow]], Optional[PoolRow]], old: Optional[PoolRow],
+              version: int, history: List[Dict[str, Any]]) -> Tuple[PoolRow, Optional[int]]:
+        """The row decided, and the resourceVersion written (None: nothing was)."""
         for _ in range(CAS_TRIES):
             new = decide(old)
             if new is None or new == old:
-                return old  # type: ignore[return-value]
+                return old, None  # type: ignore[return-value]
             now = time.time()
             added = [{"field": f, "config": getattr(new, f), "at": now}
                      for f in ("target", "current") if old is None or getattr(old, f) != getattr(new, f)]
@@ -154,7 +167,7 @@ class ConfigMapState:
                 old, version, history = self._read_pool(name)
                 continue
             self._wrote(self.on_event("MODIFIED", obj))
-            return new
+            return new, rv(obj)
         raise RuntimeError(f"pool {name}: {CAS_TRIES} concurrent updates of ConfigMap {self.namespace}/"
                            f"{POOL_PREFIX}{name} in a row; try again")
 
@@ -197,6 +210,12 @@ class ConfigMapState:
     # -- rendered configs --------------------------------------------------------------------------
 
     def put_rendered(self, pool: str, name: str, spec: Dict[str, Any], sources: List[str]) -> None:
+        """Made once under its name (immutable). Every worker renders a new pool config; the first
+        to take the name's turn (workerturns.py) makes its ConfigMap, and the others, told so, do not
+        ask again (each such ask was refused with 409)."""
+        with self._lock:
+            if name in self._rendered:  # made or read by this process already
+                return
         blob = zlib.compress(json.dumps({"pool": pool, "spec": spec, "sources": list(sources),
                                          "created": time.time()}, sort_keys=True).encode())
         encoded = base64.b64encode(blob).decode()
@@ -207,13 +226,22 @@ class ConfigMapState:
         body = configmap(RENDERED_PREFIX + name, self.namespace, "rendered")
         body.pop("data")
         body.update(binaryData={"rendered": encoded}, immutable=True)
+        with self.turns.turn(body["metadata"]["name"]) as turn:
+            if not turn.last:  # no other worker of this replica made it
+                turn.wrote = self._create_rendered(body)
+        with self._lock:
+            self._rendered[name] = {"pool": pool, "spec": spec}
+
+    def _create_rendered(self, body: Dict[str, Any]) -> int:
+        """The ConfigMap made (its resourceVersion), or found made by another replica (1)."""
         try:
-            self._wrote(rv(self.client.create(self._path(), body)))
+            made = rv(self.client.create(self._path(), body))
         except KubeError as exc:
             if exc.status != 409:  # 409: already there, and immutable under its name
                 raise
-        with self._lock:
-            self._rendered[name] = {"pool": pool, "spec": spec}
+            return 1
+        self._wrote(made)
+        return made
 
     def rendered(self, name: str) -> Optional[Dict[str, Any]]:
         with self._lock:

@@ -23,7 +23,7 @@ write is acknowledged once the API server stored it, else ``KubeUnavailable`` (5
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 from agent.server.rollout.progress import Membership
 from agent.server.store.errors import StoreUnavailable
@@ -51,6 +51,7 @@ from agent.server.store.kube.mcnrecord import (  # noqa: F401 - DRAIN_LOG, STORE
 from agent.server.store.kube.nodestate import ConfigMapState
 from agent.server.store.kube.watch import Reflector, wait_all_synced
 from agent.server.store.kube.watch import resource_version as rv
+from agent.server.store.kube.workerturns import Turn, WorkerTurns
 from agent.server.store.nodeindex import IndexedReads, NodeIndex
 from agent.server.store.nodestore import (
     SERVER_KEY,
@@ -326,6 +327,14 @@ class KubeNodeStore(KubeDrainLog, KeptFirstBoots, CredentialMethods, IndexedRead
 
     def update_pool(self, name: str, decide: Callable[[Optional[PoolRow]], Optional[PoolRow]]) -> PoolRow:
         return self.cm.update_pool(name, decide)
+
+    def share_worker_turns(self, directory: str) -> None:
+        self.cm.turns = self.drain_leases.turns = WorkerTurns(directory)
+
+    def turn(self, key: str) -> ContextManager[Turn]:
+        """This replica's turn at ``key`` among serve's workers (workerturns.py), for the writers of
+        the objects of this namespace's store: a MachineConfigNode's status."""
+        return self.cm.turns.turn(key)
 
     def history(self, pool: str) -> List[Dict[str, Any]]:
         return self.cm.history(pool)
