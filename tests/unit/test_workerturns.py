@@ -11,7 +11,7 @@ from agent.server.store.kube.workerturns import WorkerTurns
 def test_the_next_holder_waits_for_the_turn_and_learns_what_the_last_one_wrote(tmp_path):
     a, b = WorkerTurns(str(tmp_path)), WorkerTurns(str(tmp_path))  # two workers: two open files
     inside, seen = threading.Event(), []
-    with a.turn("worker") as turn:
+    with a.turn("pool/worker") as turn:
         assert turn.last == 0
         waiter = threading.Thread(target=lambda: seen.append(_take(b, inside)))
         waiter.start()
@@ -22,61 +22,61 @@ def test_the_next_holder_waits_for_the_turn_and_learns_what_the_last_one_wrote(t
 
 
 def _take(turns, inside):
-    with turns.turn("worker") as turn:
+    with turns.turn("pool/worker") as turn:
         inside.set()
         return turn.last
 
 
-def test_pools_have_turns_of_their_own(tmp_path):
+def test_each_key_has_a_turn_of_its_own(tmp_path):
     a, b = WorkerTurns(str(tmp_path)), WorkerTurns(str(tmp_path))
-    with a.turn("worker") as held:
+    with a.turn("pool/worker") as held:
         held.wrote = 7
-        with b.turn("infra") as other:
+        with b.turn("pool/infra") as other:
             assert other.last == 0
-    with b.turn("infra") as other:
+    with b.turn("pool/infra") as other:
         assert other.last == 0
-    with b.turn("worker") as again:
+    with b.turn("pool/worker") as again:
         assert again.last == 7
 
 
 def test_a_turn_that_writes_nothing_keeps_what_the_one_before_wrote(tmp_path):
     turns = WorkerTurns(str(tmp_path))
-    with turns.turn("worker") as t:
+    with turns.turn("pool/worker") as t:
         t.wrote = 123456789
-    with turns.turn("worker"):
+    with turns.turn("pool/worker"):
         pass
-    with turns.turn("worker") as t:
+    with turns.turn("pool/worker") as t:
         assert t.last == 123456789
         t.wrote = 5  # shorter than the one before: nothing of it is left over
-    with turns.turn("worker") as t:
+    with turns.turn("pool/worker") as t:
         assert t.last == 5
 
 
 def test_a_turn_held_too_long_is_gone_without_and_writes_nothing_into_it(tmp_path, monkeypatch):
     monkeypatch.setattr(workerturns, "WAIT", 0.05)
     a, b = WorkerTurns(str(tmp_path)), WorkerTurns(str(tmp_path))
-    with a.turn("worker") as held:
+    with a.turn("pool/worker") as held:
         held.wrote = 9
-        with b.turn("worker") as without:  # the compare-and-swap still guards the row
+        with b.turn("pool/worker") as without:  # the compare-and-swap still guards the row
             assert without.last == 0
             without.wrote = 10
-    with b.turn("worker") as t:
+    with b.turn("pool/worker") as t:
         assert t.last == 9
 
 
 def test_a_process_of_its_own_gets_every_turn_at_once_knowing_nothing():
-    with WorkerTurns(None).turn("worker") as t:
+    with WorkerTurns(None).turn("pool/worker") as t:
         assert t.last == 0
 
 
 def test_the_turn_says_whether_it_is_held(tmp_path, monkeypatch):
     monkeypatch.setattr(workerturns, "WAIT", 0.05)
     a, b = WorkerTurns(str(tmp_path)), WorkerTurns(str(tmp_path))
-    with a.turn("worker") as held:
+    with a.turn("pool/worker") as held:
         assert held.held
-        with b.turn("worker") as without:
+        with b.turn("pool/worker") as without:
             assert not without.held
-    with WorkerTurns(None).turn("worker") as alone:
+    with WorkerTurns(None).turn("pool/worker") as alone:
         assert not alone.held
 
 

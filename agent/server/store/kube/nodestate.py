@@ -136,7 +136,7 @@ class ConfigMapState:
         moves); a 409 (another replica wrote first, or made it) reads it and decides again. In
         this replica's turn at the pool (workerturns.py): the row another worker wrote last, which
         this one's watch has not brought yet, is read first instead of refused."""
-        with self.turns.turn(name) as turn:
+        with self.turns.turn("pool/" + name) as turn:
             with self._lock:
                 held = self._pools.get(name)
             old, version, history = held if held else (None, 0, [])
@@ -226,7 +226,7 @@ class ConfigMapState:
         body = configmap(RENDERED_PREFIX + name, self.namespace, "rendered")
         body.pop("data")
         body.update(binaryData={"rendered": encoded}, immutable=True)
-        with self.turns.turn(body["metadata"]["name"]) as turn:
+        with self.turns.turn("rendered/" + name) as turn:
             if not turn.last:  # no other worker of this replica made it
                 turn.wrote = self._create_rendered(body)
         with self._lock:

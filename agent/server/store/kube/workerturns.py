@@ -27,8 +27,8 @@ import os
 import time
 from typing import Iterator, Optional
 
-PREFIX = "poolturn-"  # not *.db: prometheus-client's multiprocess collector reads only those
-POLL = 0.002  # seconds between tries of a held turn (a step writes its row in milliseconds)
+PREFIX = "turn-"  # not *.db: prometheus-client's multiprocess collector reads only those
+POLL = 0.002  # seconds between tries of a held turn (a holder writes within milliseconds)
 WAIT = 2.0  # seconds a worker waits for its turn before it writes without it
 
 
@@ -51,8 +51,10 @@ class WorkerTurns:
         self.directory = directory
 
     @contextlib.contextmanager
-    def turn(self, pool: str) -> Iterator[Turn]:
-        fd = self._open(pool)
+    def turn(self, key: str) -> Iterator[Turn]:
+        """The turn at ``key`` (what is written: "pool/worker", "mcn/node-1"), for the ``with``
+        block; what the holder wrote is kept for the next one only when it was the turn."""
+        fd = self._open(key)
         if fd is None:
             yield Turn(0, False)
             return
@@ -67,10 +69,10 @@ class WorkerTurns:
         finally:
             os.close(fd)  # closing releases the lock
 
-    def _open(self, pool: str) -> Optional[int]:
+    def _open(self, key: str) -> Optional[int]:
         if not self.directory:
             return None
-        name = PREFIX + hashlib.sha256(pool.encode("utf-8")).hexdigest()[:32]
+        name = PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
         try:
             return os.open(os.path.join(self.directory, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError:  # the directory gone (the server stopping): the compare-and-swap still guards
