@@ -51,6 +51,14 @@ def replicas(kube_cluster, namespace):
         s.client.close()
 
 
+@pytest.fixture
+def workers(replicas, tmp_path):
+    """Two workers of one replica: two stores on one namespace sharing serve's per-run directory."""
+    for s in replicas:
+        s.share_worker_turns(str(tmp_path))
+    return replicas
+
+
 def worker(why="selector"):
     return Membership("worker", why)
 
@@ -167,29 +175,22 @@ def test_concurrent_pool_updates_from_two_replicas_lose_nothing(replicas):
 
 
 def test_workers_taking_turns_read_the_row_the_other_wrote_where_their_watch_lags_and_none_is_refused(
-        kube_cluster, namespace, tmp_path, monkeypatch):
+        workers, monkeypatch):
     """Two workers of one replica (serve shares its per-run directory with both): each takes the
     pool's turn and finds the resourceVersion the other wrote, so B, whose watch brings no pool
     row at all, reads the row A wrote instead of having its write refused with 409."""
-    a, b = open_store(kube_cluster, namespace), open_store(kube_cluster, namespace)
-    try:
+    a, b = workers
+    a.update_pool("infra", lambda old: PoolRow("infra", "0", "0"))
+    wait_for(lambda: "infra" in b.pools(), "worker B sees the pool row", 30)
+    monkeypatch.setattr(b.cm, "_note", lambda obj, deleted: None)  # B's watch lags, for good
+    refused = []
+    for s in (a, b):
+        monkeypatch.setattr(s.client, "replace", _counting_409(s.client.replace, refused))
+    for _ in range(5):
         for s in (a, b):
-            s.share_worker_turns(str(tmp_path))
-        a.update_pool("infra", lambda old: PoolRow("infra", "0", "0"))
-        wait_for(lambda: "infra" in b.pools(), "worker B sees the pool row", 30)
-        monkeypatch.setattr(b.cm, "_note", lambda obj, deleted: None)  # B's watch lags, for good
-        refused = []
-        for s in (a, b):
-            monkeypatch.setattr(s.client, "replace", _counting_409(s.client.replace, refused))
-        for _ in range(5):
-            for s in (a, b):
-                s.update_pool("infra", lambda old: PoolRow("infra", str(int(old.target) + 1), old.current))
-        assert refused == []
-        wait_for(lambda: a.pools()["infra"].target == "10", "A sees all ten adds", 30)
-    finally:
-        for s in (a, b):
-            s.close()
-            s.client.close()
+            s.update_pool("infra", lambda old: PoolRow("infra", str(int(old.target) + 1), old.current))
+    assert refused == []
+    wait_for(lambda: a.pools()["infra"].target == "10", "A sees all ten adds", 30)
 
 
 def _counting_409(replace, refused):
@@ -440,24 +441,18 @@ def test_replica_heartbeats_list_the_live_drop_the_stopped_and_sweep_the_dead(ku
     client.close()
 
 
-def test_a_rendered_config_both_workers_made_is_asked_for_once(kube_cluster, namespace, tmp_path, monkeypatch):
+def test_a_rendered_config_both_workers_made_is_asked_for_once(workers, namespace, monkeypatch):
     """Every worker renders a pool's new config; sharing their turns, only the first asks the API
     server to make its ConfigMap, and the other asks nothing (it was refused with 409), yet reads it."""
-    a, b = open_store(kube_cluster, namespace), open_store(kube_cluster, namespace)
-    try:
-        asked = []
-        for s in (a, b):
-            s.share_worker_turns(str(tmp_path))
-            monkeypatch.setattr(s.client, "create", _recording(s.client.create, asked))
-        spec = {"config": {"ignition": {"version": "3.4.0"}}}
-        for s in (a, b, a):
-            s.put_rendered("worker", "rendered-worker-1", spec, ["00-worker"])
-        assert [p for p in asked if p.endswith("/configmaps")] == [f"/api/v1/namespaces/{namespace}/configmaps"]
-        assert b.rendered_spec("rendered-worker-1") == spec
-    finally:
-        for s in (a, b):
-            s.close()
-            s.client.close()
+    a, b = workers
+    asked = []
+    for s in (a, b):
+        monkeypatch.setattr(s.client, "create", _recording(s.client.create, asked))
+    spec = {"config": {"ignition": {"version": "3.4.0"}}}
+    for s in (a, b, a):
+        s.put_rendered("worker", "rendered-worker-1", spec, ["00-worker"])
+    assert [p for p in asked if p.endswith("/configmaps")] == [f"/api/v1/namespaces/{namespace}/configmaps"]
+    assert b.rendered_spec("rendered-worker-1") == spec
 
 
 def _recording(create, asked):
