@@ -248,9 +248,16 @@ def test_layered_image_served_only_when_proven(tmp_path, tls):
         # The build turns out failed: never served, whatever the nodes run.
         edit_yaml(state / "machineosbuilds" / "infra-build-1.yaml", "- type: Succeeded\n    status: \"True\"",
                   "- type: Succeeded\n    status: \"False\"")
-        wait_for(lambda: pool_view(srv, "infra")["status"]["served"]["image"] == base, "build failure", PICKED_UP)
-        assert "has not succeeded" in pool_view(srv, "infra")["status"]["served"]["reason"]
-        assert served(srv, "infra")[0].encapsulated["spec"]["osImageURL"] == base
+        # Each of serve's workers reads the state directory on its own: each look may reach either,
+        # and one may read the edit a reload later than the other (a fresh-clone CI saw the pool's
+        # view in one and the config still layered in the other), so each state is waited for.
+        def failed_build_seen():
+            seen = pool_view(srv, "infra")["status"]["served"]
+            return seen["image"] == base and "has not succeeded" in seen["reason"]
+
+        wait_for(failed_build_seen, "build failure in the pool's view", PICKED_UP)
+        wait_for(lambda: served(srv, "infra")[0].encapsulated["spec"]["osImageURL"] == base,
+                 "build failure in the served config", PICKED_UP)
 
 
 # -- custom pools ---------------------------------------------------------------------------------
