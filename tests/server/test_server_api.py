@@ -159,9 +159,9 @@ def test_gating_a_second_change_is_the_target_at_once_and_the_state_survives_a_r
         report(srv, "w1", pool="worker", state="Done", currentConfig=c0, desiredConfig=c0)
         # A new MachineConfig content: picked up without a restart (PICKED_UP).
         edit_yaml(state / "machineconfigs" / "00-worker.yaml", "- cgroup_no_v1=all", "- cgroup_no_v1=all\n  - quiet")
-        t1 = wait_for(lambda: (lambda v: v["spec"]["configuration"]["name"] != c0 and v["spec"]["configuration"]["name"])(
-            pool_view(srv, "worker")), "new target", PICKED_UP)
-        view = pool_view(srv, "worker")
+        view = settled_view(srv, "worker", lambda v: v["spec"]["configuration"]["name"] != c0 and
+                            v["status"]["rollout"]["updating"], "new target, w1 targeted")
+        t1 = view["spec"]["configuration"]["name"]
         assert view["status"]["configuration"]["name"] == c0  # current: w1 is not on t1 yet
         assert view["status"]["served"]["config"] == c0 and "no node runs the target" in view["status"]["served"]["reason"]
         assert view["status"]["rollout"]["updating"] == ["w1"]  # the server targeted it (maxUnavailable 1)
@@ -175,13 +175,16 @@ def test_gating_a_second_change_is_the_target_at_once_and_the_state_survives_a_r
         # Another change while the rollout of t1 is incomplete: the target at once (a revert would be too),
         # and w1, targeted to t1 but not started on it (no report of it desires t1), takes t2 in its slot.
         edit_yaml(state / "machineconfigs" / "00-worker.yaml", "- quiet", "- quiet\n  - loglevel=3")
-        t2 = wait_for(lambda: (lambda n: n not in (c0, t1) and n)(pool_view(srv, "worker")["spec"]["configuration"]["name"]),
-                      "the second change is the target", PICKED_UP)
-        assert not pool_view(srv, "worker")["status"]["held"]
+        view = settled_view(srv, "worker", lambda v: v["spec"]["configuration"]["name"] not in (c0, t1),
+                            "the second change is the target")
+        t2 = view["spec"]["configuration"]["name"]
+        assert not view["status"]["held"]
         # A Done proves only a config served to that node as itself (docs/security.md "Identity"):
         # w1, a member, fetches with its credential and gets its desired config, t2.
-        got = srv.node_session("w1").get(srv.url("/config/worker"), headers={"Accept": IGN + "3.4.0"})
-        assert got.status_code == 200 and got.headers["X-Served-Config"] == t2, got.headers
+        # (the step that retargets w1 follows each worker's reading of the change)
+        got = wait_for(lambda: on_every_worker(
+            lambda: srv.node_session("w1").get(srv.url("/config/worker"), headers={"Accept": IGN + "3.4.0"}),
+            lambda r: r.status_code == 200 and r.headers["X-Served-Config"] == t2), "w1 is served t2", PICKED_UP)
         assert got.headers["X-Rollout"] == "updating"
         report(srv, "w1", pool="worker", state="Done", currentConfig=t2, desiredConfig=t2)
         # every node Done on the target: current moves (at the pool's next step, woken by the report)
@@ -211,9 +214,9 @@ def test_a_paused_pool_moves_its_target_and_targets_no_node(tmp_path, tls):
         edit_yaml(state / "machineconfigs" / "50-infra.yaml", "      files:\n",
                   "      files:\n      - path: /etc/paused\n        contents:\n          source: data:,x\n")
         # As upstream's render controller: spec.configuration moves; the node controller targets nobody.
-        i1 = wait_for(lambda: (lambda n: n != i0 and n)(pool_view(srv, "infra")["spec"]["configuration"]["name"]),
-                      "the paused pool's new target", PICKED_UP)
-        view = pool_view(srv, "infra")
+        view = settled_view(srv, "infra", lambda v: v["spec"]["configuration"]["name"] != i0,
+                            "the paused pool's new target")
+        i1 = view["spec"]["configuration"]["name"]
         assert view["status"]["configuration"]["name"] == i0 and view["status"]["rollout"]["waiting"] == ["i1"]
         conds = {c["type"]: c for c in view["status"]["conditions"]}
         assert conds["Updating"]["status"] == "False" and conds["Updating"]["message"] == \
@@ -371,12 +374,24 @@ def test_invalid_object_keeps_last_good_state(tmp_path, tls):
 
 def every_worker(srv, predicate, probes=12):
     """The last /healthz answer when ``predicate`` holds for all of ``probes`` fresh connections."""
-    health = None
+    return on_every_worker(lambda: srv.session().get(srv.url("/healthz")).json(), predicate, probes)
+
+
+def on_every_worker(look, predicate, probes=12):
+    """The last of ``probes`` looks in a row when ``predicate`` holds for each, else None. Each
+    look is a fresh connection, which either of serve's workers may take, and each worker reads
+    the state directory on its own: a state seen in one look may not be the next look's yet."""
+    value = None
     for _ in range(probes):
-        health = srv.session().get(srv.url("/healthz")).json()
-        if not predicate(health):
+        value = look()
+        if not predicate(value):
             return None
-    return health
+    return value
+
+
+def settled_view(srv, pool, predicate, what):
+    """The pool's view once ``predicate`` holds for it on every worker (on_every_worker)."""
+    return wait_for(lambda: on_every_worker(lambda: pool_view(srv, pool), predicate), what, PICKED_UP)
 
 
 # -- command line ---------------------------------------------------------------------------------------
