@@ -28,9 +28,13 @@ collect_ignore = ["unit/test_crd_validate.py", "unit/test_crd_written.py"] if sy
 # tests/<group>/ says what a test needs; each group is a marker of the same name (pyproject.toml),
 # so `pytest -m "not kube and not vm"` is the quick loop. CONTRIBUTING.md has the map.
 GROUPS = ("unit", "host", "server", "etcd", "kube", "vm", "campaigns")
-# Folders whose tests share one session cluster (etcd_cluster, kube_cluster): under pytest-xdist's
-# --dist loadgroup (make test) each runs on one worker, so one cluster serves all of its tests.
-SHARED_CLUSTER = ("etcd", "kube", "vm")
+# The session clusters (below) and the group of the tests that use each: under pytest-xdist's
+# --dist loadgroup (make test) a group runs on one worker, so one cluster serves all of its tests.
+# A test that asks for one only for some parameters (request.getfixturevalue) names the group on
+# that parameter (pytest.param(..., marks=pytest.mark.xdist_group("kube"))).
+SESSION_CLUSTERS = {"etcd_cluster": "etcd", "kube_cluster": "kube"}
+# The folder whose tests share one guest whatever fixtures they use.
+SHARED_FOLDERS = ("vm",)
 # Modules that check the project's documents, test helpers, tools, benchmarks, manifests and
 # packaging, not the Python the RPMs ship: what interpreter runs them does not change what they
 # show, so they carry the marker ``once`` and the RHEL 9 run (make py39) deselects them (issue 54).
@@ -54,10 +58,41 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(getattr(pytest.mark, group))
         if os.path.relpath(str(item.path), tests_dir).replace(os.sep, "/") in RUN_ONCE:
             item.add_marker(pytest.mark.once)
-        if group in SHARED_CLUSTER:
+    shared = _modules_on_a_session_cluster(items)
+    for item in items:
+        group = os.path.relpath(str(item.path), tests_dir).split(os.sep)[0]
+        if group in SHARED_FOLDERS:
             item.add_marker(pytest.mark.xdist_group(group))
-        elif item.get_closest_marker("xdist_group") is None and _uses_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            continue
+        if item.get_closest_marker("xdist_group") is not None:  # the test's own (or its parameter's)
+            continue
+        module = item.nodeid.split("::")[0]
+        cluster = _session_cluster_group(item)
+        if cluster is not None:
+            item.add_marker(pytest.mark.xdist_group(cluster))
+        elif _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(shared.get(module, module)))
+
+
+def _session_cluster_group(item):
+    """The group of the session cluster the test uses (SESSION_CLUSTERS), or None. Only those
+    tests are kept together: a module with a control plane of its own (most of tests/kube) runs
+    on any worker, and the folder is no longer one worker's hour (issue 54: tests/kube took 400
+    s on one worker while the others had finished)."""
+    names = set(getattr(item, "fixturenames", ()))
+    used = [group for fixture, group in SESSION_CLUSTERS.items() if fixture in names]
+    return used[-1] if used else None
+
+
+def _modules_on_a_session_cluster(items):
+    """module -> the session cluster's group of one of its tests: the module's tests that use a
+    fixture of its own go there too, so that fixture is made once (on that worker)."""
+    found = {}
+    for item in items:
+        cluster = _session_cluster_group(item)
+        if cluster is not None:
+            found.setdefault(item.nodeid.split("::")[0], cluster)
+    return found
 
 
 def _uses_a_module_fixture(item) -> bool:

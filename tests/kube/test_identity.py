@@ -63,7 +63,9 @@ def refused(answer, code, *words):
     return message
 
 
-@pytest.fixture(params=["sqlite", "etcd", "kube"])
+# "etcd" and "kube" use a session cluster (tests/conftest.py): their tests run where its others do
+@pytest.fixture(params=["sqlite", pytest.param("etcd", marks=pytest.mark.xdist_group("etcd")),
+                        pytest.param("kube", marks=pytest.mark.xdist_group("kube"))])
 def app(request, tmp_path):
     """The app on each node store. "kube": state objects from the examples directory (the
     directory backend), node state in the Kubernetes API (--store kubernetes) in a namespace of

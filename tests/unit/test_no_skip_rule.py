@@ -53,20 +53,42 @@ def test_a_test_outside_the_groups_of_tests_is_a_usage_error_naming_the_groups(t
     assert "tests/{unit,host,server,etcd,kube,vm,campaigns}/" in out.stdout + out.stderr
 
 
-def test_under_xdist_loadgroup_a_shared_cluster_folder_runs_on_one_worker(tmp_path):
-    # make test's workers (Makefile, "suite" and "py39") rely on tests/etcd and tests/kube staying whole
-    for group in ("etcd", "unit"):
-        (tmp_path / group).mkdir()
-        (tmp_path / group / f"test_{group}.py").write_text(
-            "import os, pytest\n@pytest.mark.parametrize('i', range(6))\n"
-            "def test_x(i):\n    print(os.environ['PYTEST_XDIST_WORKER'])\n")
+ON_THE_SESSION_CLUSTER = """
+import os, pytest
+
+@pytest.fixture
+def etcd_cluster():  # stands for the session cluster of tests/conftest.py (same name)
+    return None
+
+@pytest.mark.parametrize('i', range(6))
+def test_x(i, etcd_cluster):
+    print(os.environ['PYTEST_XDIST_WORKER'])
+"""
+OWN = """
+import os, pytest
+
+@pytest.mark.parametrize('i', range(6))
+def test_y(i):
+    print(os.environ['PYTEST_XDIST_WORKER'])
+"""
+
+
+def test_under_xdist_loadgroup_the_tests_on_a_session_cluster_run_on_one_worker_and_the_rest_anywhere(tmp_path):
+    # make test's workers (Makefile, "suite" and "py39") rely on one cluster per group
+    for group, module, text in (("etcd", "test_shared", ON_THE_SESSION_CLUSTER), ("etcd", "test_own", OWN),
+                                ("unit", "test_also_shared", ON_THE_SESSION_CLUSTER)):
+        (tmp_path / group).mkdir(exist_ok=True)
+        (tmp_path / group / f"{module}.py").write_text(text)
     (tmp_path / "conftest.py").write_text(conftest_alone())
     out = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-n", "3", "--dist",
                           "loadgroup", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
-    workers = {line.split()[0] for line in out.stdout.splitlines() if "test_etcd.py" in line and "PASSED" in line}
-    assert len(workers) == 1 and all("@etcd" in line for line in out.stdout.splitlines()
-                                     if "test_etcd.py" in line and "PASSED" in line), out.stdout
+    passed = [line.rstrip() for line in out.stdout.splitlines() if "PASSED" in line]
+    shared = [line for line in passed if "shared.py" in line]
+    assert len(shared) == 12 and all(line.endswith("@etcd") for line in shared), out.stdout
+    assert len({line.split()[0] for line in shared}) == 1, out.stdout
+    own = [line for line in passed if "test_own.py" in line]
+    assert len(own) == 6 and not any("@" in line for line in own), out.stdout
 
 
 def test_every_module_the_rhel9_run_deselects_as_run_once_is_there():

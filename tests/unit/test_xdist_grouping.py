@@ -17,6 +17,21 @@ def test_a_test_using_only_function_fixtures_is_not_grouped(request, tmp_path):
     assert request.node.get_closest_marker("xdist_group") is None
 
 
+def test_only_the_tests_on_a_session_cluster_share_its_worker_and_their_modules_fixtures_go_with_them():
+    """tests/kube was one group (400 s on one worker, issue 54) though most of its modules start a
+    control plane of their own: now only the tests that use a session cluster are kept together."""
+    from types import SimpleNamespace
+
+    from tests.conftest import _modules_on_a_session_cluster, _session_cluster_group
+
+    on_kube = SimpleNamespace(fixturenames=["tmp_path", "kube_cluster"], nodeid="tests/kube/test_a.py::test_x")
+    on_etcd = SimpleNamespace(fixturenames=["etcd_cluster"], nodeid="tests/etcd/test_b.py::test_y")
+    own_cluster = SimpleNamespace(fixturenames=["tmp_path", "cluster"], nodeid="tests/kube/test_c.py::test_z")
+    assert [_session_cluster_group(i) for i in (on_kube, on_etcd, own_cluster)] == ["kube", "etcd", None]
+    assert _modules_on_a_session_cluster([on_kube, on_etcd, own_cluster]) == {
+        "tests/kube/test_a.py": "kube", "tests/etcd/test_b.py": "etcd"}
+
+
 def session_fixtures_in(tree):
     """The names of the session-scoped fixtures a module defines (``@pytest.fixture(scope="session")``)."""
     import ast
