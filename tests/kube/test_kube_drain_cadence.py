@@ -22,7 +22,7 @@ from agent.server.cluster.drainpacer import paced_drain
 from agent.server.cluster.kube_drain import Drainer
 from agent.server.rollout import draincadence as dc
 from agent.server.rollout.draincadence import Cadence
-from agent.server.store.kube.client import KubeClient, load_kubeconfig
+from agent.server.store.kube.client import KubeClient, KubeError, load_kubeconfig
 from tests.helpers.certs import make_tls
 from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
 from tests.helpers.server_proc import REPO, ServerProcess
@@ -231,15 +231,28 @@ class StaleOnce:
 
 
 class NodeWrites:
-    """A client that keeps the Node patches made through it."""
+    """A client that keeps the Node patches the API server took through it (``patches``) apart from
+    those it refused (``refused``: a 409, another writer first). ``meddle`` runs once, just before
+    the first Node patch: another writer's change (a fresh Node's first write meets the controller
+    manager's on a busy machine, which a CI run saw)."""
 
-    def __init__(self, client):
-        self.client, self.patches = client, []
+    def __init__(self, client, meddle=None):
+        self.client, self.patches, self.refused, self.meddle = client, [], [], meddle
 
     def merge_patch(self, path, body, *a, **kw):
-        if path.startswith("/api/v1/nodes/"):
+        node = path.startswith("/api/v1/nodes/")
+        if node and self.meddle is not None:
+            meddle, self.meddle = self.meddle, None
+            meddle()
+        try:
+            written = self.client.merge_patch(path, body, *a, **kw)
+        except KubeError:
+            if node:
+                self.refused.append(body)
+            raise
+        if node:
             self.patches.append(body)
-        return self.client.merge_patch(path, body, *a, **kw)
+        return written
 
     def __getattr__(self, name):
         return getattr(self.client, name)
@@ -248,22 +261,27 @@ class NodeWrites:
 def test_a_drain_with_nothing_to_evict_is_one_node_write_the_cordon_and_our_mark(kube):
     """Issue 53: a first attempt wrote the cordon with the drain's state, and its round, finding
     nothing to evict, wrote again to remove that state: two Node writes. The state now follows only
-    a round that leaves pods; an ask again on the drained Node writes nothing."""
+    a round that leaves pods; an ask again on the drained Node writes nothing. A write refused
+    because another writer changed the Node first is read again and written once."""
     node = "w-empty"
     kube.kubectl("apply", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Node", "metadata": {
         "name": node, "labels": {"node-role.kubernetes.io/worker": ""}}}))
-    client = NodeWrites(KubeClient(load_kubeconfig(kube.kubeconfig_for(USER))))
+    client = NodeWrites(KubeClient(load_kubeconfig(kube.kubeconfig_for(USER))),
+                        meddle=lambda: kube.kubectl("annotate", "node", node, "example.com/another-writer=1"))
     drainer = Drainer(client)
-    paced = paced_drain(drainer, node, "rendered-x")
-    assert paced is not None and paced.done and not paced.state.active
-    assert len(client.patches) == 1 and client.patches[0]["spec"] == {"unschedulable": True}
-    obj = api(kube, f"/api/v1/nodes/{node}")
-    assert obj["spec"].get("unschedulable") is True and drain_annotations(kube, node) == {}
-    assert obj["metadata"]["annotations"]["node-config-server.openshift.io/drained-for"] == "rendered-x"
-    again = paced_drain(drainer, node, "rendered-x")
-    assert again is not None and again.done and len(client.patches) == 1
-    client.close()
-    kube.kubectl("delete", "node", node)  # cordoned, it would hold one of worker's maxUnavailable
+    try:
+        paced = paced_drain(drainer, node, "rendered-x")
+        assert paced is not None and paced.done and not paced.state.active
+        assert client.refused and all(p["metadata"]["resourceVersion"] for p in client.refused)  # 409, read again
+        assert len(client.patches) == 1 and client.patches[0]["spec"] == {"unschedulable": True}
+        obj = api(kube, f"/api/v1/nodes/{node}")
+        assert obj["spec"].get("unschedulable") is True and drain_annotations(kube, node) == {}
+        assert obj["metadata"]["annotations"]["node-config-server.openshift.io/drained-for"] == "rendered-x"
+        again = paced_drain(drainer, node, "rendered-x")
+        assert again is not None and again.done and len(client.patches) == 1
+    finally:
+        client.close()
+        kube.kubectl("delete", "node", node)  # cordoned, it would hold one of worker's maxUnavailable
 
 
 def test_two_replicas_start_one_attempt_and_emit_one_event(kube):

@@ -5,8 +5,16 @@ before it touches any Node while ``spec.paused``. A node targeted to B before th
 is paused and who waits; unpaused, the rollout goes on toward the newest rendering."""
 
 from tests.helpers.server_proc import ServerProcess
-from tests.helpers.wait import wait_for
-from tests.server.test_server_api import IGN, TOKEN, copy_state, edit_yaml, pool_view, report, tls  # noqa: F401
+from tests.server.test_server_api import (  # noqa: F401
+    IGN,
+    TOKEN,
+    copy_state,
+    edit_yaml,
+    pool_view,
+    report,
+    settled_view,
+    tls,
+)
 
 PICKED_UP = 30
 NODES = ("w0", "w1", "w2")
@@ -35,16 +43,19 @@ def test_a_paused_pool_keeps_every_nodes_desired_config_and_goes_on_to_the_newes
         for node in NODES:
             report(srv, node, pool="worker", state="Done", currentConfig=a, desiredConfig=a)
         add_file(state, "/etc/b")
-        b = wait_for(lambda: (lambda t: t != a and t)(target(srv)), "B is the target", PICKED_UP)
-        wait_for(lambda: pool_view(srv, "worker")["status"]["rollout"].get("updating") == ["w0"], "w0 targeted to B",
-                 PICKED_UP)
+        # Each of serve's workers reads the state directory on its own, and each look may reach
+        # either: every state below is waited for on every worker (settled_view) before a fetch.
+        b = settled_view(srv, "worker", lambda v: v["spec"]["configuration"]["name"] != a and
+                         v["status"]["rollout"].get("updating") == ["w0"], "w0 targeted to B", PICKED_UP)
+        b = b["spec"]["configuration"]["name"]
         assert fetch(srv, "w0")[:2] == (b, "updating")  # targeted; it has not started (it reports Done on A)
 
         edit_yaml(state / "machineconfigpools" / "worker.yaml", "maxUnavailable: 1", "maxUnavailable: 1\n  paused: true")
         add_file(state, "/etc/c")
-        c = wait_for(lambda: (lambda t: t not in (a, b) and t)(target(srv)), "C is the paused pool's target", PICKED_UP)
-        rollout = wait_for(lambda: (lambda r: "paused" in r.get("waitReason", "") and r)(
-            pool_view(srv, "worker")["status"]["rollout"]), "the pool says it is paused", PICKED_UP)
+        view = settled_view(srv, "worker", lambda v: v["spec"]["configuration"]["name"] not in (a, b) and
+                            "paused" in v["status"]["rollout"].get("waitReason", ""),
+                            "C is the paused pool's target, and the pool says it is paused", PICKED_UP)
+        c, rollout = view["spec"]["configuration"]["name"], view["status"]["rollout"]
         assert f"nothing is targeted to {c}" in rollout["waitReason"]
         assert "3 node(s) wait for it: w0, w1, w2" in rollout["waitReason"]
         # w0 keeps B (upstream never moves a Node while paused); the others are served what they run
@@ -57,6 +68,6 @@ def test_a_paused_pool_keeps_every_nodes_desired_config_and_goes_on_to_the_newes
         assert "updating" not in after and fetch(srv, "w1")[:2] == (a, "waiting")
 
         edit_yaml(state / "machineconfigpools" / "worker.yaml", "  paused: true\n", "")
-        wait_for(lambda: pool_view(srv, "worker")["status"]["rollout"].get("updating") == ["w0"],
-                 "unpaused: w0 targeted to C", PICKED_UP)
+        settled_view(srv, "worker", lambda v: v["status"]["rollout"].get("updating") == ["w0"] and
+                     not v["spec"].get("paused"), "unpaused: w0 targeted to C", PICKED_UP)
         assert fetch(srv, "w0")[:2] == (c, "updating") and fetch(srv, "w1")[:2] == (a, "waiting")

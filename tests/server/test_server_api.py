@@ -389,9 +389,9 @@ def on_every_worker(look, predicate, probes=12):
     return value
 
 
-def settled_view(srv, pool, predicate, what):
+def settled_view(srv, pool, predicate, what, timeout=PICKED_UP):
     """The pool's view once ``predicate`` holds for it on every worker (on_every_worker)."""
-    return wait_for(lambda: on_every_worker(lambda: pool_view(srv, pool), predicate), what, PICKED_UP)
+    return wait_for(lambda: on_every_worker(lambda: pool_view(srv, pool), predicate), what, timeout)
 
 
 # -- command line ---------------------------------------------------------------------------------------
