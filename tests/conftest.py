@@ -77,8 +77,7 @@ def pytest_collection_modifyitems(config, items):
 def _session_cluster_group(item):
     """The group of the session cluster the test uses (SESSION_CLUSTERS), or None. Only those
     tests are kept together: a module with a control plane of its own (most of tests/kube) runs
-    on any worker, and the folder is no longer one worker's hour (issue 54: tests/kube took 400
-    s on one worker while the others had finished)."""
+    on any worker (issue 54: the whole of tests/kube, one group, took 405 s on one worker)."""
     names = set(getattr(item, "fixturenames", ()))
     used = [group for fixture, group in SESSION_CLUSTERS.items() if fixture in names]
     return used[-1] if used else None
