@@ -58,13 +58,11 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(getattr(pytest.mark, group))
         if os.path.relpath(str(item.path), tests_dir).replace(os.sep, "/") in RUN_ONCE:
             item.add_marker(pytest.mark.once)
-    shared = _modules_on_a_session_cluster(items)
-    for item in items:
-        group = os.path.relpath(str(item.path), tests_dir).split(os.sep)[0]
         if group in SHARED_FOLDERS:
             item.add_marker(pytest.mark.xdist_group(group))
-            continue
-        if item.get_closest_marker("xdist_group") is not None:  # the test's own (or its parameter's)
+    shared = _modules_on_a_session_cluster(items)
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:  # its folder's, its own or its parameter's
             continue
         module = item.nodeid.split("::")[0]
         cluster = _session_cluster_group(item)
@@ -80,7 +78,7 @@ def _session_cluster_group(item):
     on any worker (issue 54: the whole of tests/kube, one group, took 405 s on one worker)."""
     names = set(getattr(item, "fixturenames", ()))
     used = [group for fixture, group in SESSION_CLUSTERS.items() if fixture in names]
-    return used[-1] if used else None
+    return used[-1] if used else None  # both: the control plane's worker (etcd is the cheaper to start twice)
 
 
 def _modules_on_a_session_cluster(items):

@@ -45,9 +45,9 @@ def test_a_paused_pool_keeps_every_nodes_desired_config_and_goes_on_to_the_newes
         add_file(state, "/etc/b")
         # Each of serve's workers reads the state directory on its own, and each look may reach
         # either: every state below is waited for on every worker (settled_view) before a fetch.
-        b = settled_view(srv, "worker", lambda v: v["spec"]["configuration"]["name"] != a and
-                         v["status"]["rollout"].get("updating") == ["w0"], "w0 targeted to B", PICKED_UP)
-        b = b["spec"]["configuration"]["name"]
+        view = settled_view(srv, "worker", lambda v: v["spec"]["configuration"]["name"] != a and
+                            v["status"]["rollout"].get("updating") == ["w0"], "w0 targeted to B", PICKED_UP)
+        b = view["spec"]["configuration"]["name"]
         assert fetch(srv, "w0")[:2] == (b, "updating")  # targeted; it has not started (it reports Done on A)
 
         edit_yaml(state / "machineconfigpools" / "worker.yaml", "maxUnavailable: 1", "maxUnavailable: 1\n  paused: true")

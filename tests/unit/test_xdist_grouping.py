@@ -18,7 +18,7 @@ def test_a_test_using_only_function_fixtures_is_not_grouped(request, tmp_path):
 
 
 def test_only_the_tests_on_a_session_cluster_share_its_worker_and_their_modules_fixtures_go_with_them():
-    """tests/kube was one group (400 s on one worker, issue 54) though most of its modules start a
+    """tests/kube was one group (405 s on one worker, issue 54) though most of its modules start a
     control plane of their own: now only the tests that use a session cluster are kept together."""
     from types import SimpleNamespace
 
