@@ -18,10 +18,20 @@ from tests.vm.journal import Journal
 MISSING = [tool for tool in ("qemu-system-x86_64", "debootstrap", "debugfs", "mkfs.ext4", "journalctl",
                              "rpmbuild", "containerd", "ctr", "ip") if shutil.which(tool) is None]
 SUMMARY = os.path.join(REPO, "build", "vm-test", "summary.json")
+# What the guest left (its journal, the pods' logs, node-agent's state) after a run with a failed
+# test: kept for the cause, the last such run only (a run's readback is tens of MB).
+FAILED_READBACK = os.path.join(REPO, "build", "vm-test", "failed-readback")
+
+
+def keep_readback(result) -> str:
+    shutil.rmtree(FAILED_READBACK, ignore_errors=True)
+    os.makedirs(os.path.dirname(FAILED_READBACK), exist_ok=True)
+    shutil.move(result.readback, FAILED_READBACK)
+    return FAILED_READBACK
 
 
 @pytest.fixture(scope="session")
-def run():
+def run(request):
     kept = os.environ.get("NODE_AGENT_VM_RESULT")
     if kept:  # assertions only, on a run kept by `python -m tests.vm.scenario DIR`
         result = scenario.load(kept)
@@ -50,6 +60,8 @@ def run():
         print(f"result: {scenario.save(result)}")
         print(f"summary: {summary.write(result, SUMMARY)}")
         yield result
+        if request.session.testsfailed and os.path.isdir(result.readback):
+            print(f"a VM test failed: the guest's journal and files are kept in {keep_readback(result)}")
     finally:
         if os.environ.get("NODE_AGENT_VM_KEEP") != "1":  # else kept for NODE_AGENT_VM_RESULT
             shutil.rmtree(workdir, ignore_errors=True)

@@ -111,6 +111,11 @@ def _child_exit(server: Any, worker: Any) -> None:
         multiprocess.mark_process_dead(worker.pid)
 
 
+# gunicorn's own line, then the answer's ETag: which config (or which version of a view) a
+# node was answered, and so whether a 200 sent it what it already had.
+ACCESS_LOG_FORMAT = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %({etag}o)s'
+
+
 def options(bind: str, certfile: Optional[str], keyfile: Optional[str], workers: Optional[int],
             threads: int, log_level: str = "info", access_log: Optional[str] = None,
             worker_class: str = "gevent", limits: Any = None, client_ca: Optional[str] = None,
@@ -144,6 +149,7 @@ def options(bind: str, certfile: Optional[str], keyfile: Optional[str], workers:
         "loglevel": log_level,
         "errorlog": "-",
         "accesslog": access_log,
+        "access_log_format": ACCESS_LOG_FORMAT,
         "post_worker_init": _post_worker_init,
         "worker_exit": _worker_exit,
         "child_exit": _child_exit,
