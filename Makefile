@@ -151,10 +151,12 @@ venv39:
 # The VM boot runs once, in `unit`; here it is deselected (not skipped), and so are the CRDs' CEL
 # checks (marker cel: cel-python needs PyYAML >= 6, RHEL 9 ships 5.4; tests/conftest.py) and the
 # server image's (marker image: the image runs its own Python 3.13, whatever runs the test), and
-# the checks of documents, helpers, tools, manifests and packaging (marker once: tests/conftest.py).
+# the checks of documents, helpers, tools, manifests and packaging (marker once: tests/conftest.py),
+# and the modules whose every function of agent/ the chosen ones call (marker reached:
+# tests/py39_selection.json, tools/py39_reach.py; docs/development.md).
 py39: venv39 kube-bin
 	@$(VENV39)/bin/python -c 'import sys, importlib.metadata as m; print("py39: Python", sys.version.split()[0] + ",", ", ".join("%s %s" % (p, m.version(p)) for p in ("requests", "urllib3", "PyYAML", "gevent", "gunicorn", "tenacity", "rich", "prometheus_client", "tomli")))'
-	NODE_AGENT_NO_SKIP=1 $(VENV39)/bin/pytest -q -p no:cacheprovider -m "not vm and not cel and not image and not once" $(XDIST)
+	NODE_AGENT_NO_SKIP=1 $(VENV39)/bin/pytest -q -p no:cacheprovider -m "not vm and not cel and not image and not once and not reached" $(XDIST)
 
 # The guest image is cached outside the tree (~/.cache/node-agent-vm, or NODE_AGENT_VM_CACHE).
 VM_CACHE ?= $(or $(NODE_AGENT_VM_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/node-agent-vm)
