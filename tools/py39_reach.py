@@ -1,10 +1,12 @@
 """Which test modules the RHEL 9 run (`make py39`) needs to call every function of the shipped code
 that the whole RHEL 9 run calls (issue 54).
 
-    python3 tools/py39_reach.py measure build/reach-all        # the whole RHEL 9 run, measured
-    python3 tools/py39_reach.py choose build/reach-all         # writes tests/py39_selection.json
-    python3 tools/py39_reach.py measure build/reach-chosen --chosen
-    python3 tools/py39_reach.py compare build/reach-all build/reach-chosen
+    .venv39/bin/python tools/py39_reach.py measure build/reach-all    # the whole RHEL 9 run, measured
+    .venv39/bin/python tools/py39_reach.py choose build/reach-all     # writes tests/py39_selection.json
+    .venv39/bin/python tools/py39_reach.py measure build/reach-chosen --chosen
+    .venv39/bin/python tools/py39_reach.py compare build/reach-all build/reach-chosen
+
+(.venv39's Python: it has coverage, from the test extra, and is the Python measured.)
 
 ``measure`` runs the RHEL 9 run's pytest command in ``.venv39`` under coverage.py: every Python
 process of the run (pytest's workers, each server, each node-agent and CLI run) records the lines
@@ -158,9 +160,9 @@ def cover(by_module: Dict[str, Set], cost: Dict[str, float]) -> List[str]:
             break
         chosen.append(best)
         left -= new
-    reaching = Counter(line for m in chosen for line in by_module[m])
+    reaching = Counter(item for m in chosen for item in by_module[m])
     for module in sorted(chosen, key=lambda m: (-cost.get(m, 0.0), m)):
-        if all(reaching[line] > 1 for line in by_module[module]):
+        if all(reaching[item] > 1 for item in by_module[module]):
             chosen.remove(module)
             reaching.subtract(by_module[module])
     return chosen
@@ -171,10 +173,10 @@ def choose(out: str) -> None:
     cost = seconds(out)
     picked = cover(by_module, cost)
     every = set().union(*by_module.values())
-    reaching = Counter(line for m in picked for line in by_module[m])
+    reaching = Counter(name for m in picked for name in by_module[m])
     modules = {}
     for m in sorted(set(by_module) | set(cost)):
-        only = sum(1 for line in by_module.get(m, ()) if reaching[line] == 1) if m in picked else 0
+        only = sum(1 for name in by_module.get(m, ()) if reaching[name] == 1) if m in picked else 0
         modules[m] = {"run": m in picked, "seconds": round(cost.get(m, 0.0), 1),
                       "functions": len(by_module.get(m, set())), "only_it": only}
     doc = {"what": "tools/py39_reach.py choose: the test modules make py39 runs (run: true) call every function "
@@ -191,8 +193,9 @@ def choose(out: str) -> None:
 def compare(a: str, b: str) -> int:
     """The functions ``a``'s run called and ``b``'s did not (listed), and the lines (counted)."""
     first, second = (set().union(*reached(out).values()) for out in (a, b))
-    missing = sorted(functions(first) - functions(second))
-    print(f"{a}: {len(functions(first))} functions, {len(first)} lines; {b}: {len(functions(second))} functions, "
+    called = functions(first), functions(second)
+    missing = sorted(called[0] - called[1])
+    print(f"{a}: {len(called[0])} functions, {len(first)} lines; {b}: {len(called[1])} functions, "
           f"{len(second)} lines; called in the first only: {len(missing)} functions ({len(first - second)} lines)")
     for name in missing:
         print(f"  {name}")
