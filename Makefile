@@ -71,8 +71,8 @@ compat: venv
 # venv39 first: the RHEL 9 RPM tests run the agent on CPython 3.9 from .venv39.
 # The VM boot (vm-boot: one vCPU under TCG; its waits are bounded per phase) runs first and
 # alone, then the rest of the suite (suite), then the RHEL 9 run (py39). Run beside the suites it
-# saved 4.5 minutes, but its scenario failed once in four such runs (issue 54; docs/development.md,
-# "Development set-up"). Both suites run in TEST_JOBS pytest-xdist workers: most tests wait on
+# saved 4.5 minutes, but its scenario failed in two of five such runs, each a different way (issue
+# 54; docs/development.md, "Development set-up"). Both suites run in TEST_JOBS pytest-xdist workers: most tests wait on
 # processes (servers, etcd, the control plane), not on the CPU. --dist loadgroup keeps the tests
 # that use one session cluster (etcd_cluster, kube_cluster) on one worker (tests/conftest.py), so
 # one etcd and one control plane serve them; a module with a cluster of its own goes to any worker.
