@@ -4,7 +4,8 @@
         r = srv.session().get(srv.url("/config/worker"))
 
 Reusable by end-to-end tests: ``base_url``, ``verify`` (the CA file, or True), ``token``,
-``url(path)``, ``session()`` (a requests.Session with verify and the token set), ``log_text()``.
+``url(path)``, ``session()`` (a requests.Session with verify and the token set), ``log_text()``,
+``wait_state_read()`` (after editing the state directory: every worker serves it as it is now).
 ``data_dir`` (serve --data-dir: nodes.db) is a temporary directory of this object's own (kept
 across stop() and start(), removed on leaving the ``with`` or when the object goes), unless one is
 given: a test never writes to /var/lib/node-config-server, serve's default.
@@ -28,6 +29,9 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import requests
+
+from agent.server.store.stateformat import signature
+from tests.helpers.wait import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EVERY_NAME = ".*"  # serve --auto-approve: every registered name counts at once (a deliberate choice)
@@ -119,6 +123,28 @@ class ServerProcess:
         s.headers["Authorization"] = f"Bearer {cred}"
         s.cert = cert
         return s
+
+    def wait_state_read(self, timeout: float = 60.0) -> str:
+        """Wait until each worker serves the state directory as it is on disk now, and return its
+        signature. Each gunicorn worker reads the directory on its own (a second or so after an
+        edit, tests' settle time): until both have, a request may be answered from the old state
+        by whichever worker takes it. Each look is a fresh connection (any worker may take it);
+        its /api/v1/cluster names the answering worker's pid and the signature it serves, and a
+        worker never goes back to an older signature, so the pids seen serving this one suffice."""
+        want = signature(self.state_dir)
+        seen = set()
+
+        def every_worker_read():
+            look = self.session()
+            look.headers["Connection"] = "close"
+            for replica in look.get(self.url("/api/v1/cluster"), timeout=30).json()["replicas"]:
+                if replica.get("stateSignature") == want:
+                    seen.add(replica["pid"])
+            return len(seen) >= self.workers
+
+        wait_for(every_worker_read, f"each of the {self.workers} workers serves the state directory as edited "
+                 f"(signature {want[:12]})", timeout, interval=0.02)
+        return want
 
     def command(self) -> List[str]:
         cmd = [sys.executable, "-m", "agent.server.cli", "serve"]

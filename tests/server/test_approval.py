@@ -78,6 +78,7 @@ def new_worker_target(srv, state):
                   "  name: 99-worker-new\n  labels: {machineconfiguration.openshift.io/role: worker}\n"
                   "spec:\n  config:\n    ignition: {version: 3.4.0}\n    storage:\n      files:\n"
                   "      - {path: /etc/new-file, contents: {source: 'data:,new'}}\n")
+    srv.wait_state_read()
     new = wait_for(lambda: (lambda name: name if name != old else None)(
         pool(srv, "worker")["spec"]["configuration"]["name"]), "the server picks up the new MachineConfig", 15)
     return old, new

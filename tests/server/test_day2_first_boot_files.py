@@ -84,6 +84,7 @@ def test_an_update_keeps_the_first_pivot_config_on_the_node_and_the_etag_it_was_
         with open(mc + ".tmp", "w") as f:
             f.write(text)
         os.replace(mc + ".tmp", mc)
+        srv.wait_state_read()
         new_target = wait_for(lambda: (lambda name: name if name != first_pivot else None)(
             api.get(srv.url("/api/v1/pools/infra")).json()["spec"]["configuration"]["name"]),
             "the server picks up the change", 30)  # the watcher's interval and settle time, with room

@@ -168,6 +168,7 @@ def test_update_waits_for_the_drain_lease_then_applies_and_reports(tmp_path):
         text = open(mc).read().replace("      files:\n", "      files:\n      - path: /etc/infra-motd\n"
                                        "        mode: 420\n        contents:\n          source: data:,hello\n", 1)
         open(mc, "w").write(text)
+        srv.wait_state_read()
         new_target = wait_for(lambda: (lambda name: name if name != old_target else None)(
             api.get(srv.url("/api/v1/pools/infra")).json()["spec"]["configuration"]["name"]),
             "the server picks up the change", 30)

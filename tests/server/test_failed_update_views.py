@@ -47,6 +47,7 @@ def test_every_view_tells_the_truth_after_a_failed_rolled_back_update(tmp_path):
 
         os.makedirs(os.path.join(root, BAD_FILE.lstrip("/"), "sub"))  # B's file cannot be written there
         (state / "machineconfigs" / "60-bond.yaml").write_text(BAD_MC)
+        srv.wait_state_read()
         b = wait_for(lambda: (lambda t: t != a and t)(
             srv.session().get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"]),
             "the failing config is the pool's target", 30)

@@ -171,6 +171,7 @@ def test_a_skew_refusal_fixed_on_the_real_server_reaches_the_node_on_the_next_ru
             text = f.read()
         assert '"9.2.20240101-0"' in text
         write_whole(cluster, text.replace('"9.2.20240101-0"', '"9.0.20220101-0"'))
+        srv.wait_state_read()
         wait_for(lambda: json.loads(served_skew_rules(srv))["minimum"]["rhcosVersion"] == "9.0",  # served as X.Y
                  "the server serves the lowered minimum", 30)  # the watcher's interval and settle time, with room
 
@@ -281,6 +282,7 @@ def test_a_fix_of_the_config_that_failed_a_first_boot_reaches_that_node(tmp_path
 
         old = srv.session().get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"]
         write_whole(mc, pull_secret_mc(GOOD))
+        srv.wait_state_read()
         view = wait_for(lambda: (lambda v: v if v["spec"]["configuration"]["name"] != old else None)(
             srv.session().get(srv.url("/api/v1/pools/worker")).json()), "the fixed config becomes the pool's target", 30)
         assert view["status"]["served"]["config"] == old  # new nodes still get the refused config

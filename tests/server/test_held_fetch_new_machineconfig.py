@@ -63,6 +63,7 @@ def test_a_held_fetch_keeps_holding_across_a_new_machineconfig_until_its_node_is
         t.start()
         holding.wait(30)
         (state / "machineconfigs" / "60-held.yaml").write_text(MC)
+        srv.wait_state_read()
         wait_for(lambda: view(srv)["spec"]["configuration"]["name"] != a
                  and view(srv)["status"]["rollout"].get("updating", []) == ["n1"], "B targeted to n1", timeout=120)
         b = view(srv)["spec"]["configuration"]["name"]

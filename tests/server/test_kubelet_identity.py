@@ -246,6 +246,7 @@ def test_a_rule_approved_name_gets_no_master_drain_slot_target_or_proof(tmp_path
                       "  name: 99-master-new\n  labels: {machineconfiguration.openshift.io/role: master}\n"
                       "spec:\n  config:\n    ignition: {version: 3.4.0}\n    storage:\n      files:\n"
                       "      - {path: /etc/new-master-file, contents: {source: 'data:,new'}}\n")
+        srv.wait_state_read()
         new = wait_for(lambda: (lambda t: t if t != old else None)(
             srv.session().get(srv.url("/api/v1/pools/master")).json()["spec"]["configuration"]["name"]),
             "the new master rendering", 15)

@@ -107,6 +107,7 @@ def test_a_layered_pool_updates_every_node_one_at_a_time_to_each_new_build_and_i
                   "  name: 60-infra-b\n  labels: {machineconfiguration.openshift.io/role: infra}\nspec:\n"
                   "  config:\n    ignition: {version: 3.4.0}\n    storage:\n      files:\n"
                   "      - {path: /etc/infra-b, mode: 420, contents: {source: 'data:,b'}}\n")
+    srv.wait_state_read()
     b = wait_for(lambda: (lambda t: t != a and t)(pool(srv)["spec"]["configuration"]["name"]), "B is the target",
                  PICKED_UP)
     for name in NODES:
@@ -118,6 +119,7 @@ def test_a_layered_pool_updates_every_node_one_at_a_time_to_each_new_build_and_i
         build.replace(a, b).replace(img_a, IMG_B).replace("name: infra-" + a.split("-")[-1], "name: infra-b"))
     mosc = state / "machineosconfigs" / "infra.yaml"
     mosc.write_text(mosc.read_text().replace(img_a, IMG_B))
+    srv.wait_state_read()
     wait_for(lambda: "image of" not in pool(srv)["status"]["rollout"].get("waitReason", "image of"),
              "the build of B is seen", PICKED_UP)
     updating, order = converge(srv, roots, b, IMG_B)

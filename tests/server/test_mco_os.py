@@ -127,6 +127,7 @@ def test_day2_refusal_end_to_end_exit_65_nothing_written(tmp_path, change, words
         with open(os.path.join(state, "machineconfigs", "90-change.yaml"), "w") as f:
             f.write("apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n"
                     "  name: 90-change\n  labels: {machineconfiguration.openshift.io/role: worker}\nspec:\n" + change)
+        srv.wait_state_read()
         wait_for(lambda: api.get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"] != old,
                  "the server picks up the change", 20)
         capsys.readouterr()

@@ -245,6 +245,7 @@ def test_a_node_joining_mid_rollout_gets_the_proven_image_of_the_config_it_is_se
         mc = state / "machineconfigs" / "50-infra.yaml"
         mc.write_text(mc.read_text().replace("      files:\n", "      files:\n      - path: /etc/infra-new\n"
                                              "        contents: {source: 'data:,new'}\n", 1))
+        srv.wait_state_read()
         new = wait_for(lambda: (lambda name: name if name != old else None)(
             api(srv, "/api/v1/pools/infra")["spec"]["configuration"]["name"]), "the server picks up the change", 10)
         (state / "machineosbuilds" / "infra-build-2.yaml").write_text(
@@ -252,6 +253,7 @@ def test_a_node_joining_mid_rollout_gets_the_proven_image_of_the_config_it_is_se
             .replace(old, new).replace(LAYERED, NEWER).replace("name: infra-a613", "name: infra-b2"))
         mosc = state / "machineosconfigs" / "infra.yaml"
         mosc.write_text(mosc.read_text().replace(LAYERED, NEWER))
+        srv.wait_state_read()
         wait_for(lambda: api(srv, "/api/v1/pools/infra")["status"]["layeredImage"] == NEWER,
                  "the server picks up the build", 30)
         # Nobody runs the new config: a new node gets the current one, with *its* proven image

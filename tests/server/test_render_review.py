@@ -90,6 +90,7 @@ def typo(state):
 def test_a_misspelled_key_is_named_by_the_server_with_the_file_its_rendering_removes(plain, tmp_path):
     srv, state, root, first = plain
     typo(state)
+    srv.wait_state_read()
     view = wait_for(lambda: (lambda v: v["spec"]["configuration"]["name"] != first and v)(pool(srv)),
                     "the pool's new target (no hold without require-ack)", 30)
     assert view["status"]["renderWarnings"] == [WARNING]
@@ -111,6 +112,7 @@ def test_a_misspelled_key_is_named_by_the_server_with_the_file_its_rendering_rem
 def test_with_require_ack_the_rendering_waits_for_the_admin_then_ack_pool_makes_it_the_target(held, tmp_path):
     srv, state, root, first = held
     typo(state)
+    srv.wait_state_read()
     view = wait_for(lambda: (lambda v: v["status"].get("review") and v)(pool(srv)), "the rendering held for review", 30)
     assert view["spec"]["configuration"]["name"] == first  # the target stays
     review = view["status"]["review"]

@@ -118,6 +118,7 @@ def test_a_failing_change_reaches_one_node_halts_itself_and_a_revert_recovers_it
     for root in roots.values():  # B's file cannot be written on any node: a directory stands there
         os.makedirs(os.path.join(root, BAD_FILE.lstrip("/"), "sub"))
     (state / "machineconfigs" / "60-bond.yaml").write_text(mc("60-bond", BAD_FILE))
+    srv.wait_state_read()
     b = wait_for(lambda: (lambda t: t != a and t)(target(srv)), "B is the target", PICKED_UP)
 
     ran = all_at_once(roots)
@@ -144,6 +145,7 @@ def test_a_failing_change_reaches_one_node_halts_itself_and_a_revert_recovers_it
 
     # The revert: B's MachineConfig deleted; A is the target at once, w0 is retargeted and recovers.
     (state / "machineconfigs" / "60-bond.yaml").unlink()
+    srv.wait_state_read()
     wait_for(lambda: target(srv) == a, "A is the target again", PICKED_UP)
     view = pool(srv)
     assert {c["type"]: c["status"] for c in view["status"]["conditions"]}["RenderHeld"] == "False"
@@ -160,6 +162,7 @@ def test_a_failing_change_reaches_one_node_halts_itself_and_a_revert_recovers_it
 def test_rollback_says_what_it_will_do_then_targets_the_last_config_every_node_was_done_on(cluster, tmp_path):
     srv, state, roots, a = cluster
     (state / "machineconfigs" / "60-c.yaml").write_text(mc("60-c", C_FILE, "c"))
+    srv.wait_state_read()
     c = wait_for(lambda: (lambda t: t != a and t)(target(srv)), "C is the target", PICKED_UP)
     assert agent("update", "--once", "--root", roots["w0"]).returncode == 0  # w0 Done on C; w1 targeted next
 
@@ -204,6 +207,7 @@ def test_a_waiting_node_learns_its_turn_from_a_held_fetch_not_its_next_poll(clus
 
     srv, state, roots, a = cluster
     (state / "machineconfigs" / "60-c.yaml").write_text(mc("60-c", C_FILE, "c"))
+    srv.wait_state_read()
     wait_for(lambda: target(srv) != a and pool(srv)["status"]["rollout"]["updating"] == ["w0"], "w0 targeted",
              PICKED_UP)
     loop = started("update", "--root", roots["w1"], "--interval", "600")
@@ -233,6 +237,7 @@ def test_a_pool_whose_nodes_all_wait_for_approval_keeps_serving_what_they_run_to
             "pool": "worker", "state": "Done", "currentConfig": a, "desiredConfig": a})
         assert r.status_code == 200 and r.json()["approval"] == "Pending", r.text
         (state / "machineconfigs" / "60-c.yaml").write_text(mc("60-c", C_FILE, "c"))
+        srv.wait_state_read()
         b = wait_for(lambda: (lambda t: t != a and t)(target(srv)), "the new rendering is the target", PICKED_UP)
         view = pool(srv)
         assert view["status"]["machineCount"] == 0 and view["status"]["configuration"]["name"] == a
@@ -259,6 +264,7 @@ def test_a_canary_goes_first_and_the_rest_wait_the_pools_canary_wait_after_it_is
                                                  "    node-config-server.openshift.io/canary-nodes: \"1\"\n"
                                                  "    node-config-server.openshift.io/canary-wait: \"600\"\n", 1))
     (state / "machineconfigs" / "60-c.yaml").write_text(mc("60-c", C_FILE, "c"))
+    srv.wait_state_read()
     wait_for(lambda: target(srv) != a and pool(srv)["status"]["rollout"].get("updating") == ["w0"], "the canary",
              PICKED_UP)
     c = target(srv)
@@ -277,6 +283,7 @@ def test_a_canary_goes_first_and_the_rest_wait_the_pools_canary_wait_after_it_is
 
     wait = math.ceil(time.time() - canary_at) + 4  # ends at least 4 s from now, counted from canaryAt
     worker.write_text(worker.read_text().replace('canary-wait: "600"', f'canary-wait: "{wait}"'))
+    srv.wait_state_read()
     wait_for(lambda: pool(srv)["status"]["rollout"].get("updating") == ["w1"], "w1's turn after the canary wait",
              wait + PICKED_UP + 30)
     assert time.time() >= canary_at + wait  # seen after it happened: the server targeted w1 no earlier

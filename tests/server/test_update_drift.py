@@ -46,6 +46,8 @@ def describe(srv, tmp_path, name):
 
 
 def wait_for_new_target(api, srv, old):
+    srv.wait_state_read()
+
     def moved():
         name = api.get(srv.url("/api/v1/pools/worker")).json()["spec"]["configuration"]["name"]
         return name if name != old else None
