@@ -43,6 +43,9 @@ class NodeTruth:
         self._memo: Dict[Tuple, Tuple[float, Any, nodestatus.NodeStatus]] = {}
         self._lock = threading.Lock()
         self._groups: Tuple[Any, Dict[str, List[Dict[str, Any]]]] = (None, {})
+        # pool -> node -> (the slim Node, its record, the Member made of the two): the cache and the
+        # store replace an object when it changes, so the same two objects make the same Member
+        self._members: Dict[str, Dict[str, Tuple[Any, Any, targeting.Member]]] = {}
 
     def ready(self) -> bool:
         """Whether the Nodes were listed once: until then no pool is judged from them (an empty
@@ -155,17 +158,22 @@ class NodeTruth:
 
     def members(self, pool: str, pools: Dict[str, Dict[str, Any]]) -> List[targeting.Member]:
         """The pool's Nodes as targeting reads them: each with its counted node-agent report (ours),
-        else its own MCD annotations (a Node node-agent does not speak for: never targeted)."""
-        out = []
+        else its own MCD annotations (a Node node-agent does not speak for: never targeted). A
+        Member is made again only for a Node or a record that changed since the pool's last read
+        (as members.MemberMemo does for the directory backend): at 1,000 Nodes, making every
+        Member was most of a pool's step in a burst of reports (docs/performance.md)."""
+        with self._lock:
+            kept = self._members.get(pool, {})
+        now: Dict[str, Tuple[Any, Any, targeting.Member]] = {}
         for node in self._grouped(pools).get(pool, []):
-            meta = node.get("metadata") or {}
-            rec = self.store.node(meta.get("name", ""))
-            ours = rec is not None and not _pending(rec.report)
-            report = rec.report if ours else nodestatus.report_from_annotations(meta.get("annotations") or {})
-            out.append(targeting.Member(_name(node), report, ours, nodestatus.check_node_ready(node),
-                                        dict(meta.get("labels") or {}), progress.epoch_of(meta.get("creationTimestamp"))
-                                        or 0.0))
-        return out
+            name = _name(node)
+            rec = self.store.node(name)
+            hit = kept.get(name)
+            member = hit[2] if hit is not None and hit[0] is node and hit[1] is rec else member_of(node, rec)
+            now[name] = (node, rec, member)
+        with self._lock:
+            self._members[pool] = now  # only the pool's Nodes of this read: bounded by the pool's size
+        return [entry[2] for entry in now.values()]
 
     def _grouped(self, pools: Dict[str, Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
         """Every pool's Nodes (nodestatus.group_by_pool), worked out again only when the Nodes or
@@ -272,6 +280,15 @@ def _name(node: Dict[str, Any]) -> str:
 def _pending(report: Dict[str, Any]) -> bool:
     mark = report.get(progress.SERVER_KEY)
     return isinstance(mark, dict) and bool(mark.get("pending"))
+
+
+def member_of(node: Dict[str, Any], rec: Any) -> targeting.Member:
+    """The Member of a slim Node and the node store's record of it (None: no record)."""
+    meta = node.get("metadata") or {}
+    ours = rec is not None and not _pending(rec.report)
+    report = rec.report if ours else nodestatus.report_from_annotations(meta.get("annotations") or {})
+    return targeting.Member(_name(node), report, ours, nodestatus.check_node_ready(node),
+                            dict(meta.get("labels") or {}), progress.epoch_of(meta.get("creationTimestamp")) or 0.0)
 
 
 def _pools_key(pools: Dict[str, Dict[str, Any]]) -> Tuple:
