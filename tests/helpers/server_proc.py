@@ -135,11 +135,10 @@ class ServerProcess:
         seen = set()
 
         def every_worker_read():
-            look = self.session()
-            look.headers["Connection"] = "close"
-            for replica in look.get(self.url("/api/v1/cluster"), timeout=30).json()["replicas"]:
-                if replica.get("stateSignature") == want:
-                    seen.add(replica["pid"])
+            with self.session() as look:
+                look.headers["Connection"] = "close"
+                replicas = look.get(self.url("/api/v1/cluster"), timeout=30).json()["replicas"]
+            seen.update(r["pid"] for r in replicas if r.get("stateSignature") == want)
             return len(seen) >= self.workers
 
         wait_for(every_worker_read, f"each of the {self.workers} workers serves the state directory as edited "
