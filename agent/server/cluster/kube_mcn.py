@@ -36,7 +36,7 @@ from agent.server.rollout.mcnconditions import NOT_YET_SET, Facts, config_name
 from agent.server.rollout.progress import epoch_of, iso8601
 from agent.server.store.kube.client import MACHINE_CONFIG_NODES, KubeError
 from agent.server.store.kube.mcnrecord import CREATED_BY, CREATOR
-from agent.server.store.kube.watch import Reflector
+from agent.server.store.kube.watch import Reflector, resource_version
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def slim_mcn(obj: Dict[str, Any]) -> Dict[str, Any]:
     fields read from the Node), not its conditions nor the node store's report."""
     meta = obj.get("metadata") or {}
     status = obj.get("status") or {}
-    return {"metadata": {"name": meta.get("name", ""), "uid": meta.get("uid", ""),
+    return {"metadata": {"name": meta.get("name", ""), "uid": meta.get("uid", ""), "resourceVersion": meta.get("resourceVersion"),
                          "generation": meta.get("generation"), "creationTimestamp": meta.get("creationTimestamp", ""),
                          "owners": [o.get("uid") for o in meta.get("ownerReferences") or []]},
             "spec": obj.get("spec") or {},
@@ -108,14 +108,16 @@ def mcn_status(held: Dict[str, Any], facts: Facts, node_obj: Dict[str, Any], now
             "conditions": conditions}
 
 
-def status_ops(held: Any, status: Dict[str, Any]) -> list:
-    """The status write as a JSON patch of the status subresource whose precondition is the
-    conditions it was decided against (pure): ``test`` them, then set the fields ``mcn_status``
-    decides (the others, a real MCD's pinnedImageSets, stay). Not the object's resourceVersion:
-    the node store's report and drain-log annotations move it too, and the status write that
-    followed a report conflicted with the next report's record (0.8-1.2 per node with drains)."""
+def status_ops(held: Any, status: Dict[str, Any], generation: Any = None) -> list:
+    """The status write as a JSON patch of the status subresource whose precondition is what it
+    was decided against (pure): ``test`` the conditions and, when known, the generation its
+    observedGeneration was read from; then set the fields ``mcn_status`` decides (the others, a
+    real MCD's pinnedImageSets, stay). Not the object's resourceVersion: the node store's report
+    and drain-log annotations move it too, and the status write that followed a report
+    conflicted with the next report's record (0.8-1.2 per node with drains)."""
     version = {k: v for k, v in status["configVersion"].items() if v is not None}
-    return [{"op": "test", "path": "/status/conditions", "value": held},
+    tests = [{"op": "test", "path": "/metadata/generation", "value": generation}] if generation is not None else []
+    return tests + [{"op": "test", "path": "/status/conditions", "value": held},
             {"op": "replace", "path": "/status/conditions", "value": status["conditions"]},
             {"op": "add", "path": "/status/observedGeneration", "value": status["observedGeneration"]},
             {"op": "add", "path": "/status/configVersion", "value": version}]
@@ -174,15 +176,22 @@ class McnWriter:
 
     def _write(self, node: str, node_obj: Dict[str, Any], spec: Dict[str, Any], facts: Any, first_boot: Any,
                at: float) -> Optional[Dict[str, Any]]:
-        obj = self._put_spec(node, spec, node_owner(node_obj))
+        owner = node_owner(node_obj)
+        known = self._fresh(node)
+        obj = self._put_spec(node, spec, owner, known)
         for _ in range(TRIES):
             status = mcn_status(obj, facts, node_obj, iso8601(at or time.time()), first_boot)
             if _holds(obj, status):
-                return obj
+                if obj is not known:
+                    return obj
+                known = None  # as the record's write left it: another process may have written since
+                obj = self._put_spec(node, spec, owner)
+                continue
             held = (obj.get("status") or {}).get("conditions")
             try:
                 if held:
-                    obj = self.client.json_patch(MACHINE_CONFIG_NODES.path(node, sub="status"), status_ops(held, status))
+                    obj = self.client.json_patch(MACHINE_CONFIG_NODES.path(node, sub="status"),
+                                                 status_ops(held, status, (obj.get("metadata") or {}).get("generation")))
                 else:
                     obj = self.client.merge_patch(MACHINE_CONFIG_NODES.path(node, sub="status"), {
                         "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": status})
@@ -191,19 +200,33 @@ class McnWriter:
             except KubeError as exc:
                 if exc.status not in (404, 409, 422):
                     raise
-            obj = self._put_spec(node, spec, node_owner(node_obj))  # changed (or gone) since: read it again
+            obj = self._put_spec(node, spec, owner)  # changed (or gone) since: read it again
         log.warning("MachineConfigNode %s: its status changed under %d writes; the next round writes it", node, TRIES)
         return obj
 
-    def _put_spec(self, node: str, spec: Dict[str, Any], owner: Dict[str, Any]) -> Dict[str, Any]:
+    def _fresh(self, node: str) -> Optional[Dict[str, Any]]:
+        """The node's MCN as the node store's record write returned it (its ``fresh_mcn``), when it
+        is at least as new as the one the watch shows; else None (read it). Its status write
+        tests what it was decided against, so an object another process moved since costs a 422
+        and a read, never a wrong status."""
+        take = getattr(self.cluster.store, "fresh_mcn", None)
+        obj = take(node) if take is not None else None
+        kept = self.cache.get(node)
+        if obj is None or kept is None or resource_version(obj) < resource_version(kept):
+            return None
+        return obj
+
+    def _put_spec(self, node: str, spec: Dict[str, Any], owner: Dict[str, Any],
+                  known: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """The object with ``spec`` and ``owner``, made when missing, as upstream's
         ``GenerateAndApplyMachineConfigNodeSpec``; a new one is offered the node store's kept report
-        (``adopt``). Read first, and patched only when its spec or owner differ: a merge patch that
-        changes nothing is still a write the API server takes (it was one of each report's four
-        MachineConfigNode writes; docs/performance.md, "Rollout at fleet scale")."""
+        (``adopt``). Read first (``known``: as just written, ``_fresh``), and patched only when its
+        spec or owner differ: a merge patch that changes nothing is still a write the API server
+        takes (it was one of each report's four MachineConfigNode writes; docs/performance.md,
+        "Rollout at fleet scale")."""
         if self.cache.get(node) is not None:
             try:
-                obj = self.client.get(MACHINE_CONFIG_NODES.path(node))
+                obj = known if known is not None else self.client.get(MACHINE_CONFIG_NODES.path(node))
                 owners = [o.get("uid") for o in (obj.get("metadata") or {}).get("ownerReferences") or []]
                 if obj.get("spec") == spec and (not owner or owners == [owner["ownerReferences"][0]["uid"]]):
                     return obj

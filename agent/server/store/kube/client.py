@@ -255,12 +255,8 @@ class KubeClient:
         self.server = creds.server
         self.timeout = timeout
         self._session = requests.Session()
-        # The environment is read once, here, not by requests at every request: its proxies (with
-        # NO_PROXY), .netrc and CA bundle look-ups were 6-8 % of a worker's CPU in a burst of
-        # reports (docs/performance.md). Every request goes to one URL, so its proxy is the same
-        # each time; and no .netrc entry can replace the bearer token. verify is passed on every
-        # request: the kubeconfig's CA when it names one, else the environment's bundle as
-        # requests would take it (REQUESTS_CA_BUNDLE, then CURL_CA_BUNDLE), else the default.
+        # The environment read once (6-8 % of a worker's CPU at every request: docs/performance.md); no
+        # .netrc replaces the token; the kubeconfig's CA, else the env's bundle as requests takes it.
         self._session.proxies = dict(requests.utils.get_environ_proxies(self.server))
         self._session.trust_env = False
         self._verify = creds.ca_file or os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True

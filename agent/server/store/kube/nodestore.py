@@ -35,6 +35,7 @@ from agent.server.store.kube.client import (
     KubeUnavailable,
 )
 from agent.server.store.kube.drainlog import UNCORDON, KubeDrainLog, NoMachineConfigNode  # noqa: F401 (the store's name)
+from agent.server.store.kube.freshmcn import FreshObjects
 from agent.server.store.kube.heartbeat import KubeHeartbeat
 from agent.server.store.kube.identity import CredentialMethods, KeptFirstBoots, KubeCredentials
 from agent.server.store.kube.leases import KubeLeases
@@ -94,6 +95,7 @@ class KubeNodeStore(KubeDrainLog, KeptFirstBoots, CredentialMethods, IndexedRead
         self.heartbeat: Optional[KubeHeartbeat] = None
         # False with --backend kubernetes: an MCN is a Node's, made by kube_mcn; without one a report is kept
         self.makes_mcns = True  # in the registration, as a pending one (issues 45, 48; ``adopt``)
+        self.fresh_mcns = FreshObjects()  # each record's MCN as written, for its write-back (``fresh_mcn``)
         for f in self._feeds:
             f.start()
         helpers = [h for h in (self.credentials, self.drain_leases) if hasattr(h, "wait_synced")]
@@ -254,9 +256,14 @@ class KubeNodeStore(KubeDrainLog, KeptFirstBoots, CredentialMethods, IndexedRead
     def _adopted(self, node: str, obj: Dict[str, Any]) -> None:
         with self._lock:  # read-your-writes: the object as stored (its drain log too)
             self._mcn_note(obj, False)
+        self.fresh_mcns.put(node, obj)
         self._wrote(rv(obj))
         if self.credentials.pending_report(node) is not None:
             self.credentials.keep_report(node, None)
+
+    def fresh_mcn(self, node: str) -> Optional[Dict[str, Any]]:
+        """The node's MCN as this store's last record write returned it, once (None: taken, or none)."""
+        return self.fresh_mcns.take(node)
 
     def adopt(self, node: str) -> bool:
         """A counted report kept in ``node``'s registration while it had no MCN moves onto the one
