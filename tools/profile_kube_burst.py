@@ -1,5 +1,5 @@
 """Where node-config-server's worker spends its CPU in bench_kube's burst (issue 53): N Nodes on a
-real control plane, every node registered, then N reports from 4 clients while py-spy samples the
+real control plane, every node registered and its MachineConfigNode made, then N reports from 4 clients while py-spy samples the
 server's gunicorn worker (50 Hz, every thread, idle stacks too); prints what the burst took and
 how many of the worker's busy samples fall in each part.
 
@@ -25,15 +25,19 @@ from typing import Dict, Tuple
 
 # What each row counts: a busy sample whose stack holds that function (a+b: both).
 PARTS = (("write-back (KubeSync's node loop: Node patch, MachineConfigNode)", "write_back.<locals>.one"),
+         ("  the Node's patch (KubeSync._patch_node)", "KubeSync._patch_node"),
+         ("  the MachineConfigNode's status (McnWriter._write)", "McnWriter._write"),
          ("  the MachineConfigNode's read before its write (_put_spec's GET)", "McnWriter._put_spec+KubeClient.get"),
          ("answering requests (the report's record before its answer)", "Worker.handle"),
+         ("  the record's write on the MachineConfigNode (KubeNodeStore.record_report)", "KubeNodeStore.record_report"),
          ("  the record in the registration, no MachineConfigNode yet", "KubeCredentials._update_registration"),
          ("  moving a kept record onto a new MachineConfigNode (adopt)", "KubeNodeStore.adopt"),
          ("the pool's step (PoolQueue)", "PoolQueue._run"),
          ("  the pool's members (NodeTruth.members)", "NodeTruth.members"),
          ("the pools' status loop (KubeSync.sync_pools)", "KubeSync.sync_pools"),
          ("the watch caches (Reflector)", "Reflector._run"),
-         ("requests' per-request environment look-up", "Session.merge_environment_settings"))
+         ("requests' per-request environment look-up", "Session.merge_environment_settings"),
+         ("every API request, all parts (KubeClient.request)", "KubeClient.request"))
 IDLE = ("acquire_with_timeout", "Hub.run")  # gevent's thread pool waiting, the hub waiting on sockets
 
 
@@ -74,6 +78,7 @@ def main() -> int:
     fleet = Fleet(top, args.nodes, "large")
     try:
         fleet.register_all()
+        fleet.wait_mcns()  # as bench_kube: a burst on Nodes that have their MachineConfigNodes
         before = fleet.api_patch_rate(1)
         [worker] = subprocess.run(["pgrep", "-P", str(fleet.srv.proc.pid)], capture_output=True, text=True,
                                   check=True).stdout.split()
