@@ -7,6 +7,8 @@ refuses a JSON patch whose ``test`` fails (422) as the API server does."""
 import copy
 import types
 
+import pytest
+
 from agent.server.cluster import kube_mcn
 from agent.server.store.kube.freshmcn import FreshObjects, slim
 from agent.server.store.kube.mcnrecord import REPORT
@@ -118,19 +120,16 @@ def test_a_record_object_that_already_holds_the_status_is_read_again_before_noth
 
 
 def test_the_status_write_tests_the_generation_its_observed_generation_was_read_from():
-    kube, w = started()
+    kube, _ = started()
     obj = kube.get(f"{PREFIX}/n1")
     status = kube_mcn.mcn_status(obj, kube_mcn.node_facts("n1", node(A, B), report("Working", A, B), None),
                                  node(A, B), "2027-01-15T08:00:00Z")
     kube.merge_patch(f"{PREFIX}/n1", {"spec": dict(obj["spec"], configVersion={"desired": B})})  # generation 2
     ops = kube_mcn.status_ops(obj["status"]["conditions"], status, obj["metadata"]["generation"])
     assert ops[0] == {"op": "test", "path": "/metadata/generation", "value": 1}
-    try:
+    with pytest.raises(kube_mcn.KubeError) as refused:
         kube.json_patch(f"{PREFIX}/n1/status", ops)
-        refused = None
-    except kube_mcn.KubeError as exc:
-        refused = exc.status
-    assert refused == 422
+    assert refused.value.status == 422
 
 
 def test_fresh_objects_keep_the_newest_nodes_only_and_no_annotations():
