@@ -46,7 +46,6 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -120,36 +119,38 @@ def create_nodes(kc: Any, names: List[str]) -> float:
     return len(names) / (time.monotonic() - start)
 
 
-class NodeStates(threading.Thread):
-    """Each Node's MCD state annotation (what node-agent's report last said, as the server wrote it
-    back) with the time it was seen to change: a metadata-only watch of nodes from now on, watches
-    of 5 s one after the other, until ``close()``."""
+class ApiWatch(threading.Thread):
+    """Events of one API collection from now on, as the API records them, each to ``seen(type,
+    metadata)`` (the event's time is when it is seen): watches of ``window`` seconds one after the
+    other from the last version seen, until ``close()``; with ``metadata_only``, as
+    PartialObjectMetadata. A subclass sets what ``seen`` fills, then calls ``start()``."""
 
-    def __init__(self, kc: Any):
+    def __init__(self, kc: Any, path: str, window: int, metadata_only: bool = False):
         super().__init__(daemon=True)
-        self.s, self.url = kc.session(), kc.url + "/api/v1/nodes"
-        self.s.headers["Accept"] = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+        self.s, self.url, self.window = kc.session(), kc.url + path, window
+        meta = "application/json;as=PartialObjectMetadata{};g=meta.k8s.io;v=v1"
+        if metadata_only:
+            self.s.headers["Accept"] = meta.format("List")
         self.version = self.s.get(self.url, params={"limit": "1"}, timeout=30).json()["metadata"]["resourceVersion"]
-        self.s.headers["Accept"] = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-        self.state: Dict[str, str] = {}
-        self.at: Dict[str, float] = {}
+        if metadata_only:
+            self.s.headers["Accept"] = meta.format("")
         self.stopping = threading.Event()
-        self.start()
+
+    def seen(self, kind: str, meta: Dict[str, Any]) -> None:
+        raise NotImplementedError
 
     def run(self) -> None:
         while not self.stopping.is_set():
-            params = {"watch": "1", "resourceVersion": self.version, "timeoutSeconds": "5",
+            params = {"watch": "1", "resourceVersion": self.version, "timeoutSeconds": str(self.window),
                       "allowWatchBookmarks": "true"}
             with self.s.get(self.url, params=params, stream=True, timeout=30) as resp:
                 for line in resp.iter_lines():
                     event = json.loads(line) if line else {}
                     meta = (event.get("object") or {}).get("metadata") or {}
                     if event.get("type") == "ERROR":
-                        raise RuntimeError(f"watching nodes: {event}")
+                        raise RuntimeError(f"watching {self.url}: {event}")
                     if event.get("type") in ("ADDED", "MODIFIED"):
-                        state = (meta.get("annotations") or {}).get(STATE)
-                        if state is not None and state != self.state.get(meta["name"]):
-                            self.state[meta["name"]], self.at[meta["name"]] = state, time.monotonic()
+                        self.seen(event["type"], meta)
                     self.version = meta.get("resourceVersion") or self.version
 
     def close(self) -> None:
@@ -158,51 +159,57 @@ class NodeStates(threading.Thread):
         self.s.close()
 
 
-class PoolWrites(threading.Thread):
-    """MODIFIED events of machineconfigpools, as the API records them, with their times: watches
-    of a second each, one after the other from the last version seen, until ``close()``."""
+class NodeStates(ApiWatch):
+    """Each Node's MCD state annotation (what node-agent's report last said, as the server wrote it
+    back) with the time it was seen to change: a metadata-only watch of nodes, 5 s at a time."""
 
     def __init__(self, kc: Any):
-        super().__init__(daemon=True)
-        self.s, self.url = kc.session(), kc.url + MCO + "/machineconfigpools"
-        self.version = self.s.get(self.url, timeout=10).json()["metadata"]["resourceVersion"]
-        self.events: List[Tuple[float, str]] = []
-        self.stopping = threading.Event()
+        super().__init__(kc, "/api/v1/nodes", 5, metadata_only=True)
+        self.state: Dict[str, str] = {}
+        self.at: Dict[str, float] = {}
         self.start()
 
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            params = {"watch": "1", "resourceVersion": self.version, "timeoutSeconds": "1",
-                      "allowWatchBookmarks": "true"}
-            with self.s.get(self.url, params=params, stream=True, timeout=30) as resp:
-                for line in resp.iter_lines():
-                    event = json.loads(line) if line else {}
-                    meta = (event.get("object") or {}).get("metadata") or {}
-                    if event.get("type") == "ERROR":
-                        raise RuntimeError(f"watching machineconfigpools: {event}")
-                    if event.get("type") == "MODIFIED":
-                        self.events.append((time.monotonic(), meta["name"]))
-                    self.version = meta.get("resourceVersion") or self.version
+    def seen(self, kind: str, meta: Dict[str, Any]) -> None:
+        state = (meta.get("annotations") or {}).get(STATE)
+        if state is not None and state != self.state.get(meta["name"]):
+            self.state[meta["name"]], self.at[meta["name"]] = state, time.monotonic()
+
+
+class PoolWrites(ApiWatch):
+    """MODIFIED events of machineconfigpools with their times: watches of a second each."""
+
+    def __init__(self, kc: Any):
+        super().__init__(kc, MCO + "/machineconfigpools", 1)
+        self.events: List[Tuple[float, str]] = []
+        self.start()
+
+    def seen(self, kind: str, meta: Dict[str, Any]) -> None:
+        if kind == "MODIFIED":
+            self.events.append((time.monotonic(), meta["name"]))
 
     def between(self, t0: float, t1: float, pool: str = "") -> int:
         return sum(1 for t, name in list(self.events) if t0 <= t <= t1 and (not pool or name == pool))
 
-    def close(self) -> None:
-        self.stopping.set()
-        self.join(30)
-        self.s.close()
+
+def children(pid: int) -> List[int]:
+    """The processes whose parent is ``pid`` (the gunicorn master's workers), from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
 
 
 def rss_kib(pid: int) -> int:
     """VmRSS of the server's workers (children of the gunicorn master ``pid``), KiB."""
     total = 0
-    for entry in os.listdir("/proc"):
+    for child in children(pid):
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            if ppid != pid:
-                continue
-            with open(f"/proc/{entry}/status") as f:
+            with open(f"/proc/{child}/status") as f:
                 total += next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:"))
         except (OSError, ValueError, IndexError, StopIteration):
             continue
@@ -313,8 +320,7 @@ class Fleet:
         says what its report said (the node controller's view of a report: the MCD's own report
         is that write); the API's pool writes are counted until then."""
         watch, states = PoolWrites(self.kc), NodeStates(self.kc)
-        workers = subprocess.run(["pgrep", "-P", str(self.srv.proc.pid)], capture_output=True, text=True).stdout.split()
-        pids = {"server": [self.srv.proc.pid] + [int(p) for p in workers],
+        pids = {"server": [self.srv.proc.pid] + children(self.srv.proc.pid),
                 "kube-apiserver": [self.kc.procs["kube-apiserver"].pid], "etcd": [self.kc.procs["etcd"].pid]}
         cpu0 = {k: sum(cpu_s(p) for p in v) for k, v in pids.items()}
         local = threading.local()

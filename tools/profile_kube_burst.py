@@ -72,7 +72,7 @@ def main() -> int:
         print(f"--py-spy {args.py_spy}: not an executable; install it as the docstring says", file=sys.stderr)
         return 2
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    from benchmarks.bench_kube import Fleet
+    from benchmarks.bench_kube import Fleet, children
 
     top = tempfile.mkdtemp(prefix="profile-kube-")
     fleet = Fleet(top, args.nodes, "large")
@@ -80,10 +80,9 @@ def main() -> int:
         fleet.register_all()
         fleet.wait_mcns()  # as bench_kube: a burst on Nodes that have their MachineConfigNodes
         before = fleet.api_patch_rate(1)
-        [worker] = subprocess.run(["pgrep", "-P", str(fleet.srv.proc.pid)], capture_output=True, text=True,
-                                  check=True).stdout.split()
+        [worker] = children(fleet.srv.proc.pid)
         made = fleet.written()
-        spy = subprocess.Popen([args.py_spy, "record", "-p", worker, "-r", "50", "-f", "raw", "-o", args.out,
+        spy = subprocess.Popen([args.py_spy, "record", "-p", str(worker), "-r", "50", "-f", "raw", "-o", args.out,
                                 "--threads", "--idle"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1)  # py-spy attached
         burst = fleet.report_all()
