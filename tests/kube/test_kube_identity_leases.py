@@ -206,13 +206,13 @@ class Counting:
     def __getattr__(self, name):
         return getattr(self.client, name)
 
-    def _call(self, verb, *args):
+    def _call(self, verb, *args, **kw):
         self.calls.append(verb)
         if verb in ("create", "replace") and self.before_write is not None:
             hook, self.before_write = self.before_write, None
             hook()
         try:
-            return getattr(self.client, verb)(*args)
+            return getattr(self.client, verb)(*args, **kw)
         except KubeError as exc:
             self.refused.append((verb, exc.status))
             raise
@@ -313,6 +313,36 @@ def test_a_replica_sees_a_registration_through_the_watch_and_before_it_with_one_
     # A replica that registers the node again without replace loses to the first (409).
     assert not b.put_credential("w2", credential_hash("other"), 2.0, False)
     assert a.credential("w2") == digest
+
+
+def test_a_registration_change_writes_from_the_followed_copy_and_reads_only_after_a_conflict(env):
+    """A config served to a node for the first time is noted with one request (the replace, from
+    the Secret as this replica follows it), not a read and a write; another replica's write
+    in between is refused (409), read, and kept beside this one."""
+    counted = Counting(env.client())
+    a, b = env.creds(client=counted), env.creds()
+    assert a.put_credential("w1", credential_hash("s"), 1.0, False)
+    del counted.calls[:], counted.refused[:]
+    a.note_served("w1", "cfg-1")
+    assert counted.calls == ["replace"] and counted.refused == []  # (the watch lists only when it starts)
+    wait_for(lambda: b.registration("w1").served == ("cfg-1",), "the note through the other replica's watch")
+    del counted.calls[:]
+    counted.before_write = lambda: b.note_served("w1", "cfg-2")  # lands before a's write
+    a.note_served("w1", "cfg-3")
+    assert counted.calls == ["replace", "get", "replace"] and counted.refused == [("replace", 409)]
+    assert a.registration("w1").served == ("cfg-1", "cfg-2", "cfg-3")
+    # "Nothing to write" is never decided from a copy: the pending report a replica keeps
+    # already, read to be sure (another replica may have changed it).
+    kept = json.dumps({"pool": "worker", "report": {"state": "Done"}, "received": 1.0})
+    assert a.keep_report("w1", kept)
+    del counted.calls[:]
+    assert a.keep_report("w1", kept) and counted.calls == ["get"]
+    # Without a watch (a one-shot tool): a read, then the write, as before.
+    counted_cold = Counting(env.client())
+    cold = env.creds(watch=False, client=counted_cold)
+    cold.note_served("w1", "cfg-4")
+    assert counted_cold.calls == ["get", "replace"]  # its registration read, then the write from that copy
+    assert wait_for(lambda: a.registration("w1").served[-1] == "cfg-4", "the cold write through the watch")
 
 
 def test_only_the_hash_is_stored_in_a_typed_labelled_secret(env):

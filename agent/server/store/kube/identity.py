@@ -366,17 +366,32 @@ class KubeCredentials(Follower, RegistrationChanges):
 
     def _update_registration(self, node: str, change: Callable[[Doc], Optional[Doc]]) -> bool:
         """Compare-and-swap the node's record; ``change`` returns the new record, or None for no
-        write. False: the node has no credential."""
+        write. False: the node has no credential. The first try starts from this process's copy
+        (the watch's, or its own last write), so a config served to a node for the first time
+        costs its fetch one request, not a read and a write; a copy another replica moved since
+        is refused (409) and read, and "nothing to write" is decided again from a read."""
+        obj = self._copy(node)
         for _ in range(MAX_TRIES):
-            obj = self._read(node)
+            copied, obj = obj is not None, obj if obj is not None else self._read(node)
             rec = record_of(obj)
             if rec is None:
                 return False
             doc = change(dict(rec[1]))
-            if doc is None or self._write(node, doc, _version(obj)):
+            if doc is None and not copied:
                 return True
+            if doc is not None and self._write(node, doc, _version(obj)):
+                return True
+            obj = None  # written or deleted meanwhile (or unchanged in a copy): read it
         raise RuntimeError(f"node {node}: lost {MAX_TRIES} races with other replicas updating its registration "
                            f"(Secret {self.namespace}/{secret_name(node)}); try again")
+
+    def _copy(self, node: str) -> Optional[Dict[str, Any]]:
+        """The node's Secret as this process holds it (None: read it): the watch's copy, or what
+        its own last read or write returned (a one-shot tool without a watch)."""
+        with self._lock:
+            obj = self._secrets.objects.get(secret_name(node))
+        rec = record_of(obj)
+        return obj if rec is not None and rec[0] == node else None
 
     def forget(self, node: str) -> bool:
         """Delete the node's credential record; True if there was one."""
