@@ -114,6 +114,16 @@ def test_what_one_replica_writes_the_other_sees(replicas):
     assert b.generation() != generation  # what B keeps for fetches (fetchmemo.py) is dropped
 
 
+def test_a_pool_row_another_replica_wrote_is_announced_by_the_watch_with_the_row_already_readable(replicas):
+    """``on_pool_rows``: the pool queue's cue to ring the held fetches of the nodes another
+    process targeted (poolqueue.PoolQueue.look), called from the watch once the row is in memory."""
+    a, b = replicas
+    heard = []
+    b.on_pool_rows(lambda: heard.append(b.pools().get("worker")))
+    a.update_pool("worker", lambda old: PoolRow("worker", "r2", "r1"))
+    wait_for(lambda: any(r is not None and r.target == "r2" for r in heard), "replica B told of the row", 30)
+
+
 def test_max_unvetted_counts_the_secrets_every_replica_watches(replicas):
     """The registration caps are the store's, not a process's: what replica A registered counts
     against replica B's cap once B's watch has it (docs/security.md "Identity", Limits)."""

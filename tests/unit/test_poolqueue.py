@@ -289,3 +289,44 @@ def test_rows_another_process_wrote_ring_the_bell_while_the_queue_waits_out_its_
         assert len(owner.batches) == 1  # the second step still waits
     finally:
         queue.stop()
+
+
+class ListeningStore(FakeStore):
+    """A store that says when its watch brought the pools' rows (the Kubernetes store's
+    ``on_pool_rows``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listeners = []
+
+    def on_pool_rows(self, listener):
+        self.listeners.append(listener)
+
+    def watched(self, rows):
+        self.rows["worker"] = rows
+        self.gen += 1
+        for listener in self.listeners:
+            listener()
+
+
+def test_rows_the_stores_watch_brings_ring_the_retargeted_nodes_when_they_come_not_at_the_queues_next_look(
+        monkeypatch):
+    """The queue's own look comes every TICK (made hours here): the ring for a node another
+    process targeted comes with the watch event that brought its row, before the call returns."""
+    from agent.server.cluster import poolqueue
+
+    monkeypatch.setattr(poolqueue, "TICK", 3600.0)
+    owner, bell = Owner(), Bell()
+    owner.store = ListeningStore()
+    queue = PoolQueue(owner, None, bell).start()
+    try:
+        queue.look()  # the rows as they are: what later rows are compared with
+        seen = {n: bell.seen(n) for n in ("n1", "n2")}
+        owner.store.watched(row({"n1": {"config": "A", "at": 1.0}, "n2": {"config": "B", "at": 2.0}}))
+        assert bell.seen("n2") != seen["n2"]
+        assert bell.seen("n1") == seen["n1"]  # its targeting did not change
+        queue.stop()
+        owner.store.watched(row({"n1": {"config": "B", "at": 3.0}, "n2": {"config": "B", "at": 2.0}}))
+        assert bell.seen("n1") == seen["n1"]  # a stopped queue rings nothing
+    finally:
+        queue.stop()

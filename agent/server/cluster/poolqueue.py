@@ -20,7 +20,8 @@ loop's (kube_sync.py), and the queue only steps what was added.
 ``Bell``: what a held fetch waits on (http/app.py ``_held``) instead of looking at the store every
 half second. A step that stored a new row of its pool rings it for the nodes whose targeting
 changed (rolloutctl.py), and the queue rings it whenever the pools' rows change in the store
-(``watch``: another process, another replica, stepped them), looked at every ``TICK`` seconds and
+(``watch``: another process, another replica, stepped them): at once when the store says so (the
+Kubernetes store's watch of the rows, ``on_pool_rows``), else at its look every ``TICK`` seconds,
 only once the store's generation moved.
 """
 
@@ -118,12 +119,28 @@ class PoolQueue:
         self._started = False
         self._ended = threading.Event()  # the thread's loop returned
         self._rows_seen: Any = (None, object())  # (the pools' rows, the store's generation) last looked at
+        self._looking = threading.Lock()  # the queue's thread and the store's watch both look
         self._thread = threading.Thread(target=self._run, name="pool-queue", daemon=True)
+        listen = getattr(owner.store, "on_pool_rows", None)
+        if callable(listen):
+            listen(self.look)
 
     def start(self) -> "PoolQueue":
         self._thread.start()
         self._started = True
         return self
+
+    def look(self) -> None:
+        """The store's watch brought the pools' rows: ring the nodes another process's step
+        targeted now; at 1,000 nodes waiting for the next ``TICK`` was a quarter of the time from
+        a targeting to the node's held fetch answering, for the half of the nodes held there."""
+        owner = self._owner()
+        if owner is None or not self.alive():
+            return
+        try:
+            self._watch(owner)
+        except Exception as exc:  # the store away: the queue's own look comes
+            log.debug("looking at the pools' rows: %s", exc)
 
     def alive(self) -> bool:
         """Started and not stopped, nor ended. Never yields: every member's fetch asks
@@ -225,6 +242,10 @@ class PoolQueue:
         """Ring the bell when the pools' rows changed in the store (written by another process);
         read them only once the store's generation moved (None: a store without one, whose
         ``pools()`` is this process's memory: etcd's watch)."""
+        with self._looking:
+            self._look(owner)
+
+    def _look(self, owner: Any) -> None:
         rows, seen_gen = self._rows_seen
         gen = owner.store.generation()
         if gen is not None and gen == seen_gen:

@@ -49,7 +49,7 @@ from agent.server.store.kube.mcnrecord import (  # noqa: F401 - DRAIN_LOG, STORE
     node_record,
     report_annotation,
 )
-from agent.server.store.kube.nodestate import ConfigMapState
+from agent.server.store.kube.nodestate import POOL_PREFIX, ConfigMapState
 from agent.server.store.kube.watch import Reflector, wait_all_synced
 from agent.server.store.kube.watch import resource_version as rv
 from agent.server.store.kube.workerturns import Turn, WorkerTurns
@@ -85,6 +85,7 @@ class KubeNodeStore(KubeDrainLog, KeptFirstBoots, CredentialMethods, IndexedRead
         self.revision = 0
         self._last_ok = 0.0
         self.cm = ConfigMapState(client, namespace, self._lock, self._wrote)
+        self._row_listeners: List[Callable[[], None]] = []
         self._feeds = [
             Reflector(client, MACHINE_CONFIG_NODES, label_selector=f"{STORE_LABEL}={namespace}", metadata_only=True,
                       on_event=self._mcn_event, keep_objects=False),
@@ -154,6 +155,15 @@ class KubeNodeStore(KubeDrainLog, KeptFirstBoots, CredentialMethods, IndexedRead
             self._wrote(self.cm.on_list(obj["items"], rv(obj)))
         else:
             self._wrote(self.cm.on_event(kind, obj))
+        if kind == "RELIST" or obj["metadata"]["name"].startswith(POOL_PREFIX):
+            for listener in list(self._row_listeners):
+                listener()
+
+    def on_pool_rows(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` whenever the watch brings the pools' rows (another process's
+        step), once they are in memory: the pool queue rings the held fetches of the nodes it
+        targeted then, not at its next look (poolqueue.py)."""
+        self._row_listeners.append(listener)
 
     def last_seen(self) -> float:
         """When the API server last answered this process (a write or a watch): /healthz, status."""
