@@ -365,11 +365,9 @@ class KubeCredentials(Follower, RegistrationChanges):
             return sum(1 for r in self._regs.values() if r.pending or r.by not in VETTED_BY)
 
     def _update_registration(self, node: str, change: Callable[[Doc], Optional[Doc]]) -> bool:
-        """Compare-and-swap the node's record; ``change`` returns the new record, or None for no
-        write. False: the node has no credential. The first try starts from this process's copy
-        (the watch's, or its own last write), so a config served to a node for the first time
-        costs its fetch one request, not a read and a write; a copy another replica moved since
-        is refused (409) and read, and "nothing to write" is decided again from a read."""
+        """Compare-and-swap the node's record (``change``: the new one, None for no write; False:
+        no credential), first from this process's copy: a config served to a node for the first
+        time costs its fetch one request, not two. A stale copy is refused (409) and read."""
         obj = self._copy(node)
         for _ in range(MAX_TRIES):
             copied, obj = obj is not None, obj if obj is not None else self._read(node)
@@ -386,8 +384,7 @@ class KubeCredentials(Follower, RegistrationChanges):
                            f"(Secret {self.namespace}/{secret_name(node)}); try again")
 
     def _copy(self, node: str) -> Optional[Dict[str, Any]]:
-        """The node's Secret as this process holds it (None: read it): the watch's copy, or what
-        its own last read or write returned (a one-shot tool without a watch)."""
+        """The node's Secret as the watch, or this process's last read or write, left it."""
         with self._lock:
             obj = self._secrets.objects.get(secret_name(node))
         rec = record_of(obj)
