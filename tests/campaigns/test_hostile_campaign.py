@@ -41,7 +41,12 @@ def wsgi(app, method, path, body=b"", headers=None, query=""):
     def start_response(status, hdrs):
         got["status"] = int(status.split()[0])
 
-    out = b"".join(app(environ, start_response))
+    body = app(environ, start_response)
+    try:
+        out = b"".join(body)
+    finally:
+        if hasattr(body, "close"):  # as a WSGI server does (PEP 3333): what runs after the answer
+            body.close()
     return got["status"], out
 
 

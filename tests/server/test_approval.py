@@ -112,8 +112,10 @@ def test_a_ghost_done_on_the_unproven_target_does_not_open_the_gate(tmp_path):
         out = report(srv, "worker-0", state="Done", currentConfig=t1, labels=WORKER)
         assert "proof" not in out
         assert pool(srv, "worker")["status"]["served"]["config"] == t1
-        reg = as_admin(srv).get(srv.url("/api/v1/nodes/worker-0/registration")).json()
-        assert t1 in reg["served"] and reg["state"] == "Approved" and reg["approvedBy"] == "admin"
+        # what it was served is noted once the answer went out (approval.py remember_served)
+        reg = wait_for(lambda: (lambda r: r if t1 in r["served"] else None)(
+            as_admin(srv).get(srv.url("/api/v1/nodes/worker-0/registration")).json()), "t1 noted as served to worker-0")
+        assert reg["state"] == "Approved" and reg["approvedBy"] == "admin"
 
 
 def test_a_ghost_with_master_labels_takes_no_master_drain_lease(tmp_path):

@@ -37,6 +37,7 @@ class Fetch:
     node: Optional[NodeRecord]  # the asking node as the store knows it (None: anonymous or unknown)
     secrets: Tuple[str, ...] = ()  # paths of files in the body that hold credentials (secret_paths)
     rollout: Tuple[str, str] = ("", "")  # a member's (state, why): updating, done, waiting, deferred
+    note: Optional[Tuple[str, str]] = None  # (node, config) to remember as served once answered (approval.py)
 
 
 def secret_paths(document: Dict[str, Any]) -> Tuple[str, ...]:

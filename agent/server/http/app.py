@@ -9,6 +9,7 @@ import os
 import threading
 import time
 import urllib.parse
+from functools import partial
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from agent import __version__
@@ -21,6 +22,7 @@ from agent.server.cluster.replicaview import validator_warnings
 from agent.server.cluster.service import Cluster, UnknownPool
 from agent.server.http.fetchmemo import FetchMemo
 from agent.server.http.httpio import (
+    AnsweredBody,
     HTTPError,
     Response,
     allow,
@@ -151,9 +153,8 @@ class App(NodeRoutes):
         self.counter.inc(resp.pool, resp.code, method)
         headers = [("Content-Type", resp.ctype), ("Content-Length", str(len(resp.body)))] + resp.headers
         start_response(f"{resp.code} {reason_phrase(resp.code)}".rstrip(), headers)
-        if method == "HEAD" or resp.code == 304:
-            return [b""]
-        return [resp.body]
+        chunks = [b""] if method == "HEAD" or resp.code == 304 else [resp.body]
+        return chunks if resp.after is None else AnsweredBody(chunks, resp.after)
 
     def dispatch(self, environ: Dict[str, Any], method: str) -> Response:
         path = environ.get("PATH_INFO", "") or "/"
@@ -315,7 +316,9 @@ class App(NodeRoutes):
                 answer = self._held(caller, named, pool, accept, answer, hold, baseline)
         resp, etag = answer
         if unchanged(environ, etag):
-            return Response(304, b"", headers=resp.headers, pool=pool)
+            not_modified = Response(304, b"", headers=resp.headers, pool=pool)
+            not_modified.after = resp.after
+            return not_modified
         return resp
 
     def _held(self, caller: Caller, named: Optional[str], pool: str, accept: Optional[str],
@@ -385,7 +388,10 @@ class App(NodeRoutes):
             headers += [("X-Rollout", fetched.rollout[0]), ("X-Rollout-Reason", header_text(fetched.rollout[1]))]
             if self.max_hold:
                 headers.append(("X-Rollout-Hold", f"{self.max_hold:g}"))
-        return Response(200, body, f"{content.MEDIA_TYPE};version={version}", headers, pool=pool), etag
+        resp = Response(200, body, f"{content.MEDIA_TYPE};version={version}", headers, pool=pool)
+        if fetched.note is not None:  # what was served, noted once the node has it (approval.py)
+            resp.after = partial(cluster.remember_served, fetched.note)
+        return resp, etag
 
     @staticmethod
     def _refuse_other_custom(node: Optional[str], known: Any, pool: str) -> None:

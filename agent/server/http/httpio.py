@@ -5,17 +5,20 @@ Every error is JSON: ``{"error": {"code": <HTTP status>, "message": "...", "fiel
 """
 
 import json
+import logging
 import re
 import time
 import urllib.parse
 from http import HTTPStatus
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from agent.server.store.stateformat import DNS1123_LABEL, DNS1123_SUBDOMAIN
 
 MAX_BODY = 1 << 20  # any request body but a report (docs/security.md, "Limits")
 MAX_REPORT = 64 << 10  # a node's report: the largest one the report rules accept is about 29 KiB
 MAX_JSON_DEPTH = 32  # a report nests 3 levels; deeper is hostile (and recursion is bounded)
+
+log = logging.getLogger(__name__)
 
 
 _PHRASES = {int(status): status.phrase for status in HTTPStatus}
@@ -45,6 +48,26 @@ class Response:
         self.ctype = ctype
         self.headers = headers or []
         self.pool = pool
+        self.after: Optional[Callable[[], None]] = None  # run once the answer went out (AnsweredBody)
+
+
+class AnsweredBody(list):
+    """A WSGI body that runs ``after`` once the server is done sending it: PEP 3333 servers call
+    ``close()`` then (gunicorn after its last write; also when the client went away). Work that
+    the answer does not depend on waits there instead of holding the answer back."""
+
+    def __init__(self, chunks: Iterable[bytes], after: Callable[[], None]):
+        super().__init__(chunks)
+        self._after: Optional[Callable[[], None]] = after
+
+    def close(self) -> None:
+        after, self._after = self._after, None
+        if after is None:
+            return
+        try:
+            after()
+        except Exception:  # the answer went out: a bug here must not be reported as the request's
+            log.exception("work after an answer failed")
 
 
 def json_response(code: int, obj: Any, headers: Optional[List[Tuple[str, str]]] = None, pool: str = "") -> Response:
