@@ -21,17 +21,19 @@ when it saw it change, which needs a memory of its own; a stateless replica cann
 clears the holder as client-go's ``release()`` does (the Lease stays for the next grant).
 """
 
+import collections
+import dataclasses
 import datetime
 import hashlib
 import math
 import re
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from agent.server.rollout.drains import DrainAnswer
 from agent.server.store.kube.client import LEASES, KubeClient, KubeError
-from agent.server.store.kube.watch import Follower, NewestObjects, permission
+from agent.server.store.kube.watch import Follower, NewestObjects, permission, resource_version
 from agent.server.store.kube.workerturns import WorkerTurns
 
 APP_LABEL, APP = "app.kubernetes.io/name", "node-config-server"
@@ -41,6 +43,7 @@ POOL, CONFIG = "node-agent.openshift.io/pool", "node-agent.openshift.io/config"
 GRANTED, EXPIRES = "node-agent.openshift.io/granted", "node-agent.openshift.io/expires"
 MAX_NAME = 253  # a Lease's name is a DNS subdomain
 MAX_RACES = 20  # a grant that loses this many races in a row answers "wait" (Retry-After 1)
+OWN_WRITES = 64  # this process's newest Lease writes remembered (KubeLeases._followed)
 LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"  # metav1.MicroTime's RFC 3339 form (apimachinery micro_time.go, RFC3339Micro)
 
@@ -169,18 +172,36 @@ class KubeLeases(Follower):
         self._granting: Dict[str, threading.Lock] = {}  # per pool: one grant at a time in this process
         self.turns = WorkerTurns(None)  # and in this replica (serve's workers share theirs: workerturns.py)
         self._leases = NewestObjects()
+        self._watched = 0  # the newest resourceVersion the watch brought (or its list was read at)
+        self._wrote: Deque[int] = collections.deque(maxlen=OWN_WRITES)  # this process's newest Lease writes
         self._follow(client, LEASES, namespace, f"{KIND_LABEL}={KIND}", watch)
 
     def _event(self, kind: str, obj: Lease) -> None:
         with self._lock:
             if kind == "RELIST":
                 self._leases.resync(obj["items"], obj["metadata"]["resourceVersion"])
+                self._watched = max(self._watched, resource_version(obj))
             else:
                 self._leases.event(kind, obj)
+                self._watched = max(self._watched, resource_version(obj))
 
     def _note(self, obj: Lease) -> None:
         with self._lock:
             self._leases.put(obj)
+
+    def _followed(self, last: int) -> Optional[Dict[str, Lease]]:
+        """The Leases as this process follows them, when they hold ``last`` (the last write of this
+        replica's grants: ``Turn.last``; this process's own, or one its watch brought); None: read
+        the API. A grant counted from the API every time, twice (before and after its write): at
+        1,000 nodes a wave of 100 drain asks, granted one at a time, waited 7 s for its median
+        grant (docs/performance.md). A Lease another process wrote and the watch has not brought
+        costs a refused write and a read; a refusal is never decided from memory (``_acquire``)."""
+        if self.reflector is None or not self.reflector.wait_synced(0):
+            return None
+        with self._lock:
+            if last > self._watched and last not in self._wrote:
+                return None
+            return dict(self._leases.objects)
 
     # -- API calls --------------------------------------------------------------------------
 
@@ -208,6 +229,8 @@ class KubeLeases(Follower):
                 return False
             raise
         self._note(obj)
+        with self._lock:
+            self._wrote.append(resource_version(obj))
         return True
 
     def _clear(self, obj: Lease, pool: str) -> bool:
@@ -221,17 +244,33 @@ class KubeLeases(Follower):
         One grant of a pool at a time in this replica (ours): a wave's asks reach its workers
         together, and two grants counting the same list could pick the same slot; in turn, each
         counts the slots the one before took (the threads of a worker by a lock, its workers by
-        their turn at the pool's drains). Other replicas still race (the compare-and-swap decides),
-        on a slot of the node's own choosing (``spread``)."""
+        their turn at the pool's drains), from memory when it holds the last one's write
+        (``_followed``). Other replicas still race (the compare-and-swap decides), on a slot of
+        the node's own choosing (``spread``). The check after the write (the module's docstring)
+        reads the API outside the turn: the next grant does not wait for it."""
         with self._lock:
             granting = self._granting.setdefault(pool, threading.Lock())
-        with granting, self.turns.turn("drains/" + pool):
-            return self._acquire(node, pool, config, limit, ttl, now)
+        for _ in range(MAX_RACES):
+            with granting, self.turns.turn("drains/" + pool) as turn:
+                wrote = self._wrote[-1] if self._wrote else 0
+                answer, slot = self._acquire(node, pool, config, limit, ttl, now, turn.last)
+                if self._wrote and self._wrote[-1] != wrote:
+                    turn.wrote = self._wrote[-1]  # the next holder's watch may not have brought it yet
+            if slot is None:
+                return answer
+            after = in_pool([h for h in map(holder_of, self._list(pool).values()) if h is not None], pool, now)
+            if len(after) <= limit:
+                return dataclasses.replace(answer, holders=[h["node"] for h in after])
+            self._take_back(slot, node, pool)  # slots above a lowered limit are held: undone before answering
+        return DrainAnswer(False, node, pool, limit, retry_after=1, holders=[])
 
-    def _acquire(self, node: str, pool: str, config: str, limit: int, ttl: float, now: float) -> DrainAnswer:
+    def _acquire(self, node: str, pool: str, config: str, limit: int, ttl: float, now: float,
+                 last: int) -> Tuple[DrainAnswer, Optional[str]]:
+        """(the answer, the slot this call wrote a new grant to: None when renewed or refused)."""
         ttl_s = max(1, int(math.ceil(ttl)))
         for race in range(MAX_RACES):
-            objects = self._list()
+            followed = self._followed(last) if race == 0 else None
+            objects = followed if followed is not None else self._list()
             held = [h for h in map(holder_of, objects.values()) if h is not None]
             mine = [h for h in held if h["node"] == node and live(h, now)]
             here = sorted((h for h in mine if h["pool"] == pool), key=lambda h: h["granted"])
@@ -241,27 +280,25 @@ class KubeLeases(Follower):
                     for extra in here[1:]:  # two replicas granted one node at once: keep one slot
                         self._clear(objects[extra["name"]], pool)
                     names = [h["node"] for h in holders if h["name"] not in {e["name"] for e in here[1:]}]
-                    return DrainAnswer(True, node, pool, limit, now + ttl_s, holders=names, renewed=True)
+                    return DrainAnswer(True, node, pool, limit, now + ttl_s, holders=names, renewed=True), None
                 continue  # changed meanwhile: read again
             free = free_slots(objects, pool, limit, now)
+            if followed is not None and (len(holders) >= limit or not free):
+                continue  # refused from memory: read the API first (a release may not be followed yet)
             if len(holders) >= limit or not free:  # (not free: a slot's annotations were edited by hand)
                 soonest = min((h["until"] for h in holders), default=now + ttl_s) - now
                 return DrainAnswer(False, node, pool, limit, retry_after=int(max(1, min(30, math.ceil(soonest)))),
-                                   holders=[h["node"] for h in holders])
+                                   holders=[h["node"] for h in holders]), None
             i, slot = free[spread(node, race, len(free))]
             body = lease_body(slot_name(pool, i), self.namespace, pool, node, config, now, now, ttl_s,
                               slot["metadata"]["resourceVersion"] if slot is not None else "")
             if not self._write(body):
                 continue  # another replica took the slot: count again
-            after = in_pool([h for h in map(holder_of, self._list(pool).values()) if h is not None], pool, now)
-            if len(after) > limit:  # slots above a lowered limit are held: undo before answering
-                self._take_back(body["metadata"]["name"], node, pool)
-                continue
             for old in mine:  # moved pools: the old pool's slot goes (read again if it changed)
                 if not self._clear(objects[old["name"]], old["pool"]):
                     self._take_back(old["name"], node, old["pool"])
-            return DrainAnswer(True, node, pool, limit, now + ttl_s, holders=[h["node"] for h in after])
-        return DrainAnswer(False, node, pool, limit, retry_after=1, holders=[])
+            return DrainAnswer(True, node, pool, limit, now + ttl_s), body["metadata"]["name"]
+        return DrainAnswer(False, node, pool, limit, retry_after=1, holders=[]), None
 
     def _renew(self, obj: Lease, h: Holder, config: str, now: float, ttl_s: int) -> bool:
         body = lease_body(h["name"], self.namespace, h["pool"], h["node"], config, h["granted"], now, ttl_s,
