@@ -524,16 +524,22 @@ def test_a_watching_replica_counts_a_grant_from_memory_and_checks_it_with_one_li
     assert renewed.granted and renewed.renewed and made == ["replace"]
     refused, made = calls(lambda: watched.acquire("n2", "worker", "c", 1, 60, t + 1))
     assert not refused.granted and refused.holders == ["n1"] and made == ["list"]  # a refusal: from the API
+    released, made = calls(lambda: watched.release("n1", "c"))
+    assert released == "worker" and made == ["replace"] and api_holders(env, "worker") == []
 
 
-def test_a_slot_held_in_memory_but_released_meanwhile_is_read_from_the_api_and_granted(env):
-    """Memory may miss a release another process made: a grant is never refused from memory."""
+def test_what_memory_misses_is_read_from_the_api_a_grant_is_never_refused_nor_a_release_skipped_from_memory(env):
+    """Memory may miss a release or a grant another process made meanwhile."""
     watched, other = env.leases(), env.leases(watch=False)
     assert watched.acquire("n1", "worker", "c", 1, 60, time.time()).granted
     watched.reflector.stop()  # what it follows stays as it is now: n1 holds the only slot
     assert other.release("n1") == "worker"
     answer = watched.acquire("n2", "worker", "c", 1, 60, time.time())
     assert answer.granted and answer.holders == ["n2"] and api_holders(env, "worker") == [("drain-worker-0", "n2")]
+    assert other.acquire("n3", "infra", "c", 1, 60, time.time()).granted  # never seen by ``watched``
+    assert watched.release("n3", "c") == "infra" and api_holders(env, "infra") == []
+    assert other.acquire("n4", "infra", "c2", 1, 60, time.time()).granted
+    assert watched.release("n4", "c") is None and api_holders(env, "infra") == [("drain-infra-0", "n4")]  # not c
 
 
 def test_the_next_worker_reads_the_api_when_its_watch_has_not_brought_the_last_grant_of_its_turn(env, tmp_path):

@@ -318,16 +318,20 @@ class KubeLeases(Follower):
     def release(self, node: str, current_config: Optional[str] = None) -> Optional[str]:
         """End the node's lease (uncordon); with ``current_config``, only if that is the leased
         config (a Done report on the config it drained for). Returns the pool it held a lease
-        in, or None."""
+        in, or None. Cleared from what this process follows when that shows the lease for this
+        config (a Lease list per drained node less); anything else is decided from the API."""
         now = time.time()
-        for _ in range(MAX_RACES):
-            objects = self._list()
+        for race in range(MAX_RACES):
+            followed = self._followed(0) if race == 0 else None
+            objects = followed if followed is not None else self._list()
             mine = sorted((h for h in map(holder_of, objects.values()) if h is not None and h["node"] == node
                            and live(h, now)), key=lambda h: h["granted"])
-            if not mine:
-                return None
-            first = mine[0]
-            if current_config is not None and first["config"] and current_config and first["config"] != current_config:
+            first = mine[0] if mine else None
+            other = first is not None and current_config is not None and first["config"] and current_config and \
+                first["config"] != current_config
+            if followed is not None and (first is None or other):
+                continue  # nothing to clear, or another config, in memory: the API decides
+            if first is None or other:
                 return None
             if all([self._clear(objects[h["name"]], h["pool"]) for h in mine]):
                 return first["pool"]
