@@ -1,9 +1,9 @@
 """What a node is served as itself is noted once the answer went out, not before it
 (approval.Approval.remember_served through httpio.AnsweredBody, which the WSGI server closes after
 its last write): at 1,000 nodes the note (a Secret write) was 64-76 ms of a targeted node's wait
-for its turn (docs/performance.md, "A targeting told, stage by stage"). A Done that comes before
+for its turn (docs/performance.md, "Rollout at fleet scale"). A Done that comes before
 the note proves the config the server targeted to the node (its entry in the pool's row), and no
-other (docs/security.md, "What a counted node's Done proves"). In-process, the directory backend,
+other (docs/security.md, "How a name comes to count"). In-process, the directory backend,
 a server with tokens."""
 
 import io
