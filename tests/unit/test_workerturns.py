@@ -2,6 +2,7 @@
 workerturns.py): one holder at a time, and the next holder learns the resourceVersion the last one
 wrote."""
 
+import collections
 import threading
 
 from agent.server.store.kube import workerturns
@@ -80,20 +81,26 @@ def test_the_turn_says_whether_it_is_held(tmp_path, monkeypatch):
         assert not alone.held
 
 
-def test_a_drain_grant_holds_the_pools_drain_turn_while_it_lists_and_writes(tmp_path, monkeypatch):
-    # two workers' grants counting the same list picked the same slot (a Lease refused with 409)
+def test_a_drain_grant_holds_the_pools_drain_turn_while_it_counts_and_writes_and_leaves_its_write_to_the_next(
+        tmp_path, monkeypatch):
+    # two workers' grants counting the same list picked the same slot (a Lease refused with 409);
+    # the next holder learns the resourceVersion of the last grant (its watch may not have it yet)
     from agent.server.store.kube.leases import KubeLeases
 
     monkeypatch.setattr(workerturns, "WAIT", 0.05)
     leases = KubeLeases.__new__(KubeLeases)  # no API server: only the turn around the grant
     leases._lock, leases._granting, leases.turns = threading.Lock(), {}, WorkerTurns(str(tmp_path))
+    leases._wrote = collections.deque(maxlen=8)
     other_worker, seen = WorkerTurns(str(tmp_path)), []
 
     def grant(*_):
         with other_worker.turn("drains/worker") as t:
             seen.append(t.held)
-        return "granted"
+        leases._wrote.append(42)  # the grant's write
+        return "granted", None
 
     monkeypatch.setattr(leases, "_acquire", grant)
     assert leases.acquire("n1", "worker", "rendered-1", 1, 60.0, 0.0) == "granted"
     assert seen == [False]
+    with other_worker.turn("drains/worker") as after:
+        assert after.held and after.last == 42
