@@ -27,3 +27,15 @@ def test_a_grant_or_a_refusal_with_no_such_node_is_unchanged():
     assert drains.sooner(granted, ["w1"], limit_without=2) is granted
     answer = refused(0, [])
     assert drains.sooner(answer, [], limit_without=1) is answer
+
+
+def test_a_node_cordoned_by_our_drain_with_no_lease_and_no_targeting_entry_is_one_whose_uncordon_is_on_its_way():
+    # w1: its Done released its lease and the step dropped its entry (another worker took the Done);
+    # w4 still holds its lease; w5's lease ran out mid-drain (still targeted); w6 gave its lease back
+    # without a Done (still targeted)
+    marked = ["w1", "w4", "w5", "w6"]
+    over = drains.drains_over(marked, holders=["w3", "w4"], targeted={"w4", "w5", "w6", "w2"})
+    assert over == ["w1"]
+    answer = drains.sooner(refused(1, ["w3"]), over, limit_without=2)
+    assert answer.retry_after == drains.UNCORDON_RETRY and "w1 reported Done" in answer.to_dict()["reason"]
+    assert drains.drains_over(marked, holders=[], targeted=set(marked)) == []

@@ -63,7 +63,9 @@ def _past_stale_cordons(cluster: Any, node: str, pool: str, config: str, answer:
     and uncordoned, still cordoned in the asking replica's cache, took a slot there and the ask
     waited the lease's Retry-After, 30 s). The Nodes the cache shows cordoned by our drain are read
     from the API: those uncordoned there take no slot, and the lease is asked for again; those still
-    cordoned whose Done the store holds are being uncordoned: Retry-After 1 (drains.sooner)."""
+    cordoned whose Done the store holds, or that hold no lease and the pool no longer targets
+    (drains.drains_over: a Done another worker took), are being uncordoned: Retry-After 1
+    (drains.sooner)."""
     from agent.server.store.kube.client import KubeError, KubeUnavailable
 
     truth, pools = cluster.node_truth, cluster.state().pools
@@ -78,6 +80,9 @@ def _past_stale_cordons(cluster: Any, node: str, pool: str, config: str, answer:
                                       cluster.drain_limit(pool, node, settled=fresh), cluster.lease_ttl)
         answer = dataclasses.replace(answer, max_unavailable=cluster.max_unavailable(pool))
     due = [n for n in truth.uncordoning(pool, pools, node, time.time()) if n not in fresh]
+    row = cluster.store.pools().get(pool)
+    targeted = set((row.rollout if row is not None else {}).get("targets") or {})
+    due += [n for n in drains.drains_over(marked, answer.holders, targeted) if n not in fresh and n not in due]
     if answer.granted or not due:
         return answer
     return drains.sooner(answer, due, cluster.drain_limit(pool, node, settled=due + fresh))

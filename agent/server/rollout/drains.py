@@ -8,7 +8,7 @@ there are no pods to evict: cordon, drain and uncordon are recorded in SQLite an
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Collection, List, Optional, Sequence
 
 DEFAULT_TTL = 600.0
 UNCORDON_RETRY = 1  # Retry-After while a slot is taken only by Nodes whose uncordon this replica has not seen
@@ -66,6 +66,17 @@ def sooner(answer: DrainAnswer, uncordoning: List[str], limit_without: int) -> D
     return DrainAnswer(False, answer.node, answer.pool, answer.limit, retry_after=UNCORDON_RETRY,
                        holders=list(answer.holders), max_unavailable=answer.max_unavailable,
                        uncordoning=list(uncordoning))
+
+
+def drains_over(marked: Sequence[str], holders: Sequence[str], targeted: Collection[str]) -> List[str]:
+    """Ours: of the Nodes cordoned by our drain (``marked``), those that hold no drain lease
+    (``holders``: the refusal's own read of the leases) and that the pool no longer targets
+    (``targeted``: its row's entries). A Done ended their drain: it released the lease, and the
+    step that saw it dropped the entry. The uncordon written with it is on its way, though this
+    process's own copy of the Done may not be yet (``sooner``'s other source: at 1,000 nodes one
+    such refusal waited 30 s, docs/performance.md). A Node whose lease ran out mid-drain, or that
+    gave its lease back without a Done, is still targeted: not one of them (pure)."""
+    return [n for n in marked if n not in holders and n not in targeted]
 
 
 def request_drain(store: Any, node: str, pool: str, config: str, limit: int, ttl: float,
