@@ -222,16 +222,22 @@ def test_CheckNodeReady_a_notready_Node_is_named_in_get_nodes_describe_node_and_
     """Issue 49: a node Done on its pool's target whose Node is NotReady: READY False and why in
     the node list and the node, and the pool's status.rollout.notReady (describe pool) names it."""
     infra = target(server, "infra")
+    create_node(kube, "i-up", {W: "", INFRA_ROLE: ""})  # its own: not another test's Node
     create_node(kube, "i-down", {W: "", INFRA_ROLE: ""}, ready="Unknown")
-    report(server, "i-down", done(infra, {W: "", INFRA_ROLE: ""}, pool="infra"))
+    for n in ("i-up", "i-down"):
+        report(server, n, done(infra, {W: "", INFRA_ROLE: ""}, pool="infra"))
     why = "node i-down is reporting NotReady=Unknown"
     wait_for(lambda: (pool(server, "infra")["status"].get("rollout") or {}).get("notReady", {}).get("i-down") == why,
              "i-down named in infra's rollout")
     one = server.session().get(server.url("/api/v1/nodes/i-down"), timeout=10).json()
     assert (one.get("ready"), one.get("notReady")) == ("False", why), one
-    items = {i["name"]: i for i in server.session().get(server.url("/api/v1/nodes"), timeout=10).json()["items"]}
+
+    def listed():
+        items = {i["name"]: i for i in server.session().get(server.url("/api/v1/nodes"), timeout=10).json()["items"]}
+        return "i-up" in items and "i-down" in items and items
+    items = wait_for(listed, "i-up and i-down in the node list")
     assert (items["i-down"].get("ready"), items["i-down"].get("notReady")) == ("False", why)
-    assert items["i-ready"].get("ready") == "True" and "notReady" not in items["i-ready"]
+    assert items["i-up"].get("ready") == "True" and "notReady" not in items["i-up"]
 
 
 
