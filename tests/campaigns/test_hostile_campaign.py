@@ -29,13 +29,19 @@ BOMB = MC + "spec:\n  unknownKey:\n" + "".join(
     f"    l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9 if i else ['"lol"'] * 9) + "]\n" for i in range(9))
 
 
-def wsgi(app, method, path, body=b"", headers=None, query=""):
+def request_environ(method, path, body=b"", headers=None, query=""):
+    """A WSGI environ of one request (PEP 3333), headers named as in HTTP."""
     environ = {"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query, "SERVER_NAME": "t",
                "SERVER_PORT": "80", "wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body)),
                "wsgi.url_scheme": "http"}
     for k, v in (headers or {}).items():
         key = k.upper().replace("-", "_")
         environ[key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else "HTTP_" + key] = v
+    return environ
+
+
+def wsgi(app, method, path, body=b"", headers=None, query=""):
+    environ = request_environ(method, path, body, headers, query)
     got = {}
 
     def start_response(status, hdrs):

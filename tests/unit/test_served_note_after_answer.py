@@ -6,14 +6,13 @@ the note proves the config the server targeted to the node (its entry in the poo
 other (docs/security.md, "How a name comes to count"). In-process, the directory backend,
 a server with tokens."""
 
-import io
 import json
 import logging
 import os
 import shutil
 
 from agent.server.http.httpio import AnsweredBody
-from tests.campaigns.test_hostile_campaign import wsgi
+from tests.campaigns.test_hostile_campaign import request_environ, wsgi
 from tests.helpers import paths
 from tests.helpers.noderoot import not_layered
 from tests.helpers.wait import wait_for
@@ -63,9 +62,8 @@ def fetch_not_yet_closed(app, creds, node):
     """n1's config fetch as itself through the WSGI app: (status, headers, the body iterable not
     closed yet: the WSGI server has not finished sending it)."""
     got = {}
-    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/config/worker", "QUERY_STRING": "", "SERVER_NAME": "t",
-               "SERVER_PORT": "80", "wsgi.input": io.BytesIO(b""), "wsgi.url_scheme": "http",
-               "HTTP_AUTHORIZATION": f"Bearer {creds[node]}", "HTTP_X_NODE_NAME": node}
+    environ = request_environ("GET", "/config/worker",
+                              headers={"Authorization": f"Bearer {creds[node]}", "X-Node-Name": node})
 
     def start_response(status, headers):
         got["status"], got["headers"] = int(status.split()[0]), dict(headers)

@@ -203,6 +203,12 @@ class KubeLeases(Follower):
                 return None
             return dict(self._leases.objects)
 
+    def _counted(self, race: int, last: int) -> Tuple[Dict[str, Lease], bool]:
+        """What a try counts: (the Leases, whether from memory): the first try from memory when
+        ``_followed`` allows, every other one from the API."""
+        followed = self._followed(last) if race == 0 else None
+        return (followed, True) if followed is not None else (self._list(), False)
+
     # -- API calls --------------------------------------------------------------------------
 
     def _list(self, pool: Optional[str] = None) -> Dict[str, Lease]:
@@ -269,8 +275,7 @@ class KubeLeases(Follower):
         """(the answer, the slot this call wrote a new grant to: None when renewed or refused)."""
         ttl_s = max(1, int(math.ceil(ttl)))
         for race in range(MAX_RACES):
-            followed = self._followed(last) if race == 0 else None
-            objects = followed if followed is not None else self._list()
+            objects, remembered = self._counted(race, last)
             held = [h for h in map(holder_of, objects.values()) if h is not None]
             mine = [h for h in held if h["node"] == node and live(h, now)]
             here = sorted((h for h in mine if h["pool"] == pool), key=lambda h: h["granted"])
@@ -283,7 +288,7 @@ class KubeLeases(Follower):
                     return DrainAnswer(True, node, pool, limit, now + ttl_s, holders=names, renewed=True), None
                 continue  # changed meanwhile: read again
             free = free_slots(objects, pool, limit, now)
-            if followed is not None and (len(holders) >= limit or not free):
+            if remembered and (len(holders) >= limit or not free):
                 continue  # refused from memory: read the API first (a release may not be followed yet)
             if len(holders) >= limit or not free:  # (not free: a slot's annotations were edited by hand)
                 soonest = min((h["until"] for h in holders), default=now + ttl_s) - now
@@ -322,14 +327,12 @@ class KubeLeases(Follower):
         config (a Lease list per drained node less); anything else is decided from the API."""
         now = time.time()
         for race in range(MAX_RACES):
-            followed = self._followed(0) if race == 0 else None
-            objects = followed if followed is not None else self._list()
+            objects, remembered = self._counted(race, 0)
             mine = sorted((h for h in map(holder_of, objects.values()) if h is not None and h["node"] == node
                            and live(h, now)), key=lambda h: h["granted"])
             first = mine[0] if mine else None
-            other = first is not None and current_config is not None and first["config"] and current_config and \
-                first["config"] != current_config
-            if followed is not None and (first is None or other):
+            other = first is not None and bool(current_config and first["config"]) and first["config"] != current_config
+            if remembered and (first is None or other):
                 continue  # nothing to clear, or another config, in memory: the API decides
             if first is None or other:
                 return None
