@@ -9,7 +9,8 @@ a socket, so the figure is the server's own cost per request. The store is fille
 nodes by bulk insert followed by the server's own membership rebuild (the path a migrated
 database takes); every size's server lives in this process at once, and the requests are timed
 interleaved across sizes and cases (report, fetch, member fetch, pool view, cluster view at each
-size in turn, the order of the sizes reversed every other round). Each round's report commits, so the new node's fetch after it
+size in turn, the order of the sizes reversed every other round), and the pool's step after one report
+stored (timed alone: what a step costs per changed node). Each round's report commits, so the new node's fetch after it
 is answered afresh from the store, not from what the worker keeps between commits
 (agent/server/http/fetchmemo.py). The floor of each row is the same request at 100 nodes: the
 target is <= 2x at 50,000.
@@ -31,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.common import REPO, Row, median  # noqa: E402
 
 SIZES = (100, 1000, 10000, 50000)
-CASES = ("report", "fetch (new node)", "fetch (member)", "pool view", "cluster view")
+CASES = ("report", "fetch (new node)", "fetch (member)", "pool view", "cluster view", "pool step, one report since")
 JSON_OUT = os.path.join(REPO, "build", "bench", "scale.json")
 
 
@@ -101,12 +102,27 @@ def fleet(n: int) -> Tuple[Any, Dict[str, Callable[[], Any]], str]:
                            "labels": {"node-role.kubernetes.io/worker": ""}}).encode()
         call(app, "POST", f"/api/v1/nodes/{node}/report", body)
 
+    def step_after_report() -> float:
+        """The pool's step alone, after one report stored with no wake: what a step costs per
+        changed node (the queue's own steps are waited for first; timed here, not by the caller)."""
+        from agent.server.rollout.progress import Membership
+
+        body = {"pool": "worker", "state": rng.choice(("Done", "Working")), "currentConfig": target,
+                "labels": {"node-role.kubernetes.io/worker": ""}}
+        app.cluster.store.record_report(names[rng.randrange(1, n)], body, Membership("worker", "label"), time.time())
+        app.cluster.pools_stepped()
+        st = app.cluster.state()
+        start = time.perf_counter()
+        app.cluster._step_pool_now(st, "worker")
+        return time.perf_counter() - start
+
     cases: Dict[str, Callable[[], Any]] = {
         "report": report,
         "fetch (new node)": lambda: call(app, "GET", "/config/worker"),
         "fetch (member)": lambda: call(app, "GET", "/config/worker", query=f"node={names[1]}"),
         "pool view": lambda: call(app, "GET", "/api/v1/pools/worker"),
         "cluster view": lambda: call(app, "GET", "/api/v1/cluster"),
+        "pool step, one report since": step_after_report,
     }
     for fn in cases.values():
         fn()
@@ -128,8 +144,8 @@ def measure_all(sizes, runs: int) -> Dict[int, Dict[str, List[float]]]:
             for n in (sizes if i % 2 else list(reversed(sizes))):
                 for name, fn in fleets[n][1].items():
                     start = time.perf_counter()
-                    fn()
-                    samples[n][name].append(time.perf_counter() - start)
+                    took = fn()  # a case that times itself returns its seconds
+                    samples[n][name].append(took if isinstance(took, float) else time.perf_counter() - start)
         return samples
     finally:
         for app, _, tmp in fleets.values():

@@ -8,6 +8,7 @@ Nodes); at 5,000 nodes, parsing 5,000 reports and making their members was two t
 text is its identity: the same text, the same member.
 """
 
+import bisect
 import json
 import threading
 from typing import Any, Dict, List, Optional, Tuple
@@ -17,36 +18,98 @@ from agent.server.rollout.targeting import Member
 from agent.server.store.nodestore import SERVER_KEY, NodeRecord
 
 PAGE = 5000
+JOURNAL = 20000  # member changes a pool keeps for its step (one further behind reads the pool whole)
+
+
+class _Pool:
+    """One pool's members as the memo keeps them."""
+
+    def __init__(self) -> None:
+        self.seq: Optional[int] = None  # the store's change number they are read up to (None: read whole)
+        self.keys: Dict[str, Tuple[str, float]] = {}  # node -> (report text, registered) its member is made of
+        self.members: Dict[str, Member] = {}  # the counted ones
+        self.journal: List[Tuple[int, str]] = []  # (version, node) of each change of a member, oldest first
+        self.version = 0
+        self.listed: Optional[List[Member]] = None
 
 
 class MemberMemo:
-    """Members by (node, report text, registration time), kept per pool from one read to the next."""
+    """Members by (node, report text, registration time), kept per pool from one read to the next.
+    With a store that numbers its changes (``member_changes``: SQLite) a read costs the nodes
+    changed since the last one, and ``changes`` tells a pool's step which members changed."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pools: Dict[str, Dict[Tuple[str, str, float], Optional[Member]]] = {}
-        self._lists: Dict[str, List[Member]] = {}
+        self._pools: Dict[str, _Pool] = {}
 
     def members(self, store: Any, pool: str) -> List[Member]:
+        with self._lock:
+            kept = self._refresh(store, pool)
+            if kept is None:
+                return read_members(store, pool)
+            if kept.listed is None:  # the same list while nothing changed (views keep what they made from it)
+                kept.listed = [kept.members[n] for n in sorted(kept.members)]
+            return kept.listed
+
+    def changes(self, store: Any, pool: str, since: Optional[int]) -> Optional[Tuple[int, List[Member], List[str]]]:
+        """(version, the members that changed or joined since version ``since``, the names of those
+        that left). None: not known (another store, or ``since`` is too old): sync with ``members``."""
+        with self._lock:
+            kept = self._refresh(store, pool)
+            if kept is None or since is None or since > kept.version or \
+                    (kept.journal and kept.journal[0][0] > since + 1) or (not kept.journal and since != kept.version):
+                return None
+            names = {n for _, n in kept.journal[bisect.bisect_right(kept.journal, (since, "\uffff")):]}
+            return (kept.version, [kept.members[n] for n in sorted(names) if n in kept.members],
+                    sorted(n for n in names if n not in kept.members))
+
+    def version(self, pool: str) -> Optional[int]:
+        with self._lock:
+            kept = self._pools.get(pool)
+            return kept.version if kept is not None else None
+
+    def _refresh(self, store: Any, pool: str) -> Optional[_Pool]:
+        kept = self._pools.setdefault(pool, _Pool())
+        feed = store.member_changes(kept.seq) if kept.seq is not None else None
+        if feed is not None:
+            kept.seq = feed[0]
+            for node, in_pool, text, received, created in feed[1]:
+                self._note(kept, pool, node, (text, created) if in_pool == pool else None, received)
+            return kept
+        head = store.member_changes(None)  # before the read: the changes after it are read next time
         texts = store.member_texts(pool)
         if texts is None:
-            return read_members(store, pool)
-        with self._lock:
-            kept = self._pools.get(pool, {})
-        now: Dict[Tuple[str, str, float], Optional[Member]] = {}
+            return None
+        seen = set()
         for node, text, received, created in texts:
-            key = (node, text, created)
-            if key in kept:
-                now[key] = kept[key]
-                continue
-            rec = NodeRecord(node, pool, "", "", json.loads(text), received)
-            now[key] = member_of_record(rec, created) if counted(rec) else None
-        with self._lock:
-            if now.keys() == kept.keys() and pool in self._lists:  # nothing changed: the same list (views keep
-                return self._lists[pool]                             # what they made from it: service._rollout_view)
-            self._pools[pool] = now  # only the pool's nodes of this read: bounded by the pool's size
-            self._lists[pool] = [m for m in now.values() if m is not None]
-            return self._lists[pool]
+            seen.add(node)
+            self._note(kept, pool, node, (text, created), received)
+        for node in [n for n in kept.keys if n not in seen]:
+            self._note(kept, pool, node, None, 0.0)
+        kept.seq = head[0] if head is not None else None
+        return kept
+
+    def _note(self, kept: _Pool, pool: str, node: str, key: Optional[Tuple[str, float]], received: float) -> None:
+        """The node's record now (``key``: its text and registration; None: not in the pool)."""
+        if kept.keys.get(node) == key:
+            return
+        was = kept.members.pop(node, None)
+        member = None
+        if key is None:
+            kept.keys.pop(node, None)
+        else:
+            kept.keys[node] = key
+            rec = NodeRecord(node, pool, "", "", json.loads(key[0]), received)
+            member = member_of_record(rec, key[1]) if counted(rec) else None
+            if member is not None:
+                kept.members[node] = member
+        if was is None and member is None:
+            return
+        kept.version += 1
+        kept.journal.append((kept.version, node))
+        if len(kept.journal) > JOURNAL:
+            del kept.journal[:len(kept.journal) - JOURNAL]
+        kept.listed = None
 
 
 def read_members(store: Any, pool: str) -> List[Member]:

@@ -23,6 +23,8 @@ from agent.server.cluster.members import MemberMemo, in_first_boot
 from agent.server.cluster.poolqueue import Bell, PoolQueue, changed_nodes
 from agent.server.cluster.sharedruns import SharedRuns
 from agent.server.rollout import candidates, gating, nodestatus, progress, review, targeting
+from agent.server.rollout.poolindex import PoolIndex
+from agent.server.rollout.rollbackplan import RolloutNotPossible, rollback_plan
 from agent.server.rollout.targeting import Member
 from agent.server.rollout.windows import state as window_state
 from agent.server.store.nodestore import NodeRecord, PoolRow
@@ -34,10 +36,6 @@ STEP_WAIT = 30.0  # seconds a node's fetch waits at most for the step of its own
 CAUGHT_UP = 1.0  # seconds after a report was received that a step began which surely saw it (caught_up)
 WAITING_LOOKUPS = 200  # pending registrations looked at to tell whether any waits in an empty pool
 _RUNS_LOCK = threading.Lock()
-
-
-class RolloutNotPossible(ValueError):
-    """A rollback that cannot be done (nothing to roll back to, an unknown pool); the message says why."""
 
 
 class RolloutControl:
@@ -57,9 +55,30 @@ class RolloutControl:
         truth = getattr(self, "node_truth", None)
         if truth is not None and truth.ready():
             return truth.members(pool, st.pools)
+        return self._members_memo().members(self.store, pool)
+
+    def _members_memo(self) -> MemberMemo:
         with _RUNS_LOCK:
-            memo = self.__dict__.setdefault("_member_memo", MemberMemo())
-        return memo.members(self.store, pool)
+            return self.__dict__.setdefault("_member_memo", MemberMemo())
+
+    def _file_members(self, st: State, pool: str, index: PoolIndex) -> Optional[List[Member]]:
+        """Bring the pool's index up to date with its members: only those changed since its last
+        step where the node store numbers its changes (members.MemberMemo.changes), else the whole
+        list (returned: what the step read)."""
+        truth = getattr(self, "node_truth", None)
+        if truth is None or not truth.ready():
+            memo = self._members_memo()
+            delta = memo.changes(self.store, pool, index.cursor)
+            if delta is not None:
+                index.cursor = delta[0]
+                index.apply(delta[1], delta[2])
+                return None
+            members = memo.members(self.store, pool)
+            index.cursor = memo.version(pool)
+        else:
+            members, index.cursor = truth.members(pool, st.pools), None
+        index.sync(members)
+        return members
 
     def members_seen(self, st: State, pool: str) -> List[Member]:
         """The pool's members for a view: those its last step in this process read while nothing
@@ -100,14 +119,22 @@ class RolloutControl:
 
     def _step_pool_now(self, st: State, name: str) -> None:
         self.__dict__.setdefault("_step_began", {})[name] = time.time()  # before anything is read: caught_up
-        r = self._rendered.get(name)
-        pool = st.pools.get(name)
-        if r is None or pool is None:
+        if self._rendered.get(name) is None or st.pools.get(name) is None:
             return
-        spec = pool.get("spec") or {}
         generation = self._members_generation()  # before the read: what it vouches for
-        members = self.pool_members(st, name)
-        self.__dict__.setdefault("_members_seen", {})[name] = (generation, members)
+        index_lock, index = self._pool_index(name)
+        with index_lock:  # one step of the pool at a time files its members (poolindex.py)
+            members = self._file_members(st, name, index)
+            seen = self.__dict__.setdefault("_members_seen", {})
+            if members is not None:
+                seen[name] = (generation, members)
+            else:  # read by changes: a view reads the memo's list (as cheap)
+                seen.pop(name, None)
+            self._decide_pool(st, name, index)
+
+    def _decide_pool(self, st: State, name: str, index: PoolIndex) -> None:
+        r, pool = self._rendered[name], st.pools[name]
+        spec = pool.get("spec") or {}
         policy, now, seen = rollout_policy(pool), time.time(), {}
         failing = self.render_failure(st, name)
         refused = st.refused_pools().get(name)  # the pool itself is invalid: nobody in it is targeted
@@ -139,8 +166,9 @@ class RolloutControl:
                 name, st.os_configs) is not None, image, image_why) or arbiter or outside or blocking.hold \
                 or alerting
             limit = candidates.arbiter_limits(name, list(st.pools), parse_max_unavailable(spec.get("maxUnavailable"),
-                                                                                          len(members)))
-            decision = targeting.step(members, rollout, step.target, image, limit, policy, hold, now, blocking.nodes)
+                                                                                          len(index.members)))
+            decision = targeting.step(None, rollout, step.target, image, limit, policy, hold, now, blocking.nodes,
+                                      index)
             decision.rollout.pop("window", None)
             if window is not None:
                 decision.rollout["window"] = window
@@ -177,6 +205,12 @@ class RolloutControl:
         if decision.retried:  # ours: a failed node let retry in a free slot (failure budget)
             log.info("pool %s: %s may retry %s in a free slot (failure budget)", name, ", ".join(decision.retried),
                      new.target)
+
+    def _pool_index(self, pool: str) -> Tuple[threading.Lock, PoolIndex]:
+        """The pool's members filed by its steps in this process (poolindex.py): a step files again
+        only the members and entries that changed since the last one."""
+        with _RUNS_LOCK:
+            return self.__dict__.setdefault("_pool_indexes", {}).setdefault(pool, (threading.Lock(), PoolIndex()))
 
     def _partner_unavailable(self, st: State, pool: str) -> List[str]:
         """The unavailable Nodes of the pool that master and the arbiter pool hold each other to
@@ -373,26 +407,3 @@ class RolloutControl:
         self.store.update_pool(pool, decide)
         log.warning("pool %s: node %s deferred (%s); it keeps %s and is tried again once the others are done",
                     pool, node, why, current)
-
-
-def rollback_plan(row: PoolRow, history: List[Dict[str, Any]], undo: bool) -> Dict[str, Any]:
-    """What a rollback of the pool does (pure): from its target to the last config every member
-    was Done on. RolloutNotPossible when there is none."""
-    pin = row.rollout.get("pinned") or {}
-    if undo:
-        if not pin:
-            raise RolloutNotPossible(f"pool {row.name} is not rolled back: nothing to undo")
-        return {"pool": row.name, "from": row.target, "to": str(pin.get("from") or row.rendered), "undo": True,
-                "summary": f"rollback undone: {pin.get('from')} is the target again (the nodes take it in turn)"}
-    to = row.current
-    if row.target == row.current:
-        currents = [h.get("config") for h in history if h.get("field") == "current"]
-        earlier = [c for c in currents[:-1] if c and c != row.current]
-        if not earlier:
-            raise RolloutNotPossible(f"pool {row.name} has run no config before {row.current}: nothing to roll back to")
-        to = str(earlier[-1])
-    if to == row.target:
-        raise RolloutNotPossible(f"pool {row.name} already targets {to}: nothing to roll back")
-    return {"pool": row.name, "from": row.target, "to": to, "undo": False,
-            "summary": (f"rolled back from {row.target} to {to}, the last config every member was Done on; "
-                        f"{row.target} waits until the MachineConfigs change (or rollback pool {row.name} --undo)")}

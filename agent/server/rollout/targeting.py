@@ -48,6 +48,8 @@ from agent.server.rollout.candidates import (  # noqa: F401 (Member: the type st
     is_desired_equal_to_pool,
     sort_node_list,
 )
+from agent.server.rollout.entries import desired_of, effective, entry_of, with_desired  # noqa: F401 (named here too)
+from agent.server.rollout.poolindex import Picked, PoolIndex
 
 DURATIONS_KEEP = 20
 LISTED = 20  # names listed per group in a pool's rollout summary (its counts are whole)
@@ -61,42 +63,6 @@ class Decision:
     waiting: str = ""  # why the waiting nodes wait (capacity, canary, paused)
     retried: List[str] = field(default_factory=list)  # ours: failed nodes let retry by this step (failure budget)
     blocked: List[str] = field(default_factory=list)  # ours: candidates skipped for their blocking pods
-
-
-def entry_of(rollout: Optional[Mapping[str, Any]], node: str) -> Optional[Dict[str, Any]]:
-    entry = ((rollout or {}).get("targets") or {}).get(node)
-    return entry if isinstance(entry, dict) else None
-
-
-def desired_of(report: Optional[Mapping[str, Any]], entry: Optional[Mapping[str, Any]]) -> Tuple[str, Optional[str]]:
-    """(config, image) the node desires: the server's entry, else what it reports it desires."""
-    if entry is not None:
-        return str(entry.get("config") or ""), entry.get("image") or None
-    rep = report or {}
-    return str(rep.get("desiredConfig") or rep.get("currentConfig") or ""), rep.get("desiredImage") or None
-
-
-def effective(member: Member, entry: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
-    """The node's report as upstream's rules read its Node: desiredConfig (and desiredImage) the
-    server's decision, current config and state the node's own. A node-agent report that names
-    no desired config desires what it runs (desired_of)."""
-    out = with_desired(member.report, entry)
-    if member.ours and out is not None and not out.get("desiredConfig") and out.get("currentConfig"):
-        out["desiredConfig"] = out["currentConfig"]
-    return out
-
-
-def with_desired(report: Optional[Mapping[str, Any]], entry: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
-    """``report`` with the server's desired config and image of ``entry`` (none: as it is)."""
-    if entry is None:
-        return dict(report) if report is not None else None
-    out = dict(report or {})
-    out["desiredConfig"] = str(entry.get("config") or "")
-    if entry.get("image"):
-        out["desiredImage"] = entry["image"]
-    else:
-        out.pop("desiredImage", None)
-    return out
 
 
 def get_all_candidate_machines(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target: str,
@@ -166,27 +132,20 @@ def _compact(members: Dict[str, Member], rollout: Dict[str, Any], target: str, n
         rollout["durations"] = durations[-DURATIONS_KEEP:]
 
 
-def _ready_on_target(members: Sequence[Member], rollout: Mapping[str, Any], target: str, image: Optional[str]) -> int:
-    return sum(1 for m in members if not m.not_ready and nodestatus.is_done(effective(m, entry_of(rollout, m.name)),
-                                                                           target, image))
-
-
-def _canary_room(members: Sequence[Member], rollout: Dict[str, Any], target: str, image: Optional[str],
-                 policy: RolloutPolicy, now: float) -> Tuple[Optional[int], str]:
+def _canary_room(index: PoolIndex, rollout: Dict[str, Any], target: str, policy: RolloutPolicy,
+                 now: float) -> Tuple[Optional[int], str]:
     """Ours: how many more nodes the canary phase lets be targeted (None: no limit) and why the
     others wait. The first ``canary_nodes`` go; once that many are Done and Ready on the target
     the rest wait ``canary_wait`` seconds (``canaryAt`` records when)."""
-    wanted = min(policy.canary_nodes, len(members))
+    wanted = min(policy.canary_nodes, len(index.members))
     if wanted <= 0:
         return None, ""
     if not rollout.get("canaryAt"):
-        if _ready_on_target(members, rollout, target, image) >= wanted:
+        if index.ready_on_target >= wanted:
             rollout["canaryAt"] = now
         else:
-            on_target = sum(1 for m in members
-                            if is_desired_equal_to_pool(effective(m, entry_of(rollout, m.name)), target, None))
-            return max(0, wanted - on_target), (f"canary: the first {wanted} node(s) update first; the others wait "
-                                                f"until they are Done and Ready")
+            return max(0, wanted - index.on_target), (f"canary: the first {wanted} node(s) update first; the others "
+                                                      f"wait until they are Done and Ready")
     until = float(rollout["canaryAt"]) + policy.canary_wait
     if now < until:
         return 0, (f"canary: {wanted} node(s) Done and Ready on {target}; the others wait {policy.canary_wait:g} s "
@@ -194,46 +153,61 @@ def _canary_room(members: Sequence[Member], rollout: Dict[str, Any], target: str
     return None, ""
 
 
-def step(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target: str, image: Optional[str],
+def step(members: Optional[Sequence[Member]], rollout: Optional[Mapping[str, Any]], target: str, image: Optional[str],
          max_unavailable: int, policy: RolloutPolicy, hold: str, now: float,
-         blocked: Mapping[str, Sequence[str]] = {}) -> Decision:  # noqa: B006 (read only)
+         blocked: Mapping[str, Sequence[str]] = {}, index: Optional[PoolIndex] = None) -> Decision:  # noqa: B006
     """One sync of the pool: the new rollout record and the nodes targeted by it. ``hold``: why
     nobody is targeted now ("" when nothing holds): the pool is paused, (a layered pool) the
     target's image is not built yet (``hold_reason``), the pool is invalid or an arbiter rule holds.
     ``blocked``: ours, node -> the blocking pods running on it (``namespace/name``): such a
     candidate is not targeted now; a node already targeted goes on.
     Upstream's ``syncMachineConfigPool`` then returns before touching any Node: nobody is targeted
-    or retargeted (only the entries of nodes Done on them go), and only why, and who waits, is said."""
+    or retargeted (only the entries of nodes Done on them go), and only why, and who waits, is said.
+    ``index``: ours, the pool's members filed by its last step (poolindex.py), so that the step
+    costs what changed; ``members`` then may be None (the index holds them, as ``apply`` left them)."""
+    if index is None:
+        index = PoolIndex()
+    if members is not None:
+        index.sync(members)
     out: Dict[str, Any] = {k: v for k, v in dict(rollout or {}).items() if k not in ("halted", "waiting")}
     out["targets"] = {k: dict(v) for k, v in (out.get("targets") or {}).items()}
-    by_name = {m.name: m for m in members}
+    by_name = index.members
     if hold:  # bookkeeping only: an entry whose node is Done on it goes (no Node desires anything else)
         _compact(by_name, out, str(out.get("config") or ""), now)
-        return _decided(out, [], "", hold + _who_waits(members, out, target, image))
+        index.classify(out, target, image)
+        return _decided(out, [], "", hold + _who_waits(index))
     if out.get("config") != target:
         out.update(config=target, started=now)
         out.pop("canaryAt", None)
     retargeted = _retarget_unstarted(by_name, out, target, image, now)
     _compact(by_name, out, target, now)
     budget = policy.failure_budget is not None
-    cands = get_all_candidate_machines(members, out, target, image, max_unavailable, blocked)
-    unmanaged_failing = [n for n in cands.failing if not by_name[n].ours]  # a real MCD retries as it will
+    index.classify(out, target, image)
+    retrying = [n for n, e in out["targets"].items() if e.get("retry")]
+    cands = index.candidates(max_unavailable, retrying, blocked)
+    deferred = [n for n, e in out["targets"].items() if e.get("deferred")]
+    capacity = max(0, cands.room - len([n for n in cands.failing if not by_name[n].ours])) if budget \
+        else cands.capacity  # under a budget a real MCD's failed Node still holds its slot: it retries as it will
+    # the candidates in rollout order, read as get_all_candidate_machines listed them: deferred ones last
+    front = index.first(capacity, set(deferred) | set(cands.blocked))
+    deferred_ready = index.in_order(n for n in deferred if n not in cands.blocked)
     if budget:  # ours: a failed node holds no slot; it waits for one before it retries
         _park_failed([n for n in cands.failing if by_name[n].ours], out, target, image, now)
-    deferred = [n for n, e in out["targets"].items() if e.get("deferred")]
-    eligible = _eligible(cands.nodes, deferred, members, out, target, image)
+        index.classify(out, target, image)
+    # ours: a deferred node goes once every other node is done
+    last = [] if deferred_ready and _others_left(index, deferred) else deferred_ready
+    eligible = cands.count - len(deferred_ready) + len(last)
     halted = _halted(cands, policy) if eligible or cands.failing else ""
-    capacity = max(0, cands.room - len(unmanaged_failing)) if budget else cands.capacity
     chosen: List[Member] = []
     why = ""
     if eligible and not halted:
-        room, why = _canary_room(members, out, target, image, policy, now)
-        chosen = rollout_order(eligible, deferred)[:capacity if room is None else min(capacity, room)]
+        room, why = _canary_room(index, out, target, policy, now)
+        chosen = (front + last)[:capacity if room is None else min(capacity, room)]
         for m in chosen:
             out["targets"][m.name] = {"config": target, "at": now, **({"image": image} if image else {})}
     retried = _grant_retries(by_name, out, capacity - len(chosen), deferred, now) if budget else []
     waiting = ""
-    if len(chosen) < len(eligible):
+    if len(chosen) < eligible:
         waiting = why or _capacity_reason(cands, chosen, max_unavailable)
     waiting += _not_ready_reason(cands, by_name) + _blocked_reason(cands, blocked)
     decision = _decided(out, [n for n in retargeted if n in out["targets"]] + [m.name for m in chosen], halted,
@@ -242,17 +216,21 @@ def step(members: Sequence[Member], rollout: Optional[Mapping[str, Any]], target
     return decision
 
 
-def _who_waits(members: Sequence[Member], rollout: Mapping[str, Any], target: str, image: Optional[str]) -> str:
+def _others_left(index: PoolIndex, deferred: Sequence[str]) -> bool:
+    """Ours: a node node-agent reports for, not deferred, is not done on the target yet."""
+    return index.ours_not_done > sum(1 for n in deferred if getattr(index.facts(n), "ours_not_done", False))
+
+
+def _who_waits(index: PoolIndex) -> str:
     """"; N node(s) wait: names" for the nodes of the pool not desiring its target yet."""
-    names = [m.name for m in members if m.ours and check_node_candidacy_for_update(
-        effective(m, entry_of(rollout, m.name)), target, image)]
-    if not names:
+    if not index.waiting:
         return ""
-    shown = ", ".join(names[:LISTED]) + (f" and {len(names) - LISTED} more" if len(names) > LISTED else "")
-    return f"; {len(names)} node(s) wait for it: {shown}"
+    names = index.waiting.first(LISTED)
+    more = len(index.waiting) - LISTED
+    return f"; {len(index.waiting)} node(s) wait for it: " + ", ".join(names) + (f" and {more} more" if more > 0 else "")
 
 
-def _not_ready_reason(cands: Candidates, by_name: Mapping[str, Member]) -> str:
+def _not_ready_reason(cands: Picked, by_name: Mapping[str, Member]) -> str:
     """Upstream skips a candidate that is not ready; the pool says who and why."""
     if not cands.not_ready:
         return ""
@@ -260,7 +238,7 @@ def _not_ready_reason(cands: Candidates, by_name: Mapping[str, Member]) -> str:
     return (f"; not ready, so not targeted until they are (upstream skips them): {named}")
 
 
-def _blocked_reason(cands: Candidates, blocked: Mapping[str, Sequence[str]]) -> str:
+def _blocked_reason(cands: Picked, blocked: Mapping[str, Sequence[str]]) -> str:
     """Ours: the candidates skipped for their blocking pods, each with its pods named."""
     if not cands.blocked:
         return ""
@@ -305,7 +283,7 @@ def hold_reason(target: str, paused: bool, layered: bool, image: Optional[str], 
     return ""
 
 
-def _halted(cands: Candidates, policy: RolloutPolicy) -> str:
+def _halted(cands: Picked, policy: RolloutPolicy) -> str:
     """Why the rollout stopped itself: nodes failing on the target (upstream: they take capacity;
     ours: the pool's failure budget), named."""
     if not cands.failing:
@@ -324,18 +302,7 @@ def _halted(cands: Candidates, policy: RolloutPolicy) -> str:
     return ""
 
 
-def _eligible(nodes: List[Member], deferred: List[str], members: Sequence[Member], rollout: Mapping[str, Any],
-              target: str, image: Optional[str]) -> List[Member]:
-    """The candidates to target now: a deferred node only once every other node is done (ours)."""
-    if not deferred:
-        return nodes
-    others_left = any(m.name not in deferred and not nodestatus.is_done(effective(m, entry_of(rollout, m.name)),
-                                                                         target, image)
-                      for m in members if m.ours)
-    return [m for m in nodes if m.name not in deferred or not others_left]
-
-
-def _capacity_reason(cands: Candidates, chosen: List[Member], max_unavailable: int) -> str:
+def _capacity_reason(cands: Picked, chosen: List[Member], max_unavailable: int) -> str:
     """Who holds the pool's maxUnavailable slots now, named: the unavailable nodes, the ones just
     targeted and (upstream's rule) the ones failing on the target."""
     holders = list(dict.fromkeys(cands.unavailable + [m.name for m in chosen] + cands.failing))

@@ -304,6 +304,13 @@ class NodeStore(abc.ABC):
         the store keeps them parsed (read ``nodes`` and ``registrations``)."""
         return None
 
+    def member_changes(self, after: Optional[int]) -> Optional[Tuple[int, List[Tuple[str, str, str, float, float]]]]:
+        """For a store that numbers its changes (SQLite): the newest number and (node, pool or ""
+        once gone, report text, received, registered) of each node changed after ``after``, so a
+        pool's step reads only those (members.MemberMemo). None: not known here (read the pool
+        whole with ``member_texts``)."""
+        return None
+
     @abc.abstractmethod
     def pending_count(self) -> int:
         ...

@@ -99,8 +99,41 @@ MIGRATIONS = [
     """
     ALTER TABLE credentials ADD COLUMN address TEXT NOT NULL DEFAULT '';
     """,
+    # 8 -> 9: which nodes' members changed, in order (SqliteNodeStore.member_changes): a pool's step
+    # reads only those (agent/server/cluster/members.py). Written by triggers, so that no write of a
+    # report or a registration can miss it; the oldest are dropped past MEMBER_CHANGES_KEPT (a reader
+    # behind them reads its pool whole).
+    """
+    CREATE TABLE member_changes (seq INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT NOT NULL);
+    CREATE TRIGGER member_report_added AFTER INSERT ON reports
+        BEGIN INSERT INTO member_changes (node) VALUES (NEW.node); END;
+    CREATE TRIGGER member_report_changed AFTER UPDATE OF pool, body, received ON reports
+        BEGIN INSERT INTO member_changes (node) VALUES (NEW.node); END;
+    CREATE TRIGGER member_report_gone AFTER DELETE ON reports
+        BEGIN INSERT INTO member_changes (node) VALUES (OLD.node); END;
+    CREATE TRIGGER member_registered AFTER INSERT ON credentials
+        BEGIN INSERT INTO member_changes (node) VALUES (NEW.node); END;
+    CREATE TRIGGER member_registration_changed AFTER UPDATE OF created ON credentials
+        BEGIN INSERT INTO member_changes (node) VALUES (NEW.node); END;
+    CREATE TRIGGER member_registration_gone AFTER DELETE ON credentials
+        BEGIN INSERT INTO member_changes (node) VALUES (OLD.node); END;
+    CREATE TRIGGER member_changes_kept AFTER INSERT ON member_changes WHEN NEW.seq % 1000 = 0
+        BEGIN DELETE FROM member_changes WHERE seq <= NEW.seq - 100000; END;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def statements(script: str) -> List[str]:
+    """The SQL statements of ``script``, whole: a trigger's body holds ``;`` too."""
+    out, pending = [], ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                out.append(pending)
+            pending = ""
+    return out
 
 
 class SchemaTooNew(Exception):
@@ -178,9 +211,8 @@ class Database:
                                    f"{SCHEMA_VERSION}: use a newer node-config-server")
             for i in range(version, SCHEMA_VERSION):
                 # One statement at a time: executescript() would commit mid-transaction.
-                for stmt in MIGRATIONS[i].split(";"):
-                    if stmt.strip():
-                        conn.execute(stmt)
+                for stmt in statements(MIGRATIONS[i]):
+                    conn.execute(stmt)
                 conn.execute(f"PRAGMA user_version = {i + 1}")
 
     def conn(self) -> sqlite3.Connection:

@@ -62,6 +62,9 @@ def _add(c: sqlite3.Connection, pool: str, degraded: str, report: Dict[str, Any]
             c.execute("DELETE FROM proofs WHERE pool=? AND config=? AND image=? AND updated<=0", proof_key)
 
 
+MEMBER_CHANGES_READ = 2000  # changed nodes a pool's step reads one by one; more: it reads its pool whole
+
+
 class SqliteNodeStore(NodeStore):
     kind = "sqlite"
 
@@ -107,6 +110,31 @@ class SqliteNodeStore(NodeStore):
         rows = self._q("SELECT r.node, r.body, r.received, COALESCE(c.created, 0) FROM reports r "
                        "LEFT JOIN credentials c ON c.node = r.node WHERE r.pool=? ORDER BY r.node", (pool,))
         return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    def member_changes(self, after: Optional[int]) -> Optional[Tuple[int, List[Tuple[str, str, str, float, float]]]]:
+        """(the number of the newest change, and (node, its pool or "" once gone, its report's
+        text, received, registered or 0) of each node changed after ``after``). None: changes
+        after ``after`` were dropped (the table keeps the last 100,000: schema 9), or more than
+        ``MEMBER_CHANGES_READ`` nodes changed: read the pool whole (``member_texts``)."""
+        # two queries: SQLite answers MAX and MIN each from the key, both in one query by a scan
+        head = (self._q("SELECT COALESCE(MAX(seq), 0) FROM member_changes")[0][0],
+                self._q("SELECT COALESCE(MIN(seq), 0) FROM member_changes")[0][0])
+        if after is None or after >= head[0]:
+            return head[0], []
+        if after + 1 < head[1]:
+            return None
+        names = [r[0] for r in self._q("SELECT DISTINCT node FROM member_changes WHERE seq > ? AND seq <= ? LIMIT ?",
+                                       (after, head[0], MEMBER_CHANGES_READ + 1))]
+        if len(names) > MEMBER_CHANGES_READ:
+            return None
+        found: Dict[str, Tuple[str, str, str, float, float]] = {}
+        for i in range(0, len(names), 500):
+            chunk = names[i:i + 500]
+            for r in self._q("SELECT r.node, r.pool, r.body, r.received, COALESCE(c.created, 0) FROM reports r LEFT "
+                             f"JOIN credentials c ON c.node = r.node WHERE r.node IN ({','.join('?' * len(chunk))})",
+                             tuple(chunk)):
+                found[r[0]] = (r[0], r[1], r[2], r[3], r[4])
+        return head[0], [found.get(n, (n, "", "", 0.0, 0.0)) for n in names]
 
     def open_first_boots(self, pool: Optional[str] = None) -> List[NodeRecord]:
         """Nodes whose first boot is not done, by the partial index (schema 6): O(their number)."""
