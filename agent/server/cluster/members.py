@@ -18,7 +18,7 @@ from agent.server.rollout.targeting import Member
 from agent.server.store.nodestore import SERVER_KEY, NodeRecord
 
 PAGE = 5000
-JOURNAL = 20000  # member changes a pool keeps for its step (one further behind reads the pool whole)
+JOURNAL = 20000  # member changes a pool keeps for its step, at least (one further behind reads the pool whole)
 
 
 class _Pool:
@@ -107,8 +107,8 @@ class MemberMemo:
             return
         kept.version += 1
         kept.journal.append((kept.version, node))
-        if len(kept.journal) > JOURNAL:
-            del kept.journal[:len(kept.journal) - JOURNAL]
+        if len(kept.journal) > 2 * JOURNAL:  # trimmed by halves: a change costs O(1) amortised
+            del kept.journal[:JOURNAL]
         kept.listed = None
 
 

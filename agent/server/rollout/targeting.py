@@ -26,6 +26,10 @@ Ours, each named as ours (agent/core/rolloutpolicy.py reads the pool's and the N
 - ``blocked``: a candidate running a pod the pool's blocking-pod selector matches is skipped, as a
   not-ready one is, without holding a slot; the next candidate goes (blockingpods.py).
 
+The step reads the pool's members through ``poolindex.PoolIndex`` (ours): each member filed
+once by what the rules above ask of it, and filed again only when it or its entry changed, so a
+step costs what changed, not the pool.
+
 The state is the pool's ``rollout`` record, kept with the pool's row in the node store and
 changed only by ``update_pool``'s compare-and-swap, so every replica and worker shares one
 decision: ``{"config": the target it is about, "started", "canaryAt", "durations": [seconds of
