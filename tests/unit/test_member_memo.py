@@ -59,8 +59,8 @@ def index_of(memo, store, pool, index):
     """A PoolIndex kept up to date as a pool's step keeps it (rolloutctl._file_members)."""
     delta = memo.changes(store, pool, index.cursor)
     if delta is None:
-        index.sync(memo.members(store, pool))
-        index.cursor = memo.version(pool)
+        members_now, index.cursor = memo.read(store, pool)
+        index.sync(members_now)
     else:
         index.cursor = delta[0]
         index.apply(delta[1], delta[2])

@@ -43,13 +43,17 @@ class MemberMemo:
         self._pools: Dict[str, _Pool] = {}
 
     def members(self, store: Any, pool: str) -> List[Member]:
+        return self.read(store, pool)[0]
+
+    def read(self, store: Any, pool: str) -> Tuple[List[Member], Optional[int]]:
+        """The pool's members and the version they are (for ``changes``; None: another store)."""
         with self._lock:
             kept = self._refresh(store, pool)
             if kept is None:
-                return read_members(store, pool)
+                return read_members(store, pool), None
             if kept.listed is None:  # the same list while nothing changed (views keep what they made from it)
                 kept.listed = [kept.members[n] for n in sorted(kept.members)]
-            return kept.listed
+            return kept.listed, kept.version
 
     def changes(self, store: Any, pool: str, since: Optional[int]) -> Optional[Tuple[int, List[Member], List[str]]]:
         """(version, the members that changed or joined since version ``since``, the names of those
@@ -62,11 +66,6 @@ class MemberMemo:
             names = {n for _, n in kept.journal[bisect.bisect_right(kept.journal, (since, "\uffff")):]}
             return (kept.version, [kept.members[n] for n in sorted(names) if n in kept.members],
                     sorted(n for n in names if n not in kept.members))
-
-    def version(self, pool: str) -> Optional[int]:
-        with self._lock:
-            kept = self._pools.get(pool)
-            return kept.version if kept is not None else None
 
     def _refresh(self, store: Any, pool: str) -> Optional[_Pool]:
         kept = self._pools.setdefault(pool, _Pool())

@@ -73,8 +73,7 @@ class RolloutControl:
                 index.cursor = delta[0]
                 index.apply(delta[1], delta[2])
                 return None
-            members = memo.members(self.store, pool)
-            index.cursor = memo.version(pool)
+            members, index.cursor = memo.read(self.store, pool)  # one read: a view's between cannot skip a change
         else:
             members, index.cursor = truth.members(pool, st.pools), None
         index.sync(members)
