@@ -190,12 +190,9 @@ def drain_storm(fleet, prefix, live, sample_every=0.02, done=None):
     for i, n in enumerate(nodes):
         assert report(fleet.replicas[i % 3], n, body, fleet).status_code == 200
 
-    def every_replica_lists_them():
-        return all(set(nodes) <= {i["name"] for i in r.session().get(r.url("/api/v1/nodes"), timeout=10)
-                                  .json()["items"]} for r in fleet.replicas)
     # Each report was acknowledged by one replica; the others count it once their watch has it,
     # and maxUnavailable is scaled to that count: wait until every replica has all 30.
-    wait_for(every_replica_lists_them, "every replica lists the 30 reported nodes", 30)
+    wait_for(lambda: every_replica_lists(fleet, nodes), "every replica lists the 30 reported nodes", 30)
     limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
     peak, stop, samples, errors = [0], threading.Event(), [0], []
 
@@ -295,6 +292,24 @@ def new_target(fleet, name, path):
         {pool(r)["spec"]["configuration"]["name"] for r in fleet.replicas}), "every replica has the new target", 20)
 
 
+def racing_nodes(fleet):
+    """The worker pool's 31 nodes the racing rollouts take turns with (the drain storm's and
+    member-1, in the module's order), each registered and Done on the pool's target, and listed
+    by every replica: made so here, so that a racing test passes alone or in any order."""
+    nodes = [f"drainer-{i:02d}" for i in range(30)] + ["member-1"]
+    target = pool(fleet.replicas[0])["spec"]["configuration"]["name"]
+    body = {"pool": "worker", "state": "Done", "currentConfig": target, "desiredConfig": target}
+    for i, node in enumerate(nodes):
+        assert report(fleet.replicas[i % 3], node, body, fleet).status_code == 200
+    wait_for(lambda: every_replica_lists(fleet, nodes), "every replica lists the 31 racing nodes", 30)
+    return nodes
+
+
+def every_replica_lists(fleet, nodes):
+    return all(set(nodes) <= {i["name"] for i in r.session().get(r.url("/api/v1/nodes"), timeout=10).json()["items"]}
+               for r in fleet.replicas)
+
+
 def race_turns(fleet, nodes, take_turn, in_flight, what, timeout):
     """Every node's ``take_turn(i)`` (True once it is Done) through the three replicas, 30 at a
     time, in rounds until all are Done, while a sampler reads the worker pool's row from etcd
@@ -342,8 +357,7 @@ def test_three_replicas_target_at_most_max_unavailable_nodes_while_reports_race_
     compare-and-swap: with the drainers' 30 reports, Done on each target they are given, racing
     through the three replicas, the nodes targeted and not done never exceed maxUnavailable (read
     from etcd itself, not from any replica), and every node ends Done on the new target."""
-    # The worker pool's nodes: Done on its target (the drain storm above; member-1, the first test)
-    nodes = [f"drainer-{i:02d}" for i in range(30)] + ["member-1"]
+    nodes = racing_nodes(fleet)
     _old, target = new_target(fleet, "98-targeting", "/etc/targeting")
     limit = pool(fleet.replicas[0])["status"]["drain"]["maxUnavailable"]
 
@@ -369,7 +383,7 @@ def test_with_a_failure_budget_failed_nodes_retry_in_free_slots_and_three_replic
     it; the entries that may work (targeted or let retry, not parked), read from etcd itself while
     the reports race through the three replicas, never outnumber maxUnavailable, and every node
     ends Done on the new target."""
-    nodes = [f"drainer-{i:02d}" for i in range(30)] + ["member-1"]
+    nodes = racing_nodes(fleet)
     worker = os.path.join(fleet.state, "machineconfigpools", "worker.yaml")
     with open(worker) as f:
         text = f.read()
