@@ -113,7 +113,7 @@ def test_a_step_after_one_report_reads_that_report_alone(store, monkeypatch):
     assert len(parsed) == 1 and index.members["n07"].report["state"] == "Working"
 
 
-def test_another_process_writes_are_read_from_the_same_database(tmp_path):
+def test_a_second_store_on_the_same_file_reads_the_changes_the_first_one_wrote(tmp_path):
     """Two workers on one file: the triggers number every writer's changes."""
     path = str(tmp_path / "nodes.db")
     one, two = SqliteNodeStore(Database(path)), SqliteNodeStore(Database(path))

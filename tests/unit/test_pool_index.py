@@ -100,7 +100,7 @@ def test_a_step_over_the_kept_index_decides_what_a_step_over_a_fresh_one_decides
         rollout, now = got.rollout, now + 10.0
 
 
-def test_apply_files_only_what_it_is_told_changed():
+def test_apply_takes_a_changed_member_and_a_gone_one_without_the_whole_list():
     """The sources' deltas (apply) instead of the whole list (sync): a member replaced and one gone."""
     members = [Member(f"w{i}", {"state": "Done", "currentConfig": A, "desiredConfig": A}, created=float(i))
                for i in range(4)]
