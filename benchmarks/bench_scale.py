@@ -86,6 +86,7 @@ def call(app: Any, method: str, path: str, body: bytes = b"", query: str = "") -
 def fleet(n: int) -> Tuple[Any, Dict[str, Callable[[], Any]], str]:
     """A server with ``n`` nodes in its store: (its app, the timed requests, its directory)."""
     from agent.server.http.app import App
+    from agent.server.rollout.progress import Membership
 
     tmp = tempfile.mkdtemp(prefix="bench-scale-")
     make_state(tmp)
@@ -105,8 +106,6 @@ def fleet(n: int) -> Tuple[Any, Dict[str, Callable[[], Any]], str]:
     def step_after_report() -> float:
         """The pool's step alone, after one report stored with no wake: what a step costs per
         changed node (the queue's own steps are waited for first; timed here, not by the caller)."""
-        from agent.server.rollout.progress import Membership
-
         body = {"pool": "worker", "state": rng.choice(("Done", "Working")), "currentConfig": target,
                 "labels": {"node-role.kubernetes.io/worker": ""}}
         app.cluster.store.record_report(names[rng.randrange(1, n)], body, Membership("worker", "label"), time.time())

@@ -50,9 +50,6 @@ class Ordered:
     def __len__(self) -> int:
         return len(self._keys)
 
-    def __contains__(self, key: Any) -> bool:
-        return key in self._set
-
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self._keys)
 
@@ -201,8 +198,9 @@ class PoolIndex:
 
     # -- what a step reads -------------------------------------------------------------------------
 
-    def facts(self, name: str) -> Optional[Facts]:
-        return self._facts.get(name)
+    def not_done_among(self, names: Iterable[str]) -> int:
+        """How many of ``names`` are node-agent's members not IsDone on the target (``ours_not_done``)."""
+        return sum(1 for n in names if n in self._facts and self._facts[n].ours_not_done)
 
     def candidates(self, max_unavailable: int, retrying: Sequence[str] = (),
                    blocked: Collection[str] = ()) -> Picked:

@@ -222,7 +222,7 @@ def step(members: Optional[Sequence[Member]], rollout: Optional[Mapping[str, Any
 
 def _others_left(index: PoolIndex, deferred: Sequence[str]) -> bool:
     """Ours: a node node-agent reports for, not deferred, is not done on the target yet."""
-    return index.ours_not_done > sum(1 for n in deferred if getattr(index.facts(n), "ours_not_done", False))
+    return index.ours_not_done > index.not_done_among(deferred)
 
 
 def _who_waits(index: PoolIndex) -> str:

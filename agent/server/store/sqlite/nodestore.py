@@ -116,15 +116,14 @@ class SqliteNodeStore(NodeStore):
         text, received, registered or 0) of each node changed after ``after``). None: changes
         after ``after`` were dropped (the table keeps the last 100,000: schema 9), or more than
         ``MEMBER_CHANGES_READ`` nodes changed: read the pool whole (``member_texts``)."""
-        # two queries: SQLite answers MAX and MIN each from the key, both in one query by a scan
-        head = (self._q("SELECT COALESCE(MAX(seq), 0) FROM member_changes")[0][0],
-                self._q("SELECT COALESCE(MIN(seq), 0) FROM member_changes")[0][0])
-        if after is None or after >= head[0]:
-            return head[0], []
-        if after + 1 < head[1]:
+        # MAX and MIN in two queries: SQLite answers each from the key, both in one query by a scan
+        head = self._q("SELECT COALESCE(MAX(seq), 0) FROM member_changes")[0][0]
+        if after is None or after >= head:
+            return head, []  # nothing changed: one query
+        if after + 1 < self._q("SELECT COALESCE(MIN(seq), 0) FROM member_changes")[0][0]:
             return None
         names = [r[0] for r in self._q("SELECT DISTINCT node FROM member_changes WHERE seq > ? AND seq <= ? LIMIT ?",
-                                       (after, head[0], MEMBER_CHANGES_READ + 1))]
+                                       (after, head, MEMBER_CHANGES_READ + 1))]
         if len(names) > MEMBER_CHANGES_READ:
             return None
         found: Dict[str, Tuple[str, str, str, float, float]] = {}
@@ -134,7 +133,7 @@ class SqliteNodeStore(NodeStore):
                              f"JOIN credentials c ON c.node = r.node WHERE r.node IN ({','.join('?' * len(chunk))})",
                              tuple(chunk)):
                 found[r[0]] = (r[0], r[1], r[2], r[3], r[4])
-        return head[0], [found.get(n, (n, "", "", 0.0, 0.0)) for n in names]
+        return head, [found.get(n, (n, "", "", 0.0, 0.0)) for n in names]
 
     def open_first_boots(self, pool: Optional[str] = None) -> List[NodeRecord]:
         """Nodes whose first boot is not done, by the partial index (schema 6): O(their number)."""
