@@ -22,9 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import REPO, Row, table  # noqa: E402
 
-BENCHMARKS = ["server_storm", "bench_slow_clients", "bench_scale", "bench_render", "bench_startup", "bench_apply", "bench_plan",
-              "bench_drift",
-              "bench_validate", "scaleup", "bench_replicas", "bench_kube", "bench_rollout"]
+BENCHMARKS = ["server_storm", "bench_slow_clients", "bench_scale", "bench_kube_step", "bench_render", "bench_startup",
+              "bench_apply", "bench_plan", "bench_drift", "bench_validate", "scaleup", "bench_replicas", "bench_kube", "bench_rollout"]
 DOC = os.path.join(REPO, "docs", "performance.md")
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 

@@ -21,6 +21,9 @@ class Cache:
     def snapshot(self):
         return dict(self.objects)
 
+    def get(self, name):
+        return self.objects.get(name)
+
     def put(self, obj):
         self.objects[obj["metadata"]["name"]] = obj
         self.changes += 1
@@ -38,7 +41,7 @@ def record(name, **fields):
 def fleet(monkeypatch):
     cache = Cache({f"w{i}": node(f"w{i}") for i in range(4)})
     records = {f"w{i}": record(f"w{i}") for i in range(3)}  # w3 runs no node-agent: its annotations
-    truth = kube_nodes.NodeTruth(cache, types.SimpleNamespace(node=records.get))
+    truth = kube_nodes.NodeTruth(cache, types.SimpleNamespace(node=records.get, generation=lambda: None))
     made = []
     real = kube_nodes.member_of
     monkeypatch.setattr(kube_nodes, "member_of", lambda n, rec: made.append(n["metadata"]["name"]) or real(n, rec))

@@ -226,7 +226,7 @@ def test_describe_node_says_a_master_matching_a_custom_pool_is_defaulting_to_mas
     from agent.server.cluster.kube_nodes import NodeTruth
 
     nodes = {"m0": node("m0", {M: "", INFRA_ROLE: ""}), "m1": node("m1", {M: ""})}
-    cache = types.SimpleNamespace(snapshot=lambda: nodes)
+    cache = types.SimpleNamespace(snapshot=lambda: nodes, get=nodes.get)
     truth = NodeTruth(cache, types.SimpleNamespace(node=lambda name: None))
     said = truth.describe("m0", POOLS)
     assert said["pool"] == "master" and "also matches custom pool infra, defaulting to master" in said["membership"]

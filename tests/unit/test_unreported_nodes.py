@@ -24,6 +24,9 @@ class Cache:
     def snapshot(self):
         return dict(self.nodes)
 
+    def get(self, name):
+        return self.nodes.get(name)
+
 
 def node(name, labels=W, annotations=None):
     return {"metadata": {"name": name, "labels": labels, "annotations": annotations or {}},

@@ -7,42 +7,46 @@ counts for nothing: it is in no pool's machineCount, proves nothing to the rollo
 never given a drain slot; ``describe node`` says so. A Node's pool is the one its labels select
 (``oc label node X node-role.kubernetes.io/infra=`` moves it), whatever its report claims.
 
-Cost: the Nodes come from kube_sync's watch cache (slim objects: nodestatus.slim_node). A pool's
-status is computed over its Nodes, O(Nodes), once per change of the Nodes, the reports (the
-node store's generation) or the pool's target, and at most once per ``REFRESH`` seconds while
-reports keep arriving (the numbers are at most that old; the pool sync steps every pool once a
-second), so a burst of reports pays for the fleet a few times a second, not once per report.
+Cost: the Nodes come from kube_sync's watch cache (slim objects: nodestatus.slim_node). The
+pools' grouping (kube_groups.NodeGroups), each pool's numbers (statustally.StatusTally) and its
+step's members (``member_changes``) are kept from change journals, the Node cache's and the node
+store's (store/changejournal.py): a Node or a record that changed costs its own share again, not
+a pass over the pool. A new target or image tallies the pool once; a re-list, a membership
+rebuild or new pool selectors read it whole once.
 """
 
 import threading
-import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from agent.core.objectchecks import parse_max_unavailable
 from agent.server.cluster import poolview
 from agent.server.cluster.kube_drain import DRAINED_FOR, uncordon_patch
+from agent.server.cluster.kube_groups import NodeGroups
 from agent.server.rollout import nodestatus, progress, targeting
+from agent.server.rollout.poolindex import filed_key
+from agent.server.rollout.statustally import StatusTally
 from agent.server.store.errors import StoreUnavailable
 
-REFRESH = 0.25  # seconds a pool's numbers may be reused while reports keep changing the store
 FIRST_LIST_WAIT = 10.0  # seconds a drain ask waits for the first list of Nodes (a server just started)
 # Seconds after a Done that ends our cordon during which a cordon this replica's Node cache still
 # shows is taken for an uncordon in flight (written by the replica that took the Done, or retried
 # by its node loop; ``uncordoning``); past it, the Node counts as cordoned for good.
 UNCORDON_GRACE = 60.0
 MARKED_MAX = 10  # Nodes a drain refusal reads afresh at most (``drain_marked``)
+# (pool, config, image) tallies kept, the least recently read dropped first: each pool's target,
+# and the current config whose proof a layered pool's new nodes are served by (serving._proof)
+TALLIES = 32
 
 
 class NodeTruth:
     """Pool numbers from ``node_cache`` (a kube.watch.Reflector of slim Nodes) and ``store``'s reports."""
 
-    def __init__(self, node_cache: Any, store: Any, clock: Any = time.monotonic):
+    def __init__(self, node_cache: Any, store: Any):
         self.node_cache = node_cache
         self.store = store
-        self.clock = clock
-        self._memo: Dict[Tuple, Tuple[float, Any, nodestatus.NodeStatus]] = {}
-        self._lock = threading.Lock()
-        self._groups: Tuple[Any, Dict[str, List[Dict[str, Any]]]] = (None, {})
+        self._lock = threading.Lock()  # the grouping and the tallies
+        self._groups = NodeGroups(node_cache)
+        self._tallies: Dict[Tuple[str, str, Optional[str]], StatusTally] = {}  # in the order last read
         # pool -> node -> (the slim Node, its record, the Member made of the two): the cache and the
         # store replace an object when it changes, so the same two objects make the same Member
         self._members: Dict[str, Dict[str, Tuple[Any, Any, targeting.Member]]] = {}
@@ -53,7 +57,7 @@ class NodeTruth:
         return self.node_cache.synced.is_set()
 
     def node(self, name: str) -> Optional[Dict[str, Any]]:
-        return self.node_cache.snapshot().get(name)
+        return self.node_cache.get(name)
 
     def not_ready(self, name: str) -> Optional[str]:
         """Why the Node may not take workloads (nodestatus.check_node_ready; "" when it may), None
@@ -133,23 +137,58 @@ class NodeTruth:
 
     def status(self, pool: str, pools: Dict[str, Dict[str, Any]], target: str,
                image: Optional[str]) -> nodestatus.NodeStatus:
-        """The pool's numbers (nodestatus.calculate_status), memoised on their inputs."""
-        key = (pool, target, image, self.node_cache.changes, _pools_key(pools))
-        generation = self.store.generation()
-        now = self.clock()
-        with self._lock:
-            hit = self._memo.get(key)
-        if hit is not None and generation is not None and (hit[1] == generation or now - hit[0] < REFRESH):
-            return hit[2]
+        """The pool's numbers (nodestatus.calculate_status), kept per Node: what changed since the
+        last call is tallied again (its Node, its record, its entry in the rollout record)."""
         rollout = self._rollout(pool)
-        members = [(n, targeting.with_desired(self._report(n), targeting.entry_of(rollout, _name(n))))
-                   for n in self._grouped(pools).get(pool, [])]
-        result = nodestatus.calculate_status(members, target, image)
         with self._lock:
-            if len(self._memo) > 256:  # bounded: old targets and node versions fall out
-                self._memo.clear()
-            self._memo[key] = (now, generation, result)
-        return result
+            self._groups.update(pools)
+            tally = self._tallies.pop((pool, target, image), None) or StatusTally(target, image)
+            self._tallies[(pool, target, image)] = tally
+            if len(self._tallies) > TALLIES:
+                del self._tallies[next(iter(self._tallies))]
+            self._tally_up(tally, pool, rollout)
+            return tally.status()
+
+    def _tally_up(self, tally: StatusTally, pool: str, rollout: Dict[str, Any]) -> None:
+        """Tally again each Node of ``pool`` the grouping placed, the store recorded or the rollout
+        record gave another entry since ``tally.mark`` (every one when a journal cannot say)."""
+        node_mark, nodes = self._groups.changes(tally.mark[0] if tally.mark else None)
+        record_mark, records = self._record_changes(tally.mark[1] if tally.mark else None)
+        if nodes is None or records is None:
+            names = set(self._groups.by_pool.get(pool, {})) | set(tally.keys)
+        else:
+            names = nodes | records
+        targets = rollout.get("targets") or {}
+        names.update(n for n in set(tally.entries).union(targets)
+                     if tally.entries.get(n) != filed_key(targeting.entry_of(rollout, n)))
+        for name in names:
+            node = self._groups.node(pool, name)
+            if node is None:
+                tally.drop(name)
+                tally.keys.pop(name, None)
+                tally.entries.pop(name, None)
+                continue
+            rec, entry = self.store.node(name), targeting.entry_of(rollout, name)
+            key = (node, rec, filed_key(entry))
+            kept = tally.keys.get(name)
+            if kept is not None and kept[0] is node and kept[1] is rec and kept[2] == key[2]:
+                continue
+            tally.keys[name] = key
+            if entry is None:
+                tally.entries.pop(name, None)
+            else:
+                tally.entries[name] = key[2]
+            tally.put(name, node, targeting.with_desired(report_of(node, rec), entry))
+        tally.mark = (node_mark, record_mark)
+
+    def _record_changes(self, mark: Any) -> Tuple[Any, Optional[Set[str]]]:
+        """The node store's (mark now, the records changed since ``mark``; None: any may have). A
+        store that keeps no journal (SQLite) marks by its generation: nothing changed, or anything."""
+        follow = getattr(self.store, "record_changes", None)
+        if follow is not None:
+            return follow(mark)
+        generation = self.store.generation()
+        return generation, set() if mark is not None and mark == generation else None
 
     def _rollout(self, pool: str) -> Dict[str, Any]:
         """The pool's rollout record: who the server targeted (their desiredConfig is the server's)."""
@@ -158,14 +197,21 @@ class NodeTruth:
 
     def members(self, pool: str, pools: Dict[str, Dict[str, Any]]) -> List[targeting.Member]:
         """The pool's Nodes as targeting reads them: each with its counted node-agent report (ours),
-        else its own MCD annotations (a Node node-agent does not speak for: never targeted). A
-        Member is made again only for a Node or a record that changed since the pool's last read
-        (as members.MemberMemo does for the directory backend): at 1,000 Nodes, making every
-        Member was most of a pool's step in a burst of reports (docs/performance.md)."""
+        else its own MCD annotations (a Node node-agent does not speak for: never targeted)."""
+        return self.read_members(pool, pools)[0]
+
+    def read_members(self, pool: str, pools: Dict[str, Dict[str, Any]]) -> Tuple[List[targeting.Member], Any]:
+        """(the pool's members, the mark ``member_changes`` reads on from). A Member is made again
+        only for a Node or a record that changed since the pool's last read (as
+        members.MemberMemo does for the directory backend): at 1,000 Nodes, making every Member
+        was most of a pool's step in a burst of reports (docs/performance.md)."""
         with self._lock:
+            self._groups.update(pools)
+            nodes, node_mark = self._groups.nodes(pool), self._groups.journal.seq
             kept = self._members.get(pool, {})
+        record_mark = self._record_changes(None)[0]  # before the records are read: they are at least this new
         now: Dict[str, Tuple[Any, Any, targeting.Member]] = {}
-        for node in self._grouped(pools).get(pool, []):
+        for node in nodes:
             name = _name(node)
             rec = self.store.node(name)
             hit = kept.get(name)
@@ -173,24 +219,48 @@ class NodeTruth:
             now[name] = (node, rec, member)
         with self._lock:
             self._members[pool] = now  # only the pool's Nodes of this read: bounded by the pool's size
-        return [entry[2] for entry in now.values()]
+        return [entry[2] for entry in now.values()], (node_mark, record_mark)
 
-    def _grouped(self, pools: Dict[str, Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
-        """Every pool's Nodes (nodestatus.group_by_pool), worked out again only when the Nodes or
-        the pools' selectors changed: one pass over the Nodes for all pools."""
-        key = (self.node_cache.changes, _pools_key(pools))
+    def member_changes(self, pool: str, pools: Dict[str, Dict[str, Any]],
+                       mark: Any) -> Optional[Tuple[Any, List[targeting.Member], List[str]]]:
+        """(the mark now, the members of ``pool`` whose Node or record changed since ``mark``, the
+        names of those that left): what a pool's step files again (poolindex.PoolIndex.apply).
+        None: not known (no journal, a re-list, new selectors): read them with ``read_members``."""
+        if not isinstance(mark, tuple):
+            return None
         with self._lock:
-            if self._groups[0] == key:
-                return self._groups[1]
-        groups = nodestatus.group_by_pool(pools, self.node_cache.snapshot().values())
+            self._groups.update(pools)
+            node_mark, nodes = self._groups.changes(mark[0])
+            record_mark, records = self._record_changes(mark[1])
+            if nodes is None or records is None:
+                return None
+            kept = self._members.setdefault(pool, {})
+            changed, left = [], []
+            for name in sorted(nodes | records):
+                node = self._groups.node(pool, name)
+                if node is None:
+                    kept.pop(name, None)
+                    left.append(name)
+                    continue
+                rec = self.store.node(name)
+                hit = kept.get(name)
+                member = hit[2] if hit is not None and hit[0] is node and hit[1] is rec else member_of(node, rec)
+                kept[name] = (node, rec, member)
+                changed.append(member)
+        return (node_mark, record_mark), changed, left
+
+    def _nodes_of(self, pool: str, pools: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
+        """The pool's Nodes by their labels (nodestatus.group_by_pool, kept: kube_groups.NodeGroups)."""
         with self._lock:
-            self._groups = (key, groups)
-        return groups
+            self._groups.update(pools)
+            return self._groups.nodes(pool)
 
     def pools_by_node(self, pools: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
         """Each Node's pool by its labels (Nodes in no pool are not in it): the MachineConfigNodes'
         spec.pool (kube_mcn), from the same grouping as the pools' numbers."""
-        return {_name(node): pool for pool, nodes in self._grouped(pools).items() for node in nodes}
+        with self._lock:
+            self._groups.update(pools)
+            return dict(self._groups.pool_of)
 
     def counts(self, pool: str, pools: Dict[str, Dict[str, Any]], target: str,
                image: Optional[str]) -> progress.Counts:
@@ -214,7 +284,7 @@ class NodeTruth:
         """The pool's Nodes other than ``asking`` this cache shows cordoned with our drain's mark
         (kube_drain.DRAINED_FOR), at most ``MARKED_MAX``: what a drain refusal reads afresh."""
         out = []
-        for node in self._grouped(pools).get(pool, []):
+        for node in self._nodes_of(pool, pools):
             meta = node.get("metadata") or {}
             if meta.get("name") != asking and (node.get("spec") or {}).get("unschedulable") and \
                     DRAINED_FOR in (meta.get("annotations") or {}):
@@ -229,7 +299,7 @@ class NodeTruth:
         drain slot here, and the ask it refused waited for the lease's Retry-After, 30 s
         (docs/performance.md, "Rollout at fleet scale")."""
         out = []
-        for node in self._grouped(pools).get(pool, []):
+        for node in self._nodes_of(pool, pools):
             meta = node.get("metadata") or {}
             name = str(meta.get("name", ""))
             if name == asking or not (node.get("spec") or {}).get("unschedulable"):
@@ -250,20 +320,6 @@ class NodeTruth:
                 "state": None, "membership": "the Node's labels; no report from node-agent yet"}
         return out
 
-    def _report(self, node: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-        """The node's report; without one that counts, the MCD's annotations on its Node (what
-        upstream reads: a Node another server or a real MCD wrote them on), else None. A report
-        that counts for nothing (pending, or a name neither proven by its kubelet's certificate
-        nor approved by the admin: issue 45) is no report about the Node: it is read exactly as a
-        Node without node-agent, so a squatter never changes what a real Node counts as."""
-        meta = node.get("metadata") or {}
-        rec = self.store.node(meta.get("name", ""))
-        mark = rec.report.get(progress.SERVER_KEY) if rec is not None else None
-        if rec is None or isinstance(mark, dict) and mark.get("pending"):
-            return nodestatus.report_from_annotations(meta.get("annotations") or {})
-        return rec.report
-
-
 def counts_of(status: nodestatus.NodeStatus) -> progress.Counts:
     """The service's Counts from a pool's node status (unavailable as upstream counts it)."""
     return progress.Counts(machine=status.machine, updated=status.updated, ready=status.ready,
@@ -282,14 +338,20 @@ def _pending(report: Dict[str, Any]) -> bool:
     return isinstance(mark, dict) and bool(mark.get("pending"))
 
 
+def report_of(node: Dict[str, Any], rec: Any) -> Optional[Dict[str, Any]]:
+    """The node's report; without one that counts, the MCD's annotations on its Node (what
+    upstream reads: a Node another server or a real MCD wrote them on), else None. A report
+    that counts for nothing (pending, or a name neither proven by its kubelet's certificate
+    nor approved by the admin: issue 45) is no report about the Node: it is read exactly as a
+    Node without node-agent, so a squatter never changes what a real Node counts as."""
+    if rec is None or _pending(rec.report):
+        return nodestatus.report_from_annotations((node.get("metadata") or {}).get("annotations") or {})
+    return rec.report
+
+
 def member_of(node: Dict[str, Any], rec: Any) -> targeting.Member:
     """The Member of a slim Node and the node store's record of it (None: no record)."""
     meta = node.get("metadata") or {}
-    ours = rec is not None and not _pending(rec.report)
-    report = rec.report if ours else nodestatus.report_from_annotations(meta.get("annotations") or {})
-    return targeting.Member(_name(node), report, ours, nodestatus.check_node_ready(node),
-                            dict(meta.get("labels") or {}), progress.epoch_of(meta.get("creationTimestamp")) or 0.0)
-
-
-def _pools_key(pools: Dict[str, Dict[str, Any]]) -> Tuple:
-    return tuple(sorted((name, repr((p.get("spec") or {}).get("nodeSelector"))) for name, p in pools.items()))
+    return targeting.Member(_name(node), report_of(node, rec), rec is not None and not _pending(rec.report),
+                            nodestatus.check_node_ready(node), dict(meta.get("labels") or {}),
+                            progress.epoch_of(meta.get("creationTimestamp")) or 0.0)

@@ -63,19 +63,21 @@ class RolloutControl:
 
     def _file_members(self, st: State, pool: str, index: PoolIndex) -> Optional[List[Member]]:
         """Bring the pool's index up to date with its members: only those changed since its last
-        step where the node store numbers its changes (members.MemberMemo.changes), else the whole
-        list (returned: what the step read)."""
+        step where the sources number their changes (members.MemberMemo.changes; with Node
+        objects, kube_nodes.NodeTruth.member_changes), else the whole list (returned: what the
+        step read). Each read takes its mark with the members: a view's read between cannot skip a change."""
         truth = getattr(self, "node_truth", None)
-        if truth is None or not truth.ready():
-            memo = self._members_memo()
-            delta = memo.changes(self.store, pool, index.cursor)
-            if delta is not None:
-                index.cursor = delta[0]
-                index.apply(delta[1], delta[2])
-                return None
-            members, index.cursor = memo.read(self.store, pool)  # one read: a view's between cannot skip a change
+        kube = truth is not None and truth.ready()
+        if kube:
+            delta = truth.member_changes(pool, st.pools, index.cursor)
         else:
-            members, index.cursor = truth.members(pool, st.pools), None
+            memo = self._members_memo()
+            delta = memo.changes(self.store, pool, index.cursor if isinstance(index.cursor, int) else None)
+        if delta is not None:
+            index.cursor = delta[0]
+            index.apply(delta[1], delta[2])
+            return None
+        members, index.cursor = truth.read_members(pool, st.pools) if kube else memo.read(self.store, pool)
         index.sync(members)
         return members
 

@@ -250,28 +250,52 @@ def calculate_status(members: Sequence[Tuple[Dict[str, Any], Optional[Mapping[st
     out = NodeStatus()
     for node, report in sorted(members, key=lambda m: (m[0].get("metadata") or {}).get("name", "")):
         name = (node.get("metadata") or {}).get("name", "")
+        share = node_share(name, node, report, target, image)
         out.machine += 1
         out.nodes.append(name)
-        not_ready = check_node_ready(node)
-        if is_done(report, target, image):
-            out.updated += 1
-            out.ready += int(not not_ready)
-            mark = report.get(SERVER_KEY) if report else None  # type: ignore[union-attr]
-            out.proven += int(not (isinstance(mark, dict) and mark.get("proof") is False))
-        if is_unavailable_for_update(not_ready, report):
+        out.updated += share.updated
+        out.ready += share.ready
+        out.proven += share.proven
+        if share.unavailable is not None:
             out.unavailable += 1
             out.unavailable_nodes.append(name)
-            out.unavailable_reasons.append(not_ready or f"node {name} is {_not_done(report)}")
-        if is_degraded(report):
-            out.degraded += 1
-            reason = str(report.get("reason") or "")  # type: ignore[union-attr]
-            if reason:
-                out.degraded_reasons.append(reporting(name, reason))
-        if report and report.get("state") == "Working":
-            out.working += 1
-        if report and report.get("skew") == "refuse":
-            out.refused += 1
+            out.unavailable_reasons.append(share.unavailable)
+        out.degraded += share.degraded
+        if share.degraded_reason:
+            out.degraded_reasons.append(share.degraded_reason)
+        out.working += share.working
+        out.refused += share.refused
     return out
+
+
+@dataclass(frozen=True)
+class Share:
+    """What one Node adds to its pool's numbers (``calculate_status``; ours, so that
+    statustally.StatusTally keeps them per Node and changes only a changed Node's)."""
+    updated: bool  # IsDone on the target
+    ready: bool  # updated and CheckNodeReady
+    proven: bool  # updated, on a config the server served it
+    unavailable: Optional[str]  # IsUnavailableForUpdate: why (the NotReady reason, else what it is doing)
+    degraded: bool
+    degraded_reason: str  # its NodeDegraded line ("" when it gave no reason)
+    working: bool
+    refused: bool
+
+
+def node_share(name: str, node: Dict[str, Any], report: Optional[Mapping[str, Any]], target: str,
+               image: Optional[str]) -> Share:
+    not_ready = check_node_ready(node)
+    updated = is_done(report, target, image)
+    mark = report.get(SERVER_KEY) if report else None
+    degraded = is_degraded(report)
+    reason = str(report.get("reason") or "") if degraded and report else ""
+    return Share(updated=updated, ready=updated and not not_ready,
+                 proven=updated and not (isinstance(mark, dict) and mark.get("proof") is False),
+                 unavailable=(not_ready or f"node {name} is {_not_done(report)}")
+                 if is_unavailable_for_update(not_ready, report) else None,
+                 degraded=degraded, degraded_reason=reporting(name, reason) if reason else "",
+                 working=bool(report) and report.get("state") == "Working",  # type: ignore[union-attr]
+                 refused=bool(report) and report.get("skew") == "refuse")  # type: ignore[union-attr]
 
 
 def _not_done(report: Optional[Mapping[str, Any]]) -> str:

@@ -8,10 +8,11 @@ once, for read-your-writes) and the same write arriving later through the watch 
 """
 
 from dataclasses import replace
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from agent.server.rollout.firstboots import is_open
 from agent.server.rollout.progress import Membership
+from agent.server.store.changejournal import ChangeJournal
 from agent.server.store.nodestore import NodeRecord, PoolCounts, Proof, contribution
 
 _COUNTERS = ("machine", "done", "working", "reported_degraded", "degraded", "refused")
@@ -27,6 +28,7 @@ class NodeIndex:
         self.assign: Optional[Callable[[Dict[str, Any]], Membership]] = None
         self.signature: Optional[str] = None
         self.open: Dict[str, NodeRecord] = {}  # first boots not done (firstboots.is_open): what views list
+        self.journal = ChangeJournal()  # each record replaced: who reads by change (kube_nodes.NodeTruth)
 
     def apply(self, node: str, record: Optional[NodeRecord], revision: int) -> bool:
         """Set (or, with None, remove) a node's record at ``revision``; False if it is older."""
@@ -44,10 +46,12 @@ class NodeIndex:
             if is_open(record.report):
                 self.open[node] = record
         self.revisions[node] = revision
+        self.journal.note(node)
         return True
 
     def rebuild(self, signature: str, assign: Callable[[Dict[str, Any]], Membership]) -> int:
         self.assign, self.signature = assign, signature
+        self.journal.reset()
         records = list(self.records.values())
         self.records, self.counts, self.proofs, self.open = {}, {}, {}, {}
         for rec in records:
@@ -60,6 +64,7 @@ class NodeIndex:
 
     def clear(self) -> None:
         self.records, self.revisions, self.counts, self.proofs, self.open = {}, {}, {}, {}, {}
+        self.journal.reset()
 
     def pool_counts(self, pool: str) -> PoolCounts:
         c = self.counts.get(pool)
@@ -128,6 +133,11 @@ class IndexedReads:
     def proof(self, pool: str, config: str, image: Optional[str] = None) -> Proof:
         with self._lock:
             return self._index.proof(pool, config, image)
+
+    def record_changes(self, mark: Optional[int]) -> Tuple[int, Optional[Set[str]]]:
+        """(the mark now, the nodes whose record changed after ``mark``; None: read them all)."""
+        with self._lock:
+            return self._index.journal.since(mark)
 
     def membership_signature(self) -> Optional[str]:
         return self._index.signature

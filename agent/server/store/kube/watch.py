@@ -16,8 +16,9 @@ import random
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
+from agent.server.store.changejournal import ChangeJournal
 from agent.server.store.kube.client import KubeClient, KubeError, KubeRefused, KubeUnavailable, Resource
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class Reflector:
         # an event that changes nothing kept but the resourceVersion is no change (no on_change).
         self.transform = transform
         self.changes = 0  # counts on_change calls: a cheap "did anything kept change" for memos
+        self.journal = ChangeJournal()  # the name of each object kept that changed (``changed_since``)
         self.error = ""
         self.synced = threading.Event()
         self._objects: Dict[str, Dict[str, Any]] = {}
@@ -91,6 +93,12 @@ class Reflector:
         """One object as kept (None: not there), without a copy of them all."""
         with self._lock:
             return self._objects.get(name)
+
+    def changed_since(self, mark: Optional[int]) -> Tuple[int, Optional[Set[str]]]:
+        """(the mark now, the names of the objects kept that changed after ``mark``; None: read
+        them all, as after a re-list). Read the objects after: they are at least that new."""
+        with self._lock:
+            return self.journal.since(mark)
 
     @property
     def version(self) -> str:
@@ -142,6 +150,8 @@ class Reflector:
         self.on_event("RELIST", {"items": items, "metadata": {"resourceVersion": version}})
         with self._lock:
             changed = objects != self._objects or not self.keep_objects
+            if changed:
+                self.journal.reset()
             self._objects = objects
             self._version = version
         self.error = ""
@@ -191,8 +201,11 @@ class Reflector:
                 before = self._objects.get(meta["name"])
                 same = self.transform is not None and before is not None and _bare(before) == _bare(kept)
                 self._objects[meta["name"]] = kept
-            elif kind == "DELETED":
+                if not same:
+                    self.journal.note(meta["name"])
+            elif kind == "DELETED" and self.keep_objects:
                 self._objects.pop(meta.get("name", ""), None)
+                self.journal.note(meta.get("name", ""))
             if version:
                 self._version = version
         if kind in ("ADDED", "MODIFIED", "DELETED"):
