@@ -88,7 +88,10 @@ case "$target" in
     *) die "unknown target '$target' (native or el9)" ;;
 esac
 
-if ! rpmbuild -bb "${nodeps[@]}" "${defines[@]}" \
+# The caller's Python path stays out of the build: with a checkout on PYTHONPATH the build's pip
+# took node-agent for installed already and put nothing into the buildroot (tools/suite_cpu.py's
+# command sets PYTHONPATH=$PWD).
+if ! env -u PYTHONPATH -u PYTHONHOME -u PYTHONUSERBASE rpmbuild -bb "${nodeps[@]}" "${defines[@]}" \
         --define "_topdir $topdir" \
         --define "node_agent_version $version" \
         --define "_binary_payload w2.xzdio" \

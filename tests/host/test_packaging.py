@@ -30,7 +30,9 @@ def run(*argv: str, **kw) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def rpms(tmp_path_factory) -> Dict[str, str]:
     out = tmp_path_factory.mktemp("rpm")
-    proc = run("bash", os.path.join(REPO, "packaging/build-rpm.sh"), str(out), cwd=REPO)
+    # with the checkout on the caller's PYTHONPATH, as tools/suite_cpu.py's command has it
+    proc = run("bash", os.path.join(REPO, "packaging/build-rpm.sh"), str(out), cwd=REPO,
+               env=dict(os.environ, PYTHONPATH=REPO))
     paths = proc.stdout.split()
     assert all(p.endswith(".rpm") and os.path.isfile(p) for p in paths), proc.stdout
     by_name = {}
@@ -65,6 +67,12 @@ def test_two_noarch_packages_at_the_project_version(rpms):
         info = run("rpm", "-qp", "--qf", "%{VERSION} %{ARCH}", path).stdout
         assert info == f"{VERSION} noarch"
         assert os.path.basename(path).startswith(("node-agent-0", "node-agent-server-0"))
+
+
+def test_a_checkout_on_the_callers_pythonpath_does_not_empty_the_package(rpms):
+    """The fixture builds with PYTHONPATH set to the checkout: the build's pip once took node-agent
+    for installed already and put nothing into the buildroot."""
+    assert any(p.endswith("/agent/cli.py") for p in files(rpms["node-agent"]))
 
 
 def test_agent_package_file_list(rpms):
