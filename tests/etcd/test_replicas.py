@@ -7,6 +7,7 @@ node reports, proofs and drain leases there.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -380,7 +381,7 @@ def test_with_a_failure_budget_failed_nodes_retry_in_free_slots_and_three_replic
         fleet):
     """Ours (issue 52): the worker pool gets ``failure-budget: "3"``; every third node fails its first
     try. A failed node is parked (served ``waiting``) and retries only once a free slot is given to
-    it; the entries that may work (targeted or let retry, not parked), read from etcd itself while
+    it (a replica logs each one it lets retry); the entries that may work (targeted or let retry, not parked), read from etcd itself while
     the reports race through the three replicas, never outnumber maxUnavailable, and every node
     ends Done on the new target."""
     nodes = racing_nodes(fleet)
@@ -417,7 +418,13 @@ def test_with_a_failure_budget_failed_nodes_retry_in_free_slots_and_three_replic
     peak, errors = race_turns(fleet, nodes, take_turn, may_work,
                               "every node Done on the new target, failed ones after their retry", 180)
     assert errors == [] and 1 <= peak <= limit, (errors, peak, limit)
-    assert parked_seen and parked_seen <= failed_once, (parked_seen, failed_once)
+    # Each failed node was let retry in a free slot, which only a parked one is (targeting.py
+    # _grant_retries), as the replica whose step stored it logs. Seeing it parked depends on the
+    # timing (a slot free in the step that parks it lets it retry at once), so that is not asked.
+    logs = "".join(r.log_text() for r in fleet.replicas)
+    let_retry = {n for line in re.findall(rf"pool worker: (.*) may retry {re.escape(target)} in a free slot", logs)
+                 for n in line.split(", ")}
+    assert let_retry == failed_once and parked_seen <= failed_once, (failed_once - let_retry, parked_seen)
     view = pool(fleet.replicas[2])
     assert view["status"]["rollout"]["counts"].get("Done", 0) == len(nodes) and "failed" not in view["status"]["rollout"]
 

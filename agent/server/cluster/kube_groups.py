@@ -22,7 +22,7 @@ class NodeGroups:
         self.by_pool: Dict[str, Dict[str, Dict[str, Any]]] = {}
         self.pool_of: Dict[str, str] = {}
         self.journal = ChangeJournal()  # the names this grouping placed again
-        self._key: Any = None  # (the pools' selectors, the cache's mark) grouped from
+        self._key: Any = None  # what it was grouped under: the pools' selectors (and a cache's change count)
         self._cache_mark: Optional[int] = None
 
     def update(self, pools: Dict[str, Dict[str, Any]]) -> None:
