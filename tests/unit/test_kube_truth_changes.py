@@ -223,6 +223,21 @@ def test_the_numbers_on_the_current_config_read_between_steps_keep_the_targets_t
     assert tallied == ["w0003", "w0003"]
 
 
+def test_a_pool_keeps_its_three_last_read_tallies_and_another_pools_is_left_alone(monkeypatch):
+    w = fleet_of(20)
+    w.node_put("w0019", "infra", False, "True")
+    w.truth.status("infra", POOLS, "B", None)
+    for config in ("B", "C", "D", "E"):  # B is the least recently read of worker's four: dropped
+        w.truth.status("worker", POOLS, config, None)
+    tallied = []
+    real = StatusTally.put
+    monkeypatch.setattr(StatusTally, "put", lambda self, name, *a: tallied.append(name) or real(self, name, *a))
+    w.truth.status("worker", POOLS, "E", None)
+    w.truth.status("infra", POOLS, "B", None)
+    assert tallied == []  # both kept: nothing changed since
+    assert w.truth.status("worker", POOLS, "B", None) == w.fresh_status("worker", "B") and len(tallied) == 19
+
+
 def test_a_node_relabelled_into_another_pool_leaves_the_first_pools_numbers_and_step():
     w = fleet_of(5)
     index = PoolIndex()

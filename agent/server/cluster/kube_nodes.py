@@ -33,9 +33,10 @@ FIRST_LIST_WAIT = 10.0  # seconds a drain ask waits for the first list of Nodes 
 # by its node loop; ``uncordoning``); past it, the Node counts as cordoned for good.
 UNCORDON_GRACE = 60.0
 MARKED_MAX = 10  # Nodes a drain refusal reads afresh at most (``drain_marked``)
-# (pool, config, image) tallies kept, the least recently read dropped first: each pool's target,
-# and the current config whose proof a layered pool's new nodes are served by (serving._proof)
-TALLIES = 32
+# A pool's (config, image) tallies kept, its least recently read dropped first: its target, and the
+# current config whose proof a layered pool's new nodes are served by (serving._proof); each holds
+# a share per Node of the pool, so an old target's is not kept for long
+TALLIES_PER_POOL = 3
 
 
 class NodeTruth:
@@ -144,8 +145,9 @@ class NodeTruth:
             self._groups.update(pools)
             tally = self._tallies.pop((pool, target, image), None) or StatusTally(target, image)
             self._tallies[(pool, target, image)] = tally
-            if len(self._tallies) > TALLIES:
-                del self._tallies[next(iter(self._tallies))]
+            kept = [key for key in self._tallies if key[0] == pool]
+            for key in kept[:max(0, len(kept) - TALLIES_PER_POOL)]:
+                del self._tallies[key]
             self._tally_up(tally, pool, rollout)
             return tally.status()
 
