@@ -15,8 +15,6 @@ lives in this process at once and the rounds are interleaved across sizes, the o
 sizes reversed every other round. The floor is the same step at 100 Nodes.
 """
 
-import argparse
-import json
 import os
 import sys
 import threading
@@ -25,9 +23,10 @@ from typing import Any, Callable, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import REPO, Row, median  # noqa: E402
+from benchmarks.common import REPO, Row  # noqa: E402
 
 SIZES = (100, 1000, 5000)
+QUICK_SIZES = (100, 1000)
 CASE = "pool step on Node objects, one report since"
 JSON_OUT = os.path.join(REPO, "build", "bench", "kube_step.json")
 WORKER = {"node-role.kubernetes.io/worker": ""}
@@ -120,54 +119,32 @@ def fleet(n: int) -> Callable[[], float]:
 
 
 def results(sizes: List[int], runs: int) -> Dict[str, Any]:
+    from benchmarks.bench_scale import summary
+
     rounds = {}
     for n in sizes:
         print(f"  kube step: {n} Nodes ...", file=sys.stderr, flush=True)
         rounds[n] = fleet(n)
-    samples: Dict[int, List[float]] = {n: [] for n in sizes}
+    samples: Dict[int, Dict[str, List[float]]] = {n: {CASE: []} for n in sizes}
     for i in range(runs):
         for n in (sizes if i % 2 else list(reversed(sizes))):
-            samples[n].append(rounds[n]())
-    out: Dict[str, Any] = {"sizes": sizes, "runs": runs, "cases": {CASE: {}}}
-    for n, xs in samples.items():
-        xs = sorted(xs)
-        out["cases"][CASE][str(n)] = {"median_s": median(xs), "min_s": xs[0], "max_s": xs[-1],
-                                      "p99_s": xs[min(len(xs) - 1, int(len(xs) * 0.99))]}
-    return out
-
-
-def rows_from(doc: Dict[str, Any]) -> List[Row]:
-    first, rows = str(doc["sizes"][0]), []
-    for n, r in doc["cases"][CASE].items():
-        rows.append(Row("kube step", f"{CASE}: {int(n):,} Nodes", r["median_s"], floor=f"{CASE}: {int(first):,} Nodes",
-                        is_floor=n == first, note=f"min {r['min_s'] * 1e3:.2f} ms, max {r['max_s'] * 1e3:.2f} ms, "
-                                                  f"p99 {r['p99_s'] * 1e3:.2f} ms ({doc['runs']} interleaved runs)"))
-    return rows
+            samples[n][CASE].append(rounds[n]())
+    return summary(samples, sizes, runs)
 
 
 def run(quick: bool = False) -> List[Row]:
-    doc = results(list((100, 1000) if quick else SIZES), 30 if quick else 200)
+    from benchmarks.bench_scale import rows_from
     from benchmarks.common import save_json
 
+    doc = results(list(QUICK_SIZES if quick else SIZES), 30 if quick else 200)
     save_json(os.path.basename(JSON_OUT), doc)
     return rows_from(doc)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--sizes", nargs="+", type=int)
-    ap.add_argument("--runs", type=int)
-    ap.add_argument("--json", metavar="FILE", help="also write the samples' summary as JSON")
-    args = ap.parse_args()
-    doc = results(args.sizes or list((100, 1000) if args.quick else SIZES), args.runs or (30 if args.quick else 200))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=1)
-    from benchmarks.common import table
+    from benchmarks.bench_scale import main_with
 
-    print(table(rows_from(doc)))
-    return 0
+    return main_with(results, __doc__, SIZES, QUICK_SIZES)
 
 
 if __name__ == "__main__":

@@ -153,11 +153,16 @@ def measure_all(sizes, runs: int) -> Dict[int, Dict[str, List[float]]]:
 
 
 def results(sizes, runs: int) -> Dict[str, Any]:
-    out: Dict[str, Any] = {"sizes": list(sizes), "runs": runs, "cases": {c: {} for c in CASES}}
-    for n, by_case in measure_all(list(sizes), runs).items():
+    return summary(measure_all(list(sizes), runs), sizes, runs)
+
+
+def summary(samples: Dict[int, Dict[str, List[float]]], sizes, runs: int) -> Dict[str, Any]:
+    """Each case's median, min, max and p99 at each size, from its samples (also bench_kube_step's)."""
+    out: Dict[str, Any] = {"sizes": list(sizes), "runs": runs, "cases": {}}
+    for n, by_case in samples.items():
         for case, xs in by_case.items():
             xs = sorted(xs)
-            out["cases"][case][str(n)] = {"median_s": median(xs), "min_s": xs[0], "max_s": xs[-1],
+            out["cases"].setdefault(case, {})[str(n)] = {"median_s": median(xs), "min_s": xs[0], "max_s": xs[-1],
                                           "p99_s": xs[min(len(xs) - 1, int(len(xs) * 0.99))]}
     return out
 
@@ -183,13 +188,18 @@ def run(quick: bool = False) -> List[Row]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    return main_with(results, __doc__, SIZES, (100, 1000, 10000))
+
+
+def main_with(results_of: Any, docstring: str, sizes, quick_sizes) -> int:
+    """The command line of a benchmark over fleet sizes (this one's and bench_kube_step's)."""
+    ap = argparse.ArgumentParser(description=docstring.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sizes", nargs="+", type=int)
     ap.add_argument("--runs", type=int)
     ap.add_argument("--json", metavar="FILE", help="also write the samples' summary as JSON")
     args = ap.parse_args()
-    doc = results(args.sizes or ((100, 1000, 10000) if args.quick else SIZES), args.runs or (30 if args.quick else 200))
+    doc = results_of(args.sizes or list(quick_sizes if args.quick else sizes), args.runs or (30 if args.quick else 200))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)

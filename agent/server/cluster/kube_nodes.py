@@ -215,10 +215,7 @@ class NodeTruth:
         now: Dict[str, Tuple[Any, Any, targeting.Member]] = {}
         for node in nodes:
             name = _name(node)
-            rec = self.store.node(name)
-            hit = kept.get(name)
-            member = hit[2] if hit is not None and hit[0] is node and hit[1] is rec else member_of(node, rec)
-            now[name] = (node, rec, member)
+            now[name] = _kept_member(kept.get(name), node, self.store.node(name))
         with self._lock:
             self._members[pool] = now  # only the pool's Nodes of this read: bounded by the pool's size
         return [entry[2] for entry in now.values()], (node_mark, record_mark)
@@ -244,11 +241,8 @@ class NodeTruth:
                     kept.pop(name, None)
                     left.append(name)
                     continue
-                rec = self.store.node(name)
-                hit = kept.get(name)
-                member = hit[2] if hit is not None and hit[0] is node and hit[1] is rec else member_of(node, rec)
-                kept[name] = (node, rec, member)
-                changed.append(member)
+                kept[name] = _kept_member(kept.get(name), node, self.store.node(name))
+                changed.append(kept[name][2])
         return (node_mark, record_mark), changed, left
 
     def _nodes_of(self, pool: str, pools: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -338,6 +332,15 @@ def _name(node: Dict[str, Any]) -> str:
 def _pending(report: Dict[str, Any]) -> bool:
     mark = report.get(progress.SERVER_KEY)
     return isinstance(mark, dict) and bool(mark.get("pending"))
+
+
+def _kept_member(hit: Optional[Tuple[Any, Any, targeting.Member]], node: Dict[str, Any],
+                 rec: Any) -> Tuple[Any, Any, targeting.Member]:
+    """(node, rec, their Member): the one kept (``hit``) when made of these same two objects (the
+    cache and the store replace an object when it changes), else a new one."""
+    if hit is not None and hit[0] is node and hit[1] is rec:
+        return hit
+    return node, rec, member_of(node, rec)
 
 
 def report_of(node: Dict[str, Any], rec: Any) -> Optional[Dict[str, Any]]:

@@ -47,9 +47,6 @@ class StatusTally:
             del self._names[bisect.bisect_left(self._names, name)]
             self._count(name, old, -1)
 
-    def __contains__(self, name: str) -> bool:
-        return name in self._shares
-
     def _count(self, name: str, share: Share, sign: int) -> None:
         for key in _COUNTED:
             self._sums[key] += sign * getattr(share, key)
