@@ -150,14 +150,20 @@ def kubectl_logs(cp: ControlPlane, pod: str) -> Dict[str, Any]:
 
 
 def restarted_and_ready(cp: ControlPlane) -> Optional[List[Dict[str, Any]]]:
-    """The server's pods once each reads Ready with its container's restart counted. The kubelet
-    posts a pod's status after it started the container again, and may post it after the server
-    in that container already answered (a fresh-clone CI read Ready false, restartCount 0, while
-    the restarted server was uncordoning the node)."""
+    """The server's pods once each reads Ready with its container's restart counted and the
+    container it replaced recorded as terminated (``lastState.terminated``: what `kubectl logs
+    --previous` reads). The kubelet posts a pod's status after it started the container again, and
+    may post it after the server in that container already answered (a fresh-clone CI read Ready
+    false, restartCount 0, while the restarted server was uncordoning the node); beside the suites
+    one run read Ready with the restart counted and no terminated container yet."""
     pods = server_pods(cp)
-    counted = all(is_ready(p) and any(s.get("restartCount", 0) >= 1 for s in p["status"].get("containerStatuses") or [])
+    counted = all(is_ready(p) and any(_restarted(s) for s in p["status"].get("containerStatuses") or [])
                   for p in pods)
     return pods if pods and counted else None
+
+
+def _restarted(status: Dict[str, Any]) -> bool:
+    return status.get("restartCount", 0) >= 1 and bool((status.get("lastState") or {}).get("terminated"))
 
 
 def pods_and_logs(cp: ControlPlane, guest: Guest, timeout: float) -> Dict[str, Any]:
@@ -165,7 +171,8 @@ def pods_and_logs(cp: ControlPlane, guest: Guest, timeout: float) -> Dict[str, A
     kubelet has posted that (restarted_and_ready), and their logs as `kubectl logs` shows them
     (kubectl_logs)."""
     pods = wait_until(lambda: restarted_and_ready(cp), timeout, guest,
-                      "the server's pod Ready again in the API with the reboot's restart counted", poll=1)
+                      "the server's pod Ready again in the API with the reboot's restart counted and "
+                      "its container of before the reboot terminated (lastState)", poll=1)
     return {"pods": [pod_view(p) for p in pods],
             "logs": {p["metadata"]["name"]: kubectl_logs(cp, p["metadata"]["name"]) for p in pods}}
 
