@@ -38,6 +38,10 @@ MCO = "/apis/machineconfiguration.openshift.io/v1"
 NAMESPACE = "node-config-server"
 TOKEN, ADMIN = "fb-kube-token", "fb-kube-admin"
 DEADLINE = 8.0  # room for a loaded machine: a stall between two reports would be one more Event the tests count
+# How long a wait here may take before it names what never came: a bound for a hang, not a speed
+# the tests ask for. 60 s was missed beside the VM scenario on a slow 2-core machine (the Normal
+# Events after the stalled first boots were recovered, issue 54).
+HANG = 300
 WARNINGS = {"Failed": "FirstbootFailed", "Stalled": "FirstBootStalled"}
 NOT_PROVEN = "(not proven yet: its registration is pending)"
 SQUATTED = "fbn-real-node"  # a Node that exists; a bootstrap-token holder's first boot under its name
@@ -104,7 +108,7 @@ def shown_everywhere(replicas, node, outcome, stage):
         views = [faults.node_view(srv.session(), srv.base_url, node).get("firstBoot") or {} for srv in replicas]
         return all((v.get("outcome"), v.get("stage")) == (outcome, stage) for v in views)
 
-    wait_for(shown, f"{node}: {outcome} at stage {stage} on every replica", 60)
+    wait_for(shown, f"{node}: {outcome} at stage {stage} on every replica", HANG)
 
 
 def one_first_boot(replicas, top, node, sc=faults.SCENARIOS[1]):
@@ -160,9 +164,10 @@ def seen(kube, replicas, tmp_path_factory):
             about(got, "MachineConfigNode", r.node) and about(got, "MachineConfigPool", r.scenario.pool, r.node)
             for r in proven) and got
 
-    out["before"] = wait_for(announced, "a Warning Event about every failed and stalled first boot", 60)
+    out["before"] = wait_for(announced, "a Warning Event about every failed and stalled first boot", HANG)
     out["mcns"] = {r.node: wait_for(lambda r=r: (condition(kube, r.node) or {}).get("reason") ==
-                                    f"FirstBoot{r.scenario.outcome}" and mcn(kube, r.node), f"{r.node}'s condition")
+                                    f"FirstBoot{r.scenario.outcome}" and mcn(kube, r.node), f"{r.node}'s condition",
+                                    HANG)
                    for r in proven}
     out["pools"] = {name: one.session().get(one.url(f"/api/v1/pools/{name}")).json()["status"]["firstBoots"]
                     for name in {r.scenario.pool for r in unproven}}
@@ -172,12 +177,12 @@ def seen(kube, replicas, tmp_path_factory):
     stalled_proven = [r for r in proven if r.scenario.outcome == "Stalled"]
     stalled_unproven = [r for r in unproven if r.scenario.outcome == "Stalled"]
     for r in stalled_proven:
-        wait_for(lambda r=r: (condition(kube, r.node) or {}).get("status") == "True", f"{r.node} done")
+        wait_for(lambda r=r: (condition(kube, r.node) or {}).get("status") == "True", f"{r.node} done", HANG)
     out["after"] = wait_for(
         lambda: (all(len(about(events(kube), "MachineConfigNode", r.node)) == 2 for r in stalled_proven)
                  and all(len(about(events(kube), "MachineConfigPool", r.scenario.pool, r.node)) == 2
                          for r in stalled_unproven) and events(kube)),
-        "a Normal Event after each stalled first boot's Warning")
+        "a Normal Event after each stalled first boot's Warning", HANG)
     out["listed"] = {name: json.loads(kube.kubectl("get", "events", "-n", NAMESPACE, "-o", "json", "--field-selector",
                                                    f"involvedObject.name={name}").stdout)["items"]
                      for name in [r.node for r in stalled_proven] + [r.scenario.pool for r in stalled_unproven]}

@@ -129,18 +129,25 @@ def test_the_guests_day_2_fetches_reports_and_drain_reached_the_pod(run):
 TAGGED = re.compile(r'"GET (/config/\S+) HTTP/[\d.]+" (\d{3}) \S+ .*"node-agent/[^"]*" (\S+)\s*$')
 
 
-def test_the_nodes_fetches_of_the_config_it_has_are_held_or_304_never_the_same_body_twice_in_a_row(run):
+def test_the_nodes_fetches_of_the_config_it_has_are_held_or_304_the_same_body_twice_only_once_declined(run, journal):
     """The node keeps the ETag of every config it was served (its first boot's and each update's),
-    so its day-2 fetch asks If-None-Match and the server holds it or answers 304: a config is never
+    so its day-2 fetch asks If-None-Match and the server holds it or answers 304: a config is not
     answered 200 right after an answer of the same ETag. (An update once recorded no ETag: after
-    it, the node was sent its whole config at every pass, every 2 s.) The ETag is the access log's
-    last field; two 200s in a row of different ETags are two configs, however alike in size."""
+    it, the node was sent its whole config at every pass, every 2 s.) The one exception is by
+    design (agent/node/revert.py, keep_served_etag): the node's first fetch after it reverted a
+    config asks with the ETag of the config it runs again, so while the target is still the one it
+    reverted it is answered 200 with it once more, declines it ("not applied again", in its
+    journal) and asks with that config's ETag from then on. Seen beside the suites, where the
+    admin's take-back came after that fetch; never twice. The ETag is the access log's last field;
+    two 200s in a row of different ETags are two configs, however alike in size."""
     answers = [(m.group(2), m.group(3)) for text in pod_logs(run) for line in text.splitlines()
                for m in [TAGGED.search(line)] if m and m.group(1).startswith(f"/config/{scenario.POOL}")]
     assert any(status == "200" for status, _ in answers), answers[-20:]
     assert all(etag != "-" for status, etag in answers if status in ("200", "304")), answers[-20:]
     again = [i for i in range(1, len(answers)) if answers[i][0] == "200" and answers[i][1] == answers[i - 1][1]]
-    assert not again, answers
+    declined = journal.messages(contains=f"{run.targets['broken']} was reverted after a failed health check: "
+                                         "not applied again", SYSLOG_IDENTIFIER="node-agent")
+    assert len(again) <= len(declined) <= 1, (answers, declined)
 
 
 def test_the_drain_left_the_servers_pod_and_the_reboot_restarted_its_container(run):
