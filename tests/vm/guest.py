@@ -42,12 +42,12 @@ def build_image() -> str:
 
 
 # The guest's one vCPU is a QEMU thread that is busy for the whole scenario (TCG), and every
-# wait of the scenario is the guest's work. Beside the test suites (make test runs them side by
-# side) it got half a core: QEMU runs in a session of its own, and the kernel's autogroups
+# wait of the scenario is the guest's work. Beside the test suites (as make test ran them, issue
+# 54; docs/development.md) it got half a core: QEMU runs in a session of its own, and the kernel's autogroups
 # (sched_autogroup_enabled, on by default in Debian's kernels) share the CPUs between sessions
 # alike, whatever a process's nice, and each server and control plane of the suites is a session
 # too. So both the process's nice and its session's autogroup are raised: the guest keeps a core
-# as when it ran alone, and the suites take the other one and what the guest leaves.
+# as when it runs alone, whatever else the machine runs.
 GUEST_NICE = -10
 
 
