@@ -23,10 +23,10 @@ SUMMARY = os.path.join(REPO, "build", "vm-test", "summary.json")
 FAILED_READBACK = os.path.join(REPO, "build", "vm-test", "failed-readback")
 
 
-def keep_readback(result) -> str:
+def keep_readback(readback: str) -> str:
     shutil.rmtree(FAILED_READBACK, ignore_errors=True)
     os.makedirs(os.path.dirname(FAILED_READBACK), exist_ok=True)
-    shutil.move(result.readback, FAILED_READBACK)
+    shutil.move(readback, FAILED_READBACK)
     return FAILED_READBACK
 
 
@@ -55,13 +55,19 @@ def run(request):
     # which can take a 20-minute run's directory away under it.
     workdir = tempfile.mkdtemp(prefix="node-agent-vm-")
     try:
-        result = scenario.run(workdir)
+        try:
+            result = scenario.run(workdir)
+        except AssertionError:  # a wait failed: what the guest's disk held then is kept too
+            if os.path.isdir(os.path.join(workdir, "readback")):
+                print(f"the VM scenario failed: the guest's journal and files are kept in "
+                      f"{keep_readback(os.path.join(workdir, 'readback'))}")
+            raise
         print(f"VM scenario timings (s): {result.timings}")
         print(f"result: {scenario.save(result)}")
         print(f"summary: {summary.write(result, SUMMARY)}")
         yield result
         if request.session.testsfailed and os.path.isdir(result.readback):
-            print(f"a VM test failed: the guest's journal and files are kept in {keep_readback(result)}")
+            print(f"a VM test failed: the guest's journal and files are kept in {keep_readback(result.readback)}")
     finally:
         if os.environ.get("NODE_AGENT_VM_KEEP") != "1":  # else kept for NODE_AGENT_VM_RESULT
             shutil.rmtree(workdir, ignore_errors=True)

@@ -22,6 +22,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from tests.vm.failure import PhaseFailed
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD_TIMEOUT = 45 * 60  # a cold debootstrap on a loaded 2-core machine; a warm cache takes seconds
 
@@ -197,6 +199,10 @@ class Guest:
             return "(no serial log)"
         return data[-tail:].decode("utf-8", "replace")
 
+    def serial_tail(self) -> str:
+        """For a failure's message: a CI log repeats it for every test of the session."""
+        return f"the serial console, its tail:\n{self.serial_text(8000)}"
+
     def read_back(self, paths: List[str], out_dir: str) -> None:
         """Copy guest directories out of the (stopped) disk: ``rdump`` keeps their base names."""
         os.makedirs(out_dir, exist_ok=True)
@@ -218,7 +224,7 @@ def wait_until(predicate, timeout: float, guest: Guest, what: str, poll: float =
         if value:
             return value
         if not guest.alive():
-            raise AssertionError(f"the guest stopped while waiting for {what}; serial log:\n{guest.serial_text()}")
+            raise PhaseFailed(f"the guest stopped while waiting for {what}", guest.serial_tail())
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not seen within {timeout:.0f} s; serial log:\n{guest.serial_text()}")
+            raise PhaseFailed(f"{what}: not seen within {timeout:.0f} s", guest.serial_tail())
         time.sleep(poll)

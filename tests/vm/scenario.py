@@ -54,7 +54,8 @@ import yaml
 
 from tests.helpers.certs import make_tls
 from tests.helpers.server_proc import ServerProcess
-from tests.vm import serverpod
+from tests.vm import failure, serverpod
+from tests.vm.failure import PhaseFailed
 from tests.vm.guest import Guest, build_image, wait_until
 from tests.vm.kube import (
     APP,
@@ -299,10 +300,9 @@ class Phases:
         try:
             return wait_until(lambda: (lambda t: t if t not in (old, None) else None)(self.target()), 60, self.guest,
                               "the server rendering the changed MachineConfig", poll=0.5)
-        except AssertionError as exc:  # say why the pool did not move (its conditions: RenderHeld ...)
+        except PhaseFailed as exc:  # say why the pool did not move (its conditions: RenderHeld ...)
             pool = self.get(f"/api/v1/pools/{POOL}")
-            raise AssertionError(f"pool {POOL} as the server shows it: {json.dumps(pool, indent=1)[:6000]}\n"
-                                 f"{exc}") from None
+            raise exc.with_detail(f"pool {POOL} as the server shows it: {json.dumps(pool, indent=1)[:6000]}") from None
 
 
 def run(workdir: str) -> Result:
@@ -324,6 +324,7 @@ def run(workdir: str) -> Result:
     recorder = Recorder(cp.kc, NODE, POOL).start()
     serial = SerialMarks(guest.serial_log)
     route = KubeletRoute()  # the API server's way to the guest's kubelet (kubectl logs)
+    at_failure = ""  # what the cluster and the server showed as a wait failed
     try:
         # The admin's workloads, before any node of the pool exists: Pending until the server has
         # put a Node in pool vm (their nodeSelector), that is until a node first booted into its config.
@@ -351,28 +352,50 @@ def run(workdir: str) -> Result:
                         result.kube["serverRoll"] = serverpod.roll(cp, srv, guest, NODE, POOL, PHASE_TIMEOUT)
                         timings["server-roll"] = time.monotonic() - t
 
-                _phases(Phases(srv, guest, result), cp, timings, move_to_pod, roll_pod)
+                try:
+                    _phases(Phases(srv, guest, result), cp, timings, move_to_pod, roll_pod)
+                except AssertionError:
+                    at_failure = failure.state(cp, srv, NODE, POOL, [WORKLOAD, serverpod.NAMESPACE])
+                    raise
                 if SERVER_POD:
                     result.kube["serverPodAtEnd"] = {"pods": [serverpod.pod_view(p) for p in serverpod.server_pods(cp)]}
                 t = time.monotonic()
                 if not guest.powerdown():
-                    raise AssertionError("the guest did not power off within 180 s of the ACPI power button; "
-                                         f"serial log:\n{guest.serial_text()}")
+                    raise PhaseFailed("the guest did not power off within 180 s of the ACPI power button",
+                                      guest.serial_tail())
                 timings["powerdown"] = time.monotonic() - t
             result.serial = guest.serial_text(200000)
+    except AssertionError as exc:  # QEMU stopped: its disk is read back for the guest's side of it
+        raise AssertionError(failure.report(exc, at_failure, _read_back_after_failure(guest, result.readback))) \
+            from None
     finally:
         for part in (serial, recorder, route):
             part.stop()
         result.api_events, result.serial_marks = recorder.snapshot(), serial.marks
         result.kube.update(recorderErrors=recorder.errors)
         cp.stop()
-    if os.path.exists(result.readback):
-        shutil.rmtree(result.readback)
-    guest.read_back(["/var/log/journal", "/var/log/pods", "/var/lib/node-agent", "/etc/node-agent-vm", "/etc/kubernetes",
-                     "/etc/systemd/system", "/etc/machine-config-daemon", "/var/lib/kubelet/pki"], result.readback)
+    _read_back(guest, result.readback)
     timings["total"] = time.monotonic() - started
     result.timings = timings
     return result
+
+
+def _read_back(guest: Guest, readback: str) -> None:
+    if os.path.exists(readback):
+        shutil.rmtree(readback)
+    guest.read_back(["/var/log/journal", "/var/log/pods", "/var/lib/node-agent", "/etc/node-agent-vm", "/etc/kubernetes",
+                     "/etc/systemd/system", "/etc/machine-config-daemon", "/var/lib/kubelet/pki"], readback)
+
+
+def _read_back_after_failure(guest: Guest, readback: str) -> str:
+    """The guest's side of a failure (failure.guest_story), off the disk of the stopped guest; kept
+    in ``readback`` (the VM tests' fixture keeps it in build/vm-test/failed-readback)."""
+    try:
+        _read_back(guest, readback)
+        shutil.copy(guest.serial_log, os.path.join(readback, "serial.log"))
+    except Exception as exc:  # the failure's own message matters more than its digest
+        return f"--- the guest's disk could not be read back: {exc}"
+    return failure.guest_story(readback)
 
 
 def _phases(ph: Phases, cp: ControlPlane, timings: Dict[str, float], move_to_pod: Callable[[], None],

@@ -27,6 +27,7 @@ import requests
 
 from tests.helpers import rbac_list
 from tests.helpers.kube_cluster import GUEST_HOST_IP, REPO
+from tests.vm.failure import PhaseFailed
 from tests.vm.guest import Guest, wait_until
 from tests.vm.kube import ControlPlane, is_ready
 
@@ -88,10 +89,10 @@ def wait_ready(cp: ControlPlane, node: str, guest: Guest, timeout: float) -> Dic
 
     try:
         return wait_until(ready, timeout, guest, f"node-config-server's DaemonSet pod Ready on {node}")
-    except AssertionError as exc:
+    except PhaseFailed as exc:
         pods = [pod_view(p) for p in server_pods(cp)]
         events = cp.kc.kubectl("-n", NAMESPACE, "get", "events", "--sort-by=.lastTimestamp", check=False).stdout
-        raise AssertionError(f"server pods: {pods}\nevents in {NAMESPACE}:\n{events[-6000:]}\n{exc}") from None
+        raise exc.with_detail(f"server pods: {pods}\nevents in {NAMESPACE}:\n{events[-6000:]}") from None
 
 
 def forward(guest: Guest, port: int) -> str:
