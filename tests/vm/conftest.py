@@ -21,6 +21,9 @@ SUMMARY = os.path.join(REPO, "build", "vm-test", "summary.json")
 # What the guest left (its journal, the pods' logs, node-agent's state) after a run with a failed
 # test: kept for the cause, the last such run only (a run's readback is tens of MB).
 FAILED_READBACK = os.path.join(REPO, "build", "vm-test", "failed-readback")
+# The failed scenario's digest (tests/vm/failure.py), which `make test` prints after its phases'
+# times: there the suites' output may follow the VM boot's.
+FAILURE_DIGEST = os.path.join(REPO, "build", "vm-test", "failure.txt")
 
 
 def keep_readback(readback: str) -> str:
@@ -55,12 +58,18 @@ def run(request):
     # which can take a 20-minute run's directory away under it.
     workdir = tempfile.mkdtemp(prefix="node-agent-vm-")
     try:
+        if os.path.exists(FAILURE_DIGEST):
+            os.unlink(FAILURE_DIGEST)
         try:
             result = scenario.run(workdir)
-        except AssertionError:  # a wait failed: what the guest's disk held then is kept too
+        except AssertionError as exc:  # a wait failed: what the guest's disk held then is kept too
             if os.path.isdir(os.path.join(workdir, "readback")):
                 print(f"the VM scenario failed: the guest's journal and files are kept in "
                       f"{keep_readback(os.path.join(workdir, 'readback'))}")
+            os.makedirs(os.path.dirname(FAILURE_DIGEST), exist_ok=True)
+            with open(FAILURE_DIGEST, "w") as f:
+                f.write(getattr(exc, "digest", None) or f"THE VM SCENARIO FAILED: {exc}")
+                f.write("\n")
             raise
         print(f"VM scenario timings (s): {result.timings}")
         print(f"result: {scenario.save(result)}")

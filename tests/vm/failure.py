@@ -108,10 +108,21 @@ def guest_story(readback: str) -> str:
         _part("the server pod's log on the guest, its last lines", lambda: _server_log_lines(readback))])
 
 
-def report(exc: AssertionError, at_failure: str, story: str) -> str:
+class ScenarioFailed(AssertionError):
+    """The scenario's failure: its message (``report``) and ``digest``, the same without the
+    serial console, which `make test` prints after its phases' times (the VM boot's output may
+    come before the suites' there)."""
+
+    def __init__(self, message: str, digest: str):
+        super().__init__(message)
+        self.digest = digest
+
+
+def report(exc: AssertionError, at_failure: str, story: str) -> ScenarioFailed:
     """The whole message: the cause, the wait's own message (the serial console), the state, the
     guest's story, and the cause again as the last line (pytest's summary shows a message's first
     line, or under CI the whole of it)."""
     cause = exc.cause if isinstance(exc, PhaseFailed) else str(exc).splitlines()[0] if str(exc) else repr(exc)
-    return "\n".join([f"THE VM SCENARIO FAILED: {cause}", str(exc), at_failure, story,
-                      f"THE VM SCENARIO FAILED: {cause}"])
+    head = tail = f"THE VM SCENARIO FAILED: {cause}"
+    return ScenarioFailed("\n".join([head, str(exc), at_failure, story, tail]),
+                          "\n".join([head, at_failure, story, tail]))

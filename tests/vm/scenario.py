@@ -324,6 +324,7 @@ def run(workdir: str) -> Result:
     recorder = Recorder(cp.kc, NODE, POOL).start()
     serial = SerialMarks(guest.serial_log)
     route = KubeletRoute()  # the API server's way to the guest's kubelet (kubectl logs)
+    follower = serverpod.LogFollower(cp, workdir)  # the server pod's log of boot 2, as kubectl logs -f reads it
     at_failure = ""  # what the cluster and the server showed as a wait failed
     try:
         # The admin's workloads, before any node of the pool exists: Pending until the server has
@@ -344,10 +345,12 @@ def run(workdir: str) -> Result:
                         result.kube["kubeletRoute"] = route.open(guest, _node(cp, NODE))
                         result.kube["serverPod"] = serverpod.move(cp, srv, guest, tls, TOKEN, NODE, workdir,
                                                                   PHASE_TIMEOUT)
+                        follower.start(result.kube["serverPod"]["podAtReady"]["name"])
 
                 def roll_pod() -> None:
                     if SERVER_POD:  # the pod and its two containers' logs (boot 2's, boot 3's), then a rolling update
-                        result.kube["serverPodBeforeRoll"] = serverpod.pods_and_logs(cp, guest, PHASE_TIMEOUT)
+                        result.kube["serverPodBeforeRoll"] = serverpod.pods_and_logs(cp, guest, PHASE_TIMEOUT,
+                                                                                     follower.stop())
                         t = time.monotonic()
                         result.kube["serverRoll"] = serverpod.roll(cp, srv, guest, NODE, POOL, PHASE_TIMEOUT)
                         timings["server-roll"] = time.monotonic() - t
@@ -366,10 +369,9 @@ def run(workdir: str) -> Result:
                 timings["powerdown"] = time.monotonic() - t
             result.serial = guest.serial_text(200000)
     except AssertionError as exc:  # QEMU stopped: its disk is read back for the guest's side of it
-        raise AssertionError(failure.report(exc, at_failure, _read_back_after_failure(guest, result.readback))) \
-            from None
+        raise failure.report(exc, at_failure, _read_back_after_failure(guest, result.readback)) from None
     finally:
-        for part in (serial, recorder, route):
+        for part in (serial, recorder, route, follower):
             part.stop()
         result.api_events, result.serial_marks = recorder.snapshot(), serial.marks
         result.kube.update(recorderErrors=recorder.errors)

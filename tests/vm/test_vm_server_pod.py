@@ -22,10 +22,10 @@ ACCESS = re.compile(r'"(GET|POST|HEAD) (\S+) HTTP/[\d.]+" (\d{3}) .*"(node-agent
 
 
 def logs_before_roll(run):
-    """`kubectl logs --previous` and `kubectl logs` of the pod the move made, taken just before the
-    rolling update (after the day-2 reboot): its containers of boot 2 and of boot 3."""
+    """The logs of the pod the move made, its containers of boot 2 and of boot 3: `kubectl logs -f`
+    from the move to the day-2 reboot, and `kubectl logs` just before the rolling update."""
     [logs] = run.kube["serverPodBeforeRoll"]["logs"].values()
-    return logs["previous"], logs["current"]
+    return run.kube["serverPodBeforeRoll"]["followed"], logs["current"]
 
 
 def pod_logs(run):
@@ -165,17 +165,23 @@ def test_the_drain_left_the_servers_pod_and_the_reboot_restarted_its_container(r
     assert any("cordoned and drained" in text for text in pod_logs(run))
 
 
-def test_kubectl_logs_and_logs_previous_on_the_host_show_the_guests_day_2_requests(run):
-    """`kubectl logs` and `kubectl logs --previous`, run on the host against its API server, which
-    reaches the guest's kubelet at the Node's own InternalIP and kubelet port (the guest's
-    10.0.2.15:10250; tests/vm/kubeletroute.py): the container of boot 3 logged the node's Done
-    report, the one of boot 2 (before the reboot) its fetches of the pool's config and its drain
-    requests (both taken after the day-2 reboot, before the rolling update replaced the pod)."""
+def test_kubectl_logs_on_the_host_show_the_guests_day_2_requests_of_both_boots(run):
+    """`kubectl logs -f` and `kubectl logs`, run on the host against its API server, which reaches
+    the guest's kubelet at the Node's own InternalIP and kubelet port (the guest's
+    10.0.2.15:10250; tests/vm/kubeletroute.py): the container of boot 2 logged the node's fetches
+    of the pool's config and its drain requests (followed from the move until the day-2 reboot
+    ended the stream), the one of boot 3 the node's Done report (taken after the reboot, before the
+    rolling update replaced the pod). `kubectl logs --previous` showed boot 2's too whenever the
+    kubelet posted the container it replaced as terminated (the run records whether it did)."""
     route = run.kube["kubeletRoute"]
     assert (route["address"], route["port"], route.get("problem")) == ("10.0.2.15", 10250, None), route
-    previous, current = logs_before_roll(run)
-    assert (current["exit"], previous["exit"]) == (0, 0), (current["stderr"], previous["stderr"])
-    now, before = agent_requests(current["text"]), agent_requests(previous["text"])
+    followed, current = logs_before_roll(run)
+    assert current["exit"] == 0, current["stderr"]
+    now, before = agent_requests(current["text"]), agent_requests(followed["text"])
     assert ("POST", f"/api/v1/nodes/{NODE}/report", 200) in now, now[-10:]
     assert any(m == "GET" and p.startswith(f"/config/{scenario.POOL}") and s == 200 for m, p, s in before), before[-10:]
     assert any(p == f"/api/v1/nodes/{NODE}/drain" for _, p, _ in before), before[-10:]
+    if run.kube["serverPodBeforeRoll"]["lastStatePosted"]:
+        [logs] = run.kube["serverPodBeforeRoll"]["logs"].values()
+        assert logs["previous"]["exit"] == 0, logs["previous"]["stderr"]
+        assert agent_requests(logs["previous"]["text"])[:len(before)] == before
