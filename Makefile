@@ -69,9 +69,8 @@ compat: venv
 # NODE_AGENT_NO_SKIP=1: a test that would skip (a missing tool, file or venv) fails instead
 # (tests/conftest.py); a bare pytest may still skip, and says why.
 # venv39 first: the RHEL 9 RPM tests run the agent on CPython 3.9 from .venv39.
-# The VM boot (vm-boot: one vCPU under TCG; its waits are bounded per phase) runs beside the rest
-# of the suite (suite), then beside the RHEL 9 run (py39) until it ends, ahead of them on the CPU
-# (tests/vm/guest.py, GUEST_NICE). Both suites run in TEST_JOBS pytest-xdist workers: most tests
+# The VM boot (vm-boot: one vCPU under TCG; its waits are bounded per phase) runs beside the two
+# suites (test, below). Both suites run in TEST_JOBS pytest-xdist workers: most tests
 # wait on processes (servers, etcd, the control plane), not on the CPU. --dist loadgroup keeps the
 # tests that use one session cluster (etcd_cluster, kube_cluster) on one worker
 # (tests/conftest.py), so one etcd and one control plane serve them; a module with a cluster of

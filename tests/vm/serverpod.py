@@ -212,10 +212,12 @@ def pods_and_logs(cp: ControlPlane, guest: Guest, timeout: float, followed: Dict
     pods = wait_until(lambda: restarted_and_ready(cp), timeout, guest,
                       "the server's pod Ready again in the API with the reboot's restart counted", poll=1)
     deadline = time.monotonic() + LAST_STATE_WAIT
-    while not terminated_posted(cp) and time.monotonic() < deadline:
+    posted = terminated_posted(cp)
+    while posted is None and time.monotonic() < deadline:
         time.sleep(1)
-    pods = terminated_posted(cp) or server_pods(cp)
-    return {"pods": [pod_view(p) for p in pods], "lastStatePosted": terminated_posted(cp) is not None,
+        posted = terminated_posted(cp)
+    pods = posted or server_pods(cp)
+    return {"pods": [pod_view(p) for p in pods], "lastStatePosted": posted is not None,
             "followed": followed,
             "logs": {p["metadata"]["name"]: kubectl_logs(cp, p["metadata"]["name"]) for p in pods}}
 
