@@ -307,6 +307,14 @@ class SerialMarks(threading.Thread):
                 if all(n in line for n in needles):
                     self.marks.append({"at": at, "mark": mark, "line": line[:200]})
 
+    def going_down_after(self) -> Callable[[], bool]:
+        """Whether the guest began to shut down since this call (its next shutdown line)."""
+        def shutdowns() -> int:
+            return sum(1 for m in list(self.marks) if m["mark"] == "shutdown")
+
+        seen = shutdowns()
+        return lambda: shutdowns() > seen
+
     def stop(self) -> None:
         self.halt.set()
         if self.is_alive():

@@ -70,6 +70,7 @@ from tests.vm.kube import (
     workloads,
 )
 from tests.vm.kubeletroute import KubeletRoute
+from tests.vm.logfollow import LogFollower
 
 NODE = "vm-node-0"
 POOL = "vm"
@@ -324,7 +325,8 @@ def run(workdir: str) -> Result:
     recorder = Recorder(cp.kc, NODE, POOL).start()
     serial = SerialMarks(guest.serial_log)
     route = KubeletRoute()  # the API server's way to the guest's kubelet (kubectl logs)
-    follower = serverpod.LogFollower(cp, workdir)  # the server pod's log of boot 2, as kubectl logs -f reads it
+    # the server pod's log of boot 2, as kubectl logs -f reads it until the guest goes down
+    follower = LogFollower(cp.kc.admin_kubeconfig, serverpod.NAMESPACE, "node-config-server", workdir)
     at_failure = ""  # what the cluster and the server showed as a wait failed
     try:
         # The admin's workloads, before any node of the pool exists: Pending until the server has
@@ -345,7 +347,7 @@ def run(workdir: str) -> Result:
                         result.kube["kubeletRoute"] = route.open(guest, _node(cp, NODE))
                         result.kube["serverPod"] = serverpod.move(cp, srv, guest, tls, TOKEN, NODE, workdir,
                                                                   PHASE_TIMEOUT)
-                        follower.start(result.kube["serverPod"]["podAtReady"]["name"])
+                        follower.start(result.kube["serverPod"]["podAtReady"]["name"], serial.going_down_after())
 
                 def roll_pod() -> None:
                     if SERVER_POD:  # the pod and its two containers' logs (boot 2's, boot 3's), then a rolling update

@@ -20,14 +20,13 @@ the node joined (phase 2) and before day 2 (phase 3).
 """
 
 import os
-import subprocess
 import time
 from typing import Any, Dict, List, Optional
 
 import requests
 
 from tests.helpers import rbac_list
-from tests.helpers.kube_cluster import GUEST_HOST_IP, KUBECTL, REPO
+from tests.helpers.kube_cluster import GUEST_HOST_IP, REPO
 from tests.vm.failure import PhaseFailed
 from tests.vm.guest import Guest, wait_until
 from tests.vm.kube import ControlPlane, is_ready
@@ -151,35 +150,6 @@ def kubectl_logs(cp: ControlPlane, pod: str) -> Dict[str, Any]:
     return out
 
 
-class LogFollower:
-    """`kubectl logs -f` of the server's container, from the move on: boot 2's log as the kubelet
-    streams it, to the reboot that ends it. After the reboot `kubectl logs --previous` needs the
-    kubelet to still list that container (``lastState.terminated``), which it did not always: a
-    run read Ready with the restart counted and no terminated container, and a CI run likely
-    waited 900 s for one (docs/vm-test.md)."""
-
-    def __init__(self, cp: ControlPlane, workdir: str):
-        self.cp, self.path = cp, os.path.join(workdir, "server-log-followed.txt")
-        self.proc: Optional[subprocess.Popen] = None
-
-    def start(self, pod: str) -> None:
-        with open(self.path, "wb") as out:
-            self.proc = subprocess.Popen([KUBECTL, f"--kubeconfig={self.cp.kc.admin_kubeconfig}", "-n", NAMESPACE,
-                                          "logs", "-f", pod, "-c", "node-config-server"], stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def stop(self) -> Dict[str, Any]:
-        """What it read: ``exit`` (None: still streaming, killed here) and ``text``."""
-        if self.proc is None:
-            return {"exit": None, "text": ""}
-        code = self.proc.poll()
-        if code is None:
-            self.proc.kill()
-            self.proc.wait(30)
-        with open(self.path, encoding="utf-8", errors="replace") as f:
-            return {"exit": code, "text": f.read()[-200000:]}
-
-
 def restarted_and_ready(cp: ControlPlane) -> Optional[List[Dict[str, Any]]]:
     """The server's pods once each reads Ready with its container's restart counted. The kubelet
     posts a pod's status after it started the container again, and may post it after the server
@@ -208,7 +178,7 @@ LAST_STATE_WAIT = 120
 def pods_and_logs(cp: ControlPlane, guest: Guest, timeout: float, followed: Dict[str, Any]) -> Dict[str, Any]:
     """The server's pods after a reboot restarted the container, once the kubelet has posted that
     (restarted_and_ready), and their logs: `kubectl logs`, `kubectl logs --previous` (kubectl_logs)
-    and boot 2's as `kubectl logs -f` read it up to the reboot (``followed``, LogFollower)."""
+    and boot 2's as `kubectl logs -f` read it up to the reboot (``followed``, logfollow.LogFollower)."""
     pods = wait_until(lambda: restarted_and_ready(cp), timeout, guest,
                       "the server's pod Ready again in the API with the reboot's restart counted", poll=1)
     deadline = time.monotonic() + LAST_STATE_WAIT

@@ -127,27 +127,49 @@ def test_the_guests_day_2_fetches_reports_and_drain_reached_the_pod(run):
 
 
 TAGGED = re.compile(r'"GET (/config/\S+) HTTP/[\d.]+" (\d{3}) \S+ .*"node-agent/[^"]*" (\S+)\s*$')
+# A failed attempt whose request the server may have answered all the same: the node cut it off
+# waiting for the answer (agent/resource/transport.py, Watchdog.reason), and its retry is answered again.
+CUT_OFF = ("sent no response headers", "sent no complete response headers", "did not finish")
 
 
-def test_the_nodes_fetches_of_the_config_it_has_are_held_or_304_the_same_body_twice_only_once_declined(run, journal):
+def config_answers(run):
+    """(status, ETag, where) of each answer to a fetch of the pool's config, in order; ``where``
+    names the log and line, for a failure's message."""
+    out = []
+    for n, text in enumerate(pod_logs(run)):
+        for i, line in enumerate(text.splitlines()):
+            m = TAGGED.search(line)
+            if m and m.group(1).startswith(f"/config/{scenario.POOL}"):
+                out.append((m.group(2), m.group(3), f"log {n} line {i + 1}: {line[-160:]}"))
+    return out
+
+
+def test_the_nodes_fetches_of_the_config_it_has_are_held_or_304_the_same_body_twice_only_when_the_node_said_why(run, journal):
     """The node keeps the ETag of every config it was served (its first boot's and each update's),
     so its day-2 fetch asks If-None-Match and the server holds it or answers 304: a config is not
     answered 200 right after an answer of the same ETag. (An update once recorded no ETag: after
-    it, the node was sent its whole config at every pass, every 2 s.) The one exception is by
-    design (agent/node/revert.py, keep_served_etag): the node's first fetch after it reverted a
-    config asks with the ETag of the config it runs again, so while the target is still the one it
-    reverted it is answered 200 with it once more, declines it ("not applied again", in its
-    journal) and asks with that config's ETag from then on. Seen beside the suites, where the
-    admin's take-back came after that fetch; never twice. The ETag is the access log's last field;
-    two 200s in a row of different ETags are two configs, however alike in size."""
-    answers = [(m.group(2), m.group(3)) for text in pod_logs(run) for line in text.splitlines()
-               for m in [TAGGED.search(line)] if m and m.group(1).startswith(f"/config/{scenario.POOL}")]
-    assert any(status == "200" for status, _ in answers), answers[-20:]
-    assert all(etag != "-" for status, etag in answers if status in ("200", "304")), answers[-20:]
+    it, the node was sent its whole config at every pass, every 2 s.) Two exceptions, each in the
+    node's journal:
+    - by design (agent/node/revert.py, keep_served_etag): the node's first fetch after it reverted
+      a config asks with the ETag of the config it runs again, so while the target is still the one
+      it reverted it is answered 200 with it once more, declines it ("not applied again") and asks
+      with that config's ETag from then on. Seen beside the suites, where the admin's take-back
+      came after that fetch; never twice.
+    - the node cut off an attempt waiting for its answer and retried (CUT_OFF): the server may have
+      answered the first, which the node never read (a run on a loaded machine: a held fetch's
+      new target was answered as the node's 35 s attempt timeout cut it off, and answered again).
+    The ETag is the access log's last field; two 200s in a row of different ETags are two
+    configs, however alike in size."""
+    answers = config_answers(run)
+    assert any(status == "200" for status, _, _ in answers), answers[-20:]
+    assert all(etag != "-" for status, etag, _ in answers if status in ("200", "304")), answers[-20:]
     again = [i for i in range(1, len(answers)) if answers[i][0] == "200" and answers[i][1] == answers[i - 1][1]]
     declined = journal.messages(contains=f"{run.targets['broken']} was reverted after a failed health check: "
                                          "not applied again", SYSLOG_IDENTIFIER="node-agent")
-    assert len(again) <= len(declined) <= 1, (answers, declined)
+    cut_off = [m for m in journal.messages(contains=f"/config/{scenario.POOL}", SYSLOG_IDENTIFIER="node-agent")
+               if " failed: " in m and any(c in m for c in CUT_OFF)]
+    assert len(declined) <= 1 and len(again) <= len(declined) + len(cut_off), \
+        ([answers[j] for i in again for j in (i - 1, i)], declined, cut_off)
 
 
 def test_the_drain_left_the_servers_pod_and_the_reboot_restarted_its_container(run):
@@ -162,7 +184,10 @@ def test_the_drain_left_the_servers_pod_and_the_reboot_restarted_its_container(r
     # the workload's pods were evicted by the same drain (the server's own log says so too)
     evicted = [e for events in pods_by_uid(run).values() for e in events if e.get("deleting")]
     assert evicted
-    assert any("cordoned and drained" in text for text in pod_logs(run))
+    followed = run.kube["serverPodBeforeRoll"]["followed"]
+    assert any("cordoned and drained" in text for text in pod_logs(run)), (
+        {k: followed.get(k) for k in ("exit", "streams", "problems")},
+        [line[-200:] for line in followed["text"].splitlines() if "/drain" in line or "drain" in line.lower()][-8:])
 
 
 def test_kubectl_logs_on_the_host_show_the_guests_day_2_requests_of_both_boots(run):
