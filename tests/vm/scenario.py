@@ -528,17 +528,25 @@ def _drain_past_the_pdb(cp: ControlPlane, guest: Guest, result: Result) -> None:
     """The drain evicts one of the ReplicaSet's pods; the PDB (minAvailable 1) then answers 429 for
     the other (its replacement cannot run: the only node is cordoned) and the server names the PDB
     on the Node. The admin, having read that, lowers minAvailable to 0; the drain goes on."""
-    def blocked() -> str:
-        message = (_node(cp, NODE)["metadata"].get("annotations") or {}).get(DRAIN_LAST_ERROR) or ""
-        return message if f"PodDisruptionBudget {WORKLOAD}/{APP}:" in message else ""
+    def blocked() -> Optional[Dict[str, Any]]:
+        meta = _node(cp, NODE)["metadata"]
+        message = (meta.get("annotations") or {}).get(DRAIN_LAST_ERROR) or ""
+        # the Node's resourceVersion with the message: what came before it, in the API's own order
+        return {"message": message, "rv": int(meta["resourceVersion"])} \
+            if f"PodDisruptionBudget {WORKLOAD}/{APP}:" in message else None
 
-    message = wait_until(blocked, PHASE_TIMEOUT, guest, f"the drain blocked by PDB {WORKLOAD}/{APP}, named on the Node",
-                         poll=0.5)
-    result.kube["blocked"] = {"at": time.time(), "message": message}
+    seen = wait_until(blocked, PHASE_TIMEOUT, guest, f"the drain blocked by PDB {WORKLOAD}/{APP}, named on the Node",
+                      poll=0.5)
+    result.kube["blocked"] = dict(seen, at=time.time())
     time.sleep(10)  # two more drain rounds (5 s apart) while blocked: the records show the pod stays
     result.kube["mcpWhileDraining"] = cp.get_mcp()
-    cp.kc.kubectl("patch", "pdb", APP, "-n", WORKLOAD, "--type=merge", "-p", '{"spec": {"minAvailable": 0}}')
+    # Taken as the admin asks: the server may evict the pod the patch frees (and the recorder see
+    # it) before kubectl has its answer (a CI run saw the eviction 30 ms before a time taken after).
+    # The order the test asserts is the API's: the patched PDB's resourceVersion.
     result.kube["pdbRelaxedAt"] = time.time()
+    patched = cp.kc.kubectl("patch", "pdb", APP, "-n", WORKLOAD, "--type=merge", "-p",
+                            '{"spec": {"minAvailable": 0}}', "-o", "json")
+    result.kube["pdbRelaxedRv"] = int(json.loads(patched.stdout)["metadata"]["resourceVersion"])
 
 
 def _node(cp: ControlPlane, name: str) -> Dict[str, Any]:
