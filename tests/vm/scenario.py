@@ -298,12 +298,16 @@ class Phases:
         wait_until(lambda: self.done_on(config), PHASE_TIMEOUT, self.guest, what)
 
     def new_target(self, old: str) -> str:
+        # A bound for a hang, as every phase's (it was 60 s: a fresh-clone CI run's server pod on
+        # the loaded guest answered no request for longer, and the wait failed).
         try:
-            return wait_until(lambda: (lambda t: t if t not in (old, None) else None)(self.target()), 60, self.guest,
-                              "the server rendering the changed MachineConfig", poll=0.5)
+            return wait_until(lambda: (lambda t: t if t not in (old, None) else None)(self.target()), PHASE_TIMEOUT,
+                              self.guest, "the server rendering the changed MachineConfig", poll=0.5)
         except PhaseFailed as exc:  # say why the pool did not move (its conditions: RenderHeld ...)
-            pool = self.get(f"/api/v1/pools/{POOL}")
-            raise exc.with_detail(f"pool {POOL} as the server shows it: {json.dumps(pool, indent=1)[:6000]}") from None
+            r = self._try(f"/api/v1/pools/{POOL}")  # the server may not answer: the failure is still told
+            pool = json.dumps(r.json(), indent=1)[:6000] if r is not None and r.status_code == 200 else \
+                f"no answer ({'no response' if r is None else f'HTTP {r.status_code}'})"
+            raise exc.with_detail(f"pool {POOL} as the server shows it: {pool}") from None
 
 
 def run(workdir: str) -> Result:
