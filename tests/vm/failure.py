@@ -118,7 +118,7 @@ class ScenarioFailed(AssertionError):
         self.digest = digest
 
 
-def report(exc: AssertionError, at_failure: str, story: str) -> ScenarioFailed:
+def report(exc: Exception, at_failure: str, story: str) -> ScenarioFailed:
     """The whole message: the cause, the wait's own message (the serial console), the state, the
     guest's story, and the cause again as the last line (pytest's summary shows a message's first
     line, or under CI the whole of it)."""

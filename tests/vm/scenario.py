@@ -363,7 +363,7 @@ def run(workdir: str) -> Result:
 
                 try:
                     _phases(Phases(srv, guest, result), cp, timings, move_to_pod, roll_pod)
-                except AssertionError:
+                except (AssertionError, requests.RequestException):  # a request the server left unanswered too
                     at_failure = failure.state(cp, srv, NODE, POOL, [WORKLOAD, serverpod.NAMESPACE])
                     raise
                 if SERVER_POD:
@@ -374,7 +374,7 @@ def run(workdir: str) -> Result:
                                       guest.serial_tail())
                 timings["powerdown"] = time.monotonic() - t
             result.serial = guest.serial_text(200000)
-    except AssertionError as exc:  # QEMU stopped: its disk is read back for the guest's side of it
+    except (AssertionError, requests.RequestException) as exc:  # QEMU stopped: its disk is read back
         raise failure.report(exc, at_failure, _read_back_after_failure(guest, result.readback)) from None
     finally:
         for part in (serial, recorder, route, follower):

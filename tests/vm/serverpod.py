@@ -205,13 +205,25 @@ def _views(srv: Any, node: str, pool: str) -> Dict[str, Any]:
             "report": {k: report.get(k) for k in ("state", "currentConfig", "desiredConfig")}}
 
 
+def _answered_views(srv: Any, guest: Guest, node: str, pool: str, timeout: float, when: str) -> Dict[str, Any]:
+    """``_views`` once the server answers both: the pod on the loaded guest closed a connection
+    without an answer once (a fresh-clone CI run, before the rolling update)."""
+    def views() -> Optional[Dict[str, Any]]:
+        try:
+            return _views(srv, node, pool)
+        except (requests.RequestException, ValueError):
+            return None
+
+    return wait_until(views, timeout, guest, f"the server's answers on pool {pool} and node {node} {when}")
+
+
 def roll(cp: ControlPlane, srv: Any, guest: Guest, node: str, pool: str, timeout: float) -> Dict[str, Any]:
     """A rolling update of the running server, as an admin starts one: ``kubectl rollout restart``
     (a new pod template; the DaemonSet's RollingUpdate replaces the pod on the one node, the old
     one stopped first: hostNetwork, one port). Meanwhile the guest's loop goes on (its held fetch
     broken, then retried). Returns the server's views before and after, the pods and the rollout's
     status."""
-    out: Dict[str, Any] = {"before": _views(srv, node, pool)}
+    out: Dict[str, Any] = {"before": _answered_views(srv, guest, node, pool, timeout, "before the rolling update")}
     old = sorted(p["metadata"]["uid"] for p in server_pods(cp))
     cp.kc.kubectl("-n", NAMESPACE, "rollout", "restart", "daemonset/node-config-server")
     out["restartedAt"] = time.time()
@@ -228,5 +240,5 @@ def roll(cp: ControlPlane, srv: Any, guest: Guest, node: str, pool: str, timeout
     out["status"] = cp.kc.kubectl("-n", NAMESPACE, "rollout", "status", "daemonset/node-config-server",
                                   "--timeout=300s", timeout=330).stdout
     wait_serving(srv, guest, timeout, "the new pod's /healthz through the forward")
-    out.update(oldPods=old, newPod=pod_view(pod), after=_views(srv, node, pool))
+    out.update(oldPods=old, newPod=pod_view(pod), after=_answered_views(srv, guest, node, pool, timeout, "after the rolling update"))
     return out
