@@ -8,7 +8,7 @@ One stream may not be enough: it goes from the host's API server to the guest's 
 stream that ends while the container still runs loses what comes after (a CI run's followed log
 had the drain's asks but not the line of the answer that granted it; the stream was not kept to
 tell). So a stream that ends is opened again from its last line's timestamp (``--since-time``,
-lines stamped with ``--timestamps``; the lines of that instant are not written twice) until the
+lines stamped with ``--timestamps``; the lines of that second are not written twice) until the
 guest is going down (``going_down``: the serial console's shutdown line). Only the reboot ends
 the container; a stream opened after it could read the next container's log (the API's pod
 status lags the kubelet), so none is.
@@ -62,7 +62,6 @@ class LogFollower:
                  pause: float = RESUME_PAUSE):
         self.kubeconfig, self.namespace, self.container = kubeconfig, namespace, container
         self.kubectl, self.pause = kubectl, pause
-        self.going_down: Callable[[], bool] = lambda: True
         self.path = os.path.join(workdir, "server-log-followed.txt")
         self.proc: Optional[subprocess.Popen] = None
         self.streams: List[Optional[int]] = []
@@ -71,11 +70,11 @@ class LogFollower:
         self._thread: Optional[threading.Thread] = None
 
     def start(self, pod: str, going_down: Callable[[], bool]) -> None:
-        self.going_down = going_down
-        self._thread = threading.Thread(target=self._follow, args=(pod,), name="log-follower", daemon=True)
+        self._thread = threading.Thread(target=self._follow, args=(pod, going_down), name="log-follower",
+                                        daemon=True)
         self._thread.start()
 
-    def _follow(self, pod: str) -> None:
+    def _follow(self, pod: str, going_down: Callable[[], bool]) -> None:
         resume = Resume()
         with open(self.path, "w", encoding="utf-8") as out:
             while not self._stop.is_set() and len(self.streams) < STREAMS_MAX:
@@ -94,7 +93,7 @@ class LogFollower:
                 self.streams.append(None if self._stop.is_set() else code)
                 if code != 0 and not self._stop.is_set():
                     self.problems.append(self.proc.stderr.read().decode(errors="replace").strip()[-300:])  # type: ignore[union-attr]
-                if self._stop.wait(self.pause) or self.going_down():
+                if self._stop.wait(self.pause) or going_down():
                     return
 
     def stop(self) -> Dict[str, Any]:
