@@ -6,8 +6,12 @@ what it waited for, not on a second read that may differ.
 """
 
 import time
+from typing import Any, Optional
 
 import pytest
+import requests
+
+ANSWER_TIMEOUT = 10.0  # one request's bound while a server starts
 
 
 def wait_for(check, what: str, timeout: float = 60.0, interval: float = 0.1):
@@ -22,3 +26,14 @@ def wait_for(check, what: str, timeout: float = 60.0, interval: float = 0.1):
         if time.monotonic() > deadline:
             pytest.fail(f"{what}: not within {timeout:.0f}s (last value: {value!r})")
         time.sleep(interval)
+
+
+def healthz_answer(url: str, verify: Any = True) -> Optional[requests.Response]:
+    """``GET url`` as a server that is starting gets it: None while nothing listens yet or while
+    what listens does not answer (gunicorn binds its socket before its workers have imported the
+    server; on a loaded machine that took longer than a 2 s read timeout, and the test failed), so
+    that ``wait_for`` bounds the whole start, not one request."""
+    try:
+        return requests.get(url, verify=verify, timeout=ANSWER_TIMEOUT)
+    except (requests.ConnectionError, requests.Timeout):
+        return None

@@ -13,6 +13,7 @@ import agent
 from tests.helpers import paths
 
 REPO = paths.REPO
+BUILD_RPM_BOUND = paths.BUILD_RPM_BOUND
 VERSION = agent.__version__
 
 pytestmark = pytest.mark.skipif(
@@ -21,8 +22,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def run(*argv: str, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=120, **kw)
+def run(*argv: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, **kw)
     assert proc.returncode == 0, f"{argv} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return proc
 
@@ -32,7 +33,7 @@ def rpms(tmp_path_factory) -> Dict[str, str]:
     out = tmp_path_factory.mktemp("rpm")
     # with the checkout on the caller's PYTHONPATH, as tools/suite_cpu.py's command has it
     proc = run("bash", os.path.join(REPO, "packaging/build-rpm.sh"), str(out), cwd=REPO,
-               env=dict(os.environ, PYTHONPATH=REPO))
+               env=dict(os.environ, PYTHONPATH=REPO), timeout=BUILD_RPM_BOUND)
     paths = proc.stdout.split()
     assert all(p.endswith(".rpm") and os.path.isfile(p) for p in paths), proc.stdout
     by_name = {}
@@ -190,7 +191,8 @@ def test_source0_holds_tracked_files_only(tmp_path):
         (stubs / name).write_text("#!/bin/sh\nexit 0\n")
         (stubs / name).chmod(0o755)
     env = dict(os.environ, PATH=f"{stubs}{os.pathsep}{os.environ['PATH']}")
-    run("bash", str(clone / "packaging" / "build-rpm.sh"), str(tmp_path / "out"), cwd=str(clone), env=env)
+    run("bash", str(clone / "packaging" / "build-rpm.sh"), str(tmp_path / "out"), cwd=str(clone), env=env,
+        timeout=BUILD_RPM_BOUND)
     name = f"node-agent-{VERSION}"
     with tarfile.open(tmp_path / "out" / "SOURCES" / f"{name}.tar.gz") as tar:
         packed = {m.name[len(name) + 1:] for m in tar.getmembers() if m.isfile()}

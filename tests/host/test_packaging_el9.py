@@ -15,6 +15,7 @@ import agent
 from tests.helpers import paths
 
 REPO = paths.REPO
+BUILD_RPM_BOUND = paths.BUILD_RPM_BOUND
 VERSION = agent.__version__
 SITELIB = "/usr/lib/python3.9/site-packages"
 # Packages the el9 RPM may require: RHEL 9 BaseOS/AppStream (python3, requests, PyYAML,
@@ -35,8 +36,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def run(*argv: str, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=180, **kw)
+def run(*argv: str, timeout: float = 180, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, **kw)
     assert proc.returncode == 0, f"{argv} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return proc
 
@@ -52,7 +53,7 @@ def python39() -> Optional[str]:
 @pytest.fixture(scope="module")
 def el9(tmp_path_factory) -> Dict[str, str]:
     out = tmp_path_factory.mktemp("rpm-el9")
-    proc = run("bash", os.path.join(REPO, "packaging/build-rpm.sh"), str(out), "el9", cwd=REPO)
+    proc = run("bash", os.path.join(REPO, "packaging/build-rpm.sh"), str(out), "el9", cwd=REPO, timeout=BUILD_RPM_BOUND)
     return {run("rpm", "-qp", "--qf", "%{NAME}", p).stdout: p for p in proc.stdout.split()}
 
 

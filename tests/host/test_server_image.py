@@ -31,7 +31,7 @@ from agent import __version__
 from tests.helpers.certs import make_tls
 from tests.helpers.paths import REPO
 from tests.helpers.server_proc import free_port
-from tests.helpers.wait import wait_for
+from tests.helpers.wait import healthz_answer, wait_for
 
 BUILD = os.path.join(REPO, "tools", "image", "build-image.sh")
 TAG = f"localhost/node-config-server:{__version__}"
@@ -225,10 +225,7 @@ def test_the_server_in_podman_serves_tls_healthz_and_a_config_as_the_daemonset_r
         def healthz():
             if podman("inspect", "--format", "{{.State.Running}}", name).stdout.strip() != "true":
                 pytest.fail(f"the server's container stopped:\n{podman('logs', name).stderr}")
-            try:
-                return requests.get(f"{url}/healthz", verify=tls.ca_cert, timeout=5)
-            except requests.ConnectionError:
-                return None
+            return healthz_answer(f"{url}/healthz", verify=tls.ca_cert)
 
         health = wait_for(healthz, "the server in podman answering /healthz over TLS", timeout=120)
         assert health.status_code == 200 and health.json()["status"] == "ok", health.text

@@ -14,12 +14,11 @@ import subprocess
 import sys
 
 import pytest
-import requests
 
 from examples import demoprocs
 from tests.helpers import paths
 from tests.helpers.server_proc import free_port, terminate
-from tests.helpers.wait import wait_for
+from tests.helpers.wait import healthz_answer, wait_for
 
 REPO = paths.REPO
 
@@ -48,14 +47,11 @@ def serve_as_printed(serve, run, port) -> subprocess.Popen:
 
     def up():
         assert srv.poll() is None, (run / "serve.log").read_text()
-        try:
-            return requests.get(f"https://127.0.0.1:{port}/healthz", verify=str(run / "tls" / "ca.pem"),
-                                timeout=2).status_code == 200
-        except requests.ConnectionError:  # not listening yet
-            return False
+        answer = healthz_answer(f"https://127.0.0.1:{port}/healthz", verify=str(run / "tls" / "ca.pem"))
+        return answer is not None and answer.status_code == 200
 
     try:
-        wait_for(up, f"the demo's server answers /healthz (its log: {run / 'serve.log'})", 60, interval=0.2)
+        wait_for(up, f"the demo's server answers /healthz (its log: {run / 'serve.log'})", 120, interval=0.2)
     except BaseException:
         terminate(srv, 20)
         raise

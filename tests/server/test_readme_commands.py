@@ -13,11 +13,10 @@ import subprocess
 import sys
 
 import pytest
-import requests
 
 from tests.helpers import paths
 from tests.helpers.server_proc import free_port, terminate
-from tests.helpers.wait import wait_for
+from tests.helpers.wait import healthz_answer, wait_for
 
 REPO = paths.REPO
 
@@ -98,12 +97,10 @@ def test_readme_commands_leave_the_checkout_clean(tmp_path):
     try:
         def up():
             assert srv.poll() is None, (tmp_path / "serve.log").read_text()
-            try:
-                return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
-            except requests.ConnectionError:  # not listening yet
-                return False
+            answer = healthz_answer(f"http://127.0.0.1:{port}/healthz")
+            return answer is not None and answer.status_code == 200
 
-        wait_for(up, f"the README's server answers /healthz (its log: {tmp_path / 'serve.log'})", 60, interval=0.2)
+        wait_for(up, f"the README's server answers /healthz (its log: {tmp_path / 'serve.log'})", 120, interval=0.2)
         server = f" --server http://127.0.0.1:{port}"
         assert "worker" in sh(GET + server, clone, env).stdout
         assert "worker" in sh(f"node-config-server {DESCRIBE}{server}", clone, env).stdout

@@ -23,6 +23,10 @@ from tests.helpers.kube_cluster import KUBECTL
 
 RESUME_PAUSE = 2.0  # seconds between a stream's end and the look at the guest (its shutdown line is read by then)
 STREAMS_MAX = 200  # a bound: a kubelet that ends every stream at once is not followed forever
+# A container's whole log, which tests compare from its first line: the kubelet rotates a
+# container's log at 10 MiB (containerLogMaxSize). A fresh-clone CI run's log of boot 2 outgrew
+# the 200,000 characters once kept, and its head was lost.
+TEXT_MAX = 16 * 1024 * 1024
 
 
 def second_of(line: str) -> str:
@@ -104,6 +108,6 @@ class LogFollower:
             self.proc.kill()
         self._thread.join(60)
         with open(self.path, encoding="utf-8", errors="replace") as f:
-            text = f.read()[-200000:]
+            text = f.read()[-TEXT_MAX:]
         return {"exit": self.streams[-1] if self.streams else None, "streams": list(self.streams),
                 "problems": self.problems[-5:], "text": text}

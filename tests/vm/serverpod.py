@@ -30,6 +30,7 @@ from tests.helpers.kube_cluster import GUEST_HOST_IP, REPO
 from tests.vm.failure import PhaseFailed
 from tests.vm.guest import Guest, wait_until
 from tests.vm.kube import ControlPlane, is_ready
+from tests.vm.logfollow import TEXT_MAX
 
 NAMESPACE = "node-config-server"  # deploy/rbac.yaml's
 APP_LABEL = "app.kubernetes.io/name=node-config-server"
@@ -146,7 +147,7 @@ def kubectl_logs(cp: ControlPlane, pod: str) -> Dict[str, Any]:
     for key, extra in (("current", ()), ("previous", ("--previous",))):
         proc = cp.kc.kubectl("-n", NAMESPACE, "logs", pod, "-c", "node-config-server", *extra, check=False,
                              timeout=120)
-        out[key] = {"exit": proc.returncode, "text": proc.stdout[-200000:], "stderr": proc.stderr[-2000:]}
+        out[key] = {"exit": proc.returncode, "text": proc.stdout[-TEXT_MAX:], "stderr": proc.stderr[-2000:]}
     return out
 
 
