@@ -1,6 +1,8 @@
 """The VM scenario runs once per session (minutes of QEMU); test_vm_boot.py (the guest's side)
 and test_vm_node.py (the cluster's side) assert on the same run."""
 
+import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -24,6 +26,9 @@ FAILED_READBACK = os.path.join(REPO, "build", "vm-test", "failed-readback")
 # The failed scenario's digest (tests/vm/failure.py), which `make test` prints after its phases'
 # times: there the suites' output may follow the VM boot's.
 FAILURE_DIGEST = os.path.join(REPO, "build", "vm-test", "failure.txt")
+# A run with a failed test, its records beside that readback: a mended test is asserted again on
+# it (NODE_AGENT_VM_RESULT=build/vm-test/failed-result.json make vm-test), not on a new run.
+FAILED_RESULT = os.path.join(REPO, "build", "vm-test", "failed-result.json")
 
 
 def keep_readback(readback: str) -> str:
@@ -31,6 +36,15 @@ def keep_readback(readback: str) -> str:
     os.makedirs(os.path.dirname(FAILED_READBACK), exist_ok=True)
     shutil.move(readback, FAILED_READBACK)
     return FAILED_READBACK
+
+
+def keep_failed_run(result: scenario.Result) -> str:
+    """The readback kept (keep_readback) and the run's records beside it, naming it."""
+    kept = dataclasses.replace(result, readback=keep_readback(result.readback),
+                               workdir=os.path.dirname(FAILED_RESULT))
+    with open(FAILED_RESULT, "w") as f:
+        json.dump(dataclasses.asdict(kept), f, indent=1)
+    return os.path.dirname(FAILED_RESULT)
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +90,8 @@ def run(request):
         print(f"summary: {summary.write(result, SUMMARY)}")
         yield result
         if request.session.testsfailed and os.path.isdir(result.readback):
-            print(f"a VM test failed: the guest's journal and files are kept in {keep_readback(result.readback)}")
+            print(f"a VM test failed: the guest's journal and files, and the run's records, are kept in "
+                  f"{keep_failed_run(result)} (NODE_AGENT_VM_RESULT={FAILED_RESULT} asserts them again)")
     finally:
         if os.environ.get("NODE_AGENT_VM_KEEP") != "1":  # else kept for NODE_AGENT_VM_RESULT
             shutil.rmtree(workdir, ignore_errors=True)

@@ -195,6 +195,8 @@ def pod_summary(obj: Dict[str, Any]) -> Dict[str, Any]:
             "owner": owners[0] if owners else None, "phase": status.get("phase"),
             "ready": is_ready(obj), "deleting": bool(meta.get("deletionTimestamp")),
             "containerIDs": [c["containerID"] for c in containers if c.get("containerID")],
+            "runningIDs": [c["containerID"] for c in containers
+                           if c.get("containerID") and (c.get("state") or {}).get("running")],
             "running": [bool((c.get("state") or {}).get("running")) for c in containers]}
 
 
