@@ -23,9 +23,9 @@ from tests.helpers.kube_cluster import KUBECTL
 
 RESUME_PAUSE = 2.0  # seconds between a stream's end and the look at the guest (its shutdown line is read by then)
 STREAMS_MAX = 200  # a bound: a kubelet that ends every stream at once is not followed forever
-# A container's whole log, which tests compare from its first line: the kubelet rotates a
-# container's log at 10 MiB (containerLogMaxSize). A fresh-clone CI run's log of boot 2 outgrew
-# the 200,000 characters once kept, and its head was lost.
+# A container's whole log, which tests compare from its first line (a text cut to its last
+# 200,000 characters, as once, could start anywhere): the kubelet rotates a container's log at
+# 10 MiB (containerLogMaxSize), so this keeps all of it.
 TEXT_MAX = 16 * 1024 * 1024
 
 
