@@ -10,8 +10,11 @@ through the status subresource, and a graceful deletion is finished with gracePe
 The module has a control plane of its own: the Infrastructure object it makes is cluster-wide.
 """
 
+import contextlib
+import datetime
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -104,6 +107,40 @@ def blocked_node(kube, ns, node):
         st = pdb.get("status") or {}
         return st.get("observedGeneration") == pdb["metadata"]["generation"] and st.get("currentHealthy") == 1
     wait_for(observed, "the PDB's status from the disruption controller")
+
+
+@contextlib.contextmanager
+def kubelet_heartbeat(kube, node):
+    """The Node's Ready condition posted now and every 3 s while inside, as its kubelet would.
+    Without it the node lifecycle controller turns a Node that never posted its status NotReady
+    (Ready Unknown) after its grace period, and a NotReady Node holds a slot of its pool's
+    maxUnavailable, as upstream: on a loaded machine the time between making the Node and its
+    drain request can be longer than that."""
+    session, stop, failures = kube.session(), threading.Event(), []
+
+    def beat():
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        cond = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "the test's kubelet",
+                "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}
+        r = session.patch(f"{kube.url}/api/v1/nodes/{node}/status", data=json.dumps({"status": {"conditions": [cond]}}),
+                          headers={"Content-Type": "application/merge-patch+json"}, timeout=10)
+        if r.status_code != 200:
+            failures.append(r.text)
+
+    def loop():
+        while not stop.wait(3):
+            beat()
+
+    beat()
+    assert not failures, failures
+    thread = threading.Thread(target=loop, name="heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not failures, failures
 
 
 def report(server, node, body):
@@ -211,6 +248,10 @@ def test_a_drain_that_cannot_finish_is_paced_visible_and_alerted_and_completes_o
     # uncordoned by the time the Done is answered (as the MCD uncordons before it says Done), not by
     # the write-back loop later: until then the Node is unavailable and holds a slot of its pool
     assert not api(kube, f"/api/v1/nodes/{node}")["spec"].get("unschedulable")
+    # Its Node goes, or it would hold worker's one slot in the tests after once the node lifecycle
+    # controller turns it NotReady (no kubelet posts its status: after a minute; a CI run's
+    # loaded machine got there, and the single-node test's drain was refused).
+    kube.kubectl("delete", "node", node)
 
 
 class StaleOnce:
@@ -332,7 +373,7 @@ def test_a_single_node_cluster_never_drains(kube):
         "apiVersion": "config.openshift.io/v1", "kind": "Infrastructure", "metadata": {"name": "cluster"},
         "status": {"controlPlaneTopology": "SingleReplica", "infrastructureTopology": "SingleReplica"}})
     try:
-        with start_server(kube, *TINY) as srv:  # a new server: the topology is read once per process
+        with kubelet_heartbeat(kube, node), start_server(kube, *TINY) as srv:  # the topology is read once per process
             r = srv.node_session(node).post(srv.url(f"/api/v1/nodes/{node}/drain"),
                                             json={"pool": "worker", "config": "rendered-next"}, timeout=30)
         assert r.status_code == 200 and r.json()["granted"], r.text
@@ -344,3 +385,4 @@ def test_a_single_node_cluster_never_drains(kube):
         assert drain_annotations(kube, node) == {}
     finally:
         kube.kubectl("delete", "infrastructure", "cluster", check=False)
+        kube.kubectl("delete", "node", node, check=False)
