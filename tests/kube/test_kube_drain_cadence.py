@@ -18,6 +18,7 @@ import threading
 import time
 
 import pytest
+import requests
 import yaml
 
 from agent.server.cli import views
@@ -129,7 +130,10 @@ def kubelet_heartbeat(kube, node):
 
     def loop():
         while not stop.wait(3):
-            beat()
+            try:
+                beat()
+            except requests.RequestException:  # a beat lost to a busy API server: the next one comes
+                pass                            # well within the controller's 40 s grace, as a kubelet's
 
     beat()
     assert not failures, failures
