@@ -37,3 +37,9 @@ def healthz_answer(url: str, verify: Any = True) -> Optional[requests.Response]:
         return requests.get(url, verify=verify, timeout=ANSWER_TIMEOUT)
     except (requests.ConnectionError, requests.Timeout):
         return None
+
+
+def healthz_ok(url: str, verify: Any = True) -> bool:
+    """Whether a starting server answered ``GET url`` with 200 (healthz_answer)."""
+    answer = healthz_answer(url, verify)
+    return answer is not None and answer.status_code == 200

@@ -18,7 +18,7 @@ import pytest
 from examples import demoprocs
 from tests.helpers import paths
 from tests.helpers.server_proc import free_port, terminate
-from tests.helpers.wait import healthz_answer, wait_for
+from tests.helpers.wait import healthz_ok, wait_for
 
 REPO = paths.REPO
 
@@ -47,8 +47,7 @@ def serve_as_printed(serve, run, port) -> subprocess.Popen:
 
     def up():
         assert srv.poll() is None, (run / "serve.log").read_text()
-        answer = healthz_answer(f"https://127.0.0.1:{port}/healthz", verify=str(run / "tls" / "ca.pem"))
-        return answer is not None and answer.status_code == 200
+        return healthz_ok(f"https://127.0.0.1:{port}/healthz", verify=str(run / "tls" / "ca.pem"))
 
     try:
         wait_for(up, f"the demo's server answers /healthz (its log: {run / 'serve.log'})", 120, interval=0.2)

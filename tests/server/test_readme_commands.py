@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import paths
 from tests.helpers.server_proc import free_port, terminate
-from tests.helpers.wait import healthz_answer, wait_for
+from tests.helpers.wait import healthz_ok, wait_for
 
 REPO = paths.REPO
 
@@ -97,8 +97,7 @@ def test_readme_commands_leave_the_checkout_clean(tmp_path):
     try:
         def up():
             assert srv.poll() is None, (tmp_path / "serve.log").read_text()
-            answer = healthz_answer(f"http://127.0.0.1:{port}/healthz")
-            return answer is not None and answer.status_code == 200
+            return healthz_ok(f"http://127.0.0.1:{port}/healthz")
 
         wait_for(up, f"the README's server answers /healthz (its log: {tmp_path / 'serve.log'})", 120, interval=0.2)
         server = f" --server http://127.0.0.1:{port}"
