@@ -80,13 +80,29 @@ def test_held_fetches_are_summed_over_live_workers_and_a_dead_workers_leave_the_
     old = os.environ.get(metrics.ENV)
     os.environ[metrics.ENV] = d
     try:
-        gunicorn_app._child_exit(None, SimpleNamespace(pid=pids[0].pid))
+        gunicorn_app.child_exit_hook()(None, SimpleNamespace(pid=pids[0].pid))
     finally:
         if old is None:
             del os.environ[metrics.ENV]
         else:
             os.environ[metrics.ENV] = old
     assert held() == 3
+
+
+def test_the_masters_child_exit_hook_imports_nothing_when_gunicorns_sigchld_handler_runs_it(tmp_path, monkeypatch):
+    """gunicorn calls child_exit from its SIGCHLD handler; a second worker's exit interrupts it. An
+    import inside the hook was then found half done by the nested call (a py39 CI run: "partially
+    initialized module 'prometheus_client.multiprocess'", the server's exit code 70)."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from agent.server.http import gunicorn_app
+
+    monkeypatch.setenv(metrics.ENV, str(tmp_path))
+    hook = gunicorn_app.child_exit_hook()
+    with mock.patch("builtins.__import__", side_effect=AssertionError("the child_exit hook imported")) as imp:
+        hook(None, SimpleNamespace(pid=12345))
+    assert imp.call_count == 0
 
 
 def test_single_process_counter_and_state_gauges():

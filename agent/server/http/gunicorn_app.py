@@ -8,7 +8,7 @@ earlier default) stays available, without those deadlines.
 """
 
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.config import Config
@@ -103,12 +103,23 @@ def _worker_exit(server: Any, worker: Any) -> None:
         server.log.warning("worker %s: retiring its replica announcement: %s", worker.pid, exc)
 
 
-def _child_exit(server: Any, worker: Any) -> None:
-    # In the master, once a worker exited: its live gauges (held fetches) leave the sum.
-    if os.environ.get(metrics.ENV):
-        from prometheus_client import multiprocess
+def child_exit_hook() -> Callable[[Any, Any], None]:
+    """gunicorn's child_exit hook, made in the master before it forks: once a worker exited, its
+    live gauges (held fetches) leave the sum. gunicorn runs the hook inside its SIGCHLD handler,
+    which a second worker's exit interrupts; an import there would be found half done by the nested
+    call ("partially initialized module"), so the hook imports nothing when it runs."""
+    if not os.environ.get(metrics.ENV):
+        return _no_child_exit
+    from prometheus_client.multiprocess import mark_process_dead
 
-        multiprocess.mark_process_dead(worker.pid)
+    def hook(server: Any, worker: Any) -> None:
+        mark_process_dead(worker.pid)
+
+    return hook
+
+
+def _no_child_exit(server: Any, worker: Any) -> None:
+    return None
 
 
 # gunicorn's own line, then the answer's ETag: which config (or which version of a view) a
@@ -152,7 +163,7 @@ def options(bind: str, certfile: Optional[str], keyfile: Optional[str], workers:
         "access_log_format": ACCESS_LOG_FORMAT,
         "post_worker_init": _post_worker_init,
         "worker_exit": _worker_exit,
-        "child_exit": _child_exit,
+        "child_exit": child_exit_hook(),
         "ssl_context": ssl_context_hook(client_ca if worker_class == "gevent" else None),
         "proc_name": "node-config-server",
         "preload_app": False,
