@@ -309,13 +309,17 @@ class SerialMarks(threading.Thread):
                 if all(n in line for n in needles):
                     self.marks.append({"at": at, "mark": mark, "line": line[:200]})
 
+    def seen_after(self, mark: str) -> Callable[[], bool]:
+        """Whether the guest's serial log showed ``mark`` (one of MARKS) since this call."""
+        def count() -> int:
+            return sum(1 for m in list(self.marks) if m["mark"] == mark)
+
+        seen = count()
+        return lambda: count() > seen
+
     def going_down_after(self) -> Callable[[], bool]:
         """Whether the guest began to shut down since this call (its next shutdown line)."""
-        def shutdowns() -> int:
-            return sum(1 for m in list(self.marks) if m["mark"] == "shutdown")
-
-        seen = shutdowns()
-        return lambda: shutdowns() > seen
+        return self.seen_after("shutdown")
 
     def stop(self) -> None:
         self.halt.set()

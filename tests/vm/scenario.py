@@ -259,8 +259,8 @@ class Phases:
     they were first seen. From phase 3 on the server is the guest's pod, behind QEMU's forward of
     the same port: down while the guest reboots, when a poll sees nothing (None)."""
 
-    def __init__(self, srv: ServerProcess, guest: Guest, result: Result):
-        self.api, self.srv, self.guest, self.result = srv.session(), srv, guest, result
+    def __init__(self, srv: ServerProcess, guest: Guest, result: Result, serial: SerialMarks):
+        self.api, self.srv, self.guest, self.result, self.serial = srv.session(), srv, guest, result, serial
 
     def get(self, path: str) -> Dict[str, Any]:
         return self.api.get(self.srv.url(path), timeout=30).json()
@@ -362,7 +362,7 @@ def run(workdir: str) -> Result:
                         timings["server-roll"] = time.monotonic() - t
 
                 try:
-                    _phases(Phases(srv, guest, result), cp, timings, move_to_pod, roll_pod)
+                    _phases(Phases(srv, guest, result, serial), cp, timings, move_to_pod, roll_pod)
                 except (AssertionError, requests.RequestException):  # a request the server left unanswered too
                     at_failure = failure.state(cp, srv, NODE, POOL, [WORKLOAD, serverpod.NAMESPACE])
                     raise
@@ -445,8 +445,15 @@ def _phases(ph: Phases, cp: ControlPlane, timings: Dict[str, float], move_to_pod
     t = time.monotonic()
     result.phase_started["reboot"] = time.time()
     set_probe(cp, "v2", extra_file=True)  # covered by nothing: drain and reboot
+    reset = ph.serial.seen_after("reset")
     result.targets["reboot"] = ph.new_target(result.targets["restart"])
     _drain_past_the_pdb(cp, guest, result)
+    # One bound for a hang per step, as each phase has: the drain, the apply and the shutdown up
+    # to the guest's reset, then boot 3 (containerd, the kubelet, the server's pod) up to the Done
+    # report. One bound of 900 s for both was missed by the CI run of de9b07e on a slower machine
+    # than ours, where both took 629 s (docs/development.md, "Development set-up").
+    wait_until(reset, PHASE_TIMEOUT, guest, "the day-2 reboot change drained, applied and the guest reset")
+    timings["day2-drain-to-reset"] = time.monotonic() - t
     ph.wait_done(result.targets["reboot"], "the day-2 reboot change reported Done after the reboot")
     timings["day2-reboot"] = time.monotonic() - t
     # The server uncordons on the Done report, in its next write-back round; the ReplicaSet's

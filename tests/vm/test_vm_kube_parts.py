@@ -50,6 +50,23 @@ def test_serial_marks_are_whole_lines_stamped_when_read(tmp_path):
     assert marks.marks[0]["at"] <= marks.marks[1]["at"]
 
 
+def test_a_serial_mark_is_seen_after_a_wait_began_only_once_a_new_line_of_it_was_read(tmp_path):
+    log = tmp_path / "serial.log"
+    log.write_bytes(b"[   20.5] reboot: Restarting system\n")
+    marks = SerialMarks(str(log))
+    marks.read()
+    reset, down = marks.seen_after("reset"), marks.going_down_after()
+    assert not reset() and not down()  # the reset read before the wait began is not the one waited for
+    with open(log, "ab") as f:
+        f.write(b"[  OK  ] Stopped target multi-user.target - Multi-User System.\n")
+    marks.read()
+    assert down() and not reset()
+    with open(log, "ab") as f:
+        f.write(b"[   40.1] reboot: Restarting system\n")
+    marks.read()
+    assert reset()
+
+
 def test_the_kubelets_endpoint_is_the_nodes_internal_ip_and_daemon_endpoint_port_and_a_node_without_them_is_named():
     node = {"metadata": {"name": "n"}, "status": {
         "addresses": [{"type": "Hostname", "address": "n"}, {"type": "InternalIP", "address": "10.0.2.15"}],
