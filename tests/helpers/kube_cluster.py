@@ -75,6 +75,16 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def kubelet_ready_status() -> Dict[str, Dict[str, list]]:
+    """The Node status patch (merge) a kubelet posts as its heartbeat: Ready, stamped now. A
+    test that makes a Node with no kubelet posts it every few seconds, or the node lifecycle
+    controller turns the Node NotReady after its grace period (40 s)."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                       "message": "the test's kubelet", "lastHeartbeatTime": stamp,
+                                       "lastTransitionTime": stamp}]}}
+
+
 class _CA:
     """One CA signing every certificate of the cluster (serving and client), EC P-256."""
 

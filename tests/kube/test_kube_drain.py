@@ -11,7 +11,6 @@ controllers and the disruption controller (PodDisruptionBudget status) are the r
 drainer runs as a user bound only to deploy/rbac.yaml's ClusterRole.
 """
 
-import datetime
 import json
 import os
 import re
@@ -25,16 +24,12 @@ from agent.server.rollout import drainplan
 from agent.server.rollout.drainplan import DrainSettings
 from agent.server.store.kube.client import KubeClient, KubeError, KubeUnavailable, load_kubeconfig
 from tests.helpers import paths
-from tests.helpers.kube_cluster import unique
+from tests.helpers.kube_cluster import kubelet_ready_status, unique
 from tests.helpers.wait import wait_for
 
 REPO = paths.REPO
 NO_FLAGS = DrainSettings(force=False, ignore_all_daemonsets=False, delete_emptydir_data=False)
 KUBECTL_FLAGS = ["--ignore-daemonsets", "--delete-emptydir-data", "--force"]
-
-
-def now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- the pure plan (kubectl's filters), no cluster needed
@@ -168,9 +163,7 @@ class Kubelet(threading.Thread):
     def step(self):
         if time.monotonic() - self._beat > 3:
             for node in {*self.nodes.values(), self.spare}:
-                cond = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "the test's kubelet",
-                        "lastHeartbeatTime": now(), "lastTransitionTime": now()}
-                self.call("PATCH", f"/api/v1/nodes/{node}/status", {"status": {"conditions": [cond]}}, merge=True)
+                self.call("PATCH", f"/api/v1/nodes/{node}/status", kubelet_ready_status(), merge=True)
             self._beat = time.monotonic()
         for ns, node in list(self.nodes.items()):
             cordoned = self.call("GET", f"/api/v1/nodes/{node}").json()["spec"].get("unschedulable")

@@ -11,7 +11,6 @@ The module has a control plane of its own: the Infrastructure object it makes is
 """
 
 import contextlib
-import datetime
 import json
 import os
 import threading
@@ -28,7 +27,7 @@ from agent.server.rollout import draincadence as dc
 from agent.server.rollout.draincadence import Cadence
 from agent.server.store.kube.client import KubeClient, KubeError, load_kubeconfig
 from tests.helpers.certs import make_tls
-from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
+from tests.helpers.kube_cluster import KubeCluster, find_kube_bin, kubelet_ready_status
 from tests.helpers.server_proc import REPO, ServerProcess
 from tests.helpers.wait import wait_for
 
@@ -120,10 +119,7 @@ def kubelet_heartbeat(kube, node):
     stop, failures = threading.Event(), []
 
     def beat():
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        call(kube, "PATCH", f"/api/v1/nodes/{node}/status", {"status": {"conditions": [{
-            "type": "Ready", "status": "True", "reason": "KubeletReady", "message": "the test's kubelet",
-            "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}]}}, merge=True)
+        call(kube, "PATCH", f"/api/v1/nodes/{node}/status", kubelet_ready_status(), merge=True)
 
     def loop():
         while not stop.wait(3):
