@@ -223,6 +223,7 @@ class Fetcher:
         attempts = [0]
         planned: Dict[int, float] = {}
         final_after = set()  # attempt numbers after which one last attempt is left (fit_to_deadline)
+        failed_before: list = []  # the reason of the attempt before the current one
 
         def planned_delay(state: tenacity.RetryCallState) -> float:
             # Computed once per attempt: tenacity's stop and wait both ask, in either order by version.
@@ -244,6 +245,7 @@ class Fetcher:
         def before_sleep(state: tenacity.RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
             delay = planned_delay(state)
+            failed_before[:] = [getattr(exc, "reason", exc)]
             log.warning("attempt %d to fetch %s failed: %s; retrying in %.2fs", state.attempt_number,
                         short_url(url), getattr(exc, "reason", exc), delay,
                         extra={"NODE_AGENT_ATTEMPT": state.attempt_number, "NODE_AGENT_STAGE": "fetch",
@@ -265,9 +267,14 @@ class Fetcher:
             result = retrying(attempt)
         except tenacity.RetryError as err:
             last = err.last_attempt.exception()
+            reason = getattr(last, "reason", last)
             message = (f"could not fetch {short_url(url)} from server {server_of(url)}: gave up after "
                        f"{attempts[0]} attempt{'s' if attempts[0] != 1 else ''} over {self._clock() - start:.1f}s "
-                       f"(fetch budget {limit:g}s); last error: {getattr(last, 'reason', last)}")
+                       f"(fetch budget {limit:g}s); last error: {reason}")
+            # The last attempt had only what was left of the budget (fit_to_deadline): what the one
+            # before it met with its whole time, a wrong CA say, tells more than its cut-off does.
+            if attempts[0] - 1 in final_after and failed_before and str(failed_before[0]) != str(reason):
+                message += f"; the attempt before it: {failed_before[0]}"
             raise FetchError(message, url=url, status=getattr(last, "status", None), final=False)
         if result.attempts > 1:
             log.info("fetched %s on attempt %d", short_url(url), result.attempts,
