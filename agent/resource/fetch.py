@@ -7,7 +7,7 @@ each failed attempt, and only stops early on answers that retrying cannot fix (4
 other 4xx, a hash mismatch, an insecure redirect). TLS verification is never turned off; CAs named by the pointer config are
 *added* to the system trust store, as Ignition does.
 
-Beside it: ``agent.resource.transport`` (TLS adapter, watchdog, message texts),
+Beside it: ``agent.resource.transport`` (TLS adapter, watchdog, message texts, FetchResult),
 ``agent.resource.verification`` (``verification.hash``) and ``agent.resource.pointer``
 (resolving a pointer config's references); their public names are importable from here too.
 """
@@ -17,7 +17,6 @@ import os
 import random
 import ssl
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urljoin, urlsplit
 
@@ -30,7 +29,8 @@ from agent.core.backoff import MIN_ATTEMPT, Backoff, fit_to_deadline, parse_retr
 from agent.core.settings import Settings
 from agent.errors import ConfigError, FetchError
 from agent.resource import proxy as proxies
-from agent.resource.transport import (  # noqa: F401 (pool_from_url re-exported)
+from agent.resource.transport import (  # noqa: F401 (pool_from_url, FetchResult re-exported)
+    FetchResult,
     TrustAdapter,
     Watchdog,
     WatchedAdapter,
@@ -54,19 +54,6 @@ _CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "cookie")
 _RETRIED_4XX = {408, 429}
 # urllib3 1.x checks hostnames itself when the context does not (see Fetcher._context).
 _URLLIB3_MATCHES_HOSTNAMES = urllib3.__version__.split(".")[0] == "1"
-
-
-@dataclass(frozen=True)
-class FetchResult:
-    body: bytes
-    url: str  # the URL asked for (not the one redirected to)
-    status: int
-    headers: Dict[str, str] = field(default_factory=dict)  # keys lower-cased
-    attempts: int = 1
-
-    @property
-    def etag(self) -> Optional[str]:
-        return self.headers.get("etag")
 
 
 class _Retry(Exception):

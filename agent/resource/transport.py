@@ -8,6 +8,7 @@ import socket
 import ssl
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import unquote, urlsplit
 
@@ -15,6 +16,20 @@ import requests
 import urllib3
 
 from agent.resource import proxy as proxies
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """What a fetch gave (agent.resource.fetch.Fetcher.fetch)."""
+    body: bytes
+    url: str  # the URL asked for (not the one redirected to)
+    status: int
+    headers: Dict[str, str] = field(default_factory=dict)  # keys lower-cased
+    attempts: int = 1
+
+    @property
+    def etag(self) -> Optional[str]:
+        return self.headers.get("etag")
 
 
 def server_of(url: str) -> str:
