@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from tests.helpers.etcd_cluster import ETCD, EtcdCluster, have_etcd
-from tests.helpers.kube_cluster import BINARIES, KUBECTL, KubeCluster, find_kube_bin
+from tests.helpers.kube_cluster import BINARIES, KUBECTL, NO_NODE_LIFECYCLE, KubeCluster, find_kube_bin
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "state")
 NO_SKIP = os.environ.get("NODE_AGENT_NO_SKIP") == "1"
@@ -96,9 +96,12 @@ def pytest_collection_modifyitems(config, items):
 
 def _session_cluster_group(item):
     """The group of the session cluster the test uses (SESSION_CLUSTERS), or None. Only those
-    tests are kept together: a module with a control plane of its own (most of tests/kube) runs
-    on any worker (issue 54: the whole of tests/kube, one group, took 405 s on one worker)."""
+    tests are kept together: a module with a control plane of its own (test_kube_backend), or one
+    that finds its worker's as a new one (kube_cluster_reset), runs on any worker (issue 54: the
+    whole of tests/kube, one group, took 405 s on one worker)."""
     names = set(getattr(item, "fixturenames", ()))
+    if "kube_cluster_reset" in names:  # its module finds the cluster new, on whatever worker it runs
+        names.discard("kube_cluster")
     used = [group for fixture, group in SESSION_CLUSTERS.items() if fixture in names]
     return used[-1] if used else None  # both: the control plane's worker (etcd is the cheaper to start twice)
 
@@ -166,8 +169,22 @@ def kube_cluster(tmp_path_factory):
                     "(make test does; 10-15 minutes once, then cached)")
     if not os.access(ETCD, os.X_OK) or not os.access(KUBECTL, os.X_OK):
         pytest.skip("etcd (etcd-server) or kubectl is not installed (make sysdeps installs etcd-server)")
-    with KubeCluster(str(tmp_path_factory.mktemp("kube")), bin_dir, tls_bootstrap=True) as kc:
+    with KubeCluster(str(tmp_path_factory.mktemp("kube")), bin_dir, tls_bootstrap=True,
+                     controller_manager_args=NO_NODE_LIFECYCLE) as kc:
         yield kc
+
+
+@pytest.fixture(scope="module")
+def kube_cluster_reset(kube_cluster):
+    """The worker's control plane (kube_cluster) as a new one looks to the module, for a module
+    whose server reads every pool and Node: what earlier tests made is removed first
+    (KubeCluster.reset), and what the module made once it ends (the session cluster's other
+    tests find it as new, an ``infra`` pool of their own included). Such a module runs on any
+    worker (_session_cluster_group), on that worker's control plane, instead of starting one of
+    its own (issue 54)."""
+    kube_cluster.reset()
+    yield kube_cluster
+    kube_cluster.reset()
 
 
 @pytest.fixture

@@ -22,7 +22,9 @@ themselves; the VM test's Node and pods are its guest kubelet's.
 ``kube_cluster`` is the session fixture, in tests/conftest.py: one control plane per pytest worker
 (a module that imported it had a fixture of its own, started again and kept to the session's end:
 six alive at once, issue 54). It skips, naming ``make kube-bin``, when the binaries are not built
-(a failure under ``make test``).
+(a failure under ``make test``). ``kube_cluster_reset`` (tests/conftest.py) gives a module that
+control plane as a new one looks (``KubeCluster.reset``): the modules whose server reads every pool
+and Node share the worker's instead of starting one each (issue 54).
 """
 
 import datetime
@@ -55,6 +57,18 @@ SERVICE_CIDR = "10.0.0.0/24"
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 GUEST_HOST_IP = "10.0.2.2"  # the host's loopback as QEMU's user network shows it to a guest
 KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"  # kubeadm's name for the API server's user at kubelets
+# No kubelet runs on the host: the node lifecycle controller would mark every Node a test makes
+# NotReady (Unknown) after its grace periods (40 s, a minute); a test's Node is not ready only when
+# the test says so. The tests' shared control plane runs with these (tests/conftest.py).
+NO_NODE_LIFECYCLE = ("--node-monitor-grace-period=1h", "--node-startup-grace-period=1h")
+# What KubeCluster.reset keeps: the namespaces a new cluster has, and the server's own two, which
+# deploy/rbac.yaml makes with its Roles (their objects go, the Roles and bindings stay).
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+SERVER_NAMESPACES = ("node-config-server", "node-config-server-credentials")
+# Every kind a test or a server makes outside a namespace reset deletes, but RBAC's (kept: each
+# module binds its server's user again, and a binding is the same whoever made it first).
+CLUSTER_KINDS = ("nodes", "machineconfignodes", "machineconfigpools", "machineconfigs", "machineconfigurations",
+                 "machineosconfigs", "machineosbuilds", "pinnedimagesets", "certificatesigningrequests")
 
 
 def find_kube_bin() -> Optional[str]:
@@ -172,6 +186,7 @@ class KubeCluster:
         self.procs: Dict[str, subprocess.Popen] = {}
         self._minted = 0
         self.start_seconds = 0.0  # how long start() took (etcd to CRDs established)
+        self.crd_names: List[str] = []  # the CRDs start() installed: reset() keeps them
 
     def _path(self, name: str) -> str:
         return os.path.join(self.base_dir, name)
@@ -367,7 +382,7 @@ class KubeCluster:
             self._wait("kube-scheduler /healthz",
                        lambda: self._healthy(f"https://127.0.0.1:{self.sched_port}", "/healthz"), 60)
             if self.crds:
-                self.install_crds(self.crds)
+                self.crd_names = self.install_crds(self.crds)
         except BaseException:
             self.stop()
             raise
@@ -392,7 +407,12 @@ class KubeCluster:
     def create_namespace(self, name: str, timeout: float = 60) -> str:
         """A new namespace, once pods can be created in it: the controller manager has made its
         default ServiceAccount and that account's token (1.20's ServiceAccount admission refuses
-        a pod that mounts the token until then: "No API token found for service account")."""
+        a pod that mounts the token until then: "No API token found for service account").
+        One of that name still terminating (an earlier module's, deleted by reset()) is waited out."""
+        def not_terminating() -> bool:
+            r = self.get(f"/api/v1/namespaces/{name}")
+            return r.status_code == 404 or not r.json()["metadata"].get("deletionTimestamp")
+        self._wait(f"namespace {name} of an earlier module gone", not_terminating, timeout)
         self.kubectl("create", "namespace", name)
 
         def ready() -> bool:
@@ -406,19 +426,57 @@ class KubeCluster:
         for sub in ("machineconfigpools", "machineconfigs", "machineconfiguration.yaml"):
             self.kubectl("apply", "-f", os.path.join(EXAMPLES, sub))
 
+    def ready_for_server(self, user: str, *objects: dict) -> "KubeCluster":
+        """What a module's server finds, as an admin sets it up: examples/state's objects and
+        ``objects`` applied, ``user`` bound as deploy/rbac.yaml's server."""
+        self.apply_examples()
+        if objects:
+            self.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                               "items": list(objects)}))
+        self.bind_server_user(user)
+        return self
+
     def bind_server_user(self, user: str, namespace_role: bool = True) -> None:
         """deploy/rbac.yaml applied and ``user`` bound to its ClusterRole and (``namespace_role``)
         its namespaced Roles for node state and for node credentials (a namespace of their own):
-        the server's least privilege, never an admin."""
-        self.kubectl("apply", "-f", os.path.join(REPO, "deploy", "rbac.yaml"))
-        self.kubectl("create", "clusterrolebinding", user, "--clusterrole=node-config-server", f"--user={user}")
+        the server's least privilege, never an admin. Applied, not created: on the worker's shared
+        control plane an earlier module may have bound the same user (reset() keeps RBAC's objects)."""
+        def binding(kind, role_kind, role, namespace=None):
+            meta = {"name": user, **({"namespace": namespace} if namespace else {})}
+            return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}
+        bindings = [binding("ClusterRoleBinding", "ClusterRole", "node-config-server")]
         if namespace_role:
-            for namespace in ("node-config-server", "node-config-server-credentials"):
-                self.kubectl("create", "rolebinding", user, "-n", namespace, f"--role={namespace}", f"--user={user}")
+            bindings += [binding("RoleBinding", "Role", ns, ns) for ns in SERVER_NAMESPACES]
         # The cluster's client CA, which kubelet certificates are verified against (deploy/rbac.yaml's
         # RoleBinding in kube-system to the standard extension-apiserver-authentication-reader Role).
-        self.kubectl("create", "rolebinding", user, "-n", "kube-system",
-                     "--role=extension-apiserver-authentication-reader", f"--user={user}")
+        bindings.append(binding("RoleBinding", "Role", "extension-apiserver-authentication-reader", "kube-system"))
+        self.kubectl("apply", "-f", os.path.join(REPO, "deploy", "rbac.yaml"), "-f", "-",
+                     input=json.dumps({"apiVersion": "v1", "kind": "List", "items": bindings}))
+
+    def reset(self) -> None:
+        """Remove what earlier tests made, so that a module finds this control plane as a new one,
+        but for RBAC's objects and the CRDs start() installed: every workload and pod (forced: no
+        kubelet would ever confirm a graceful delete), every Event, the objects in the server's
+        namespaces (SERVER_NAMESPACES; the namespaces and their Roles stay), the Nodes' leases,
+        every object of CLUSTER_KINDS, every CRD a test added, and every namespace a new cluster
+        has not (not waited for: create_namespace waits for one of the same name to go)."""
+        self.kubectl("delete", "deployments,replicasets,daemonsets,statefulsets,jobs,cronjobs", "--all", "-A")
+        self.kubectl("delete", "pods", "--all", "-A", "--force", "--grace-period=0")
+        self.kubectl("delete", "events", "--all", "-A")
+        for ns in SERVER_NAMESPACES:
+            self.kubectl("delete", "configmaps,leases,secrets,poddisruptionbudgets", "--all", "-n", ns)
+        self.kubectl("delete", "leases", "--all", "-n", "kube-node-lease")
+        self.kubectl("delete", ",".join(CLUSTER_KINDS), "--all")
+        added = [n for n in self.kubectl("get", "customresourcedefinitions", "-o", "name").stdout.split()
+                 if n.split("/", 1)[1] not in self.crd_names]  # with their objects (an Infrastructure)
+        if added:
+            self.kubectl("delete", *added)
+        names = [n.split("/", 1)[1] for n in self.kubectl("get", "namespaces", "-o", "name").stdout.split()]
+        doomed = [n for n in names if n not in SYSTEM_NAMESPACES + SERVER_NAMESPACES]
+        if doomed:
+            self.kubectl("delete", "namespaces", *doomed, "--wait=false")
 
     def kubectl(self, *args: str, kubeconfig: Optional[str] = None, check: bool = True,
                 input: Optional[str] = None, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -7,7 +7,8 @@ Two replicas start one attempt between them; a single-node cluster never drains.
 
 No kubelet runs: the test plays its part (the pod is bound at creation, marked Running/Ready
 through the status subresource, and a graceful deletion is finished with gracePeriodSeconds 0).
-The module has a control plane of its own: the Infrastructure object it makes is cluster-wide.
+The Infrastructure object (and CRD) it makes is cluster-wide: the module finds its worker's control
+plane as a new one (``kube_cluster_reset``, tests/conftest.py), and the next module finds it gone.
 """
 
 import contextlib
@@ -27,7 +28,7 @@ from agent.server.rollout import draincadence as dc
 from agent.server.rollout.draincadence import Cadence
 from agent.server.store.kube.client import KubeClient, KubeError, load_kubeconfig
 from tests.helpers.certs import make_tls
-from tests.helpers.kube_cluster import KubeCluster, find_kube_bin, kubelet_ready_status
+from tests.helpers.kube_cluster import kubelet_ready_status
 from tests.helpers.server_proc import REPO, ServerProcess
 from tests.helpers.wait import wait_for
 
@@ -45,15 +46,10 @@ INFRA_CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDef
 
 
 @pytest.fixture(scope="module")
-def kube(tmp_path_factory):
-    if not find_kube_bin():
-        pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
-    with KubeCluster(str(tmp_path_factory.mktemp("kube-cadence"))) as kc:
-        kc.apply_examples()
-        # Node state in SQLite here (start_server), but the drain's Events go to the server's own
-        # namespace, which only deploy/rbac.yaml's namespaced Role grants (issue 38).
-        kc.bind_server_user(USER)
-        yield kc
+def kube(kube_cluster_reset):
+    # Node state in SQLite here (start_server), but the drain's Events go to the server's own
+    # namespace, which only deploy/rbac.yaml's namespaced Role grants (issue 38).
+    return kube_cluster_reset.ready_for_server(USER)
 
 
 def start_server(kube, *extra):
@@ -111,11 +107,10 @@ def blocked_node(kube, ns, node):
 
 @contextlib.contextmanager
 def kubelet_heartbeat(kube, node):
-    """The Node's Ready condition posted now and every 3 s while inside, as its kubelet would.
-    Without it the node lifecycle controller turns a Node that never posted its status NotReady
-    (Ready Unknown) after its grace period, and a NotReady Node holds a slot of its pool's
-    maxUnavailable, as upstream: on a loaded machine the time between making the Node and its
-    drain request can be longer than that."""
+    """The Node's Ready condition posted now and every 3 s while inside, as its kubelet would: a
+    Node not Ready holds a slot of its pool's maxUnavailable, as upstream. (The tests' node
+    lifecycle controller waits an hour before it marks a silent Node NotReady, NO_NODE_LIFECYCLE;
+    a cluster's marks one whose kubelet stopped posting after 40 s.)"""
     stop, failures = threading.Event(), []
 
     def beat():
@@ -246,9 +241,10 @@ def test_a_drain_that_cannot_finish_is_paced_visible_and_alerted_and_completes_o
     # uncordoned by the time the Done is answered (as the MCD uncordons before it says Done), not by
     # the write-back loop later: until then the Node is unavailable and holds a slot of its pool
     assert not api(kube, f"/api/v1/nodes/{node}")["spec"].get("unschedulable")
-    # Its Node goes, or it would hold worker's one slot in the tests after once the node lifecycle
-    # controller turns it NotReady (no kubelet posts its status: after a minute; a CI run's
-    # loaded machine got there, and the single-node test's drain was refused).
+    # Its Node goes: no kubelet posts its status, and a Node not Ready would hold worker's one slot
+    # in the tests after (a CI run's loaded machine got there once the node lifecycle controller,
+    # then run with its default grace periods, marked it NotReady; the single-node test's drain
+    # was refused).
     kube.kubectl("delete", "node", node)
 
 

@@ -20,8 +20,9 @@ When a first boot stalls is the test's to say, not the machine's speed: the serv
 an hour, and the test shortens the pools' of the stalled scenarios once their nodes sent their
 last report, then gives it back before they report again.
 
-The module has a control plane of its own, as test_kube_backend.py: a server with this backend
-reads every pool and MachineConfig of its cluster, and other modules' objects must not count.
+A server with this backend reads every pool and MachineConfig of its cluster, and other modules'
+objects must not count: the module finds its worker's control plane as a new one
+(``kube_cluster_reset``, tests/conftest.py).
 """
 
 import json
@@ -29,14 +30,12 @@ import re
 from collections import Counter
 
 import pytest
-import yaml
 
 from agent.core.objectchecks import FIRSTBOOT_DEADLINE_ANNOTATION
 from agent.server.cluster.kube_firstboots import NOTICE
 from agent.server.rollout.mcnconditions import FIRST_BOOT
 from tests.helpers import firstboot_faults as faults
 from tests.helpers.certs import make_tls, write_combined
-from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
 from tests.helpers.server_proc import ServerProcess
 from tests.helpers.wait import wait_for
 
@@ -60,16 +59,9 @@ KUBELET_PEM = "var/lib/kubelet/pki/kubelet-client-current.pem"  # report.kubelet
 
 
 @pytest.fixture(scope="module")
-def kube(tmp_path_factory):
-    if not find_kube_bin():
-        pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
-    with KubeCluster(str(tmp_path_factory.mktemp("kube-firstboots"))) as kc:
-        kc.apply_examples()
-        kc.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(faults.SOURCE_OBJECTS))
-        kc.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Node",
-                                                         "metadata": {"name": SQUATTED}}))
-        kc.bind_server_user("node-config-server-fb")
-        yield kc
+def kube(kube_cluster_reset):
+    return kube_cluster_reset.ready_for_server("node-config-server-fb", *faults.SOURCE_OBJECTS,
+                                               {"apiVersion": "v1", "kind": "Node", "metadata": {"name": SQUATTED}})
 
 
 @pytest.fixture(scope="module")

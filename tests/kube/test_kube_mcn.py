@@ -13,8 +13,9 @@ The 1.20 API server enforces neither the CRD's schema nor its CEL rules: every v
 MCN the tests saw is validated against the CRD here, each as a transition from the version seen
 before it (tests/helpers/crd_validate.py; the rules with ``oldSelf``).
 
-The module has a control plane of its own (a pool of its own, maxUnavailable 100%, so that no
-other Node holds its slots); the test plays node-agent over HTTP and the kubelet (Nodes).
+The module finds its worker's control plane as a new one (``kube_cluster_reset``) and makes a pool of
+its own (maxUnavailable 100%, so that no other Node holds its slots); the test plays node-agent
+over HTTP and the kubelet (Nodes).
 """
 
 import json
@@ -23,7 +24,6 @@ import pytest
 import yaml
 
 from tests.helpers.certs import make_tls
-from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
 from tests.helpers.server_proc import ServerProcess
 from tests.helpers.wait import wait_for
 
@@ -46,14 +46,8 @@ TYPES = ["UpdatePrepared", "UpdateExecuted", "UpdatePostActionComplete", "Update
 
 
 @pytest.fixture(scope="module")
-def kube(tmp_path_factory):
-    if not find_kube_bin():
-        pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
-    with KubeCluster(str(tmp_path_factory.mktemp("kube-mcn"))) as kc:
-        kc.apply_examples()
-        kc.kubectl("apply", "-f", "-", input=yaml.safe_dump(POOL))
-        kc.bind_server_user(USER)
-        yield kc
+def kube(kube_cluster_reset):
+    return kube_cluster_reset.ready_for_server(USER, POOL)
 
 
 @pytest.fixture(scope="module")

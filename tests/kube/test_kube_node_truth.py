@@ -5,19 +5,18 @@ status.go, node_controller.go) whose behaviour it checks, as an outside tester w
 bootstrap token would try to steer a pool.
 
 No kubelet runs: the test plays the kubelet, creating each Node with its Ready condition.
-kube-controller-manager is stopped once the control plane is up, or its node lifecycle controller
-would mark these heartbeat-less Nodes NotReady after 40 s (benchmarks/bench_kube.py does the same).
-The module has a control plane of its own: pools are cluster-scoped.
+The control plane's node lifecycle controller never marks these heartbeat-less Nodes NotReady by
+itself (NO_NODE_LIFECYCLE in tests/helpers/kube_cluster.py; benchmarks/bench_kube.py stops the
+controller manager instead). Pools are cluster-scoped: the module finds its worker's control plane
+as a new one (``kube_cluster_reset``, tests/conftest.py).
 """
 
 import json
-import os
-import signal
 
 import pytest
 
 from tests.helpers.certs import make_tls
-from tests.helpers.kube_cluster import KubeCluster, find_kube_bin, wait_for
+from tests.helpers.kube_cluster import wait_for
 from tests.helpers.server_proc import ServerProcess
 
 MCO = "/apis/machineconfiguration.openshift.io/v1"
@@ -25,16 +24,8 @@ W, M, INFRA_ROLE = "node-role.kubernetes.io/worker", "node-role.kubernetes.io/ma
 
 
 @pytest.fixture(scope="module")
-def kube(tmp_path_factory):
-    if not find_kube_bin():
-        pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
-    with KubeCluster(str(tmp_path_factory.mktemp("node-truth"))) as kc:
-        cm = kc.procs.pop("kube-controller-manager")
-        os.killpg(cm.pid, signal.SIGTERM)
-        cm.wait(15)
-        kc.apply_examples()
-        kc.bind_server_user("node-config-server-test")
-        yield kc
+def kube(kube_cluster_reset):
+    return kube_cluster_reset.ready_for_server("node-config-server-test")
 
 
 @pytest.fixture(scope="module")

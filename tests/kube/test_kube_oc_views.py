@@ -5,22 +5,19 @@ compared field by field with what the MCO's own functions compute for the same N
 render and node controllers' Events); and pools the render controller cannot render (issue 48).
 
 No kubelet runs: the test plays it (each Node is created with its Ready condition) and plays
-node-agent (its reports, over HTTPS with the node's kubelet certificate). kube-controller-manager is
-stopped once the control plane is up, or its node lifecycle controller would mark these
-heartbeat-less Nodes NotReady after 40 s. The module has a control plane of its own: pools are
-cluster-scoped and its counts must not depend on other modules' Nodes.
+node-agent (its reports, over HTTPS with the node's kubelet certificate). The control plane's
+node lifecycle controller never marks these heartbeat-less Nodes NotReady by itself
+(NO_NODE_LIFECYCLE). Pools are cluster-scoped and its counts must not depend on other modules'
+Nodes: the module finds its worker's control plane as a new one (``kube_cluster_reset``).
 """
 
 import json
-import os
-import signal
 
 import pytest
 import yaml
 
 from tests.helpers import mco_reference as ref
 from tests.helpers.certs import make_tls
-from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
 from tests.helpers.server_proc import ServerProcess
 from tests.helpers.wait import wait_for
 
@@ -34,16 +31,8 @@ USER = "node-config-server-oc"
 
 
 @pytest.fixture(scope="module")
-def kube(tmp_path_factory):
-    if not find_kube_bin():
-        pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
-    with KubeCluster(str(tmp_path_factory.mktemp("oc-views"))) as kc:
-        cm = kc.procs.pop("kube-controller-manager")
-        os.killpg(cm.pid, signal.SIGTERM)
-        cm.wait(15)
-        kc.apply_examples()
-        kc.bind_server_user(USER)
-        yield kc
+def kube(kube_cluster_reset):
+    return kube_cluster_reset.ready_for_server(USER)
 
 
 @pytest.fixture(scope="module")

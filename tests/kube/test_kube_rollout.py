@@ -9,8 +9,9 @@ are done, and no PDB is violated.
 A custom pool of its own (``rollout``, maxUnavailable 1) keeps this module's Nodes apart from the
 examples' pools. The test plays node-agent over HTTP (fetch as a member, drain, report) and the
 kubelet (Nodes, a Running pod under a PDB); kube-controller-manager runs (the disruption
-controller counts the PDB), and every Node is made within the node lifecycle controller's grace
-period of this test's end.
+controller counts the PDB; its node lifecycle controller never marks a Node NotReady by itself,
+NO_NODE_LIFECYCLE), and the module finds its worker's control plane as a new one
+(``kube_cluster_reset``, tests/conftest.py).
 """
 
 import json
@@ -18,7 +19,6 @@ import json
 import pytest
 import yaml
 
-from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
 from tests.helpers.wait import wait_for
 from tests.kube.test_kube_drain_cadence import TINY, USER, api, blocked_node, call, start_server
 
@@ -40,14 +40,8 @@ def machine_config(name, path):
 
 
 @pytest.fixture(scope="module")
-def kube(tmp_path_factory):
-    if not find_kube_bin():
-        pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
-    with KubeCluster(str(tmp_path_factory.mktemp("kube-rollout"))) as kc:
-        kc.apply_examples()
-        kc.kubectl("apply", "-f", "-", input=yaml.safe_dump(POOL))
-        kc.bind_server_user(USER)
-        yield kc
+def kube(kube_cluster_reset):
+    return kube_cluster_reset.ready_for_server(USER, POOL)
 
 
 def target(srv):

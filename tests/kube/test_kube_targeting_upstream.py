@@ -23,8 +23,9 @@ is recorded from a watch (``NodeHistory``), so what the tests assert about the N
 moment, not only when they look. "Several sync rounds" are proved by ``rounds``: Nodes added to a
 pool of their own (``tick``) and counted in its MachineConfigPool's status, which the server's pool
 loop writes in the same round as it writes the Nodes' targeting. Modelled on test_kube_rollout.py;
-the module has a control plane of its own (tests/helpers/kube_cluster.py), whose controller
-manager never marks a Node NotReady by itself (``NO_LIFECYCLE``).
+the module finds its worker's control plane as a new one (``kube_cluster_reset``,
+tests/conftest.py), whose controller manager never marks a Node NotReady by itself
+(``NO_NODE_LIFECYCLE``, tests/helpers/kube_cluster.py).
 """
 
 import datetime
@@ -37,7 +38,6 @@ import yaml
 
 from agent.core.served import ANN, read_served
 from tests.helpers.certs import make_tls
-from tests.helpers.kube_cluster import KubeCluster, find_kube_bin
 from tests.helpers.server_proc import ServerProcess
 from tests.helpers.wait import wait_for
 
@@ -45,9 +45,6 @@ MCO = "/apis/machineconfiguration.openshift.io/v1"
 MCD = "machineconfiguration.openshift.io/"
 USER = "node-config-server-targeting"
 EVENTS = "/api/v1/namespaces/node-config-server/events"  # the server's namespace
-# No kubelet runs: the node lifecycle controller would mark every Node made here NotReady (Unknown)
-# after its grace periods; a test's Node is not ready only when the test says so.
-NO_LIFECYCLE = ["--node-monitor-grace-period=1h", "--node-startup-grace-period=1h"]
 IMG = "registry.example.com/layered/os-image@sha256:" + "c" * 64
 
 
@@ -75,14 +72,8 @@ def apply(kube, obj):
 
 
 @pytest.fixture(scope="module")
-def kube(tmp_path_factory):
-    if not find_kube_bin():
-        pytest.skip("kube-apiserver 1.20.2 is not built: run make kube-bin (make test does)")
-    with KubeCluster(str(tmp_path_factory.mktemp("kube-targeting")), controller_manager_args=NO_LIFECYCLE) as kc:
-        kc.apply_examples()
-        kc.bind_server_user(USER)
-        apply(kc, pool_object("tick", 1))
-        yield kc
+def kube(kube_cluster_reset):
+    return kube_cluster_reset.ready_for_server(USER, pool_object("tick", 1))
 
 
 @pytest.fixture(scope="module")

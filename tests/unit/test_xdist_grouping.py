@@ -32,6 +32,19 @@ def test_only_the_tests_on_a_session_cluster_share_its_worker_and_their_modules_
         "tests/kube/test_a.py": "kube", "tests/etcd/test_b.py": "etcd"}
 
 
+def test_a_module_on_its_workers_reset_control_plane_runs_on_any_worker_with_its_tests_together():
+    """A module whose tests use kube_cluster_reset (via a module fixture of its own) finds its
+    worker's control plane as a new one: it is not kept to the session cluster's worker, so eight
+    such modules spread over the workers, each worker's one control plane serving those it got."""
+    from types import SimpleNamespace
+
+    from tests.conftest import _session_cluster_group
+
+    on_reset = SimpleNamespace(fixturenames=["kube", "kube_cluster_reset", "kube_cluster"],
+                               nodeid="tests/kube/test_d.py::test_w")
+    assert _session_cluster_group(on_reset) is None
+
+
 def session_fixtures_in(tree):
     """The names of the session-scoped fixtures a module defines (``@pytest.fixture(scope="session")``)."""
     import ast
