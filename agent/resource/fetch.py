@@ -234,7 +234,7 @@ class Fetcher:
             delay = planned_delay(state)
             failed_before[:] = [getattr(exc, "reason", exc)]
             log.warning("attempt %d to fetch %s failed: %s; retrying in %.2fs", state.attempt_number,
-                        short_url(url), getattr(exc, "reason", exc), delay,
+                        short_url(url), failed_before[0], delay,
                         extra={"NODE_AGENT_ATTEMPT": state.attempt_number, "NODE_AGENT_STAGE": "fetch",
                                "NODE_AGENT_URL": url, "NODE_AGENT_DELAY": round(delay, 3)})
 

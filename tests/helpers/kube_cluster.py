@@ -91,8 +91,9 @@ def unique(prefix: str) -> str:
 
 def kubelet_ready_status() -> Dict[str, Dict[str, list]]:
     """The Node status patch (merge) a kubelet posts as its heartbeat: Ready, stamped now. A
-    test that makes a Node with no kubelet posts it every few seconds, or the node lifecycle
-    controller turns the Node NotReady after its grace period (40 s)."""
+    test that makes a Node with no kubelet posts it to make the Node Ready, and every few seconds
+    on a control plane whose node lifecycle controller keeps its grace period (40 s; the shared
+    one's waits an hour, NO_NODE_LIFECYCLE)."""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                        "message": "the test's kubelet", "lastHeartbeatTime": stamp,
