@@ -43,7 +43,7 @@ SHARED_FOLDERS = ("vm",)
 RUN_ONCE = ("unit/test_doc_sections.py", "unit/test_readme.py", "unit/test_architecture.py",
             "unit/test_no_skip_rule.py", "unit/test_bench_rollout.py", "unit/test_image_archive.py",
             "unit/test_rbac_list.py", "unit/test_phase_times.py", "unit/test_monitoring_manifests.py",
-            "unit/test_xdist_grouping.py", "unit/test_suite_cpu.py", "unit/test_py39_reach.py",
+            "unit/test_xdist_grouping.py", "unit/test_suite_cpu.py", "unit/test_py39_reach.py", "kube/test_kube_reset.py",
             "server/test_readme_commands.py", "host/test_packaging.py", "host/test_packaging_el9.py",
             "host/test_alert_rules.py")
 

@@ -45,6 +45,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.helpers import kube_reset
 from tests.helpers.etcd_cluster import ETCD, _free_ports
 from tests.helpers.wait import wait_for
 
@@ -402,7 +403,7 @@ class KubeCluster:
 
     def _established(self, name: str) -> bool:
         r = self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-        conds = r.json().get("status", {}).get("conditions", []) if r.status_code == 200 else []
+        conds = (r.json().get("status") or {}).get("conditions") or [] if r.status_code == 200 else []
         return any(c.get("type") == "Established" and c.get("status") == "True" for c in conds)
 
     def create_namespace(self, name: str, timeout: float = 60) -> str:
@@ -414,7 +415,11 @@ class KubeCluster:
             r = self.get(f"/api/v1/namespaces/{name}")
             return r.status_code == 404 or not r.json()["metadata"].get("deletionTimestamp")
         self._wait(f"namespace {name} of an earlier module gone", not_terminating, timeout)
-        self.kubectl("create", "namespace", name)
+        with self.session() as s:
+            r = s.post(f"{self.url}/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
+                                                               "metadata": {"name": name}}, timeout=30)
+        if r.status_code != 201:
+            raise RuntimeError(f"creating namespace {name}: HTTP {r.status_code}: {r.text[:300]}")
 
         def ready() -> bool:
             r = self.get(f"/api/v1/namespaces/{name}/serviceaccounts/default")
@@ -463,21 +468,9 @@ class KubeCluster:
         namespaces (SERVER_NAMESPACES; the namespaces and their Roles stay), the Nodes' leases,
         every object of CLUSTER_KINDS, every CRD a test added, and every namespace a new cluster
         has not (not waited for: create_namespace waits for one of the same name to go)."""
-        self.kubectl("delete", "deployments,replicasets,daemonsets,statefulsets,jobs,cronjobs", "--all", "-A")
-        self.kubectl("delete", "pods", "--all", "-A", "--force", "--grace-period=0")
-        self.kubectl("delete", "events", "--all", "-A")
-        for ns in SERVER_NAMESPACES:
-            self.kubectl("delete", "configmaps,leases,secrets,poddisruptionbudgets", "--all", "-n", ns)
-        self.kubectl("delete", "leases", "--all", "-n", "kube-node-lease")
-        self.kubectl("delete", ",".join(CLUSTER_KINDS), "--all")
-        added = [n for n in self.kubectl("get", "customresourcedefinitions", "-o", "name").stdout.split()
-                 if n.split("/", 1)[1] not in self.crd_names]  # with their objects (an Infrastructure)
-        if added:
-            self.kubectl("delete", *added)
-        names = [n.split("/", 1)[1] for n in self.kubectl("get", "namespaces", "-o", "name").stdout.split()]
-        doomed = [n for n in names if n not in SYSTEM_NAMESPACES + SERVER_NAMESPACES]
-        if doomed:
-            self.kubectl("delete", "namespaces", *doomed, "--wait=false")
+        with self.session() as s:  # one connection, not ten kubectl processes (tests/helpers/kube_reset.py)
+            kube_reset.reset(s, self.url, CLUSTER_KINDS, keep_crds=self.crd_names,
+                             keep_namespaces=SYSTEM_NAMESPACES + SERVER_NAMESPACES, server_namespaces=SERVER_NAMESPACES)
 
     def kubectl(self, *args: str, kubeconfig: Optional[str] = None, check: bool = True,
                 input: Optional[str] = None, timeout: float = 60) -> subprocess.CompletedProcess:
