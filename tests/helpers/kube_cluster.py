@@ -470,7 +470,7 @@ class KubeCluster:
         has not (not waited for: create_namespace waits for one of the same name to go)."""
         with self.session() as s:  # one connection, not ten kubectl processes (tests/helpers/kube_reset.py)
             kube_reset.reset(s, self.url, CLUSTER_KINDS, keep_crds=self.crd_names,
-                             keep_namespaces=SYSTEM_NAMESPACES + SERVER_NAMESPACES, server_namespaces=SERVER_NAMESPACES)
+                             system_namespaces=SYSTEM_NAMESPACES, server_namespaces=SERVER_NAMESPACES)
 
     def kubectl(self, *args: str, kubeconfig: Optional[str] = None, check: bool = True,
                 input: Optional[str] = None, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -10,7 +10,7 @@ of the same name out).
 """
 
 import time
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import requests
 
@@ -33,12 +33,13 @@ Gone = Tuple[str, str, Optional[str], str]  # (plural, name, namespace, uid): wa
 class Api:
     """The few calls reset needs, failing loudly on an answer it did not expect."""
 
-    def __init__(self, session: requests.Session, url: str, crds: Iterable[dict]):
+    def __init__(self, session: requests.Session, url: str):
         self.s, self.url = session, url
         self.prefix = dict(BUILT_IN)
         self.namespaced = {"nodes": False, "namespaces": False, "certificatesigningrequests": False,
                            "customresourcedefinitions": False}
-        for crd in crds:
+        self.crds = self.items("customresourcedefinitions")  # where the CRDs' kinds live
+        for crd in self.crds:
             spec = crd["spec"]
             version = next(v["name"] for v in spec["versions"] if v.get("storage"))
             self.prefix[spec["names"]["plural"]] = f"/apis/{spec['group']}/{version}"
@@ -86,10 +87,9 @@ class Api:
 
 
 def reset(session: requests.Session, url: str, cluster_kinds: Iterable[str], keep_crds: Iterable[str],
-          keep_namespaces: Iterable[str], server_namespaces: Iterable[str], timeout: float = 120) -> None:
+          system_namespaces: Sequence[str], server_namespaces: Sequence[str], timeout: float = 120) -> None:
     """Delete what KubeCluster.reset's docstring lists and wait for it to be gone."""
-    crds = Api(session, url, ()).items("customresourcedefinitions")
-    api = Api(session, url, crds)
+    api = Api(session, url)
     gone: List[Gone] = []
     for plural in WORKLOADS:
         gone += api.delete_all(plural)
@@ -102,11 +102,11 @@ def reset(session: requests.Session, url: str, cluster_kinds: Iterable[str], kee
     for plural in cluster_kinds:
         gone += api.delete_all(plural)
     keep = set(keep_crds)
-    for crd in crds:  # a CRD a test added goes with its objects (an Infrastructure)
+    for crd in api.crds:  # a CRD a test added goes with its objects (an Infrastructure)
         if crd["metadata"]["name"] not in keep:
             api.delete("customresourcedefinitions", crd["metadata"]["name"])
             gone.append(("customresourcedefinitions", crd["metadata"]["name"], None, crd["metadata"]["uid"]))
-    kept = set(keep_namespaces)
+    kept = {*system_namespaces, *server_namespaces}
     for ns in api.items("namespaces"):
         if ns["metadata"]["name"] not in kept and not ns["metadata"].get("deletionTimestamp"):
             api.delete("namespaces", ns["metadata"]["name"])

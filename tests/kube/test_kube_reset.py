@@ -18,7 +18,8 @@ WIDGETS = {
 
 
 def post(kc, path, obj):
-    r = kc.session().post(kc.url + path, json=obj, timeout=10)
+    with kc.session() as s:
+        r = s.post(kc.url + path, json=obj, timeout=10)
     assert r.status_code == 201, r.text
 
 
