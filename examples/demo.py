@@ -200,6 +200,7 @@ def main() -> int:
         show([os.path.join(BIN, "node-config-server"), "get", "nodes", "--config", client])
         show(agent("update", "--once", "--root", infra1))  # not its turn: it says so and changes nothing
         show(agent("update", "--once", "--root", infra0))
+        _wait_for_turn(api, srv, "infra", "infra-1")  # the step that takes infra-0's Done targets infra-1
         show(agent("update", "--once", "--root", infra1))  # infra-0 is done: infra-1's turn
         show([os.path.join(BIN, "node-config-server"), "describe", "pool", "infra", "--config", client])
 
@@ -308,7 +309,20 @@ def _target(api, srv, pool: str) -> str:
     return api.get(srv.url(f"/api/v1/pools/{pool}")).json()["spec"]["configuration"]["name"]
 
 
-def _wait_for_new_target(api, srv, pool: str, old: str, timeout: float = 10.0) -> str:
+def _wait_for_turn(api, srv, pool: str, node: str, timeout: float = 60.0) -> None:
+    """A report only wakes its pool's step, which decides the next turns a moment later, off the
+    report's path (docs/rollout.md): wait until the pool's view shows ``node`` updating."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rollout = api.get(srv.url(f"/api/v1/pools/{pool}")).json()["status"]["rollout"]
+        if node in rollout.get("updating", []):
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"demo: pool {pool} did not target {node} within {timeout:.0f} s; server log:\n"
+                     f"{srv.log_text()[-3000:]}")
+
+
+def _wait_for_new_target(api, srv, pool: str, old: str, timeout: float = 60.0) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         new = _target(api, srv, pool)

@@ -393,6 +393,13 @@ def race_turns(fleet, nodes, take_turn, in_flight, what, timeout):
     return peak[0], errors
 
 
+def all_done_seen_by(replica, count):
+    """The pool's view from ``replica`` once it counts ``count`` nodes Done: the last reports went
+    to other replicas, and each counts from its own watch of etcd."""
+    return wait_for(lambda: (lambda v: v["status"]["rollout"]["counts"].get("Done", 0) == count and v)(pool(replica)),
+                    f"{replica.base_url} counts {count} node(s) Done (its watch)", 60)
+
+
 def fetch_turn(fleet, node, replica, target):
     """What node-agent does first: fetch its desired config; whether it is told to update to ``target``."""
     got = fleet.session(node).get(replica.url("/config/worker"), timeout=10)
@@ -419,8 +426,8 @@ def test_three_replicas_target_at_most_max_unavailable_nodes_while_reports_race_
                               lambda targets: sum(1 for e in targets.values() if e.get("config") == target),
                               "every node Done on the new target, maxUnavailable at a time", 120)
     assert errors == [] and 1 <= peak <= limit, (errors, peak, limit)
-    view = pool(fleet.replicas[1])
-    assert view["status"]["rollout"]["counts"].get("Done", 0) == len(nodes) and "updating" not in view["status"]["rollout"]
+    view = all_done_seen_by(fleet.replicas[1], len(nodes))
+    assert "updating" not in view["status"]["rollout"]
 
 
 def test_with_a_failure_budget_failed_nodes_retry_in_free_slots_and_three_replicas_never_let_more_than_maxUnavailable_work(
@@ -471,8 +478,8 @@ def test_with_a_failure_budget_failed_nodes_retry_in_free_slots_and_three_replic
     let_retry = {n for line in re.findall(rf"pool worker: (.*) may retry {re.escape(target)} in a free slot", logs)
                  for n in line.split(", ")}
     assert let_retry == failed_once and parked_seen <= failed_once, (failed_once - let_retry, parked_seen)
-    view = pool(fleet.replicas[2])
-    assert view["status"]["rollout"]["counts"].get("Done", 0) == len(nodes) and "failed" not in view["status"]["rollout"]
+    view = all_done_seen_by(fleet.replicas[2], len(nodes))
+    assert "failed" not in view["status"]["rollout"]
 
 
 def test_a_first_boot_storm_survives_losing_an_etcd_member_and_a_replica(fleet, tmp_path):

@@ -127,7 +127,10 @@ def test_a_failing_change_reaches_one_node_halts_itself_and_a_revert_recovers_it
     assert ran["w0"][0] == 75 and "exists and is a directory" in ran["w0"][1], ran["w0"][1]
     for n in NODES[1:]:
         assert "waiting for its turn" in ran[n][1] and "w0" in ran[n][1], ran[n][1]
-    view = pool(srv)
+    # w0's Failed report wakes the pool's step, which decides the halt a moment later (off the
+    # report's path: poolqueue.py); the view's node lists are the reports' at once.
+    view = wait_for(lambda: (lambda v: v["status"]["rollout"].get("halted") and v)(pool(srv)),
+                    "the step after w0's failure halts the rollout", PICKED_UP)
     rollout, conds = view["status"]["rollout"], {c["type"]: c for c in view["status"]["conditions"]}
     assert rollout["failed"] == ["w0"] and rollout["waiting"] == ["w1", "w2", "w3"]
     assert rollout["halted"].startswith("rollout halted: 1 node(s) failed on the target (w0)")
@@ -165,6 +168,9 @@ def test_rollback_says_what_it_will_do_then_targets_the_last_config_every_node_w
     srv.wait_state_read()
     c = wait_for(lambda: (lambda t: t != a and t)(target(srv)), "C is the target", PICKED_UP)
     assert agent("update", "--once", "--root", roots["w0"]).returncode == 0  # w0 Done on C; w1 targeted next
+    # by the step w0's report wakes (off its path): the plan names the nodes it retargets, so the
+    # dry run and the rollback below read the pool once that step ran.
+    wait_for(lambda: pool(srv)["status"]["rollout"].get("updating") == ["w1"], "w1 targeted after w0's Done", PICKED_UP)
 
     assert os.path.exists(os.path.join(roots["w0"], C_FILE.lstrip("/")))
     admin = tmp_path / "admin.yaml"
@@ -271,6 +277,10 @@ def test_a_canary_goes_first_and_the_rest_wait_the_pools_canary_wait_after_it_is
     assert "canary: the first 1 node(s) update first" in pool(srv)["status"]["rollout"]["waitReason"]
     before_done = time.time()
     assert agent("update", "--once", "--root", roots["w0"]).returncode == 0
+    # The step that takes w0's Done runs off its report's path (poolqueue.py); w1's fetch is told
+    # what the last step decided, so it goes once that step ran.
+    wait_for(lambda: pool(srv)["status"]["rollout"].get("canaryAt"), "the step takes the canary's Done",
+             PICKED_UP)
     waiting = agent("update", "--once", "--root", roots["w1"])
     assert waiting.returncode == 0 and "canary: 1 node(s) Done and Ready" in waiting.stderr, waiting.stderr
     assert "the others wait 600 s after that" in waiting.stderr, waiting.stderr
